@@ -1,0 +1,59 @@
+"""The `moeplan` command: one typer app; each command lives in its own module and stays thin."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from planner import __version__
+from planner.cli import catalog_cmd, experts_cmd
+
+app = typer.Typer(
+    name="moeplan",
+    help="Plan deployments of large mixture-of-experts models on Huawei Ascend clusters.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"moeplan {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", help="Print the version and exit.", callback=_version, is_eager=True
+    ),
+) -> None:
+    """Plan deployments of large mixture-of-experts models on Huawei Ascend clusters."""
+
+
+app.add_typer(catalog_cmd.hardware_app, name="hardware")
+app.add_typer(catalog_cmd.models_app, name="models")
+experts_cmd.register(app)
+
+
+def main() -> None:
+    """Console-script entry point: run the app; never let a traceback reach the user."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        raise SystemExit(130) from None
+    except SystemExit:
+        raise
+    except Exception as exc:  # a bug: say so plainly, keep the traceback for MOEPLAN_DEBUG=1
+        if os.environ.get("MOEPLAN_DEBUG"):
+            raise
+        sys.stderr.write(
+            f"internal error (a bug in moeplan, please report it): {type(exc).__name__}: {exc}\n"
+            "rerun with MOEPLAN_DEBUG=1 to see the traceback\n"
+        )
+        raise SystemExit(70) from None

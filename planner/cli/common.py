@@ -1,0 +1,81 @@
+"""What every command shares: the console, error handling with exit codes, atomic file writes."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+import typer
+from rich.console import Console
+
+from planner.errors import PlannerError
+
+T = TypeVar("T")
+
+console = Console(highlight=False, soft_wrap=False)
+err_console = Console(stderr=True, highlight=False)
+
+
+def fail(exc: PlannerError) -> typer.Exit:
+    """Print a user error (no traceback) and return the Exit carrying its code."""
+    label = "infeasible" if exc.exit_code == 1 else "error"
+    err_console.print(f"[bold red]{label}:[/] {exc}", markup=True, highlight=False)
+    return typer.Exit(code=exc.exit_code)
+
+
+def run_guarded(action: Callable[[], T]) -> T:
+    """Run a command body; PlannerErrors become a message and their exit code."""
+    try:
+        return action()
+    except PlannerError as exc:
+        raise fail(exc) from None
+
+
+@contextmanager
+def atomic_writer(path: Path, mode: str = "w") -> Iterator[object]:
+    """Write to a temporary file beside `path`, then rename: readers never see a partial file."""
+    path = Path(path)
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        raise PlannerError(f"cannot write '{path}': folder '{directory}' does not exist.")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` atomically (stdout when path is '-')."""
+    if str(path) == "-":
+        sys.stdout.write(text)
+        if not text.endswith("\n"):
+            sys.stdout.write("\n")
+        return
+    try:
+        with atomic_writer(path) as handle:
+            handle.write(text)  # type: ignore[attr-defined]
+    except OSError as exc:
+        raise PlannerError(f"cannot write '{path}': {exc.strerror}.") from None
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to `path` atomically."""
+    try:
+        with atomic_writer(path, "wb") as handle:
+            handle.write(data)  # type: ignore[attr-defined]
+    except OSError as exc:
+        raise PlannerError(f"cannot write '{path}': {exc.strerror}.") from None

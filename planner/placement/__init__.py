@@ -1,0 +1,1 @@
+"""Redundant-expert placement: which logical expert sits in which slot of which device."""

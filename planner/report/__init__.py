@@ -1,0 +1,1 @@
+"""Reports: rich tables for the terminal, JSON documents, plots."""

@@ -1,0 +1,1 @@
+"""Specs: pydantic descriptions of hardware, models, quantization, workloads and plans."""

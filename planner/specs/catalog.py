@@ -1,0 +1,103 @@
+"""The shipped catalogs (hardware/, models/, plans/) and loading a spec by catalog name or path.
+
+In a wheel the catalogs sit in `planner/_catalog/` (hatchling force-include); in a source
+checkout or an editable install they are the repository's top-level folders. Anywhere a catalog
+name is accepted, a path to the user's own file is accepted too: hardware YAML; model YAML in
+moeplan's form or a HuggingFace config.json; plan YAML or JSON.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from planner.errors import BadInputError
+from planner.specs.files import load_mapping, validate_model
+from planner.specs.hardware import HardwareSpec
+from planner.specs.model import ModelSpec, from_hf_config, looks_like_hf_config
+from planner.specs.plan import Plan
+
+CatalogKind = Literal["hardware", "models", "plans"]
+_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def catalog_dir(kind: CatalogKind) -> Path:
+    """Folder of a catalog: the packaged copy if present, else the repository's."""
+    here = Path(__file__).resolve().parent.parent
+    packaged = here / "_catalog" / kind
+    if packaged.is_dir():
+        return packaged
+    return here.parent / kind
+
+
+def catalog_names(kind: CatalogKind) -> list[str]:
+    """Names (file stems) of the entries of a catalog, sorted."""
+    folder = catalog_dir(kind)
+    if not folder.is_dir():
+        return []
+    return sorted(
+        p.stem for p in folder.iterdir() if p.suffix in _SUFFIXES and not p.stem.startswith("_")
+    )
+
+
+def _resolve(kind: CatalogKind, name_or_path: str, what: str) -> Path:
+    path = Path(name_or_path)
+    looks_like_path = path.suffix in _SUFFIXES or "/" in name_or_path or "\\" in name_or_path
+    if looks_like_path:
+        if not path.exists():
+            raise BadInputError(f"{what} file '{name_or_path}' does not exist.")
+        return path
+    folder = catalog_dir(kind)
+    for suffix in _SUFFIXES:
+        candidate = folder / f"{name_or_path}{suffix}"
+        if candidate.is_file():
+            return candidate
+    known = ", ".join(catalog_names(kind)) or "(none)"
+    raise BadInputError(
+        f"unknown {what} '{name_or_path}'; known names: {known}. Or give a path to a "
+        f"{'YAML or config.json' if kind == 'models' else 'YAML'} file."
+    )
+
+
+@lru_cache(maxsize=64)
+def _load_hardware_path(path: Path) -> HardwareSpec:
+    data, text = load_mapping(path, "hardware")
+    return validate_model(HardwareSpec, data, str(path), "hardware", text)
+
+
+@lru_cache(maxsize=64)
+def _load_model_path(path: Path) -> ModelSpec:
+    data, text = load_mapping(path, "model")
+    if looks_like_hf_config(data):
+        try:
+            fields = from_hf_config(data, path.stem if path.name != "config.json" else path.parent.name)
+        except (ValueError, TypeError) as exc:
+            raise BadInputError(f"model config '{path}' cannot be read: {exc}.") from None
+        return validate_model(ModelSpec, fields, str(path), "model config (translated)", None)
+    return validate_model(ModelSpec, data, str(path), "model", text)
+
+
+def load_hardware(name_or_path: str) -> HardwareSpec:
+    """The machine called `name_or_path` in the catalog, or read from that YAML path."""
+    return _load_hardware_path(_resolve("hardware", name_or_path, "hardware").resolve())
+
+
+def load_model(name_or_path: str) -> ModelSpec:
+    """The model called `name_or_path` in the catalog, or read from that YAML/config.json path."""
+    return _load_model_path(_resolve("models", name_or_path, "model").resolve())
+
+
+def load_plan(path_or_name: str) -> tuple[Plan, str]:
+    """A plan from a YAML/JSON path, or one of the shipped plans by name; also its text."""
+    path = _resolve("plans", path_or_name, "plan")
+    data, text = load_mapping(path, "plan")
+    return validate_model(Plan, data, str(path), "plan", text), text
+
+
+def plan_base_dir(path_or_name: str) -> Path | None:
+    """Folder a plan file sits in (relative model/hardware paths in it resolve from there)."""
+    try:
+        return _resolve("plans", path_or_name, "plan").resolve().parent
+    except BadInputError:
+        return None

@@ -1,0 +1,308 @@
+"""The plan file format (a contract: deployment tools and scripts read these names).
+
+A plan names a model, a machine, a quantization scheme, a workload, optional SLOs, and for each
+phase (decode, prefill; either may be absent) how many devices one instance has, how many
+instances there are, and the parallel layout of every module. `check_plan` applies the rules that
+need the model and the machine (tiling, expert slots, head divisibility); the pydantic models
+apply the rules that need nothing else.
+
+Field names carry units. A "device" is one die as the software sees it (see `specs.hardware`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from planner.errors import BadInputError
+from planner.specs.hardware import HardwareSpec, Strict
+from planner.specs.model import ModelSpec
+
+PLAN_SCHEMA_VERSION = 1
+MAX_DEVICES_PER_INSTANCE = 1_000_000
+
+
+class Workload(Strict):
+    """Request shape: prompt and completion lengths, and the MTP draft acceptance rate."""
+
+    input_tokens: int = Field(ge=1, le=100_000_000)
+    output_tokens: int = Field(ge=1, le=100_000_000)
+    mtp_acceptance: float = Field(default=0.7, ge=0, le=1, allow_inf_nan=False)
+
+
+class SLO(Strict):
+    """Latency targets; either may be absent."""
+
+    ttft_ms: float | None = Field(default=None, gt=0, le=1e9, allow_inf_nan=False)
+    tpot_ms: float | None = Field(default=None, gt=0, le=1e9, allow_inf_nan=False)
+
+
+class ParallelLayout(Strict):
+    """Data parallel × tensor parallel over the devices of one instance."""
+
+    dp: int = Field(ge=1, le=MAX_DEVICES_PER_INSTANCE)
+    tp: int = Field(ge=1, le=MAX_DEVICES_PER_INSTANCE)
+
+    @property
+    def devices(self) -> int:
+        """Devices this layout occupies."""
+        return self.dp * self.tp
+
+    def short(self) -> str:
+        """Compact form for tables: DP32, TP8, DP4xTP8."""
+        if self.tp == 1:
+            return f"DP{self.dp}"
+        if self.dp == 1:
+            return f"TP{self.tp}"
+        return f"DP{self.dp}xTP{self.tp}"
+
+
+class AttentionLayout(ParallelLayout):
+    """Attention layout; `pre`/`post` give the hybrid layouts of the report's A2 prefill.
+
+    `dp`/`tp` lay out the attention core (q_b/kv_b projections, scores, values). `pre` lays out
+    the projections before it (norm, q_a, kv_a), `post` the output projection after it. Both
+    default to the core layout.
+    """
+
+    pre: ParallelLayout | None = None
+    post: ParallelLayout | None = None
+
+    @property
+    def pre_layout(self) -> ParallelLayout:
+        """Layout of the projections before the attention core."""
+        return self.pre or ParallelLayout(dp=self.dp, tp=self.tp)
+
+    @property
+    def post_layout(self) -> ParallelLayout:
+        """Layout of the output projection."""
+        return self.post or ParallelLayout(dp=self.dp, tp=self.tp)
+
+    @property
+    def is_hybrid(self) -> bool:
+        """True when pre or post differ from the core layout."""
+        core = (self.dp, self.tp)
+        return (self.pre_layout.dp, self.pre_layout.tp) != core or (
+            self.post_layout.dp,
+            self.post_layout.tp,
+        ) != core
+
+    def short(self) -> str:
+        core = ParallelLayout(dp=self.dp, tp=self.tp).short()
+        if not self.is_hybrid:
+            return core
+        return f"{self.pre_layout.short()}/{core}/{self.post_layout.short()}"
+
+
+class MoELayout(Strict):
+    """Expert parallelism: `ep` devices hold routed experts in `slots_per_device` slots each."""
+
+    ep: int = Field(ge=1, le=MAX_DEVICES_PER_INSTANCE)
+    slots_per_device: int = Field(ge=1, le=65536)
+    comm: Literal["allgather", "alltoall"] = "alltoall"
+
+    def short(self) -> str:
+        comm = "AG" if self.comm == "allgather" else "A2A"
+        return f"EP{self.ep}x{self.slots_per_device}/{comm}"
+
+
+class SharedExpertLayout(Strict):
+    """Where the shared expert runs: on every device for its own tokens, or on dedicated devices."""
+
+    placement: Literal["replicated", "dedicated"] = "replicated"
+    devices: int = Field(default=0, ge=0, le=MAX_DEVICES_PER_INSTANCE)
+
+    @model_validator(mode="after")
+    def _devices_match_placement(self) -> SharedExpertLayout:
+        if self.placement == "dedicated" and self.devices < 1:
+            raise ValueError("a dedicated shared expert needs devices >= 1")
+        if self.placement == "replicated" and self.devices:
+            raise ValueError("a replicated shared expert takes no devices; drop 'devices'")
+        return self
+
+    @property
+    def dedicated_devices(self) -> int:
+        """Devices used only by the shared expert (0 when replicated)."""
+        return self.devices if self.placement == "dedicated" else 0
+
+
+class PhasePlan(Strict):
+    """What both phases share: instance size and count, and one layout per module."""
+
+    devices: int = Field(ge=1, le=MAX_DEVICES_PER_INSTANCE, description="devices in one instance")
+    instances: int = Field(default=1, ge=1, le=MAX_DEVICES_PER_INSTANCE)
+    attention: AttentionLayout
+    dense_ffn: ParallelLayout | None = None
+    moe: MoELayout | None = None
+    shared_expert: SharedExpertLayout = SharedExpertLayout()
+    lm_head: ParallelLayout | None = None
+
+    @property
+    def dense_layout(self) -> ParallelLayout:
+        """Dense FFN layout; pure data parallel when the plan leaves it out."""
+        return self.dense_ffn or ParallelLayout(dp=self.devices, tp=1)
+
+    @property
+    def lm_head_layout(self) -> ParallelLayout:
+        """Embedding and LM head layout; pure data parallel when the plan leaves it out."""
+        return self.lm_head or ParallelLayout(dp=self.devices, tp=1)
+
+    @property
+    def total_devices(self) -> int:
+        """Devices of all instances of this phase."""
+        return self.devices * self.instances
+
+
+class DecodePlan(PhasePlan):
+    """A decode instance: sequences in flight per device and MTP draft tokens per step."""
+
+    concurrency_per_device: int = Field(ge=1, le=10_000_000)
+    mtp_tokens: int = Field(default=0, ge=0, le=4)
+
+
+class PrefillPlan(PhasePlan):
+    """A prefill instance: tokens in one forward pass of the instance, and micro-batches."""
+
+    batch_tokens: int = Field(ge=1, le=1_000_000_000)
+    micro_batches: int = Field(default=1, ge=1, le=16)
+
+    @model_validator(mode="after")
+    def _micro_batches_fit(self) -> PrefillPlan:
+        if self.micro_batches > self.batch_tokens:
+            raise ValueError("micro_batches cannot exceed batch_tokens")
+        return self
+
+
+class Plan(Strict):
+    """A deployment: model, machine, scheme, workload, SLOs, and the phases' layouts."""
+
+    schema_version: Literal[1] = PLAN_SCHEMA_VERSION
+    model: str = Field(min_length=1, description="catalog name or path to YAML / config.json")
+    hardware: str = Field(min_length=1, description="catalog name or path to YAML")
+    quantization: str = "a8w8c16"
+    workload: Workload
+    slo: SLO | None = None
+    decode: DecodePlan | None = None
+    prefill: PrefillPlan | None = None
+    rank: int | None = Field(default=None, ge=1, description="position in a ranked export")
+    predicted: dict[str, Any] | None = Field(
+        default=None, description="filled in by evaluate/plan; ignored on input"
+    )
+
+    @model_validator(mode="after")
+    def _has_a_phase(self) -> Plan:
+        if self.decode is None and self.prefill is None:
+            raise ValueError("a plan needs a 'decode' or a 'prefill' section (or both)")
+        return self
+
+
+def _tiles(field: str, layout: ParallelLayout, devices: int) -> None:
+    if layout.devices != devices:
+        raise BadInputError(
+            f"{field}: dp × tp = {layout.dp} × {layout.tp} = {layout.devices} does not tile the "
+            f"instance's {devices} devices; choose dp × tp = {devices}."
+        )
+
+
+def _divides(field: str, tp: int, size: int, what: str) -> None:
+    if size % tp:
+        raise BadInputError(
+            f"{field}: tp = {tp} does not divide the model's {what} ({size}); choose a tp that "
+            "divides it."
+        )
+
+
+def check_phase(phase_name: str, phase: PhasePlan, model: ModelSpec, hw: HardwareSpec) -> None:
+    """The rules of one phase that need the model and the machine; raises BadInputError."""
+    n = phase.devices
+    if hw.max_devices is not None and n > hw.max_devices:
+        raise BadInputError(
+            f"{phase_name}.devices = {n} exceeds the {hw.max_devices} devices one {hw.name} "
+            f"instance can span; use at most {hw.max_devices}."
+        )
+    att = phase.attention
+    _tiles(f"{phase_name}.attention", att, n)
+    if att.pre is not None:
+        _tiles(f"{phase_name}.attention.pre", att.pre, n)
+    if att.post is not None:
+        _tiles(f"{phase_name}.attention.post", att.post, n)
+    heads = model.attention.num_heads
+    for label, lay in (("", att), (".pre", att.pre_layout), (".post", att.post_layout)):
+        _divides(f"{phase_name}.attention{label}", lay.tp, heads, "attention heads")
+    if model.num_dense_layers:
+        _tiles(f"{phase_name}.dense_ffn", phase.dense_layout, n)
+        _divides(
+            f"{phase_name}.dense_ffn",
+            phase.dense_layout.tp,
+            model.dense_intermediate_size,
+            "dense intermediate size",
+        )
+    elif phase.dense_ffn is not None:
+        raise BadInputError(
+            f"{phase_name}.dense_ffn: model '{model.name}' has no dense FFN layers; remove it."
+        )
+    _tiles(f"{phase_name}.lm_head", phase.lm_head_layout, n)
+    shared = phase.shared_expert
+    if model.moe is None:
+        if phase.moe is not None and not (phase.moe.ep == 1 and phase.moe.slots_per_device == 1):
+            raise BadInputError(
+                f"{phase_name}.moe: model '{model.name}' has no MoE layers; remove the moe section."
+            )
+        if shared.placement == "dedicated":
+            raise BadInputError(
+                f"{phase_name}.shared_expert: model '{model.name}' has no experts; use "
+                "placement: replicated."
+            )
+        return
+    moe = phase.moe
+    if moe is None:
+        raise BadInputError(
+            f"{phase_name}.moe is missing: model '{model.name}' has MoE layers; add "
+            f"moe: {{ep: N, slots_per_device: S, comm: alltoall|allgather}}."
+        )
+    if shared.placement == "dedicated" and model.moe.shared_experts == 0:
+        raise BadInputError(
+            f"{phase_name}.shared_expert: model '{model.name}' has no shared expert; use "
+            "placement: replicated."
+        )
+    if moe.ep + shared.dedicated_devices != n:
+        raise BadInputError(
+            f"{phase_name}.moe: ep ({moe.ep}) + dedicated shared-expert devices "
+            f"({shared.dedicated_devices}) = {moe.ep + shared.dedicated_devices} does not tile the "
+            f"instance's {n} devices; make them add up to {n}."
+        )
+    slots = moe.ep * moe.slots_per_device
+    experts = model.moe.routed_experts
+    if slots < experts:
+        need = -(-experts // moe.ep)
+        raise BadInputError(
+            f"{phase_name}.moe: ep × slots_per_device = {moe.ep} × {moe.slots_per_device} = "
+            f"{slots} leaves {experts - slots} of the {experts} routed experts without a slot; "
+            f"use slots_per_device >= {need}."
+        )
+    if moe.slots_per_device > experts:
+        raise BadInputError(
+            f"{phase_name}.moe: slots_per_device = {moe.slots_per_device} exceeds the model's "
+            f"{experts} routed experts; a device holds each expert at most once."
+        )
+
+
+def check_plan(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> None:
+    """Every rule of a plan that needs the model and the machine; raises BadInputError."""
+    w = plan.workload
+    context = w.input_tokens + w.output_tokens
+    if context > model.max_context_tokens:
+        raise BadInputError(
+            f"workload: input_tokens + output_tokens = {context} exceeds the model's context of "
+            f"{model.max_context_tokens} tokens; shorten the workload."
+        )
+    if plan.decode is not None:
+        check_phase("decode", plan.decode, model, hw)
+        if plan.decode.mtp_tokens and model.mtp_layers == 0:
+            raise BadInputError(
+                f"decode.mtp_tokens = {plan.decode.mtp_tokens}: model '{model.name}' has no MTP "
+                "layers; set mtp_tokens: 0."
+            )
+    if plan.prefill is not None:
+        check_phase("prefill", plan.prefill, model, hw)
