@@ -8,7 +8,7 @@ import sys
 import typer
 
 from planner import __version__
-from planner.cli import catalog_cmd, experts_cmd
+from planner.cli import catalog_cmd, evaluate_cmd, experts_cmd, fidelity_cmd
 
 app = typer.Typer(
     name="moeplan",
@@ -37,6 +37,8 @@ def _root(
 
 app.add_typer(catalog_cmd.hardware_app, name="hardware")
 app.add_typer(catalog_cmd.models_app, name="models")
+app.command("evaluate")(evaluate_cmd.evaluate)
+app.command("fidelity")(fidelity_cmd.fidelity)
 experts_cmd.register(app)
 
 

@@ -12,19 +12,20 @@ from typing import TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from planner.errors import PlannerError
 
 T = TypeVar("T")
 
 console = Console(highlight=False, soft_wrap=False)
-err_console = Console(stderr=True, highlight=False)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def fail(exc: PlannerError) -> typer.Exit:
     """Print a user error (no traceback) and return the Exit carrying its code."""
     label = "infeasible" if exc.exit_code == 1 else "error"
-    err_console.print(f"[bold red]{label}:[/] {exc}", markup=True, highlight=False)
+    err_console.print(f"[bold red]{label}:[/] {escape(str(exc))}", markup=True, highlight=False)
     return typer.Exit(code=exc.exit_code)
 
 

@@ -21,8 +21,8 @@ def _si(value: float, unit: str) -> str:
 def hardware_list_table(specs: list[HardwareSpec]) -> Table:
     """One row per machine."""
     table = Table(title="Hardware catalog")
-    for col in ("name", "device", "devices/card", "devices/node", "INT8 peak/device",
-                "HBM/device", "description"):
+    table.add_column("name", no_wrap=True)
+    for col in ("device", "devices/card", "devices/node", "INT8 peak/device", "HBM/device", "description"):
         table.add_column(col)
     for h in specs:
         table.add_row(
@@ -87,8 +87,8 @@ def hardware_detail(h: HardwareSpec) -> list[RenderableType]:
 def model_list_table(specs: list[ModelSpec]) -> Table:
     """One row per model."""
     table = Table(title="Model catalog")
-    for col in ("name", "params", "layers (dense+MoE)", "attention", "experts (routed/top-k/shared)",
-                "MTP", "context"):
+    table.add_column("name", no_wrap=True)
+    for col in ("params", "layers (dense+MoE)", "attention", "experts (routed/top-k/shared)", "MTP", "context"):
         table.add_column(col)
     for m in specs:
         moe = m.moe

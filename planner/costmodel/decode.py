@@ -1,0 +1,121 @@
+"""Decode step time of one instance, vectorised over concurrency per device.
+
+A step processes 1 + mtp_tokens tokens per sequence through every layer (attention with MLA
+weight absorption reading the KV cache, then the dense FFN or the MoE), the LM head on every
+position, then the MTP module once per draft token (the first pass on every position, later
+passes on one token per sequence) with its framework time. A step emits on average
+1 + a + a^2 + ... + a^k tokens per sequence for k draft tokens of acceptance a (a draft counts
+only if every earlier draft of the step was accepted). TPOT = step time / tokens emitted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from planner.costmodel.context import CostContext
+from planner.costmodel.modules import (
+    ModuleCost,
+    attention_cost,
+    dense_ffn_cost,
+    embedding_cost,
+    lm_head_cost,
+    moe_cost,
+)
+from planner.specs.plan import DecodePlan
+
+
+def emitted_tokens_per_step(mtp_tokens: int, acceptance: float) -> float:
+    """Mean tokens one sequence emits per step with `mtp_tokens` drafts of acceptance a."""
+    return 1.0 + sum(acceptance**i for i in range(1, mtp_tokens + 1))
+
+
+@dataclass
+class DecodeStep:
+    """Step time and its parts (seconds, arrays over the concurrencies evaluated)."""
+
+    concurrency_per_device: np.ndarray
+    step_s: np.ndarray
+    tpot_s: np.ndarray
+    tokens_per_s_per_device: np.ndarray
+    breakdown_s: dict[str, np.ndarray]
+    moe_imbalance: np.ndarray
+
+
+def _layer_sum(costs: list[tuple[int, ModuleCost]]) -> tuple[np.ndarray, np.ndarray, float]:
+    compute = sum(c.compute_s * n for n, c in costs)
+    comm_s = sum(c.comm_s * n for n, c in costs)
+    fixed = sum(c.fixed_s * n for n, c in costs)
+    return compute, comm_s, fixed  # type: ignore[return-value]
+
+
+def decode_step(ctx: CostContext, phase: DecodePlan, concurrency: ArrayLike | None = None) -> DecodeStep:
+    """Cost of one decode step at each concurrency per device (default: the plan's)."""
+    m = ctx.model
+    b = np.atleast_1d(
+        np.asarray(phase.concurrency_per_device if concurrency is None else concurrency, dtype=float)
+    )
+    k = phase.mtp_tokens
+    tokens = b * (1 + k)
+    ctx_len = ctx.mean_decode_context_tokens
+    overlap = ctx.hw.overlap.decode_shared_expert_with_dispatch
+
+    def attention(t: np.ndarray, seqs: np.ndarray) -> ModuleCost:
+        return attention_cost(ctx, phase.attention, t, seqs, ctx_len, ctx_len, decode=True)
+
+    att = attention(tokens, b)
+    parts: dict[str, np.ndarray] = {}
+    fixed_total = 0.0
+    parts["attention"] = att.compute_s * m.num_layers
+    parts["attention_comm"] = att.comm_s * m.num_layers
+    fixed_total += att.fixed_s * m.num_layers
+
+    imbalance = np.ones_like(b)
+    if m.num_dense_layers:
+        dense = dense_ffn_cost(ctx, phase.dense_layout, tokens)
+        parts["dense_ffn"] = dense.compute_s * m.num_dense_layers
+        parts["dense_ffn_comm"] = dense.comm_s * m.num_dense_layers
+        fixed_total += dense.fixed_s * m.num_dense_layers
+    if m.moe is not None and phase.moe is not None:
+        moe = moe_cost(ctx, phase.devices, phase.moe, phase.shared_expert, tokens, overlap)
+        parts["moe"] = moe.compute_s * m.num_moe_layers
+        parts["moe_comm"] = moe.comm_s * m.num_moe_layers
+        fixed_total += moe.fixed_s * m.num_moe_layers
+        imbalance = moe.imbalance
+
+    emb = embedding_cost(ctx, phase.lm_head_layout, tokens)
+    head = lm_head_cost(ctx, phase.lm_head_layout, tokens)
+    parts["lm_head"] = head.compute_s + head.comm_s + emb.compute_s + emb.comm_s
+    fixed_total += head.fixed_s + emb.fixed_s
+
+    if k:
+        mtp = np.zeros_like(b)
+        for i in range(k):
+            t_pass = tokens if i == 0 else b
+            a_pass = attention(t_pass, b)
+            pass_costs: list[ModuleCost] = [a_pass, lm_head_cost(ctx, phase.lm_head_layout, t_pass)]
+            if m.moe is not None and phase.moe is not None:
+                pass_costs.append(
+                    moe_cost(ctx, phase.devices, phase.moe, phase.shared_expert, t_pass, overlap)
+                )
+            else:
+                pass_costs.append(dense_ffn_cost(ctx, phase.dense_layout, t_pass))
+            proj = 2 * m.hidden_size * m.hidden_size
+            eh = ctx.roofline_s(
+                2 * t_pass * proj, proj * ctx.quant.linear_weight_bytes, ctx.linear_flops_per_s
+            )
+            mtp = mtp + eh + sum(c.total_s for c in pass_costs)
+        parts["mtp"] = mtp + ctx.hw.fixed_costs.mtp_framework_per_step.value
+    parts["launch_overhead"] = np.full_like(b, fixed_total)
+    step = sum(parts.values())
+    emitted = emitted_tokens_per_step(k, ctx.workload.mtp_acceptance)
+    return DecodeStep(
+        concurrency_per_device=b,
+        step_s=step,  # type: ignore[arg-type]
+        tpot_s=step / emitted,  # type: ignore[operator]
+        tokens_per_s_per_device=b * emitted / step,  # type: ignore[operator]
+        breakdown_s=parts,
+        moe_imbalance=imbalance,
+    )

@@ -1,0 +1,191 @@
+"""Score a written-down plan: every figure of `predicted` from the cost model.
+
+`evaluate_plan` is what `moeplan evaluate` runs, and what the search uses to fill in the plans
+it exports, so an exported plan evaluates to the same figures (the round trip).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from planner.costmodel.context import CostContext
+from planner.costmodel.decode import decode_step, emitted_tokens_per_step
+from planner.costmodel.imbalance import ImbalanceModel, default_imbalance_model
+from planner.costmodel.memory import (
+    HbmUse,
+    decode_hbm,
+    max_decode_concurrency,
+    max_prefill_batch_tokens,
+    prefill_hbm,
+)
+from planner.costmodel.prediction import (
+    DecodePrediction,
+    Prediction,
+    PrefillPrediction,
+    SystemPrediction,
+)
+from planner.costmodel.prefill import prefill_forward
+from planner.specs.catalog import load_hardware, load_model
+from planner.specs.hardware import HardwareSpec
+from planner.specs.model import ModelSpec
+from planner.specs.plan import Plan, check_plan
+from planner.specs.quantization import QuantizationScheme, get_quantization
+
+COST_MODEL_VERSION = "moeplan-roofline-1"
+
+
+@dataclass(frozen=True)
+class PlanSpecs:
+    """The specs a plan names, loaded."""
+
+    model: ModelSpec
+    hw: HardwareSpec
+    quant: QuantizationScheme
+
+
+def _resolve_ref(ref: str, base_dir: Path | None) -> str:
+    """A catalog name stays a name; a relative path is tried as given, then beside the plan."""
+    p = Path(ref)
+    if base_dir is not None and not p.is_absolute() and not p.exists():
+        beside = base_dir / p
+        if beside.exists():
+            return str(beside)
+    return ref
+
+
+def load_plan_specs(plan: Plan, base_dir: Path | None = None) -> PlanSpecs:
+    """Load the model, machine and scheme a plan names, and check the plan against them."""
+    model = load_model(_resolve_ref(plan.model, base_dir))
+    hw = load_hardware(_resolve_ref(plan.hardware, base_dir))
+    quant = get_quantization(plan.quantization)
+    check_plan(plan, model, hw)
+    return PlanSpecs(model, hw, quant)
+
+
+def _r(x: float, digits: int = 4) -> float:
+    return float(round(float(x), digits))
+
+
+def _ms(parts: dict[str, np.ndarray]) -> dict[str, float]:
+    return {k: _r(float(v[0]) * 1e3) for k, v in parts.items()}
+
+
+def _hbm_fields(use: HbmUse) -> dict[str, object]:
+    total = int(round(float(use.total_bytes[0])))
+    cap = int(use.capacity_bytes)
+    return {
+        "hbm_bytes_per_device": total,
+        "hbm_capacity_bytes": cap,
+        "hbm_headroom_bytes": cap - total,
+        "hbm_role": use.role,
+        "fits_hbm": bool(use.fits[0]),
+        "hbm_breakdown_bytes": {k: int(round(float(v[0]))) for k, v in use.breakdown_bytes.items()},
+    }
+
+
+def predict_decode(ctx: CostContext, plan: Plan) -> DecodePrediction:
+    """Decode figures of the plan's decode phase."""
+    phase = plan.decode
+    assert phase is not None
+    step = decode_step(ctx, phase)
+    use = decode_hbm(ctx, phase)
+    per_dev = float(step.tokens_per_s_per_device[0])
+    tpot_ms = float(step.tpot_s[0]) * 1e3
+    slo = plan.slo.tpot_ms if plan.slo else None
+    return DecodePrediction(
+        step_ms=_r(float(step.step_s[0]) * 1e3),
+        tpot_ms=_r(tpot_ms),
+        tokens_per_step_per_sequence=_r(emitted_tokens_per_step(phase.mtp_tokens, ctx.workload.mtp_acceptance)),
+        tokens_per_s_per_device=_r(per_dev),
+        tokens_per_s_per_card=_r(per_dev * ctx.hw.devices_per_card),
+        tokens_per_s_per_user=_r(1e3 / tpot_ms),
+        sequences_per_instance=phase.concurrency_per_device * phase.devices,
+        moe_imbalance=_r(float(step.moe_imbalance[0])),
+        max_concurrency_per_device=max_decode_concurrency(ctx, phase),
+        meets_tpot_slo=None if slo is None else bool(tpot_ms <= slo),
+        breakdown_ms=_ms(step.breakdown_s),
+        **_hbm_fields(use),  # type: ignore[arg-type]
+    )
+
+
+def predict_prefill(ctx: CostContext, plan: Plan) -> PrefillPrediction:
+    """Prefill figures of the plan's prefill phase."""
+    phase = plan.prefill
+    assert phase is not None
+    fwd = prefill_forward(ctx, phase)
+    use = prefill_hbm(ctx, phase)
+    per_dev = float(fwd.tokens_per_s_per_device[0])
+    ttft_ms = float(fwd.ttft_s[0]) * 1e3
+    slo = plan.slo.ttft_ms if plan.slo else None
+    return PrefillPrediction(
+        forward_ms=_r(float(fwd.forward_s[0]) * 1e3),
+        ttft_ms=_r(ttft_ms),
+        requests_per_forward=_r(float(fwd.requests_per_forward[0])),
+        tokens_per_s_per_device=_r(per_dev),
+        tokens_per_s_per_card=_r(per_dev * ctx.hw.devices_per_card),
+        moe_imbalance=_r(float(fwd.moe_imbalance[0])),
+        max_batch_tokens=max_prefill_batch_tokens(ctx, phase),
+        meets_ttft_slo=None if slo is None else bool(ttft_ms <= slo),
+        breakdown_ms=_ms(fwd.breakdown_s),
+        **_hbm_fields(use),  # type: ignore[arg-type]
+    )
+
+
+def predict_system(
+    plan: Plan, hw: HardwareSpec, decode: DecodePrediction, prefill: PrefillPrediction
+) -> SystemPrediction:
+    """Requests per second when prefill and decode capacity are matched."""
+    assert plan.decode is not None and plan.prefill is not None
+    w = plan.workload
+    d_dev, p_dev = plan.decode.total_devices, plan.prefill.total_devices
+    decode_out = decode.tokens_per_s_per_device * d_dev
+    decode_rps = decode_out / w.output_tokens
+    prefill_rps = plan.prefill.instances * prefill.requests_per_forward / (prefill.forward_ms / 1e3)
+    rps = min(decode_rps, prefill_rps)
+    devices = d_dev + p_dev
+    cards = hw.cards(devices)
+    return SystemPrediction(
+        devices=devices,
+        cards=_r(cards),
+        prefill_requests_per_s=_r(prefill_rps),
+        decode_requests_per_s=_r(decode_rps),
+        requests_per_s=_r(rps),
+        bottleneck="prefill" if prefill_rps < decode_rps else "decode",
+        output_tokens_per_s=_r(rps * w.output_tokens),
+        output_tokens_per_s_per_card=_r(rps * w.output_tokens / cards),
+        input_tokens_per_s=_r(rps * w.input_tokens),
+    )
+
+
+def evaluate_plan(
+    plan: Plan,
+    base_dir: Path | None = None,
+    imbalance: ImbalanceModel | None = None,
+    specs: PlanSpecs | None = None,
+) -> Prediction:
+    """Every figure the cost model predicts for `plan` (its own `predicted` block is ignored)."""
+    specs = specs or load_plan_specs(plan, base_dir)
+    imb = imbalance or default_imbalance_model()
+    ctx = CostContext(specs.model, specs.hw, specs.quant, plan.workload, imb)
+    decode = predict_decode(ctx, plan) if plan.decode is not None else None
+    prefill = predict_prefill(ctx, plan) if plan.prefill is not None else None
+    system = (
+        predict_system(plan, specs.hw, decode, prefill)
+        if decode is not None and prefill is not None
+        else None
+    )
+    return Prediction(
+        cost_model=COST_MODEL_VERSION,
+        imbalance_model=imb.describe(),
+        decode=decode,
+        prefill=prefill,
+        system=system,
+    )
+
+
+def plan_with_prediction(plan: Plan, prediction: Prediction) -> Plan:
+    """The plan with its `predicted` block replaced by `prediction`."""
+    return plan.model_copy(update={"predicted": prediction.model_dump(mode="json")})

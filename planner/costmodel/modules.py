@@ -1,0 +1,338 @@
+"""Cost of one layer's module on the busiest device: attention, dense FFN, MoE, LM head, embedding.
+
+Every function returns a `ModuleCost`: roofline time of the module's operators (`compute_s`),
+time of its collectives (`comm_s`) and the fixed launch costs of its operators (`fixed_s`). They
+accept numpy arrays for the per-device token count, so one call costs many concurrencies at once.
+
+Tokens are data-parallel across the devices of an instance between modules: `tokens_per_device`
+is what one device carries into a module. A module with TP > 1 gathers its group's tokens
+(AllGather), computes on its weight shard, and scatters the result back (ReduceScatter): the
+FlashComm-style replacement of an AllReduce that the report describes.
+
+Operator counts per module (for the fixed launch costs) follow the fused operators of the
+report's vLLM-Ascend graphs: MLA decode 7 matrix ops (q_a, q_b, kv_a, absorbed UK, attention,
+absorbed UV, o) and 6 vector ops (norms, RoPE, cache write, quantisation); MoE 3 matrix ops
+(router, two grouped GEMMs) and 6 vector ops (norm, top-k, permute, SwiGLU, quantisation,
+unpermute), the shared expert 2 matrix and 1 vector op; dense FFN 2 matrix and 3 vector ops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from planner.costmodel import comm
+from planner.costmodel.context import CostContext
+from planner.costmodel.imbalance import busiest_over_mean, straggler_z
+from planner.specs.plan import AttentionLayout, MoELayout, ParallelLayout, SharedExpertLayout
+
+BF16_BYTES = 2.0
+LOGIT_BYTES = 4.0
+
+
+@dataclass
+class ModuleCost:
+    """Seconds one module adds to a forward pass on the busiest device (arrays over concurrency)."""
+
+    compute_s: np.ndarray
+    comm_s: np.ndarray
+    fixed_s: float
+
+    @property
+    def total_s(self) -> np.ndarray:
+        """Compute, communication and launch costs back to back."""
+        return self.compute_s + self.comm_s + self.fixed_s
+
+
+def _fixed(ctx: CostContext, matrix_ops: int, vector_ops: int, collectives: int = 0) -> float:
+    fc = ctx.hw.fixed_costs
+    return (
+        matrix_ops * fc.matrix_op.value
+        + vector_ops * fc.vector_op.value
+        + collectives * fc.collective.value
+    )
+
+
+def _tp_in_out_comm_s(
+    ctx: CostContext, tp: int, tokens_per_device: np.ndarray, width: int
+) -> np.ndarray:
+    """AllGather the group's inputs (dispatch precision) and ReduceScatter outputs (BF16)."""
+    if tp <= 1:
+        return np.zeros_like(tokens_per_device)
+    q = ctx.quant
+    return comm.allgather_s(
+        ctx.hw, tp, tokens_per_device * width * q.dispatch_bytes_per_element
+    ) + comm.reduce_scatter_s(ctx.hw, tp, tokens_per_device * width * BF16_BYTES)
+
+
+# ---- attention ---------------------------------------------------------------------------------
+
+
+def attention_cost(
+    ctx: CostContext,
+    layout: AttentionLayout,
+    tokens_per_device: ArrayLike,
+    sequences_per_device: ArrayLike,
+    attended_tokens: float,
+    kv_read_tokens: float,
+    decode: bool,
+) -> ModuleCost:
+    """One attention layer on one device.
+
+    `attended_tokens`: mean number of KV positions each query token attends to (decode: the mean
+    context; prefill: half the prompt, causal). `kv_read_tokens`: KV positions read from HBM per
+    sequence (decode: the mean context; prefill: 0, the KV is produced, not read).
+    Decode uses MLA weight absorption (scores in the 512-dim latent space); prefill does not.
+    """
+    m, q = ctx.model, ctx.quant
+    a = m.attention
+    t = np.asarray(tokens_per_device, dtype=float)
+    seqs = np.asarray(sequences_per_device, dtype=float)
+    pre, post = layout.pre_layout, layout.post_layout
+    core = ParallelLayout(dp=layout.dp, tp=layout.tp)
+    h = m.hidden_size
+    heads_core = a.num_heads / core.tp
+    wb = q.linear_weight_bytes
+    lin = ctx.linear_flops_per_s
+    kvb = q.kv_bytes_per_element
+    parts: list[np.ndarray] = []
+
+    if a.kind == "mla":
+        qk_head = a.qk_nope_head_dim + a.qk_rope_head_dim
+        latent = a.kv_lora_rank + a.qk_rope_head_dim
+        # pre-attention projections, replicated inside a pre-TP group
+        pre_params = h * latent + (h * a.q_lora_rank if a.q_lora_rank else 0)
+        t_pre = t * pre.tp
+        parts.append(ctx.roofline_s(2 * t_pre * pre_params, pre_params * wb, lin))
+        # query up-projection, split by heads
+        q_in = a.q_lora_rank or h
+        qb_params = q_in * heads_core * qk_head
+        t_core = t * core.tp
+        parts.append(ctx.roofline_s(2 * t_core * qb_params, qb_params * wb, lin))
+        kvb_params = a.kv_lora_rank * heads_core * (a.qk_nope_head_dim + a.v_head_dim)
+        if decode:
+            # absorbed: W_UK into the query, W_UV after the values; batched BF16 matmuls
+            parts.append(
+                ctx.roofline_s(
+                    2 * t_core * kvb_params, kvb_params * wb, ctx.bf16_matmul_flops_per_s
+                )
+            )
+            score_dim, value_dim = latent, a.kv_lora_rank
+            kv_elems = latent
+        else:
+            parts.append(ctx.roofline_s(2 * t_core * kvb_params, kvb_params * wb, lin))
+            score_dim, value_dim = qk_head, a.v_head_dim
+            kv_elems = latent
+        o_params = a.num_heads * a.v_head_dim * h / post.tp
+        latent_width = latent + (a.q_lora_rank or 0)
+        out_width = a.num_heads * a.v_head_dim
+        matrix_ops, vector_ops = 7 if decode else 6, 6
+    else:
+        kv_heads_core = max(1.0, a.num_kv_heads / core.tp)
+        q_params = h * heads_core * a.head_dim
+        kv_params = h * kv_heads_core * 2 * a.head_dim
+        t_core = t * core.tp
+        parts.append(ctx.roofline_s(2 * t_core * (q_params + kv_params), (q_params + kv_params) * wb, lin))
+        score_dim = value_dim = a.head_dim
+        kv_elems = 2 * a.head_dim * kv_heads_core
+        o_params = a.num_heads * a.head_dim * h / post.tp
+        latent_width = h
+        out_width = a.num_heads * a.head_dim
+        matrix_ops, vector_ops = 3, 4
+
+    # attention core: BF16 scores and values; decode reads the KV cache of its DP rank
+    att_flops = 2 * t_core * heads_core * attended_tokens * (score_dim + value_dim)
+    kv_bytes = seqs * core.tp * kv_read_tokens * kv_elems * kvb
+    t_att = ctx.roofline_s(att_flops, kv_bytes, ctx.attention_flops_per_s)
+    if decode and core.dp > 1:
+        # DP ranks wait for the one with the longest contexts (sequences at different positions)
+        w = ctx.workload
+        spread = w.output_tokens / np.sqrt(12.0) / max(ctx.mean_decode_context_tokens, 1.0)
+        t_att = t_att * (1.0 + straggler_z(core.dp) * spread / np.sqrt(np.maximum(seqs * core.tp, 1)))
+    parts.append(t_att)
+    # output projection, split by heads over the post-TP group
+    t_post = t * post.tp
+    parts.append(ctx.roofline_s(2 * t_post * o_params, o_params * wb, lin))
+    compute = sum(parts[1:], parts[0])
+
+    comm_s = np.zeros_like(t)
+    collectives = 0
+    if pre.tp > 1:
+        comm_s = comm_s + comm.allgather_s(ctx.hw, pre.tp, t * h * q.dispatch_bytes_per_element)
+        collectives += 1
+    if layout.is_hybrid:
+        if core.tp > pre.tp:
+            comm_s = comm_s + comm.allgather_s(ctx.hw, core.tp, t * latent_width * BF16_BYTES)
+            collectives += 1
+        if core.tp > 1:
+            moved = t * out_width * BF16_BYTES * (core.tp - 1) / core.tp
+            comm_s = comm_s + comm.all_to_all_s(ctx.hw, core.tp, moved)
+            collectives += 1
+        elif post.tp > 1:
+            comm_s = comm_s + comm.allgather_s(ctx.hw, post.tp, t * out_width * BF16_BYTES)
+            collectives += 1
+    elif core.tp > 1 and pre.tp == 1:
+        comm_s = comm_s + comm.allgather_s(ctx.hw, core.tp, t * h * q.dispatch_bytes_per_element)
+        collectives += 1
+    if post.tp > 1:
+        comm_s = comm_s + comm.reduce_scatter_s(ctx.hw, post.tp, t * h * BF16_BYTES)
+        collectives += 1
+    return ModuleCost(compute, comm_s, _fixed(ctx, matrix_ops, vector_ops, collectives))
+
+
+# ---- dense FFN ---------------------------------------------------------------------------------
+
+
+def dense_ffn_cost(ctx: CostContext, layout: ParallelLayout, tokens_per_device: ArrayLike) -> ModuleCost:
+    """One dense SwiGLU FFN layer on one device."""
+    t = np.asarray(tokens_per_device, dtype=float)
+    params = ctx.model.dense_ffn_params() / layout.tp
+    compute = ctx.roofline_s(
+        2 * t * layout.tp * params, params * ctx.quant.linear_weight_bytes, ctx.linear_flops_per_s
+    )
+    comm_s = _tp_in_out_comm_s(ctx, layout.tp, t, ctx.model.hidden_size)
+    return ModuleCost(compute, comm_s, _fixed(ctx, 2, 3, 2 if layout.tp > 1 else 0))
+
+
+# ---- MoE ---------------------------------------------------------------------------------------
+
+
+def expected_target_devices(ep: int, experts_per_token: int) -> float:
+    """Distinct devices a token's top-k experts land on, each on a uniformly random device."""
+    if ep <= 1:
+        return 1.0
+    return ep * (1.0 - (1.0 - 1.0 / ep) ** experts_per_token)
+
+
+@dataclass
+class MoECost(ModuleCost):
+    """MoE layer cost with its parts kept apart for the breakdown and the overlap rule."""
+
+    experts_s: np.ndarray
+    shared_s: np.ndarray
+    dispatch_combine_s: np.ndarray
+    router_s: np.ndarray
+    imbalance: np.ndarray
+
+
+def moe_cost(
+    ctx: CostContext,
+    devices: int,
+    moe: MoELayout,
+    shared: SharedExpertLayout,
+    tokens_per_device: ArrayLike,
+    overlap_shared: bool,
+) -> MoECost:
+    """One MoE layer: router, dispatch, routed experts on the busiest device, shared expert, combine.
+
+    With `overlap_shared` (decode on a stack that overlaps them, as the report's), the replicated
+    shared expert and the router's tail run concurrently with dispatch/combine, so the layer
+    costs experts + max(dispatch + combine, shared). Dedicated shared-expert devices run in
+    parallel with the routed devices: the layer waits for the slower of the two roles.
+    """
+    m, q = ctx.model, ctx.quant
+    assert m.moe is not None
+    t = np.asarray(tokens_per_device, dtype=float)
+    h, k = m.hidden_size, m.moe.experts_per_token
+    expert_params = m.expert_params()
+    ew = q.expert_weight_bytes
+    lin = ctx.linear_flops_per_s
+    inter = m.moe.expert_intermediate_size
+    tokens_total = t * devices
+    ep, slots = moe.ep, moe.slots_per_device
+
+    # routed experts on the busiest device
+    mean_assign = tokens_total * k / ep
+    static = ctx.imbalance.static_factor(m.moe.routed_experts, ep, slots)
+    imb = busiest_over_mean(mean_assign, static, ep)
+    hot_assign = mean_assign * imb
+    tokens_per_slot = tokens_total * k / (ep * slots)
+    active_slots = slots * (1.0 - np.exp(-tokens_per_slot))
+    act_bytes = hot_assign * (h * q.dispatch_bytes_per_element + 4 * inter * BF16_BYTES + h * BF16_BYTES)
+    experts_s = ctx.roofline_s(
+        2 * hot_assign * expert_params, active_slots * expert_params * ew + act_bytes, lin
+    )
+
+    # router (BF16 GEMM over every expert, on the device's own tokens)
+    router_params = m.router_params()
+    router_s = ctx.roofline_s(
+        2 * t * router_params, router_params * BF16_BYTES, ctx.bf16_matmul_flops_per_s
+    )
+
+    # shared expert
+    n_shared = m.moe.shared_experts
+    if n_shared == 0:
+        shared_s = np.zeros_like(t)
+    elif shared.placement == "replicated":
+        p = n_shared * expert_params
+        shared_s = ctx.roofline_s(2 * t * p, p * ew, lin)
+    else:
+        p = n_shared * expert_params
+        t_sh = tokens_total / shared.devices
+        shared_s = ctx.roofline_s(2 * t_sh * p, p * ew, lin)
+
+    # dispatch and combine
+    n_comm = devices
+    if moe.comm == "allgather":
+        disp = comm.allgather_s(ctx.hw, n_comm, t * h * q.dispatch_bytes_per_element)
+        comb = comm.reduce_scatter_s(ctx.hw, n_comm, t * h * q.combine_bytes_per_element)
+    else:
+        targets = expected_target_devices(ep, k) + (1 if shared.placement == "dedicated" else 0)
+        # the busiest device receives its imbalance times the mean volume
+        recv_scale = np.maximum(imb, 1.0)
+        disp = comm.all_to_all_s(
+            ctx.hw, n_comm, t * targets * h * q.dispatch_bytes_per_element * recv_scale
+        )
+        comb = comm.all_to_all_s(
+            ctx.hw, n_comm, t * targets * h * q.combine_bytes_per_element * recv_scale
+        )
+    dc = disp + comb
+
+    if shared.placement == "dedicated" and n_shared:
+        compute = router_s + np.maximum(experts_s, shared_s)
+        comm_s = dc
+    elif overlap_shared:
+        compute = router_s + experts_s
+        comm_s = np.maximum(dc, shared_s)
+    else:
+        compute = router_s + experts_s + shared_s
+        comm_s = dc
+    shared_ops = (2, 1) if n_shared else (0, 0)
+    fixed = _fixed(ctx, 3 + shared_ops[0], 6 + shared_ops[1], 2)
+    return MoECost(compute, comm_s, fixed, experts_s, shared_s, dc, router_s, imb)
+
+
+# ---- LM head and embedding ---------------------------------------------------------------------
+
+
+def lm_head_cost(ctx: CostContext, layout: ParallelLayout, tokens_per_device: ArrayLike) -> ModuleCost:
+    """Final norm, LM head GEMM (BF16, vocabulary split over TP) and sampling on one device."""
+    m = ctx.model
+    t = np.asarray(tokens_per_device, dtype=float)
+    params = m.vocab_params() / layout.tp
+    t_group = t * layout.tp
+    logits_bytes = t_group * (m.vocab_size / layout.tp) * LOGIT_BYTES
+    compute = ctx.roofline_s(
+        2 * t_group * params,
+        params * ctx.quant.vocab_weight_bytes + 2 * logits_bytes,
+        ctx.bf16_matmul_flops_per_s,
+    )
+    comm_s = np.zeros_like(t)
+    if layout.tp > 1:
+        comm_s = comm.allgather_s(ctx.hw, layout.tp, t * m.hidden_size * BF16_BYTES) + comm.allgather_s(
+            ctx.hw, layout.tp, t * 2 * LOGIT_BYTES
+        )
+    return ModuleCost(compute, comm_s, _fixed(ctx, 1, 2, 2 if layout.tp > 1 else 0))
+
+
+def embedding_cost(ctx: CostContext, layout: ParallelLayout, tokens_per_device: ArrayLike) -> ModuleCost:
+    """Embedding lookup (vocabulary split over TP, then summed across the group)."""
+    m = ctx.model
+    t = np.asarray(tokens_per_device, dtype=float)
+    compute = ctx.roofline_s(0 * t, t * layout.tp * m.hidden_size * BF16_BYTES, 1.0)
+    comm_s = np.zeros_like(t)
+    if layout.tp > 1:
+        comm_s = comm.allreduce_s(ctx.hw, layout.tp, t * layout.tp * m.hidden_size * BF16_BYTES)
+    return ModuleCost(compute, comm_s, _fixed(ctx, 0, 1, 2 if layout.tp > 1 else 0))

@@ -1,0 +1,80 @@
+"""The `predicted` block of a plan: what the cost model says of each phase and of the whole system.
+
+Field names are part of the plan-format contract. Times in ms, throughputs in tokens/s, memory in
+bytes; "per device" is per die as the software sees it, "per card" per sold card (A2: one die;
+CM384: one 910C package of two dies).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DecodePrediction(_Out):
+    """One decode instance at its concurrency."""
+
+    step_ms: float
+    tpot_ms: float
+    tokens_per_step_per_sequence: float
+    tokens_per_s_per_device: float
+    tokens_per_s_per_card: float
+    tokens_per_s_per_user: float
+    sequences_per_instance: int
+    moe_imbalance: float
+    hbm_bytes_per_device: int
+    hbm_capacity_bytes: int
+    hbm_headroom_bytes: int
+    hbm_role: str
+    fits_hbm: bool
+    max_concurrency_per_device: int
+    meets_tpot_slo: bool | None
+    breakdown_ms: dict[str, float]
+    hbm_breakdown_bytes: dict[str, int]
+
+
+class PrefillPrediction(_Out):
+    """One prefill instance at its batch size."""
+
+    forward_ms: float
+    ttft_ms: float
+    requests_per_forward: float
+    tokens_per_s_per_device: float
+    tokens_per_s_per_card: float
+    moe_imbalance: float
+    hbm_bytes_per_device: int
+    hbm_capacity_bytes: int
+    hbm_headroom_bytes: int
+    hbm_role: str
+    fits_hbm: bool
+    max_batch_tokens: int
+    meets_ttft_slo: bool | None
+    breakdown_ms: dict[str, float]
+    hbm_breakdown_bytes: dict[str, int]
+
+
+class SystemPrediction(_Out):
+    """A plan with both phases: prefill and decode capacity matched into a request rate."""
+
+    devices: int
+    cards: float
+    prefill_requests_per_s: float
+    decode_requests_per_s: float
+    requests_per_s: float
+    bottleneck: str
+    output_tokens_per_s: float
+    output_tokens_per_s_per_card: float
+    input_tokens_per_s: float
+
+
+class Prediction(_Out):
+    """Everything `evaluate` predicts for a plan."""
+
+    cost_model: str
+    imbalance_model: str
+    decode: DecodePrediction | None = None
+    prefill: PrefillPrediction | None = None
+    system: SystemPrediction | None = None

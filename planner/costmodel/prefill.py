@@ -1,0 +1,112 @@
+"""Prefill forward time of one instance, and the time to first token.
+
+One forward processes `batch_tokens` prompt tokens of the instance (whole prompts of
+`input_tokens` each, so batch_tokens / input_tokens requests). Attention is causal: a prompt
+token attends to half the prompt on average (the quadratic term). Only the last position of each
+request goes through the LM head.
+
+Micro-batching (m > 1) splits the batch so that one micro-batch computes while another
+communicates, layer after layer (dual-batch overlap). The pipeline runs through all L layers,
+so only its fill and drain, one layer of one micro-batch, stay exposed: of the shorter of total
+compute C and total communication M, the machine's overlap efficiency times
+min(C, M) * (1 - 1/(m L)) is hidden. Launch costs are paid once per micro-batch.
+
+TTFT = the wait for the forward already in flight (half a forward on average when the instance
+is busy) + this request's forward + moving its KV cache to the decode instance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from planner.costmodel.context import CostContext
+from planner.costmodel.modules import (
+    attention_cost,
+    dense_ffn_cost,
+    embedding_cost,
+    lm_head_cost,
+    moe_cost,
+)
+from planner.specs.plan import PrefillPlan
+
+
+@dataclass
+class PrefillForward:
+    """Forward time and its parts (seconds, arrays over the batch sizes evaluated)."""
+
+    batch_tokens: np.ndarray
+    forward_s: np.ndarray
+    ttft_s: np.ndarray
+    tokens_per_s_per_device: np.ndarray
+    requests_per_forward: np.ndarray
+    breakdown_s: dict[str, np.ndarray]
+    moe_imbalance: np.ndarray
+
+
+def kv_transfer_s(ctx: CostContext) -> float:
+    """Time to send one request's KV cache from the prefill to the decode instance."""
+    m = ctx.model
+    per_token = m.kv_elements_per_token_per_layer() * m.kv_layers() * ctx.quant.kv_bytes_per_element
+    return ctx.workload.input_tokens * per_token / ctx.hw.kv_transfer_bandwidth_bytes_per_s
+
+
+def prefill_forward(
+    ctx: CostContext, phase: PrefillPlan, batch_tokens: ArrayLike | None = None
+) -> PrefillForward:
+    """Cost of one prefill forward at each batch size (default: the plan's)."""
+    m = ctx.model
+    bt = np.atleast_1d(np.asarray(phase.batch_tokens if batch_tokens is None else batch_tokens, dtype=float))
+    n = phase.devices
+    t = bt / n
+    requests = bt / ctx.workload.input_tokens
+    attended = (ctx.workload.input_tokens + 1) / 2.0
+
+    compute: dict[str, np.ndarray] = {}
+    comm_parts: dict[str, np.ndarray] = {}
+    fixed = 0.0
+    att = attention_cost(ctx, phase.attention, t, requests / n, attended, 0.0, decode=False)
+    compute["attention"] = att.compute_s * m.num_layers
+    comm_parts["attention_comm"] = att.comm_s * m.num_layers
+    fixed += att.fixed_s * m.num_layers
+    imbalance = np.ones_like(bt)
+    if m.num_dense_layers:
+        dense = dense_ffn_cost(ctx, phase.dense_layout, t)
+        compute["dense_ffn"] = dense.compute_s * m.num_dense_layers
+        comm_parts["dense_ffn_comm"] = dense.comm_s * m.num_dense_layers
+        fixed += dense.fixed_s * m.num_dense_layers
+    if m.moe is not None and phase.moe is not None:
+        moe = moe_cost(ctx, n, phase.moe, phase.shared_expert, t, overlap_shared=False)
+        compute["moe"] = moe.compute_s * m.num_moe_layers
+        comm_parts["moe_comm"] = moe.comm_s * m.num_moe_layers
+        fixed += moe.fixed_s * m.num_moe_layers
+        imbalance = moe.imbalance
+    emb = embedding_cost(ctx, phase.lm_head_layout, t)
+    head = lm_head_cost(ctx, phase.lm_head_layout, requests / n)
+    compute["lm_head"] = emb.compute_s + head.compute_s
+    comm_parts["lm_head_comm"] = emb.comm_s + head.comm_s
+    fixed += emb.fixed_s + head.fixed_s
+
+    c_total = sum(compute.values())
+    m_total = sum(comm_parts.values())
+    mb = phase.micro_batches
+    parts = {**compute, **comm_parts}
+    if mb > 1:
+        eff = ctx.hw.overlap.prefill_micro_batch_efficiency.value
+        layers = m.num_layers
+        saving = eff * np.minimum(c_total, m_total) * (1.0 - 1.0 / (mb * layers))
+        parts["micro_batch_overlap"] = -saving
+    parts["launch_overhead"] = np.full_like(bt, fixed * mb)
+    forward = sum(parts.values())
+    ttft = 1.5 * forward + kv_transfer_s(ctx)
+    return PrefillForward(
+        batch_tokens=bt,
+        forward_s=forward,  # type: ignore[arg-type]
+        ttft_s=ttft,  # type: ignore[arg-type]
+        tokens_per_s_per_device=bt / forward / n,  # type: ignore[operator]
+        requests_per_forward=requests,
+        breakdown_s=parts,
+        moe_imbalance=imbalance,
+    )

@@ -1,0 +1,84 @@
+"""The published figures the cost model is checked against (plans/published.yaml).
+
+Each row names a shipped plan, the predicted figure to compare (a dotted path into `predicted`),
+the published value and the tolerance. Tests, the calibration script, the README table and
+`moeplan fidelity` all read the rows from that one file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import Field
+
+from planner.costmodel.evaluate import evaluate_plan
+from planner.costmodel.imbalance import ImbalanceModel, SkewImbalance
+from planner.costmodel.prediction import Prediction
+from planner.specs.catalog import catalog_dir, load_plan
+from planner.specs.files import load_mapping, validate_model
+from planner.specs.hardware import Strict
+
+
+class PublishedRow(Strict):
+    """One published figure and how to reproduce it."""
+
+    id: str
+    plan: str
+    metric: str
+    published: float
+    tolerance: float = Field(gt=0, lt=1)
+    weight: float = Field(default=1.0, gt=0)
+    skew_sigma: float | None = Field(default=None, ge=0)
+    unit: str = ""
+    source: str
+    note: str = ""
+
+
+class PublishedRows(Strict):
+    """The file's top level."""
+
+    rows: list[PublishedRow]
+
+
+@dataclass(frozen=True)
+class RowResult:
+    """A row with what the cost model predicts for it."""
+
+    row: PublishedRow
+    predicted: float
+    prediction: Prediction
+
+    @property
+    def error(self) -> float:
+        """Relative error of the prediction against the published figure."""
+        return self.predicted / self.row.published - 1.0
+
+    @property
+    def within_tolerance(self) -> bool:
+        """True when |error| <= the row's tolerance."""
+        return abs(self.error) <= self.row.tolerance
+
+
+def published_rows() -> list[PublishedRow]:
+    """The rows of plans/published.yaml."""
+    path = catalog_dir("plans") / "published.yaml"
+    data, text = load_mapping(path, "published figures")
+    return validate_model(PublishedRows, data, str(path), "published figures", text).rows
+
+
+def metric_value(prediction: Prediction, metric: str) -> float:
+    """The figure at a dotted path such as 'decode.tokens_per_s_per_card'."""
+    node: Any = prediction.model_dump()
+    for part in metric.split("."):
+        node = node[part]
+    return float(node)
+
+
+def evaluate_row(row: PublishedRow, imbalance: ImbalanceModel | None = None, **plan_specs: Any) -> RowResult:
+    """Evaluate a row's plan (with its skew override) and pick its metric."""
+    plan, _ = load_plan(row.plan)
+    if imbalance is None and row.skew_sigma is not None:
+        imbalance = SkewImbalance(row.skew_sigma)
+    prediction = evaluate_plan(plan, catalog_dir("plans"), imbalance, **plan_specs)
+    return RowResult(row, metric_value(prediction, row.metric), prediction)

@@ -1,0 +1,186 @@
+"""The baselines: DeepSeek's EPLB greedy, global and hierarchical policies.
+
+DeepSeek EPLB (deepseek-ai/EPLB), re-implemented from its published description (no code was
+copied). Per MoE layer:
+
+- Replication: start from one replica per logical expert and add replicas one at a time to the
+  expert with the highest load per replica until every physical slot is used
+  (`replicas.min_max_replica_counts`).
+- Packing: physical replicas, heaviest first, each onto the lightest device that still has a
+  free slot.
+- Hierarchical policy (when the expert groups divide evenly over the nodes): first pack whole
+  expert groups onto nodes (heaviest group first to the lightest node with room; every node gets
+  the same number of groups), then replicate within each node over the node's slots, then pack
+  each node's replicas onto its devices. Otherwise the global policy: one group, one node.
+
+Two deviations, both needed for a deployable map and both documented in docs/experts.md: a device
+never receives two replicas of one expert (the packer skips a device already holding that
+expert; such a copy would split nothing), so an expert has at most as many replicas as there are
+devices (of its node); and the hierarchical policy also falls back to the global one when a
+node's share of slots per device exceeds its share of experts (it could not fill its slots).
+Ties go to the lowest device index, so results are deterministic.
+
+All layers are processed at once with numpy (the loops run over slots, not over layers).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.placement.model import Placement
+from planner.placement.replicas import min_max_replica_counts
+
+
+def physical_replicas(counts: np.ndarray) -> np.ndarray:
+    """Logical expert id of every physical replica, [layers, sum of counts] (same in every
+    layer), experts in id order."""
+    layers, experts = counts.shape
+    per_layer = [np.repeat(np.arange(experts), counts[layer]) for layer in range(layers)]
+    return np.stack(per_layer)
+
+
+def greedy_pack(
+    loads: np.ndarray, counts: np.ndarray, devices: int, slots_per_device: int
+) -> np.ndarray:
+    """Pack replicas heaviest first onto the lightest device with a free slot that does not hold
+    the same expert yet. Returns expert ids [layers, devices, slots]."""
+    loads = np.asarray(loads, dtype=np.float64)
+    layers, _ = loads.shape
+    ids = physical_replicas(counts)
+    per_replica = np.take_along_axis(loads / counts, ids, axis=1)
+    # Heaviest first; replicas of one expert stay adjacent (ties broken by expert id).
+    order = np.lexsort((ids, -per_replica), axis=-1)
+    ids = np.take_along_axis(ids, order, axis=1)
+    per_replica = np.take_along_axis(per_replica, order, axis=1)
+    out = np.empty((layers, devices, slots_per_device), dtype=np.int64)
+    if slots_per_device == 1:
+        out[:, :, 0] = ids  # every device takes one: the k-th heaviest goes to device k
+        return out
+    rows = np.arange(layers)
+    device_load = np.zeros((layers, devices))
+    fill = np.zeros((layers, devices), dtype=np.int64)
+    holds = np.zeros((layers, devices), dtype=bool)
+    previous = np.full(layers, -1)
+    for k in range(ids.shape[1]):
+        expert = ids[:, k]
+        holds &= (expert == previous)[:, None]
+        full = fill >= slots_per_device
+        candidate = np.where(full | holds, np.inf, device_load)
+        device = candidate.argmin(axis=1)
+        stuck = np.isinf(candidate[rows, device])
+        if stuck.any():  # only devices holding this expert have room: repaired below
+            device[stuck] = np.where(full[stuck], np.inf, device_load[stuck]).argmin(axis=1)
+        out[rows, device, fill[rows, device]] = expert
+        device_load[rows, device] += per_replica[:, k]
+        fill[rows, device] += 1
+        holds[rows, device] = True
+        previous = expert
+    _repair_duplicates(out, loads / counts)
+    return out
+
+
+def _repair_duplicates(ids: np.ndarray, per_replica: np.ndarray) -> None:
+    """Swap away a second copy of an expert on one device, in place (rare: greedy packing only
+    gets stuck when the last free slots sit on devices that already hold the expert)."""
+    layers, devices, slots = ids.shape
+    for layer in range(layers):
+        while True:
+            ordered = np.sort(ids[layer], axis=1)
+            dup_rows = np.flatnonzero((ordered[:, 1:] == ordered[:, :-1]).any(axis=1))
+            if dup_rows.size == 0:
+                break
+            d = int(dup_rows[0])
+            row = ordered[d]
+            expert = int(row[1:][row[1:] == row[:-1]][0])
+            slot = int(np.flatnonzero(ids[layer, d] == expert)[-1])
+            best: tuple[float, int, int] | None = None
+            for other in range(devices):
+                if other == d or expert in ids[layer, other]:
+                    continue
+                for s in range(slots):
+                    candidate = int(ids[layer, other, s])
+                    if candidate in ids[layer, d]:
+                        continue
+                    change = abs(per_replica[layer, candidate] - per_replica[layer, expert])
+                    if best is None or change < best[0]:
+                        best = (change, other, s)
+            if best is None:  # cannot happen when slots <= experts; keep the copy rather than loop
+                break
+            _, other, s = best
+            ids[layer, d, slot], ids[layer, other, s] = ids[layer, other, s], expert
+
+
+def global_placement(loads: np.ndarray, devices: int, slots_per_device: int) -> Placement:
+    """DeepSeek EPLB, global policy: replicate over all slots, pack over all devices."""
+    loads = np.asarray(loads, dtype=np.float64)
+    counts = min_max_replica_counts(loads, devices * slots_per_device, devices)
+    ids = greedy_pack(loads, counts, devices, slots_per_device)
+    return Placement(ids, loads.shape[1])
+
+
+def hierarchical_applies(
+    experts: int, devices: int, slots_per_device: int, nodes: int, groups: int
+) -> bool:
+    """True when the hierarchical policy runs (otherwise it falls back to the global one)."""
+    return (
+        nodes > 1
+        and groups >= nodes
+        and groups % nodes == 0
+        and experts % groups == 0
+        and devices % nodes == 0
+        and experts // nodes >= slots_per_device
+    )
+
+
+def pack_groups_onto_nodes(group_loads: np.ndarray, nodes: int) -> np.ndarray:
+    """Node of every expert group, [layers, groups]: heaviest group first onto the lightest node
+    that has room; every node takes groups / nodes groups."""
+    layers, groups = group_loads.shape
+    per_node = groups // nodes
+    order = np.argsort(-group_loads, axis=1, kind="stable")
+    rows = np.arange(layers)
+    node_load = np.zeros((layers, nodes))
+    fill = np.zeros((layers, nodes), dtype=np.int64)
+    node_of_group = np.empty((layers, groups), dtype=np.int64)
+    for k in range(groups):
+        g = order[:, k]
+        node = np.where(fill >= per_node, np.inf, node_load).argmin(axis=1)
+        node_of_group[rows, g] = node
+        node_load[rows, node] += group_loads[rows, g]
+        fill[rows, node] += 1
+    return node_of_group
+
+
+def hierarchical_placement(
+    loads: np.ndarray, devices: int, slots_per_device: int, nodes: int, groups: int
+) -> Placement:
+    """DeepSeek EPLB, hierarchical policy; the global policy when it does not apply.
+
+    Devices are split evenly over nodes: device d sits on node d // (devices / nodes).
+    """
+    loads = np.asarray(loads, dtype=np.float64)
+    layers, experts = loads.shape
+    if not hierarchical_applies(experts, devices, slots_per_device, nodes, groups):
+        return global_placement(loads, devices, slots_per_device)
+    group_size = experts // groups
+    node_of_group = pack_groups_onto_nodes(
+        loads.reshape(layers, groups, group_size).sum(axis=2), nodes
+    )
+    node_of_expert = np.repeat(node_of_group, group_size, axis=1)
+    # Experts ordered by node (ids ascending within a node): the node's local expert list.
+    by_node = np.argsort(node_of_expert, axis=1, kind="stable")
+    local_experts = experts // nodes
+    devices_per_node = devices // nodes
+    out = np.empty((layers, devices, slots_per_device), dtype=np.int64)
+    for node in range(nodes):
+        members = by_node[:, node * local_experts : (node + 1) * local_experts]
+        local_loads = np.take_along_axis(loads, members, axis=1)
+        counts = min_max_replica_counts(
+            local_loads, devices_per_node * slots_per_device, devices_per_node
+        )
+        local_ids = greedy_pack(local_loads, counts, devices_per_node, slots_per_device)
+        global_ids = np.take_along_axis(members, local_ids.reshape(layers, -1), axis=1)
+        out[:, node * devices_per_node : (node + 1) * devices_per_node] = global_ids.reshape(
+            layers, devices_per_node, slots_per_device
+        )
+    return Placement(out, experts)

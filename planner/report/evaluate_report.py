@@ -1,0 +1,149 @@
+"""Rich tables for one evaluated plan, and its JSON form."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import RenderableType
+from rich.table import Table
+
+from planner.costmodel.prediction import DecodePrediction, Prediction, PrefillPrediction
+from planner.specs.hardware import HardwareSpec
+from planner.specs.plan import DecodePlan, PhasePlan, Plan, PrefillPlan
+
+GIB = 1024.0**3
+
+BREAKDOWN_LABELS = {
+    "attention": "attention (MLA/GQA compute, KV reads)",
+    "attention_comm": "attention collectives",
+    "dense_ffn": "dense FFN",
+    "dense_ffn_comm": "dense FFN collectives",
+    "moe": "MoE router + experts (busiest device)",
+    "moe_comm": "MoE dispatch/combine (shared expert overlapped)",
+    "lm_head": "embedding + LM head + sampling",
+    "lm_head_comm": "embedding + LM head collectives",
+    "mtp": "MTP module + its framework time",
+    "micro_batch_overlap": "hidden by micro-batching",
+    "launch_overhead": "operator launch costs",
+}
+
+
+def _ok(flag: bool | None) -> str:
+    if flag is None:
+        return "-"
+    return "[green]yes[/]" if flag else "[red]NO[/]"
+
+
+def layout_summary(phase: PhasePlan) -> str:
+    """Short form of a phase's layouts: attention, dense FFN, MoE, shared expert, LM head."""
+    parts = [f"attn {phase.attention.short()}"]
+    if phase.dense_ffn is not None:
+        parts.append(f"ffn {phase.dense_ffn.short()}")
+    if phase.moe is not None:
+        parts.append(f"moe {phase.moe.short()}")
+    if phase.shared_expert.placement == "dedicated":
+        parts.append(f"shared x{phase.shared_expert.devices}")
+    parts.append(f"head {phase.lm_head_layout.short()}")
+    return ", ".join(parts)
+
+
+def _breakdown_table(title: str, breakdown_ms: dict[str, float], total_ms: float) -> Table:
+    table = Table(title=title)
+    table.add_column("part")
+    table.add_column("ms", justify="right")
+    table.add_column("share", justify="right")
+    for key, ms in breakdown_ms.items():
+        share = ms / total_ms if total_ms else 0.0
+        table.add_row(BREAKDOWN_LABELS.get(key, key), f"{ms:.2f}", f"{share:.1%}")
+    table.add_row("[bold]total[/]", f"[bold]{total_ms:.2f}[/]", "100.0%")
+    return table
+
+
+def _hbm_table(title: str, breakdown: dict[str, int], capacity: int, role: str) -> Table:
+    table = Table(title=f"{title} (per device, {role} role)")
+    table.add_column("part")
+    table.add_column("GiB", justify="right")
+    total = sum(breakdown.values())
+    for key, b in breakdown.items():
+        table.add_row(key.replace("_", " "), f"{b / GIB:.2f}")
+    table.add_row("[bold]total[/]", f"[bold]{total / GIB:.2f}[/]")
+    table.add_row("capacity", f"{capacity / GIB:.2f}")
+    headroom = capacity - total
+    style = "green" if headroom >= 0 else "red"
+    table.add_row("headroom", f"[{style}]{headroom / GIB:.2f}[/]")
+    return table
+
+
+def _decode_summary(phase: DecodePlan, d: DecodePrediction, hw: HardwareSpec, plan: Plan) -> Table:
+    t = Table(title="Decode", show_header=False)
+    t.add_column("figure")
+    t.add_column("value")
+    t.add_row("instances x devices", f"{phase.instances} x {phase.devices} "
+              f"({hw.cards(phase.total_devices):g} {hw.card_name} cards)")
+    t.add_row("layouts", layout_summary(phase))
+    t.add_row("concurrency", f"{phase.concurrency_per_device} per device, "
+              f"{d.sequences_per_instance} per instance (HBM allows {d.max_concurrency_per_device})")
+    t.add_row("MTP", f"{phase.mtp_tokens} draft token(s), {d.tokens_per_step_per_sequence:.3f} "
+              f"tokens per step per sequence")
+    t.add_row("step", f"{d.step_ms:.2f} ms")
+    slo = plan.slo.tpot_ms if plan.slo and plan.slo.tpot_ms else None
+    t.add_row("TPOT", f"{d.tpot_ms:.2f} ms" + (f" (SLO {slo:g} ms: {_ok(d.meets_tpot_slo)})" if slo else ""))
+    t.add_row("tokens/s per user", f"{d.tokens_per_s_per_user:.1f}")
+    t.add_row("output tokens/s", f"{d.tokens_per_s_per_device:.1f} per device, "
+              f"{d.tokens_per_s_per_card:.1f} per card")
+    t.add_row("MoE imbalance (busiest/mean)", f"{d.moe_imbalance:.3f}")
+    t.add_row("HBM per device", f"{d.hbm_bytes_per_device / GIB:.2f} of {d.hbm_capacity_bytes / GIB:.1f} GiB, "
+              f"fits: {_ok(d.fits_hbm)}")
+    return t
+
+
+def _prefill_summary(phase: PrefillPlan, p: PrefillPrediction, hw: HardwareSpec, plan: Plan) -> Table:
+    t = Table(title="Prefill", show_header=False)
+    t.add_column("figure")
+    t.add_column("value")
+    t.add_row("instances x devices", f"{phase.instances} x {phase.devices} "
+              f"({hw.cards(phase.total_devices):g} {hw.card_name} cards)")
+    t.add_row("layouts", layout_summary(phase))
+    t.add_row("batch", f"{phase.batch_tokens} tokens per forward ({p.requests_per_forward:g} requests), "
+              f"{phase.micro_batches} micro-batch(es); HBM allows {p.max_batch_tokens} tokens")
+    t.add_row("forward", f"{p.forward_ms:.2f} ms")
+    slo = plan.slo.ttft_ms if plan.slo and plan.slo.ttft_ms else None
+    t.add_row("TTFT (wait + forward + KV transfer)", f"{p.ttft_ms:.2f} ms"
+              + (f" (SLO {slo:g} ms: {_ok(p.meets_ttft_slo)})" if slo else ""))
+    t.add_row("input tokens/s", f"{p.tokens_per_s_per_device:.1f} per device, {p.tokens_per_s_per_card:.1f} per card")
+    t.add_row("MoE imbalance (busiest/mean)", f"{p.moe_imbalance:.3f}")
+    t.add_row("HBM per device", f"{p.hbm_bytes_per_device / GIB:.2f} of {p.hbm_capacity_bytes / GIB:.1f} GiB, "
+              f"fits: {_ok(p.fits_hbm)}")
+    return t
+
+
+def evaluate_tables(plan: Plan, prediction: Prediction, hw: HardwareSpec) -> list[RenderableType]:
+    """Every table `moeplan evaluate` prints."""
+    out: list[RenderableType] = []
+    if plan.decode is not None and prediction.decode is not None:
+        d = prediction.decode
+        out.append(_decode_summary(plan.decode, d, hw, plan))
+        out.append(_breakdown_table("Decode step by module", d.breakdown_ms, d.step_ms))
+        out.append(_hbm_table("Decode HBM", d.hbm_breakdown_bytes, d.hbm_capacity_bytes, d.hbm_role))
+    if plan.prefill is not None and prediction.prefill is not None:
+        p = prediction.prefill
+        out.append(_prefill_summary(plan.prefill, p, hw, plan))
+        out.append(_breakdown_table("Prefill forward by module", p.breakdown_ms, p.forward_ms))
+        out.append(_hbm_table("Prefill HBM", p.hbm_breakdown_bytes, p.hbm_capacity_bytes, p.hbm_role))
+    if prediction.system is not None:
+        s = prediction.system
+        t = Table(title="System (prefill and decode matched)", show_header=False)
+        t.add_column("figure")
+        t.add_column("value")
+        t.add_row("devices / cards", f"{s.devices} / {s.cards:g}")
+        t.add_row("requests/s", f"{s.requests_per_s:.3f} (prefill can serve {s.prefill_requests_per_s:.3f}, "
+                  f"decode {s.decode_requests_per_s:.3f}; {s.bottleneck} binds)")
+        t.add_row("output tokens/s", f"{s.output_tokens_per_s:.1f} ({s.output_tokens_per_s_per_card:.1f} per card)")
+        t.add_row("input tokens/s", f"{s.input_tokens_per_s:.1f}")
+        out.append(t)
+    return out
+
+
+def plan_json(plan: Plan) -> str:
+    """A plan as JSON text (deterministic: fixed key order, no trailing spaces)."""
+    return json.dumps(plan.model_dump(mode="json", exclude_none=True), indent=2, ensure_ascii=False) + "\n"

@@ -1,0 +1,105 @@
+"""The shipped catalogs, user files by path, and HuggingFace config.json translation."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from planner.errors import BadInputError
+from planner.specs.catalog import catalog_names, load_hardware, load_model
+from tests.conftest import REPO
+
+
+def test_catalogs_hold_the_promised_entries():
+    assert {"a2", "cm384"} <= set(catalog_names("hardware"))
+    assert {"deepseek-v3", "deepseek-r1", "kimi-k2", "qwen3-235b-a22b", "deepseek-v2-lite"} <= set(
+        catalog_names("models")
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "billions", "layers", "dense", "experts", "top_k", "shared"),
+    [
+        ("deepseek-v3", 671, 61, 3, 256, 8, 1),
+        ("kimi-k2", 1026, 61, 1, 384, 8, 1),
+        ("qwen3-235b-a22b", 235, 94, 0, 128, 8, 0),
+        ("deepseek-v2-lite", 15.7, 27, 1, 64, 6, 2),
+    ],
+)
+def test_models_match_their_configs(name, billions, layers, dense, experts, top_k, shared):
+    m = load_model(name)
+    assert m.num_layers == layers and m.num_dense_layers == dense
+    assert m.moe is not None
+    assert (m.moe.routed_experts, m.moe.experts_per_token, m.moe.shared_experts) == (experts, top_k, shared)
+    # main model parameters within 2% (MTP layer and norms aside)
+    assert m.total_params() / 1e9 == pytest.approx(billions, rel=0.03)
+
+
+def test_deepseek_kv_cache_per_token():
+    m = load_model("deepseek-v3")
+    # (512 + 64) x 61 layers x 2 bytes = 68.6 KiB (facts.md §3); the MTP layer adds one more
+    assert m.kv_elements_per_token_per_layer() * m.num_layers * 2 / 1024 == pytest.approx(68.6, abs=0.05)
+    assert m.attention.kind == "mla" and m.mtp_layers == 1
+
+
+def test_qwen_is_gqa():
+    m = load_model("qwen3-235b-a22b")
+    assert m.attention.kind == "gqa" and m.attention.num_kv_heads == 4
+    assert m.kv_elements_per_token_per_layer() == 2 * 4 * 128
+
+
+def test_hardware_two_level_and_flat():
+    a2, cm = load_hardware("a2"), load_hardware("cm384")
+    assert a2.devices_per_card == 1 and a2.group_sizes(32) == [8, 32]
+    assert cm.devices_per_card == 2 and cm.group_sizes(288) == [2, 16, 288]
+    for hw in (a2, cm):
+        for f in (hw.efficiency.matmul, hw.efficiency.hbm_bandwidth, hw.efficiency.link_bandwidth,
+                  hw.efficiency.attention_compute):
+            assert 0 < f.value <= 1 and f.source
+
+
+@pytest.mark.parametrize("example", ["h800-node.yaml", "a3-node.yaml"])
+def test_a_user_can_describe_other_machines_in_yaml(example):
+    hw = load_hardware(str(REPO / "docs" / "examples" / example))
+    assert hw.levels[-1].devices_per_group is None
+
+
+def test_hf_config_by_path(tmp_path):
+    cfg = json.loads((REPO / "models" / "deepseek-v3.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    m = load_model(str(path))
+    assert m.hidden_size == 7168 and m.moe is not None and m.moe.n_group == 8
+
+
+def test_dense_hf_config(tmp_path):
+    cfg = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
+           "max_position_embeddings": 8192}
+    path = tmp_path / "llama.json"
+    path.write_text(json.dumps(cfg))
+    m = load_model(str(path))
+    assert m.moe is None and m.num_dense_layers == 32 and m.attention.head_dim == 128
+
+
+def test_unknown_names_list_the_known_ones():
+    with pytest.raises(BadInputError, match="known names: .*a2.*cm384"):
+        load_hardware("a9")
+    with pytest.raises(BadInputError, match="deepseek-v3"):
+        load_model("deepseek-v9")
+
+
+def test_malformed_yaml_names_file_and_line(tmp_path):
+    bad = tmp_path / "hw.yaml"
+    bad.write_text("name: x\nlevels: [\n  - a: 1\n")
+    with pytest.raises(BadInputError, match=r"hw.yaml.*line \d+"):
+        load_hardware(str(bad))
+
+
+def test_invalid_hardware_field_is_named(tmp_path):
+    text = (REPO / "hardware" / "a2.yaml").read_text().replace("devices_per_node: 8", "devices_per_node: -8")
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(BadInputError, match=r"devices_per_node \(line \d+\)"):
+        load_hardware(str(path))
