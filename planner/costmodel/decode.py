@@ -2,8 +2,9 @@
 
 A step processes 1 + mtp_tokens tokens per sequence through every layer (attention with MLA
 weight absorption reading the KV cache, then the dense FFN or the MoE), the LM head on every
-position, then the MTP module once per draft token (the first pass on every position, later
-passes on one token per sequence) with its framework time. A step emits on average
+position, then the MTP module once per draft token (embedding, the 2h->h projection, one MoE layer and
+the LM head; the first pass on every position, later passes on one token per sequence) with its
+framework time. A step emits on average
 1 + a + a^2 + ... + a^k tokens per sequence for k draft tokens of acceptance a (a draft counts
 only if every earlier draft of the step was accepted). TPOT = step time / tokens emitted.
 """
@@ -42,13 +43,6 @@ class DecodeStep:
     tokens_per_s_per_device: np.ndarray
     breakdown_s: dict[str, np.ndarray]
     moe_imbalance: np.ndarray
-
-
-def _layer_sum(costs: list[tuple[int, ModuleCost]]) -> tuple[np.ndarray, np.ndarray, float]:
-    compute = sum(c.compute_s * n for n, c in costs)
-    comm_s = sum(c.comm_s * n for n, c in costs)
-    fixed = sum(c.fixed_s * n for n, c in costs)
-    return compute, comm_s, fixed  # type: ignore[return-value]
 
 
 def decode_step(ctx: CostContext, phase: DecodePlan, concurrency: ArrayLike | None = None) -> DecodeStep:
@@ -95,7 +89,11 @@ def decode_step(ctx: CostContext, phase: DecodePlan, concurrency: ArrayLike | No
         for i in range(k):
             t_pass = tokens if i == 0 else b
             a_pass = attention(t_pass, b)
-            pass_costs: list[ModuleCost] = [a_pass, lm_head_cost(ctx, phase.lm_head_layout, t_pass)]
+            pass_costs: list[ModuleCost] = [
+                a_pass,
+                lm_head_cost(ctx, phase.lm_head_layout, t_pass),
+                embedding_cost(ctx, phase.lm_head_layout, t_pass),
+            ]
             if m.moe is not None and phase.moe is not None:
                 pass_costs.append(
                     moe_cost(ctx, phase.devices, phase.moe, phase.shared_expert, t_pass, overlap)

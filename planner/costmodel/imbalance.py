@@ -64,7 +64,7 @@ def lognormal_popularity(experts: int, sigma: float) -> np.ndarray:
 
 @lru_cache(maxsize=4096)
 def _skew_static(sigma: float, experts: int, ep: int, slots: int) -> float:
-    from planner.costmodel._tmp_greedy import imbalance_for
+    from planner.placement import imbalance_for
 
     loads = lognormal_popularity(experts, sigma)[None, :] * 1e6
     return float(np.mean(imbalance_for(loads, ep, slots)))
@@ -100,7 +100,7 @@ class LoadsImbalance:
             return 1.0
         key = (ep, slots_per_device)
         if key not in self._cache:
-            from planner.costmodel._tmp_greedy import imbalance_for
+            from planner.placement import imbalance_for
 
             self._cache[key] = float(np.mean(imbalance_for(self.loads, ep, slots_per_device)))
         return self._cache[key]

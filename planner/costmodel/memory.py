@@ -2,16 +2,20 @@
 
 Devices of an instance play one of two roles: a routed-expert device (holds `slots_per_device`
 routed experts per MoE layer) or, with a dedicated shared expert, a shared-expert device (holds
-the shared expert instead). Both run attention, dense FFN and LM head under their layouts. The
-figure reported is that of the fuller role, because that device binds.
+the shared expert instead). Both run attention, dense FFN and LM head under their layouts, so
+the roles differ only in their MoE weights: the figure reported is that of the fuller role,
+because that device binds.
 
-Everything is linear in the concurrency (decode) or batch size (prefill) but for the sampling
-term of the all-to-all receive buffer, so the largest value that fits is found from a linear
-estimate refined by evaluating its neighbours (`_max_fitting`).
+HBM is a sum of per-module terms (`attention_hbm`, `dense_ffn_hbm`, `moe_hbm`, `lm_head_hbm`,
+`fixed_hbm`), each a dict of named parts; the search's integer tables are built from the same
+functions. Everything is linear in the concurrency (decode) or batch size (prefill) but for the
+sampling term of the all-to-all receive buffer, so the largest value that fits is found from a
+linear estimate refined by evaluating its neighbours (`_max_fitting`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,16 +24,25 @@ from numpy.typing import ArrayLike
 from planner.costmodel.context import CostContext
 from planner.costmodel.imbalance import busiest_over_mean
 from planner.costmodel.modules import BF16_BYTES, LOGIT_BYTES
-from planner.specs.plan import DecodePlan, ParallelLayout, PhasePlan, PrefillPlan
+from planner.specs.plan import (
+    AttentionLayout,
+    DecodePlan,
+    MoELayout,
+    ParallelLayout,
+    PhasePlan,
+    PrefillPlan,
+    SharedExpertLayout,
+)
 
 HIDDEN_STATE_COPIES = 6  # residual, normed input, attention out, FFN in/out, one spare
+Parts = dict[str, np.ndarray]
 
 
 @dataclass
 class HbmUse:
     """Bytes per device of the binding role (arrays over the concurrencies evaluated)."""
 
-    breakdown_bytes: dict[str, np.ndarray]
+    breakdown_bytes: Parts
     role: str
     capacity_bytes: float
 
@@ -44,112 +57,7 @@ class HbmUse:
         return self.total_bytes <= self.capacity_bytes
 
 
-def _attention_weight_bytes(ctx: CostContext, phase: PhasePlan) -> float:
-    m, q = ctx.model, ctx.quant
-    a = m.attention
-    p = m.attention_params_per_layer()
-    lay = phase.attention
-    core_tp, post_tp = lay.tp, lay.post_layout.tp
-    if a.kind == "mla":
-        pre = a.kv_lora_rank + a.qk_rope_head_dim
-        pre_params = m.hidden_size * pre + (m.hidden_size * a.q_lora_rank if a.q_lora_rank else 0)
-        q_up = p["q"] - (m.hidden_size * a.q_lora_rank if a.q_lora_rank else 0)
-        per_layer = pre_params + (q_up + p["kv_b"]) / core_tp + p["o"] / post_tp
-    else:
-        kv_share = max(1.0, a.num_kv_heads / core_tp) / a.num_kv_heads
-        per_layer = p["q"] / core_tp + p["kv"] * kv_share + p["o"] / post_tp
-    return per_layer * m.kv_layers() * q.linear_weight_bytes
-
-
-def _kv_elements_per_token_on_device(ctx: CostContext, core_tp: int) -> float:
-    """KV elements per token per layer on one device of a DP rank (MLA latent is replicated)."""
-    a = ctx.model.attention
-    if a.kind == "mla":
-        return float(a.kv_lora_rank + a.qk_rope_head_dim)
-    return 2.0 * a.head_dim * max(1.0, a.num_kv_heads / core_tp)
-
-
-def _weights(ctx: CostContext, phase: PhasePlan) -> dict[str, dict[str, float]]:
-    """Weight bytes per role: {'routed': {...}, 'shared': {...}}."""
-    m, q = ctx.model, ctx.quant
-    common = {"attention_weights": _attention_weight_bytes(ctx, phase)}
-    if m.num_dense_layers:
-        common["dense_ffn_weights"] = (
-            m.num_dense_layers * m.dense_ffn_params() / phase.dense_layout.tp * q.linear_weight_bytes
-        )
-    vocab_copies = 1 if m.tie_word_embeddings else 2
-    common["embedding_lm_head_weights"] = (
-        vocab_copies * m.vocab_params() / phase.lm_head_layout.tp * q.vocab_weight_bytes
-    )
-    if m.mtp_layers:
-        common["mtp_projection_weights"] = m.mtp_layers * m.mtp_extra_params() * q.linear_weight_bytes
-    roles = {"routed": dict(common)}
-    if m.moe is not None and phase.moe is not None:
-        moe_layers = m.num_moe_layers + m.mtp_layers
-        expert = m.expert_params() * q.expert_weight_bytes
-        shared = m.moe.shared_experts * expert * moe_layers
-        router = m.router_params() * BF16_BYTES * moe_layers
-        roles["routed"]["routed_expert_weights"] = moe_layers * phase.moe.slots_per_device * expert
-        roles["routed"]["router_weights"] = router
-        if phase.shared_expert.placement == "dedicated":
-            roles["shared"] = dict(common)
-            roles["shared"]["shared_expert_weights"] = shared
-            roles["shared"]["router_weights"] = router
-        elif shared:
-            roles["routed"]["shared_expert_weights"] = shared
-    return roles
-
-
-def _activation_bytes(
-    ctx: CostContext, phase: PhasePlan, tokens_per_device: np.ndarray, lm_tokens: np.ndarray
-) -> np.ndarray:
-    m, q = ctx.model, ctx.quant
-    h = m.hidden_size
-    max_tp = max(phase.attention.tp, phase.dense_layout.tp, phase.lm_head_layout.tp)
-    acts = tokens_per_device * max_tp * h * BF16_BYTES * HIDDEN_STATE_COPIES
-    a = m.attention
-    heads_core = a.num_heads / phase.attention.tp
-    head_width = (
-        2 * (a.qk_nope_head_dim + a.qk_rope_head_dim) + a.v_head_dim if a.kind == "mla" else 3 * a.head_dim
-    )
-    acts = acts + tokens_per_device * phase.attention.tp * heads_core * head_width * BF16_BYTES
-    if m.num_dense_layers:
-        acts = acts + tokens_per_device * phase.dense_layout.tp * (
-            3 * m.dense_intermediate_size / phase.dense_layout.tp
-        ) * BF16_BYTES
-    if m.moe is not None and phase.moe is not None:
-        per_token = h * (q.dispatch_bytes_per_element + q.combine_bytes_per_element)
-        if phase.moe.comm == "allgather":
-            acts = acts + phase.devices * tokens_per_device * per_token
-        else:
-            k = m.moe.experts_per_token
-            mean = tokens_per_device * phase.devices * k / phase.moe.ep
-            static = ctx.imbalance.static_factor(m.moe.routed_experts, phase.moe.ep, phase.moe.slots_per_device)
-            hot = mean * busiest_over_mean(mean, static, phase.moe.ep)
-            acts = acts + hot * (per_token + 3 * m.moe.expert_intermediate_size * BF16_BYTES)
-    acts = acts + lm_tokens * m.vocab_size * LOGIT_BYTES
-    return acts
-
-
-def _assemble(
-    ctx: CostContext, phase: PhasePlan, kv: np.ndarray, acts: np.ndarray
-) -> HbmUse:
-    hw = ctx.hw
-    best: HbmUse | None = None
-    for role, weights in _weights(ctx, phase).items():
-        parts = {k: np.full_like(kv, v) for k, v in weights.items()}
-        parts["kv_cache"] = kv
-        parts["activations"] = acts
-        parts["comm_buffers"] = np.full_like(kv, hw.memory.comm_buffers.value)
-        parts["runtime_reserve"] = np.full_like(kv, hw.memory.runtime_reserve.value)
-        use = HbmUse(parts, role, hw.hbm_bytes)
-        if best is None or float(np.max(use.total_bytes)) > float(np.max(best.total_bytes)):
-            best = use
-    assert best is not None
-    return best
-
-
-def kv_tokens_in_use(ctx: CostContext, sequences: np.ndarray, mtp_tokens: int) -> np.ndarray:
+def kv_tokens_in_use(ctx: CostContext, sequences: ArrayLike, mtp_tokens: int) -> np.ndarray:
     """KV positions held by `sequences` decoding sequences of one device, with a 2-sigma margin.
 
     The KV cache is paged (blocks are taken as a sequence grows and freed when it ends), so at
@@ -157,10 +65,155 @@ def kv_tokens_in_use(ctx: CostContext, sequences: np.ndarray, mtp_tokens: int) -
     holds prompt + half the completion per sequence on average, plus two standard deviations
     of the sum (each position uniform over the completion: std = output / sqrt(12)).
     """
+    s = np.asarray(sequences, dtype=float)
     w = ctx.workload
     mean = w.input_tokens + w.output_tokens / 2.0 + mtp_tokens
     std = w.output_tokens / np.sqrt(12.0)
-    return sequences * mean + 2.0 * np.sqrt(sequences) * std
+    return s * mean + 2.0 * np.sqrt(s) * std
+
+
+def _kv_bytes_per_token(ctx: CostContext, core_tp: int) -> float:
+    """KV bytes per token on one device of a DP rank, all layers (the MLA latent is replicated)."""
+    m = ctx.model
+    a = m.attention
+    elems = (
+        float(a.kv_lora_rank + a.qk_rope_head_dim)
+        if a.kind == "mla"
+        else 2.0 * a.head_dim * max(1.0, a.num_kv_heads / core_tp)
+    )
+    return elems * m.kv_layers() * ctx.quant.kv_bytes_per_element
+
+
+def _attention_weight_bytes(ctx: CostContext, layout: AttentionLayout) -> float:
+    m, q = ctx.model, ctx.quant
+    a = m.attention
+    p = m.attention_params_per_layer()
+    core_tp, post_tp = layout.tp, layout.post_layout.tp
+    if a.kind == "mla":
+        q_down = m.hidden_size * a.q_lora_rank if a.q_lora_rank else 0
+        pre_params = m.hidden_size * (a.kv_lora_rank + a.qk_rope_head_dim) + q_down
+        per_layer = pre_params + (p["q"] - q_down + p["kv_b"]) / core_tp + p["o"] / post_tp
+    else:
+        kv_share = max(1.0, a.num_kv_heads / core_tp) / a.num_kv_heads
+        per_layer = p["q"] / core_tp + p["kv"] * kv_share + p["o"] / post_tp
+    return per_layer * m.kv_layers() * q.linear_weight_bytes
+
+
+def attention_hbm(
+    ctx: CostContext, layout: AttentionLayout, tokens_per_device: ArrayLike, kv_tokens_per_device: ArrayLike
+) -> Parts:
+    """Attention weights, the KV cache of the device's DP rank, hidden states and head buffers."""
+    m = ctx.model
+    a = m.attention
+    t = np.asarray(tokens_per_device, dtype=float)
+    kv = np.asarray(kv_tokens_per_device, dtype=float) * layout.tp * _kv_bytes_per_token(ctx, layout.tp)
+    heads_core = a.num_heads / layout.tp
+    head_width = (
+        2 * (a.qk_nope_head_dim + a.qk_rope_head_dim) + a.v_head_dim if a.kind == "mla" else 3 * a.head_dim
+    )
+    acts = t * layout.tp * (m.hidden_size * HIDDEN_STATE_COPIES + heads_core * head_width) * BF16_BYTES
+    return {
+        "attention_weights": np.full_like(t, _attention_weight_bytes(ctx, layout)),
+        "kv_cache": kv,
+        "activations": acts,
+    }
+
+
+def dense_ffn_hbm(ctx: CostContext, layout: ParallelLayout, tokens_per_device: ArrayLike) -> Parts:
+    """Dense FFN weights (split by TP) and their intermediate activations."""
+    m, q = ctx.model, ctx.quant
+    t = np.asarray(tokens_per_device, dtype=float)
+    if not m.num_dense_layers:
+        return {}
+    weights = m.num_dense_layers * m.dense_ffn_params() / layout.tp * q.linear_weight_bytes
+    acts = t * layout.tp * (3 * m.dense_intermediate_size / layout.tp) * BF16_BYTES
+    return {"dense_ffn_weights": np.full_like(t, weights), "activations": acts}
+
+
+def moe_hbm(
+    ctx: CostContext, devices: int, moe: MoELayout, shared: SharedExpertLayout, tokens_per_device: ArrayLike
+) -> tuple[Parts, str]:
+    """MoE weights of the fuller role (routed-expert or shared-expert device) and MoE buffers."""
+    m, q = ctx.model, ctx.quant
+    t = np.asarray(tokens_per_device, dtype=float)
+    if m.moe is None:
+        return {}, "routed"
+    moe_layers = m.num_moe_layers + m.mtp_layers
+    expert = m.expert_params() * q.expert_weight_bytes
+    shared_bytes = m.moe.shared_experts * expert * moe_layers
+    routed_bytes = moe_layers * moe.slots_per_device * expert
+    dedicated = shared.placement == "dedicated" and m.moe.shared_experts > 0
+    per_token = m.hidden_size * (q.dispatch_bytes_per_element + q.combine_bytes_per_element)
+    if moe.comm == "allgather":
+        buffers = devices * t * per_token
+    else:
+        k = m.moe.experts_per_token
+        mean = t * devices * k / moe.ep
+        static = ctx.imbalance.static_factor(m.moe.routed_experts, moe.ep, moe.slots_per_device)
+        hot = mean * busiest_over_mean(mean, static, moe.ep)
+        buffers = hot * (per_token + 3 * m.moe.expert_intermediate_size * BF16_BYTES)
+    parts: Parts = {"router_weights": np.full_like(t, m.router_params() * BF16_BYTES * moe_layers)}
+    if dedicated and shared_bytes > routed_bytes:
+        role = "shared-expert"
+        parts["shared_expert_weights"] = np.full_like(t, shared_bytes)
+    else:
+        role = "routed"
+        parts["routed_expert_weights"] = np.full_like(t, routed_bytes)
+        if not dedicated and shared_bytes:
+            parts["shared_expert_weights"] = np.full_like(t, shared_bytes)
+    parts["activations"] = buffers
+    return parts, role
+
+
+def lm_head_hbm(ctx: CostContext, layout: ParallelLayout, logit_tokens_per_device: ArrayLike) -> Parts:
+    """Embedding and LM head weights (vocabulary split by TP) and the logits buffer."""
+    m, q = ctx.model, ctx.quant
+    t = np.asarray(logit_tokens_per_device, dtype=float)
+    copies = 1 if m.tie_word_embeddings else 2
+    return {
+        "embedding_lm_head_weights": np.full_like(t, copies * m.vocab_params() / layout.tp * q.vocab_weight_bytes),
+        "activations": t * m.vocab_size * LOGIT_BYTES,
+    }
+
+
+def fixed_hbm(ctx: CostContext) -> dict[str, float]:
+    """What does not depend on the layout: MTP projection, communication buffers, runtime reserve."""
+    m, hw = ctx.model, ctx.hw
+    out = {}
+    if m.mtp_layers:
+        out["mtp_projection_weights"] = m.mtp_layers * m.mtp_extra_params() * ctx.quant.linear_weight_bytes
+    out["comm_buffers"] = hw.memory.comm_buffers.value
+    out["runtime_reserve"] = hw.memory.runtime_reserve.value
+    return out
+
+
+def _combine(shape_like: np.ndarray, *groups: Parts, fixed: dict[str, float]) -> Parts:
+    total: Parts = {}
+    for group in groups:
+        for key, value in group.items():
+            total[key] = total.get(key, 0.0) + value
+    for key, value in fixed.items():
+        total[key] = np.full_like(shape_like, value)
+    return total
+
+
+def _phase_hbm(
+    ctx: CostContext, phase: PhasePlan, tokens: np.ndarray, kv_tokens: np.ndarray, logit_tokens: np.ndarray
+) -> HbmUse:
+    moe_parts, role = (
+        moe_hbm(ctx, phase.devices, phase.moe, phase.shared_expert, tokens)
+        if phase.moe is not None
+        else ({}, "routed")
+    )
+    parts = _combine(
+        tokens,
+        attention_hbm(ctx, phase.attention, tokens, kv_tokens),
+        dense_ffn_hbm(ctx, phase.dense_layout, tokens),
+        moe_parts,
+        lm_head_hbm(ctx, phase.lm_head_layout, logit_tokens),
+        fixed=fixed_hbm(ctx),
+    )
+    return HbmUse(parts, role, ctx.hw.hbm_bytes)
 
 
 def decode_hbm(ctx: CostContext, phase: DecodePlan, concurrency: ArrayLike | None = None) -> HbmUse:
@@ -168,31 +221,27 @@ def decode_hbm(ctx: CostContext, phase: DecodePlan, concurrency: ArrayLike | Non
     b = np.atleast_1d(
         np.asarray(phase.concurrency_per_device if concurrency is None else concurrency, dtype=float)
     )
-    m = ctx.model
-    core_tp = phase.attention.tp
-    per_token = _kv_elements_per_token_on_device(ctx, core_tp) * m.kv_layers() * ctx.quant.kv_bytes_per_element
-    kv = kv_tokens_in_use(ctx, b * core_tp, phase.mtp_tokens) * per_token
     tokens = b * (1 + phase.mtp_tokens)
-    acts = _activation_bytes(ctx, phase, tokens, tokens)
-    return _assemble(ctx, phase, kv, acts)
+    return _phase_hbm(ctx, phase, tokens, kv_tokens_in_use(ctx, b, phase.mtp_tokens), tokens)
+
+
+def prefill_kv_tokens(batch_tokens: ArrayLike, core_dp: int) -> np.ndarray:
+    """KV positions a prefill device holds: those of its attention DP rank's share of the batch."""
+    return np.asarray(batch_tokens, dtype=float) / core_dp
 
 
 def prefill_hbm(ctx: CostContext, phase: PrefillPlan, batch_tokens: ArrayLike | None = None) -> HbmUse:
     """HBM per device of a prefill instance at each batch size (tokens per forward)."""
     bt = np.atleast_1d(np.asarray(phase.batch_tokens if batch_tokens is None else batch_tokens, dtype=float))
-    m = ctx.model
-    core = ParallelLayout(dp=phase.attention.dp, tp=phase.attention.tp)
-    per_token = _kv_elements_per_token_on_device(ctx, core.tp) * m.kv_layers() * ctx.quant.kv_bytes_per_element
-    kv = bt / core.dp * per_token
     # two micro-batches are in flight at once when micro-batching
     in_flight = bt / phase.micro_batches * min(2, phase.micro_batches)
     tokens = in_flight / phase.devices
     requests = in_flight / ctx.workload.input_tokens
-    acts = _activation_bytes(ctx, phase, tokens, requests / phase.devices)
-    return _assemble(ctx, phase, kv, acts)
+    kv = prefill_kv_tokens(bt, phase.attention.dp) / phase.attention.tp
+    return _phase_hbm(ctx, phase, tokens, kv, requests / phase.devices)
 
 
-def _max_fitting(total_at, capacity: float, lo: float, hi: float) -> int:
+def _max_fitting(total_at: Callable[[np.ndarray], np.ndarray], capacity: float, lo: float, hi: float) -> int:
     """Largest integer x >= 0 with total_at(x) <= capacity, for total nearly linear in x."""
     pts = np.array([lo, hi])
     y0, y1 = (float(v) for v in total_at(pts))
@@ -211,13 +260,9 @@ def _max_fitting(total_at, capacity: float, lo: float, hi: float) -> int:
 
 def max_decode_concurrency(ctx: CostContext, phase: DecodePlan) -> int:
     """Most sequences per device a decode instance can hold in HBM (0: the weights alone overflow)."""
-    return _max_fitting(
-        lambda b: decode_hbm(ctx, phase, b).total_bytes, ctx.hw.hbm_bytes, 64.0, 128.0
-    )
+    return _max_fitting(lambda b: decode_hbm(ctx, phase, b).total_bytes, ctx.hw.hbm_bytes, 64.0, 128.0)
 
 
 def max_prefill_batch_tokens(ctx: CostContext, phase: PrefillPlan) -> int:
     """Most tokens per forward a prefill instance can hold in HBM."""
-    return _max_fitting(
-        lambda t: prefill_hbm(ctx, phase, t).total_bytes, ctx.hw.hbm_bytes, 4096.0, 8192.0
-    )
+    return _max_fitting(lambda t: prefill_hbm(ctx, phase, t).total_bytes, ctx.hw.hbm_bytes, 4096.0, 8192.0)

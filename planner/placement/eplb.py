@@ -58,23 +58,33 @@ def greedy_pack(
         return out
     rows = np.arange(layers)
     device_load = np.zeros((layers, devices))
+    # open_load: the device's load, or inf once it is full (so argmin skips it)
+    open_load = np.zeros((layers, devices))
     fill = np.zeros((layers, devices), dtype=np.int64)
-    holds = np.zeros((layers, devices), dtype=bool)
-    previous = np.full(layers, -1)
+    holds = np.zeros((layers, devices), dtype=bool)  # devices holding the current expert
+    same = np.zeros_like(ids, dtype=bool)
+    same[:, 1:] = ids[:, 1:] == ids[:, :-1]
+    any_same = np.asarray(same.any(axis=0))
     for k in range(ids.shape[1]):
         expert = ids[:, k]
-        holds &= (expert == previous)[:, None]
-        full = fill >= slots_per_device
-        candidate = np.where(full | holds, np.inf, device_load)
-        device = candidate.argmin(axis=1)
-        stuck = np.isinf(candidate[rows, device])
-        if stuck.any():  # only devices holding this expert have room: repaired below
-            device[stuck] = np.where(full[stuck], np.inf, device_load[stuck]).argmin(axis=1)
-        out[rows, device, fill[rows, device]] = expert
-        device_load[rows, device] += per_replica[:, k]
-        fill[rows, device] += 1
+        if any_same[k]:  # some layer places another replica of the previous expert
+            holds &= same[:, k, None]
+            candidate = np.where(holds, np.inf, open_load)
+            device = candidate.argmin(axis=1)
+            stuck = np.isinf(candidate[rows, device])
+            if stuck.any():  # only devices holding this expert have room: repaired below
+                device[stuck] = open_load[stuck].argmin(axis=1)
+        else:
+            if k:
+                holds[:] = False
+            device = open_load.argmin(axis=1)
+        slot = fill[rows, device]
+        out[rows, device, slot] = expert
+        fill[rows, device] = slot + 1
+        new_load = device_load[rows, device] + per_replica[:, k]
+        device_load[rows, device] = new_load
+        open_load[rows, device] = np.where(slot + 1 >= slots_per_device, np.inf, new_load)
         holds[rows, device] = True
-        previous = expert
     _repair_duplicates(out, loads / counts)
     return out
 
@@ -104,10 +114,24 @@ def _repair_duplicates(ids: np.ndarray, per_replica: np.ndarray) -> None:
                     change = abs(per_replica[layer, candidate] - per_replica[layer, expert])
                     if best is None or change < best[0]:
                         best = (change, other, s)
-            if best is None:  # cannot happen when slots <= experts; keep the copy rather than loop
+            if best is None:  # tight layouts (nearly every device holds every expert)
+                deal_round_robin(ids[layer], per_replica[layer])
                 break
             _, other, s = best
             ids[layer, d, slot], ids[layer, other, s] = ids[layer, other, s], expert
+
+
+def deal_round_robin(grid: np.ndarray, per_replica: np.ndarray | None = None) -> None:
+    """Re-deal the replicas of one layer's grid [devices, slots] in place, heaviest expert first,
+    replica k to device k mod devices: never two replicas of an expert on one device (an expert
+    has at most `devices` replicas). The fallback when swapping cannot remove a duplicate."""
+    devices, slots = grid.shape
+    experts = grid.ravel()
+    weight = per_replica[experts] if per_replica is not None else np.zeros(experts.size)
+    ordered = experts[np.lexsort((experts, -weight))]
+    dealt = np.empty((slots, devices), dtype=grid.dtype)
+    dealt.ravel()[:] = ordered
+    grid[:] = dealt.T
 
 
 def global_placement(loads: np.ndarray, devices: int, slots_per_device: int) -> Placement:

@@ -147,6 +147,98 @@ def slot_aware_lower_bound(
     return _per_mean(np.maximum(mean, best), loads, devices)
 
 
+@dataclass(frozen=True)
+class TokenRoutes:
+    """Simulated tokens of every layer: the experts each picks and a uniform draw per pick."""
+
+    experts: np.ndarray  # [layers, tokens, experts_per_token] logical expert ids
+    uniform: np.ndarray  # [layers, tokens, experts_per_token] in [0, 1): which replica
+
+
+def route_tokens(loads: np.ndarray, routing: Routing, tokens: int = 1024,
+                 seed: int = 0) -> TokenRoutes:
+    """Draw `tokens` tokens per layer (see `nodes_per_token`); independent of any placement."""
+    loads = np.asarray(loads, dtype=np.float64)
+    layers, experts = loads.shape
+    routing.check(experts)
+    groups, group_size = routing.n_group, experts // routing.n_group
+    k, kg = routing.experts_per_token, routing.topk_group
+    rng = np.random.default_rng(seed)
+    # A tiny floor keeps every expert drawable (a layer with no load becomes uniform).
+    w = np.where(loads.sum(axis=1, keepdims=True) > 0, loads, 1.0)
+    w = w + 1e-9 * w.mean(axis=1, keepdims=True)
+    group_load = w.reshape(layers, groups, group_size).sum(axis=2)
+    if kg < groups:  # k of n without replacement, prob. ~ weight: the k smallest Exp(1)/weight
+        keys = rng.standard_exponential((layers, tokens, groups)) / group_load[:, None, :]
+        chosen_groups = np.argpartition(keys, kg - 1, axis=2)[..., :kg]
+    else:
+        chosen_groups = np.broadcast_to(np.arange(groups), (layers, tokens, groups))
+    rows = layers * tokens
+    chosen_groups = chosen_groups.reshape(rows, kg)
+    layer_of = np.repeat(np.arange(layers), tokens)
+    group_cum = np.cumsum(group_load[layer_of[:, None], chosen_groups], axis=1)
+    expert_cum = np.concatenate(([0.0], np.cumsum(w.ravel())))  # rises across all layers
+    picks = np.full((rows, k), -1, dtype=np.int64)
+    # Draw with replacement (group ~ load, then expert ~ load by inverse CDF) and redraw
+    # duplicates: the same distribution as drawing without replacement.
+    for j in range(k):
+        need = np.arange(rows)
+        while need.size:
+            u = rng.random(need.size) * group_cum[need, -1]
+            slot = np.minimum((group_cum[need] <= u[:, None]).sum(axis=1), kg - 1)
+            group = chosen_groups[need, slot]
+            first = layer_of[need] * experts + group * group_size
+            target = expert_cum[first] + rng.random(need.size) * group_load[layer_of[need], group]
+            flat = np.searchsorted(expert_cum, target, side="right") - 1
+            expert = np.clip(flat, first, first + group_size - 1) - layer_of[need] * experts
+            dup = (picks[need, :j] == expert[:, None]).any(axis=1)
+            fresh = ~dup
+            picks[need[fresh], j] = expert[fresh]
+            need = need[dup]
+    chosen = picks.reshape(layers, tokens, k)
+    return TokenRoutes(experts=chosen, uniform=rng.random(chosen.shape, dtype=np.float32))
+
+
+def nodes_reached(routes: TokenRoutes, placement: Placement, nodes: int) -> np.ndarray:
+    """Average nodes reached per token of `routes` under `placement`, per layer, [layers]."""
+    layers, tokens, k = routes.experts.shape
+    if nodes <= 1:
+        return np.ones(layers)
+    devices, slots = placement.devices, placement.slots_per_device
+    experts = placement.num_experts
+    ids = placement.device_experts.reshape(layers, -1)
+    node_of_slot = np.repeat(np.arange(devices) // (devices // nodes), slots)
+    has_node = np.zeros((layers, experts, nodes), dtype=bool)
+    has_node[np.arange(layers)[:, None], ids, node_of_slot[None, :]] = True
+    spread = has_node.sum(axis=2)  # [layers, experts]
+    order = np.argsort(ids, axis=1, kind="stable")
+    replica_node = node_of_slot[order]  # [layers, slots in all], replicas grouped by expert
+    counts = placement.replica_counts
+    starts = np.cumsum(counts, axis=1) - counts
+    lrow = np.arange(layers)[:, None]
+    reached = np.zeros((layers, tokens, nodes), dtype=bool)
+    chosen = routes.experts
+    single = np.take_along_axis(spread, chosen.reshape(layers, -1), axis=1).reshape(chosen.shape)
+    single = single == 1
+    for j in range(k):
+        e = chosen[:, :, j]  # [layers, tokens]
+        has = has_node[lrow, e]  # [layers, tokens, nodes]
+        forced = single[:, :, j]
+        reached |= has & forced[..., None]
+    for j in range(k):
+        e = chosen[:, :, j]
+        has = has_node[lrow, e]
+        todo = ~single[:, :, j] & ~(has & reached).any(axis=2)
+        n = np.take_along_axis(counts, e, axis=1)
+        index = np.take_along_axis(starts, e, axis=1) + np.minimum(
+            (routes.uniform[:, :, j] * n).astype(np.int64), n - 1
+        )
+        node = np.take_along_axis(replica_node, index, axis=1)  # [layers, tokens]
+        lay, tok = np.nonzero(todo)
+        reached[lay, tok, node[lay, tok]] = True
+    return reached.sum(axis=2).mean(axis=1)
+
+
 def nodes_per_token(
     loads: np.ndarray,
     placement: Placement,
@@ -162,64 +254,15 @@ def nodes_per_token(
     1. A token picks `topk_group` distinct groups with probability proportional to group load
        (the sum of its experts' loads), then `experts_per_token` distinct experts among the
        experts of those groups with probability proportional to expert load (both without
-       replacement, by Gumbel top-k).
+       replacement). A layer with no load is taken as uniform.
     2. An expert whose replicas all sit on one node sends the token to that node. The others, in
-       the order drawn, use a replica on a node the token already reaches when there is one, else
+       a fixed order, use a replica on a node the token already reaches when there is one, else
        a replica chosen uniformly (the even split of the load model).
 
-    The random stream of layer i is `default_rng([seed, i])` and depends only on the loads, so
-    two placements of the same loads are compared on the same tokens.
+    The draws come from `default_rng(seed)` and depend only on the loads (`route_tokens`), so two
+    placements of the same loads are compared on the same tokens (`nodes_reached`).
     """
     loads = np.asarray(loads, dtype=np.float64)
-    layers, experts = loads.shape
-    routing.check(experts)
     if nodes <= 1:
-        return np.ones(layers)
-    devices, slots = placement.devices, placement.slots_per_device
-    node_of_slot = np.repeat(np.arange(devices) // (devices // nodes), slots)
-    group_size = experts // routing.n_group
-    k, kg = routing.experts_per_token, routing.topk_group
-    out = np.empty(layers)
-    for layer in range(layers):
-        rng = np.random.default_rng([seed, layer])
-        w = loads[layer]
-        if w.sum() <= 0:
-            w = np.ones(experts)
-        with np.errstate(divide="ignore"):
-            log_w = np.log(w)
-            log_g = np.log(w.reshape(routing.n_group, group_size).sum(axis=1))
-        g_keys = log_g[None, :] + rng.gumbel(size=(tokens, routing.n_group))
-        groups = np.argpartition(-g_keys, kg - 1, axis=1)[:, :kg]
-        candidates = (groups[:, :, None] * group_size + np.arange(group_size)).reshape(tokens, -1)
-        e_keys = log_w[candidates] + rng.gumbel(size=candidates.shape)
-        pick = np.argpartition(-e_keys, k - 1, axis=1)[:, :k]
-        chosen = np.take_along_axis(candidates, pick, axis=1)  # [tokens, k], in draw order
-
-        ids = placement.device_experts[layer].ravel()
-        has_node = np.zeros((experts, nodes), dtype=bool)
-        has_node[ids, node_of_slot] = True
-        spread = has_node.sum(axis=1)
-        order = np.argsort(ids, kind="stable")
-        counts = np.bincount(ids, minlength=experts)
-        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-        replica_node = node_of_slot[order]  # replicas grouped by expert
-
-        reached = np.zeros((tokens, nodes), dtype=bool)
-        rows = np.arange(tokens)
-        single = spread[chosen] == 1
-        home = has_node[chosen].argmax(axis=2)
-        for j in range(k):
-            reached[rows[single[:, j]], home[single[:, j], j]] = True
-        uniform = rng.random((tokens, k))
-        for j in range(k):
-            e = chosen[:, j]
-            todo = ~single[:, j] & ~(has_node[e] & reached).any(axis=1)
-            if not todo.any():
-                continue
-            et = e[todo]
-            pick_replica = starts[et] + np.minimum(
-                (uniform[todo, j] * counts[et]).astype(np.int64), counts[et] - 1
-            )
-            reached[rows[todo], replica_node[pick_replica]] = True
-        out[layer] = reached.sum(axis=1).mean()
-    return out
+        return np.ones(loads.shape[0])
+    return nodes_reached(route_tokens(loads, routing, tokens, seed), placement, nodes)

@@ -7,7 +7,7 @@ maximum; no other distribution of the same number of slots can have a lower maxi
 also what the lower bound needs. The one-at-a-time loop is computed for all layers at once: the
 greedy takes, in decreasing order, the values load/1, load/2, ... of every expert, so it takes
 exactly every value above some threshold; a bisection finds the threshold per layer and the few
-values tied at it are taken largest first.
+values left at it are taken in the loop's order.
 
 A device never holds two replicas of one expert, so an expert has at most `max_replicas`
 (= devices, or devices of its node) replicas.
@@ -73,13 +73,18 @@ def divisor_replica_counts(
     base = picks(np.where(hi > 0, hi, np.finfo(float).tiny)).astype(np.int64)
     counts += base
     remaining = extra - base.sum(axis=1)
-    # The values tied at the threshold: largest next value first, one per expert per pass.
+    # The values left at the threshold, exactly in the loop's order: an expert's next value is
+    # safe to take in this pass when no value exposed later (any expert's value after its next
+    # one) can exceed it; the largest next value always qualifies.
     while (remaining > 0).any():
-        nxt = np.where(counts < max_replicas, w / (counts - 1 + theta), -np.inf)
+        open_ = counts < max_replicas
+        nxt = np.where(open_, w / (counts - 1 + theta), -np.inf)
+        after = np.where(counts + 1 < max_replicas, w / (counts + theta), -np.inf)
+        qualify = open_ & (nxt >= after.max(axis=1, keepdims=True))
         order = np.argsort(-nxt, axis=1, kind="stable")
         rank = np.empty_like(order)
         np.put_along_axis(rank, order, np.arange(experts)[None, :].repeat(layers, 0), axis=1)
-        take = (rank < remaining[:, None]) & np.isfinite(nxt)
+        take = qualify & (rank < remaining[:, None])
         counts += take
         remaining -= take.sum(axis=1)
     return counts

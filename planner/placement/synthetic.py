@@ -17,7 +17,7 @@ to their popularity).
 
 Windows (several time windows of the same deployment): window 0 uses the popularity above;
 window t + 1 multiplies every expert's popularity by exp(drift * z) with z standard normal, fresh
-per expert, layer and window (a random walk of log-popularity; drift 0.3 by default), then
+per expert, layer and window (a random walk of log-popularity; drift 0.1 by default), then
 re-normalises. Counts are drawn independently per window.
 
 Everything comes from one `numpy.random.default_rng(seed)`: the same arguments give the same trace.
@@ -105,9 +105,9 @@ def generate_loads(
     tokens_per_layer: int = 16384,
     seed: int = 0,
     experts_per_token: int = 8,
-    drift: float = 0.3,
+    drift: float = 0.1,
 ) -> np.ndarray:
-    """Token counts per expert: [layers, experts] when windows == 1, else [windows, layers, experts]."""
+    """Token counts per expert, [layers, experts]; [windows, layers, experts] if windows > 1."""
     if isinstance(spec, str):
         spec = parse_trace_spec(spec)
     for name, value, low in (

@@ -1,0 +1,173 @@
+"""The discrete search space: instance sizes, and per size the layout options of every module.
+
+Instance sizes are whole nodes (multiples of devices_per_node) or the sub-node sizes a node
+allows (powers of two below it), up to the card budget and the machine's instance limit, and
+not below the smallest size whose HBM can hold the weights at all.
+
+Per size, the options of each module are the layouts that tile the devices:
+- attention: DP x TP with TP a power of two inside a node that divides the heads; for prefill
+  also the report's hybrid (pre-attention DP, attention TP, post-attention DP x TP2);
+- dense FFN and LM head: DP x TP with TP a power of two inside a node;
+- MoE: every EP device holds slots_per_device in base..base+4 (base = fewest slots that hold
+  every routed expert), All2All or AllGather+ReduceScatter, shared expert replicated or on
+  dedicated devices (as many as make a shared-expert device's tokens match a routed one's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from planner.specs.hardware import HardwareSpec
+from planner.specs.model import ModelSpec
+from planner.specs.plan import AttentionLayout, MoELayout, ParallelLayout, SharedExpertLayout
+
+Phase = Literal["decode", "prefill"]
+MAX_EXTRA_SLOTS = 4
+
+
+@dataclass(frozen=True)
+class MoEOption:
+    """One MoE choice: the EP layout and where the shared expert runs."""
+
+    moe: MoELayout
+    shared: SharedExpertLayout
+
+    def short(self) -> str:
+        s = self.moe.short()
+        if self.shared.placement == "dedicated":
+            s += f"+shared x{self.shared.devices}"
+        return s
+
+
+@dataclass
+class SizeOptions:
+    """Layout options of every module for one instance size of one phase."""
+
+    devices: int
+    attention: list[AttentionLayout]
+    dense_ffn: list[ParallelLayout]
+    lm_head: list[ParallelLayout]
+    moe: list[MoEOption]
+
+    @property
+    def count(self) -> int:
+        """Number of module-layout combinations (before concurrency and MTP)."""
+        n = len(self.attention) * max(1, len(self.dense_ffn)) * len(self.lm_head) * max(1, len(self.moe))
+        return n
+
+
+@dataclass(frozen=True)
+class SpaceLimits:
+    """What the user pinned or bounded."""
+
+    max_devices: int
+    decode_devices: int | None = None
+    prefill_devices: int | None = None
+    mtp_tokens: tuple[int, ...] | None = None
+    allow_alltoall: bool = True
+    allow_allgather: bool = True
+    max_extra_slots: int = MAX_EXTRA_SLOTS
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def _pow2_upto(n: int) -> list[int]:
+    out, p = [], 1
+    while p <= n:
+        out.append(p)
+        p *= 2
+    return out
+
+
+def min_devices_for_weights(model: ModelSpec, hw: HardwareSpec, expert_bytes: float, other_bytes: float) -> int:
+    """Fewest devices whose HBM (less reserve and buffers) can hold all weights once."""
+    usable = hw.hbm_bytes - hw.memory.runtime_reserve.value - hw.memory.comm_buffers.value
+    if usable <= 0:
+        return 10**9
+    total = expert_bytes + other_bytes
+    return max(1, int(-(-total // usable)))
+
+
+def instance_sizes(hw: HardwareSpec, max_devices: int, min_devices: int) -> list[int]:
+    """Sub-node powers of two and whole-node multiples, within [min_devices, max_devices]."""
+    cap = max_devices if hw.max_devices is None else min(max_devices, hw.max_devices)
+    node = hw.devices_per_node
+    sizes = {s for s in _pow2_upto(node) if s < node}
+    sizes.update(range(node, cap + 1, node))
+    return sorted(s for s in sizes if min_devices <= s <= cap)
+
+
+def _tp_options(devices: int, hw: HardwareSpec, divides: int | None) -> list[int]:
+    return [
+        tp
+        for tp in _pow2_upto(min(devices, hw.devices_per_node))
+        if devices % tp == 0 and (divides is None or divides % tp == 0)
+    ]
+
+
+def attention_options(model: ModelSpec, hw: HardwareSpec, devices: int, phase: Phase) -> list[AttentionLayout]:
+    """Attention layouts; prefill adds the report's hybrid with the core TP over up to a node."""
+    heads = model.attention.num_heads
+    tps = _tp_options(devices, hw, heads)
+    out = [AttentionLayout(dp=devices // tp, tp=tp) for tp in tps]
+    if phase == "prefill":
+        core_tps = [t for t in tps if t > 1]
+        if devices <= 2 * hw.devices_per_node and devices % 2 == 0 and heads % devices == 0:
+            core_tps.append(devices)  # the report's TP16 over two A2 nodes
+        for t in sorted(set(core_tps)):
+            for post_tp in (1, 2):
+                if devices % post_tp or heads % post_tp or t == 1:
+                    continue
+                out.append(
+                    AttentionLayout(
+                        dp=devices // t,
+                        tp=t,
+                        pre=ParallelLayout(dp=devices, tp=1),
+                        post=ParallelLayout(dp=devices // post_tp, tp=post_tp),
+                    )
+                )
+    return out
+
+
+def parallel_options(hw: HardwareSpec, devices: int, divides: int | None) -> list[ParallelLayout]:
+    """DP x TP layouts with TP a power of two inside a node."""
+    return [ParallelLayout(dp=devices // tp, tp=tp) for tp in _tp_options(devices, hw, divides)]
+
+
+def moe_options(model: ModelSpec, devices: int, limits: SpaceLimits) -> list[MoEOption]:
+    """EP layouts with 0..max_extra_slots redundant slots per device, both comm schemes, shared placements."""
+    if model.moe is None:
+        return []
+    experts = model.moe.routed_experts
+    comms = [c for c, ok in (("alltoall", limits.allow_alltoall), ("allgather", limits.allow_allgather)) if ok]
+    shareds = [SharedExpertLayout()]
+    if model.moe.shared_experts and devices >= 16:
+        k = model.moe.experts_per_token
+        dedicated = round(devices * model.moe.shared_experts / (k + model.moe.shared_experts))
+        for n_sh in sorted({dedicated, devices // 16}):
+            if 1 <= n_sh < devices:
+                shareds.append(SharedExpertLayout(placement="dedicated", devices=n_sh))
+    out = []
+    for shared in shareds:
+        ep = devices - shared.dedicated_devices
+        base = -(-experts // ep)
+        for slots in range(base, min(experts, base + limits.max_extra_slots) + 1):
+            for comm in comms:
+                out.append(MoEOption(MoELayout(ep=ep, slots_per_device=slots, comm=comm), shared))  # type: ignore[arg-type]
+    return out
+
+
+def size_options(
+    model: ModelSpec, hw: HardwareSpec, devices: int, phase: Phase, limits: SpaceLimits
+) -> SizeOptions:
+    """Every module's layout options for one instance size."""
+    dense = (
+        parallel_options(hw, devices, model.dense_intermediate_size) if model.num_dense_layers else []
+    )
+    return SizeOptions(
+        devices=devices,
+        attention=attention_options(model, hw, devices, phase),
+        dense_ffn=dense,
+        lm_head=parallel_options(hw, devices, None),
+        moe=moe_options(model, devices, limits),
+    )

@@ -1,0 +1,274 @@
+"""Cost tables of every candidate: float seconds and bytes from the cost model, then integers.
+
+For one instance size of one phase, every module's layout option is costed over the whole range
+of the phase's free integer (decode: concurrency per device B, for each MTP depth k; prefill:
+requests per forward R, for each micro-batch count). The step is a sum of module terms, so the
+tables are per module: `time[o, k, x]` and `hbm[o, k, x]` for option o.
+
+`to_integer_tables` is the one place where floats become the solver's integers: microseconds
+and MiB, both rounded up, so that anything the solver accepts also fits and meets the SLO when
+evaluated in floating point.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.candidates.space import MoEOption, SizeOptions
+from planner.costmodel.context import CostContext
+from planner.costmodel.decode import emitted_tokens_per_step
+from planner.costmodel.memory import (
+    attention_hbm,
+    dense_ffn_hbm,
+    fixed_hbm,
+    kv_tokens_in_use,
+    lm_head_hbm,
+    moe_hbm,
+    prefill_kv_tokens,
+)
+from planner.costmodel.modules import (
+    ModuleCost,
+    attention_cost,
+    dense_ffn_cost,
+    embedding_cost,
+    lm_head_cost,
+    moe_cost,
+)
+from planner.costmodel.prefill import kv_transfer_s
+from planner.specs.plan import AttentionLayout
+
+MODULES = ("attention", "dense_ffn", "moe", "lm_head")
+MAX_CONCURRENCY = 2048
+MAX_REQUESTS_PER_FORWARD = 256
+MIB = 1024.0 * 1024.0
+
+
+@dataclass
+class PhaseTables:
+    """Float tables of one instance size of one phase.
+
+    decode: axis 1 is the MTP depth (k_values), axis 2 the concurrency per device (x_values);
+    prefill: axis 1 is the micro-batch count (k_values), axis 2 requests per forward (x_values).
+    `time_s[m]` is the module's time per step (decode) or its compute part (prefill);
+    `comm_s[m]` (prefill only) its communication part, `fixed_s[m]` its launch costs per
+    micro-batch.
+    """
+
+    phase: str
+    devices: int
+    options: SizeOptions
+    k_values: list[int]
+    x_values: np.ndarray
+    time_s: dict[str, np.ndarray]
+    comm_s: dict[str, np.ndarray]
+    fixed_s: dict[str, np.ndarray]
+    const_s: np.ndarray
+    hbm_bytes: dict[str, np.ndarray]
+    hbm_fixed_bytes: float
+    emitted: np.ndarray
+
+    def n_options(self, module: str) -> int:
+        return int(self.time_s[module].shape[0])
+
+
+@dataclass
+class IntTables:
+    """The solver's integers: microseconds and MiB (rounded up)."""
+
+    time_us: dict[str, np.ndarray]
+    comm_us: dict[str, np.ndarray]
+    fixed_us: dict[str, np.ndarray]
+    const_us: np.ndarray
+    hbm_mib: dict[str, np.ndarray]
+    hbm_capacity_mib: int
+
+
+def to_integer_tables(tables: PhaseTables, hbm_capacity_bytes: float) -> IntTables:
+    """Seconds -> microseconds and bytes -> MiB, rounded up (the solver sees only these)."""
+
+    def us(a: np.ndarray) -> np.ndarray:
+        return np.ceil(np.asarray(a) * 1e6 - 1e-9).astype(np.int64)
+
+    def mib(a: np.ndarray) -> np.ndarray:
+        return np.ceil(np.asarray(a) / MIB - 1e-9).astype(np.int64)
+
+    fixed_mib = int(math.ceil(tables.hbm_fixed_bytes / MIB))
+    return IntTables(
+        time_us={m: us(v) for m, v in tables.time_s.items()},
+        comm_us={m: us(v) for m, v in tables.comm_s.items()},
+        fixed_us={m: us(v) for m, v in tables.fixed_s.items()},
+        const_us=us(tables.const_s),
+        hbm_mib={m: mib(v) for m, v in tables.hbm_bytes.items()},
+        hbm_capacity_mib=int(math.floor(hbm_capacity_bytes / MIB)) - fixed_mib,
+    )
+
+
+def _sum_parts(parts: dict[str, np.ndarray]) -> np.ndarray:
+    return sum(parts.values())  # type: ignore[return-value]
+
+
+# ---- decode ------------------------------------------------------------------------------------
+
+
+def _decode_pass_tokens(b: np.ndarray, k: int) -> list[np.ndarray]:
+    """Tokens per device of each MTP pass: the first on every position, later ones on one."""
+    return [b * (1 + k)] + [b] * max(0, k - 1)
+
+
+def decode_tables(ctx: CostContext, opts: SizeOptions, k_values: list[int], b_values: np.ndarray) -> PhaseTables:
+    """Float tables of a decode instance of `opts.devices` devices."""
+    m, n = ctx.model, opts.devices
+    b = b_values.astype(float)
+    nk, nb = len(k_values), b.size
+    ctx_len = ctx.mean_decode_context_tokens
+    overlap = ctx.hw.overlap.decode_shared_expert_with_dispatch
+
+    def att(layout: AttentionLayout, t: np.ndarray) -> ModuleCost:
+        return attention_cost(ctx, layout, t, b, ctx_len, ctx_len, decode=True)
+
+    def stack(fn, options, main_layers: int, mtp_uses: bool) -> np.ndarray:
+        out = np.zeros((max(1, len(options)), nk, nb))
+        for i, opt in enumerate(options):
+            for j, k in enumerate(k_values):
+                passes = _decode_pass_tokens(b, k)
+                total = fn(opt, passes[0]).total_s * main_layers
+                if k and mtp_uses:
+                    total = total + sum(fn(opt, t).total_s for t in passes)
+                out[i, j] = total
+        return out
+
+    time_s = {
+        "attention": stack(att, opts.attention, m.num_layers, True),
+        "dense_ffn": stack(lambda o, t: dense_ffn_cost(ctx, o, t), opts.dense_ffn, m.num_dense_layers, m.moe is None),
+        "moe": stack(
+            lambda o, t: moe_cost(ctx, n, o.moe, o.shared, t, overlap), opts.moe, m.num_moe_layers, True
+        ),
+        "lm_head": stack(
+            lambda o, t: _head(ctx, o, t), opts.lm_head, 1, True
+        ),
+    }
+    # the lm_head stack counted embedding + head once for the main pass; MTP passes re-run the head only
+    const = np.zeros((nk, nb))
+    proj = 2 * m.hidden_size * m.hidden_size
+    for j, k in enumerate(k_values):
+        if k:
+            eh = sum(
+                ctx.roofline_s(2 * t * proj, proj * ctx.quant.linear_weight_bytes, ctx.linear_flops_per_s)
+                for t in _decode_pass_tokens(b, k)
+            )
+            const[j] = eh + ctx.hw.fixed_costs.mtp_framework_per_step.value
+
+    hbm = {mod: np.zeros_like(time_s[mod]) for mod in MODULES}
+    for j, k in enumerate(k_values):
+        tokens = b * (1 + k)
+        kv = kv_tokens_in_use(ctx, b, k)
+        for i, lay in enumerate(opts.attention):
+            hbm["attention"][i, j] = _sum_parts(attention_hbm(ctx, lay, tokens, kv))
+        for i, lay in enumerate(opts.dense_ffn):
+            hbm["dense_ffn"][i, j] = _sum_parts(dense_ffn_hbm(ctx, lay, tokens)) if m.num_dense_layers else 0
+        for i, opt in enumerate(opts.moe):
+            hbm["moe"][i, j] = _sum_parts(moe_hbm(ctx, n, opt.moe, opt.shared, tokens)[0])
+        for i, lay in enumerate(opts.lm_head):
+            hbm["lm_head"][i, j] = _sum_parts(lm_head_hbm(ctx, lay, tokens))
+    zeros = {mod: np.zeros((1, 1, 1)) for mod in MODULES}
+    return PhaseTables(
+        phase="decode",
+        devices=n,
+        options=opts,
+        k_values=list(k_values),
+        x_values=b_values,
+        time_s=time_s,
+        comm_s=zeros,
+        fixed_s=zeros,
+        const_s=const,
+        hbm_bytes=hbm,
+        hbm_fixed_bytes=sum(fixed_hbm(ctx).values()),
+        emitted=np.array([emitted_tokens_per_step(k, ctx.workload.mtp_acceptance) for k in k_values]),
+    )
+
+
+def _head(ctx: CostContext, layout, tokens: np.ndarray) -> ModuleCost:
+    """LM head with the embedding lookup (the main pass) as one module cost."""
+    head = lm_head_cost(ctx, layout, tokens)
+    emb = embedding_cost(ctx, layout, tokens)
+    return ModuleCost(head.compute_s + emb.compute_s, head.comm_s + emb.comm_s, head.fixed_s + emb.fixed_s)
+
+
+# ---- prefill -----------------------------------------------------------------------------------
+
+
+def prefill_tables(
+    ctx: CostContext, opts: SizeOptions, micro_batches: list[int], r_values: np.ndarray
+) -> PhaseTables:
+    """Float tables of a prefill instance: compute, communication and launch cost per module."""
+    m, n = ctx.model, opts.devices
+    r = r_values.astype(float)
+    w = ctx.workload
+    bt = r * w.input_tokens
+    t = bt / n
+    attended = (w.input_tokens + 1) / 2.0
+    requests_per_device = r / n
+
+    def collect(fn, options, layers: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        size = max(1, len(options))
+        comp, comm_, fixed = np.zeros((size, 1, r.size)), np.zeros((size, 1, r.size)), np.zeros((size, 1, 1))
+        for i, opt in enumerate(options):
+            c = fn(opt)
+            comp[i, 0] = c.compute_s * layers
+            comm_[i, 0] = c.comm_s * layers
+            fixed[i, 0, 0] = c.fixed_s * layers
+        return comp, comm_, fixed
+
+    parts = {
+        "attention": collect(
+            lambda o: attention_cost(ctx, o, t, requests_per_device, attended, 0.0, decode=False),
+            opts.attention,
+            m.num_layers,
+        ),
+        "dense_ffn": collect(lambda o: dense_ffn_cost(ctx, o, t), opts.dense_ffn, m.num_dense_layers),
+        "moe": collect(
+            lambda o: _prefill_moe(ctx, n, o, t), opts.moe, m.num_moe_layers
+        ),
+        "lm_head": collect(lambda o: _prefill_head(ctx, o, t, requests_per_device), opts.lm_head, 1),
+    }
+    hbm = {mod: np.zeros((parts[mod][0].shape[0], len(micro_batches), r.size)) for mod in MODULES}
+    for j, mb in enumerate(micro_batches):
+        in_flight = bt / mb * min(2, mb)
+        tok = in_flight / n
+        logits = in_flight / w.input_tokens / n
+        for i, lay in enumerate(opts.attention):
+            kv = prefill_kv_tokens(bt, lay.dp) / lay.tp
+            hbm["attention"][i, j] = _sum_parts(attention_hbm(ctx, lay, tok, kv))
+        for i, lay in enumerate(opts.dense_ffn):
+            hbm["dense_ffn"][i, j] = _sum_parts(dense_ffn_hbm(ctx, lay, tok)) if m.num_dense_layers else 0
+        for i, opt in enumerate(opts.moe):
+            hbm["moe"][i, j] = _sum_parts(moe_hbm(ctx, n, opt.moe, opt.shared, tok)[0])
+        for i, lay in enumerate(opts.lm_head):
+            hbm["lm_head"][i, j] = _sum_parts(lm_head_hbm(ctx, lay, logits))
+    return PhaseTables(
+        phase="prefill",
+        devices=n,
+        options=opts,
+        k_values=list(micro_batches),
+        x_values=r_values,
+        time_s={mod: p[0] for mod, p in parts.items()},
+        comm_s={mod: p[1] for mod, p in parts.items()},
+        fixed_s={mod: p[2] for mod, p in parts.items()},
+        const_s=np.full((len(micro_batches), 1), kv_transfer_s(ctx)),
+        hbm_bytes=hbm,
+        hbm_fixed_bytes=sum(fixed_hbm(ctx).values()),
+        emitted=np.ones(len(micro_batches)),
+    )
+
+
+def _prefill_moe(ctx: CostContext, n: int, opt: MoEOption, t: np.ndarray) -> ModuleCost:
+    return moe_cost(ctx, n, opt.moe, opt.shared, t, overlap_shared=False)
+
+
+def _prefill_head(ctx: CostContext, layout, t: np.ndarray, requests_per_device: np.ndarray) -> ModuleCost:
+    emb = embedding_cost(ctx, layout, t)
+    head = lm_head_cost(ctx, layout, requests_per_device)
+    return ModuleCost(emb.compute_s + head.compute_s, emb.comm_s + head.comm_s, emb.fixed_s + head.fixed_s)
