@@ -8,9 +8,11 @@ Per size, the options of each module are the layouts that tile the devices:
 - attention: DP x TP with TP a power of two inside a node that divides the heads; for prefill
   also the report's hybrid (pre-attention DP, attention TP, post-attention DP x TP2);
 - dense FFN and LM head: DP x TP with TP a power of two inside a node;
-- MoE: every EP device holds slots_per_device in base..base+4 (base = fewest slots that hold
-  every routed expert), All2All or AllGather+ReduceScatter, shared expert replicated or on
-  dedicated devices (as many as make a shared-expert device's tokens match a routed one's).
+- MoE: every EP device holds slots_per_device from base (the fewest slots that hold every
+  routed expert) up to base+4, as long as the redundant copies stay within half the number of
+  experts (more buys < 0.1% of balance under any skew moeplan models, docs/experts.md);
+  All2All or AllGather+ReduceScatter; the shared expert replicated, or on dedicated devices
+  (as many as make a shared-expert device's tokens match a routed one's).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from planner.specs.plan import AttentionLayout, MoELayout, ParallelLayout, Share
 
 Phase = Literal["decode", "prefill"]
 MAX_EXTRA_SLOTS = 4
+MAX_REDUNDANCY = 0.5  # redundant copies at most half the number of routed experts
 
 
 @dataclass(frozen=True)
@@ -143,15 +146,15 @@ def moe_options(model: ModelSpec, devices: int, limits: SpaceLimits) -> list[MoE
     shareds = [SharedExpertLayout()]
     if model.moe.shared_experts and devices >= 16:
         k = model.moe.experts_per_token
-        dedicated = round(devices * model.moe.shared_experts / (k + model.moe.shared_experts))
-        for n_sh in sorted({dedicated, devices // 16}):
-            if 1 <= n_sh < devices:
-                shareds.append(SharedExpertLayout(placement="dedicated", devices=n_sh))
+        n_sh = round(devices * model.moe.shared_experts / (k + model.moe.shared_experts))
+        if 1 <= n_sh < devices:
+            shareds.append(SharedExpertLayout(placement="dedicated", devices=n_sh))
     out = []
     for shared in shareds:
         ep = devices - shared.dedicated_devices
         base = -(-experts // ep)
-        for slots in range(base, min(experts, base + limits.max_extra_slots) + 1):
+        most = max(base, int((1 + MAX_REDUNDANCY) * experts // ep))
+        for slots in range(base, min(experts, base + limits.max_extra_slots, most) + 1):
             for comm in comms:
                 out.append(MoEOption(MoELayout(ep=ep, slots_per_device=slots, comm=comm), shared))  # type: ignore[arg-type]
     return out

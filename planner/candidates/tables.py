@@ -119,38 +119,47 @@ def _decode_pass_tokens(b: np.ndarray, k: int) -> list[np.ndarray]:
 
 
 def decode_tables(ctx: CostContext, opts: SizeOptions, k_values: list[int], b_values: np.ndarray) -> PhaseTables:
-    """Float tables of a decode instance of `opts.devices` devices."""
+    """Float tables of a decode instance of `opts.devices` devices.
+
+    Every MTP depth is costed in one vectorised call per option: the tokens of all depths are
+    laid end to end (B * (1 + k) for each k) and the result is cut back into [k, B].
+    """
     m, n = ctx.model, opts.devices
     b = b_values.astype(float)
     nk, nb = len(k_values), b.size
+    ks = np.array(k_values, dtype=float)
     ctx_len = ctx.mean_decode_context_tokens
     overlap = ctx.hw.overlap.decode_shared_expert_with_dispatch
-
-    def att(layout: AttentionLayout, t: np.ndarray) -> ModuleCost:
-        return attention_cost(ctx, layout, t, b, ctx_len, ctx_len, decode=True)
+    tokens_all = (b[None, :] * (1 + ks[:, None])).reshape(-1)
+    seqs_all = np.tile(b, nk)
+    first = (ks >= 1).astype(float)[:, None]
+    later = np.maximum(ks - 1, 0)[:, None]
 
     def stack(fn, options, main_layers: int, mtp_uses: bool) -> np.ndarray:
         out = np.zeros((max(1, len(options)), nk, nb))
         for i, opt in enumerate(options):
-            for j, k in enumerate(k_values):
-                passes = _decode_pass_tokens(b, k)
-                total = fn(opt, passes[0]).total_s * main_layers
-                if k and mtp_uses:
-                    total = total + sum(fn(opt, t).total_s for t in passes)
-                out[i, j] = total
+            per_k = fn(opt, tokens_all, seqs_all).total_s.reshape(nk, nb)
+            total = per_k * main_layers
+            if mtp_uses and ks.max() >= 1:
+                total = total + first * per_k
+                if ks.max() >= 2:
+                    total = total + later * fn(opt, b, b).total_s[None, :]
+            out[i] = total
         return out
 
     time_s = {
-        "attention": stack(att, opts.attention, m.num_layers, True),
-        "dense_ffn": stack(lambda o, t: dense_ffn_cost(ctx, o, t), opts.dense_ffn, m.num_dense_layers, m.moe is None),
+        "attention": stack(
+            lambda o, t, q: attention_cost(ctx, o, t, q, ctx_len, ctx_len, decode=True),
+            opts.attention, m.num_layers, True,
+        ),
+        "dense_ffn": stack(
+            lambda o, t, q: dense_ffn_cost(ctx, o, t), opts.dense_ffn, m.num_dense_layers, m.moe is None
+        ),
         "moe": stack(
-            lambda o, t: moe_cost(ctx, n, o.moe, o.shared, t, overlap), opts.moe, m.num_moe_layers, True
+            lambda o, t, q: moe_cost(ctx, n, o.moe, o.shared, t, overlap), opts.moe, m.num_moe_layers, True
         ),
-        "lm_head": stack(
-            lambda o, t: _head(ctx, o, t), opts.lm_head, 1, True
-        ),
+        "lm_head": stack(lambda o, t, q: _head(ctx, o, t), opts.lm_head, 1, True),
     }
-    # the lm_head stack counted embedding + head once for the main pass; MTP passes re-run the head only
     const = np.zeros((nk, nb))
     proj = 2 * m.hidden_size * m.hidden_size
     for j, k in enumerate(k_values):
@@ -161,18 +170,17 @@ def decode_tables(ctx: CostContext, opts: SizeOptions, k_values: list[int], b_va
             )
             const[j] = eh + ctx.hw.fixed_costs.mtp_framework_per_step.value
 
+    kv_all = np.concatenate([kv_tokens_in_use(ctx, b, k) for k in k_values])
     hbm = {mod: np.zeros_like(time_s[mod]) for mod in MODULES}
-    for j, k in enumerate(k_values):
-        tokens = b * (1 + k)
-        kv = kv_tokens_in_use(ctx, b, k)
-        for i, lay in enumerate(opts.attention):
-            hbm["attention"][i, j] = _sum_parts(attention_hbm(ctx, lay, tokens, kv))
+    for i, lay in enumerate(opts.attention):
+        hbm["attention"][i] = _sum_parts(attention_hbm(ctx, lay, tokens_all, kv_all)).reshape(nk, nb)
+    if m.num_dense_layers:
         for i, lay in enumerate(opts.dense_ffn):
-            hbm["dense_ffn"][i, j] = _sum_parts(dense_ffn_hbm(ctx, lay, tokens)) if m.num_dense_layers else 0
-        for i, opt in enumerate(opts.moe):
-            hbm["moe"][i, j] = _sum_parts(moe_hbm(ctx, n, opt.moe, opt.shared, tokens)[0])
-        for i, lay in enumerate(opts.lm_head):
-            hbm["lm_head"][i, j] = _sum_parts(lm_head_hbm(ctx, lay, tokens))
+            hbm["dense_ffn"][i] = _sum_parts(dense_ffn_hbm(ctx, lay, tokens_all)).reshape(nk, nb)
+    for i, opt in enumerate(opts.moe):
+        hbm["moe"][i] = _sum_parts(moe_hbm(ctx, n, opt.moe, opt.shared, tokens_all)[0]).reshape(nk, nb)
+    for i, lay in enumerate(opts.lm_head):
+        hbm["lm_head"][i] = _sum_parts(lm_head_hbm(ctx, lay, tokens_all)).reshape(nk, nb)
     zeros = {mod: np.zeros((1, 1, 1)) for mod in MODULES}
     return PhaseTables(
         phase="decode",

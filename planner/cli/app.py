@@ -8,7 +8,7 @@ import sys
 import typer
 
 from planner import __version__
-from planner.cli import catalog_cmd, evaluate_cmd, experts_cmd, fidelity_cmd
+from planner.cli import catalog_cmd, evaluate_cmd, experts_cmd, fidelity_cmd, plan_cmd, schema_cmd
 
 app = typer.Typer(
     name="moeplan",
@@ -37,7 +37,9 @@ def _root(
 
 app.add_typer(catalog_cmd.hardware_app, name="hardware")
 app.add_typer(catalog_cmd.models_app, name="models")
+app.command("plan")(plan_cmd.plan)
 app.command("evaluate")(evaluate_cmd.evaluate)
+app.command("schema")(schema_cmd.schema)
 app.command("fidelity")(fidelity_cmd.fidelity)
 experts_cmd.register(app)
 

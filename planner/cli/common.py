@@ -18,7 +18,9 @@ from planner.errors import PlannerError
 
 T = TypeVar("T")
 
-console = Console(highlight=False, soft_wrap=False)
+# Tables are wide: when the output is not a terminal (a file, a pipe, CI), lay them out at 140
+# columns instead of rich's default 80.
+console = Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 140)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 

@@ -16,10 +16,7 @@ def imbalance_from_options(
     if loads is not None and skew_sigma is not None:
         raise BadInputError("--loads and --skew-sigma exclude each other; give one.")
     if loads is not None:
-        from planner.placement.loads import read_loads
-
-        trace = read_loads(loads)
-        per_layer = trace[-1] if trace.ndim == 3 else trace
+        per_layer = loads_array(loads)
         if model.moe is None:
             raise BadInputError(f"--loads: model '{model.name}' has no experts.")
         if per_layer.shape[1] != model.moe.routed_experts:
@@ -31,3 +28,28 @@ def imbalance_from_options(
     if skew_sigma is not None:
         return SkewImbalance(skew_sigma)
     return None
+
+
+def parse_int_list(text: str, flag: str, lo: int, hi: int) -> list[int]:
+    """'0,1,2' -> [0, 1, 2], each within [lo, hi]; errors name the flag."""
+    values = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            v = int(part)
+        except ValueError:
+            raise BadInputError(f"{flag}: '{part}' is not an integer; give a list like 0,1,2.") from None
+        if not lo <= v <= hi:
+            raise BadInputError(f"{flag}: {v} is outside [{lo}, {hi}].")
+        values.append(v)
+    if not values:
+        raise BadInputError(f"{flag}: give at least one value.")
+    return sorted(set(values))
+
+
+def loads_array(path: Path):
+    """Per-layer loads [layers, experts] from a loads file (the last window of several)."""
+    from planner.placement.loads import read_loads
+
+    trace = read_loads(path)
+    return trace[-1] if trace.ndim == 3 else trace

@@ -25,6 +25,8 @@ All layers are processed at once with numpy (the loops run over slots, not over 
 
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 
 from planner.placement.model import Placement
@@ -56,6 +58,10 @@ def greedy_pack(
     if slots_per_device == 1:
         out[:, :, 0] = ids  # every device takes one: the k-th heaviest goes to device k
         return out
+    if layers == 1:  # one layer (the cost model's skew model): a heap beats numpy's per-slot overhead
+        out[0] = _pack_one_layer(ids[0], per_replica[0], devices, slots_per_device)
+        _repair_duplicates(out, loads / counts)
+        return out
     rows = np.arange(layers)
     device_load = np.zeros((layers, devices))
     # open_load: the device's load, or inf once it is full (so argmin skips it)
@@ -86,6 +92,34 @@ def greedy_pack(
         open_load[rows, device] = np.where(slot + 1 >= slots_per_device, np.inf, new_load)
         holds[rows, device] = True
     _repair_duplicates(out, loads / counts)
+    return out
+
+
+def _pack_one_layer(ids: np.ndarray, weights: np.ndarray, devices: int, slots: int) -> np.ndarray:
+    """`greedy_pack` for one layer with a heap of open devices: same rule, same ties (lightest
+    device, then lowest index; a device holding the expert is skipped unless every open one
+    does, which `_repair_duplicates` then fixes)."""
+    out = np.empty((devices, slots), dtype=np.int64)
+    heap = [(0.0, d) for d in range(devices)]
+    fill = [0] * devices
+    holds: list[set[int]] = [set() for _ in range(devices)]
+    for expert, weight in zip(ids.tolist(), weights.tolist(), strict=True):
+        skipped = []
+        load, d = heapq.heappop(heap)
+        while expert in holds[d] and heap:
+            skipped.append((load, d))
+            load, d = heapq.heappop(heap)
+        if expert in holds[d] and skipped:  # every open device holds it: take the lightest
+            skipped.append((load, d))
+            skipped.sort()
+            load, d = skipped.pop(0)
+        out[d, fill[d]] = expert
+        fill[d] += 1
+        holds[d].add(expert)
+        if fill[d] < slots:
+            heapq.heappush(heap, (load + weight, d))
+        for item in skipped:
+            heapq.heappush(heap, item)
     return out
 
 

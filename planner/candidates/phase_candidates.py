@@ -1,0 +1,244 @@
+"""Every phase configuration of one instance size, costed, and the best of them kept.
+
+Given the instance size, a phase's step is a sum of module terms, so the configurations are the
+Cartesian product of the module options (attention x dense FFN x MoE x LM head), the MTP depth
+or micro-batch count, and the concurrency or batch. `phase_candidates` evaluates the whole
+product on the integer tables at once (numpy broadcasting: about 1.5 million points per size in
+tens of milliseconds), applies HBM and the phase's SLO, and keeps, for every instance size, the
+configurations with the highest throughput per device. For a fixed set of layouts throughput
+grows with concurrency, so a configuration's concurrency is the largest that fits HBM and meets
+the SLO. These candidates go to the CP-SAT deployment model (planner.search), which chooses
+among them, together with instance counts, under the card budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.candidates.space import MoEOption
+from planner.candidates.tables import MODULES, IntTables, PhaseTables
+from planner.specs.plan import AttentionLayout, ParallelLayout
+
+EMITTED_SCALE = 1000  # tokens per step per sequence, in thousandths
+OVERLAP_SCALE = 1000
+
+
+@dataclass(frozen=True)
+class PhaseCandidate:
+    """One fully specified phase instance: layouts, MTP/micro-batches, concurrency/batch, costs."""
+
+    phase: str
+    devices: int
+    attention: AttentionLayout
+    dense_ffn: ParallelLayout | None
+    moe: MoEOption | None
+    lm_head: ParallelLayout
+    k: int  # decode: MTP draft tokens; prefill: micro-batches
+    x: int  # decode: concurrency per device; prefill: requests per forward
+    time_us: int  # decode: step; prefill: forward
+    latency_us: int  # decode: TPOT; prefill: TTFT
+    hbm_mib: int
+    hbm_capacity_mib: int
+    num: int  # throughput ratio numerator (decode: B * emitted in thousandths; prefill: requests)
+    den: int  # ... and denominator (the step or forward, us)
+    option_index: tuple[int, int, int, int]
+
+    @property
+    def requests_per_s(self) -> float:
+        """Requests one instance serves per second (decode: at the workload's output length, see caller)."""
+        return self.num / self.den * 1e6
+
+    def key(self) -> tuple:
+        """Deterministic order among equals: fewer devices, then option indices, k, larger x."""
+        return (self.devices, self.option_index, self.k, -self.x)
+
+
+def undominated(arrays: list[np.ndarray]) -> np.ndarray:
+    """Indices of the options (axis 0) that no other option beats or ties in every array
+    everywhere (time and HBM alike); of identical options the first is kept. Pruning them is
+    exact: a dominated option never makes a configuration better."""
+    n = arrays[0].shape[0]
+    flat = np.concatenate([a.reshape(n, -1) for a in arrays], axis=1)
+    keep = []
+    for i in range(n):
+        le = np.all(flat <= flat[i], axis=1)
+        eq = np.all(flat == flat[i], axis=1)
+        dominated = np.any(le & ~eq) or np.any(eq[:i])
+        if not dominated:
+            keep.append(i)
+    return np.array(keep, dtype=np.int64)
+
+
+def _pruned(ints: IntTables, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """Per module, the option indices that survive dominance over the given tables."""
+    tables = {"time": ints.time_us, "comm": ints.comm_us, "fixed": ints.fixed_us, "hbm": ints.hbm_mib}
+    out = {}
+    for mod in MODULES:
+        arrays = [tables[n][mod] for n in names]
+        arrays = [a for a in arrays if a.shape[0] == ints.hbm_mib[mod].shape[0]]
+        out[mod] = undominated(arrays)
+    return out
+
+
+def _combine(parts: list[np.ndarray]) -> np.ndarray:
+    """Sum per-module arrays [n_o, X] into [A, F, M, L, X] by broadcasting."""
+    a, f, m, l_ = parts
+    return (
+        a[:, None, None, None, :]
+        + f[None, :, None, None, :]
+        + m[None, None, :, None, :]
+        + l_[None, None, None, :, :]
+    )
+
+
+def _option_lists(t: PhaseTables):
+    o = t.options
+    return (
+        o.attention,
+        o.dense_ffn or [None],
+        o.moe or [None],
+        o.lm_head,
+    )
+
+
+def _candidate(t: PhaseTables, ints: IntTables, idx: tuple[int, int, int, int], k: int, x: int, time_us: int,
+               latency_us: int, hbm: int, num: int, den: int) -> PhaseCandidate:
+    att, dense, moe, head = _option_lists(t)
+    return PhaseCandidate(
+        phase=t.phase,
+        devices=t.devices,
+        attention=att[idx[0]],
+        dense_ffn=dense[idx[1]],
+        moe=moe[idx[2]],
+        lm_head=head[idx[3]],
+        k=k,
+        x=x,
+        time_us=time_us,
+        latency_us=latency_us,
+        hbm_mib=hbm,
+        hbm_capacity_mib=ints.hbm_capacity_mib,
+        num=num,
+        den=den,
+        option_index=idx,
+    )
+
+
+def _top(scores: np.ndarray, keep: int) -> list[tuple[int, ...]]:
+    """Indices of the `keep` best finite scores, ties broken by index order (deterministic)."""
+    flat = scores.reshape(-1)
+    valid = np.flatnonzero(flat > 0)
+    if valid.size == 0:
+        return []
+    order = valid[np.lexsort((valid, -flat[valid]))][:keep]
+    return [tuple(int(i) for i in np.unravel_index(j, scores.shape)) for j in order]
+
+
+def decode_candidates(t: PhaseTables, ints: IntTables, tpot_slo_us: int | None, keep: int) -> list[PhaseCandidate]:
+    """The `keep` best decode configurations of one instance size (each at its best concurrency)."""
+    xs = t.x_values.astype(np.int64)
+    out: list[PhaseCandidate] = []
+    best_score = []
+    per_k = []
+    kept = _pruned(ints, ("time", "hbm"))
+    for j, k in enumerate(t.k_values):
+        e = int(np.floor(t.emitted[j] * EMITTED_SCALE + 1e-9))
+        step = _combine([ints.time_us[mod][kept[mod], j, :] for mod in MODULES]) + ints.const_us[j][
+            None, None, None, None, :
+        ]
+        hbm = _combine([ints.hbm_mib[mod][kept[mod], j, :] for mod in MODULES])
+        ok = hbm <= ints.hbm_capacity_mib
+        if tpot_slo_us is not None:
+            ok &= step * EMITTED_SCALE <= tpot_slo_us * e
+        ratio = np.where(ok, (xs * e) / np.maximum(step, 1), -1.0)
+        # best concurrency per layout combination: highest ratio, then the larger concurrency
+        rev = ratio[..., ::-1]
+        b_idx = xs.size - 1 - np.argmax(rev, axis=-1)
+        score = np.take_along_axis(ratio, b_idx[..., None], axis=-1)[..., 0]
+        best_score.append(score)
+        per_k.append((k, e, step, hbm, b_idx))
+    scores = np.stack(best_score)  # [K, A, F, M, L]
+    for pos in _top(scores, keep):
+        j, idx = pos[0], pos[1:]
+        k, e, step, hbm, b_idx = per_k[j]
+        b = int(b_idx[idx])
+        s = int(step[idx + (b,)])
+        orig = tuple(int(kept[mod][i]) for mod, i in zip(MODULES, idx, strict=True))
+        out.append(
+            _candidate(t, ints, orig, k, int(xs[b]), s, -(-s * EMITTED_SCALE // e), int(hbm[idx + (b,)]),
+                       int(xs[b]) * e, s)
+        )
+    return out
+
+
+def prefill_candidates(
+    t: PhaseTables, ints: IntTables, ttft_slo_us: int | None, keep: int, layers: int, overlap_efficiency: float
+) -> list[PhaseCandidate]:
+    """The `keep` best prefill configurations of one instance size (each at its best batch)."""
+    xs = t.x_values.astype(np.int64)
+    kept = _pruned(ints, ("time", "comm", "fixed", "hbm"))
+    comp = _combine([ints.time_us[mod][kept[mod], 0, :] for mod in MODULES])
+    comm = _combine([ints.comm_us[mod][kept[mod], 0, :] for mod in MODULES])
+    fixed = _combine([ints.fixed_us[mod][kept[mod], 0, :] for mod in MODULES])
+    shorter = np.minimum(comp, comm)
+    kv_us = int(ints.const_us.reshape(-1)[0])
+    best_score, per_mb = [], []
+    for j, mb in enumerate(t.k_values):
+        hidden = 0
+        if mb > 1:
+            factor = int(np.floor(overlap_efficiency * (1.0 - 1.0 / (mb * layers)) * OVERLAP_SCALE))
+            hidden = (factor * shorter) // OVERLAP_SCALE
+        forward = comp + comm + mb * fixed - hidden
+        hbm = _combine([ints.hbm_mib[mod][kept[mod], j, :] for mod in MODULES])
+        ttft = -(-(3 * forward + 2 * kv_us) // 2)
+        ok = hbm <= ints.hbm_capacity_mib
+        if ttft_slo_us is not None:
+            ok &= ttft <= ttft_slo_us
+        ratio = np.where(ok, xs / np.maximum(forward, 1), -1.0)
+        rev = ratio[..., ::-1]
+        r_idx = xs.size - 1 - np.argmax(rev, axis=-1)
+        best_score.append(np.take_along_axis(ratio, r_idx[..., None], axis=-1)[..., 0])
+        per_mb.append((mb, forward, ttft, hbm, r_idx))
+    scores = np.stack(best_score)
+    out = []
+    for pos in _top(scores, keep):
+        j, idx = pos[0], pos[1:]
+        mb, forward, ttft, hbm, r_idx = per_mb[j]
+        r = int(r_idx[idx])
+        f = int(forward[idx + (r,)])
+        orig = tuple(int(kept[mod][i]) for mod, i in zip(MODULES, idx, strict=True))
+        out.append(_candidate(t, ints, orig, mb, int(xs[r]), f, int(ttft[idx + (r,)]), int(hbm[idx + (r,)]),
+                              int(xs[r]), f))
+    return out
+
+
+def lowest_latency_us(t: PhaseTables, ints: IntTables, layers: int = 1, overlap_efficiency: float = 1.0) -> int | None:
+    """Lowest TPOT (decode) or TTFT (prefill) of any configuration that fits HBM; None if none fits."""
+    best: int | None = None
+    if t.phase == "decode":
+        for j in range(len(t.k_values)):
+            e = int(np.floor(t.emitted[j] * EMITTED_SCALE + 1e-9))
+            step = _combine([ints.time_us[mod][:, j, :] for mod in MODULES]) + ints.const_us[j][None, None, None, None, :]
+            hbm = _combine([ints.hbm_mib[mod][:, j, :] for mod in MODULES])
+            lat = np.where(hbm <= ints.hbm_capacity_mib, -(-step * EMITTED_SCALE // e), np.iinfo(np.int64).max)
+            v = int(lat.min())
+            if v < np.iinfo(np.int64).max and (best is None or v < best):
+                best = v
+        return best
+    comp = _combine([ints.time_us[mod][:, 0, :] for mod in MODULES])
+    comm = _combine([ints.comm_us[mod][:, 0, :] for mod in MODULES])
+    fixed = _combine([ints.fixed_us[mod][:, 0, :] for mod in MODULES])
+    kv_us = int(ints.const_us.reshape(-1)[0])
+    for j, mb in enumerate(t.k_values):
+        hidden = 0
+        if mb > 1:
+            factor = int(np.floor(overlap_efficiency * (1.0 - 1.0 / (mb * layers)) * OVERLAP_SCALE))
+            hidden = (factor * np.minimum(comp, comm)) // OVERLAP_SCALE
+        forward = comp + comm + mb * fixed - hidden
+        hbm = _combine([ints.hbm_mib[mod][:, j, :] for mod in MODULES])
+        ttft = np.where(hbm <= ints.hbm_capacity_mib, -(-(3 * forward + 2 * kv_us) // 2), np.iinfo(np.int64).max)
+        v = int(ttft.min())
+        if v < np.iinfo(np.int64).max and (best is None or v < best):
+            best = v
+    return best

@@ -1,0 +1,251 @@
+"""CP-SAT model of a whole deployment: which decode and prefill configuration, how many of each.
+
+Inputs are the phase candidates (planner.candidates.phase_candidates): fully costed instance
+configurations with their layouts, MTP depth, concurrency or batch, HBM and latency, in integers.
+The model picks one decode and one prefill candidate (or one of a phase only), the number of
+instances of each, and the request rate R they serve together:
+
+    R <= sum_i n_i * r_i            decode capacity (requests/s of candidate i, per instance)
+    R <= sum_j m_j * q_j            prefill capacity
+    sum_i n_i * s_i + sum_j m_j * s_j <= budget     devices
+    HBM_i <= capacity, TPOT_i <= SLO, TTFT_j <= SLO  for the chosen candidates
+
+Objective: most output tokens per second per card (R * output / cards, a ratio solved exactly
+by Dinkelbach rounds: maximise d* R - n* D), or with a target rate, the fewest cards. Ties are
+broken by a last solve with a fixed key (more throughput, then fewer devices, then candidate
+order), so the result does not depend on the number of workers. Further plans come from
+re-solving with the configuration pairs already returned excluded.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+from planner.candidates.phase_candidates import PhaseCandidate
+from planner.search.settings import SolverSettings
+
+RATE_SCALE = 1000  # requests per second, in thousandths
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One solution: chosen candidates (indices) and instance counts."""
+
+    decode: int | None
+    decode_instances: int
+    prefill: int | None
+    prefill_instances: int
+    rate_milli: int
+    devices: int
+
+
+@dataclass
+class DeploymentResult:
+    """Ranked deployments and the solver's status."""
+
+    deployments: list[Deployment]
+    optimal: bool
+    status: str
+    solves: int
+    seconds: float
+
+
+class DeploymentModel:
+    """One CP-SAT model; `solve_top` returns up to k distinct deployments, best first."""
+
+    def __init__(
+        self,
+        decode: list[PhaseCandidate],
+        prefill: list[PhaseCandidate],
+        decode_rate_milli: list[int],
+        prefill_rate_milli: list[int],
+        budget_devices: int,
+        settings: SolverSettings,
+        tpot_slo_us: int | None = None,
+        ttft_slo_us: int | None = None,
+        target_rate_milli: int | None = None,
+        distinct_sizes: bool = True,
+    ) -> None:
+        self.decode, self.prefill = decode, prefill
+        self.d_rate, self.p_rate = decode_rate_milli, prefill_rate_milli
+        self.budget = budget_devices
+        self.settings = settings
+        self.tpot_slo_us, self.ttft_slo_us = tpot_slo_us, ttft_slo_us
+        self.target = target_rate_milli
+        self.distinct_sizes = distinct_sizes
+        self.model = cp_model.CpModel()
+        self._create_variables()
+        self._add_choice_constraints()
+        self._add_capacity_constraints()
+        self._add_budget_constraints()
+        self._add_memory_and_latency_constraints()
+
+    # ---- variables and constraints ---------------------------------------------------------
+    def _create_variables(self) -> None:
+        m = self.model
+        self.x = [m.new_bool_var(f"decode_{i}") for i in range(len(self.decode))]
+        self.y = [m.new_bool_var(f"prefill_{j}") for j in range(len(self.prefill))]
+        self.n = [m.new_int_var(0, max(1, self.budget // c.devices), f"decode_n_{i}") for i, c in enumerate(self.decode)]
+        self.mp = [
+            m.new_int_var(0, max(1, self.budget // c.devices), f"prefill_n_{j}") for j, c in enumerate(self.prefill)
+        ]
+        cap = [r * (self.budget // c.devices) for r, c in zip(self.d_rate, self.decode, strict=True)]
+        cap += [r * (self.budget // c.devices) for r, c in zip(self.p_rate, self.prefill, strict=True)]
+        self.rate = m.new_int_var(0, max(cap + [1]), "rate_milli")
+        self.devices = m.new_int_var(0, self.budget, "devices")
+
+    def _add_choice_constraints(self) -> None:
+        """Exactly one configuration per phase that is searched; its instances only."""
+        m = self.model
+        for lits, counts in ((self.x, self.n), (self.y, self.mp)):
+            if not lits:
+                continue
+            m.add_exactly_one(lits)
+            for lit, cnt in zip(lits, counts, strict=True):
+                m.add(cnt >= 1).only_enforce_if(lit)
+                m.add(cnt == 0).only_enforce_if(~lit)
+
+    def _add_capacity_constraints(self) -> None:
+        """The served rate is what both phases can carry (one phase: what it carries)."""
+        m = self.model
+        if self.x:
+            m.add(self.rate <= sum(r * n for r, n in zip(self.d_rate, self.n, strict=True)))
+        if self.y:
+            m.add(self.rate <= sum(r * n for r, n in zip(self.p_rate, self.mp, strict=True)))
+        if self.target is not None:
+            m.add(self.rate >= self.target)
+
+    def _add_budget_constraints(self) -> None:
+        """Devices of all instances within the card budget."""
+        terms = [c.devices * n for c, n in zip(self.decode, self.n, strict=True)]
+        terms += [c.devices * n for c, n in zip(self.prefill, self.mp, strict=True)]
+        self.model.add(self.devices == sum(terms))
+
+    def _add_memory_and_latency_constraints(self) -> None:
+        """The chosen configurations fit HBM and meet the SLOs (linear in the choice literals)."""
+        m = self.model
+        for lits, cands in ((self.x, self.decode), (self.y, self.prefill)):
+            if not lits:
+                continue
+            m.add(sum(c.hbm_mib * lit for c, lit in zip(cands, lits, strict=True)) <= min(c.hbm_capacity_mib for c in cands))
+        if self.x and self.tpot_slo_us is not None:
+            m.add(sum(c.latency_us * lit for c, lit in zip(self.decode, self.x, strict=True)) <= self.tpot_slo_us)
+        if self.y and self.ttft_slo_us is not None:
+            m.add(sum(c.latency_us * lit for c, lit in zip(self.prefill, self.y, strict=True)) <= self.ttft_slo_us)
+
+    # ---- solving ---------------------------------------------------------------------------
+    def _read(self, solver: cp_model.CpSolver) -> Deployment:
+        d = next((i for i, v in enumerate(self.x) if solver.value(v)), None)
+        p = next((j for j, v in enumerate(self.y) if solver.value(v)), None)
+        return Deployment(
+            decode=d,
+            decode_instances=int(solver.value(self.n[d])) if d is not None else 0,
+            prefill=p,
+            prefill_instances=int(solver.value(self.mp[p])) if p is not None else 0,
+            rate_milli=int(solver.value(self.rate)),
+            devices=int(solver.value(self.devices)),
+        )
+
+    def _run(self, deadline: float | None) -> tuple[int, cp_model.CpSolver]:
+        remaining = None if deadline is None else deadline - time.perf_counter()
+        solver = self.settings.make_solver(remaining)
+        return solver.solve(self.model), solver
+
+    def _solve_one(self, deadline: float | None) -> tuple[Deployment | None, bool, int]:
+        """Best deployment under the current model; (solution, proven optimal, solves)."""
+        m = self.model
+        solves = 0
+        if self.target is not None:
+            m.minimize(self.devices)
+            status, solver = self._run(deadline)
+            solves += 1
+            if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                return None, status == cp_model.INFEASIBLE, solves
+            proven = status == cp_model.OPTIMAL
+            best_devices = int(solver.value(self.devices))
+            fix = m.add(self.devices <= best_devices)
+            m.maximize(self.rate * 4 * len(self.decode + self.prefill) - self._order_key())
+            status, solver = self._run(deadline)
+            solves += 1
+            m.clear_objective()
+            fix.proto.clear_linear()  # drop the temporary bound
+            return self._read(solver), proven and status == cp_model.OPTIMAL, solves
+        # Dinkelbach on rate / devices
+        m.maximize(self.rate * (self.budget + 1) - self.devices)
+        status, solver = self._run(deadline)
+        solves += 1
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return None, status == cp_model.INFEASIBLE, solves
+        proven = status == cp_model.OPTIMAL
+        best = self._read(solver)
+        for _ in range(50):
+            if best.devices == 0:
+                break
+            m.maximize(best.devices * self.rate - best.rate_milli * self.devices)
+            status, solver = self._run(deadline)
+            solves += 1
+            if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                proven = False
+                break
+            cand = self._read(solver)
+            if cand.devices and cand.rate_milli * best.devices > best.rate_milli * cand.devices:
+                best = cand
+                continue
+            proven &= status == cp_model.OPTIMAL
+            break
+        # tie-break among optimal ratios: more throughput, then fewer devices, then candidate order
+        fix = m.add(best.devices * self.rate - best.rate_milli * self.devices >= 0)
+        big = (self.budget + 1) * 4 * (len(self.decode) + len(self.prefill) + 1)
+        m.maximize(self.rate * big - self.devices * 4 * (len(self.decode) + len(self.prefill) + 1) - self._order_key())
+        status, solver = self._run(deadline)
+        solves += 1
+        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            best = self._read(solver)
+            proven &= status == cp_model.OPTIMAL
+        fix.proto.clear_linear()  # drop the temporary bound
+        m.clear_objective()
+        return best, proven, solves
+
+    def _order_key(self) -> cp_model.LinearExpr:
+        return sum(i * v for i, v in enumerate(self.x)) + sum(j * v for j, v in enumerate(self.y))
+
+    def _exclude(self, dep: Deployment) -> None:
+        """Forbid this deployment's pair of instance sizes (or of configurations) from now on."""
+        m = self.model
+        groups = []
+        for chosen, lits, cands in ((dep.decode, self.x, self.decode), (dep.prefill, self.y, self.prefill)):
+            if chosen is None:
+                continue
+            if self.distinct_sizes:
+                size = cands[chosen].devices
+                same = [lit for lit, c in zip(lits, cands, strict=True) if c.devices == size]
+                flag = m.new_bool_var("")
+                m.add_bool_or(same).only_enforce_if(flag)
+                m.add_bool_and([~lit for lit in same]).only_enforce_if(~flag)
+                groups.append(flag)
+            else:
+                groups.append(lits[chosen])
+        m.add_bool_or([~g for g in groups])
+
+    def solve_top(self, k: int, deadline: float | None = None) -> DeploymentResult:
+        """Up to k distinct deployments (distinct configuration pairs), best first."""
+        start = time.perf_counter()
+        found: list[Deployment] = []
+        optimal, solves, status = True, 0, "OPTIMAL"
+        for _ in range(k):
+            best, proven, n = self._solve_one(deadline)
+            solves += n
+            if best is None:
+                if not found:
+                    optimal = proven
+                    status = "INFEASIBLE" if proven else "UNKNOWN"
+                break
+            if not found:
+                optimal = proven
+                status = "OPTIMAL" if proven else "FEASIBLE"
+            found.append(best)
+            self._exclude(best)
+        return DeploymentResult(found, optimal, status, solves, time.perf_counter() - start)
