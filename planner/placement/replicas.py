@@ -56,8 +56,10 @@ def divisor_replica_counts(
 
     def picks(t: np.ndarray) -> np.ndarray:
         # Extra replicas whose priority load/(j + theta) (j = 0, 1, ...) exceeds t, per expert.
+        # (the 1e-9 keeps values equal to t, up to rounding, out: they are taken in the tie loop
+        # below, so rounding can never take more than `extra`)
         with np.errstate(divide="ignore", invalid="ignore"):
-            n = np.ceil(w / t[:, None] - theta)
+            n = np.ceil(w / t[:, None] - theta - 1e-9)
         return np.clip(np.nan_to_num(n, nan=0.0, posinf=cap), 0, cap)
 
     # No priority exceeds max load / theta; for theta = 1 at most total/t values exceed t.

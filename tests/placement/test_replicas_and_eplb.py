@@ -122,3 +122,31 @@ def test_hierarchical_falls_back_to_global_when_groups_do_not_divide():
     a = hierarchical_placement(w, 12, 6, 3, 1)
     b = global_placement(w, 12, 6)
     assert a.same_as(b)
+
+
+def test_divisor_counts_never_overshoot_at_a_rounding_tie():
+    # regression: theta 0.95 with three equal loads and a zero used to hand out 3 extra
+    # replicas for 2 slots (1 / (1 / 0.95) rounds above 0.95)
+    from planner.placement.replicas import divisor_replica_counts
+
+    for theta in (0.95, 0.9, 0.8, 0.7, 0.6, 0.5, 1.0):
+        counts = divisor_replica_counts(np.array([[0.0, 1, 1, 1]]), 6, 2, theta)
+        assert counts.sum() == 6 and counts.min() >= 1 and counts.max() <= 2
+
+
+def test_single_layer_packing_equals_the_vectorised_packer():
+    from planner.placement.eplb import greedy_pack
+
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        experts, devices, slots = int(rng.integers(2, 9)), int(rng.integers(1, 5)), int(rng.integers(2, 5))
+        if devices * slots < experts or slots > experts:
+            continue
+        loads = rng.integers(0, 9, size=(1, experts)).astype(float)
+        counts = np.ones((1, experts), dtype=np.int64)
+        for _ in range(devices * slots - experts):
+            open_ = np.flatnonzero(counts[0] < devices)
+            counts[0, rng.choice(open_)] += 1
+        one = greedy_pack(loads, counts, devices, slots)[0]
+        two = greedy_pack(np.vstack([loads, loads]), np.vstack([counts, counts]), devices, slots)[0]
+        assert np.array_equal(one, two)
