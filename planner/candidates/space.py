@@ -2,7 +2,10 @@
 
 Instance sizes are whole nodes (multiples of devices_per_node) or the sub-node sizes a node
 allows (powers of two below it), up to the card budget and the machine's instance limit, and
-not below the smallest size whose HBM can hold the weights at all.
+not below the smallest size whose HBM can hold the weights at all. Every node count is tried up
+to 64 nodes; beyond that only node counts that are powers of two, up to MAX_INSTANCE_DEVICES
+(a single instance larger than that gains nothing the cost model can see: expert parallelism
+runs out of experts to spread, and the budget is better spent on more instances).
 
 Per size, the options of each module are the layouts that tile the devices:
 - attention: DP x TP with TP a power of two inside a node that divides the heads; for prefill
@@ -27,6 +30,8 @@ from planner.specs.plan import AttentionLayout, MoELayout, ParallelLayout, Share
 Phase = Literal["decode", "prefill"]
 MAX_EXTRA_SLOTS = 4
 MAX_REDUNDANCY = 0.5  # redundant copies at most half the number of routed experts
+MAX_INSTANCE_DEVICES = 4096
+DENSE_NODE_COUNTS = 64
 
 
 @dataclass(frozen=True)
@@ -94,9 +99,14 @@ def min_devices_for_weights(model: ModelSpec, hw: HardwareSpec, expert_bytes: fl
 def instance_sizes(hw: HardwareSpec, max_devices: int, min_devices: int) -> list[int]:
     """Sub-node powers of two and whole-node multiples, within [min_devices, max_devices]."""
     cap = max_devices if hw.max_devices is None else min(max_devices, hw.max_devices)
+    cap = min(cap, MAX_INSTANCE_DEVICES)
     node = hw.devices_per_node
     sizes = {s for s in _pow2_upto(node) if s < node}
-    sizes.update(range(node, cap + 1, node))
+    sizes.update(range(node, min(cap, DENSE_NODE_COUNTS * node) + 1, node))
+    sizes.update(node * p for p in _pow2_upto(max(1, cap // node)))
+    lowest = min(s for s in range(node, cap + node, node) if s >= min_devices) if cap >= node else None
+    if lowest is not None:
+        sizes.add(lowest)  # the smallest whole-node instance that holds the weights
     return sorted(s for s in sizes if min_devices <= s <= cap)
 
 
