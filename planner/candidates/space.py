@@ -13,14 +13,15 @@ Per size, the options of each module are the layouts that tile the devices:
 - dense FFN and LM head: DP x TP with TP a power of two inside a node;
 - MoE: every EP device holds slots_per_device from base (the fewest slots that hold every
   routed expert) up to base+4, as long as the redundant copies stay within half the number of
-  experts (more buys < 0.1% of balance under any skew moeplan models, docs/experts.md);
+  experts (more buys < 0.1% of balance under any skew moeplan models, docs/experts.md) or it is
+  the first slot beyond base; the user may cap the redundant copies (0: none);
   All2All or AllGather+ReduceScatter; the shared expert replicated, or on dedicated devices
   (as many as make a shared-expert device's tokens match a routed one's).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from planner.specs.hardware import HardwareSpec
@@ -76,7 +77,7 @@ class SpaceLimits:
     allow_alltoall: bool = True
     allow_allgather: bool = True
     max_extra_slots: int = MAX_EXTRA_SLOTS
-    extra: dict[str, object] = field(default_factory=dict)
+    max_redundant_experts: int | None = None  # redundant copies per instance (0: none at all)
 
 
 def _pow2_upto(n: int) -> list[int]:
@@ -163,8 +164,10 @@ def moe_options(model: ModelSpec, devices: int, limits: SpaceLimits) -> list[MoE
     for shared in shareds:
         ep = devices - shared.dedicated_devices
         base = -(-experts // ep)
-        most = max(base, int((1 + MAX_REDUNDANCY) * experts // ep))
+        most = max(base + 1, int((1 + MAX_REDUNDANCY) * experts // ep))
         for slots in range(base, min(experts, base + limits.max_extra_slots, most) + 1):
+            if limits.max_redundant_experts is not None and ep * slots - experts > limits.max_redundant_experts:
+                continue
             for comm in comms:
                 out.append(MoEOption(MoELayout(ep=ep, slots_per_device=slots, comm=comm), shared))  # type: ignore[arg-type]
     return out

@@ -53,6 +53,7 @@ def build_request(
     workers: int,
     loads: Path | None,
     skew_sigma: float | None,
+    max_redundant_experts: int | None = None,
 ) -> PlanRequest:
     """A PlanRequest from flag values; bad values raise BadInputError naming the flag."""
     workload = validate_model(
@@ -70,6 +71,8 @@ def build_request(
     if rate is not None and not rate > 0:
         raise BadInputError("--rate must be > 0 requests per second.")
     mtp_values = parse_int_list(mtp, "--mtp", 0, 4) if mtp else None
+    if max_redundant_experts is not None and max_redundant_experts < 0:
+        raise BadInputError("--max-redundant-experts must be >= 0.")
     spec = load_model(model)
     imbalance = imbalance_from_options(loads, skew_sigma, spec)
     return PlanRequest(
@@ -87,6 +90,7 @@ def build_request(
         mtp_tokens=tuple(mtp_values) if mtp_values is not None else None,
         settings=SolverSettings(time_limit_s=time_limit, workers=workers),
         imbalance=imbalance,
+        max_redundant_experts=max_redundant_experts,
     )
 
 
@@ -149,6 +153,7 @@ def plan(
     emit: Annotated[tuple[str, Path] | None, typer.Option("--emit", help="vllm-ascend DIR: launch settings of the best plan.")] = None,
     loads: Annotated[Path | None, typer.Option("--loads", help="Expert loads: imbalance from the placement for them.")] = None,
     skew_sigma: Annotated[float | None, typer.Option("--skew-sigma", min=0.0, max=5.0, help="Default skew model's log-normal sigma.")] = None,
+    max_redundant_experts: Annotated[int | None, typer.Option("--max-redundant-experts", help="Cap redundant expert copies per instance (0: every expert exactly once).")] = None,
     time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, max=86400.0, help="Solver time limit in seconds.")] = DEFAULT_TIME_LIMIT_S,
     workers: Annotated[int, typer.Option("--workers", min=1, max=64, help="CP-SAT worker threads (results do not depend on it).")] = 2,
 ) -> None:
@@ -165,6 +170,7 @@ def plan(
             output_tokens=output_tokens, mtp_acceptance=mtp_acceptance, tpot_ms=tpot_ms, ttft_ms=ttft_ms,
             max_cards=max_cards, phase=phase, decode_devices=decode_devices, prefill_devices=prefill_devices,
             rate=rate, top=top, mtp=mtp, time_limit=time_limit, workers=workers, loads=loads, skew_sigma=skew_sigma,
+            max_redundant_experts=max_redundant_experts,
         )
         outcome = search_with_progress(request)
         if json_out is not None:

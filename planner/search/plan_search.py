@@ -185,6 +185,7 @@ def build_phase_space(
     fingerprint = (
         m.model_dump_json(), ctx.hw.model_dump_json(), ctx.quant.name, ctx.workload.model_dump_json(),
         ctx.imbalance.describe(), _identity(ctx.imbalance), request.mtp_tokens, limits.max_extra_slots,
+        limits.max_redundant_experts,
     )
     for i, n in enumerate(sizes):
         if progress:
@@ -315,7 +316,7 @@ def run_search(
     budget_devices = int(math.floor(request.max_cards * hw.devices_per_card + 1e-9))
     if budget_devices < 1:
         raise BadInputError("--max-cards must allow at least one device.")
-    limits = SpaceLimits(max_devices=budget_devices)
+    limits = SpaceLimits(max_devices=budget_devices, max_redundant_experts=request.max_redundant_experts)
     want_decode = request.phase in ("both", "decode")
     want_prefill = request.phase in ("both", "prefill")
 

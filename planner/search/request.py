@@ -34,6 +34,7 @@ class PlanRequest:
     rate_per_s: float | None = None
     top: int = 5
     mtp_tokens: tuple[int, ...] | None = None
+    max_redundant_experts: int | None = None  # redundant expert copies per instance (0: none)
     settings: SolverSettings = field(default_factory=SolverSettings)
     imbalance: ImbalanceModel | None = None
     imbalance_label: str = ""

@@ -1,0 +1,445 @@
+"""What binds a plan: HBM, TPOT, TTFT, the card budget, the rate, or the search space.
+
+A plan from the search sits where some constraint stops it from doing more. To name that
+constraint, its neighbours are evaluated with the cost model (never the solver):
+
+- decode: one more sequence per device (B + 1). If that overflows HBM, HBM binds; if it misses
+  the TPOT SLO, TPOT binds; if the rules would allow it but the search's concurrency grid skips
+  it (above 256 the grid steps by 2%), the search space binds.
+- prefill: one more request per forward, with HBM and TTFT in the same roles.
+- deployment: one more instance of the phase that limits the request rate. If it would raise
+  output tokens/s per card but does not fit the card budget, the budget binds; with a target
+  rate, the rate sets the size.
+
+A plan that already breaks a rule (a deployment re-scored under tighter assumptions) gets the
+broken rule and the largest concurrency or batch that would satisfy it.
+
+The search decides on integer tables (µs and MiB, rounded up), so a neighbour the floats would
+just allow can still be out of its reach: a neighbour within that rounding counts as blocked.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from planner.candidates.space import instance_sizes
+from planner.candidates.tables import MAX_CONCURRENCY, MAX_REQUESTS_PER_FORWARD
+from planner.costmodel.context import CostContext
+from planner.costmodel.decode import decode_step
+from planner.costmodel.evaluate import PlanSpecs, evaluate_plan
+from planner.costmodel.imbalance import default_imbalance_model
+from planner.costmodel.memory import decode_hbm, prefill_hbm
+from planner.costmodel.prediction import Prediction
+from planner.costmodel.prefill import prefill_forward
+from planner.search.plan_search import SearchOutcome, concurrency_values, request_values
+from planner.specs.hardware import HardwareSpec
+from planner.specs.plan import DecodePlan, Plan, PrefillPlan
+from planner.specs.quantization import get_quantization
+
+GIB = 1024.0**3
+# the integer tables round each module's MiB and the fixed part up: up to ~1 MiB each
+ROUNDING_BYTES = 8 * 1024.0**2
+# ... and each module's µs up, which moves TPOT/TTFT by a few µs at most
+ROUNDING_MS = 0.01
+DENSE_GRID_CONCURRENCY = 256  # concurrency_values: every value up to here, then 2% steps
+DENSE_GRID_REQUESTS = 64  # request_values: every value up to here, then 5% steps
+
+Constraint = Literal["hbm", "tpot", "ttft", "card_budget", "rate", "search_space", "none"]
+
+
+@dataclass(frozen=True)
+class Binding:
+    """One phase's (or the deployment's) binding constraint, in a sentence and in a few words.
+
+    `violated` is True when the plan already breaks the rule (rather than being stopped by it).
+    `figures` holds the numbers of the sentence for the JSON export.
+    """
+
+    phase: str
+    constraint: Constraint
+    message: str
+    short: str
+    violated: bool = False
+    figures: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready form."""
+        return asdict(self)
+
+
+def _next_on_grid(grid: np.ndarray, value: int) -> int | None:
+    above = grid[grid > value]
+    return int(above[0]) if above.size else None
+
+
+# ---- decode ------------------------------------------------------------------------------------
+
+
+def _decode_largest_ok(ctx: CostContext, phase: DecodePlan, upto: int, slo_ms: float | None) -> tuple[int, float]:
+    """Largest concurrency <= upto that fits HBM and meets the SLO, with its tokens/s per card."""
+    bs = np.arange(1, max(1, upto) + 1, dtype=float)
+    step = decode_step(ctx, phase, bs)
+    ok = decode_hbm(ctx, phase, bs).fits
+    if slo_ms is not None:
+        ok &= step.tpot_s * 1e3 <= slo_ms
+    if not ok.any():
+        return 0, 0.0
+    i = int(np.flatnonzero(ok)[-1])
+    return int(bs[i]), float(step.tokens_per_s_per_device[i]) * ctx.hw.devices_per_card
+
+
+def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | None) -> Binding:
+    """What stops the decode concurrency from going one higher (or which rule it already breaks)."""
+    b = phase.concurrency_per_device
+    grid_next = _next_on_grid(concurrency_values(MAX_CONCURRENCY), b)
+    probe = [b, b + 1] + ([grid_next] if grid_next is not None and grid_next != b + 1 else [])
+    step = decode_step(ctx, phase, probe)
+    tpot = step.tpot_s * 1e3
+    use = decode_hbm(ctx, phase, probe)
+    total, cap = use.total_bytes, float(use.capacity_bytes)
+    per_card = float(step.tokens_per_s_per_device[0]) * ctx.hw.devices_per_card
+    slo = tpot_slo_ms
+    label = f"decode B{b}"
+
+    if total[0] > cap:
+        m, m_card = _decode_largest_ok(ctx, phase, b - 1, None)
+        over = (total[0] - cap) / GIB
+        fix = f"at most {m} fit" if m else "not even one sequence fits with these layouts"
+        return Binding(
+            "decode", "hbm",
+            f"decode overflows HBM by {over:.2f} GiB per device at {b} sequences per device; {fix}.",
+            f"{label}: HBM over by {over:.2f} GiB (max B{m})", True,
+            {"over_bytes": float(total[0] - cap), "max_concurrency_per_device": m},
+        )
+    if slo is not None and tpot[0] > slo + 1e-9:
+        m, m_card = _decode_largest_ok(ctx, phase, b - 1, slo)
+        fix = (
+            f"at most {m} per device meet it ({m_card:.0f} tokens/s per card instead of {per_card:.0f})"
+            if m else "no concurrency meets it with these layouts: re-plan"
+        )
+        return Binding(
+            "decode", "tpot",
+            f"decode misses the TPOT SLO: {tpot[0]:.1f} ms > {slo:g} ms at {b} sequences per device; {fix}.",
+            f"{label}: misses TPOT ({tpot[0]:.1f} ms > {slo:g} ms; max B{m})", True,
+            {"tpot_ms": float(tpot[0]), "slo_ms": slo, "max_concurrency_per_device": m,
+             "tokens_per_s_per_card_at_max": m_card},
+        )
+    if b >= MAX_CONCURRENCY:
+        return Binding(
+            "decode", "search_space",
+            f"search space binds: decode concurrency is at the search's cap of {MAX_CONCURRENCY} per device.",
+            f"{label}: search cap {MAX_CONCURRENCY}",
+        )
+    short = total[1] - cap
+    if short > -ROUNDING_BYTES:
+        detail = (
+            f"{short / GIB:.2f} GiB short of {b + 1}" if short > 0
+            else f"{b + 1} would leave {-short / 2**20:.1f} MiB, inside the search's MiB rounding"
+        )
+        return Binding(
+            "decode", "hbm",
+            f"decode concurrency ({b} per device) is capped by HBM: {detail}.",
+            f"{label}: HBM ({max(short, 0) / GIB:.2f} GiB short of B{b + 1})",
+            figures={"short_bytes": float(short), "next_concurrency_per_device": b + 1},
+        )
+    if slo is not None and tpot[1] > slo - ROUNDING_MS:
+        rel = ">" if tpot[1] > slo else "~"
+        return Binding(
+            "decode", "tpot",
+            f"TPOT binds: one more sequence per device ({b + 1}) gives {tpot[1]:.1f} ms {rel} {slo:g} ms.",
+            f"{label}: TPOT (B{b + 1} gives {tpot[1]:.1f} ms {rel} {slo:g} ms)",
+            figures={"next_tpot_ms": float(tpot[1]), "slo_ms": slo, "next_concurrency_per_device": b + 1},
+        )
+    free = (cap - total[1]) / GIB
+    if grid_next is not None and grid_next != b + 1:
+        g_fits = total[2] <= cap - ROUNDING_BYTES
+        g_meets = slo is None or tpot[2] <= slo - ROUNDING_MS
+        if not (g_fits and g_meets):
+            why = "overflows HBM" if not g_fits else f"gives {tpot[2]:.1f} ms > {slo:g} ms"
+            return Binding(
+                "decode", "search_space",
+                f"search space binds: {b + 1} sequences per device would fit HBM and meet TPOT, but "
+                f"above {DENSE_GRID_CONCURRENCY} the search's concurrency grid steps by 2% and its next "
+                f"value, {grid_next}, {why}.",
+                f"{label}: concurrency grid (B{b + 1} allowed, next grid value B{grid_next} {why})",
+                figures={"next_concurrency_per_device": b + 1, "next_grid_value": grid_next},
+            )
+    slo_txt = f" <= {slo:g} ms" if slo is not None else ", no TPOT SLO"
+    return Binding(
+        "decode", "none",
+        f"nothing binds decode concurrency: {b + 1} sequences per device still fit HBM "
+        f"({free:.2f} GiB free) and give {tpot[1]:.1f} ms{slo_txt}; the plan could run more.",
+        f"{label}: nothing binds (B{b + 1} allowed)",
+        figures={"next_tpot_ms": float(tpot[1]), "next_free_bytes": float(cap - total[1])},
+    )
+
+
+# ---- prefill -----------------------------------------------------------------------------------
+
+
+def _prefill_largest_ok(ctx: CostContext, phase: PrefillPlan, upto: int, slo_ms: float | None) -> int:
+    """Most requests per forward (<= upto) that fit HBM and meet the TTFT SLO."""
+    n_in = ctx.workload.input_tokens
+    rs = np.arange(1, max(1, upto) + 1, dtype=float)
+    bt = np.maximum(rs * n_in, phase.micro_batches)
+    ok = prefill_hbm(ctx, phase, bt).fits
+    if slo_ms is not None:
+        ok &= prefill_forward(ctx, phase, bt).ttft_s * 1e3 <= slo_ms
+    return int(rs[np.flatnonzero(ok)[-1]]) if ok.any() else 0
+
+
+def prefill_binding(ctx: CostContext, phase: PrefillPlan, ttft_slo_ms: float | None) -> Binding:
+    """What stops the prefill batch from taking one more request (or which rule it breaks)."""
+    n_in = ctx.workload.input_tokens
+    bt = phase.batch_tokens
+    r = max(1, bt // n_in)
+    grid_next = _next_on_grid(request_values(MAX_REQUESTS_PER_FORWARD), r)
+    probe = [bt, bt + n_in] + ([grid_next * n_in] if grid_next is not None and grid_next != r + 1 else [])
+    fwd = prefill_forward(ctx, phase, probe)
+    ttft = fwd.ttft_s * 1e3
+    use = prefill_hbm(ctx, phase, probe)
+    total, cap = use.total_bytes, float(use.capacity_bytes)
+    slo = ttft_slo_ms
+    label = f"prefill {r} req/forward"
+
+    if total[0] > cap:
+        m = _prefill_largest_ok(ctx, phase, r - 1, None)
+        over = (total[0] - cap) / GIB
+        return Binding(
+            "prefill", "hbm",
+            f"prefill overflows HBM by {over:.2f} GiB per device at {bt} tokens per forward; at most "
+            f"{m} requests ({m * n_in} tokens) fit.",
+            f"{label}: HBM over by {over:.2f} GiB (max {m})", True,
+            {"over_bytes": float(total[0] - cap), "max_requests_per_forward": m},
+        )
+    if slo is not None and ttft[0] > slo + 1e-9:
+        m = _prefill_largest_ok(ctx, phase, r - 1, slo)
+        fix = f"at most {m} requests per forward meet it" if m else "no batch meets it with these layouts: re-plan"
+        return Binding(
+            "prefill", "ttft",
+            f"prefill misses the TTFT SLO: {ttft[0]:.0f} ms > {slo:g} ms at {r} requests per forward; {fix}.",
+            f"{label}: misses TTFT ({ttft[0]:.0f} ms > {slo:g} ms; max {m})", True,
+            {"ttft_ms": float(ttft[0]), "slo_ms": slo, "max_requests_per_forward": m},
+        )
+    if r >= MAX_REQUESTS_PER_FORWARD:
+        return Binding(
+            "prefill", "search_space",
+            f"search space binds: the prefill batch is at the search's cap of {MAX_REQUESTS_PER_FORWARD} "
+            "requests per forward.",
+            f"{label}: search cap {MAX_REQUESTS_PER_FORWARD}",
+        )
+    short = total[1] - cap
+    if short > -ROUNDING_BYTES:
+        detail = (
+            f"{short / GIB:.2f} GiB short of one more request" if short > 0
+            else f"one more request would leave {-short / 2**20:.1f} MiB, inside the search's MiB rounding"
+        )
+        return Binding(
+            "prefill", "hbm",
+            f"prefill batch ({r} requests, {bt} tokens per forward) is capped by HBM: {detail}.",
+            f"{label}: HBM ({max(short, 0) / GIB:.2f} GiB short of {r + 1})",
+            figures={"short_bytes": float(short), "next_requests_per_forward": r + 1},
+        )
+    if slo is not None and ttft[1] > slo - ROUNDING_MS:
+        rel = ">" if ttft[1] > slo else "~"
+        return Binding(
+            "prefill", "ttft",
+            f"TTFT binds: one more request per forward ({r + 1}) gives {ttft[1]:.0f} ms {rel} {slo:g} ms.",
+            f"{label}: TTFT ({r + 1} gives {ttft[1]:.0f} ms {rel} {slo:g} ms)",
+            figures={"next_ttft_ms": float(ttft[1]), "slo_ms": slo, "next_requests_per_forward": r + 1},
+        )
+    if grid_next is not None and grid_next != r + 1:
+        g_fits = total[2] <= cap - ROUNDING_BYTES
+        g_meets = slo is None or ttft[2] <= slo - ROUNDING_MS
+        if not (g_fits and g_meets):
+            why = "overflows HBM" if not g_fits else f"gives {ttft[2]:.0f} ms > {slo:g} ms"
+            return Binding(
+                "prefill", "search_space",
+                f"search space binds: {r + 1} requests per forward would fit HBM and meet TTFT, but above "
+                f"{DENSE_GRID_REQUESTS} the search's batch grid steps by 5% and its next value, "
+                f"{grid_next}, {why}.",
+                f"{label}: batch grid ({r + 1} allowed, next grid value {grid_next} {why})",
+                figures={"next_requests_per_forward": r + 1, "next_grid_value": grid_next},
+            )
+    slo_txt = f" <= {slo:g} ms" if slo is not None else ", no TTFT SLO"
+    return Binding(
+        "prefill", "none",
+        f"nothing binds the prefill batch: {r + 1} requests per forward still fit HBM "
+        f"({(cap - total[1]) / GIB:.2f} GiB free) and give {ttft[1]:.0f} ms{slo_txt}; the plan could "
+        "batch more.",
+        f"{label}: nothing binds ({r + 1} allowed)",
+        figures={"next_ttft_ms": float(ttft[1]), "next_free_bytes": float(cap - total[1])},
+    )
+
+
+# ---- deployment --------------------------------------------------------------------------------
+
+
+def _instance_rates(plan: Plan, prediction: Prediction) -> tuple[float | None, float | None]:
+    """Requests/s one decode instance and one prefill instance serve."""
+    d_rps = p_rps = None
+    if plan.decode is not None and prediction.decode is not None:
+        d = prediction.decode
+        d_rps = d.tokens_per_s_per_device * plan.decode.devices / plan.workload.output_tokens
+    if plan.prefill is not None and prediction.prefill is not None:
+        p = prediction.prefill
+        p_rps = p.requests_per_forward / (p.forward_ms / 1e3)
+    return d_rps, p_rps
+
+
+def cards_for_rate(plan: Plan, prediction: Prediction, hw: HardwareSpec, rate_per_s: float) -> float:
+    """Cards this plan's instance configurations need to serve `rate_per_s` (instances scaled)."""
+    d_rps, p_rps = _instance_rates(plan, prediction)
+    devices = 0
+    for phase, rps in ((plan.decode, d_rps), (plan.prefill, p_rps)):
+        if phase is not None and rps:
+            devices += math.ceil(rate_per_s / rps - 1e-9) * phase.devices
+    return hw.cards(devices)
+
+
+def _next_size(hw: HardwareSpec, devices: int) -> int | None:
+    cap = hw.max_devices if hw.max_devices is not None else max(4 * devices, devices + hw.devices_per_node)
+    larger = [s for s in instance_sizes(hw, cap, devices + 1) if s > devices]
+    return larger[0] if larger else None
+
+
+def deployment_binding(
+    plan: Plan, prediction: Prediction, hw: HardwareSpec, max_cards: float | None, rate_per_s: float | None
+) -> Binding:
+    """What limits the deployment's size: the card budget, the target rate, or nothing."""
+    d_rps, p_rps = _instance_rates(plan, prediction)
+    phases = [(name, ph, rps) for name, ph, rps in (("decode", plan.decode, d_rps), ("prefill", plan.prefill, p_rps))
+              if ph is not None and rps]
+    used = sum(ph.total_devices for _, ph, _ in phases)
+    cards = hw.cards(used)
+    budget = None if max_cards is None else int(math.floor(max_cards * hw.devices_per_card + 1e-9))
+    spare = None if budget is None else budget - used
+    if spare is not None and spare < 0:
+        return Binding(
+            "deployment", "card_budget",
+            f"over the card budget: the deployment uses {cards:g} cards, {hw.cards(-spare):g} more than "
+            f"--max-cards {max_cards:g} allows.",
+            f"cards: over budget by {hw.cards(-spare):g}", True,
+            {"cards": cards, "max_cards": float(max_cards or 0)},
+        )
+    caps = {name: ph.instances * rps for name, ph, rps in phases}
+    served = min(caps.values()) if caps else 0.0
+    limiting = min(caps, key=lambda k: caps[k]) if caps else "decode"
+    if rate_per_s is not None:
+        meets = served >= rate_per_s * (1 - 1e-9)
+        msg = (
+            f"the rate sets the size: {cards:g} cards serve {served:.2f} requests/s "
+            f"({'>=' if meets else '<'} the {rate_per_s:g} asked; {limiting} capacity binds)."
+        )
+        return Binding("deployment", "rate", msg, f"rate: {cards:g} cards for {rate_per_s:g} req/s",
+                       violated=not meets,
+                       figures={"cards": cards, "requests_per_s": served, "rate_per_s": rate_per_s})
+    out = plan.workload.output_tokens
+    if len(phases) == 2:
+        name, ph, rps = next(p for p in phases if p[0] == limiting)
+        other = "prefill" if limiting == "decode" else "decode"
+        grown = dict(caps)
+        grown[limiting] += rps
+        now = served * out / cards
+        after = min(grown.values()) * out / hw.cards(used + ph.devices)
+        if after > now * (1 + 1e-9):
+            if spare is not None and ph.devices > spare:
+                need = hw.cards(ph.devices - spare)
+                return Binding(
+                    "deployment", "card_budget",
+                    f"card budget binds: another {limiting} instance needs {need:g} more cards "
+                    f"({hw.cards(spare):g} of {max_cards:g} spare); it would raise output tokens/s per "
+                    f"card from {now:.0f} to {after:.0f}.",
+                    f"cards: budget (another {limiting} instance needs {need:g} more)",
+                    figures={"more_cards": need, "tokens_per_s_per_card_after": after},
+                )
+            return Binding(
+                "deployment", "none",
+                f"the card budget does not bind: another {limiting} instance fits and would raise "
+                f"output tokens/s per card from {now:.0f} to {after:.0f}.",
+                f"cards: another {limiting} instance fits",
+                figures={"tokens_per_s_per_card_after": after},
+            )
+        return Binding(
+            "deployment", "none",
+            f"the card budget does not bind: another {limiting} instance would lower output tokens/s "
+            f"per card ({now:.0f} -> {after:.0f}): {other} capacity would then bind.",
+            f"cards: P:D balance ({limiting} limits; one more would idle {other})",
+            figures={"tokens_per_s_per_card_after": after},
+        )
+    if not phases:
+        return Binding("deployment", "none", "no phase to size.", "cards: -")
+    name, ph, _ = phases[0]
+    nxt = _next_size(hw, ph.devices)
+    if nxt is None:
+        return Binding(
+            "deployment", "search_space",
+            f"the {name} instance spans {ph.devices} devices, the largest instance {hw.name} allows; "
+            "more instances add capacity, not tokens/s per card.",
+            f"cards: largest {hw.name} instance",
+        )
+    if budget is not None and nxt > budget:
+        need = hw.cards(nxt - budget)
+        return Binding(
+            "deployment", "card_budget",
+            f"card budget caps the {name} instance at {ph.devices} devices: the next instance size "
+            f"({nxt} devices) needs {need:g} more cards; more instances of this size add capacity, "
+            "not tokens/s per card.",
+            f"cards: budget caps instance size ({nxt} devices needs {need:g} more)",
+            figures={"next_instance_devices": nxt, "more_cards": need},
+        )
+    return Binding(
+        "deployment", "none",
+        f"the card budget does not bind: {name} instances up to {budget} devices fit in it; "
+        "tokens/s per card does not grow with the instance count.",
+        "cards: budget does not bind",
+    )
+
+
+# ---- whole plans -------------------------------------------------------------------------------
+
+
+def plan_context(plan: Plan, specs: PlanSpecs, imbalance=None) -> CostContext:
+    """The cost context a plan is evaluated in (its own workload)."""
+    return CostContext(specs.model, specs.hw, specs.quant, plan.workload, imbalance or default_imbalance_model())
+
+
+def plan_bindings(
+    plan: Plan, ctx: CostContext, max_cards: float | None = None, rate_per_s: float | None = None
+) -> list[Binding]:
+    """Decode, prefill and deployment bindings of a plan (scored if it has no `predicted`)."""
+    if plan.predicted:
+        prediction = Prediction.model_validate(plan.predicted)
+    else:
+        prediction = evaluate_plan(plan, imbalance=ctx.imbalance, specs=PlanSpecs(ctx.model, ctx.hw, ctx.quant))
+    slo = plan.slo
+    out = []
+    if plan.decode is not None:
+        out.append(decode_binding(ctx, plan.decode, slo.tpot_ms if slo else None))
+    if plan.prefill is not None:
+        out.append(prefill_binding(ctx, plan.prefill, slo.ttft_ms if slo else None))
+    out.append(deployment_binding(plan, prediction, ctx.hw, max_cards, rate_per_s))
+    return out
+
+
+def outcome_bindings(outcome: SearchOutcome, index: int = 0) -> list[Binding]:
+    """Bindings of the `index`-th plan of a search, under the request it answered."""
+    req = outcome.request
+    ctx = CostContext(
+        outcome.model, outcome.hw, get_quantization(req.quantization), req.workload,
+        req.imbalance or default_imbalance_model(),
+    )
+    return plan_bindings(outcome.plans[index], ctx, req.max_cards, req.rate_per_s)
+
+
+def why_line(outcome: SearchOutcome, index: int = 0) -> str:
+    """One line for `moeplan plan`: what binds the best plan, phase by phase.
+
+    e.g. "why: decode B74: HBM (0.12 GiB short of B75); prefill 34 req/forward: TTFT (...);
+    cards: budget (another decode instance needs 32 more)".
+    """
+    return "why: " + "; ".join(b.short for b in outcome_bindings(outcome, index))

@@ -1,0 +1,175 @@
+"""Two plans side by side: the choices each made and the figures each reaches, with deltas.
+
+Choices are strings (a layout, a count) and are compared for equality; figures are numbers
+(tokens/s, ms, GiB, cards) and get a delta and a relative change. Both come from the plan and
+its `predicted` block only, so any scored plan can be compared with any other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from planner.costmodel.prediction import Prediction
+from planner.ranking.binding import cards_for_rate
+from planner.specs.hardware import HardwareSpec
+from planner.specs.model import ModelSpec
+from planner.specs.plan import DecodePlan, PhasePlan, Plan, PrefillPlan
+
+GIB = 1024.0**3
+
+# figure key -> label (with unit); the order is the order of the report's rows
+FIGURE_LABELS: dict[str, str] = {
+    "output_tokens_per_s_per_card": "output tokens/s per card (deployment)",
+    "decode_tokens_per_s_per_card": "decode tokens/s per decode card",
+    "tokens_per_s_per_user": "tokens/s per user",
+    "tpot_ms": "TPOT ms",
+    "ttft_ms": "TTFT ms",
+    "decode_hbm_headroom_gib": "decode HBM headroom GiB per device",
+    "prefill_hbm_headroom_gib": "prefill HBM headroom GiB per device",
+    "requests_per_s": "requests/s",
+    "cards": "cards",
+    "cards_for_rate": "cards for the rate",
+}
+# figures where lower is better (for the report's colours)
+LOWER_IS_BETTER = {"tpot_ms", "ttft_ms", "cards", "cards_for_rate"}
+
+
+def _layout(phase: PhasePlan, module: str) -> str:
+    if module == "attention":
+        return phase.attention.short()
+    if module == "dense_ffn":
+        return phase.dense_layout.short() if phase.dense_ffn is not None else "-"
+    if module == "moe":
+        return phase.moe.short() if phase.moe is not None else "-"
+    if module == "shared_expert":
+        s = phase.shared_expert
+        return f"dedicated x{s.devices}" if s.placement == "dedicated" else "replicated"
+    return phase.lm_head_layout.short()
+
+
+def phase_choices(name: str, phase: PhasePlan | None, routed_experts: int | None) -> dict[str, str]:
+    """One phase's choices: instances, size, layout per module, and its free integers."""
+    keys = ["instances x devices", "attention", "dense FFN", "MoE", "shared expert", "LM head",
+            "redundant expert slots"]
+    keys += (["concurrency per device", "MTP draft tokens"] if name == "decode"
+             else ["tokens per forward", "micro-batches"])
+    if phase is None:
+        return {f"{name} {k}": "-" for k in keys}
+    out = {
+        f"{name} instances x devices": f"{phase.instances} x {phase.devices}",
+        f"{name} attention": _layout(phase, "attention"),
+        f"{name} dense FFN": _layout(phase, "dense_ffn"),
+        f"{name} MoE": _layout(phase, "moe"),
+        f"{name} shared expert": _layout(phase, "shared_expert"),
+        f"{name} LM head": _layout(phase, "lm_head"),
+    }
+    redundant = "-"
+    if phase.moe is not None and routed_experts:
+        redundant = str(phase.moe.ep * phase.moe.slots_per_device - routed_experts)
+    out[f"{name} redundant expert slots"] = redundant
+    if isinstance(phase, DecodePlan):
+        out[f"{name} concurrency per device"] = str(phase.concurrency_per_device)
+        out[f"{name} MTP draft tokens"] = str(phase.mtp_tokens)
+    elif isinstance(phase, PrefillPlan):
+        out[f"{name} tokens per forward"] = str(phase.batch_tokens)
+        out[f"{name} micro-batches"] = str(phase.micro_batches)
+    return out
+
+
+def plan_choices(plan: Plan, hw: HardwareSpec, model: ModelSpec | None) -> dict[str, str]:
+    """Every choice of a plan: cards, P:D, and each phase's layouts and integers."""
+    routed = model.moe.routed_experts if model is not None and model.moe is not None else None
+    devices = sum(p.total_devices for p in (plan.decode, plan.prefill) if p is not None)
+    pd = (
+        (f"{plan.prefill.instances}x{plan.prefill.devices}" if plan.prefill else "-")
+        + " : "
+        + (f"{plan.decode.instances}x{plan.decode.devices}" if plan.decode else "-")
+    )
+    out = {"hardware": hw.name, "cards": f"{hw.cards(devices):g}", "P:D": pd}
+    out.update(phase_choices("decode", plan.decode, routed))
+    out.update(phase_choices("prefill", plan.prefill, routed))
+    return out
+
+
+def plan_figures(plan: Plan, hw: HardwareSpec, rate_per_s: float | None = None) -> dict[str, float | None]:
+    """The figures of a scored plan (None where a phase is absent)."""
+    pred = Prediction.model_validate(plan.predicted or {"cost_model": "", "imbalance_model": ""})
+    d, p, s = pred.decode, pred.prefill, pred.system
+    devices = sum(x.total_devices for x in (plan.decode, plan.prefill) if x is not None)
+    if s is not None:
+        headline = s.output_tokens_per_s_per_card
+    elif d is not None:
+        headline = d.tokens_per_s_per_card
+    else:
+        headline = None
+    requests = None
+    if s is not None:
+        requests = s.requests_per_s
+    elif d is not None and plan.decode is not None:
+        requests = d.tokens_per_s_per_device * plan.decode.total_devices / plan.workload.output_tokens
+    elif p is not None and plan.prefill is not None:
+        requests = plan.prefill.instances * p.requests_per_forward / (p.forward_ms / 1e3)
+    return {
+        "output_tokens_per_s_per_card": headline,
+        "decode_tokens_per_s_per_card": d.tokens_per_s_per_card if d else None,
+        "tokens_per_s_per_user": d.tokens_per_s_per_user if d else None,
+        "tpot_ms": d.tpot_ms if d else None,
+        "ttft_ms": p.ttft_ms if p else None,
+        "decode_hbm_headroom_gib": d.hbm_headroom_bytes / GIB if d else None,
+        "prefill_hbm_headroom_gib": p.hbm_headroom_bytes / GIB if p else None,
+        "requests_per_s": requests,
+        "cards": hw.cards(devices),
+        "cards_for_rate": cards_for_rate(plan, pred, hw, rate_per_s) if rate_per_s else None,
+    }
+
+
+@dataclass(frozen=True)
+class Change:
+    """One choice or assumption that differs between two plans (or request)."""
+
+    name: str
+    base: str
+    new: str
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Delta:
+    """One figure of two plans: base, new, new - base, and the relative change."""
+
+    name: str
+    label: str
+    base: float | None
+    new: float | None
+
+    @property
+    def delta(self) -> float | None:
+        if self.base is None or self.new is None:
+            return None
+        return self.new - self.base
+
+    @property
+    def relative(self) -> float | None:
+        if self.base is None or self.new is None or self.base == 0:
+            return None
+        return self.new / self.base - 1.0
+
+    def as_dict(self) -> dict[str, object]:
+        return {"name": self.name, "label": self.label, "base": self.base, "new": self.new,
+                "delta": self.delta, "relative": self.relative}
+
+
+def changed_choices(base: dict[str, str], new: dict[str, str]) -> list[Change]:
+    """Choices whose value differs, in the order of `base`."""
+    return [Change(k, base.get(k, "-"), new.get(k, "-")) for k in base if base.get(k, "-") != new.get(k, "-")]
+
+
+def figure_deltas(base: dict[str, float | None], new: dict[str, float | None]) -> list[Delta]:
+    """Every figure present in either plan, with its delta."""
+    return [
+        Delta(k, FIGURE_LABELS[k], base.get(k), new.get(k))
+        for k in FIGURE_LABELS
+        if base.get(k) is not None or new.get(k) is not None
+    ]

@@ -1,0 +1,224 @@
+"""`moeplan sweep`: the best plan at every point of a grid of one or two swept parameters.
+
+Parameters are the SLOs, the workload, the budget, the rate and the machine; values are given
+as a range `a:b:step` (both ends included), a list `a,b,c`, or a single value. `--max-cards`
+may also name a budget per machine (`a2=64,cm384=384`) when the machine is swept, because one
+budget rarely suits two machines whose cards differ.
+
+Every point is an ordinary search (`run_search`, top 1). The cost tables depend on model,
+machine, scheme, workload and skew only, so one `TableCache` serves the whole sweep: a sweep of
+an SLO, the budget or the rate costs each instance size once. An infeasible point is a result
+(its message names the binding constraint), not an error.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from planner.errors import BadInputError, InfeasibleError
+from planner.search.plan_search import TableCache, make_context, run_search
+from planner.search.request import PlanRequest
+from planner.specs.plan import Plan
+
+# flag -> value type; the order is the order of the table's columns
+SWEEPABLE: dict[str, type] = {
+    "hardware": str,
+    "tpot-ms": float,
+    "ttft-ms": float,
+    "input-tokens": int,
+    "output-tokens": int,
+    "mtp-acceptance": float,
+    "max-cards": float,
+    "rate": float,
+}
+MAX_POINTS = 400  # a sweep beyond this is almost surely a typo in a step
+MAX_AXES = 2
+EXAMPLE = "a value (30), a list (10,20,30) or a range start:stop:step (10:150:10)"
+
+Value = float | int | str
+
+
+@dataclass(frozen=True)
+class SweepAxis:
+    """One swept flag and its values, in order."""
+
+    flag: str
+    values: tuple[Value, ...]
+
+
+@dataclass
+class SweepPoint:
+    """The best plan at one point (None if infeasible) and what the search said."""
+
+    values: dict[str, Value]
+    request: PlanRequest
+    plan: Plan | None
+    status: str  # "ok" or "infeasible"
+    message: str
+    seconds: float
+    solver_status: str = ""
+
+    @property
+    def binding_tag(self) -> str:
+        """For infeasible points: the constraint the search's diagnosis names (text before ':')."""
+        if self.status == "ok":
+            return ""
+        head = self.message.split(":", 1)[0].strip()
+        return head if len(head) <= 24 else "infeasible"
+
+
+@dataclass
+class SweepResult:
+    """Every point of a sweep, and what reusing cost tables saved."""
+
+    axes: list[SweepAxis]
+    points: list[SweepPoint]
+    cache_hits: int
+    cache_misses: int
+    seconds: float
+    fixed: dict[str, Value] = field(default_factory=dict)
+
+    @property
+    def swept(self) -> list[str]:
+        """The swept flags, in the order given."""
+        return [a.flag for a in self.axes]
+
+
+def _number(text: str, flag: str, kind: type) -> float | int:
+    try:
+        v = float(text)
+    except ValueError:
+        raise BadInputError(f"--{flag}: '{text}' is not a number; give {EXAMPLE}.") from None
+    if not math.isfinite(v):
+        raise BadInputError(f"--{flag}: '{text}' is not a finite number; give {EXAMPLE}.")
+    if kind is int:
+        if v != int(v):
+            raise BadInputError(f"--{flag}: '{text}' is not a whole number of tokens.")
+        return int(v)
+    return v
+
+
+def parse_values(text: str, flag: str) -> tuple[Value, ...]:
+    """The values of one flag: a range a:b:step (inclusive), a list a,b,c, or one value."""
+    kind = SWEEPABLE[flag]
+    text = text.strip()
+    if not text:
+        raise BadInputError(f"--{flag}: empty value; give {EXAMPLE}.")
+    if kind is str:
+        if ":" in text and "," not in text and "/" not in text and "\\" not in text:
+            raise BadInputError(f"--{flag}: ranges apply to numbers; list names instead, e.g. a2,cm384.")
+        names = [p.strip() for p in text.split(",")]
+        if any(not n for n in names):
+            raise BadInputError(f"--{flag}: empty name in '{text}'; give a list like a2,cm384.")
+        return tuple(dict.fromkeys(names))
+    if ":" in text:
+        parts = text.split(":")
+        if len(parts) != 3:
+            raise BadInputError(f"--{flag}: range '{text}' needs start:stop:step, e.g. 10:150:10.")
+        start, stop, step = (_number(p, flag, float) for p in parts)
+        if step <= 0:
+            raise BadInputError(f"--{flag}: range '{text}' needs a step > 0, e.g. 10:150:10.")
+        if stop < start:
+            raise BadInputError(
+                f"--{flag}: range '{text}' is empty: stop ({stop:g}) is below start ({start:g}); "
+                f"give start <= stop, e.g. {stop:g}:{start:g}:{step:g}."
+            )
+        count = int(math.floor((stop - start) / step + 1e-9)) + 1
+        if count > MAX_POINTS:
+            raise BadInputError(f"--{flag}: range '{text}' has {count} values; at most {MAX_POINTS} per sweep.")
+        raw = [round(start + i * step, 9) for i in range(count)]
+        values = [_number(repr(v), flag, kind) for v in raw]
+    else:
+        values = [_number(p.strip(), flag, kind) for p in text.split(",")]
+    return tuple(dict.fromkeys(values))
+
+
+def parse_budgets(text: str, hardware: tuple[Value, ...]) -> dict[str, float]:
+    """`--max-cards a2=64,cm384=384`: one budget per swept machine."""
+    out: dict[str, float] = {}
+    for part in text.split(","):
+        name, sep, value = part.partition("=")
+        if not sep or not name.strip():
+            raise BadInputError(
+                f"--max-cards: '{part}' is not MACHINE=CARDS; give e.g. a2=64,cm384=384, or one number."
+            )
+        cards = _number(value.strip(), "max-cards", float)
+        if not cards > 0:
+            raise BadInputError(f"--max-cards: {name.strip()}={value.strip()} must be > 0 cards.")
+        out[name.strip()] = float(cards)
+    missing = [str(h) for h in hardware if str(h) not in out]
+    if missing:
+        raise BadInputError(f"--max-cards: no budget for {', '.join(missing)}; add {missing[0]}=CARDS.")
+    extra = [k for k in out if k not in {str(h) for h in hardware}]
+    if extra:
+        raise BadInputError(f"--max-cards: '{extra[0]}' is not among the --hardware values.")
+    return out
+
+
+def parse_axes(flag_texts: dict[str, str | None]) -> tuple[list[SweepAxis], dict[str, Value]]:
+    """Swept axes (flags with more than one value) and fixed values, from the raw flag texts.
+
+    `--max-cards` given as MACHINE=CARDS pairs is kept out of both: the caller pairs it with
+    the machine of each point (see `parse_budgets`).
+    """
+    axes: list[SweepAxis] = []
+    fixed: dict[str, Value] = {}
+    for flag, text in flag_texts.items():
+        if text is None or (flag == "max-cards" and "=" in text):
+            continue
+        values = parse_values(text, flag)
+        if len(values) > 1:
+            axes.append(SweepAxis(flag, values))
+        else:
+            fixed[flag] = values[0]
+    if len(axes) > MAX_AXES:
+        names = ", ".join(f"--{a.flag}" for a in axes)
+        raise BadInputError(f"sweep at most {MAX_AXES} parameters at once; {names} all have several values.")
+    return axes, fixed
+
+
+def grid(axes: list[SweepAxis]) -> list[dict[str, Value]]:
+    """Every combination of the axes' values (the first axis varies slowest)."""
+    if not axes:
+        return [{}]
+    return [dict(zip([a.flag for a in axes], combo, strict=True))
+            for combo in itertools.product(*(a.values for a in axes))]
+
+
+Progress = Callable[[int, int, dict[str, Value]], None]
+
+
+def run_sweep(
+    points: list[tuple[dict[str, Value], PlanRequest]],
+    axes: list[SweepAxis],
+    fixed: dict[str, Value] | None = None,
+    progress: Progress | None = None,
+    cache: TableCache | None = None,
+) -> SweepResult:
+    """Search every point with one shared TableCache; infeasible points become rows.
+
+    Every point's request is checked (specs load, context length) before the first search, so a
+    bad value fails the sweep at once rather than after minutes of work.
+    """
+    start = time.perf_counter()
+    for _, request in points:
+        make_context(request)
+    cache = cache if cache is not None else TableCache()
+    out: list[SweepPoint] = []
+    for i, (values, request) in enumerate(points):
+        if progress:
+            progress(i, len(points), values)
+        t0 = time.perf_counter()
+        try:
+            outcome = run_search(request, cache=cache)
+            plan, status, message, solver = outcome.plans[0], "ok", "", outcome.status
+        except InfeasibleError as exc:
+            plan, status, message, solver = None, "infeasible", str(exc), ""
+        out.append(SweepPoint(values, request, plan, status, message, time.perf_counter() - t0, solver))
+    if progress:
+        progress(len(points), len(points), {})
+    return SweepResult(axes, out, cache.hits, cache.misses, time.perf_counter() - start, dict(fixed or {}))
