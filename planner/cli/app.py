@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 
 import typer
 
 from planner import __version__
-from planner.cli import catalog_cmd, evaluate_cmd, experts_cmd, fidelity_cmd, plan_cmd, schema_cmd
+from planner.cli import catalog_cmd, evaluate_cmd, experts_cmd, fidelity_cmd, plan_cmd, schema_cmd, sweep_cmd, whatif_cmd
 
 app = typer.Typer(
     name="moeplan",
@@ -41,15 +43,27 @@ app.command("plan")(plan_cmd.plan)
 app.command("evaluate")(evaluate_cmd.evaluate)
 app.command("schema")(schema_cmd.schema)
 app.command("fidelity")(fidelity_cmd.fidelity)
+app.command("whatif")(whatif_cmd.whatif)
+app.command("sweep")(sweep_cmd.sweep)
 experts_cmd.register(app)
 
 
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> None:
-    """Console-script entry point: run the app; never let a traceback reach the user."""
+    """Console-script entry point: run the app; never let a traceback reach the user.
+
+    SIGTERM is turned into KeyboardInterrupt so that both it and Ctrl-C stop a search the same
+    way: the best plan found so far is printed, no file is left half-written, exit code 130.
+    """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         app()
     except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
+        sys.stderr.write("interrupted before any plan was found; nothing written\n")
         raise SystemExit(130) from None
     except SystemExit:
         raise

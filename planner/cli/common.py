@@ -31,12 +31,19 @@ def fail(exc: PlannerError) -> typer.Exit:
     return typer.Exit(code=exc.exit_code)
 
 
+INTERRUPTED_EXIT_CODE = 130
+
+
 def run_guarded(action: Callable[[], T]) -> T:
-    """Run a command body; PlannerErrors become a message and their exit code."""
+    """Run a command body; PlannerErrors become a message and their exit code, an interrupt
+    (Ctrl-C, or SIGTERM turned into one) exit code 130."""
     try:
         return action()
     except PlannerError as exc:
         raise fail(exc) from None
+    except KeyboardInterrupt:
+        err_console.print("interrupted before any result was found; nothing was written.")
+        raise typer.Exit(code=INTERRUPTED_EXIT_CODE) from None
 
 
 @contextmanager

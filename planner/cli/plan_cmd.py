@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -16,6 +17,7 @@ from planner.report.plan_report import plans_document, ranked_table
 from planner.report.vllm_ascend import emit_vllm_ascend
 from planner.search.plan_search import SearchOutcome, run_search
 from planner.search.request import (
+    MAX_CARDS,
     DEFAULT_HARDWARE,
     DEFAULT_MAX_CARDS,
     DEFAULT_MODEL,
@@ -26,7 +28,7 @@ from planner.search.request import (
 from planner.search.settings import DEFAULT_TIME_LIMIT_S, SolverSettings
 from planner.specs.catalog import load_model
 from planner.specs.files import validate_model
-from planner.specs.plan import SLO, Workload
+from planner.specs.plan import MAX_DEVICES_PER_INSTANCE, SLO, Workload
 
 ModelOpt = Annotated[str, typer.Option("--model", help="Catalog name or path to a YAML / config.json.")]
 HardwareOpt = Annotated[str, typer.Option("--hardware", help="Catalog name or path to a hardware YAML.")]
@@ -68,8 +70,13 @@ def build_request(
         raise BadInputError("--max-cards must be > 0.")
     if top < 1 or top > 50:
         raise BadInputError("--top must be between 1 and 50.")
-    if rate is not None and not rate > 0:
-        raise BadInputError("--rate must be > 0 requests per second.")
+    if rate is not None and not (rate > 0 and math.isfinite(rate)):
+        raise BadInputError("--rate must be a finite number > 0 of requests per second.")
+    if not math.isfinite(max_cards) or max_cards > MAX_CARDS:
+        raise BadInputError(f"--max-cards must be a finite number of at most {MAX_CARDS:,} cards.")
+    for flag, value in (("--decode-devices", decode_devices), ("--prefill-devices", prefill_devices)):
+        if value is not None and not 1 <= value <= MAX_DEVICES_PER_INSTANCE:
+            raise BadInputError(f"{flag} must be between 1 and {MAX_DEVICES_PER_INSTANCE}; got {value}.")
     mtp_values = parse_int_list(mtp, "--mtp", 0, 4) if mtp else None
     if max_redundant_experts is not None and max_redundant_experts < 0:
         raise BadInputError("--max-redundant-experts must be >= 0.")
@@ -119,6 +126,8 @@ def print_outcome(outcome: SearchOutcome) -> None:
     points = sum(s.points_evaluated for s in (outcome.decode_space, outcome.prefill_space) if s)
     if outcome.optimal:
         verdict = "OPTIMAL: proven best under the cost model (CP-SAT)"
+    elif outcome.status == "INTERRUPTED":
+        verdict = "INTERRUPTED: best found before the interrupt (not proven optimal)"
     else:
         verdict = f"{outcome.status}: best found in {outcome.seconds:.1f} s (not proven optimal)"
     console.print(
@@ -173,6 +182,11 @@ def plan(
             max_redundant_experts=max_redundant_experts,
         )
         outcome = search_with_progress(request)
+        if outcome.status == "INTERRUPTED":
+            print_outcome(outcome)
+            err_console.print("interrupted: the plans above are the best found so far (not proven); "
+                              "no file was written.")
+            raise typer.Exit(code=130)
         if json_out is not None:
             write_text_atomic(json_out, plans_document(outcome.plans, outcome.status))
         if emit is not None:

@@ -36,6 +36,8 @@ from planner.costmodel.memory import decode_hbm, prefill_hbm
 from planner.costmodel.prediction import Prediction
 from planner.costmodel.prefill import prefill_forward
 from planner.search.plan_search import SearchOutcome, concurrency_values, request_values
+from planner.search.request import PlanRequest
+from planner.specs.catalog import load_hardware, load_model
 from planner.specs.hardware import HardwareSpec
 from planner.specs.plan import DecodePlan, Plan, PrefillPlan
 from planner.specs.quantization import get_quantization
@@ -297,7 +299,9 @@ def cards_for_rate(plan: Plan, prediction: Prediction, hw: HardwareSpec, rate_pe
     devices = 0
     for phase, rps in ((plan.decode, d_rps), (plan.prefill, p_rps)):
         if phase is not None and rps:
-            devices += math.ceil(rate_per_s / rps - 1e-9) * phase.devices
+            # 1e-4: the predicted figures are rounded to 4 digits; a plan serving its own rate needs
+            # no extra instance for that rounding
+            devices += math.ceil(rate_per_s / rps - 1e-4) * phase.devices
     return hw.cards(devices)
 
 
@@ -357,9 +361,10 @@ def deployment_binding(
                     f"cards: budget (another {limiting} instance needs {need:g} more)",
                     figures={"more_cards": need, "tokens_per_s_per_card_after": after},
                 )
+            lead = "no card budget given" if budget is None else "the card budget does not bind"
             return Binding(
                 "deployment", "none",
-                f"the card budget does not bind: another {limiting} instance fits and would raise "
+                f"{lead}: another {limiting} instance fits and would raise "
                 f"output tokens/s per card from {now:.0f} to {after:.0f}.",
                 f"cards: another {limiting} instance fits",
                 figures={"tokens_per_s_per_card_after": after},
@@ -391,6 +396,13 @@ def deployment_binding(
             "not tokens/s per card.",
             f"cards: budget caps instance size ({nxt} devices needs {need:g} more)",
             figures={"next_instance_devices": nxt, "more_cards": need},
+        )
+    if budget is None:
+        return Binding(
+            "deployment", "none",
+            f"no card budget given: the {name} instance size ({ph.devices} devices) is the plan's own "
+            "choice; tokens/s per card does not grow with the instance count.",
+            "cards: no budget",
         )
     return Binding(
         "deployment", "none",
@@ -426,14 +438,30 @@ def plan_bindings(
     return out
 
 
+def request_bindings(plan: Plan, req: PlanRequest) -> list[Binding]:
+    """Bindings of a plan the search returned for `req` (its budget, rate and imbalance)."""
+    ctx = CostContext(
+        load_model(req.model), load_hardware(req.hardware), get_quantization(req.quantization),
+        req.workload, req.imbalance or default_imbalance_model(),
+    )
+    return plan_bindings(plan, ctx, req.max_cards, req.rate_per_s)
+
+
 def outcome_bindings(outcome: SearchOutcome, index: int = 0) -> list[Binding]:
     """Bindings of the `index`-th plan of a search, under the request it answered."""
-    req = outcome.request
-    ctx = CostContext(
-        outcome.model, outcome.hw, get_quantization(req.quantization), req.workload,
-        req.imbalance or default_imbalance_model(),
-    )
-    return plan_bindings(outcome.plans[index], ctx, req.max_cards, req.rate_per_s)
+    return request_bindings(outcome.plans[index], outcome.request)
+
+
+TAGS = {"hbm": "HBM", "tpot": "TPOT", "ttft": "TTFT", "card_budget": "cards", "rate": "rate",
+        "search_space": "grid"}
+
+
+def binding_tags(bindings: list[Binding]) -> str:
+    """A few characters for a table cell: e.g. "D:TPOT P:HBM cards" (nothing for 'none')."""
+    prefix = {"decode": "D:", "prefill": "P:", "deployment": ""}
+    parts = [prefix.get(b.phase, "") + TAGS[b.constraint] + ("!" if b.violated else "")
+             for b in bindings if b.constraint in TAGS]
+    return " ".join(parts) or "-"
 
 
 def why_line(outcome: SearchOutcome, index: int = 0) -> str:

@@ -19,7 +19,7 @@ GIB = 1024.0**3
 
 # figure key -> label (with unit); the order is the order of the report's rows
 FIGURE_LABELS: dict[str, str] = {
-    "output_tokens_per_s_per_card": "output tokens/s per card (deployment)",
+    "output_tokens_per_s_per_card": "output tokens/s per card",
     "decode_tokens_per_s_per_card": "decode tokens/s per decode card",
     "tokens_per_s_per_user": "tokens/s per user",
     "tpot_ms": "TPOT ms",
@@ -128,10 +128,10 @@ class Change:
     """One choice or assumption that differs between two plans (or request)."""
 
     name: str
-    base: str
-    new: str
+    base: object
+    new: object
 
-    def as_dict(self) -> dict[str, str]:
+    def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
 

@@ -42,6 +42,14 @@ class Deployment:
     devices: int
 
 
+class SearchInterrupted(Exception):
+    """Ctrl-C or SIGTERM during a solve; carries the best deployment known at that moment."""
+
+    def __init__(self, best: Deployment | None) -> None:
+        super().__init__("interrupted")
+        self.best = best
+
+
 @dataclass
 class DeploymentResult:
     """Ranked deployments and the solver's status."""
@@ -76,6 +84,7 @@ class DeploymentModel:
         self.tpot_slo_us, self.ttft_slo_us = tpot_slo_us, ttft_slo_us
         self.target = target_rate_milli
         self.distinct_sizes = distinct_sizes
+        self._partial: Deployment | None = None  # best deployment of the solve in progress
         self.model = cp_model.CpModel()
         self._create_variables()
         self._add_choice_constraints()
@@ -180,7 +189,17 @@ class DeploymentModel:
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return None, status == cp_model.INFEASIBLE, solves
         proven = status == cp_model.OPTIMAL
-        best = self._read(solver)
+        self._partial = self._read(solver)
+        try:
+            return self._dinkelbach(self._partial, proven, solves, deadline)
+        except KeyboardInterrupt:
+            raise SearchInterrupted(self._partial) from None
+
+    def _dinkelbach(
+        self, best: Deployment, proven: bool, solves: int, deadline: float | None
+    ) -> tuple[Deployment | None, bool, int]:
+        """Improve the ratio until no deployment beats it, then break ties."""
+        m = self.model
         for _ in range(50):
             if best.devices == 0:
                 break
@@ -192,7 +211,7 @@ class DeploymentModel:
                 break
             cand = self._read(solver)
             if cand.devices and cand.rate_milli * best.devices > best.rate_milli * cand.devices:
-                best = cand
+                best = self._partial = cand
                 continue
             proven &= status == cp_model.OPTIMAL
             break
@@ -231,12 +250,21 @@ class DeploymentModel:
         m.add_bool_or([~g for g in groups])
 
     def solve_top(self, k: int, deadline: float | None = None) -> DeploymentResult:
-        """Up to k distinct deployments (distinct configuration pairs), best first."""
+        """Up to k distinct deployments, best first. On Ctrl-C/SIGTERM: what was found so far,
+        with status INTERRUPTED (KeyboardInterrupt if nothing was found yet)."""
         start = time.perf_counter()
         found: list[Deployment] = []
         optimal, solves, status = True, 0, "OPTIMAL"
         for _ in range(k):
-            best, proven, n = self._solve_one(deadline)
+            try:
+                best, proven, n = self._solve_one(deadline)
+            except (KeyboardInterrupt, SearchInterrupted) as stop:
+                partial = stop.best if isinstance(stop, SearchInterrupted) else None
+                if partial is not None and not found:
+                    found.append(partial)
+                if not found:
+                    raise KeyboardInterrupt from None
+                return DeploymentResult(found, False, "INTERRUPTED", solves, time.perf_counter() - start)
             solves += n
             if best is None:
                 if not found:

@@ -41,7 +41,7 @@ from planner.costmodel.imbalance import default_imbalance_model
 from planner.costmodel.memory import kv_tokens_in_use
 from planner.errors import BadInputError, InfeasibleError
 from planner.search.deployment_model import RATE_SCALE, Deployment, DeploymentModel
-from planner.search.request import PlanRequest
+from planner.search.request import MAX_CARDS, PlanRequest
 from planner.specs.catalog import load_hardware, load_model
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
@@ -229,6 +229,11 @@ def _phase_sizes(
     if pinned is not None:
         if pinned < 1:
             raise BadInputError(f"--{label}-devices must be >= 1.")
+        if pinned > budget_devices:
+            raise BadInputError(
+                f"--{label}-devices {pinned} exceeds the {budget_devices} devices --max-cards allows; "
+                "raise --max-cards or pin a smaller instance."
+            )
         if ctx.hw.max_devices is not None and pinned > ctx.hw.max_devices:
             raise BadInputError(
                 f"--{label}-devices {pinned} exceeds the {ctx.hw.max_devices} devices one {ctx.hw.name} "
@@ -246,6 +251,24 @@ def _decode_rate_milli(c: PhaseCandidate, output_tokens: int) -> int:
 
 def _prefill_rate_milli(c: PhaseCandidate) -> int:
     return int(math.floor(c.num / c.den * 1e6 * RATE_SCALE))
+
+
+def _check_rate_reachable(request: PlanRequest, d_cands: list[PhaseCandidate], p_cands: list[PhaseCandidate],
+                          budget_devices: int, output_tokens: int) -> None:
+    """Refuse a --rate that no deployment within the budget could serve (names the most)."""
+    caps = []
+    if d_cands:
+        caps.append(max(_decode_rate_milli(c, output_tokens) * (budget_devices // c.devices) for c in d_cands))
+    if p_cands:
+        caps.append(max(_prefill_rate_milli(c) * (budget_devices // c.devices) for c in p_cands))
+    most = min(caps) / RATE_SCALE if caps else 0.0
+    assert request.rate_per_s is not None
+    if request.rate_per_s > most:
+        raise InfeasibleError(
+            f"rate: {request.rate_per_s:g} requests/s is more than {request.max_cards:g} cards can serve under "
+            f"the SLOs (at most {most:.3g} requests/s even with every card on one phase); raise --max-cards or "
+            "lower --rate."
+        )
 
 
 def make_context(request: PlanRequest) -> CostContext:
@@ -313,6 +336,8 @@ def run_search(
     deadline = start + request.settings.time_limit_s
     ctx = make_context(request)
     hw = ctx.hw
+    if not (math.isfinite(request.max_cards) and 0 < request.max_cards <= MAX_CARDS):
+        raise BadInputError(f"--max-cards must be between 0 and {MAX_CARDS:,}.")
     budget_devices = int(math.floor(request.max_cards * hw.devices_per_card + 1e-9))
     if budget_devices < 1:
         raise BadInputError("--max-cards must allow at least one device.")
@@ -350,6 +375,8 @@ def run_search(
     d_cands = dspace.candidates if dspace else []
     p_cands = pspace.candidates if pspace else []
     out = request.workload.output_tokens
+    if request.rate_per_s is not None:
+        _check_rate_reachable(request, d_cands, p_cands, budget_devices, out)
     model = DeploymentModel(
         d_cands,
         p_cands,
@@ -372,7 +399,7 @@ def run_search(
             )
         raise InfeasibleError(diagnose_infeasible(ctx, request, dspace, pspace, budget_devices))
     plans = []
-    for rank, dep in enumerate(result.deployments, start=1):
+    for rank, dep in enumerate(result.deployments, start=1):  # (also after an interrupt: best so far)
         plan = deployment_plan(request, ctx, dep, dspace, pspace, rank)
         plans.append(score_and_validate(plan, ctx))
     return SearchOutcome(

@@ -14,6 +14,7 @@ PhaseChoice = Literal["both", "decode", "prefill"]
 DEFAULT_MODEL = "deepseek-v3"
 DEFAULT_HARDWARE = "a2"
 DEFAULT_MAX_CARDS = 48  # the report's A2 deployment: 32 decode + 16 prefill cards
+MAX_CARDS = 1_000_000  # larger budgets are refused (the solver's integers must stay bounded)
 DEFAULT_WORKLOAD = Workload(input_tokens=2048, output_tokens=2048, mtp_acceptance=0.7)
 DEFAULT_SLO = SLO(tpot_ms=100.0, ttft_ms=2000.0)
 

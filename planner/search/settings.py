@@ -26,4 +26,7 @@ class SolverSettings:
         solver.parameters.num_workers = self.workers
         solver.parameters.random_seed = self.seed
         solver.parameters.log_search_progress = self.log
+        # Ctrl-C / SIGTERM must reach Python (which keeps the best plan found so far), not be
+        # swallowed by the solver; every solve is short and bounded by the time limit anyway.
+        solver.parameters.catch_sigint_signal = False
         return solver

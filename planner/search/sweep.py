@@ -81,6 +81,7 @@ class SweepResult:
     cache_misses: int
     seconds: float
     fixed: dict[str, Value] = field(default_factory=dict)
+    interrupted: bool = False
 
     @property
     def swept(self) -> list[str]:
@@ -202,7 +203,8 @@ def run_sweep(
     """Search every point with one shared TableCache; infeasible points become rows.
 
     Every point's request is checked (specs load, context length) before the first search, so a
-    bad value fails the sweep at once rather than after minutes of work.
+    bad value fails the sweep at once rather than after minutes of work. An interrupt (Ctrl-C,
+    SIGTERM) stops the sweep: the points before it are returned with `interrupted` set.
     """
     start = time.perf_counter()
     for _, request in points:
@@ -215,10 +217,21 @@ def run_sweep(
         t0 = time.perf_counter()
         try:
             outcome = run_search(request, cache=cache)
-            plan, status, message, solver = outcome.plans[0], "ok", "", outcome.status
         except InfeasibleError as exc:
-            plan, status, message, solver = None, "infeasible", str(exc), ""
-        out.append(SweepPoint(values, request, plan, status, message, time.perf_counter() - t0, solver))
-    if progress:
+            out.append(SweepPoint(values, request, None, "infeasible", str(exc), time.perf_counter() - t0))
+            continue
+        except KeyboardInterrupt:
+            interrupted = True
+            break
+        if outcome.status == "INTERRUPTED":
+            # the point's best-so-far is not a proven answer: stop the sweep at the points before it
+            interrupted = True
+            break
+        out.append(SweepPoint(values, request, outcome.plans[0], "ok", "", time.perf_counter() - t0,
+                              outcome.status))
+    else:
+        interrupted = False
+    if progress and not interrupted:
         progress(len(points), len(points), {})
-    return SweepResult(axes, out, cache.hits, cache.misses, time.perf_counter() - start, dict(fixed or {}))
+    return SweepResult(axes, out, cache.hits, cache.misses, time.perf_counter() - start, dict(fixed or {}),
+                       interrupted)

@@ -1,0 +1,211 @@
+"""`moeplan sweep --tpot-ms 10:150:10`: the best plan at every point of one or two swept parameters,
+as a table, CSV/JSON exports, and the frontier of tokens/s per card against tokens/s per user."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from planner.cli.common import (
+    console,
+    err_console,
+    run_guarded,
+    write_bytes_atomic,
+    write_text_atomic,
+)
+from planner.cli.plan_cmd import build_request
+from planner.errors import BadInputError
+from planner.ranking.frontier import published_points, sweep_curves, sweep_metric
+from planner.report.sweep_report import (
+    cache_line,
+    sweep_csv,
+    sweep_document,
+    sweep_rows,
+    sweep_table,
+    terminal_chart,
+)
+from planner.search.request import (
+    DEFAULT_HARDWARE,
+    DEFAULT_MAX_CARDS,
+    DEFAULT_MODEL,
+    DEFAULT_SLO,
+    DEFAULT_WORKLOAD,
+)
+from planner.search.settings import DEFAULT_TIME_LIMIT_S
+from planner.search.sweep import (
+    SweepResult,
+    grid,
+    parse_axes,
+    parse_budgets,
+    parse_values,
+    run_sweep,
+)
+from planner.specs.catalog import load_model
+
+SWEEP_HELP = "A value, a list a,b,c or a range start:stop:step (both ends included)."
+MALLOC_KEEP_BYTES = 1 << 30
+
+
+def keep_freed_memory() -> None:
+    """Ask glibc to keep freed memory for reuse instead of returning it to the system at once.
+
+    Every point of a sweep evaluates candidate tables as numpy temporaries of tens of MB. glibc
+    serves blocks that large with mmap and unmaps them when freed, so the next point page-faults
+    fresh zeroed pages again: on a 2-core machine that system time was ~40% of a sweep. Raising
+    the mmap and trim thresholds makes freed blocks reusable. Best effort: elsewhere (macOS,
+    musl) it does nothing.
+    """
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    mallopt(m_mmap_threshold, MALLOC_KEEP_BYTES)
+    mallopt(m_trim_threshold, MALLOC_KEEP_BYTES)
+
+
+def _title(result: SweepResult, metric: str) -> str:
+    req = result.points[0].request
+    w = req.workload
+    model = load_model(req.model).name
+    phase = {"deployment": "prefill + decode", "decode": "decode only", "prefill": "prefill only"}[metric]
+    def span(values: tuple) -> str:
+        if isinstance(values[0], str):
+            return "/".join(str(v) for v in values)
+        return f"{values[0]:g}..{values[-1]:g}"
+
+    swept = ", ".join(f"{a.flag} {span(a.values)}" for a in result.axes)
+    note = "; published points are decode-only per card" if metric == "deployment" else ""
+    return (f"{model}, {phase}, {w.input_tokens}+{w.output_tokens} tokens, MTP acceptance "
+            f"{w.mtp_acceptance:g}; swept {swept}{note}")
+
+
+def _run_with_progress(points, axes, fixed) -> SweepResult:
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=err_console, transient=True,
+    ) as bar:
+        task = bar.add_task("sweeping", total=len(points))
+
+        def progress(done: int, total: int, values: dict) -> None:
+            label = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
+            bar.update(task, completed=done, description=f"planning {label}" if label else "done")
+
+        return run_sweep(points, axes, fixed, progress)
+
+
+def sweep(
+    tpot_ms: Annotated[str, typer.Option("--tpot-ms", help=f"TPOT SLO, ms. {SWEEP_HELP}")] = f"{DEFAULT_SLO.tpot_ms:g}",
+    ttft_ms: Annotated[str, typer.Option("--ttft-ms", help=f"TTFT SLO, ms. {SWEEP_HELP}")] = f"{DEFAULT_SLO.ttft_ms:g}",
+    input_tokens: Annotated[str, typer.Option("--input-tokens", help=f"Prompt length. {SWEEP_HELP}")] = str(DEFAULT_WORKLOAD.input_tokens),
+    output_tokens: Annotated[str, typer.Option("--output-tokens", help=f"Completion length. {SWEEP_HELP}")] = str(DEFAULT_WORKLOAD.output_tokens),
+    mtp_acceptance: Annotated[str, typer.Option("--mtp-acceptance", help=f"MTP acceptance. {SWEEP_HELP}")] = f"{DEFAULT_WORKLOAD.mtp_acceptance:g}",
+    max_cards: Annotated[str, typer.Option("--max-cards", help=f"Card budget. {SWEEP_HELP} With several --hardware: also one per machine, a2=64,cm384=384.")] = str(DEFAULT_MAX_CARDS),
+    rate: Annotated[str | None, typer.Option("--rate", help=f"Requests/s to serve with the fewest cards. {SWEEP_HELP}")] = None,
+    hardware: Annotated[str, typer.Option("--hardware", help="Machine(s): a name or path, or a list a2,cm384.")] = DEFAULT_HARDWARE,
+    model: Annotated[str, typer.Option("--model", help="Catalog name or path to a YAML / config.json.")] = DEFAULT_MODEL,
+    quantization: Annotated[str, typer.Option(help="a8w8c16 (default), bf16 or a8w4c16.")] = "a8w8c16",
+    phase: Annotated[str, typer.Option(help="both, decode or prefill.")] = "both",
+    decode_devices: Annotated[int | None, typer.Option("--decode-devices", help="Pin the decode instance size.")] = None,
+    prefill_devices: Annotated[int | None, typer.Option("--prefill-devices", help="Pin the prefill instance size.")] = None,
+    mtp: Annotated[str | None, typer.Option(help="MTP depths to consider, e.g. '0,1,2'.")] = None,
+    loads: Annotated[Path | None, typer.Option("--loads", help="Expert loads: imbalance from the placement for them.")] = None,
+    skew_sigma: Annotated[float | None, typer.Option("--skew-sigma", min=0.0, max=5.0, help="Default skew model's sigma.")] = None,
+    max_redundant_experts: Annotated[int | None, typer.Option("--max-redundant-experts", help="Cap redundant expert copies per instance.")] = None,
+    csv_out: Annotated[Path | None, typer.Option("--csv", help="Write one CSV line per point to FILE ('-': stdout).")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write every point (with its plan) as JSON to FILE ('-': stdout).")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Draw the frontier to FILE.png or FILE.svg.")] = None,
+    time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, max=86400.0, help="Solver time limit per point, s.")] = DEFAULT_TIME_LIMIT_S,
+    workers: Annotated[int, typer.Option("--workers", min=1, max=64, help="CP-SAT worker threads.")] = 2,
+) -> None:
+    """Sweep one or two parameters (SLOs, workload, budget, rate, machine) and print the best plan
+    per point; infeasible points are rows naming what binds.
+
+    Examples:
+
+      moeplan sweep --tpot-ms 10:150:10 --hardware cm384 --max-cards 384 --plot frontier.png
+
+      moeplan sweep --tpot-ms 20:100:20 --input-tokens 1024,2048,4096 --phase decode
+
+      moeplan sweep --tpot-ms 10:150:10 --hardware a2,cm384 --max-cards a2=64,cm384=384
+
+    The plot (and, without --plot, a terminal chart) shows output tokens/s per card against
+    tokens/s per user, one curve per machine or per value of the second parameter, with the
+    published deployments of plans/published.yaml (decode-only per card) overlaid.
+    """
+
+    def body() -> None:
+        from planner.report.plot import plot_format
+
+        keep_freed_memory()
+        fmt = plot_format(plot) if plot is not None else None
+        if sum(1 for o in (csv_out, json_out) if o is not None and str(o) == "-") > 1:
+            raise BadInputError("--csv - and --json - both want stdout; send one of them to a file.")
+        texts = {
+            "hardware": hardware, "tpot-ms": tpot_ms, "ttft-ms": ttft_ms, "input-tokens": input_tokens,
+            "output-tokens": output_tokens, "mtp-acceptance": mtp_acceptance, "max-cards": max_cards,
+            "rate": rate,
+        }
+        axes, fixed = parse_axes(texts)
+        budgets = parse_budgets(max_cards, parse_values(hardware, "hardware")) if "=" in max_cards else None
+        if fmt is not None and phase == "prefill":
+            raise BadInputError("--plot draws tokens/s per user from TPOT: use --phase both or decode.")
+        points = []
+        for values in grid(axes):
+            v = {**fixed, **values}
+            shown = dict(values)
+            if budgets is not None:
+                v["max-cards"] = budgets[str(v["hardware"])]
+                if "hardware" in values:
+                    shown["max-cards"] = v["max-cards"]
+            request = build_request(
+                model=model, hardware=str(v["hardware"]), quantization=quantization,
+                input_tokens=v["input-tokens"], output_tokens=v["output-tokens"],  # type: ignore[arg-type]
+                mtp_acceptance=v["mtp-acceptance"], tpot_ms=v["tpot-ms"], ttft_ms=v["ttft-ms"],  # type: ignore[arg-type]
+                max_cards=v["max-cards"], phase=phase, decode_devices=decode_devices,  # type: ignore[arg-type]
+                prefill_devices=prefill_devices, rate=v.get("rate"), top=1, mtp=mtp,  # type: ignore[arg-type]
+                time_limit=time_limit, workers=workers, loads=loads, skew_sigma=skew_sigma,
+                max_redundant_experts=max_redundant_experts,
+            )
+            points.append((shown, request))
+        result = _run_with_progress(points, axes, fixed)
+        rows = sweep_rows(result)
+        if result.interrupted:
+            console.print(sweep_table(result, rows))
+            err_console.print(f"interrupted: {len(result.points)} of {len(points)} points done (above); "
+                              "no file was written.")
+            raise typer.Exit(code=130)
+        if csv_out is not None:
+            write_text_atomic(csv_out, sweep_csv(result, rows))
+        if json_out is not None:
+            write_text_atomic(json_out, sweep_document(result, rows))
+        metric = sweep_metric(result)
+        curves = published = None
+        if metric != "prefill":
+            curves = sweep_curves(result)
+            spec = load_model(result.points[0].request.model)
+            published = published_points(spec, {c.hardware for c in curves})
+        if fmt is not None and curves is not None and published is not None:
+            from planner.report.plot import frontier_figure, render, y_label
+
+            fig = frontier_figure(curves, published, metric, _title(result, metric))
+            write_bytes_atomic(plot, render(fig, fmt))  # type: ignore[arg-type]
+        if any(o is not None and str(o) == "-" for o in (csv_out, json_out)):
+            return
+        console.print(sweep_table(result, rows))
+        console.print(cache_line(result))
+        if plot is not None:
+            console.print(f"frontier plot written to {plot}")
+        elif curves is not None and published is not None:
+            from planner.report.plot import y_label
+
+            console.print(terminal_chart(curves, published, y_label(metric)), markup=False, highlight=False)
+
+    run_guarded(body)

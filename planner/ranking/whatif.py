@@ -1,0 +1,259 @@
+"""`moeplan whatif`: re-plan under changed assumptions and compare with the base, three ways.
+
+- base: the base plan (a plan file, scored as written, or the best plan the search finds under
+  the base assumptions);
+- new: the best plan the search finds under the new assumptions;
+- rescored: the base plan kept as it is and scored under the new assumptions (no re-planning:
+  "does my current deployment still meet a 30 ms SLO?"). If the base plan cannot run under the
+  new assumptions (another machine whose instances cannot hold its layout, another model), the
+  column says why instead.
+
+Each column carries its choices, figures and what binds it (planner.ranking.binding). The two
+searches share one TableCache: when the new assumptions change only SLOs, the budget or the rate,
+the second search reuses every cost table of the first.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from planner.costmodel.evaluate import (
+    PlanSpecs,
+    evaluate_plan,
+    load_plan_specs,
+    plan_with_prediction,
+)
+from planner.costmodel.imbalance import default_imbalance_model
+from planner.errors import BadInputError
+from planner.ranking.binding import Binding, plan_bindings, plan_context
+from planner.ranking.compare import (
+    Change,
+    Delta,
+    changed_choices,
+    figure_deltas,
+    plan_choices,
+    plan_figures,
+)
+from planner.search.plan_search import SearchOutcome, TableCache, run_search
+from planner.search.request import PlanRequest
+from planner.specs.hardware import HardwareSpec
+from planner.specs.plan import Plan, check_plan
+from planner.specs.quantization import get_quantization
+
+Search = Callable[[PlanRequest, TableCache], SearchOutcome]
+
+
+@dataclass
+class Column:
+    """One column of the comparison: a scored plan (or why there is none) and what binds it."""
+
+    title: str
+    plan: Plan | None
+    hw: HardwareSpec | None
+    choices: dict[str, str] = field(default_factory=dict)
+    figures: dict[str, float | None] = field(default_factory=dict)
+    bindings: list[Binding] = field(default_factory=list)
+    error: str = ""
+    meets_slo: bool | None = None
+    fits_hbm: bool | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready form (the plan with its `predicted` block)."""
+        out: dict[str, object] = {"title": self.title}
+        if self.error:
+            out["error"] = self.error
+        if self.plan is not None:
+            out["plan"] = self.plan.model_dump(mode="json", exclude_none=True)
+            out["choices"] = self.choices
+            out["figures"] = self.figures
+            out["binding"] = [b.as_dict() for b in self.bindings]
+            out["meets_slo"] = self.meets_slo
+            out["fits_hbm"] = self.fits_hbm
+        return out
+
+
+@dataclass
+class WhatIfResult:
+    """Base, new and rescored columns, what changed between them, and the search's reuse."""
+
+    base_request: PlanRequest
+    new_request: PlanRequest
+    base_source: str
+    base: Column
+    new: Column
+    rescored: Column
+    assumption_changes: list[Change]
+    choice_changes: list[Change]
+    deltas: list[Delta]
+    rescored_deltas: list[Delta]
+    notes: list[str]
+    cache_hits: int
+    cache_misses: int
+    seconds: float
+
+    def as_dict(self) -> dict[str, object]:
+        """The JSON document of `moeplan whatif --json`."""
+        return {
+            "base_source": self.base_source,
+            "assumptions": {
+                "base": request_assumptions(self.base_request),
+                "new": request_assumptions(self.new_request),
+            },
+            "changes": {
+                "assumptions": [c.as_dict() for c in self.assumption_changes],
+                "choices": [c.as_dict() for c in self.choice_changes],
+            },
+            "base": self.base.as_dict(),
+            "new": self.new.as_dict(),
+            "rescored": self.rescored.as_dict(),
+            "deltas": [d.as_dict() for d in self.deltas],
+            "rescored_deltas": [d.as_dict() for d in self.rescored_deltas],
+            "binding": {
+                "base": [b.as_dict() for b in self.base.bindings],
+                "new": [b.as_dict() for b in self.new.bindings],
+                "rescored": [b.as_dict() for b in self.rescored.bindings],
+            },
+            "notes": self.notes,
+            "table_cache": {"hits": self.cache_hits, "misses": self.cache_misses},
+        }
+
+
+def request_assumptions(req: PlanRequest) -> dict[str, object]:
+    """A request's assumptions by flag name (None: not set), what `changes.assumptions` compares."""
+    w, s = req.workload, req.slo
+    return {
+        "model": req.model,
+        "hardware": req.hardware,
+        "quantization": req.quantization,
+        "input-tokens": w.input_tokens,
+        "output-tokens": w.output_tokens,
+        "mtp-acceptance": w.mtp_acceptance,
+        "tpot-ms": s.tpot_ms,
+        "ttft-ms": s.ttft_ms,
+        "max-cards": req.max_cards,
+        "phase": req.phase,
+        "decode-devices": req.decode_devices,
+        "prefill-devices": req.prefill_devices,
+        "rate": req.rate_per_s,
+        "mtp": ",".join(str(k) for k in req.mtp_tokens) if req.mtp_tokens is not None else "all",
+        "max-redundant-experts": req.max_redundant_experts,
+        "imbalance": (req.imbalance or default_imbalance_model()).describe(),
+    }
+
+
+def _column(title: str, plan: Plan, specs: PlanSpecs, req: PlanRequest, rate: float | None,
+            max_cards: float | None) -> Column:
+    """A scored plan's column; `max_cards` None: no budget to judge it by (a plan file)."""
+    ctx = plan_context(plan, specs, req.imbalance)
+    pred = plan.predicted or {}
+    d, p = pred.get("decode") or {}, pred.get("prefill") or {}
+    meets = [x for x in (d.get("meets_tpot_slo"), p.get("meets_ttft_slo")) if x is not None]
+    fits = [x for x in (d.get("fits_hbm"), p.get("fits_hbm")) if x is not None]
+    return Column(
+        title=title,
+        plan=plan,
+        hw=specs.hw,
+        choices=plan_choices(plan, specs.hw, specs.model),
+        figures=plan_figures(plan, specs.hw, rate),
+        bindings=plan_bindings(plan, ctx, max_cards, req.rate_per_s),
+        meets_slo=all(meets) if meets else None,
+        fits_hbm=all(fits) if fits else None,
+    )
+
+
+def _notes(base: PlanRequest, new: PlanRequest, changes: list[Change]) -> list[str]:
+    notes = []
+    names = {c.name for c in changes}
+    if not changes:
+        notes.append("no assumption changed: 'new' is what the planner chooses under the base's own assumptions.")
+    if "ttft-ms" in names and new.phase == "decode":
+        notes.append("--ttft-ms has no effect on a decode-only plan; add --phase both to plan prefill too.")
+    if "tpot-ms" in names and new.phase == "prefill":
+        notes.append("--tpot-ms has no effect on a prefill-only plan; add --phase both to plan decode too.")
+    if "hardware" in names:
+        notes.append("cards differ between machines (a CM384 card is a 910C package of two dies); the "
+                     "re-scored base keeps its devices.")
+    return notes
+
+
+def rescore(base: Plan, new_request: PlanRequest, specs: PlanSpecs) -> Plan:
+    """The base plan's layouts under the new request's model, machine, workload and SLOs, scored.
+
+    Raises BadInputError when the layouts cannot run there (the message says which rule breaks).
+    """
+    moved = base.model_copy(update={
+        "model": new_request.model,
+        "hardware": new_request.hardware,
+        "quantization": new_request.quantization,
+        "workload": new_request.workload,
+        "slo": new_request.slo,
+        "predicted": None,
+        "rank": None,
+    })
+    check_plan(moved, specs.model, specs.hw)
+    prediction = evaluate_plan(moved, imbalance=new_request.imbalance, specs=specs)
+    return plan_with_prediction(moved, prediction)
+
+
+def run_whatif(
+    base_request: PlanRequest,
+    new_request: PlanRequest,
+    base_plan: Plan | None = None,
+    base_dir: Path | None = None,
+    base_source: str = "",
+    search: Search | None = None,
+) -> WhatIfResult:
+    """Base, new and rescored columns (see the module docstring).
+
+    `base_plan` given: it is the base (scored as written); `base_request` then holds its
+    assumptions and the budget it is compared at. Otherwise the base is searched. An infeasible
+    new request raises InfeasibleError (the search's diagnosis).
+    """
+    start = time.perf_counter()
+    run = search or (lambda req, cache: run_search(req, cache=cache))
+    cache = TableCache()
+    if base_plan is None:
+        outcome = run(base_request, cache)
+        base = outcome.plans[0].model_copy(update={"rank": None})
+        base_specs = PlanSpecs(outcome.model, outcome.hw, get_quantization(base_request.quantization))
+        base_source = base_source or "the best plan under the base assumptions"
+    else:
+        base_specs = load_plan_specs(base_plan, base_dir)
+        prediction = evaluate_plan(base_plan, base_dir, base_request.imbalance, specs=base_specs)
+        base = plan_with_prediction(base_plan, prediction)
+    new_outcome = run(new_request, cache)
+    new = new_outcome.plans[0].model_copy(update={"rank": None})
+    new_specs = PlanSpecs(new_outcome.model, new_outcome.hw, get_quantization(new_request.quantization))
+
+    rate = new_request.rate_per_s or base_request.rate_per_s
+    base_budget = base_request.max_cards if base_plan is None else None
+    base_col = _column("base", base, base_specs, base_request, rate, base_budget)
+    new_col = _column("new (re-planned)", new, new_specs, new_request, rate, new_request.max_cards)
+    try:
+        rescored = rescore(base, new_request, new_specs)
+        res_col = _column("base re-scored", rescored, new_specs, new_request, rate, new_request.max_cards)
+    except BadInputError as exc:
+        res_col = Column("base re-scored", None, new_specs.hw,
+                         error=f"the base plan cannot run under the new assumptions: {exc}")
+
+    base_a, new_a = request_assumptions(base_request), request_assumptions(new_request)
+    changes = [Change(k, base_a[k], new_a[k]) for k in base_a if base_a[k] != new_a[k]]
+    return WhatIfResult(
+        base_request=base_request,
+        new_request=new_request,
+        base_source=base_source,
+        base=base_col,
+        new=new_col,
+        rescored=res_col,
+        assumption_changes=changes,
+        choice_changes=changed_choices(base_col.choices, new_col.choices),
+        deltas=figure_deltas(base_col.figures, new_col.figures),
+        rescored_deltas=figure_deltas(base_col.figures, res_col.figures) if res_col.plan else [],
+        notes=_notes(base_request, new_request, changes),
+        cache_hits=cache.hits,
+        cache_misses=cache.misses,
+        seconds=time.perf_counter() - start,
+    )

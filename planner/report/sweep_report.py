@@ -1,0 +1,224 @@
+"""The sweep's table (best plan per point), its CSV and JSON exports, and a terminal chart of the
+frontier for when no --plot file is asked for."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from planner.ranking.binding import binding_tags, request_bindings
+from planner.ranking.frontier import Curve, PublishedPoint
+from planner.report.plan_report import compact_layouts, headline
+from planner.search.sweep import SweepPoint, SweepResult
+from planner.specs.catalog import load_hardware
+from planner.specs.plan import PhasePlan
+
+GIB = 1024.0**3
+CSV_COLUMNS = [
+    "status", "cards", "pd", "decode_layouts", "decode_concurrency_per_device", "decode_mtp_tokens",
+    "prefill_layouts", "prefill_batch_tokens", "prefill_micro_batches", "tpot_ms", "ttft_ms",
+    "output_tokens_per_s_per_card", "decode_tokens_per_s_per_card", "tokens_per_s_per_user",
+    "requests_per_s", "binds", "message",
+]
+
+
+def point_row(pt: SweepPoint) -> dict[str, object]:
+    """One point's figures by CSV column (blank where the point is infeasible or the phase absent)."""
+    row: dict[str, object] = {k: "" for k in CSV_COLUMNS}
+    row["status"] = pt.status
+    row["message"] = pt.message
+    if pt.plan is None:
+        row["binds"] = pt.binding_tag
+        return row
+    plan, hw = pt.plan, load_hardware(pt.request.hardware)
+    pred = plan.predicted or {}
+    d, p, s = pred.get("decode") or {}, pred.get("prefill") or {}, pred.get("system") or {}
+    devices = sum(x.total_devices for x in (plan.decode, plan.prefill) if x is not None)
+    row["cards"] = hw.cards(devices)
+    row["pd"] = (
+        (f"{plan.prefill.instances}x{plan.prefill.devices}" if plan.prefill else "-") + ":"
+        + (f"{plan.decode.instances}x{plan.decode.devices}" if plan.decode else "-")
+    )
+    if plan.decode is not None:
+        row["decode_layouts"] = compact_layouts(plan.decode)
+        row["decode_concurrency_per_device"] = plan.decode.concurrency_per_device
+        row["decode_mtp_tokens"] = plan.decode.mtp_tokens
+        row["tpot_ms"] = d.get("tpot_ms", "")
+        row["decode_tokens_per_s_per_card"] = d.get("tokens_per_s_per_card", "")
+        row["tokens_per_s_per_user"] = d.get("tokens_per_s_per_user", "")
+    if plan.prefill is not None:
+        row["prefill_layouts"] = compact_layouts(plan.prefill)
+        row["prefill_batch_tokens"] = plan.prefill.batch_tokens
+        row["prefill_micro_batches"] = plan.prefill.micro_batches
+        row["ttft_ms"] = p.get("ttft_ms", "")
+    row["output_tokens_per_s_per_card"] = round(headline(plan), 4)
+    row["requests_per_s"] = s.get("requests_per_s", "")
+    row["binds"] = binding_tags(request_bindings(plan, pt.request))
+    return row
+
+
+def _value_text(v: object) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def sweep_rows(result: SweepResult) -> list[dict[str, object]]:
+    """Every point: its swept values first, then its figures."""
+    return [{**{k: pt.values[k] for k in pt.values}, **point_row(pt)} for pt in result.points]
+
+
+def short_layouts(phase: PhasePlan) -> str:
+    """Attention and experts only (the table's width): e.g. DP48xTP2|EP48x6 A2A+S8."""
+    parts = [phase.attention.short()]
+    if phase.moe is not None:
+        moe = f"EP{phase.moe.ep}x{phase.moe.slots_per_device} {'AG' if phase.moe.comm == 'allgather' else 'A2A'}"
+        if phase.shared_expert.placement == "dedicated":
+            moe += f"+S{phase.shared_expert.devices}"
+        parts.append(moe)
+    return "|".join(parts)
+
+
+def sweep_table(result: SweepResult, rows: list[dict[str, object]] | None = None) -> Table:
+    """One row per point: the values swept, then the best plan's choices and figures.
+
+    Infeasible points say why below the table ([n] in the row), so that the long diagnosis does
+    not squeeze the layout columns.
+    """
+    rows = rows if rows is not None else sweep_rows(result)
+    notes: list[str] = []
+    keys = list(result.points[0].values) if result.points else []
+    fixed = ", ".join(f"{k} {_value_text(v)}" for k, v in result.fixed.items() if k not in keys)
+    table = Table(title=f"Best plan per point ({escape(fixed)})" if fixed else "Best plan per point",
+                  caption_justify="left", caption="layouts: attention|experts (all modules in --csv/--json); B: sequences per "
+                          "device; K: thousand tokens per forward; binds: D:/P: decode/prefill, cards: the "
+                          "card budget, grid: the search space, !: broken")
+    phases = {pt.request.phase for pt in result.points}
+    has_d, has_p = phases != {"prefill"}, phases != {"decode"}
+    for k in keys:
+        table.add_column(k, justify="right", no_wrap=True)
+    cols = [("cards", "right"), ("P:D" if has_d and has_p else "instances", "left")]
+    cols += [("decode", "left")] if has_d else []
+    cols += [("prefill", "left")] if has_p else []
+    cols += [("TPOT ms", "right")] if has_d else []
+    cols += [("TTFT ms", "right")] if has_p else []
+    cols += [("tok/s/card", "right"), ("tok/s/user", "right"), ("binds", "left")]
+    for name, just in cols:
+        wraps = name in ("decode", "prefill", "binds")
+        table.add_column(name, justify=just, no_wrap=not wraps)  # type: ignore[arg-type]
+    for pt, row in zip(result.points, rows, strict=True):
+        values = [_value_text(pt.values[k]) for k in keys]
+        if pt.plan is None:
+            notes.append(pt.message)
+            cells: list[object] = ["-"] * (len(cols) - 1)
+            cells[2] = Text(f"infeasible [{len(notes)}]", style="red")
+            table.add_row(*values, *cells, Text(str(row["binds"]), style="red"))  # type: ignore[arg-type]
+            continue
+        d, p = pt.plan.decode, pt.plan.prefill
+        cells = [f"{row['cards']:g}", str(row["pd"]) if has_d and has_p else str(row["pd"]).strip("-:")]
+        if has_d:
+            cells.append(f"{short_layouts(d)} B{d.concurrency_per_device} MTP{d.mtp_tokens}" if d else "-")
+        if has_p:
+            cells.append(f"{short_layouts(p)} {p.batch_tokens // 1024}K mb{p.micro_batches}" if p else "-")
+        if has_d:
+            cells.append(f"{row['tpot_ms']:.1f}" if row["tpot_ms"] != "" else "-")
+        if has_p:
+            cells.append(f"{row['ttft_ms']:.0f}" if row["ttft_ms"] != "" else "-")
+        cells += [
+            f"{row['output_tokens_per_s_per_card']:.1f}",
+            f"{row['tokens_per_s_per_user']:.1f}" if row["tokens_per_s_per_user"] != "" else "-",
+            str(row["binds"]),
+        ]
+        table.add_row(*values, *cells)  # type: ignore[arg-type]
+    if notes:
+        table.caption = (table.caption or "") + "\n" + "\n".join(
+            f"[{i}] infeasible: {escape(m)}" for i, m in enumerate(notes, start=1))
+    return table
+
+
+def sweep_csv(result: SweepResult, rows: list[dict[str, object]] | None = None) -> str:
+    """CSV: one line per point, swept values first (stable column order)."""
+    rows = rows if rows is not None else sweep_rows(result)
+    keys = list(result.points[0].values) if result.points else []
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=keys + CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow(row)
+    return buf.getvalue()
+
+
+def sweep_document(result: SweepResult, rows: list[dict[str, object]] | None = None) -> str:
+    """JSON: the swept flags, fixed values, every point (with its plan) and the table reuse."""
+    rows = rows if rows is not None else sweep_rows(result)
+    points = []
+    for pt, row in zip(result.points, rows, strict=True):
+        entry: dict[str, object] = {"values": pt.values, "status": pt.status}
+        if pt.plan is not None:
+            entry["summary"] = {k: v for k, v in row.items() if k in CSV_COLUMNS and k not in ("status", "message")}
+            entry["plan"] = pt.plan.model_dump(mode="json", exclude_none=True)
+        else:
+            entry["binds"] = pt.binding_tag
+            entry["message"] = pt.message
+        points.append(entry)
+    doc = {
+        "swept": {a.flag: list(a.values) for a in result.axes},
+        "fixed": result.fixed,
+        "points": points,
+        "table_cache": {"hits": result.cache_hits, "misses": result.cache_misses},
+    }
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
+def cache_line(result: SweepResult) -> str:
+    """Status line: points, feasibility, time, and the table cache's effect."""
+    ok = sum(1 for p in result.points if p.status == "ok")
+    total = result.cache_hits + result.cache_misses
+    share = f" ({result.cache_hits / total:.0%} of lookups)" if total else ""
+    return (
+        f"{len(result.points)} points ({ok} feasible) in {result.seconds:.2f} s; cost tables: "
+        f"{result.cache_misses} built, {result.cache_hits} reused{share}."
+    )
+
+
+CHART_MARKS = "ox+#%@&=~"
+
+
+def terminal_chart(
+    curves: list[Curve], published: list[PublishedPoint], y_label: str, width: int = 64, height: int = 16
+) -> str:
+    """The frontier as a character scatter: one mark per curve, '*' for published points."""
+    pts = [(p.x_tokens_per_s_per_user, p.y_tokens_per_s_per_card, CHART_MARKS[i % len(CHART_MARKS)])
+           for i, c in enumerate(curves) for p in c.points]
+    pts += [(p.x_tokens_per_s_per_user, p.y_tokens_per_s_per_card, "*") for p in published]
+    if not pts:
+        return "(no feasible point with a decode phase to chart)"
+    x_max = max(x for x, _, _ in pts) * 1.05
+    y_max = max(y for _, y, _ in pts) * 1.05
+    grid = [[" "] * width for _ in range(height)]
+    for x, y, mark in pts:
+        col = min(width - 1, int(x / x_max * (width - 1))) if x_max > 0 else 0
+        row = height - 1 - (min(height - 1, int(y / y_max * (height - 1))) if y_max > 0 else 0)
+        cell = grid[row][col]
+        grid[row][col] = mark if cell in (" ", mark) or mark == "*" else "&"
+    label_w = max(len(f"{y_max:.0f}"), 4)
+    lines = [f"{y_label}"]
+    for r, cells in enumerate(grid):
+        y_val = y_max * (height - 1 - r) / (height - 1)
+        tick = f"{y_val:.0f}" if r % 5 == 0 or r == height - 1 else ""
+        lines.append(f"{tick:>{label_w}} |" + "".join(cells))
+    lines.append(" " * label_w + " +" + "-" * width)
+    ticks = [0.0, x_max / 2, x_max]
+    axis = f"{ticks[0]:<.0f}".ljust(width // 2) + f"{ticks[1]:.0f}".ljust(width - width // 2) + f"{ticks[2]:.0f}"
+    lines.append(" " * (label_w + 2) + axis)
+    lines.append(" " * (label_w + 2) + "tokens/s per user (1000 / TPOT)")
+    legend = [f"{CHART_MARKS[i % len(CHART_MARKS)]} {c.name}" for i, c in enumerate(curves)]
+    if published:
+        legend.append("* published: " + ", ".join(
+            f"{p.id} ({p.x_tokens_per_s_per_user:.0f}, {p.y_tokens_per_s_per_card:.0f})" for p in published))
+    lines.append("   ".join(legend))
+    return "\n".join(lines)
+

@@ -1,0 +1,127 @@
+"""What binds a plan, checked against the cost model: the neighbour the message names really
+breaks the rule it names; the search's best plans are never left with nothing binding."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.costmodel.decode import decode_step
+from planner.costmodel.evaluate import evaluate_plan, load_plan_specs, plan_with_prediction
+from planner.costmodel.memory import decode_hbm, prefill_hbm
+from planner.costmodel.prefill import prefill_forward
+from planner.ranking.binding import (
+    cards_for_rate,
+    decode_binding,
+    outcome_bindings,
+    plan_bindings,
+    plan_context,
+    why_line,
+)
+from planner.search.plan_search import run_search
+from planner.search.request import PlanRequest
+from planner.specs.catalog import load_plan
+from planner.specs.plan import SLO, Workload
+
+
+@pytest.fixture(scope="module")
+def default_outcome():
+    return run_search(PlanRequest(top=1))
+
+
+def _scored(name: str, **update):
+    plan, _ = load_plan(name)
+    plan = plan.model_copy(update=update)
+    specs = load_plan_specs(plan)
+    return plan_with_prediction(plan, evaluate_plan(plan, specs=specs)), specs
+
+
+def test_default_plan_tpot_ttft_and_budget_bind(default_outcome):
+    decode, prefill, deployment = outcome_bindings(default_outcome)
+    plan = default_outcome.plans[0]
+    ctx = plan_context(plan, load_plan_specs(plan))
+    assert decode.constraint == "tpot" and not decode.violated
+    b = plan.decode.concurrency_per_device
+    nxt = decode_step(ctx, plan.decode, [b + 1]).tpot_s[0] * 1e3
+    assert nxt > plan.slo.tpot_ms and f"{nxt:.1f} ms > 100 ms" in decode.message
+    assert prefill.constraint == "ttft"
+    bt = plan.prefill.batch_tokens + plan.workload.input_tokens
+    assert prefill_forward(ctx, plan.prefill, [bt]).ttft_s[0] * 1e3 > plan.slo.ttft_ms
+    assert deployment.constraint == "card_budget"
+    assert "another decode instance needs 32 more cards" in deployment.message
+
+
+def test_why_line_names_every_phase(default_outcome):
+    line = why_line(default_outcome)
+    assert line.startswith("why: ")
+    assert "decode B" in line and "TPOT" in line and "prefill" in line and "cards" in line
+
+
+def test_hbm_binds_without_a_latency_slo():
+    outcome = run_search(PlanRequest(phase="decode", max_cards=32, top=1, slo=SLO()))
+    decode = outcome_bindings(outcome)[0]
+    assert decode.constraint == "hbm"
+    plan = outcome.plans[0]
+    ctx = plan_context(plan, load_plan_specs(plan))
+    b = plan.decode.concurrency_per_device
+    use = decode_hbm(ctx, plan.decode, [b, b + 1])
+    assert use.fits[0] and not use.fits[1]
+    assert decode.figures["short_bytes"] == pytest.approx(use.total_bytes[1] - use.capacity_bytes)
+
+
+@pytest.mark.parametrize(
+    ("request_", "phase_index"),
+    [
+        (PlanRequest(top=1, hardware="cm384", max_cards=128, slo=SLO(tpot_ms=30, ttft_ms=1500)), 0),
+        (PlanRequest(top=1, phase="decode", max_cards=24, slo=SLO(tpot_ms=60)), 0),
+        (PlanRequest(top=1, model="deepseek-v2-lite", max_cards=8,
+                     workload=Workload(input_tokens=1024, output_tokens=512)), 1),
+    ],
+)
+def test_something_binds_every_best_plan(request_, phase_index):
+    """The search maximises throughput, so its best plan's concurrency and batch are stopped by
+    a rule (or the search grid), never by nothing."""
+    bindings = outcome_bindings(run_search(request_))
+    assert all(b.constraint != "none" for b in bindings if b.phase in ("decode", "prefill"))
+    assert not any(b.violated for b in bindings)
+
+
+def test_a_hand_plan_with_slack_says_nothing_binds():
+    plan, specs = _scored("a2-d70", slo=SLO(tpot_ms=150))
+    decode = plan_bindings(plan, plan_context(plan, specs))[0]
+    assert decode.constraint == "none" and "could run more" in decode.message
+
+
+def test_a_broken_slo_gives_the_largest_concurrency_that_meets_it():
+    plan, specs = _scored("a2-d70", slo=SLO(tpot_ms=30))
+    ctx = plan_context(plan, specs)
+    decode = decode_binding(ctx, plan.decode, 30.0)
+    assert decode.constraint == "tpot" and decode.violated
+    m = int(decode.figures["max_concurrency_per_device"])
+    assert m >= 1
+    tpot = decode_step(ctx, plan.decode, [m, m + 1]).tpot_s * 1e3
+    assert tpot[0] <= 30.0 < tpot[1]
+
+
+def test_a_broken_hbm_is_reported_with_what_fits():
+    plan, specs = _scored("a2-p", workload=Workload(input_tokens=2048, output_tokens=2048))
+    big = plan.model_copy(update={"prefill": plan.prefill.model_copy(update={"batch_tokens": 400_000}),
+                                  "predicted": None})
+    bindings = plan_bindings(big, plan_context(big, specs))
+    prefill = bindings[0]
+    assert prefill.constraint == "hbm" and prefill.violated
+    m = int(prefill.figures["max_requests_per_forward"])
+    ctx = plan_context(big, specs)
+    fits = prefill_hbm(ctx, big.prefill, [m * 2048, (m + 1) * 2048]).fits
+    assert fits[0] and not fits[1]
+
+
+def test_cards_for_a_rate_scale_instances(default_outcome):
+    plan = default_outcome.plans[0]
+    from planner.costmodel.prediction import Prediction
+
+    pred = Prediction.model_validate(plan.predicted)
+    # at the plan's own rate it needs no more cards than it has
+    rate = pred.system.requests_per_s
+    assert cards_for_rate(plan, pred, default_outcome.hw, rate) == pytest.approx(48)
+    # twice the rate: twice the decode instances (decode binds), prefill still enough
+    assert cards_for_rate(plan, pred, default_outcome.hw, 2 * rate) == pytest.approx(16 + 64)
