@@ -56,6 +56,7 @@ def build_request(
     loads: Path | None,
     skew_sigma: float | None,
     max_redundant_experts: int | None = None,
+    colocated: bool = True,
 ) -> PlanRequest:
     """A PlanRequest from flag values; bad values raise BadInputError naming the flag."""
     workload = validate_model(
@@ -98,6 +99,7 @@ def build_request(
         settings=SolverSettings(time_limit_s=time_limit, workers=workers),
         imbalance=imbalance,
         max_redundant_experts=max_redundant_experts,
+        colocated=colocated,
     )
 
 
@@ -163,6 +165,7 @@ def plan(
     loads: Annotated[Path | None, typer.Option("--loads", help="Expert loads: imbalance from the placement for them.")] = None,
     skew_sigma: Annotated[float | None, typer.Option("--skew-sigma", min=0.0, max=5.0, help="Default skew model's log-normal sigma.")] = None,
     max_redundant_experts: Annotated[int | None, typer.Option("--max-redundant-experts", help="Cap redundant expert copies per instance (0: every expert exactly once).")] = None,
+    colocated: Annotated[bool, typer.Option("--colocated/--no-colocated", help="Also rank colocated instances (prefill and decode on the same devices; TPOT is then an average over prefill stalls).")] = True,
     time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, max=86400.0, help="Solver time limit in seconds.")] = DEFAULT_TIME_LIMIT_S,
     workers: Annotated[int, typer.Option("--workers", min=1, max=64, help="CP-SAT worker threads (results do not depend on it).")] = 2,
 ) -> None:
@@ -179,7 +182,7 @@ def plan(
             output_tokens=output_tokens, mtp_acceptance=mtp_acceptance, tpot_ms=tpot_ms, ttft_ms=ttft_ms,
             max_cards=max_cards, phase=phase, decode_devices=decode_devices, prefill_devices=prefill_devices,
             rate=rate, top=top, mtp=mtp, time_limit=time_limit, workers=workers, loads=loads, skew_sigma=skew_sigma,
-            max_redundant_experts=max_redundant_experts,
+            max_redundant_experts=max_redundant_experts, colocated=colocated,
         )
         outcome = search_with_progress(request)
         if outcome.status == "INTERRUPTED":

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from planner.costmodel.colocated import colocated_figures
 from planner.costmodel.context import CostContext
 from planner.costmodel.decode import decode_step, emitted_tokens_per_step
 from planner.costmodel.imbalance import ImbalanceModel, default_imbalance_model
@@ -22,6 +23,7 @@ from planner.costmodel.memory import (
     prefill_hbm,
 )
 from planner.costmodel.prediction import (
+    ColocatedPrediction,
     DecodePrediction,
     Prediction,
     PrefillPrediction,
@@ -134,12 +136,52 @@ def predict_prefill(ctx: CostContext, plan: Plan) -> PrefillPrediction:
     )
 
 
+def predict_colocated(ctx: CostContext, plan: Plan) -> ColocatedPrediction:
+    """Figures of one colocated instance of the plan."""
+    assert plan.decode is not None and plan.prefill is not None
+    fig = colocated_figures(ctx, plan.decode, plan.prefill)
+    slo = plan.slo
+    tpot_ms, ttft_ms = fig.tpot_s * 1e3, fig.ttft_s * 1e3
+    hbm = _hbm_fields(fig.hbm)
+    hbm.pop("hbm_role")
+    out_per_s = fig.requests_per_s * ctx.workload.output_tokens
+    return ColocatedPrediction(
+        requests_per_s_per_instance=_r(fig.requests_per_s, 6),
+        prefill_time_fraction=_r(fig.prefill_time_fraction, 6),
+        tpot_ms=_r(tpot_ms),
+        ttft_ms=_r(ttft_ms),
+        longest_decode_pause_ms=_r(fig.pause_s * 1e3),
+        tokens_per_s_per_card=_r(out_per_s / ctx.hw.cards(plan.decode.devices)),
+        meets_tpot_slo=None if slo is None or slo.tpot_ms is None else bool(tpot_ms <= slo.tpot_ms),
+        meets_ttft_slo=None if slo is None or slo.ttft_ms is None else bool(ttft_ms <= slo.ttft_ms),
+        **hbm,  # type: ignore[arg-type]
+    )
+
+
 def predict_system(
-    plan: Plan, hw: HardwareSpec, decode: DecodePrediction, prefill: PrefillPrediction
+    plan: Plan,
+    hw: HardwareSpec,
+    decode: DecodePrediction,
+    prefill: PrefillPrediction,
+    colocated: ColocatedPrediction | None = None,
 ) -> SystemPrediction:
-    """Requests per second when prefill and decode capacity are matched."""
+    """Requests per second when prefill and decode capacity are matched (or shared, colocated)."""
     assert plan.decode is not None and plan.prefill is not None
     w = plan.workload
+    if colocated is not None:
+        rps = colocated.requests_per_s_per_instance * plan.decode.instances
+        cards = hw.cards(plan.decode.total_devices)
+        return SystemPrediction(
+            devices=plan.decode.total_devices,
+            cards=_r(cards),
+            prefill_requests_per_s=_r(rps),
+            decode_requests_per_s=_r(rps),
+            requests_per_s=_r(rps),
+            bottleneck="colocated",
+            output_tokens_per_s=_r(rps * w.output_tokens),
+            output_tokens_per_s_per_card=_r(rps * w.output_tokens / cards),
+            input_tokens_per_s=_r(rps * w.input_tokens),
+        )
     d_dev, p_dev = plan.decode.total_devices, plan.prefill.total_devices
     decode_out = decode.tokens_per_s_per_device * d_dev
     decode_rps = decode_out / w.output_tokens
@@ -172,8 +214,9 @@ def evaluate_plan(
     ctx = CostContext(specs.model, specs.hw, specs.quant, plan.workload, imb)
     decode = predict_decode(ctx, plan) if plan.decode is not None else None
     prefill = predict_prefill(ctx, plan) if plan.prefill is not None else None
+    colocated = predict_colocated(ctx, plan) if plan.colocated else None
     system = (
-        predict_system(plan, specs.hw, decode, prefill)
+        predict_system(plan, specs.hw, decode, prefill, colocated)
         if decode is not None and prefill is not None
         else None
     )
@@ -182,6 +225,7 @@ def evaluate_plan(
         imbalance_model=imb.describe(),
         decode=decode,
         prefill=prefill,
+        colocated=colocated,
         system=system,
     )
 

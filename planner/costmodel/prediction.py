@@ -56,6 +56,24 @@ class PrefillPrediction(_Out):
     hbm_breakdown_bytes: dict[str, int]
 
 
+class ColocatedPrediction(_Out):
+    """One colocated instance: prefill and decode in turn on the same devices."""
+
+    requests_per_s_per_instance: float
+    prefill_time_fraction: float
+    tpot_ms: float
+    ttft_ms: float
+    longest_decode_pause_ms: float
+    tokens_per_s_per_card: float
+    hbm_bytes_per_device: int
+    hbm_capacity_bytes: int
+    hbm_headroom_bytes: int
+    fits_hbm: bool
+    meets_tpot_slo: bool | None
+    meets_ttft_slo: bool | None
+    hbm_breakdown_bytes: dict[str, int]
+
+
 class SystemPrediction(_Out):
     """A plan with both phases: prefill and decode capacity matched into a request rate."""
 
@@ -77,4 +95,5 @@ class Prediction(_Out):
     imbalance_model: str
     decode: DecodePrediction | None = None
     prefill: PrefillPrediction | None = None
+    colocated: ColocatedPrediction | None = None
     system: SystemPrediction | None = None

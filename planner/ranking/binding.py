@@ -278,12 +278,76 @@ def prefill_binding(ctx: CostContext, phase: PrefillPlan, ttft_slo_ms: float | N
     )
 
 
+# ---- colocated ---------------------------------------------------------------------------------
+
+
+def _colocated_figures(plan: Plan, ctx: CostContext) -> dict[str, object]:
+    """The `colocated` block of a colocated plan (scored with the cost model, as evaluate does)."""
+    pred = evaluate_plan(plan, imbalance=ctx.imbalance, specs=PlanSpecs(ctx.model, ctx.hw, ctx.quant))
+    assert pred.colocated is not None
+    return pred.colocated.model_dump()
+
+
+def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
+    """What stops a colocated instance (both phases on the same devices) from doing more.
+
+    Its TPOT includes the decode stalls while a prefill forward runs, and one HBM holds both
+    phases, so the neighbours (one more sequence per device, one more request per forward) are
+    scored as whole colocated plans.
+    """
+    d, p = plan.decode, plan.prefill
+    assert d is not None and p is not None
+    slo = plan.slo
+    tpot_slo = slo.tpot_ms if slo else None
+    ttft_slo = slo.ttft_ms if slo else None
+    now = _colocated_figures(plan.model_copy(update={"predicted": None}), ctx)
+    b, n_in = d.concurrency_per_device, ctx.workload.input_tokens
+    r = max(1, p.batch_tokens // n_in)
+    broken = []
+    if not now["fits_hbm"]:
+        broken.append(("hbm", f"overflows HBM by {-now['hbm_headroom_bytes'] / GIB:.2f} GiB per device"))
+    if tpot_slo is not None and now["tpot_ms"] > tpot_slo + 1e-9:
+        broken.append(("tpot", f"misses the TPOT SLO: {now['tpot_ms']:.1f} ms > {tpot_slo:g} ms"))
+    if ttft_slo is not None and now["ttft_ms"] > ttft_slo + 1e-9:
+        broken.append(("ttft", f"misses the TTFT SLO: {now['ttft_ms']:.0f} ms > {ttft_slo:g} ms"))
+    if broken:
+        kind, text = broken[0]
+        return [Binding("colocated", kind, f"colocated instance {text} (B{b}, {r} requests per forward).",  # type: ignore[arg-type]
+                        f"colocated B{b}/{r} req: {text}", True)]
+
+    def neighbour(label: str, update: dict[str, object], section: str) -> tuple[str, str, str]:
+        moved = plan.model_copy(update={section: getattr(plan, section).model_copy(update=update),
+                                        "predicted": None})
+        f = _colocated_figures(moved, ctx)
+        if f["hbm_headroom_bytes"] < ROUNDING_BYTES:  # type: ignore[operator]
+            short = -float(f["hbm_headroom_bytes"])  # type: ignore[arg-type]
+            return "hbm", f"capped by HBM: {max(short, 0) / GIB:.2f} GiB short of {label}", "HBM"
+        if tpot_slo is not None and f["tpot_ms"] > tpot_slo - ROUNDING_MS:  # type: ignore[operator]
+            return ("tpot", f"TPOT binds: {label} gives {f['tpot_ms']:.1f} ms > {tpot_slo:g} ms "
+                    "(decode stalls during prefill included)", "TPOT")
+        if ttft_slo is not None and f["ttft_ms"] > ttft_slo - ROUNDING_MS:  # type: ignore[operator]
+            return "ttft", f"TTFT binds: {label} gives {f['ttft_ms']:.0f} ms > {ttft_slo:g} ms", "TTFT"
+        return "none", f"nothing binds: {label} is still allowed", "nothing binds"
+
+    out = []
+    kind, text, tag = neighbour(f"{b + 1} sequences per device", {"concurrency_per_device": b + 1}, "decode")
+    out.append(Binding("decode", kind, f"colocated decode concurrency ({b} per device): {text}.",  # type: ignore[arg-type]
+                       f"colocated B{b}: {tag}"))
+    kind, text, tag = neighbour(f"{r + 1} requests per forward", {"batch_tokens": (r + 1) * n_in}, "prefill")
+    out.append(Binding("prefill", kind, f"colocated prefill batch ({r} requests per forward): {text}.",  # type: ignore[arg-type]
+                       f"colocated {r} req/forward: {tag}"))
+    return out
+
+
 # ---- deployment --------------------------------------------------------------------------------
 
 
 def _instance_rates(plan: Plan, prediction: Prediction) -> tuple[float | None, float | None]:
     """Requests/s one decode instance and one prefill instance serve."""
     d_rps = p_rps = None
+    if plan.colocated and prediction.system is not None and plan.decode is not None:
+        # one colocated instance serves both phases: count it once, as a decode instance
+        return prediction.system.requests_per_s / plan.decode.instances, None
     if plan.decode is not None and prediction.decode is not None:
         d = prediction.decode
         d_rps = d.tokens_per_s_per_device * plan.decode.devices / plan.workload.output_tokens
@@ -318,6 +382,8 @@ def deployment_binding(
     d_rps, p_rps = _instance_rates(plan, prediction)
     phases = [(name, ph, rps) for name, ph, rps in (("decode", plan.decode, d_rps), ("prefill", plan.prefill, p_rps))
               if ph is not None and rps]
+    if plan.colocated:
+        phases = [("colocated", ph, rps) for _, ph, rps in phases]
     used = sum(ph.total_devices for _, ph, _ in phases)
     cards = hw.cards(used)
     budget = None if max_cards is None else int(math.floor(max_cards * hw.devices_per_card + 1e-9))
@@ -430,9 +496,11 @@ def plan_bindings(
         prediction = evaluate_plan(plan, imbalance=ctx.imbalance, specs=PlanSpecs(ctx.model, ctx.hw, ctx.quant))
     slo = plan.slo
     out = []
-    if plan.decode is not None:
+    if plan.colocated:
+        out.extend(colocated_bindings(plan, ctx))
+    if plan.decode is not None and not plan.colocated:
         out.append(decode_binding(ctx, plan.decode, slo.tpot_ms if slo else None))
-    if plan.prefill is not None:
+    if plan.prefill is not None and not plan.colocated:
         out.append(prefill_binding(ctx, plan.prefill, slo.ttft_ms if slo else None))
     out.append(deployment_binding(plan, prediction, ctx.hw, max_cards, rate_per_s))
     return out
@@ -458,7 +526,7 @@ TAGS = {"hbm": "HBM", "tpot": "TPOT", "ttft": "TTFT", "card_budget": "cards", "r
 
 def binding_tags(bindings: list[Binding]) -> str:
     """A few characters for a table cell: e.g. "D:TPOT P:HBM cards" (nothing for 'none')."""
-    prefix = {"decode": "D:", "prefill": "P:", "deployment": ""}
+    prefix = {"decode": "D:", "prefill": "P:", "deployment": "", "colocated": "C:"}
     parts = [prefix.get(b.phase, "") + TAGS[b.constraint] + ("!" if b.violated else "")
              for b in bindings if b.constraint in TAGS]
     return " ".join(parts) or "-"

@@ -130,6 +130,24 @@ def evaluate_tables(plan: Plan, prediction: Prediction, hw: HardwareSpec) -> lis
         out.append(_prefill_summary(plan.prefill, p, hw, plan))
         out.append(_breakdown_table("Prefill forward by module", p.breakdown_ms, p.forward_ms))
         out.append(_hbm_table("Prefill HBM", p.hbm_breakdown_bytes, p.hbm_capacity_bytes, p.hbm_role))
+    if prediction.colocated is not None and plan.decode is not None:
+        c = prediction.colocated
+        t = Table(title="Colocated instance (prefill and decode in turn)", show_header=False)
+        t.add_column("figure")
+        t.add_column("value")
+        t.add_row("requests/s per instance", f"{c.requests_per_s_per_instance:.3f}")
+        t.add_row("time spent in prefill", f"{c.prefill_time_fraction:.1%}")
+        slo = plan.slo
+        t.add_row("TPOT (decode stalls during prefill)", f"{c.tpot_ms:.2f} ms"
+                  + (f" (SLO {slo.tpot_ms:g} ms: {_ok(c.meets_tpot_slo)})" if slo and slo.tpot_ms else ""))
+        t.add_row("TTFT (step in flight + 1.5 forwards)", f"{c.ttft_ms:.2f} ms"
+                  + (f" (SLO {slo.ttft_ms:g} ms: {_ok(c.meets_ttft_slo)})" if slo and slo.ttft_ms else ""))
+        t.add_row("longest gap between two tokens", f"{c.longest_decode_pause_ms:.0f} ms (a prefill forward "
+                  "comes between them; use --no-colocated if your SLO bounds the worst gap)")
+        t.add_row("output tokens/s per card", f"{c.tokens_per_s_per_card:.1f}")
+        t.add_row("HBM per device", f"{c.hbm_bytes_per_device / GIB:.2f} of {c.hbm_capacity_bytes / GIB:.1f} GiB "
+                  f"(prefill batch included), fits: {_ok(c.fits_hbm)}")
+        out.insert(0, t)
     if prediction.system is not None:
         s = prediction.system
         t = Table(title="System (prefill and decode matched)", show_header=False)

@@ -34,9 +34,8 @@ def headline(plan: Plan) -> float:
 
 
 def cards_of(plan: Plan, hw: HardwareSpec) -> float:
-    """Cards the plan occupies."""
-    devices = sum(p.total_devices for p in (plan.decode, plan.prefill) if p is not None)
-    return hw.cards(devices)
+    """Cards the plan occupies (a colocated plan's two sections share their devices)."""
+    return hw.cards(plan.total_devices)
 
 
 def compact_layouts(phase: PhasePlan) -> str:
@@ -67,24 +66,30 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
     table.add_column("HBM free GiB", justify="right")
     for plan in plans:
         d, p = plan.decode, plan.prefill
-        pd = f"{p.instances}x{p.devices}" if p else "-"
-        pd += f" : {d.instances}x{d.devices}" if d else " : -"
+        if plan.colocated and d is not None:
+            pd = f"colocated {d.instances}x{d.devices}"
+        else:
+            pd = f"{p.instances}x{p.devices}" if p else "-"
+            pd += f" : {d.instances}x{d.devices}" if d else " : -"
         dec = "-"
         if d is not None:
             dec = f"{compact_layouts(d)} B{d.concurrency_per_device} MTP{d.mtp_tokens}"
         pre = "-"
         if p is not None:
-            pre = f"{compact_layouts(p)} {p.batch_tokens // 1024}K mb{p.micro_batches}"
-        heads = [x for x in (_p(plan, "decode", "hbm_headroom_bytes"), _p(plan, "prefill", "hbm_headroom_bytes"))
-                 if x is not None]
+            pre = ("(same instances) " if plan.colocated else f"{compact_layouts(p)} ")
+            pre += f"{p.batch_tokens // 1024}K mb{p.micro_batches}"
+        tpot = _p(plan, "colocated", "tpot_ms") if plan.colocated else _p(plan, "decode", "tpot_ms")
+        ttft = _p(plan, "colocated", "ttft_ms") if plan.colocated else _p(plan, "prefill", "ttft_ms")
+        sources = ("colocated",) if plan.colocated else ("decode", "prefill")
+        heads = [x for x in (_p(plan, src, "hbm_headroom_bytes") for src in sources) if x is not None]
         table.add_row(
             str(plan.rank or ""),
             f"{cards_of(plan, hw):g}",
             pd,
             dec,
             pre,
-            f"{_p(plan, 'decode', 'tpot_ms'):.1f}" if d else "-",
-            f"{_p(plan, 'prefill', 'ttft_ms'):.0f}" if p else "-",
+            f"{tpot:.1f}" if tpot is not None else "-",
+            f"{ttft:.0f}" if ttft is not None else "-",
             f"{headline(plan):.1f}",
             f"{min(heads) / GIB:.1f}" if heads else "-",
         )

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from planner.candidates.colocated_candidates import ColocatedCandidate
 from planner.candidates.phase_candidates import PhaseCandidate
 from planner.search.settings import SolverSettings
 
@@ -40,6 +41,8 @@ class Deployment:
     prefill_instances: int
     rate_milli: int
     devices: int
+    colocated: int | None = None
+    colocated_instances: int = 0
 
 
 class SearchInterrupted(Exception):
@@ -76,8 +79,10 @@ class DeploymentModel:
         ttft_slo_us: int | None = None,
         target_rate_milli: int | None = None,
         distinct_sizes: bool = True,
+        colocated: list[ColocatedCandidate] | None = None,
     ) -> None:
         self.decode, self.prefill = decode, prefill
+        self.coloc = colocated or []
         self.d_rate, self.p_rate = decode_rate_milli, prefill_rate_milli
         self.budget = budget_devices
         self.settings = settings
@@ -101,29 +106,41 @@ class DeploymentModel:
         self.mp = [
             m.new_int_var(0, max(1, self.budget // c.devices), f"prefill_n_{j}") for j, c in enumerate(self.prefill)
         ]
+        self.z = [m.new_bool_var(f"colocated_{i}") for i in range(len(self.coloc))]
+        self.cc = [m.new_int_var(0, max(1, self.budget // c.devices), f"colocated_n_{i}") for i, c in enumerate(self.coloc)]
+        self.use_coloc = m.new_bool_var("colocated_mode") if self.coloc else None
         cap = [r * (self.budget // c.devices) for r, c in zip(self.d_rate, self.decode, strict=True)]
         cap += [r * (self.budget // c.devices) for r, c in zip(self.p_rate, self.prefill, strict=True)]
+        cap += [c.rate_milli * (self.budget // c.devices) for c in self.coloc]
         self.rate = m.new_int_var(0, max(cap + [1]), "rate_milli")
         self.devices = m.new_int_var(0, self.budget, "devices")
 
     def _add_choice_constraints(self) -> None:
-        """Exactly one configuration per phase that is searched; its instances only."""
+        """One configuration per searched phase (or one colocated configuration); its instances only."""
         m = self.model
-        for lits, counts in ((self.x, self.n), (self.y, self.mp)):
-            if not lits:
-                continue
-            m.add_exactly_one(lits)
+        for lits, counts in ((self.x, self.n), (self.y, self.mp), (self.z, self.cc)):
             for lit, cnt in zip(lits, counts, strict=True):
                 m.add(cnt >= 1).only_enforce_if(lit)
                 m.add(cnt == 0).only_enforce_if(~lit)
+        if self.use_coloc is None:
+            for lits in (self.x, self.y):
+                if lits:
+                    m.add_exactly_one(lits)
+            return
+        # disaggregated (one decode and one prefill configuration) or colocated (one configuration)
+        for lits in (self.x, self.y):
+            if lits:
+                m.add(sum(lits) == 1 - self.use_coloc)
+        m.add(sum(self.z) == self.use_coloc)
 
     def _add_capacity_constraints(self) -> None:
         """The served rate is what both phases can carry (one phase: what it carries)."""
         m = self.model
+        coloc = sum(c.rate_milli * n for c, n in zip(self.coloc, self.cc, strict=True))
         if self.x:
-            m.add(self.rate <= sum(r * n for r, n in zip(self.d_rate, self.n, strict=True)))
+            m.add(self.rate <= sum(r * n for r, n in zip(self.d_rate, self.n, strict=True)) + coloc)
         if self.y:
-            m.add(self.rate <= sum(r * n for r, n in zip(self.p_rate, self.mp, strict=True)))
+            m.add(self.rate <= sum(r * n for r, n in zip(self.p_rate, self.mp, strict=True)) + coloc)
         if self.target is not None:
             m.add(self.rate >= self.target)
 
@@ -131,6 +148,7 @@ class DeploymentModel:
         """Devices of all instances within the card budget."""
         terms = [c.devices * n for c, n in zip(self.decode, self.n, strict=True)]
         terms += [c.devices * n for c, n in zip(self.prefill, self.mp, strict=True)]
+        terms += [c.devices * n for c, n in zip(self.coloc, self.cc, strict=True)]
         self.model.add(self.devices == sum(terms))
 
     def _add_memory_and_latency_constraints(self) -> None:
@@ -144,11 +162,19 @@ class DeploymentModel:
             m.add(sum(c.latency_us * lit for c, lit in zip(self.decode, self.x, strict=True)) <= self.tpot_slo_us)
         if self.y and self.ttft_slo_us is not None:
             m.add(sum(c.latency_us * lit for c, lit in zip(self.prefill, self.y, strict=True)) <= self.ttft_slo_us)
+        if self.z:
+            m.add(sum(c.hbm_mib * lit for c, lit in zip(self.coloc, self.z, strict=True))
+                  <= min(c.decode.hbm_capacity_mib for c in self.coloc))
+            if self.tpot_slo_us is not None:
+                m.add(sum(c.tpot_us * lit for c, lit in zip(self.coloc, self.z, strict=True)) <= self.tpot_slo_us)
+            if self.ttft_slo_us is not None:
+                m.add(sum(c.ttft_us * lit for c, lit in zip(self.coloc, self.z, strict=True)) <= self.ttft_slo_us)
 
     # ---- solving ---------------------------------------------------------------------------
     def _read(self, solver: cp_model.CpSolver) -> Deployment:
         d = next((i for i, v in enumerate(self.x) if solver.value(v)), None)
         p = next((j for j, v in enumerate(self.y) if solver.value(v)), None)
+        c = next((i for i, v in enumerate(self.z) if solver.value(v)), None)
         return Deployment(
             decode=d,
             decode_instances=int(solver.value(self.n[d])) if d is not None else 0,
@@ -156,6 +182,8 @@ class DeploymentModel:
             prefill_instances=int(solver.value(self.mp[p])) if p is not None else 0,
             rate_milli=int(solver.value(self.rate)),
             devices=int(solver.value(self.devices)),
+            colocated=c,
+            colocated_instances=int(solver.value(self.cc[c])) if c is not None else 0,
         )
 
     def _run(self, deadline: float | None) -> tuple[int, cp_model.CpSolver]:
@@ -176,7 +204,7 @@ class DeploymentModel:
             proven = status == cp_model.OPTIMAL
             best_devices = int(solver.value(self.devices))
             fix = m.add(self.devices <= best_devices)
-            m.maximize(self.rate * 4 * len(self.decode + self.prefill) - self._order_key())
+            m.maximize(self.rate * 4 * (len(self.decode) + len(self.prefill) + len(self.coloc) + 1) - self._order_key())
             status, solver = self._run(deadline)
             solves += 1
             m.clear_objective()
@@ -217,8 +245,8 @@ class DeploymentModel:
             break
         # tie-break among optimal ratios: more throughput, then fewer devices, then candidate order
         fix = m.add(best.devices * self.rate - best.rate_milli * self.devices >= 0)
-        big = (self.budget + 1) * 4 * (len(self.decode) + len(self.prefill) + 1)
-        m.maximize(self.rate * big - self.devices * 4 * (len(self.decode) + len(self.prefill) + 1) - self._order_key())
+        weight = 4 * (len(self.decode) + len(self.prefill) + len(self.coloc) + 1)
+        m.maximize(self.rate * (self.budget + 1) * weight - self.devices * weight - self._order_key())
         status, solver = self._run(deadline)
         solves += 1
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -229,13 +257,22 @@ class DeploymentModel:
         return best, proven, solves
 
     def _order_key(self) -> cp_model.LinearExpr:
-        return sum(i * v for i, v in enumerate(self.x)) + sum(j * v for j, v in enumerate(self.y))
+        offset = len(self.x) + len(self.y)
+        return (
+            sum(i * v for i, v in enumerate(self.x))
+            + sum(j * v for j, v in enumerate(self.y))
+            + sum((offset + i) * v for i, v in enumerate(self.z))
+        )
 
     def _exclude(self, dep: Deployment) -> None:
         """Forbid this deployment's pair of instance sizes (or of configurations) from now on."""
         m = self.model
         groups = []
-        for chosen, lits, cands in ((dep.decode, self.x, self.decode), (dep.prefill, self.y, self.prefill)):
+        for chosen, lits, cands in (
+            (dep.decode, self.x, self.decode),
+            (dep.prefill, self.y, self.prefill),
+            (dep.colocated, self.z, self.coloc),
+        ):
             if chosen is None:
                 continue
             if self.distinct_sizes:

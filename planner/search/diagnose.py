@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 from planner.candidates.phase_candidates import lowest_latency_us
-from planner.candidates.tables import to_integer_tables
 from planner.costmodel.context import CostContext
 from planner.search.plan_search import PhaseSpace
 from planner.search.request import PlanRequest
@@ -14,8 +13,7 @@ from planner.search.request import PlanRequest
 def _lowest(ctx: CostContext, space: PhaseSpace) -> tuple[int | None, int | None]:
     """(lowest latency in us, at which instance size) over the sizes of a phase."""
     best, at = None, None
-    for n, t in space.tables.items():
-        ints = to_integer_tables(t, ctx.hw.hbm_bytes)
+    for n, (t, ints) in space.tables.items():
         v = lowest_latency_us(t, ints, ctx.model.num_layers, ctx.hw.overlap.prefill_micro_batch_efficiency.value)
         if v is not None and (best is None or v < best):
             best, at = v, n

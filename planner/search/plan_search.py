@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from planner.candidates.colocated_candidates import ColocatedCandidate, colocated_candidates
 from planner.candidates.phase_candidates import (
     EMITTED_SCALE,
     PhaseCandidate,
@@ -29,6 +30,7 @@ from planner.candidates.phase_candidates import (
 )
 from planner.candidates.space import SpaceLimits, instance_sizes, min_devices_for_weights, size_options
 from planner.candidates.tables import (
+    IntTables,
     MAX_CONCURRENCY,
     MAX_REQUESTS_PER_FORWARD,
     PhaseTables,
@@ -82,7 +84,7 @@ class PhaseSpace:
     sizes: list[int]
     candidates: list[PhaseCandidate]
     points_evaluated: int
-    tables: dict[int, PhaseTables] = field(default_factory=dict)
+    tables: dict[int, tuple[PhaseTables, IntTables]] = field(default_factory=dict)
 
 
 @dataclass
@@ -178,7 +180,7 @@ def build_phase_space(
     """Tables and candidates of every instance size of one phase (tables from `cache` if given)."""
     m = ctx.model
     cands: list[PhaseCandidate] = []
-    tables_by_size: dict[int, PhaseTables] = {}
+    tables_by_size: dict[int, tuple[PhaseTables, IntTables]] = {}
     points = 0
     slo = request.slo
     # what the tables depend on (not the SLOs, the budget or the rate)
@@ -216,7 +218,7 @@ def build_phase_space(
                 t, ints, slo_us, keep, m.num_layers, ctx.hw.overlap.prefill_micro_batch_efficiency.value  # type: ignore[arg-type]
             )
         points += opts.count * len(t.k_values) * len(xs)
-        tables_by_size[n] = t
+        tables_by_size[n] = (t, ints)  # type: ignore[assignment]
         cands.extend(found)
     return PhaseSpace(phase, sizes, cands, points, tables_by_size)
 
@@ -304,11 +306,34 @@ def candidate_phase_plan(c: PhaseCandidate, instances: int, input_tokens: int) -
     return PrefillPlan(batch_tokens=c.x * input_tokens, micro_batches=c.k, **common)
 
 
+def _colocated(ctx: CostContext, request: PlanRequest, dspace: PhaseSpace, pspace: PhaseSpace,
+               keep: int) -> list[ColocatedCandidate]:
+    """Colocated candidates for the sizes both phases were costed at."""
+    slo = request.slo
+    tpot = None if slo.tpot_ms is None else int(math.floor(slo.tpot_ms * 1000))
+    ttft = None if slo.ttft_ms is None else int(math.floor(slo.ttft_ms * 1000))
+    out: list[ColocatedCandidate] = []
+    for n in sorted(set(dspace.tables) & set(pspace.tables)):
+        (dt, di), (pt, pi) = dspace.tables[n], pspace.tables[n]
+        out.extend(colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep))
+    return out
+
+
 def deployment_plan(request: PlanRequest, ctx: CostContext, dep: Deployment, dspace: PhaseSpace | None,
-                    pspace: PhaseSpace | None, rank: int) -> Plan:
+                    pspace: PhaseSpace | None, rank: int,
+                    coloc: list[ColocatedCandidate] | None = None) -> Plan:
     """The plan file of one deployment (without `predicted`)."""
     decode = prefill = None
     n_in = ctx.workload.input_tokens
+    if dep.colocated is not None and coloc:
+        c = coloc[dep.colocated]
+        decode = candidate_phase_plan(c.decode, dep.colocated_instances, n_in)
+        shared = decode.model_dump(include={"devices", "instances", "attention", "dense_ffn", "moe",
+                                            "shared_expert", "lm_head"})
+        prefill = PrefillPlan(**shared, batch_tokens=c.batch_requests * n_in, micro_batches=c.micro_batches)
+        return Plan(model=request.model, hardware=request.hardware, quantization=request.quantization,
+                    workload=request.workload, slo=request.slo, decode=decode,  # type: ignore[arg-type]
+                    prefill=prefill, colocated=True, rank=rank)
     if dep.decode is not None and dspace is not None:
         decode = candidate_phase_plan(dspace.candidates[dep.decode], dep.decode_instances, n_in)
     if dep.prefill is not None and pspace is not None:
@@ -374,6 +399,7 @@ def run_search(
 
     d_cands = dspace.candidates if dspace else []
     p_cands = pspace.candidates if pspace else []
+    coloc = _colocated(ctx, request, dspace, pspace, keep) if dspace and pspace and request.colocated else []
     out = request.workload.output_tokens
     if request.rate_per_s is not None:
         _check_rate_reachable(request, d_cands, p_cands, budget_devices, out)
@@ -388,6 +414,7 @@ def run_search(
         ttft_slo_us=None if request.slo.ttft_ms is None else int(math.floor(request.slo.ttft_ms * 1000)),
         target_rate_milli=None if request.rate_per_s is None else int(math.ceil(request.rate_per_s * RATE_SCALE)),
         distinct_sizes=distinct_sizes,
+        colocated=coloc,
     )
     if progress:
         progress("CP-SAT: choosing configurations and instance counts", 1.0)
@@ -400,7 +427,7 @@ def run_search(
         raise InfeasibleError(diagnose_infeasible(ctx, request, dspace, pspace, budget_devices))
     plans = []
     for rank, dep in enumerate(result.deployments, start=1):  # (also after an interrupt: best so far)
-        plan = deployment_plan(request, ctx, dep, dspace, pspace, rank)
+        plan = deployment_plan(request, ctx, dep, dspace, pspace, rank, coloc)
         plans.append(score_and_validate(plan, ctx))
     return SearchOutcome(
         plans=plans,

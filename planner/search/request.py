@@ -36,6 +36,7 @@ class PlanRequest:
     top: int = 5
     mtp_tokens: tuple[int, ...] | None = None
     max_redundant_experts: int | None = None  # redundant expert copies per instance (0: none)
+    colocated: bool = True  # also search colocated instances (prefill and decode on the same devices)
     settings: SolverSettings = field(default_factory=SolverSettings)
     imbalance: ImbalanceModel | None = None
     imbalance_label: str = ""

@@ -16,6 +16,15 @@ def plan_problems(plan: Plan, prediction: Prediction) -> list[str]:
     """Broken rules of a scored plan: HBM overflow, missed SLOs (tiling is checked before)."""
     problems = []
     slo = plan.slo
+    if prediction.colocated is not None:
+        c = prediction.colocated
+        if not c.fits_hbm:
+            problems.append(f"colocated HBM {c.hbm_bytes_per_device} B exceeds {c.hbm_capacity_bytes} B")
+        if slo and slo.tpot_ms is not None and c.tpot_ms > slo.tpot_ms + 1e-9:
+            problems.append(f"colocated TPOT {c.tpot_ms} ms exceeds the SLO {slo.tpot_ms} ms")
+        if slo and slo.ttft_ms is not None and c.ttft_ms > slo.ttft_ms + 1e-9:
+            problems.append(f"colocated TTFT {c.ttft_ms} ms exceeds the SLO {slo.ttft_ms} ms")
+        return problems
     if prediction.decode is not None:
         d = prediction.decode
         if not d.fits_hbm:

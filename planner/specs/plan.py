@@ -185,15 +185,37 @@ class Plan(Strict):
     slo: SLO | None = None
     decode: DecodePlan | None = None
     prefill: PrefillPlan | None = None
+    colocated: bool = Field(
+        default=False,
+        description="prefill and decode share the same instances (not disaggregated): both sections "
+        "then give the same devices, instances and layouts",
+    )
     rank: int | None = Field(default=None, ge=1, description="position in a ranked export")
     predicted: dict[str, Any] | None = Field(
         default=None, description="filled in by evaluate/plan; ignored on input"
     )
 
+    @property
+    def total_devices(self) -> int:
+        """Devices of the whole deployment (a colocated plan's sections share theirs)."""
+        if self.colocated and self.decode is not None:
+            return self.decode.total_devices
+        return sum(p.total_devices for p in (self.decode, self.prefill) if p is not None)
+
     @model_validator(mode="after")
     def _has_a_phase(self) -> Plan:
         if self.decode is None and self.prefill is None:
             raise ValueError("a plan needs a 'decode' or a 'prefill' section (or both)")
+        if self.colocated:
+            if self.decode is None or self.prefill is None:
+                raise ValueError("a colocated plan needs both a 'decode' and a 'prefill' section")
+            shared = ("devices", "instances", "attention", "dense_ffn", "moe", "shared_expert", "lm_head")
+            for name in shared:
+                if getattr(self.decode, name) != getattr(self.prefill, name):
+                    raise ValueError(
+                        f"colocated: decode.{name} and prefill.{name} differ; colocated instances run "
+                        "both phases with one layout, so give them the same value"
+                    )
         return self
 
 

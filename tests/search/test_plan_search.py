@@ -49,8 +49,7 @@ def test_every_returned_plan_validates_without_the_solver():
     assert len(outcome.plans) == 5
     for plan in outcome.plans:
         assert not plan_problems(plan, Prediction.model_validate(plan.predicted))
-        cards = sum(p.total_devices for p in (plan.decode, plan.prefill) if p)
-        assert cards <= 48
+        assert plan.total_devices <= 48
     scores = [p.predicted["system"]["output_tokens_per_s_per_card"] for p in outcome.plans]
     assert scores[0] == max(scores)
 
@@ -60,6 +59,18 @@ def test_validator_catches_a_broken_plan():
     tight = plan.model_copy(update={"slo": SLO(tpot_ms=50)})
     problems = plan_problems(tight, evaluate_plan(tight, catalog_dir("plans")))
     assert any("TPOT" in p for p in problems)
+
+
+def test_colocated_plans_are_ranked_alongside_and_can_be_left_out():
+    both = run_search(PlanRequest(top=5))
+    assert any(p.colocated for p in both.plans) and any(not p.colocated for p in both.plans)
+    for plan in both.plans:
+        if plan.colocated:
+            c = plan.predicted["colocated"]
+            assert c["tpot_ms"] <= 100 and c["ttft_ms"] <= 2000 and c["fits_hbm"]
+            assert plan.decode.attention == plan.prefill.attention
+    only = run_search(PlanRequest(top=3, colocated=False))
+    assert not any(p.colocated for p in only.plans)
 
 
 def test_rate_objective_uses_the_fewest_cards():
