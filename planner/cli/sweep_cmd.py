@@ -75,7 +75,10 @@ def _title(result: SweepResult, metric: str) -> str:
     req = result.points[0].request
     w = req.workload
     model = load_model(req.model).name
-    phase = {"deployment": "prefill + decode", "decode": "decode only", "prefill": "prefill only"}[metric]
+    phase = {"deployment": "prefill + decode", "decode": "decode only", "prefill": "prefill only"}[
+        metric
+    ]
+
     def span(values: tuple) -> str:
         if isinstance(values[0], str):
             return "/".join(str(v) for v in values)
@@ -83,47 +86,109 @@ def _title(result: SweepResult, metric: str) -> str:
 
     swept = ", ".join(f"{a.flag} {span(a.values)}" for a in result.axes)
     note = "; published points are decode-only per card" if metric == "deployment" else ""
-    return (f"{model}, {phase}, {w.input_tokens}+{w.output_tokens} tokens, MTP acceptance "
-            f"{w.mtp_acceptance:g}; swept {swept}{note}")
+    return (
+        f"{model}, {phase}, {w.input_tokens}+{w.output_tokens} tokens, MTP acceptance "
+        f"{w.mtp_acceptance:g}; swept {swept}{note}"
+    )
 
 
 def _run_with_progress(points, axes, fixed) -> SweepResult:
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=err_console, transient=True,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
     ) as bar:
         task = bar.add_task("sweeping", total=len(points))
 
         def progress(done: int, total: int, values: dict) -> None:
-            label = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
+            label = ", ".join(
+                f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items()
+            )
             bar.update(task, completed=done, description=f"planning {label}" if label else "done")
 
         return run_sweep(points, axes, fixed, progress)
 
 
 def sweep(
-    tpot_ms: Annotated[str, typer.Option("--tpot-ms", help=f"TPOT SLO, ms. {SWEEP_HELP}")] = f"{DEFAULT_SLO.tpot_ms:g}",
-    ttft_ms: Annotated[str, typer.Option("--ttft-ms", help=f"TTFT SLO, ms. {SWEEP_HELP}")] = f"{DEFAULT_SLO.ttft_ms:g}",
-    input_tokens: Annotated[str, typer.Option("--input-tokens", help=f"Prompt length. {SWEEP_HELP}")] = str(DEFAULT_WORKLOAD.input_tokens),
-    output_tokens: Annotated[str, typer.Option("--output-tokens", help=f"Completion length. {SWEEP_HELP}")] = str(DEFAULT_WORKLOAD.output_tokens),
-    mtp_acceptance: Annotated[str, typer.Option("--mtp-acceptance", help=f"MTP acceptance. {SWEEP_HELP}")] = f"{DEFAULT_WORKLOAD.mtp_acceptance:g}",
-    max_cards: Annotated[str, typer.Option("--max-cards", help=f"Card budget. {SWEEP_HELP} With several --hardware: also one per machine, a2=64,cm384=384.")] = str(DEFAULT_MAX_CARDS),
-    rate: Annotated[str | None, typer.Option("--rate", help=f"Requests/s to serve with the fewest cards. {SWEEP_HELP}")] = None,
-    hardware: Annotated[str, typer.Option("--hardware", help="Machine(s): a name or path, or a list a2,cm384.")] = DEFAULT_HARDWARE,
-    model: Annotated[str, typer.Option("--model", help="Catalog name or path to a YAML / config.json.")] = DEFAULT_MODEL,
-    quantization: Annotated[str, typer.Option(help="a8w8c16 (default), bf16 or a8w4c16.")] = "a8w8c16",
+    tpot_ms: Annotated[
+        str, typer.Option("--tpot-ms", help=f"TPOT SLO, ms. {SWEEP_HELP}")
+    ] = f"{DEFAULT_SLO.tpot_ms:g}",
+    ttft_ms: Annotated[
+        str, typer.Option("--ttft-ms", help=f"TTFT SLO, ms. {SWEEP_HELP}")
+    ] = f"{DEFAULT_SLO.ttft_ms:g}",
+    input_tokens: Annotated[
+        str, typer.Option("--input-tokens", help=f"Prompt length. {SWEEP_HELP}")
+    ] = str(DEFAULT_WORKLOAD.input_tokens),
+    output_tokens: Annotated[
+        str, typer.Option("--output-tokens", help=f"Completion length. {SWEEP_HELP}")
+    ] = str(DEFAULT_WORKLOAD.output_tokens),
+    mtp_acceptance: Annotated[
+        str, typer.Option("--mtp-acceptance", help=f"MTP acceptance. {SWEEP_HELP}")
+    ] = f"{DEFAULT_WORKLOAD.mtp_acceptance:g}",
+    max_cards: Annotated[
+        str,
+        typer.Option(
+            "--max-cards",
+            help=f"Card budget. {SWEEP_HELP} With several --hardware, also one per machine: "
+            "a2=64,cm384=384.",
+        ),
+    ] = str(DEFAULT_MAX_CARDS),
+    rate: Annotated[
+        str | None,
+        typer.Option("--rate", help=f"Requests/s to serve with the fewest cards. {SWEEP_HELP}"),
+    ] = None,
+    hardware: Annotated[
+        str, typer.Option("--hardware", help="Machine(s): a name or path, or a list a2,cm384.")
+    ] = DEFAULT_HARDWARE,
+    model: Annotated[
+        str, typer.Option("--model", help="Catalog name or path to a YAML / config.json.")
+    ] = DEFAULT_MODEL,
+    quantization: Annotated[
+        str, typer.Option(help="a8w8c16 (default), bf16 or a8w4c16.")
+    ] = "a8w8c16",
     phase: Annotated[str, typer.Option(help="both, decode or prefill.")] = "both",
-    decode_devices: Annotated[int | None, typer.Option("--decode-devices", help="Pin the decode instance size.")] = None,
-    prefill_devices: Annotated[int | None, typer.Option("--prefill-devices", help="Pin the prefill instance size.")] = None,
+    decode_devices: Annotated[
+        int | None, typer.Option("--decode-devices", help="Pin the decode instance size.")
+    ] = None,
+    prefill_devices: Annotated[
+        int | None, typer.Option("--prefill-devices", help="Pin the prefill instance size.")
+    ] = None,
     mtp: Annotated[str | None, typer.Option(help="MTP depths to consider, e.g. '0,1,2'.")] = None,
-    loads: Annotated[Path | None, typer.Option("--loads", help="Expert loads: imbalance from the placement for them.")] = None,
-    skew_sigma: Annotated[float | None, typer.Option("--skew-sigma", min=0.0, max=5.0, help="Default skew model's sigma.")] = None,
-    max_redundant_experts: Annotated[int | None, typer.Option("--max-redundant-experts", help="Cap redundant expert copies per instance.")] = None,
-    csv_out: Annotated[Path | None, typer.Option("--csv", help="Write one CSV line per point to FILE ('-': stdout).")] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write every point (with its plan) as JSON to FILE ('-': stdout).")] = None,
-    plot: Annotated[Path | None, typer.Option("--plot", help="Draw the frontier to FILE.png or FILE.svg.")] = None,
-    time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, max=86400.0, help="Solver time limit per point, s.")] = DEFAULT_TIME_LIMIT_S,
-    workers: Annotated[int, typer.Option("--workers", min=1, max=64, help="CP-SAT worker threads.")] = 2,
+    loads: Annotated[
+        Path | None,
+        typer.Option("--loads", help="Expert loads: imbalance from the placement for them."),
+    ] = None,
+    skew_sigma: Annotated[
+        float | None,
+        typer.Option("--skew-sigma", min=0.0, max=5.0, help="Default skew model's sigma."),
+    ] = None,
+    max_redundant_experts: Annotated[
+        int | None,
+        typer.Option("--max-redundant-experts", help="Cap redundant expert copies per instance."),
+    ] = None,
+    csv_out: Annotated[
+        Path | None,
+        typer.Option("--csv", help="Write one CSV line per point to FILE ('-': stdout)."),
+    ] = None,
+    json_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--json", help="Write every point (with its plan) as JSON to FILE ('-': stdout)."
+        ),
+    ] = None,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="Draw the frontier to FILE.png or FILE.svg.")
+    ] = None,
+    time_limit: Annotated[
+        float,
+        typer.Option("--time-limit", min=0.1, max=86400.0, help="Solver time limit per point, s."),
+    ] = DEFAULT_TIME_LIMIT_S,
+    workers: Annotated[
+        int, typer.Option("--workers", min=1, max=64, help="CP-SAT worker threads.")
+    ] = 2,
 ) -> None:
     """Sweep one or two parameters (SLOs, workload, budget, rate, machine) and print the best plan
     per point; infeasible points are rows naming what binds.
@@ -147,16 +212,29 @@ def sweep(
         keep_freed_memory()
         fmt = plot_format(plot) if plot is not None else None
         if sum(1 for o in (csv_out, json_out) if o is not None and str(o) == "-") > 1:
-            raise BadInputError("--csv - and --json - both want stdout; send one of them to a file.")
+            raise BadInputError(
+                "--csv - and --json - both want stdout; send one of them to a file."
+            )
         texts = {
-            "hardware": hardware, "tpot-ms": tpot_ms, "ttft-ms": ttft_ms, "input-tokens": input_tokens,
-            "output-tokens": output_tokens, "mtp-acceptance": mtp_acceptance, "max-cards": max_cards,
+            "hardware": hardware,
+            "tpot-ms": tpot_ms,
+            "ttft-ms": ttft_ms,
+            "input-tokens": input_tokens,
+            "output-tokens": output_tokens,
+            "mtp-acceptance": mtp_acceptance,
+            "max-cards": max_cards,
             "rate": rate,
         }
         axes, fixed = parse_axes(texts)
-        budgets = parse_budgets(max_cards, parse_values(hardware, "hardware")) if "=" in max_cards else None
+        budgets = (
+            parse_budgets(max_cards, parse_values(hardware, "hardware"))
+            if "=" in max_cards
+            else None
+        )
         if fmt is not None and phase == "prefill":
-            raise BadInputError("--plot draws tokens/s per user from TPOT: use --phase both or decode.")
+            raise BadInputError(
+                "--plot draws tokens/s per user from TPOT: use --phase both or decode."
+            )
         points = []
         for values in grid(axes):
             v = {**fixed, **values}
@@ -166,12 +244,25 @@ def sweep(
                 if "hardware" in values:
                     shown["max-cards"] = v["max-cards"]
             request = build_request(
-                model=model, hardware=str(v["hardware"]), quantization=quantization,
-                input_tokens=v["input-tokens"], output_tokens=v["output-tokens"],  # type: ignore[arg-type]
-                mtp_acceptance=v["mtp-acceptance"], tpot_ms=v["tpot-ms"], ttft_ms=v["ttft-ms"],  # type: ignore[arg-type]
-                max_cards=v["max-cards"], phase=phase, decode_devices=decode_devices,  # type: ignore[arg-type]
-                prefill_devices=prefill_devices, rate=v.get("rate"), top=1, mtp=mtp,  # type: ignore[arg-type]
-                time_limit=time_limit, workers=workers, loads=loads, skew_sigma=skew_sigma,
+                model=model,
+                hardware=str(v["hardware"]),
+                quantization=quantization,
+                input_tokens=v["input-tokens"],
+                output_tokens=v["output-tokens"],  # type: ignore[arg-type]
+                mtp_acceptance=v["mtp-acceptance"],
+                tpot_ms=v["tpot-ms"],
+                ttft_ms=v["ttft-ms"],  # type: ignore[arg-type]
+                max_cards=v["max-cards"],
+                phase=phase,
+                decode_devices=decode_devices,  # type: ignore[arg-type]
+                prefill_devices=prefill_devices,
+                rate=v.get("rate"),
+                top=1,
+                mtp=mtp,  # type: ignore[arg-type]
+                time_limit=time_limit,
+                workers=workers,
+                loads=loads,
+                skew_sigma=skew_sigma,
                 max_redundant_experts=max_redundant_experts,
             )
             points.append((shown, request))
@@ -179,8 +270,10 @@ def sweep(
         rows = sweep_rows(result)
         if result.interrupted:
             console.print(sweep_table(result, rows))
-            err_console.print(f"interrupted: {len(result.points)} of {len(points)} points done (above); "
-                              "no file was written.")
+            err_console.print(
+                f"interrupted: {len(result.points)} of {len(points)} points done (above); "
+                "no file was written."
+            )
             raise typer.Exit(code=130)
         if csv_out is not None:
             write_text_atomic(csv_out, sweep_csv(result, rows))
@@ -206,6 +299,8 @@ def sweep(
         elif curves is not None and published is not None:
             from planner.report.plot import y_label
 
-            console.print(terminal_chart(curves, published, y_label(metric)), markup=False, highlight=False)
+            console.print(
+                terminal_chart(curves, published, y_label(metric)), markup=False, highlight=False
+            )
 
     run_guarded(body)

@@ -1,4 +1,4 @@
-"""`moeplan whatif [BASE_PLAN] --tpot-ms 30`: re-plan under changed assumptions, compare with the base.
+"""`moeplan whatif [BASE_PLAN] --tpot-ms 30`: re-plan under changed assumptions, compare to base.
 
 The flags are always the *new* assumptions, and only the flags given change anything: every
 assumption not given is the base's. The base is BASE_PLAN (a plan file or a shipped plan's name:
@@ -53,8 +53,17 @@ ASSUMPTIONS: dict[str, tuple[type, object]] = {
     "loads": (Path, None),
     "max-redundant-experts": (int, None),
 }
-NULLABLE = {"tpot-ms", "ttft-ms", "decode-devices", "prefill-devices", "rate", "mtp", "skew-sigma", "loads",
-            "max-redundant-experts"}
+NULLABLE = {
+    "tpot-ms",
+    "ttft-ms",
+    "decode-devices",
+    "prefill-devices",
+    "rate",
+    "mtp",
+    "skew-sigma",
+    "loads",
+    "max-redundant-experts",
+}
 
 
 def parse_base_pairs(pairs: list[str]) -> dict[str, object]:
@@ -74,7 +83,9 @@ def parse_base_pairs(pairs: list[str]) -> dict[str, object]:
         try:
             out[name] = kind(text) if kind is not int else int(text)
         except ValueError:
-            raise BadInputError(f"--base {name}={text}: '{text}' is not a valid {kind.__name__}.") from None
+            raise BadInputError(
+                f"--base {name}={text}: '{text}' is not a valid {kind.__name__}."
+            ) from None
     return out
 
 
@@ -93,22 +104,25 @@ def _ref(ref: str, base_dir: Path | None) -> str:
 
 
 def plan_assumptions(plan: Plan, base_dir: Path | None) -> dict[str, object]:
-    """A plan file's assumptions: model, machine, scheme, workload, SLOs; its cards as the budget."""
+    """A plan file's assumptions: model, machine, scheme, workload, SLOs; its cards as the "
+    "budget."""
     specs = load_plan_specs(plan, base_dir)
     devices = sum(p.total_devices for p in (plan.decode, plan.prefill) if p is not None)
     out = {k: default for k, (_, default) in ASSUMPTIONS.items()}
-    out.update({
-        "model": _ref(plan.model, base_dir),
-        "hardware": _ref(plan.hardware, base_dir),
-        "quantization": plan.quantization,
-        "input-tokens": plan.workload.input_tokens,
-        "output-tokens": plan.workload.output_tokens,
-        "mtp-acceptance": plan.workload.mtp_acceptance,
-        "tpot-ms": plan.slo.tpot_ms if plan.slo else None,
-        "ttft-ms": plan.slo.ttft_ms if plan.slo else None,
-        "max-cards": specs.hw.cards(devices),
-        "phase": _plan_phase(plan),
-    })
+    out.update(
+        {
+            "model": _ref(plan.model, base_dir),
+            "hardware": _ref(plan.hardware, base_dir),
+            "quantization": plan.quantization,
+            "input-tokens": plan.workload.input_tokens,
+            "output-tokens": plan.workload.output_tokens,
+            "mtp-acceptance": plan.workload.mtp_acceptance,
+            "tpot-ms": plan.slo.tpot_ms if plan.slo else None,
+            "ttft-ms": plan.slo.ttft_ms if plan.slo else None,
+            "max-cards": specs.hw.cards(devices),
+            "phase": _plan_phase(plan),
+        }
+    )
     return out
 
 
@@ -116,20 +130,37 @@ def request_from(assumptions: dict[str, object], time_limit: float, workers: int
     """A top-1 PlanRequest from assumptions by flag name (validated as `moeplan plan` does)."""
     a = assumptions
     return build_request(
-        model=a["model"], hardware=a["hardware"], quantization=a["quantization"],  # type: ignore[arg-type]
-        input_tokens=a["input-tokens"], output_tokens=a["output-tokens"],  # type: ignore[arg-type]
-        mtp_acceptance=a["mtp-acceptance"], tpot_ms=a["tpot-ms"], ttft_ms=a["ttft-ms"],  # type: ignore[arg-type]
-        max_cards=a["max-cards"], phase=a["phase"], decode_devices=a["decode-devices"],  # type: ignore[arg-type]
-        prefill_devices=a["prefill-devices"], rate=a["rate"], top=1, mtp=a["mtp"],  # type: ignore[arg-type]
-        time_limit=time_limit, workers=workers, loads=a["loads"], skew_sigma=a["skew-sigma"],  # type: ignore[arg-type]
+        model=a["model"],
+        hardware=a["hardware"],
+        quantization=a["quantization"],  # type: ignore[arg-type]
+        input_tokens=a["input-tokens"],
+        output_tokens=a["output-tokens"],  # type: ignore[arg-type]
+        mtp_acceptance=a["mtp-acceptance"],
+        tpot_ms=a["tpot-ms"],
+        ttft_ms=a["ttft-ms"],  # type: ignore[arg-type]
+        max_cards=a["max-cards"],
+        phase=a["phase"],
+        decode_devices=a["decode-devices"],  # type: ignore[arg-type]
+        prefill_devices=a["prefill-devices"],
+        rate=a["rate"],
+        top=1,
+        mtp=a["mtp"],  # type: ignore[arg-type]
+        time_limit=time_limit,
+        workers=workers,
+        loads=a["loads"],
+        skew_sigma=a["skew-sigma"],  # type: ignore[arg-type]
         max_redundant_experts=a["max-redundant-experts"],  # type: ignore[arg-type]
     )
 
 
 def _search_with_progress(request: PlanRequest, cache: TableCache) -> SearchOutcome:
     with Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-        console=err_console, transient=True,
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
     ) as bar:
         task = bar.add_task("planning", total=1.0)
 
@@ -144,37 +175,91 @@ def _search_with_progress(request: PlanRequest, cache: TableCache) -> SearchOutc
 
 
 def whatif(
-    base_plan: Annotated[str | None, typer.Argument(
-        metavar="[BASE_PLAN]",
-        help="The base: a plan YAML/JSON (e.g. an exported plan) or a shipped plan's name (a2-d70). "
-             "Without it the base is `moeplan plan`'s defaults, changed by --base.")] = None,
-    base: Annotated[list[str] | None, typer.Option(
-        "--base", metavar="NAME=VALUE",
-        help="A base assumption when there is no BASE_PLAN (repeat it): e.g. --base hardware=cm384 "
-             "--base max-cards=384. NAME is any flag below without its dashes.")] = None,
-    model: Annotated[str | None, typer.Option("--model", help="New model (catalog name or path).")] = None,
-    hardware: Annotated[str | None, typer.Option("--hardware", help="New machine (catalog name or path).")] = None,
-    quantization: Annotated[str | None, typer.Option(help="New scheme: a8w8c16, bf16 or a8w4c16.")] = None,
-    input_tokens: Annotated[int | None, typer.Option("--input-tokens", help="New prompt length.")] = None,
-    output_tokens: Annotated[int | None, typer.Option("--output-tokens", help="New completion length.")] = None,
-    mtp_acceptance: Annotated[float | None, typer.Option("--mtp-acceptance", help="New MTP acceptance.")] = None,
+    base_plan: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[BASE_PLAN]",
+            help="The base: a plan YAML/JSON (e.g. an exported plan) or a shipped plan's name "
+            "(a2-d70). "
+            "Without it the base is `moeplan plan`'s defaults, changed by --base.",
+        ),
+    ] = None,
+    base: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--base",
+            metavar="NAME=VALUE",
+            help="A base assumption when there is no BASE_PLAN (repeat it): e.g. "
+            "--base hardware=cm384 "
+            "--base max-cards=384. NAME is any flag below without its dashes.",
+        ),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="New model (catalog name or path).")
+    ] = None,
+    hardware: Annotated[
+        str | None, typer.Option("--hardware", help="New machine (catalog name or path).")
+    ] = None,
+    quantization: Annotated[
+        str | None, typer.Option(help="New scheme: a8w8c16, bf16 or a8w4c16.")
+    ] = None,
+    input_tokens: Annotated[
+        int | None, typer.Option("--input-tokens", help="New prompt length.")
+    ] = None,
+    output_tokens: Annotated[
+        int | None, typer.Option("--output-tokens", help="New completion length.")
+    ] = None,
+    mtp_acceptance: Annotated[
+        float | None, typer.Option("--mtp-acceptance", help="New MTP acceptance.")
+    ] = None,
     tpot_ms: Annotated[float | None, typer.Option("--tpot-ms", help="New TPOT SLO, ms.")] = None,
     ttft_ms: Annotated[float | None, typer.Option("--ttft-ms", help="New TTFT SLO, ms.")] = None,
-    max_cards: Annotated[float | None, typer.Option(
-        "--max-cards", help="New card budget (default: the base's; a plan file's own card count).")] = None,
-    phase: Annotated[str | None, typer.Option(help="New phases to plan: both, decode or prefill.")] = None,
-    decode_devices: Annotated[int | None, typer.Option("--decode-devices", help="Pin the new decode instance size.")] = None,
-    prefill_devices: Annotated[int | None, typer.Option("--prefill-devices", help="Pin the new prefill instance size.")] = None,
-    rate: Annotated[float | None, typer.Option("--rate", help="Serve this many requests/s with the fewest cards.")] = None,
+    max_cards: Annotated[
+        float | None,
+        typer.Option(
+            "--max-cards",
+            help="New card budget (default: the base's; a plan file's own card count).",
+        ),
+    ] = None,
+    phase: Annotated[
+        str | None, typer.Option(help="New phases to plan: both, decode or prefill.")
+    ] = None,
+    decode_devices: Annotated[
+        int | None, typer.Option("--decode-devices", help="Pin the new decode instance size.")
+    ] = None,
+    prefill_devices: Annotated[
+        int | None, typer.Option("--prefill-devices", help="Pin the new prefill instance size.")
+    ] = None,
+    rate: Annotated[
+        float | None,
+        typer.Option("--rate", help="Serve this many requests/s with the fewest cards."),
+    ] = None,
     mtp: Annotated[str | None, typer.Option(help="MTP depths to consider, e.g. '0,1'.")] = None,
-    skew_sigma: Annotated[float | None, typer.Option("--skew-sigma", min=0.0, max=5.0, help="New expert skew sigma.")] = None,
+    skew_sigma: Annotated[
+        float | None, typer.Option("--skew-sigma", min=0.0, max=5.0, help="New expert skew sigma.")
+    ] = None,
     loads: Annotated[Path | None, typer.Option("--loads", help="New expert loads file.")] = None,
-    max_redundant_experts: Annotated[int | None, typer.Option(
-        "--max-redundant-experts", help="New cap on redundant expert copies per instance.")] = None,
-    json_out: Annotated[Path | None, typer.Option(
-        "--json", help="Write base, new, rescored, changes, deltas and binding as JSON to FILE ('-': stdout).")] = None,
-    time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, max=86400.0, help="Solver time limit per search, s.")] = DEFAULT_TIME_LIMIT_S,
-    workers: Annotated[int, typer.Option("--workers", min=1, max=64, help="CP-SAT worker threads.")] = 2,
+    max_redundant_experts: Annotated[
+        int | None,
+        typer.Option(
+            "--max-redundant-experts", help="New cap on redundant expert copies per instance."
+        ),
+    ] = None,
+    json_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--json",
+            help="Write base, new, rescored, changes, deltas and binding as JSON to FILE "
+            "('-': stdout).",
+        ),
+    ] = None,
+    time_limit: Annotated[
+        float,
+        typer.Option("--time-limit", min=0.1, max=86400.0, help="Solver time limit per search, s."),
+    ] = DEFAULT_TIME_LIMIT_S,
+    workers: Annotated[
+        int, typer.Option("--workers", min=1, max=64, help="CP-SAT worker threads.")
+    ] = 2,
 ) -> None:
     """Re-plan under changed assumptions and compare with the base, side by side.
 
@@ -193,18 +278,31 @@ def whatif(
 
     def body() -> None:
         changes = {
-            "model": model, "hardware": hardware, "quantization": quantization,
-            "input-tokens": input_tokens, "output-tokens": output_tokens, "mtp-acceptance": mtp_acceptance,
-            "tpot-ms": tpot_ms, "ttft-ms": ttft_ms, "max-cards": max_cards, "phase": phase,
-            "decode-devices": decode_devices, "prefill-devices": prefill_devices, "rate": rate,
-            "mtp": mtp, "skew-sigma": skew_sigma, "loads": loads, "max-redundant-experts": max_redundant_experts,
+            "model": model,
+            "hardware": hardware,
+            "quantization": quantization,
+            "input-tokens": input_tokens,
+            "output-tokens": output_tokens,
+            "mtp-acceptance": mtp_acceptance,
+            "tpot-ms": tpot_ms,
+            "ttft-ms": ttft_ms,
+            "max-cards": max_cards,
+            "phase": phase,
+            "decode-devices": decode_devices,
+            "prefill-devices": prefill_devices,
+            "rate": rate,
+            "mtp": mtp,
+            "skew-sigma": skew_sigma,
+            "loads": loads,
+            "max-redundant-experts": max_redundant_experts,
         }
         changes = {k: v for k, v in changes.items() if v is not None}
         plan = base_dir = None
         if base_plan is not None:
             if base:
                 raise BadInputError(
-                    "--base sets the base when there is no BASE_PLAN; with a plan file the base is the "
+                    "--base sets the base when there is no BASE_PLAN; with a plan file the "
+                    "base is the "
                     "file. Drop --base, or drop BASE_PLAN."
                 )
             plan, _ = load_plan(base_plan)
@@ -216,11 +314,14 @@ def whatif(
             overrides = parse_base_pairs(base or [])
             base_a.update(overrides)
             source = "moeplan plan defaults" + (
-                " with " + ", ".join(f"{k}={v}" for k, v in overrides.items()) if overrides else "")
+                " with " + ", ".join(f"{k}={v}" for k, v in overrides.items()) if overrides else ""
+            )
         new_a = {**base_a, **changes}
         base_request = request_from(base_a, time_limit, workers)
         new_request = request_from(new_a, time_limit, workers)
-        result = run_whatif(base_request, new_request, plan, base_dir, source, _search_with_progress)
+        result = run_whatif(
+            base_request, new_request, plan, base_dir, source, _search_with_progress
+        )
         if json_out is not None:
             write_text_atomic(json_out, whatif_document(result))
             if str(json_out) == "-":

@@ -81,7 +81,9 @@ def _next_on_grid(grid: np.ndarray, value: int) -> int | None:
 # ---- decode ------------------------------------------------------------------------------------
 
 
-def _decode_largest_ok(ctx: CostContext, phase: DecodePlan, upto: int, slo_ms: float | None) -> tuple[int, float]:
+def _decode_largest_ok(
+    ctx: CostContext, phase: DecodePlan, upto: int, slo_ms: float | None
+) -> tuple[int, float]:
     """Largest concurrency <= upto that fits HBM and meets the SLO, with its tokens/s per card."""
     bs = np.arange(1, max(1, upto) + 1, dtype=float)
     step = decode_step(ctx, phase, bs)
@@ -112,38 +114,54 @@ def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | Non
         over = (total[0] - cap) / GIB
         fix = f"at most {m} fit" if m else "not even one sequence fits with these layouts"
         return Binding(
-            "decode", "hbm",
-            f"decode overflows HBM by {over:.2f} GiB per device at {b} sequences per device; {fix}.",
-            f"{label}: HBM over by {over:.2f} GiB (max B{m})", True,
+            "decode",
+            "hbm",
+            f"decode overflows HBM by {over:.2f} GiB per device at {b} sequences per "
+            f"device; {fix}.",
+            f"{label}: HBM over by {over:.2f} GiB (max B{m})",
+            True,
             {"over_bytes": float(total[0] - cap), "max_concurrency_per_device": m},
         )
     if slo is not None and tpot[0] > slo + 1e-9:
         m, m_card = _decode_largest_ok(ctx, phase, b - 1, slo)
         fix = (
-            f"at most {m} per device meet it ({m_card:.0f} tokens/s per card instead of {per_card:.0f})"
-            if m else "no concurrency meets it with these layouts: re-plan"
+            f"at most {m} per device meet it ({m_card:.0f} tokens/s per card instead of "
+            f"{per_card:.0f})"
+            if m
+            else "no concurrency meets it with these layouts: re-plan"
         )
         return Binding(
-            "decode", "tpot",
-            f"decode misses the TPOT SLO: {tpot[0]:.1f} ms > {slo:g} ms at {b} sequences per device; {fix}.",
-            f"{label}: misses TPOT ({tpot[0]:.1f} ms > {slo:g} ms; max B{m})", True,
-            {"tpot_ms": float(tpot[0]), "slo_ms": slo, "max_concurrency_per_device": m,
-             "tokens_per_s_per_card_at_max": m_card},
+            "decode",
+            "tpot",
+            f"decode misses the TPOT SLO: {tpot[0]:.1f} ms > {slo:g} ms at {b} sequences "
+            f"per device; {fix}.",
+            f"{label}: misses TPOT ({tpot[0]:.1f} ms > {slo:g} ms; max B{m})",
+            True,
+            {
+                "tpot_ms": float(tpot[0]),
+                "slo_ms": slo,
+                "max_concurrency_per_device": m,
+                "tokens_per_s_per_card_at_max": m_card,
+            },
         )
     if b >= MAX_CONCURRENCY:
         return Binding(
-            "decode", "search_space",
-            f"search space binds: decode concurrency is at the search's cap of {MAX_CONCURRENCY} per device.",
+            "decode",
+            "search_space",
+            "search space binds: decode concurrency is at the search's cap of "
+            f"{MAX_CONCURRENCY} per device.",
             f"{label}: search cap {MAX_CONCURRENCY}",
         )
     short = total[1] - cap
     if short > -ROUNDING_BYTES:
         detail = (
-            f"{short / GIB:.2f} GiB short of {b + 1}" if short > 0
+            f"{short / GIB:.2f} GiB short of {b + 1}"
+            if short > 0
             else f"{b + 1} would leave {-short / 2**20:.1f} MiB, inside the search's MiB rounding"
         )
         return Binding(
-            "decode", "hbm",
+            "decode",
+            "hbm",
             f"decode concurrency ({b} per device) is capped by HBM: {detail}.",
             f"{label}: HBM ({max(short, 0) / GIB:.2f} GiB short of B{b + 1})",
             figures={"short_bytes": float(short), "next_concurrency_per_device": b + 1},
@@ -151,10 +169,16 @@ def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | Non
     if slo is not None and tpot[1] > slo - ROUNDING_MS:
         rel = ">" if tpot[1] > slo else "~"
         return Binding(
-            "decode", "tpot",
-            f"TPOT binds: one more sequence per device ({b + 1}) gives {tpot[1]:.1f} ms {rel} {slo:g} ms.",
+            "decode",
+            "tpot",
+            f"TPOT binds: one more sequence per device ({b + 1}) gives {tpot[1]:.1f} ms "
+            f"{rel} {slo:g} ms.",
             f"{label}: TPOT (B{b + 1} gives {tpot[1]:.1f} ms {rel} {slo:g} ms)",
-            figures={"next_tpot_ms": float(tpot[1]), "slo_ms": slo, "next_concurrency_per_device": b + 1},
+            figures={
+                "next_tpot_ms": float(tpot[1]),
+                "slo_ms": slo,
+                "next_concurrency_per_device": b + 1,
+            },
         )
     free = (cap - total[1]) / GIB
     if grid_next is not None and grid_next != b + 1:
@@ -163,16 +187,20 @@ def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | Non
         if not (g_fits and g_meets):
             why = "overflows HBM" if not g_fits else f"gives {tpot[2]:.1f} ms > {slo:g} ms"
             return Binding(
-                "decode", "search_space",
-                f"search space binds: {b + 1} sequences per device would fit HBM and meet TPOT, but "
-                f"above {DENSE_GRID_CONCURRENCY} the search's concurrency grid steps by 2% and its next "
+                "decode",
+                "search_space",
+                f"search space binds: {b + 1} sequences per device would fit HBM and meet "
+                "TPOT, but "
+                f"above {DENSE_GRID_CONCURRENCY} the search's concurrency grid steps by 2% "
+                "and its next "
                 f"value, {grid_next}, {why}.",
                 f"{label}: concurrency grid (B{b + 1} allowed, next grid value B{grid_next} {why})",
                 figures={"next_concurrency_per_device": b + 1, "next_grid_value": grid_next},
             )
     slo_txt = f" <= {slo:g} ms" if slo is not None else ", no TPOT SLO"
     return Binding(
-        "decode", "none",
+        "decode",
+        "none",
         f"nothing binds decode concurrency: {b + 1} sequences per device still fit HBM "
         f"({free:.2f} GiB free) and give {tpot[1]:.1f} ms{slo_txt}; the plan could run more.",
         f"{label}: nothing binds (B{b + 1} allowed)",
@@ -183,7 +211,9 @@ def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | Non
 # ---- prefill -----------------------------------------------------------------------------------
 
 
-def _prefill_largest_ok(ctx: CostContext, phase: PrefillPlan, upto: int, slo_ms: float | None) -> int:
+def _prefill_largest_ok(
+    ctx: CostContext, phase: PrefillPlan, upto: int, slo_ms: float | None
+) -> int:
     """Most requests per forward (<= upto) that fit HBM and meet the TTFT SLO."""
     n_in = ctx.workload.input_tokens
     rs = np.arange(1, max(1, upto) + 1, dtype=float)
@@ -200,7 +230,9 @@ def prefill_binding(ctx: CostContext, phase: PrefillPlan, ttft_slo_ms: float | N
     bt = phase.batch_tokens
     r = max(1, bt // n_in)
     grid_next = _next_on_grid(request_values(MAX_REQUESTS_PER_FORWARD), r)
-    probe = [bt, bt + n_in] + ([grid_next * n_in] if grid_next is not None and grid_next != r + 1 else [])
+    probe = [bt, bt + n_in] + (
+        [grid_next * n_in] if grid_next is not None and grid_next != r + 1 else []
+    )
     fwd = prefill_forward(ctx, phase, probe)
     ttft = fwd.ttft_s * 1e3
     use = prefill_hbm(ctx, phase, probe)
@@ -212,36 +244,51 @@ def prefill_binding(ctx: CostContext, phase: PrefillPlan, ttft_slo_ms: float | N
         m = _prefill_largest_ok(ctx, phase, r - 1, None)
         over = (total[0] - cap) / GIB
         return Binding(
-            "prefill", "hbm",
-            f"prefill overflows HBM by {over:.2f} GiB per device at {bt} tokens per forward; at most "
+            "prefill",
+            "hbm",
+            f"prefill overflows HBM by {over:.2f} GiB per device at {bt} tokens per "
+            "forward; at most "
             f"{m} requests ({m * n_in} tokens) fit.",
-            f"{label}: HBM over by {over:.2f} GiB (max {m})", True,
+            f"{label}: HBM over by {over:.2f} GiB (max {m})",
+            True,
             {"over_bytes": float(total[0] - cap), "max_requests_per_forward": m},
         )
     if slo is not None and ttft[0] > slo + 1e-9:
         m = _prefill_largest_ok(ctx, phase, r - 1, slo)
-        fix = f"at most {m} requests per forward meet it" if m else "no batch meets it with these layouts: re-plan"
+        fix = (
+            f"at most {m} requests per forward meet it"
+            if m
+            else "no batch meets it with these layouts: re-plan"
+        )
         return Binding(
-            "prefill", "ttft",
-            f"prefill misses the TTFT SLO: {ttft[0]:.0f} ms > {slo:g} ms at {r} requests per forward; {fix}.",
-            f"{label}: misses TTFT ({ttft[0]:.0f} ms > {slo:g} ms; max {m})", True,
+            "prefill",
+            "ttft",
+            f"prefill misses the TTFT SLO: {ttft[0]:.0f} ms > {slo:g} ms at {r} requests "
+            f"per forward; {fix}.",
+            f"{label}: misses TTFT ({ttft[0]:.0f} ms > {slo:g} ms; max {m})",
+            True,
             {"ttft_ms": float(ttft[0]), "slo_ms": slo, "max_requests_per_forward": m},
         )
     if r >= MAX_REQUESTS_PER_FORWARD:
         return Binding(
-            "prefill", "search_space",
-            f"search space binds: the prefill batch is at the search's cap of {MAX_REQUESTS_PER_FORWARD} "
+            "prefill",
+            "search_space",
+            "search space binds: the prefill batch is at the search's cap of "
+            f"{MAX_REQUESTS_PER_FORWARD} "
             "requests per forward.",
             f"{label}: search cap {MAX_REQUESTS_PER_FORWARD}",
         )
     short = total[1] - cap
     if short > -ROUNDING_BYTES:
         detail = (
-            f"{short / GIB:.2f} GiB short of one more request" if short > 0
-            else f"one more request would leave {-short / 2**20:.1f} MiB, inside the search's MiB rounding"
+            f"{short / GIB:.2f} GiB short of one more request"
+            if short > 0
+            else f"one more request would leave {-short / 2**20:.1f} MiB, inside the search's "
+            "MiB rounding"
         )
         return Binding(
-            "prefill", "hbm",
+            "prefill",
+            "hbm",
             f"prefill batch ({r} requests, {bt} tokens per forward) is capped by HBM: {detail}.",
             f"{label}: HBM ({max(short, 0) / GIB:.2f} GiB short of {r + 1})",
             figures={"short_bytes": float(short), "next_requests_per_forward": r + 1},
@@ -249,10 +296,16 @@ def prefill_binding(ctx: CostContext, phase: PrefillPlan, ttft_slo_ms: float | N
     if slo is not None and ttft[1] > slo - ROUNDING_MS:
         rel = ">" if ttft[1] > slo else "~"
         return Binding(
-            "prefill", "ttft",
-            f"TTFT binds: one more request per forward ({r + 1}) gives {ttft[1]:.0f} ms {rel} {slo:g} ms.",
+            "prefill",
+            "ttft",
+            f"TTFT binds: one more request per forward ({r + 1}) gives {ttft[1]:.0f} ms "
+            f"{rel} {slo:g} ms.",
             f"{label}: TTFT ({r + 1} gives {ttft[1]:.0f} ms {rel} {slo:g} ms)",
-            figures={"next_ttft_ms": float(ttft[1]), "slo_ms": slo, "next_requests_per_forward": r + 1},
+            figures={
+                "next_ttft_ms": float(ttft[1]),
+                "slo_ms": slo,
+                "next_requests_per_forward": r + 1,
+            },
         )
     if grid_next is not None and grid_next != r + 1:
         g_fits = total[2] <= cap - ROUNDING_BYTES
@@ -260,8 +313,10 @@ def prefill_binding(ctx: CostContext, phase: PrefillPlan, ttft_slo_ms: float | N
         if not (g_fits and g_meets):
             why = "overflows HBM" if not g_fits else f"gives {ttft[2]:.0f} ms > {slo:g} ms"
             return Binding(
-                "prefill", "search_space",
-                f"search space binds: {r + 1} requests per forward would fit HBM and meet TTFT, but above "
+                "prefill",
+                "search_space",
+                f"search space binds: {r + 1} requests per forward would fit HBM and meet "
+                "TTFT, but above "
                 f"{DENSE_GRID_REQUESTS} the search's batch grid steps by 5% and its next value, "
                 f"{grid_next}, {why}.",
                 f"{label}: batch grid ({r + 1} allowed, next grid value {grid_next} {why})",
@@ -269,9 +324,11 @@ def prefill_binding(ctx: CostContext, phase: PrefillPlan, ttft_slo_ms: float | N
             )
     slo_txt = f" <= {slo:g} ms" if slo is not None else ", no TTFT SLO"
     return Binding(
-        "prefill", "none",
+        "prefill",
+        "none",
         f"nothing binds the prefill batch: {r + 1} requests per forward still fit HBM "
-        f"({(cap - total[1]) / GIB:.2f} GiB free) and give {ttft[1]:.0f} ms{slo_txt}; the plan could "
+        f"({(cap - total[1]) / GIB:.2f} GiB free) and give {ttft[1]:.0f} ms{slo_txt}; the "
+        "plan could "
         "batch more.",
         f"{label}: nothing binds ({r + 1} allowed)",
         figures={"next_ttft_ms": float(ttft[1]), "next_free_bytes": float(cap - total[1])},
@@ -283,7 +340,9 @@ def prefill_binding(ctx: CostContext, phase: PrefillPlan, ttft_slo_ms: float | N
 
 def _colocated_figures(plan: Plan, ctx: CostContext) -> dict[str, object]:
     """The `colocated` block of a colocated plan (scored with the cost model, as evaluate does)."""
-    pred = evaluate_plan(plan, imbalance=ctx.imbalance, specs=PlanSpecs(ctx.model, ctx.hw, ctx.quant))
+    pred = evaluate_plan(
+        plan, imbalance=ctx.imbalance, specs=PlanSpecs(ctx.model, ctx.hw, ctx.quant)
+    )
     assert pred.colocated is not None
     return pred.colocated.model_dump()
 
@@ -305,37 +364,71 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
     r = max(1, p.batch_tokens // n_in)
     broken = []
     if not now["fits_hbm"]:
-        broken.append(("hbm", f"overflows HBM by {-now['hbm_headroom_bytes'] / GIB:.2f} GiB per device"))
+        broken.append(
+            ("hbm", f"overflows HBM by {-now['hbm_headroom_bytes'] / GIB:.2f} GiB per device")
+        )
     if tpot_slo is not None and now["tpot_ms"] > tpot_slo + 1e-9:
         broken.append(("tpot", f"misses the TPOT SLO: {now['tpot_ms']:.1f} ms > {tpot_slo:g} ms"))
     if ttft_slo is not None and now["ttft_ms"] > ttft_slo + 1e-9:
         broken.append(("ttft", f"misses the TTFT SLO: {now['ttft_ms']:.0f} ms > {ttft_slo:g} ms"))
     if broken:
         kind, text = broken[0]
-        return [Binding("colocated", kind, f"colocated instance {text} (B{b}, {r} requests per forward).",  # type: ignore[arg-type]
-                        f"colocated B{b}/{r} req: {text}", True)]
+        return [
+            Binding(
+                "colocated",
+                kind,
+                f"colocated instance {text} (B{b}, {r} requests per forward).",  # type: ignore[arg-type]
+                f"colocated B{b}/{r} req: {text}",
+                True,
+            )
+        ]
 
     def neighbour(label: str, update: dict[str, object], section: str) -> tuple[str, str, str]:
-        moved = plan.model_copy(update={section: getattr(plan, section).model_copy(update=update),
-                                        "predicted": None})
+        moved = plan.model_copy(
+            update={section: getattr(plan, section).model_copy(update=update), "predicted": None}
+        )
         f = _colocated_figures(moved, ctx)
         if f["hbm_headroom_bytes"] < ROUNDING_BYTES:  # type: ignore[operator]
             short = -float(f["hbm_headroom_bytes"])  # type: ignore[arg-type]
             return "hbm", f"capped by HBM: {max(short, 0) / GIB:.2f} GiB short of {label}", "HBM"
         if tpot_slo is not None and f["tpot_ms"] > tpot_slo - ROUNDING_MS:  # type: ignore[operator]
-            return ("tpot", f"TPOT binds: {label} gives {f['tpot_ms']:.1f} ms > {tpot_slo:g} ms "
-                    "(decode stalls during prefill included)", "TPOT")
+            return (
+                "tpot",
+                f"TPOT binds: {label} gives {f['tpot_ms']:.1f} ms > {tpot_slo:g} ms "
+                "(decode stalls during prefill included)",
+                "TPOT",
+            )
         if ttft_slo is not None and f["ttft_ms"] > ttft_slo - ROUNDING_MS:  # type: ignore[operator]
-            return "ttft", f"TTFT binds: {label} gives {f['ttft_ms']:.0f} ms > {ttft_slo:g} ms", "TTFT"
+            return (
+                "ttft",
+                f"TTFT binds: {label} gives {f['ttft_ms']:.0f} ms > {ttft_slo:g} ms",
+                "TTFT",
+            )
         return "none", f"nothing binds: {label} is still allowed", "nothing binds"
 
     out = []
-    kind, text, tag = neighbour(f"{b + 1} sequences per device", {"concurrency_per_device": b + 1}, "decode")
-    out.append(Binding("decode", kind, f"colocated decode concurrency ({b} per device): {text}.",  # type: ignore[arg-type]
-                       f"colocated B{b}: {tag}"))
-    kind, text, tag = neighbour(f"{r + 1} requests per forward", {"batch_tokens": (r + 1) * n_in}, "prefill")
-    out.append(Binding("prefill", kind, f"colocated prefill batch ({r} requests per forward): {text}.",  # type: ignore[arg-type]
-                       f"colocated {r} req/forward: {tag}"))
+    kind, text, tag = neighbour(
+        f"{b + 1} sequences per device", {"concurrency_per_device": b + 1}, "decode"
+    )
+    out.append(
+        Binding(
+            "decode",
+            kind,
+            f"colocated decode concurrency ({b} per device): {text}.",  # type: ignore[arg-type]
+            f"colocated B{b}: {tag}",
+        )
+    )
+    kind, text, tag = neighbour(
+        f"{r + 1} requests per forward", {"batch_tokens": (r + 1) * n_in}, "prefill"
+    )
+    out.append(
+        Binding(
+            "prefill",
+            kind,
+            f"colocated prefill batch ({r} requests per forward): {text}.",  # type: ignore[arg-type]
+            f"colocated {r} req/forward: {tag}",
+        )
+    )
     return out
 
 
@@ -357,7 +450,9 @@ def _instance_rates(plan: Plan, prediction: Prediction) -> tuple[float | None, f
     return d_rps, p_rps
 
 
-def cards_for_rate(plan: Plan, prediction: Prediction, hw: HardwareSpec, rate_per_s: float) -> float:
+def cards_for_rate(
+    plan: Plan, prediction: Prediction, hw: HardwareSpec, rate_per_s: float
+) -> float:
     """Cards this plan's instance configurations need to serve `rate_per_s` (instances scaled)."""
     d_rps, p_rps = _instance_rates(plan, prediction)
     devices = 0
@@ -370,18 +465,29 @@ def cards_for_rate(plan: Plan, prediction: Prediction, hw: HardwareSpec, rate_pe
 
 
 def _next_size(hw: HardwareSpec, devices: int) -> int | None:
-    cap = hw.max_devices if hw.max_devices is not None else max(4 * devices, devices + hw.devices_per_node)
+    cap = (
+        hw.max_devices
+        if hw.max_devices is not None
+        else max(4 * devices, devices + hw.devices_per_node)
+    )
     larger = [s for s in instance_sizes(hw, cap, devices + 1) if s > devices]
     return larger[0] if larger else None
 
 
 def deployment_binding(
-    plan: Plan, prediction: Prediction, hw: HardwareSpec, max_cards: float | None, rate_per_s: float | None
+    plan: Plan,
+    prediction: Prediction,
+    hw: HardwareSpec,
+    max_cards: float | None,
+    rate_per_s: float | None,
 ) -> Binding:
     """What limits the deployment's size: the card budget, the target rate, or nothing."""
     d_rps, p_rps = _instance_rates(plan, prediction)
-    phases = [(name, ph, rps) for name, ph, rps in (("decode", plan.decode, d_rps), ("prefill", plan.prefill, p_rps))
-              if ph is not None and rps]
+    phases = [
+        (name, ph, rps)
+        for name, ph, rps in (("decode", plan.decode, d_rps), ("prefill", plan.prefill, p_rps))
+        if ph is not None and rps
+    ]
     if plan.colocated:
         phases = [("colocated", ph, rps) for _, ph, rps in phases]
     used = sum(ph.total_devices for _, ph, _ in phases)
@@ -390,10 +496,13 @@ def deployment_binding(
     spare = None if budget is None else budget - used
     if spare is not None and spare < 0:
         return Binding(
-            "deployment", "card_budget",
-            f"over the card budget: the deployment uses {cards:g} cards, {hw.cards(-spare):g} more than "
+            "deployment",
+            "card_budget",
+            f"over the card budget: the deployment uses {cards:g} cards, "
+            f"{hw.cards(-spare):g} more than "
             f"--max-cards {max_cards:g} allows.",
-            f"cards: over budget by {hw.cards(-spare):g}", True,
+            f"cards: over budget by {hw.cards(-spare):g}",
+            True,
             {"cards": cards, "max_cards": float(max_cards or 0)},
         )
     caps = {name: ph.instances * rps for name, ph, rps in phases}
@@ -405,9 +514,14 @@ def deployment_binding(
             f"the rate sets the size: {cards:g} cards serve {served:.2f} requests/s "
             f"({'>=' if meets else '<'} the {rate_per_s:g} asked; {limiting} capacity binds)."
         )
-        return Binding("deployment", "rate", msg, f"rate: {cards:g} cards for {rate_per_s:g} req/s",
-                       violated=not meets,
-                       figures={"cards": cards, "requests_per_s": served, "rate_per_s": rate_per_s})
+        return Binding(
+            "deployment",
+            "rate",
+            msg,
+            f"rate: {cards:g} cards for {rate_per_s:g} req/s",
+            violated=not meets,
+            figures={"cards": cards, "requests_per_s": served, "rate_per_s": rate_per_s},
+        )
     out = plan.workload.output_tokens
     if len(phases) == 2:
         name, ph, rps = next(p for p in phases if p[0] == limiting)
@@ -420,24 +534,29 @@ def deployment_binding(
             if spare is not None and ph.devices > spare:
                 need = hw.cards(ph.devices - spare)
                 return Binding(
-                    "deployment", "card_budget",
+                    "deployment",
+                    "card_budget",
                     f"card budget binds: another {limiting} instance needs {need:g} more cards "
-                    f"({hw.cards(spare):g} of {max_cards:g} spare); it would raise output tokens/s per "
+                    f"({hw.cards(spare):g} of {max_cards:g} spare); it would raise output "
+                    "tokens/s per "
                     f"card from {now:.0f} to {after:.0f}.",
                     f"cards: budget (another {limiting} instance needs {need:g} more)",
                     figures={"more_cards": need, "tokens_per_s_per_card_after": after},
                 )
             lead = "no card budget given" if budget is None else "the card budget does not bind"
             return Binding(
-                "deployment", "none",
+                "deployment",
+                "none",
                 f"{lead}: another {limiting} instance fits and would raise "
                 f"output tokens/s per card from {now:.0f} to {after:.0f}.",
                 f"cards: another {limiting} instance fits",
                 figures={"tokens_per_s_per_card_after": after},
             )
         return Binding(
-            "deployment", "none",
-            f"the card budget does not bind: another {limiting} instance would lower output tokens/s "
+            "deployment",
+            "none",
+            f"the card budget does not bind: another {limiting} instance would lower output "
+            "tokens/s "
             f"per card ({now:.0f} -> {after:.0f}): {other} capacity would then bind.",
             f"cards: P:D balance ({limiting} limits; one more would idle {other})",
             figures={"tokens_per_s_per_card_after": after},
@@ -448,15 +567,18 @@ def deployment_binding(
     nxt = _next_size(hw, ph.devices)
     if nxt is None:
         return Binding(
-            "deployment", "search_space",
-            f"the {name} instance spans {ph.devices} devices, the largest instance {hw.name} allows; "
+            "deployment",
+            "search_space",
+            f"the {name} instance spans {ph.devices} devices, the largest instance "
+            f"{hw.name} allows; "
             "more instances add capacity, not tokens/s per card.",
             f"cards: largest {hw.name} instance",
         )
     if budget is not None and nxt > budget:
         need = hw.cards(nxt - budget)
         return Binding(
-            "deployment", "card_budget",
+            "deployment",
+            "card_budget",
             f"card budget caps the {name} instance at {ph.devices} devices: the next instance size "
             f"({nxt} devices) needs {need:g} more cards; more instances of this size add capacity, "
             "not tokens/s per card.",
@@ -465,13 +587,16 @@ def deployment_binding(
         )
     if budget is None:
         return Binding(
-            "deployment", "none",
-            f"no card budget given: the {name} instance size ({ph.devices} devices) is the plan's own "
+            "deployment",
+            "none",
+            f"no card budget given: the {name} instance size ({ph.devices} devices) is the "
+            "plan's own "
             "choice; tokens/s per card does not grow with the instance count.",
             "cards: no budget",
         )
     return Binding(
-        "deployment", "none",
+        "deployment",
+        "none",
         f"the card budget does not bind: {name} instances up to {budget} devices fit in it; "
         "tokens/s per card does not grow with the instance count.",
         "cards: budget does not bind",
@@ -483,7 +608,9 @@ def deployment_binding(
 
 def plan_context(plan: Plan, specs: PlanSpecs, imbalance=None) -> CostContext:
     """The cost context a plan is evaluated in (its own workload)."""
-    return CostContext(specs.model, specs.hw, specs.quant, plan.workload, imbalance or default_imbalance_model())
+    return CostContext(
+        specs.model, specs.hw, specs.quant, plan.workload, imbalance or default_imbalance_model()
+    )
 
 
 def plan_bindings(
@@ -493,7 +620,9 @@ def plan_bindings(
     if plan.predicted:
         prediction = Prediction.model_validate(plan.predicted)
     else:
-        prediction = evaluate_plan(plan, imbalance=ctx.imbalance, specs=PlanSpecs(ctx.model, ctx.hw, ctx.quant))
+        prediction = evaluate_plan(
+            plan, imbalance=ctx.imbalance, specs=PlanSpecs(ctx.model, ctx.hw, ctx.quant)
+        )
     slo = plan.slo
     out = []
     if plan.colocated:
@@ -509,8 +638,11 @@ def plan_bindings(
 def request_bindings(plan: Plan, req: PlanRequest) -> list[Binding]:
     """Bindings of a plan the search returned for `req` (its budget, rate and imbalance)."""
     ctx = CostContext(
-        load_model(req.model), load_hardware(req.hardware), get_quantization(req.quantization),
-        req.workload, req.imbalance or default_imbalance_model(),
+        load_model(req.model),
+        load_hardware(req.hardware),
+        get_quantization(req.quantization),
+        req.workload,
+        req.imbalance or default_imbalance_model(),
     )
     return plan_bindings(plan, ctx, req.max_cards, req.rate_per_s)
 
@@ -520,15 +652,24 @@ def outcome_bindings(outcome: SearchOutcome, index: int = 0) -> list[Binding]:
     return request_bindings(outcome.plans[index], outcome.request)
 
 
-TAGS = {"hbm": "HBM", "tpot": "TPOT", "ttft": "TTFT", "card_budget": "cards", "rate": "rate",
-        "search_space": "grid"}
+TAGS = {
+    "hbm": "HBM",
+    "tpot": "TPOT",
+    "ttft": "TTFT",
+    "card_budget": "cards",
+    "rate": "rate",
+    "search_space": "grid",
+}
 
 
 def binding_tags(bindings: list[Binding]) -> str:
     """A few characters for a table cell: e.g. "D:TPOT P:HBM cards" (nothing for 'none')."""
     prefix = {"decode": "D:", "prefill": "P:", "deployment": "", "colocated": "C:"}
-    parts = [prefix.get(b.phase, "") + TAGS[b.constraint] + ("!" if b.violated else "")
-             for b in bindings if b.constraint in TAGS]
+    parts = [
+        prefix.get(b.phase, "") + TAGS[b.constraint] + ("!" if b.violated else "")
+        for b in bindings
+        if b.constraint in TAGS
+    ]
     return " ".join(parts) or "-"
 
 

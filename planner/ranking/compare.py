@@ -24,7 +24,7 @@ FIGURE_LABELS: dict[str, str] = {
     "tokens_per_s_per_user": "tokens/s per user",
     "tpot_ms": "TPOT ms",
     "ttft_ms": "TTFT ms",
-    "decode_hbm_headroom_gib": "decode HBM headroom GiB per device",
+    "decode_hbm_headroom_gib": "decode (or colocated) HBM headroom GiB per device",
     "prefill_hbm_headroom_gib": "prefill HBM headroom GiB per device",
     "requests_per_s": "requests/s",
     "cards": "cards",
@@ -49,10 +49,20 @@ def _layout(phase: PhasePlan, module: str) -> str:
 
 def phase_choices(name: str, phase: PhasePlan | None, routed_experts: int | None) -> dict[str, str]:
     """One phase's choices: instances, size, layout per module, and its free integers."""
-    keys = ["instances x devices", "attention", "dense FFN", "MoE", "shared expert", "LM head",
-            "redundant expert slots"]
-    keys += (["concurrency per device", "MTP draft tokens"] if name == "decode"
-             else ["tokens per forward", "micro-batches"])
+    keys = [
+        "instances x devices",
+        "attention",
+        "dense FFN",
+        "MoE",
+        "shared expert",
+        "LM head",
+        "redundant expert slots",
+    ]
+    keys += (
+        ["concurrency per device", "MTP draft tokens"]
+        if name == "decode"
+        else ["tokens per forward", "micro-batches"]
+    )
     if phase is None:
         return {f"{name} {k}": "-" for k in keys}
     out = {
@@ -76,26 +86,46 @@ def phase_choices(name: str, phase: PhasePlan | None, routed_experts: int | None
     return out
 
 
+def plan_devices(plan: Plan) -> int:
+    """Devices a plan occupies (a colocated plan's two sections share theirs)."""
+    if plan.colocated and plan.decode is not None:
+        return plan.decode.total_devices
+    return sum(p.total_devices for p in (plan.decode, plan.prefill) if p is not None)
+
+
 def plan_choices(plan: Plan, hw: HardwareSpec, model: ModelSpec | None) -> dict[str, str]:
     """Every choice of a plan: cards, P:D, and each phase's layouts and integers."""
     routed = model.moe.routed_experts if model is not None and model.moe is not None else None
-    devices = sum(p.total_devices for p in (plan.decode, plan.prefill) if p is not None)
+    devices = plan_devices(plan)
     pd = (
         (f"{plan.prefill.instances}x{plan.prefill.devices}" if plan.prefill else "-")
         + " : "
         + (f"{plan.decode.instances}x{plan.decode.devices}" if plan.decode else "-")
     )
+    if plan.colocated and plan.decode is not None:
+        pd = f"colocated {plan.decode.instances}x{plan.decode.devices}"
     out = {"hardware": hw.name, "cards": f"{hw.cards(devices):g}", "P:D": pd}
     out.update(phase_choices("decode", plan.decode, routed))
-    out.update(phase_choices("prefill", plan.prefill, routed))
+    prefill = phase_choices("prefill", plan.prefill, routed)
+    if plan.colocated:
+        # the prefill section repeats the decode one's instances and layouts
+        prefill = {
+            k: v
+            for k, v in prefill.items()
+            if k in ("prefill tokens per forward", "prefill micro-batches")
+        }
+    out.update(prefill)
     return out
 
 
-def plan_figures(plan: Plan, hw: HardwareSpec, rate_per_s: float | None = None) -> dict[str, float | None]:
+def plan_figures(
+    plan: Plan, hw: HardwareSpec, rate_per_s: float | None = None
+) -> dict[str, float | None]:
     """The figures of a scored plan (None where a phase is absent)."""
     pred = Prediction.model_validate(plan.predicted or {"cost_model": "", "imbalance_model": ""})
     d, p, s = pred.decode, pred.prefill, pred.system
-    devices = sum(x.total_devices for x in (plan.decode, plan.prefill) if x is not None)
+    devices = plan_devices(plan)
+    c = pred.colocated if plan.colocated else None
     if s is not None:
         headline = s.output_tokens_per_s_per_card
     elif d is not None:
@@ -106,9 +136,25 @@ def plan_figures(plan: Plan, hw: HardwareSpec, rate_per_s: float | None = None) 
     if s is not None:
         requests = s.requests_per_s
     elif d is not None and plan.decode is not None:
-        requests = d.tokens_per_s_per_device * plan.decode.total_devices / plan.workload.output_tokens
+        requests = (
+            d.tokens_per_s_per_device * plan.decode.total_devices / plan.workload.output_tokens
+        )
     elif p is not None and plan.prefill is not None:
         requests = plan.prefill.instances * p.requests_per_forward / (p.forward_ms / 1e3)
+    if c is not None:
+        # one colocated instance: its own TPOT (with prefill stalls), TTFT and HBM for both phases
+        return {
+            "output_tokens_per_s_per_card": headline,
+            "decode_tokens_per_s_per_card": None,
+            "tokens_per_s_per_user": 1e3 / c.tpot_ms,
+            "tpot_ms": c.tpot_ms,
+            "ttft_ms": c.ttft_ms,
+            "decode_hbm_headroom_gib": c.hbm_headroom_bytes / GIB,  # one instance holds both phases
+            "prefill_hbm_headroom_gib": None,
+            "requests_per_s": requests,
+            "cards": hw.cards(devices),
+            "cards_for_rate": cards_for_rate(plan, pred, hw, rate_per_s) if rate_per_s else None,
+        }
     return {
         "output_tokens_per_s_per_card": headline,
         "decode_tokens_per_s_per_card": d.tokens_per_s_per_card if d else None,
@@ -157,13 +203,23 @@ class Delta:
         return self.new / self.base - 1.0
 
     def as_dict(self) -> dict[str, object]:
-        return {"name": self.name, "label": self.label, "base": self.base, "new": self.new,
-                "delta": self.delta, "relative": self.relative}
+        return {
+            "name": self.name,
+            "label": self.label,
+            "base": self.base,
+            "new": self.new,
+            "delta": self.delta,
+            "relative": self.relative,
+        }
 
 
 def changed_choices(base: dict[str, str], new: dict[str, str]) -> list[Change]:
     """Choices whose value differs, in the order of `base`."""
-    return [Change(k, base.get(k, "-"), new.get(k, "-")) for k in base if base.get(k, "-") != new.get(k, "-")]
+    return [
+        Change(k, base.get(k, "-"), new.get(k, "-"))
+        for k in base
+        if base.get(k, "-") != new.get(k, "-")
+    ]
 
 
 def figure_deltas(base: dict[str, float | None], new: dict[str, float | None]) -> list[Delta]:

@@ -75,13 +75,17 @@ def structure_of(plan: Plan) -> dict[str, str]:
     if d is not None:
         out["EP"] = str(d.moe.ep) if d.moe is not None else "-"
         out["MTP"] = str(d.mtp_tokens)
-    if d is not None and p is not None:
+    if plan.colocated:
+        out["P:D"] = "colocated"
+    elif d is not None and p is not None:
         out["P:D"] = f"1:{d.total_devices / p.total_devices:.1f}"
     return out
 
 
-def _ratio(text: str) -> float:
-    return float(text.split(":")[1])
+def _ratio(text: str) -> float | None:
+    """The D of '1:D' (None for 'colocated')."""
+    head, _, tail = text.partition(":")
+    return float(tail) if head == "1" and tail else None
 
 
 def structure_changes(points: list[FrontierPoint]) -> list[tuple[int, str]]:
@@ -94,10 +98,15 @@ def structure_changes(points: list[FrontierPoint]) -> list[tuple[int, str]]:
         if prev is None:
             out.append((i, " ".join(f"{k}{v}" if k != "P:D" else f"P:D {v}" for k, v in s.items())))
         else:
-            parts = [f"{k}{prev.get(k)}->{s[k]}" for k in ("EP", "MTP") if k in s and s[k] != prev.get(k)]
+            parts = [
+                f"{k}{prev.get(k)}->{s[k]}" for k in ("EP", "MTP") if k in s and s[k] != prev.get(k)
+            ]
             if "P:D" in s and "P:D" in prev:
                 a, b = _ratio(prev["P:D"]), _ratio(s["P:D"])
-                if abs(b - a) > PD_RATIO_STEP * max(a, 1e-9):
+                moved = (a is None) != (b is None) or (
+                    a is not None and b is not None and abs(b - a) > PD_RATIO_STEP * max(a, 1e-9)
+                )
+                if moved:
                     parts.append(f"P:D {prev['P:D']}->{s['P:D']}")
             if parts:
                 out.append((i, " ".join(parts)))
@@ -120,8 +129,14 @@ def _xy(plan: Plan, metric: str) -> tuple[float, float] | None:
     d = pred.get("decode")
     if not d:
         return None
+    c = pred.get("colocated") if plan.colocated else None
+    if c and pred.get("system"):
+        # a colocated instance's TPOT includes its decode stalls during prefill
+        return 1e3 / float(c["tpot_ms"]), float(pred["system"]["output_tokens_per_s_per_card"])
     if metric == "deployment" and pred.get("system"):
-        return float(d["tokens_per_s_per_user"]), float(pred["system"]["output_tokens_per_s_per_card"])
+        return float(d["tokens_per_s_per_user"]), float(
+            pred["system"]["output_tokens_per_s_per_card"]
+        )
     return float(d["tokens_per_s_per_user"]), float(d["tokens_per_s_per_card"])
 
 
@@ -157,7 +172,9 @@ def sweep_curves(result: SweepResult) -> list[Curve]:
         if flag == "hardware" and len(budgets) == 1:
             name += f", <= {budgets.pop():g} cards"
         curve = Curve(name, hw_of[key], pts)
-        curve.front = pareto_front([(p.x_tokens_per_s_per_user, p.y_tokens_per_s_per_card) for p in pts])
+        curve.front = pareto_front(
+            [(p.x_tokens_per_s_per_user, p.y_tokens_per_s_per_card) for p in pts]
+        )
         curve.changes = structure_changes([pts[i] for i in curve.front])
         curve.changes = [(curve.front[i], text) for i, text in curve.changes]
         curves.append(curve)

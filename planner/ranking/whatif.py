@@ -144,12 +144,21 @@ def request_assumptions(req: PlanRequest) -> dict[str, object]:
     }
 
 
-def _column(title: str, plan: Plan, specs: PlanSpecs, req: PlanRequest, rate: float | None,
-            max_cards: float | None) -> Column:
+def _column(
+    title: str,
+    plan: Plan,
+    specs: PlanSpecs,
+    req: PlanRequest,
+    rate: float | None,
+    max_cards: float | None,
+) -> Column:
     """A scored plan's column; `max_cards` None: no budget to judge it by (a plan file)."""
     ctx = plan_context(plan, specs, req.imbalance)
     pred = plan.predicted or {}
     d, p = pred.get("decode") or {}, pred.get("prefill") or {}
+    if plan.colocated and pred.get("colocated"):
+        # the phases' own figures ignore that they share devices: judge the colocated ones
+        d = p = pred["colocated"]
     meets = [x for x in (d.get("meets_tpot_slo"), p.get("meets_ttft_slo")) if x is not None]
     fits = [x for x in (d.get("fits_hbm"), p.get("fits_hbm")) if x is not None]
     return Column(
@@ -168,14 +177,23 @@ def _notes(base: PlanRequest, new: PlanRequest, changes: list[Change]) -> list[s
     notes = []
     names = {c.name for c in changes}
     if not changes:
-        notes.append("no assumption changed: 'new' is what the planner chooses under the base's own assumptions.")
+        notes.append(
+            "no assumption changed: 'new' is what the planner chooses under the base's own "
+            "assumptions."
+        )
     if "ttft-ms" in names and new.phase == "decode":
-        notes.append("--ttft-ms has no effect on a decode-only plan; add --phase both to plan prefill too.")
+        notes.append(
+            "--ttft-ms has no effect on a decode-only plan; add --phase both to plan prefill too."
+        )
     if "tpot-ms" in names and new.phase == "prefill":
-        notes.append("--tpot-ms has no effect on a prefill-only plan; add --phase both to plan decode too.")
+        notes.append(
+            "--tpot-ms has no effect on a prefill-only plan; add --phase both to plan decode too."
+        )
     if "hardware" in names:
-        notes.append("cards differ between machines (a CM384 card is a 910C package of two dies); the "
-                     "re-scored base keeps its devices.")
+        notes.append(
+            "cards differ between machines (a CM384 card is a 910C package of two dies); the "
+            "re-scored base keeps its devices."
+        )
     return notes
 
 
@@ -184,15 +202,17 @@ def rescore(base: Plan, new_request: PlanRequest, specs: PlanSpecs) -> Plan:
 
     Raises BadInputError when the layouts cannot run there (the message says which rule breaks).
     """
-    moved = base.model_copy(update={
-        "model": new_request.model,
-        "hardware": new_request.hardware,
-        "quantization": new_request.quantization,
-        "workload": new_request.workload,
-        "slo": new_request.slo,
-        "predicted": None,
-        "rank": None,
-    })
+    moved = base.model_copy(
+        update={
+            "model": new_request.model,
+            "hardware": new_request.hardware,
+            "quantization": new_request.quantization,
+            "workload": new_request.workload,
+            "slo": new_request.slo,
+            "predicted": None,
+            "rank": None,
+        }
+    )
     check_plan(moved, specs.model, specs.hw)
     prediction = evaluate_plan(moved, imbalance=new_request.imbalance, specs=specs)
     return plan_with_prediction(moved, prediction)
@@ -218,7 +238,9 @@ def run_whatif(
     if base_plan is None:
         outcome = run(base_request, cache)
         base = outcome.plans[0].model_copy(update={"rank": None})
-        base_specs = PlanSpecs(outcome.model, outcome.hw, get_quantization(base_request.quantization))
+        base_specs = PlanSpecs(
+            outcome.model, outcome.hw, get_quantization(base_request.quantization)
+        )
         base_source = base_source or "the best plan under the base assumptions"
     else:
         base_specs = load_plan_specs(base_plan, base_dir)
@@ -226,7 +248,9 @@ def run_whatif(
         base = plan_with_prediction(base_plan, prediction)
     new_outcome = run(new_request, cache)
     new = new_outcome.plans[0].model_copy(update={"rank": None})
-    new_specs = PlanSpecs(new_outcome.model, new_outcome.hw, get_quantization(new_request.quantization))
+    new_specs = PlanSpecs(
+        new_outcome.model, new_outcome.hw, get_quantization(new_request.quantization)
+    )
 
     rate = new_request.rate_per_s or base_request.rate_per_s
     base_budget = base_request.max_cards if base_plan is None else None
@@ -234,10 +258,16 @@ def run_whatif(
     new_col = _column("new (re-planned)", new, new_specs, new_request, rate, new_request.max_cards)
     try:
         rescored = rescore(base, new_request, new_specs)
-        res_col = _column("base re-scored", rescored, new_specs, new_request, rate, new_request.max_cards)
+        res_col = _column(
+            "base re-scored", rescored, new_specs, new_request, rate, new_request.max_cards
+        )
     except BadInputError as exc:
-        res_col = Column("base re-scored", None, new_specs.hw,
-                         error=f"the base plan cannot run under the new assumptions: {exc}")
+        res_col = Column(
+            "base re-scored",
+            None,
+            new_specs.hw,
+            error=f"the base plan cannot run under the new assumptions: {exc}",
+        )
 
     base_a, new_a = request_assumptions(base_request), request_assumptions(new_request)
     changes = [Change(k, base_a[k], new_a[k]) for k in base_a if base_a[k] != new_a[k]]

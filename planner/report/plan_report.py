@@ -53,8 +53,12 @@ def compact_layouts(phase: PhasePlan) -> str:
 
 def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
     """One row per plan: cards, P:D, layouts, concurrency, TPOT, TTFT, tokens/s per card, headroom."""
-    table = Table(title=title, caption="layouts: attention|dense FFN|experts|LM head; B: sequences per "
-                  "device; K: thousand tokens per forward; mb: micro-batches")
+    caption = ("layouts: attention|dense FFN|experts|LM head; B: sequences per device; K: thousand tokens per "
+               "forward; mb: micro-batches")
+    if any(p.colocated for p in plans):
+        caption += ("\ncolocated: prefill and decode on the same instances; their TPOT is an average, decoding "
+                    "pauses for a whole prefill forward now and then (--no-colocated to rank only disaggregated plans)")
+    table = Table(title=title, caption=caption)
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("cards", justify="right", no_wrap=True)
     table.add_column("P:D", no_wrap=True)

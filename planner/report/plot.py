@@ -40,8 +40,9 @@ def y_label(metric: str) -> str:
 def frontier_figure(
     curves: list[Curve], published: list[PublishedPoint], metric: str, title: str
 ) -> Figure:
-    """The figure: curves (Pareto points joined, dominated points hollow), annotations, published."""
-    # imported here: matplotlib takes a noticeable part of a second to import, and only --plot needs it
+    """The figure: curves (Pareto points joined, dominated points hollow), annotations, "
+    "published."""
+    # imported here: matplotlib takes a good part of a second to import; only --plot needs it
     import matplotlib
     from matplotlib.figure import Figure
 
@@ -55,26 +56,58 @@ def frontier_figure(
         front = [curve.points[j] for j in curve.front]
         xs = [p.x_tokens_per_s_per_user for p in front]
         ys = [p.y_tokens_per_s_per_card for p in front]
-        (line,) = ax.plot(xs, ys, marker=MARKERS[i % len(MARKERS)], color=color, label=curve.name,
-                          linewidth=1.6, markersize=5)
+        (line,) = ax.plot(
+            xs,
+            ys,
+            marker=MARKERS[i % len(MARKERS)],
+            color=color,
+            label=curve.name,
+            linewidth=1.6,
+            markersize=5,
+        )
         line.set_gid(f"series-{curve.name}")
         dominated = [p for j, p in enumerate(curve.points) if j not in set(curve.front)]
         if dominated:
-            ax.scatter([p.x_tokens_per_s_per_user for p in dominated],
-                       [p.y_tokens_per_s_per_card for p in dominated],
-                       facecolors="none", edgecolors=color, s=22, linewidths=0.8)
+            ax.scatter(
+                [p.x_tokens_per_s_per_user for p in dominated],
+                [p.y_tokens_per_s_per_card for p in dominated],
+                facecolors="none",
+                edgecolors=color,
+                s=22,
+                linewidths=0.8,
+            )
         for j, text in curve.changes:
             p = curve.points[j]
-            ax.annotate(text, (p.x_tokens_per_s_per_user, p.y_tokens_per_s_per_card),
-                        xytext=(4, 6), textcoords="offset points", fontsize=6.5, color=color,
-                        rotation=20)
+            ax.annotate(
+                text,
+                (p.x_tokens_per_s_per_user, p.y_tokens_per_s_per_card),
+                xytext=(4, 6),
+                textcoords="offset points",
+                fontsize=6.5,
+                color=color,
+                rotation=20,
+            )
     if published:
         for p in published:
             color = hw_color.get(p.hardware, "black")
-            ax.scatter([p.x_tokens_per_s_per_user], [p.y_tokens_per_s_per_card], marker="*", s=130,
-                       color=color, edgecolors="black", linewidths=0.6, zorder=5)
-            ax.annotate(f"{p.id} (published)", (p.x_tokens_per_s_per_user, p.y_tokens_per_s_per_card),
-                        xytext=(6, -10), textcoords="offset points", fontsize=7, fontweight="bold")
+            ax.scatter(
+                [p.x_tokens_per_s_per_user],
+                [p.y_tokens_per_s_per_card],
+                marker="*",
+                s=130,
+                color=color,
+                edgecolors="black",
+                linewidths=0.6,
+                zorder=5,
+            )
+            ax.annotate(
+                f"{p.id} (published)",
+                (p.x_tokens_per_s_per_user, p.y_tokens_per_s_per_card),
+                xytext=(6, -10),
+                textcoords="offset points",
+                fontsize=7,
+                fontweight="bold",
+            )
         pub_label = "published (decode-only per card)" if metric == "deployment" else "published"
         ax.scatter([], [], marker="*", s=130, color="white", edgecolors="black", label=pub_label)
     ax.set_xlabel("tokens/s per user (1000 / TPOT)")

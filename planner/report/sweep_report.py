@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from planner.ranking.binding import binding_tags, request_bindings
+from planner.ranking.compare import plan_devices
 from planner.ranking.frontier import Curve, PublishedPoint
 from planner.report.plan_report import compact_layouts, headline
 from planner.search.sweep import SweepPoint, SweepResult
@@ -20,15 +21,29 @@ from planner.specs.plan import PhasePlan
 
 GIB = 1024.0**3
 CSV_COLUMNS = [
-    "status", "cards", "pd", "decode_layouts", "decode_concurrency_per_device", "decode_mtp_tokens",
-    "prefill_layouts", "prefill_batch_tokens", "prefill_micro_batches", "tpot_ms", "ttft_ms",
-    "output_tokens_per_s_per_card", "decode_tokens_per_s_per_card", "tokens_per_s_per_user",
-    "requests_per_s", "binds", "message",
+    "status",
+    "cards",
+    "pd",
+    "decode_layouts",
+    "decode_concurrency_per_device",
+    "decode_mtp_tokens",
+    "prefill_layouts",
+    "prefill_batch_tokens",
+    "prefill_micro_batches",
+    "tpot_ms",
+    "ttft_ms",
+    "output_tokens_per_s_per_card",
+    "decode_tokens_per_s_per_card",
+    "tokens_per_s_per_user",
+    "requests_per_s",
+    "binds",
+    "message",
 ]
 
 
 def point_row(pt: SweepPoint) -> dict[str, object]:
-    """One point's figures by CSV column (blank where the point is infeasible or the phase absent)."""
+    """One point's figures by CSV column (blank where the point is infeasible or the phase "
+    "absent)."""
     row: dict[str, object] = {k: "" for k in CSV_COLUMNS}
     row["status"] = pt.status
     row["message"] = pt.message
@@ -38,12 +53,15 @@ def point_row(pt: SweepPoint) -> dict[str, object]:
     plan, hw = pt.plan, load_hardware(pt.request.hardware)
     pred = plan.predicted or {}
     d, p, s = pred.get("decode") or {}, pred.get("prefill") or {}, pred.get("system") or {}
-    devices = sum(x.total_devices for x in (plan.decode, plan.prefill) if x is not None)
-    row["cards"] = hw.cards(devices)
+    row["cards"] = hw.cards(plan_devices(plan))
     row["pd"] = (
-        (f"{plan.prefill.instances}x{plan.prefill.devices}" if plan.prefill else "-") + ":"
+        (f"{plan.prefill.instances}x{plan.prefill.devices}" if plan.prefill else "-")
+        + ":"
         + (f"{plan.decode.instances}x{plan.decode.devices}" if plan.decode else "-")
     )
+    c = pred.get("colocated") if plan.colocated else None
+    if c and plan.decode is not None:
+        row["pd"] = f"colocated {plan.decode.instances}x{plan.decode.devices}"
     if plan.decode is not None:
         row["decode_layouts"] = compact_layouts(plan.decode)
         row["decode_concurrency_per_device"] = plan.decode.concurrency_per_device
@@ -56,6 +74,11 @@ def point_row(pt: SweepPoint) -> dict[str, object]:
         row["prefill_batch_tokens"] = plan.prefill.batch_tokens
         row["prefill_micro_batches"] = plan.prefill.micro_batches
         row["ttft_ms"] = p.get("ttft_ms", "")
+    if c:
+        # the phases' own latencies ignore that they share devices: report the colocated ones
+        row["tpot_ms"], row["ttft_ms"] = c["tpot_ms"], c["ttft_ms"]
+        row["tokens_per_s_per_user"] = round(1e3 / c["tpot_ms"], 4)
+        row["decode_tokens_per_s_per_card"] = ""
     row["output_tokens_per_s_per_card"] = round(headline(plan), 4)
     row["requests_per_s"] = s.get("requests_per_s", "")
     row["binds"] = binding_tags(request_bindings(plan, pt.request))
@@ -75,7 +98,8 @@ def short_layouts(phase: PhasePlan) -> str:
     """Attention and experts only (the table's width): e.g. DP48xTP2|EP48x6 A2A+S8."""
     parts = [phase.attention.short()]
     if phase.moe is not None:
-        moe = f"EP{phase.moe.ep}x{phase.moe.slots_per_device} {'AG' if phase.moe.comm == 'allgather' else 'A2A'}"
+        comm = "AG" if phase.moe.comm == "allgather" else "A2A"
+        moe = f"EP{phase.moe.ep}x{phase.moe.slots_per_device} {comm}"
         if phase.shared_expert.placement == "dedicated":
             moe += f"+S{phase.shared_expert.devices}"
         parts.append(moe)
@@ -92,10 +116,13 @@ def sweep_table(result: SweepResult, rows: list[dict[str, object]] | None = None
     notes: list[str] = []
     keys = list(result.points[0].values) if result.points else []
     fixed = ", ".join(f"{k} {_value_text(v)}" for k, v in result.fixed.items() if k not in keys)
-    table = Table(title=f"Best plan per point ({escape(fixed)})" if fixed else "Best plan per point",
-                  caption_justify="left", caption="layouts: attention|experts (all modules in --csv/--json); B: sequences per "
-                          "device; K: thousand tokens per forward; binds: D:/P: decode/prefill, cards: the "
-                          "card budget, grid: the search space, !: broken")
+    table = Table(
+        title=f"Best plan per point ({escape(fixed)})" if fixed else "Best plan per point",
+        caption_justify="left",
+        caption="layouts: attention|experts (all modules in --csv/--json); B: sequences per "
+        "device; K: thousand tokens per forward; binds: D:/P: decode/prefill, cards: the "
+        "card budget, grid: the search space, !: broken",
+    )
     phases = {pt.request.phase for pt in result.points}
     has_d, has_p = phases != {"prefill"}, phases != {"decode"}
     for k in keys:
@@ -118,11 +145,17 @@ def sweep_table(result: SweepResult, rows: list[dict[str, object]] | None = None
             table.add_row(*values, *cells, Text(str(row["binds"]), style="red"))  # type: ignore[arg-type]
             continue
         d, p = pt.plan.decode, pt.plan.prefill
-        cells = [f"{row['cards']:g}", str(row["pd"]) if has_d and has_p else str(row["pd"]).strip("-:")]
+        cells = [
+            f"{row['cards']:g}",
+            str(row["pd"]) if has_d and has_p else str(row["pd"]).strip("-:"),
+        ]
         if has_d:
-            cells.append(f"{short_layouts(d)} B{d.concurrency_per_device} MTP{d.mtp_tokens}" if d else "-")
+            cells.append(
+                f"{short_layouts(d)} B{d.concurrency_per_device} MTP{d.mtp_tokens}" if d else "-"
+            )
         if has_p:
-            cells.append(f"{short_layouts(p)} {p.batch_tokens // 1024}K mb{p.micro_batches}" if p else "-")
+            same = "(same) " if pt.plan.colocated else (f"{short_layouts(p)} " if p else "")
+            cells.append(f"{same}{p.batch_tokens // 1024}K mb{p.micro_batches}" if p else "-")
         if has_d:
             cells.append(f"{row['tpot_ms']:.1f}" if row["tpot_ms"] != "" else "-")
         if has_p:
@@ -134,8 +167,11 @@ def sweep_table(result: SweepResult, rows: list[dict[str, object]] | None = None
         ]
         table.add_row(*values, *cells)  # type: ignore[arg-type]
     if notes:
-        table.caption = (table.caption or "") + "\n" + "\n".join(
-            f"[{i}] infeasible: {escape(m)}" for i, m in enumerate(notes, start=1))
+        table.caption = (
+            (table.caption or "")
+            + "\n"
+            + "\n".join(f"[{i}] infeasible: {escape(m)}" for i, m in enumerate(notes, start=1))
+        )
     return table
 
 
@@ -158,7 +194,9 @@ def sweep_document(result: SweepResult, rows: list[dict[str, object]] | None = N
     for pt, row in zip(result.points, rows, strict=True):
         entry: dict[str, object] = {"values": pt.values, "status": pt.status}
         if pt.plan is not None:
-            entry["summary"] = {k: v for k, v in row.items() if k in CSV_COLUMNS and k not in ("status", "message")}
+            entry["summary"] = {
+                k: v for k, v in row.items() if k in CSV_COLUMNS and k not in ("status", "message")
+            }
             entry["plan"] = pt.plan.model_dump(mode="json", exclude_none=True)
         else:
             entry["binds"] = pt.binding_tag
@@ -188,11 +226,18 @@ CHART_MARKS = "ox+#%@&=~"
 
 
 def terminal_chart(
-    curves: list[Curve], published: list[PublishedPoint], y_label: str, width: int = 64, height: int = 16
+    curves: list[Curve],
+    published: list[PublishedPoint],
+    y_label: str,
+    width: int = 64,
+    height: int = 16,
 ) -> str:
     """The frontier as a character scatter: one mark per curve, '*' for published points."""
-    pts = [(p.x_tokens_per_s_per_user, p.y_tokens_per_s_per_card, CHART_MARKS[i % len(CHART_MARKS)])
-           for i, c in enumerate(curves) for p in c.points]
+    pts = [
+        (p.x_tokens_per_s_per_user, p.y_tokens_per_s_per_card, CHART_MARKS[i % len(CHART_MARKS)])
+        for i, c in enumerate(curves)
+        for p in c.points
+    ]
     pts += [(p.x_tokens_per_s_per_user, p.y_tokens_per_s_per_card, "*") for p in published]
     if not pts:
         return "(no feasible point with a decode phase to chart)"
@@ -212,13 +257,21 @@ def terminal_chart(
         lines.append(f"{tick:>{label_w}} |" + "".join(cells))
     lines.append(" " * label_w + " +" + "-" * width)
     ticks = [0.0, x_max / 2, x_max]
-    axis = f"{ticks[0]:<.0f}".ljust(width // 2) + f"{ticks[1]:.0f}".ljust(width - width // 2) + f"{ticks[2]:.0f}"
+    axis = (
+        f"{ticks[0]:<.0f}".ljust(width // 2)
+        + f"{ticks[1]:.0f}".ljust(width - width // 2)
+        + f"{ticks[2]:.0f}"
+    )
     lines.append(" " * (label_w + 2) + axis)
     lines.append(" " * (label_w + 2) + "tokens/s per user (1000 / TPOT)")
     legend = [f"{CHART_MARKS[i % len(CHART_MARKS)]} {c.name}" for i, c in enumerate(curves)]
     if published:
-        legend.append("* published: " + ", ".join(
-            f"{p.id} ({p.x_tokens_per_s_per_user:.0f}, {p.y_tokens_per_s_per_card:.0f})" for p in published))
+        legend.append(
+            "* published: "
+            + ", ".join(
+                f"{p.id} ({p.x_tokens_per_s_per_user:.0f}, {p.y_tokens_per_s_per_card:.0f})"
+                for p in published
+            )
+        )
     lines.append("   ".join(legend))
     return "\n".join(lines)
-

@@ -13,8 +13,15 @@ from planner.ranking.compare import LOWER_IS_BETTER, Delta
 from planner.ranking.whatif import WhatIfResult
 
 ALWAYS_SHOWN = ("hardware", "cards", "P:D")
-DIGITS = {"tpot_ms": 1, "ttft_ms": 0, "decode_hbm_headroom_gib": 2, "prefill_hbm_headroom_gib": 2,
-          "requests_per_s": 2, "cards": 0, "cards_for_rate": 0}
+DIGITS = {
+    "tpot_ms": 1,
+    "ttft_ms": 0,
+    "decode_hbm_headroom_gib": 2,
+    "prefill_hbm_headroom_gib": 2,
+    "requests_per_s": 2,
+    "cards": 0,
+    "cards_for_rate": 0,
+}
 
 
 def _num(key: str, v: float | None) -> str:
@@ -50,9 +57,12 @@ def _value(v: object) -> str:
 
 def headline_text(result: WhatIfResult) -> Text:
     """One line: what the base is and what changes."""
-    changes = ", ".join(f"{c.name} {_value(c.base)} -> {_value(c.new)}" for c in result.assumption_changes)
+    changes = ", ".join(
+        f"{c.name} {_value(c.base)} -> {_value(c.new)}" for c in result.assumption_changes
+    )
     return Text.assemble(
-        ("What if: ", "bold"), f"base = {result.base_source}; ",
+        ("What if: ", "bold"),
+        f"base = {result.base_source}; ",
         ("new = " + (changes or "the same assumptions, re-planned"), "bold"),
     )
 
@@ -73,16 +83,22 @@ def assumptions_table(result: WhatIfResult) -> Table:
 def _same_as_headline(result: WhatIfResult) -> bool:
     """True when the decode-per-card row would repeat the headline (no column has a prefill)."""
     cols = [c for c in (result.base, result.new, result.rescored) if c.plan is not None]
-    return all(c.figures.get("decode_tokens_per_s_per_card") == c.figures.get("output_tokens_per_s_per_card")
-               for c in cols)
+    return all(
+        c.figures.get("decode_tokens_per_s_per_card")
+        == c.figures.get("output_tokens_per_s_per_card")
+        for c in cols
+    )
 
 
 def comparison_table(result: WhatIfResult) -> Table:
     """Choices that changed and every figure, for base, new (with delta) and base re-scored."""
     base, new, res = result.base, result.new, result.rescored
-    table = Table(title="Base, re-planned, and base re-scored under the new assumptions",
-                  caption_justify="left", caption="Δ: new - base (green: better). Re-scored: the base plan's layouts, not "
-                          "re-planned, under the new workload, SLOs and machine.")
+    table = Table(
+        title="Base, re-planned, and base re-scored under the new assumptions",
+        caption_justify="left",
+        caption="Δ: new - base (green: better). Re-scored: the base plan's layouts, not "
+        "re-planned, under the new workload, SLOs and machine.",
+    )
     table.add_column("")
     table.add_column("base", justify="right")
     table.add_column("new (re-planned)", justify="right")
@@ -93,7 +109,9 @@ def comparison_table(result: WhatIfResult) -> Table:
     for key in rows:
         style = "bold" if key in changed else ""
         table.add_row(
-            Text(key, style=style), base.choices.get(key, "-"), Text(new.choices.get(key, "-"), style=style),
+            Text(key, style=style),
+            base.choices.get(key, "-"),
+            Text(new.choices.get(key, "-"), style=style),
             "changed" if key in changed else "=",
             res.choices.get(key, "-") if res.plan is not None else "",
         )
@@ -108,13 +126,27 @@ def comparison_table(result: WhatIfResult) -> Table:
         r = res_deltas.get(d.name)
         res_cell: Text | str = ""
         if res.plan is not None and r is not None:
-            res_cell = Text(_num(d.name, r.new)) + Text(" ") + _delta_text(r) if r.new is not None else Text("-")
+            res_cell = (
+                Text(_num(d.name, r.new)) + Text(" ") + _delta_text(r)
+                if r.new is not None
+                else Text("-")
+            )
         table.add_row(d.label, _num(d.name, d.base), _num(d.name, d.new), _delta_text(d), res_cell)
     table.add_section()
-    table.add_row("meets the SLOs", _ok(base.meets_slo), _ok(new.meets_slo), "",
-                  _ok(res.meets_slo) if res.plan is not None else "")
-    table.add_row("fits HBM", _ok(base.fits_hbm), _ok(new.fits_hbm), "",
-                  _ok(res.fits_hbm) if res.plan is not None else "")
+    table.add_row(
+        "meets the SLOs",
+        _ok(base.meets_slo),
+        _ok(new.meets_slo),
+        "",
+        _ok(res.meets_slo) if res.plan is not None else "",
+    )
+    table.add_row(
+        "fits HBM",
+        _ok(base.fits_hbm),
+        _ok(new.fits_hbm),
+        "",
+        _ok(res.fits_hbm) if res.plan is not None else "",
+    )
     if res.plan is None:
         table.add_row("base re-scored", "", "", "", Text("cannot run: see below", style="red"))
     return table
@@ -133,8 +165,12 @@ def binding_table(result: WhatIfResult) -> Table:
             continue
         for i, b in enumerate(col.bindings):
             tag = b.constraint.replace("_", " ") + (" (broken)" if b.violated else "")
-            table.add_row(col.title if i == 0 else "", b.phase,
-                          Text(tag, style="red" if b.violated else ""), escape(b.message))
+            table.add_row(
+                col.title if i == 0 else "",
+                b.phase,
+                Text(tag, style="red" if b.violated else ""),
+                escape(b.message),
+            )
         table.add_section()
     return table
 
@@ -147,10 +183,13 @@ def whatif_renderables(result: WhatIfResult) -> list[RenderableType]:
     out += [comparison_table(result), binding_table(result)]
     for note in result.notes:
         out.append(Text(f"note: {note}", style="dim"))
-    out.append(Text(
-        f"{result.seconds:.2f} s; cost tables: {result.cache_misses} built, {result.cache_hits} reused.",
-        style="dim",
-    ))
+    out.append(
+        Text(
+            f"{result.seconds:.2f} s; cost tables: {result.cache_misses} built, "
+            f"{result.cache_hits} reused.",
+            style="dim",
+        )
+    )
     return out
 
 

@@ -17,8 +17,15 @@ def test_whatif_a_plan_file_at_a_tighter_tpot():
     r = run_cli("whatif", str(PLANS / "a2-d70.yaml"), "--tpot-ms", "30")
     assert r.exit_code == 0, r.output
     out = r.output
-    for text in ("tpot-ms 100 -> 30", "new (re-planned)", "base re-scored", "decode concurrency per device",
-                 "TPOT binds: one more sequence per device", "decode misses the TPOT SLO: ", "What binds"):
+    for text in (
+        "tpot-ms 100 -> 30",
+        "new (re-planned)",
+        "base re-scored",
+        "decode concurrency per device",
+        "TPOT binds: one more sequence per device",
+        "decode misses the TPOT SLO: ",
+        "What binds",
+    ):
         assert text in out, text
     assert "NO" in out  # the re-scored base does not meet 30 ms
 
@@ -44,12 +51,24 @@ def test_whatif_json_has_base_new_rescored_changes_deltas_binding(tmp_path):
 
 
 def test_whatif_without_a_file_reuses_the_cost_tables():
-    r = run_cli("whatif", "--base", "max-cards=32", "--base", "phase=decode", "--tpot-ms", "50", "--json", "-")
+    r = run_cli(
+        "whatif",
+        "--base",
+        "max-cards=32",
+        "--base",
+        "phase=decode",
+        "--tpot-ms",
+        "50",
+        "--json",
+        "-",
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
     assert doc["base_source"].startswith("moeplan plan defaults with max-cards=32.0, phase=decode")
     assert doc["table_cache"]["hits"] > 0
-    assert doc["base"]["plan"]["slo"]["tpot_ms"] == 100 and doc["new"]["plan"]["slo"]["tpot_ms"] == 50
+    assert (
+        doc["base"]["plan"]["slo"]["tpot_ms"] == 100 and doc["new"]["plan"]["slo"]["tpot_ms"] == 50
+    )
 
 
 def test_whatif_rescoring_that_cannot_run_says_why():
@@ -70,7 +89,10 @@ def test_whatif_infeasible_exits_1_with_the_binding_constraint():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("whatif", "a2-d70", "--base", "hardware=cm384"), "--base sets the base when there is no BASE_PLAN"),
+        (
+            ("whatif", "a2-d70", "--base", "hardware=cm384"),
+            "--base sets the base when there is no BASE_PLAN",
+        ),
         (("whatif", "--base", "colour=blue"), "--base 'colour=blue'"),
         (("whatif", "--base", "max-cards=many"), "--base max-cards=many"),
         (("whatif", "no-such-plan"), "unknown plan"),
@@ -90,7 +112,9 @@ SMALL = ("--phase", "decode", "--max-cards", "32")
 
 def test_sweep_table_exports_and_infeasible_rows(tmp_path):
     csv_path, json_path = tmp_path / "s.csv", tmp_path / "s.json"
-    r = run_cli("sweep", "--tpot-ms", "10,50,100", *SMALL, "--csv", str(csv_path), "--json", str(json_path))
+    r = run_cli(
+        "sweep", "--tpot-ms", "10,50,100", *SMALL, "--csv", str(csv_path), "--json", str(json_path)
+    )
     assert r.exit_code == 0, r.output
     assert "Best plan per point" in r.output and "infeasible [1]" in r.output
     assert "3 points (2 feasible)" in r.output and "reused" in r.output
@@ -106,7 +130,9 @@ def test_sweep_table_exports_and_infeasible_rows(tmp_path):
 
 def test_sweep_two_parameters_and_a_png_plot(tmp_path):
     plot = tmp_path / "f.png"
-    r = run_cli("sweep", "--tpot-ms", "50,100", "--input-tokens", "1024,4096", *SMALL, "--plot", str(plot))
+    r = run_cli(
+        "sweep", "--tpot-ms", "50,100", "--input-tokens", "1024,4096", *SMALL, "--plot", str(plot)
+    )
     assert r.exit_code == 0, r.output
     assert "frontier plot written" in r.output
     image = matplotlib.image.imread(str(plot))
@@ -122,12 +148,25 @@ def test_sweep_csv_to_stdout_only():
 
 
 def test_sweep_per_machine_budgets():
-    r = run_cli("sweep", "--hardware", "a2,cm384", "--max-cards", "a2=16,cm384=32", "--phase", "decode",
-                "--tpot-ms", "100", "--json", "-")
+    r = run_cli(
+        "sweep",
+        "--hardware",
+        "a2,cm384",
+        "--max-cards",
+        "a2=16,cm384=32",
+        "--phase",
+        "decode",
+        "--tpot-ms",
+        "100",
+        "--json",
+        "-",
+    )
     assert r.exit_code == 0, r.output
     points = json.loads(r.output)["points"]
-    assert [p["values"] for p in points] == [{"hardware": "a2", "max-cards": 16.0},
-                                             {"hardware": "cm384", "max-cards": 32.0}]
+    assert [p["values"] for p in points] == [
+        {"hardware": "a2", "max-cards": 16.0},
+        {"hardware": "cm384", "max-cards": 32.0},
+    ]
 
 
 @pytest.mark.parametrize(
@@ -139,7 +178,10 @@ def test_sweep_per_machine_budgets():
         (("--tpot-ms", "10:50:0"), "needs a step > 0"),
         (("--input-tokens", "1000.5"), "--input-tokens: '1000.5' is not a whole number"),
         (("--tpot-ms", "1:100000:1"), "at most 400"),
-        (("--tpot-ms", "10,20", "--ttft-ms", "1000,2000", "--input-tokens", "1024,2048"), "at most 2 parameters"),
+        (
+            ("--tpot-ms", "10,20", "--ttft-ms", "1000,2000", "--input-tokens", "1024,2048"),
+            "at most 2 parameters",
+        ),
         (("--hardware", "a2,cm384", "--max-cards", "a2=64"), "--max-cards: no budget for cm384"),
         (("--plot", "f.gif"), "--plot: 'f.gif' must end in .png or .svg"),
         (("--phase", "prefill", "--plot", "f.png"), "--plot draws tokens/s per user"),

@@ -25,7 +25,8 @@ from planner.specs.plan import SLO, Workload
 
 @pytest.fixture(scope="module")
 def default_outcome():
-    return run_search(PlanRequest(top=1))
+    """`moeplan plan`'s defaults, disaggregated (prefill and decode on their own instances)."""
+    return run_search(PlanRequest(top=1, colocated=False))
 
 
 def _scored(name: str, **update):
@@ -56,6 +57,26 @@ def test_why_line_names_every_phase(default_outcome):
     assert "decode B" in line and "TPOT" in line and "prefill" in line and "cards" in line
 
 
+def test_colocated_neighbours_are_scored_as_colocated_plans():
+    outcome = run_search(PlanRequest(top=1))
+    plan = outcome.plans[0]
+    if not plan.colocated:
+        pytest.skip("the default plan is not colocated")
+    decode, prefill, deployment = outcome_bindings(outcome)
+    assert "colocated" in decode.message and decode.constraint in ("tpot", "hbm")
+    assert prefill.constraint in ("ttft", "tpot", "hbm")
+    b = plan.decode.concurrency_per_device
+    more = plan.model_copy(
+        update={
+            "decode": plan.decode.model_copy(update={"concurrency_per_device": b + 1}),
+            "predicted": None,
+        }
+    )
+    worse = evaluate_plan(more).colocated
+    assert worse.tpot_ms > plan.slo.tpot_ms or not worse.fits_hbm
+    assert deployment.phase == "deployment" and "colocated" in deployment.message
+
+
 def test_hbm_binds_without_a_latency_slo():
     outcome = run_search(PlanRequest(phase="decode", max_cards=32, top=1, slo=SLO()))
     decode = outcome_bindings(outcome)[0]
@@ -73,8 +94,15 @@ def test_hbm_binds_without_a_latency_slo():
     [
         (PlanRequest(top=1, hardware="cm384", max_cards=128, slo=SLO(tpot_ms=30, ttft_ms=1500)), 0),
         (PlanRequest(top=1, phase="decode", max_cards=24, slo=SLO(tpot_ms=60)), 0),
-        (PlanRequest(top=1, model="deepseek-v2-lite", max_cards=8,
-                     workload=Workload(input_tokens=1024, output_tokens=512)), 1),
+        (
+            PlanRequest(
+                top=1,
+                model="deepseek-v2-lite",
+                max_cards=8,
+                workload=Workload(input_tokens=1024, output_tokens=512),
+            ),
+            1,
+        ),
     ],
 )
 def test_something_binds_every_best_plan(request_, phase_index):
@@ -104,8 +132,12 @@ def test_a_broken_slo_gives_the_largest_concurrency_that_meets_it():
 
 def test_a_broken_hbm_is_reported_with_what_fits():
     plan, specs = _scored("a2-p", workload=Workload(input_tokens=2048, output_tokens=2048))
-    big = plan.model_copy(update={"prefill": plan.prefill.model_copy(update={"batch_tokens": 400_000}),
-                                  "predicted": None})
+    big = plan.model_copy(
+        update={
+            "prefill": plan.prefill.model_copy(update={"batch_tokens": 400_000}),
+            "predicted": None,
+        }
+    )
     bindings = plan_bindings(big, plan_context(big, specs))
     prefill = bindings[0]
     assert prefill.constraint == "hbm" and prefill.violated

@@ -6,7 +6,12 @@ import pytest
 
 from planner.costmodel.evaluate import evaluate_plan, plan_with_prediction
 from planner.ranking.compare import changed_choices, figure_deltas, plan_choices, plan_figures
-from planner.ranking.frontier import FrontierPoint, pareto_front, published_points, structure_changes
+from planner.ranking.frontier import (
+    FrontierPoint,
+    pareto_front,
+    published_points,
+    structure_changes,
+)
 from planner.specs.catalog import load_hardware, load_model, load_plan
 
 
@@ -24,7 +29,12 @@ def _pt(ep: str, mtp: str, pd: str | None = None) -> FrontierPoint:
 
 
 def test_structure_changes_mark_ep_mtp_and_large_pd_moves():
-    pts = [_pt("64", "0", "1:4.0"), _pt("64", "0", "1:4.2"), _pt("64", "1", "1:4.2"), _pt("96", "1", "1:3.0")]
+    pts = [
+        _pt("64", "0", "1:4.0"),
+        _pt("64", "0", "1:4.2"),
+        _pt("64", "1", "1:4.2"),
+        _pt("96", "1", "1:3.0"),
+    ]
     changes = dict(structure_changes(pts))
     assert changes[0] == "EP64 MTP0 P:D 1:4.0"
     assert 1 not in changes  # a 5% P:D move is noise

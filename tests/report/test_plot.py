@@ -29,9 +29,16 @@ def decode_sweep():
     axes = [SweepAxis("hardware", ("a2", "cm384")), SweepAxis("tpot-ms", (10.0, 30.0, 60.0, 100.0))]
     budgets = {"a2": 32, "cm384": 64}
     points = [
-        ({**v, "max-cards": budgets[v["hardware"]]},
-         PlanRequest(hardware=v["hardware"], max_cards=budgets[v["hardware"]], phase="decode", top=1,
-                     slo=SLO(tpot_ms=v["tpot-ms"])))
+        (
+            {**v, "max-cards": budgets[v["hardware"]]},
+            PlanRequest(
+                hardware=v["hardware"],
+                max_cards=budgets[v["hardware"]],
+                phase="decode",
+                top=1,
+                slo=SLO(tpot_ms=v["tpot-ms"]),
+            ),
+        )
         for v in grid(axes)
     ]
     return run_sweep(points, axes)
@@ -88,8 +95,13 @@ def test_svg_is_xml_with_series_labels_as_text(figure_parts):
     root = ET.fromstring(data)
     assert root.tag == f"{SVG}svg"
     text = "".join(root.itertext())
-    for label in ("a2, <= 32 cards", "cm384, <= 64 cards", "CM-D (published)",
-                  "published (decode-only per card)", "tokens/s per user (1000 / TPOT)"):
+    for label in (
+        "a2, <= 32 cards",
+        "cm384, <= 64 cards",
+        "CM-D (published)",
+        "published (decode-only per card)",
+        "tokens/s per user (1000 / TPOT)",
+    ):
         assert label in text
     ids = {el.get("id") for el in root.iter() if el.get("id")}
     assert {"series-a2, <= 32 cards", "series-cm384, <= 64 cards"} <= ids

@@ -32,12 +32,24 @@ CACHE = TableCache()  # shared like a sweep's: the properties must hold with reu
 INSTANCES = {"deepseek-v2-lite": (1, 16), "deepseek-v3": (16, 48)}
 
 
-def best(model: str, phase: str, cards: float, tpot_ms: float | None, ttft_ms: float | None,
-         hardware: str = "a2") -> float:
+def best(
+    model: str,
+    phase: str,
+    cards: float,
+    tpot_ms: float | None,
+    ttft_ms: float | None,
+    hardware: str = "a2",
+) -> float:
     """Best output tokens/s per card of the search, 0 when nothing is feasible."""
     request = PlanRequest(
-        model=model, hardware=hardware, workload=WORKLOAD, slo=SLO(tpot_ms=tpot_ms, ttft_ms=ttft_ms),
-        max_cards=cards, phase=phase, top=1, settings=SolverSettings(time_limit_s=30, workers=1),
+        model=model,
+        hardware=hardware,
+        workload=WORKLOAD,
+        slo=SLO(tpot_ms=tpot_ms, ttft_ms=ttft_ms),
+        max_cards=cards,
+        phase=phase,
+        top=1,
+        settings=SolverSettings(time_limit_s=30, workers=1),
     )
     try:
         outcome = run_search(request, cache=CACHE)
@@ -52,8 +64,15 @@ phase = st.sampled_from(["decode", "both"])
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
-@given(model=instance, phase=phase, data=st.data(),
-       tpot=st.floats(8, 150), tpot_more=st.floats(0, 100), ttft=st.floats(150, 4000), ttft_more=st.floats(0, 3000))
+@given(
+    model=instance,
+    phase=phase,
+    data=st.data(),
+    tpot=st.floats(8, 150),
+    tpot_more=st.floats(0, 100),
+    ttft=st.floats(150, 4000),
+    ttft_more=st.floats(0, 3000),
+)
 def test_a_looser_slo_never_lowers_the_best(model, phase, data, tpot, tpot_more, ttft, ttft_more):
     lo, hi = INSTANCES[model]
     cards = data.draw(st.integers(lo, hi), label="cards")
@@ -87,13 +106,21 @@ def hbm_variants(tmp_path_factory) -> dict[float, str]:
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
-@given(model=instance, phase=phase, data=st.data(), tpot=st.floats(10, 150),
-       scales=st.lists(st.sampled_from(HBM_SCALES), min_size=2, max_size=2, unique=True).map(sorted))
+@given(
+    model=instance,
+    phase=phase,
+    data=st.data(),
+    tpot=st.floats(10, 150),
+    scales=st.lists(st.sampled_from(HBM_SCALES), min_size=2, max_size=2, unique=True).map(sorted),
+)
 def test_more_hbm_never_lowers_the_best(hbm_variants, model, phase, data, tpot, scales):
     lo, hi = INSTANCES[model]
     cards = data.draw(st.integers(lo, hi), label="cards")
     small, large = (hbm_variants[s] for s in scales)
-    assert best(model, phase, cards, tpot, 2000.0, large) >= best(model, phase, cards, tpot, 2000.0, small) - 1e-9
+    assert (
+        best(model, phase, cards, tpot, 2000.0, large)
+        >= best(model, phase, cards, tpot, 2000.0, small) - 1e-9
+    )
 
 
 def test_the_hbm_variants_differ_only_in_hbm(hbm_variants):
