@@ -3,6 +3,7 @@ as a table, CSV/JSON exports, and the frontier of tokens/s per card against toke
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -47,6 +48,7 @@ from planner.specs.catalog import load_model
 
 SWEEP_HELP = "A value, a list a,b,c or a range start:stop:step (both ends included)."
 MALLOC_KEEP_BYTES = 1 << 30
+DEFAULT_JOBS = max(1, min(2, os.cpu_count() or 1))
 
 
 def keep_freed_memory() -> None:
@@ -92,7 +94,7 @@ def _title(result: SweepResult, metric: str) -> str:
     )
 
 
-def _run_with_progress(points, axes, fixed) -> SweepResult:
+def _run_with_progress(points, axes, fixed, jobs: int) -> SweepResult:
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -107,9 +109,9 @@ def _run_with_progress(points, axes, fixed) -> SweepResult:
             label = ", ".join(
                 f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items()
             )
-            bar.update(task, completed=done, description=f"planning {label}" if label else "done")
+            bar.update(task, completed=done, description=f"planned {label}" if label else "planned")
 
-        return run_sweep(points, axes, fixed, progress)
+        return run_sweep(points, axes, fixed, progress, jobs=jobs)
 
 
 def sweep(
@@ -169,6 +171,13 @@ def sweep(
         int | None,
         typer.Option("--max-redundant-experts", help="Cap redundant expert copies per instance."),
     ] = None,
+    colocated: Annotated[
+        bool,
+        typer.Option(
+            "--colocated/--no-colocated",
+            help="Also consider colocated instances (prefill and decode on the same devices).",
+        ),
+    ] = True,
     csv_out: Annotated[
         Path | None,
         typer.Option("--csv", help="Write one CSV line per point to FILE ('-': stdout)."),
@@ -189,16 +198,24 @@ def sweep(
     workers: Annotated[
         int, typer.Option("--workers", min=1, max=64, help="CP-SAT worker threads.")
     ] = 2,
+    jobs: Annotated[
+        int,
+        typer.Option(
+            "--jobs",
+            min=1,
+            max=64,
+            help="Points searched at once, in threads sharing the cost tables (results do not "
+            "depend on it; default: up to 2 cores).",
+        ),
+    ] = DEFAULT_JOBS,
 ) -> None:
     """Sweep one or two parameters (SLOs, workload, budget, rate, machine) and print the best plan
     per point; infeasible points are rows naming what binds.
 
+    \b
     Examples:
-
       moeplan sweep --tpot-ms 10:150:10 --hardware cm384 --max-cards 384 --plot frontier.png
-
       moeplan sweep --tpot-ms 20:100:20 --input-tokens 1024,2048,4096 --phase decode
-
       moeplan sweep --tpot-ms 10:150:10 --hardware a2,cm384 --max-cards a2=64,cm384=384
 
     The plot (and, without --plot, a terminal chart) shows output tokens/s per card against
@@ -243,36 +260,38 @@ def sweep(
                 v["max-cards"] = budgets[str(v["hardware"])]
                 if "hardware" in values:
                     shown["max-cards"] = v["max-cards"]
+            rate_value = v.get("rate")
             request = build_request(
                 model=model,
                 hardware=str(v["hardware"]),
                 quantization=quantization,
-                input_tokens=v["input-tokens"],
-                output_tokens=v["output-tokens"],  # type: ignore[arg-type]
-                mtp_acceptance=v["mtp-acceptance"],
-                tpot_ms=v["tpot-ms"],
-                ttft_ms=v["ttft-ms"],  # type: ignore[arg-type]
-                max_cards=v["max-cards"],
+                input_tokens=int(v["input-tokens"]),
+                output_tokens=int(v["output-tokens"]),
+                mtp_acceptance=float(v["mtp-acceptance"]),
+                tpot_ms=float(v["tpot-ms"]),
+                ttft_ms=float(v["ttft-ms"]),
+                max_cards=float(v["max-cards"]),
                 phase=phase,
-                decode_devices=decode_devices,  # type: ignore[arg-type]
+                decode_devices=decode_devices,
                 prefill_devices=prefill_devices,
-                rate=v.get("rate"),
+                rate=None if rate_value is None else float(rate_value),
                 top=1,
-                mtp=mtp,  # type: ignore[arg-type]
+                mtp=mtp,
                 time_limit=time_limit,
                 workers=workers,
                 loads=loads,
                 skew_sigma=skew_sigma,
                 max_redundant_experts=max_redundant_experts,
+                colocated=colocated,
             )
             points.append((shown, request))
-        result = _run_with_progress(points, axes, fixed)
+        result = _run_with_progress(points, axes, fixed, jobs)
         rows = sweep_rows(result)
         if result.interrupted:
             console.print(sweep_table(result, rows))
             err_console.print(
-                f"interrupted: {len(result.points)} of {len(points)} points done (above); "
-                "no file was written."
+                f"interrupted: {len(result.points)} of {len(points)} points done (above); no file "
+                "was written."
             )
             raise typer.Exit(code=130)
         if csv_out is not None:
@@ -285,11 +304,11 @@ def sweep(
             curves = sweep_curves(result)
             spec = load_model(result.points[0].request.model)
             published = published_points(spec, {c.hardware for c in curves})
-        if fmt is not None and curves is not None and published is not None:
-            from planner.report.plot import frontier_figure, render, y_label
+        if plot is not None and fmt is not None and curves is not None and published is not None:
+            from planner.report.plot import frontier_figure, render
 
             fig = frontier_figure(curves, published, metric, _title(result, metric))
-            write_bytes_atomic(plot, render(fig, fmt))  # type: ignore[arg-type]
+            write_bytes_atomic(plot, render(fig, fmt))
         if any(o is not None and str(o) == "-" for o in (csv_out, json_out)):
             return
         console.print(sweep_table(result, rows))

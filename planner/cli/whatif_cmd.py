@@ -9,7 +9,7 @@ changed where `--base NAME=VALUE` says (NAME is a flag's name without the dashes
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -52,7 +52,9 @@ ASSUMPTIONS: dict[str, tuple[type, object]] = {
     "skew-sigma": (float, None),
     "loads": (Path, None),
     "max-redundant-experts": (int, None),
+    "colocated": (bool, True),
 }
+BOOLEANS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 NULLABLE = {
     "tpot-ms",
     "ttft-ms",
@@ -81,8 +83,11 @@ def parse_base_pairs(pairs: list[str]) -> dict[str, object]:
             out[name] = None
             continue
         try:
-            out[name] = kind(text) if kind is not int else int(text)
-        except ValueError:
+            if kind is bool:
+                out[name] = BOOLEANS[text.lower()]
+            else:
+                out[name] = kind(text)
+        except (ValueError, KeyError):
             raise BadInputError(
                 f"--base {name}={text}: '{text}' is not a valid {kind.__name__}."
             ) from None
@@ -126,30 +131,36 @@ def plan_assumptions(plan: Plan, base_dir: Path | None) -> dict[str, object]:
     return out
 
 
+def _opt(value: object, kind: type) -> Any:
+    """An optional assumption as its type (None stays None)."""
+    return None if value is None else kind(value)
+
+
 def request_from(assumptions: dict[str, object], time_limit: float, workers: int) -> PlanRequest:
     """A top-1 PlanRequest from assumptions by flag name (validated as `moeplan plan` does)."""
     a = assumptions
     return build_request(
-        model=a["model"],
-        hardware=a["hardware"],
-        quantization=a["quantization"],  # type: ignore[arg-type]
-        input_tokens=a["input-tokens"],
-        output_tokens=a["output-tokens"],  # type: ignore[arg-type]
-        mtp_acceptance=a["mtp-acceptance"],
-        tpot_ms=a["tpot-ms"],
-        ttft_ms=a["ttft-ms"],  # type: ignore[arg-type]
-        max_cards=a["max-cards"],
-        phase=a["phase"],
-        decode_devices=a["decode-devices"],  # type: ignore[arg-type]
-        prefill_devices=a["prefill-devices"],
-        rate=a["rate"],
+        model=str(a["model"]),
+        hardware=str(a["hardware"]),
+        quantization=str(a["quantization"]),
+        input_tokens=_opt(a["input-tokens"], int),
+        output_tokens=_opt(a["output-tokens"], int),
+        mtp_acceptance=_opt(a["mtp-acceptance"], float),
+        tpot_ms=_opt(a["tpot-ms"], float),
+        ttft_ms=_opt(a["ttft-ms"], float),
+        max_cards=_opt(a["max-cards"], float),
+        phase=str(a["phase"]),
+        decode_devices=_opt(a["decode-devices"], int),
+        prefill_devices=_opt(a["prefill-devices"], int),
+        rate=_opt(a["rate"], float),
         top=1,
-        mtp=a["mtp"],  # type: ignore[arg-type]
+        mtp=_opt(a["mtp"], str),
         time_limit=time_limit,
         workers=workers,
-        loads=a["loads"],
-        skew_sigma=a["skew-sigma"],  # type: ignore[arg-type]
-        max_redundant_experts=a["max-redundant-experts"],  # type: ignore[arg-type]
+        loads=_opt(a["loads"], Path),
+        skew_sigma=_opt(a["skew-sigma"], float),
+        max_redundant_experts=_opt(a["max-redundant-experts"], int),
+        colocated=bool(a["colocated"]),
     )
 
 
@@ -178,10 +189,9 @@ def whatif(
     base_plan: Annotated[
         str | None,
         typer.Argument(
-            metavar="[BASE_PLAN]",
+            metavar="BASE_PLAN",
             help="The base: a plan YAML/JSON (e.g. an exported plan) or a shipped plan's name "
-            "(a2-d70). "
-            "Without it the base is `moeplan plan`'s defaults, changed by --base.",
+            "(a2-d70). Without it the base is `moeplan plan`'s defaults, changed by --base.",
         ),
     ] = None,
     base: Annotated[
@@ -190,8 +200,8 @@ def whatif(
             "--base",
             metavar="NAME=VALUE",
             help="A base assumption when there is no BASE_PLAN (repeat it): e.g. "
-            "--base hardware=cm384 "
-            "--base max-cards=384. NAME is any flag below without its dashes.",
+            "--base hardware=cm384 --base max-cards=384. NAME is any flag below without its "
+            "dashes.",
         ),
     ] = None,
     model: Annotated[
@@ -245,6 +255,13 @@ def whatif(
             "--max-redundant-experts", help="New cap on redundant expert copies per instance."
         ),
     ] = None,
+    colocated: Annotated[
+        bool | None,
+        typer.Option(
+            "--colocated/--no-colocated",
+            help="Whether the new plan may use colocated instances (default: as the base).",
+        ),
+    ] = None,
     json_out: Annotated[
         Path | None,
         typer.Option(
@@ -263,12 +280,14 @@ def whatif(
 ) -> None:
     """Re-plan under changed assumptions and compare with the base, side by side.
 
-    Flags are the NEW assumptions; anything not given stays as in the base. Examples:
+    The flags are the NEW assumptions; anything not given stays as in the base. The base is
+    BASE_PLAN (its model, machine, workload, SLOs; its own card count as the budget), or without
+    it `moeplan plan`'s defaults changed by --base NAME=VALUE ('none' clears a value).
 
-      moeplan whatif plans/a2-d70.yaml --tpot-ms 30     (the report's A2 decode at 30 ms)
-
-      moeplan whatif --tpot-ms 50                       (`moeplan plan` defaults, TPOT 100 -> 50 ms)
-
+    \b
+    Examples:
+      moeplan whatif plans/a2-d70.yaml --tpot-ms 30    # the report's A2 decode at 30 ms
+      moeplan whatif --tpot-ms 50                      # plan defaults, TPOT 100 -> 50 ms
       moeplan whatif --base hardware=cm384 --base max-cards=384 --input-tokens 8192
 
     Columns: the base plan; the best plan under the new assumptions; and the base plan kept as it
@@ -295,15 +314,15 @@ def whatif(
             "skew-sigma": skew_sigma,
             "loads": loads,
             "max-redundant-experts": max_redundant_experts,
+            "colocated": colocated,
         }
         changes = {k: v for k, v in changes.items() if v is not None}
         plan = base_dir = None
         if base_plan is not None:
             if base:
                 raise BadInputError(
-                    "--base sets the base when there is no BASE_PLAN; with a plan file the "
-                    "base is the "
-                    "file. Drop --base, or drop BASE_PLAN."
+                    "--base sets the base when there is no BASE_PLAN; with a plan file the base "
+                    "is the file. Drop --base, or drop BASE_PLAN."
                 )
             plan, _ = load_plan(base_plan)
             base_dir = plan_base_dir(base_plan)

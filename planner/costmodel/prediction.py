@@ -14,7 +14,17 @@ class _Out(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class DecodePrediction(_Out):
+class _HbmFigures(_Out):
+    """HBM figures every phase block carries (per device of the fuller role)."""
+
+    hbm_bytes_per_device: int
+    hbm_capacity_bytes: int
+    hbm_headroom_bytes: int
+    fits_hbm: bool
+    hbm_breakdown_bytes: dict[str, int]
+
+
+class DecodePrediction(_HbmFigures):
     """One decode instance at its concurrency."""
 
     step_ms: float
@@ -25,18 +35,13 @@ class DecodePrediction(_Out):
     tokens_per_s_per_user: float
     sequences_per_instance: int
     moe_imbalance: float
-    hbm_bytes_per_device: int
-    hbm_capacity_bytes: int
-    hbm_headroom_bytes: int
     hbm_role: str
-    fits_hbm: bool
     max_concurrency_per_device: int
     meets_tpot_slo: bool | None
     breakdown_ms: dict[str, float]
-    hbm_breakdown_bytes: dict[str, int]
 
 
-class PrefillPrediction(_Out):
+class PrefillPrediction(_HbmFigures):
     """One prefill instance at its batch size."""
 
     forward_ms: float
@@ -45,18 +50,13 @@ class PrefillPrediction(_Out):
     tokens_per_s_per_device: float
     tokens_per_s_per_card: float
     moe_imbalance: float
-    hbm_bytes_per_device: int
-    hbm_capacity_bytes: int
-    hbm_headroom_bytes: int
     hbm_role: str
-    fits_hbm: bool
     max_batch_tokens: int
     meets_ttft_slo: bool | None
     breakdown_ms: dict[str, float]
-    hbm_breakdown_bytes: dict[str, int]
 
 
-class ColocatedPrediction(_Out):
+class ColocatedPrediction(_HbmFigures):
     """One colocated instance: prefill and decode in turn on the same devices."""
 
     requests_per_s_per_instance: float
@@ -65,13 +65,8 @@ class ColocatedPrediction(_Out):
     ttft_ms: float
     longest_decode_pause_ms: float
     tokens_per_s_per_card: float
-    hbm_bytes_per_device: int
-    hbm_capacity_bytes: int
-    hbm_headroom_bytes: int
-    fits_hbm: bool
     meets_tpot_slo: bool | None
     meets_ttft_slo: bool | None
-    hbm_breakdown_bytes: dict[str, int]
 
 
 class SystemPrediction(_Out):

@@ -33,7 +33,7 @@ from planner.costmodel.decode import decode_step
 from planner.costmodel.evaluate import PlanSpecs, evaluate_plan
 from planner.costmodel.imbalance import default_imbalance_model
 from planner.costmodel.memory import decode_hbm, prefill_hbm
-from planner.costmodel.prediction import Prediction
+from planner.costmodel.prediction import ColocatedPrediction, Prediction
 from planner.costmodel.prefill import prefill_forward
 from planner.search.plan_search import SearchOutcome, concurrency_values, request_values
 from planner.search.request import PlanRequest
@@ -58,7 +58,8 @@ class Binding:
     """One phase's (or the deployment's) binding constraint, in a sentence and in a few words.
 
     `violated` is True when the plan already breaks the rule (rather than being stopped by it).
-    `figures` holds the numbers of the sentence for the JSON export.
+    `certain` is False when the neighbour could not be scored without a search (a larger
+    instance size): the constraint may bind. `figures` holds the sentence's numbers for JSON.
     """
 
     phase: str
@@ -67,6 +68,7 @@ class Binding:
     short: str
     violated: bool = False
     figures: dict[str, float] = field(default_factory=dict)
+    certain: bool = True
 
     def as_dict(self) -> dict[str, object]:
         """JSON-ready form."""
@@ -116,8 +118,8 @@ def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | Non
         return Binding(
             "decode",
             "hbm",
-            f"decode overflows HBM by {over:.2f} GiB per device at {b} sequences per "
-            f"device; {fix}.",
+            f"decode overflows HBM by {over:.2f} GiB per device at {b} sequences per device; "
+            f"{fix}.",
             f"{label}: HBM over by {over:.2f} GiB (max B{m})",
             True,
             {"over_bytes": float(total[0] - cap), "max_concurrency_per_device": m},
@@ -133,8 +135,8 @@ def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | Non
         return Binding(
             "decode",
             "tpot",
-            f"decode misses the TPOT SLO: {tpot[0]:.1f} ms > {slo:g} ms at {b} sequences "
-            f"per device; {fix}.",
+            f"decode misses the TPOT SLO: {tpot[0]:.1f} ms > {slo:g} ms at {b} sequences per "
+            f"device; {fix}.",
             f"{label}: misses TPOT ({tpot[0]:.1f} ms > {slo:g} ms; max B{m})",
             True,
             {
@@ -148,8 +150,8 @@ def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | Non
         return Binding(
             "decode",
             "search_space",
-            "search space binds: decode concurrency is at the search's cap of "
-            f"{MAX_CONCURRENCY} per device.",
+            f"search space binds: decode concurrency is at the search's cap of {MAX_CONCURRENCY} "
+            "per device.",
             f"{label}: search cap {MAX_CONCURRENCY}",
         )
     short = total[1] - cap
@@ -171,8 +173,8 @@ def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | Non
         return Binding(
             "decode",
             "tpot",
-            f"TPOT binds: one more sequence per device ({b + 1}) gives {tpot[1]:.1f} ms "
-            f"{rel} {slo:g} ms.",
+            f"TPOT binds: one more sequence per device ({b + 1}) gives {tpot[1]:.1f} ms {rel} "
+            f"{slo:g} ms.",
             f"{label}: TPOT (B{b + 1} gives {tpot[1]:.1f} ms {rel} {slo:g} ms)",
             figures={
                 "next_tpot_ms": float(tpot[1]),
@@ -189,11 +191,9 @@ def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | Non
             return Binding(
                 "decode",
                 "search_space",
-                f"search space binds: {b + 1} sequences per device would fit HBM and meet "
-                "TPOT, but "
-                f"above {DENSE_GRID_CONCURRENCY} the search's concurrency grid steps by 2% "
-                "and its next "
-                f"value, {grid_next}, {why}.",
+                f"search space binds: {b + 1} sequences per device would fit HBM and meet TPOT, "
+                f"but above {DENSE_GRID_CONCURRENCY} the search's concurrency grid steps by 2% "
+                f"and its next value, {grid_next}, {why}.",
                 f"{label}: concurrency grid (B{b + 1} allowed, next grid value B{grid_next} {why})",
                 figures={"next_concurrency_per_device": b + 1, "next_grid_value": grid_next},
             )
@@ -246,9 +246,8 @@ def prefill_binding(ctx: CostContext, phase: PrefillPlan, ttft_slo_ms: float | N
         return Binding(
             "prefill",
             "hbm",
-            f"prefill overflows HBM by {over:.2f} GiB per device at {bt} tokens per "
-            "forward; at most "
-            f"{m} requests ({m * n_in} tokens) fit.",
+            f"prefill overflows HBM by {over:.2f} GiB per device at {bt} tokens per forward; at "
+            f"most {m} requests ({m * n_in} tokens) fit.",
             f"{label}: HBM over by {over:.2f} GiB (max {m})",
             True,
             {"over_bytes": float(total[0] - cap), "max_requests_per_forward": m},
@@ -263,8 +262,8 @@ def prefill_binding(ctx: CostContext, phase: PrefillPlan, ttft_slo_ms: float | N
         return Binding(
             "prefill",
             "ttft",
-            f"prefill misses the TTFT SLO: {ttft[0]:.0f} ms > {slo:g} ms at {r} requests "
-            f"per forward; {fix}.",
+            f"prefill misses the TTFT SLO: {ttft[0]:.0f} ms > {slo:g} ms at {r} requests per "
+            f"forward; {fix}.",
             f"{label}: misses TTFT ({ttft[0]:.0f} ms > {slo:g} ms; max {m})",
             True,
             {"ttft_ms": float(ttft[0]), "slo_ms": slo, "max_requests_per_forward": m},
@@ -274,8 +273,7 @@ def prefill_binding(ctx: CostContext, phase: PrefillPlan, ttft_slo_ms: float | N
             "prefill",
             "search_space",
             "search space binds: the prefill batch is at the search's cap of "
-            f"{MAX_REQUESTS_PER_FORWARD} "
-            "requests per forward.",
+            f"{MAX_REQUESTS_PER_FORWARD} requests per forward.",
             f"{label}: search cap {MAX_REQUESTS_PER_FORWARD}",
         )
     short = total[1] - cap
@@ -298,8 +296,8 @@ def prefill_binding(ctx: CostContext, phase: PrefillPlan, ttft_slo_ms: float | N
         return Binding(
             "prefill",
             "ttft",
-            f"TTFT binds: one more request per forward ({r + 1}) gives {ttft[1]:.0f} ms "
-            f"{rel} {slo:g} ms.",
+            f"TTFT binds: one more request per forward ({r + 1}) gives {ttft[1]:.0f} ms {rel} "
+            f"{slo:g} ms.",
             f"{label}: TTFT ({r + 1} gives {ttft[1]:.0f} ms {rel} {slo:g} ms)",
             figures={
                 "next_ttft_ms": float(ttft[1]),
@@ -315,10 +313,9 @@ def prefill_binding(ctx: CostContext, phase: PrefillPlan, ttft_slo_ms: float | N
             return Binding(
                 "prefill",
                 "search_space",
-                f"search space binds: {r + 1} requests per forward would fit HBM and meet "
-                "TTFT, but above "
-                f"{DENSE_GRID_REQUESTS} the search's batch grid steps by 5% and its next value, "
-                f"{grid_next}, {why}.",
+                f"search space binds: {r + 1} requests per forward would fit HBM and meet TTFT, "
+                f"but above {DENSE_GRID_REQUESTS} the search's batch grid steps by 5% and its "
+                f"next value, {grid_next}, {why}.",
                 f"{label}: batch grid ({r + 1} allowed, next grid value {grid_next} {why})",
                 figures={"next_requests_per_forward": r + 1, "next_grid_value": grid_next},
             )
@@ -327,9 +324,8 @@ def prefill_binding(ctx: CostContext, phase: PrefillPlan, ttft_slo_ms: float | N
         "prefill",
         "none",
         f"nothing binds the prefill batch: {r + 1} requests per forward still fit HBM "
-        f"({(cap - total[1]) / GIB:.2f} GiB free) and give {ttft[1]:.0f} ms{slo_txt}; the "
-        "plan could "
-        "batch more.",
+        f"({(cap - total[1]) / GIB:.2f} GiB free) and give {ttft[1]:.0f} ms{slo_txt}; the plan "
+        "could batch more.",
         f"{label}: nothing binds ({r + 1} allowed)",
         figures={"next_ttft_ms": float(ttft[1]), "next_free_bytes": float(cap - total[1])},
     )
@@ -338,13 +334,12 @@ def prefill_binding(ctx: CostContext, phase: PrefillPlan, ttft_slo_ms: float | N
 # ---- colocated ---------------------------------------------------------------------------------
 
 
-def _colocated_figures(plan: Plan, ctx: CostContext) -> dict[str, object]:
+def _colocated_figures(plan: Plan, ctx: CostContext) -> ColocatedPrediction:
     """The `colocated` block of a colocated plan (scored with the cost model, as evaluate does)."""
-    pred = evaluate_plan(
-        plan, imbalance=ctx.imbalance, specs=PlanSpecs(ctx.model, ctx.hw, ctx.quant)
-    )
+    specs = PlanSpecs(ctx.model, ctx.hw, ctx.quant)
+    pred = evaluate_plan(plan, imbalance=ctx.imbalance, specs=specs)
     assert pred.colocated is not None
-    return pred.colocated.model_dump()
+    return pred.colocated
 
 
 def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
@@ -362,73 +357,55 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
     now = _colocated_figures(plan.model_copy(update={"predicted": None}), ctx)
     b, n_in = d.concurrency_per_device, ctx.workload.input_tokens
     r = max(1, p.batch_tokens // n_in)
-    broken = []
-    if not now["fits_hbm"]:
-        broken.append(
-            ("hbm", f"overflows HBM by {-now['hbm_headroom_bytes'] / GIB:.2f} GiB per device")
-        )
-    if tpot_slo is not None and now["tpot_ms"] > tpot_slo + 1e-9:
-        broken.append(("tpot", f"misses the TPOT SLO: {now['tpot_ms']:.1f} ms > {tpot_slo:g} ms"))
-    if ttft_slo is not None and now["ttft_ms"] > ttft_slo + 1e-9:
-        broken.append(("ttft", f"misses the TTFT SLO: {now['ttft_ms']:.0f} ms > {ttft_slo:g} ms"))
+    broken: list[tuple[Constraint, str]] = []
+    if not now.fits_hbm:
+        over = -now.hbm_headroom_bytes / GIB
+        broken.append(("hbm", f"overflows HBM by {over:.2f} GiB per device"))
+    if tpot_slo is not None and now.tpot_ms > tpot_slo + 1e-9:
+        broken.append(("tpot", f"misses the TPOT SLO: {now.tpot_ms:.1f} ms > {tpot_slo:g} ms"))
+    if ttft_slo is not None and now.ttft_ms > ttft_slo + 1e-9:
+        broken.append(("ttft", f"misses the TTFT SLO: {now.ttft_ms:.0f} ms > {ttft_slo:g} ms"))
     if broken:
         kind, text = broken[0]
         return [
             Binding(
                 "colocated",
                 kind,
-                f"colocated instance {text} (B{b}, {r} requests per forward).",  # type: ignore[arg-type]
+                f"colocated instance {text} (B{b}, {r} requests per forward).",
                 f"colocated B{b}/{r} req: {text}",
                 True,
             )
         ]
 
-    def neighbour(label: str, update: dict[str, object], section: str) -> tuple[str, str, str]:
+    def neighbour(label: str, update: dict[str, int], section: str) -> tuple[Constraint, str, str]:
+        phase = getattr(plan, section)
         moved = plan.model_copy(
-            update={section: getattr(plan, section).model_copy(update=update), "predicted": None}
+            update={section: phase.model_copy(update=update), "predicted": None}
         )
         f = _colocated_figures(moved, ctx)
-        if f["hbm_headroom_bytes"] < ROUNDING_BYTES:  # type: ignore[operator]
-            short = -float(f["hbm_headroom_bytes"])  # type: ignore[arg-type]
-            return "hbm", f"capped by HBM: {max(short, 0) / GIB:.2f} GiB short of {label}", "HBM"
-        if tpot_slo is not None and f["tpot_ms"] > tpot_slo - ROUNDING_MS:  # type: ignore[operator]
+        if f.hbm_headroom_bytes < ROUNDING_BYTES:
+            short = max(-f.hbm_headroom_bytes, 0) / GIB
+            return "hbm", f"capped by HBM: {short:.2f} GiB short of {label}", "HBM"
+        if tpot_slo is not None and f.tpot_ms > tpot_slo - ROUNDING_MS:
             return (
                 "tpot",
-                f"TPOT binds: {label} gives {f['tpot_ms']:.1f} ms > {tpot_slo:g} ms "
-                "(decode stalls during prefill included)",
+                f"TPOT binds: {label} gives {f.tpot_ms:.1f} ms > {tpot_slo:g} ms (decode stalls "
+                "during prefill included)",
                 "TPOT",
             )
-        if ttft_slo is not None and f["ttft_ms"] > ttft_slo - ROUNDING_MS:  # type: ignore[operator]
-            return (
-                "ttft",
-                f"TTFT binds: {label} gives {f['ttft_ms']:.0f} ms > {ttft_slo:g} ms",
-                "TTFT",
-            )
+        if ttft_slo is not None and f.ttft_ms > ttft_slo - ROUNDING_MS:
+            return "ttft", f"TTFT binds: {label} gives {f.ttft_ms:.0f} ms > {ttft_slo:g} ms", "TTFT"
         return "none", f"nothing binds: {label} is still allowed", "nothing binds"
 
     out = []
-    kind, text, tag = neighbour(
-        f"{b + 1} sequences per device", {"concurrency_per_device": b + 1}, "decode"
-    )
-    out.append(
-        Binding(
-            "decode",
-            kind,
-            f"colocated decode concurrency ({b} per device): {text}.",  # type: ignore[arg-type]
-            f"colocated B{b}: {tag}",
-        )
-    )
-    kind, text, tag = neighbour(
-        f"{r + 1} requests per forward", {"batch_tokens": (r + 1) * n_in}, "prefill"
-    )
-    out.append(
-        Binding(
-            "prefill",
-            kind,
-            f"colocated prefill batch ({r} requests per forward): {text}.",  # type: ignore[arg-type]
-            f"colocated {r} req/forward: {tag}",
-        )
-    )
+    more_seqs = {"concurrency_per_device": b + 1}
+    kind, text, tag = neighbour(f"{b + 1} sequences per device", more_seqs, "decode")
+    message = f"colocated decode concurrency ({b} per device): {text}."
+    out.append(Binding("decode", kind, message, f"colocated B{b}: {tag}"))
+    more_requests = {"batch_tokens": (r + 1) * n_in}
+    kind, text, tag = neighbour(f"{r + 1} requests per forward", more_requests, "prefill")
+    message = f"colocated prefill batch ({r} requests per forward): {text}."
+    out.append(Binding("prefill", kind, message, f"colocated {r} req/forward: {tag}"))
     return out
 
 
@@ -498,9 +475,8 @@ def deployment_binding(
         return Binding(
             "deployment",
             "card_budget",
-            f"over the card budget: the deployment uses {cards:g} cards, "
-            f"{hw.cards(-spare):g} more than "
-            f"--max-cards {max_cards:g} allows.",
+            f"over the card budget: the deployment uses {cards:g} cards, {hw.cards(-spare):g} "
+            f"more than --max-cards {max_cards:g} allows.",
             f"cards: over budget by {hw.cards(-spare):g}",
             True,
             {"cards": cards, "max_cards": float(max_cards or 0)},
@@ -538,8 +514,7 @@ def deployment_binding(
                     "card_budget",
                     f"card budget binds: another {limiting} instance needs {need:g} more cards "
                     f"({hw.cards(spare):g} of {max_cards:g} spare); it would raise output "
-                    "tokens/s per "
-                    f"card from {now:.0f} to {after:.0f}.",
+                    f"tokens/s per card from {now:.0f} to {after:.0f}.",
                     f"cards: budget (another {limiting} instance needs {need:g} more)",
                     figures={"more_cards": need, "tokens_per_s_per_card_after": after},
                 )
@@ -547,8 +522,8 @@ def deployment_binding(
             return Binding(
                 "deployment",
                 "none",
-                f"{lead}: another {limiting} instance fits and would raise "
-                f"output tokens/s per card from {now:.0f} to {after:.0f}.",
+                f"{lead}: another {limiting} instance fits and would raise output tokens/s per "
+                f"card from {now:.0f} to {after:.0f}.",
                 f"cards: another {limiting} instance fits",
                 figures={"tokens_per_s_per_card_after": after},
             )
@@ -556,8 +531,7 @@ def deployment_binding(
             "deployment",
             "none",
             f"the card budget does not bind: another {limiting} instance would lower output "
-            "tokens/s "
-            f"per card ({now:.0f} -> {after:.0f}): {other} capacity would then bind.",
+            f"tokens/s per card ({now:.0f} -> {after:.0f}): {other} capacity would then bind.",
             f"cards: P:D balance ({limiting} limits; one more would idle {other})",
             figures={"tokens_per_s_per_card_after": after},
         )
@@ -569,9 +543,8 @@ def deployment_binding(
         return Binding(
             "deployment",
             "search_space",
-            f"the {name} instance spans {ph.devices} devices, the largest instance "
-            f"{hw.name} allows; "
-            "more instances add capacity, not tokens/s per card.",
+            f"the {name} instance spans {ph.devices} devices, the largest instance {hw.name} "
+            "allows; more instances add capacity, not tokens/s per card.",
             f"cards: largest {hw.name} instance",
         )
     if budget is not None and nxt > budget:
@@ -579,19 +552,20 @@ def deployment_binding(
         return Binding(
             "deployment",
             "card_budget",
-            f"card budget caps the {name} instance at {ph.devices} devices: the next instance size "
-            f"({nxt} devices) needs {need:g} more cards; more instances of this size add capacity, "
-            "not tokens/s per card.",
-            f"cards: budget caps instance size ({nxt} devices needs {need:g} more)",
+            f"the card budget may bind: it caps the {name} instance at {ph.devices} devices, and "
+            f"the next instance size ({nxt} devices, {need:g} more cards) was not tried (more "
+            "instances of this size add capacity, not tokens/s per card); re-plan with a larger "
+            "--max-cards to see whether it helps.",
+            f"cards: budget may cap instance size ({nxt} devices needs {need:g} more)",
             figures={"next_instance_devices": nxt, "more_cards": need},
+            certain=False,
         )
     if budget is None:
         return Binding(
             "deployment",
             "none",
             f"no card budget given: the {name} instance size ({ph.devices} devices) is the "
-            "plan's own "
-            "choice; tokens/s per card does not grow with the instance count.",
+            "plan's own choice; tokens/s per card does not grow with the instance count.",
             "cards: no budget",
         )
     return Binding(
@@ -666,7 +640,10 @@ def binding_tags(bindings: list[Binding]) -> str:
     """A few characters for a table cell: e.g. "D:TPOT P:HBM cards" (nothing for 'none')."""
     prefix = {"decode": "D:", "prefill": "P:", "deployment": "", "colocated": "C:"}
     parts = [
-        prefix.get(b.phase, "") + TAGS[b.constraint] + ("!" if b.violated else "")
+        prefix.get(b.phase, "")
+        + TAGS[b.constraint]
+        + ("!" if b.violated else "")
+        + ("?" if not b.certain else "")
         for b in bindings
         if b.constraint in TAGS
     ]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from planner.costmodel.reference import published_rows
+from planner.costmodel.reference import PublishedRow, published_rows
 from planner.errors import PlannerError
 from planner.search.sweep import SweepResult
 from planner.specs.catalog import load_hardware, load_model, load_plan
@@ -195,7 +195,7 @@ def published_points(model: ModelSpec, hardware_names: set[str]) -> list[Publish
     out.
     """
     rows = published_rows()
-    by_plan: dict[str, dict[str, object]] = {}
+    by_plan: dict[str, dict[str, PublishedRow]] = {}
     for row in rows:
         by_plan.setdefault(row.plan, {})[row.metric] = row
     out = []
@@ -217,9 +217,9 @@ def published_points(model: ModelSpec, hardware_names: set[str]) -> list[Publish
         tokens = metrics.get("decode.tokens_per_s_per_card")
         tpot = metrics.get("decode.tpot_ms")
         if tokens is not None:
-            y = float(tokens.published)  # type: ignore[attr-defined]
-            out.append(PublishedPoint(tokens.id, hw.name, y / seqs_per_card, y, note))  # type: ignore[attr-defined]
+            y = tokens.published
+            out.append(PublishedPoint(tokens.id, hw.name, y / seqs_per_card, y, note))
         elif tpot is not None:
-            x = 1000.0 / float(tpot.published)  # type: ignore[attr-defined]
-            out.append(PublishedPoint(tpot.id, hw.name, x, seqs_per_card * x, note))  # type: ignore[attr-defined]
+            x = 1000.0 / tpot.published
+            out.append(PublishedPoint(tpot.id, hw.name, x, seqs_per_card * x, note))
     return out

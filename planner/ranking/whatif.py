@@ -140,6 +140,7 @@ def request_assumptions(req: PlanRequest) -> dict[str, object]:
         "rate": req.rate_per_s,
         "mtp": ",".join(str(k) for k in req.mtp_tokens) if req.mtp_tokens is not None else "all",
         "max-redundant-experts": req.max_redundant_experts,
+        "colocated": req.colocated,
         "imbalance": (req.imbalance or default_imbalance_model()).describe(),
     }
 

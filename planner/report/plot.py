@@ -88,11 +88,13 @@ def frontier_figure(
                 rotation=20,
             )
     if published:
-        for p in published:
-            color = hw_color.get(p.hardware, "black")
+        # neighbouring published points (A2-D70 and A2-D90) would print their labels on top of
+        # each other: alternate the labels below and above their stars
+        for k, pub in enumerate(sorted(published, key=lambda q: q.x_tokens_per_s_per_user)):
+            color = hw_color.get(pub.hardware, "black")
             ax.scatter(
-                [p.x_tokens_per_s_per_user],
-                [p.y_tokens_per_s_per_card],
+                [pub.x_tokens_per_s_per_user],
+                [pub.y_tokens_per_s_per_card],
                 marker="*",
                 s=130,
                 color=color,
@@ -101,9 +103,9 @@ def frontier_figure(
                 zorder=5,
             )
             ax.annotate(
-                f"{p.id} (published)",
-                (p.x_tokens_per_s_per_user, p.y_tokens_per_s_per_card),
-                xytext=(6, -10),
+                f"{pub.id} (published)",
+                (pub.x_tokens_per_s_per_user, pub.y_tokens_per_s_per_card),
+                xytext=(6, -11 if k % 2 == 0 else 5),
                 textcoords="offset points",
                 fontsize=7,
                 fontweight="bold",

@@ -120,8 +120,8 @@ def sweep_table(result: SweepResult, rows: list[dict[str, object]] | None = None
         title=f"Best plan per point ({escape(fixed)})" if fixed else "Best plan per point",
         caption_justify="left",
         caption="layouts: attention|experts (all modules in --csv/--json); B: sequences per "
-        "device; K: thousand tokens per forward; binds: D:/P: decode/prefill, cards: the "
-        "card budget, grid: the search space, !: broken",
+        "device; K: thousand tokens per forward; binds: D:/P: decode/prefill, cards: the card "
+        "budget, grid: the search space, !: broken, ?: may bind",
     )
     phases = {pt.request.phase for pt in result.points}
     has_d, has_p = phases != {"prefill"}, phases != {"decode"}

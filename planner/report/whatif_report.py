@@ -165,6 +165,7 @@ def binding_table(result: WhatIfResult) -> Table:
             continue
         for i, b in enumerate(col.bindings):
             tag = b.constraint.replace("_", " ") + (" (broken)" if b.violated else "")
+            tag += "" if b.certain else " (may bind)"
             table.add_row(
                 col.title if i == 0 else "",
                 b.phase,

@@ -104,24 +104,24 @@ class SearchOutcome:
     hw: HardwareSpec
 
 
-def concurrency_values(cap: int) -> np.ndarray:
-    """Every concurrency up to 256, then steps of 2% up to `cap` (the search's concurrency grid)."""
-    vals = set(range(1, min(cap, 256) + 1))
-    v = 256.0
+def _grid(cap: int, every_upto: int, step: float) -> np.ndarray:
+    """Every integer up to `every_upto`, then geometric steps of `step` up to `cap`."""
+    vals = set(range(1, min(cap, every_upto) + 1))
+    v = float(every_upto)
     while v < cap:
-        v *= 1.02
+        v *= 1.0 + step
         vals.add(min(cap, int(round(v))))
     return np.array(sorted(vals), dtype=np.int64)
+
+
+def concurrency_values(cap: int) -> np.ndarray:
+    """Every concurrency up to 256, then steps of 2% up to `cap` (the search's concurrency grid)."""
+    return _grid(cap, 256, 0.02)
 
 
 def request_values(cap: int) -> np.ndarray:
     """Requests per forward: every value up to 64, then steps of 5% up to `cap`."""
-    vals = set(range(1, min(cap, 64) + 1))
-    v = 64.0
-    while v < cap:
-        v *= 1.05
-        vals.add(min(cap, int(round(v))))
-    return np.array(sorted(vals), dtype=np.int64)
+    return _grid(cap, 64, 0.05)
 
 
 def _weights_bytes(ctx: CostContext) -> tuple[float, float]:

@@ -15,9 +15,15 @@ from __future__ import annotations
 
 import itertools
 import math
+import multiprocessing
+import signal
+import sys
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from planner.errors import BadInputError, InfeasibleError
 from planner.search.plan_search import TableCache, make_context, run_search
@@ -149,8 +155,8 @@ def parse_budgets(text: str, hardware: tuple[Value, ...]) -> dict[str, float]:
         name, sep, value = part.partition("=")
         if not sep or not name.strip():
             raise BadInputError(
-                f"--max-cards: '{part}' is not MACHINE=CARDS; give e.g. a2=64,cm384=384, or "
-                "one number."
+                f"--max-cards: '{part}' is not MACHINE=CARDS; give e.g. a2=64,cm384=384, or one "
+                "number."
             )
         cards = _number(value.strip(), "max-cards", float)
         if not cards > 0:
@@ -204,62 +210,166 @@ def grid(axes: list[SweepAxis]) -> list[dict[str, Value]]:
 Progress = Callable[[int, int, dict[str, Value]], None]
 
 
+@dataclass
+class SharedTableCache(TableCache):
+    """A TableCache several threads can use: one lookup (or build) at a time, exact counts."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def get(self, key: tuple, build: Callable[[], tuple]) -> tuple:  # type: ignore[override]
+        with self.lock:
+            return super().get(key, build)
+
+
+def table_group(request: PlanRequest) -> tuple:
+    """What a request's cost tables depend on, but for the budget (see TableCache)."""
+    imbalance = request.imbalance.describe() if request.imbalance is not None else ""
+    return (
+        request.model,
+        request.hardware,
+        request.quantization,
+        request.workload,
+        imbalance,
+        id(request.imbalance),
+        request.mtp_tokens,
+        request.max_redundant_experts,
+        request.decode_devices,
+        request.prefill_devices,
+        request.phase,
+    )
+
+
+def warm_first(points: list[tuple[dict[str, Value], PlanRequest]]) -> tuple[list[int], list[int]]:
+    """(points to search first, one by one; the rest). The first are, per table group, the point
+    with the largest budget: its instance sizes include every other point's, so once it is
+    searched the rest of the group finds all its tables in the cache."""
+    best: dict[tuple, int] = {}
+    for i, (_, req) in enumerate(points):
+        key = table_group(req)
+        if key not in best or req.max_cards > points[best[key]][1].max_cards:
+            best[key] = i
+    first = sorted(best.values())
+    return first, [i for i in range(len(points)) if i not in set(first)]
+
+
+class _Interrupted(Exception):
+    """A point's search was interrupted (its best-so-far is not an answer)."""
+
+
+def _search_point(values: dict[str, Value], request: PlanRequest, cache: TableCache) -> SweepPoint:
+    t0 = time.perf_counter()
+    try:
+        outcome = run_search(request, cache=cache)
+    except InfeasibleError as exc:
+        return SweepPoint(values, request, None, "infeasible", str(exc), time.perf_counter() - t0)
+    if outcome.status == "INTERRUPTED":
+        raise _Interrupted
+    return SweepPoint(
+        values, request, outcome.plans[0], "ok", "", time.perf_counter() - t0, outcome.status
+    )
+
+
+# What forked workers inherit from the parent: the points and the warmed cache (copy-on-write:
+# the tables are not pickled). Set just before the workers are forked.
+_FORKED: tuple[list[tuple[dict[str, Value], PlanRequest]], TableCache] | None = None
+
+
+def _quiet_worker() -> None:
+    """Workers leave Ctrl-C to the parent (which terminates them) and die quietly on SIGTERM."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _forked_point(i: int) -> tuple[int, SweepPoint, int, int]:
+    """Search point i in a forked worker: (i, the point, cache hits, cache misses it caused)."""
+    assert _FORKED is not None
+    points, cache = _FORKED
+    hits, misses = cache.hits, cache.misses
+    point = _search_point(*points[i], cache)
+    return i, point, cache.hits - hits, cache.misses - misses
+
+
+def can_fork() -> bool:
+    """Forked workers inherit the cost tables for free; only where fork is the safe default."""
+    return sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
+
+
 def run_sweep(
     points: list[tuple[dict[str, Value], PlanRequest]],
     axes: list[SweepAxis],
     fixed: dict[str, Value] | None = None,
     progress: Progress | None = None,
     cache: TableCache | None = None,
+    jobs: int = 1,
 ) -> SweepResult:
     """Search every point with one shared TableCache; infeasible points become rows.
 
     Every point's request is checked (specs load, context length) before the first search, so a
-    bad value fails the sweep at once rather than after minutes of work. An interrupt (Ctrl-C,
-    SIGTERM) stops the sweep: the points before it are returned with `interrupted` set.
+    bad value fails the sweep at once rather than after minutes of work.
+
+    With `jobs` > 1, the first point of every table group is searched alone, which costs the
+    group's tables once; then the other points are searched `jobs` at a time: by forked worker
+    processes that inherit the warmed cache (Linux), else by threads sharing it (numpy and CP-SAT
+    release the GIL, the rest of a search does not, so threads gain less). Results do not depend
+    on `jobs`; `progress(done, total, values)` follows completion.
+
+    An interrupt (Ctrl-C, SIGTERM) stops the sweep: the points finished by then are returned, in
+    order, with `interrupted` set.
     """
+    global _FORKED
     start = time.perf_counter()
     for _, request in points:
         make_context(request)
-    cache = cache if cache is not None else TableCache()
-    out: list[SweepPoint] = []
-    for i, (values, request) in enumerate(points):
+    cache = cache if cache is not None else SharedTableCache()
+    results: list[SweepPoint | None] = [None] * len(points)
+    first, rest = warm_first(points) if jobs > 1 else (list(range(len(points))), [])
+    done = 0
+    interrupted = False
+    extra_hits = extra_misses = 0
+
+    def finished(i: int, point: SweepPoint) -> None:
+        nonlocal done
+        # a forked worker's point carries its own unpickled copy of the request: keep ours
+        results[i] = replace(point, values=points[i][0], request=points[i][1])
+        done += 1
         if progress:
-            progress(i, len(points), values)
-        t0 = time.perf_counter()
-        try:
-            outcome = run_search(request, cache=cache)
-        except InfeasibleError as exc:
-            out.append(
-                SweepPoint(values, request, None, "infeasible", str(exc), time.perf_counter() - t0)
-            )
-            continue
-        except KeyboardInterrupt:
-            interrupted = True
-            break
-        if outcome.status == "INTERRUPTED":
-            # the point's best-so-far is not a proven answer: stop the sweep at the points before it
-            interrupted = True
-            break
-        out.append(
-            SweepPoint(
-                values,
-                request,
-                outcome.plans[0],
-                "ok",
-                "",
-                time.perf_counter() - t0,
-                outcome.status,
-            )
-        )
-    else:
-        interrupted = False
-    if progress and not interrupted:
-        progress(len(points), len(points), {})
+            progress(done, len(points), point.values)
+
+    pool: Any = None
+    completed = False
+    try:
+        for i in first:
+            finished(i, _search_point(*points[i], cache))
+        if rest and can_fork():
+            _FORKED = (points, cache)
+            pool = multiprocessing.get_context("fork").Pool(min(jobs, len(rest)), _quiet_worker)
+            for i, point, hits, misses in pool.imap_unordered(_forked_point, rest):
+                extra_hits, extra_misses = extra_hits + hits, extra_misses + misses
+                finished(i, point)
+        elif rest:
+            pool = ThreadPoolExecutor(max_workers=jobs)
+            futures = {pool.submit(_search_point, *points[i], cache): i for i in rest}
+            for fut in as_completed(futures):
+                finished(futures[fut], fut.result())
+        completed = True
+    except (KeyboardInterrupt, _Interrupted):
+        interrupted = True
+    finally:
+        _FORKED = None
+        if isinstance(pool, ThreadPoolExecutor):
+            # stopped early: drop the queued points; the running ones end within a point's time
+            pool.shutdown(wait=completed, cancel_futures=True)
+        elif pool is not None:
+            if completed:
+                pool.close()
+            else:
+                pool.terminate()
+            pool.join()
     return SweepResult(
         axes,
-        out,
-        cache.hits,
-        cache.misses,
+        [p for p in results if p is not None],
+        cache.hits + extra_hits,
+        cache.misses + extra_misses,
         time.perf_counter() - start,
         dict(fixed or {}),
         interrupted,

@@ -14,29 +14,24 @@ from planner.specs.plan import Plan, check_plan
 
 def plan_problems(plan: Plan, prediction: Prediction) -> list[str]:
     """Broken rules of a scored plan: HBM overflow, missed SLOs (tiling is checked before)."""
-    problems = []
     slo = plan.slo
-    if prediction.colocated is not None:
-        c = prediction.colocated
-        if not c.fits_hbm:
-            problems.append(f"colocated HBM {c.hbm_bytes_per_device} B exceeds {c.hbm_capacity_bytes} B")
-        if slo and slo.tpot_ms is not None and c.tpot_ms > slo.tpot_ms + 1e-9:
-            problems.append(f"colocated TPOT {c.tpot_ms} ms exceeds the SLO {slo.tpot_ms} ms")
-        if slo and slo.ttft_ms is not None and c.ttft_ms > slo.ttft_ms + 1e-9:
-            problems.append(f"colocated TTFT {c.ttft_ms} ms exceeds the SLO {slo.ttft_ms} ms")
-        return problems
-    if prediction.decode is not None:
-        d = prediction.decode
-        if not d.fits_hbm:
-            problems.append(f"decode HBM {d.hbm_bytes_per_device} B exceeds {d.hbm_capacity_bytes} B")
-        if slo and slo.tpot_ms is not None and d.tpot_ms > slo.tpot_ms + 1e-9:
-            problems.append(f"decode TPOT {d.tpot_ms} ms exceeds the SLO {slo.tpot_ms} ms")
-    if prediction.prefill is not None:
-        p = prediction.prefill
-        if not p.fits_hbm:
-            problems.append(f"prefill HBM {p.hbm_bytes_per_device} B exceeds {p.hbm_capacity_bytes} B")
-        if slo and slo.ttft_ms is not None and p.ttft_ms > slo.ttft_ms + 1e-9:
-            problems.append(f"prefill TTFT {p.ttft_ms} ms exceeds the SLO {slo.ttft_ms} ms")
+    tpot = slo.tpot_ms if slo else None
+    ttft = slo.ttft_ms if slo else None
+    blocks = (
+        [("colocated", prediction.colocated, tpot, ttft)]
+        if prediction.colocated is not None
+        else [("decode", prediction.decode, tpot, None), ("prefill", prediction.prefill, None, ttft)]
+    )
+    problems = []
+    for name, block, tpot_slo, ttft_slo in blocks:
+        if block is None:
+            continue
+        if not block.fits_hbm:
+            problems.append(f"{name} HBM {block.hbm_bytes_per_device} B exceeds {block.hbm_capacity_bytes} B")
+        if tpot_slo is not None and block.tpot_ms > tpot_slo + 1e-9:  # type: ignore[union-attr]
+            problems.append(f"{name} TPOT {block.tpot_ms} ms exceeds the SLO {tpot_slo} ms")  # type: ignore[union-attr]
+        if ttft_slo is not None and block.ttft_ms > ttft_slo + 1e-9:  # type: ignore[union-attr]
+            problems.append(f"{name} TTFT {block.ttft_ms} ms exceeds the SLO {ttft_slo} ms")  # type: ignore[union-attr]
     return problems
 
 

@@ -193,3 +193,32 @@ def test_sweep_bad_values_exit_2_naming_the_flag(args, message):
     r = run_cli("sweep", *args)
     assert r.exit_code == 2, r.output
     assert message in r.output and "Traceback" not in r.output
+
+
+def test_sweep_results_do_not_depend_on_jobs():
+    args = ("sweep", "--tpot-ms", "10,40,70,100", "--hardware", "a2,cm384", "--max-cards", "32")
+    one = run_cli(*args, "--phase", "decode", "--jobs", "1", "--csv", "-")
+    two = run_cli(*args, "--phase", "decode", "--jobs", "2", "--csv", "-")
+    assert one.exit_code == 0 and two.exit_code == 0, one.output + two.output
+    assert one.output == two.output and one.output.count("\n") == 9
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_an_interrupted_sweep_keeps_the_points_done(jobs):
+    from planner.search.request import PlanRequest
+    from planner.search.sweep import SweepAxis, run_sweep
+    from planner.specs.plan import SLO
+
+    axis = SweepAxis("tpot-ms", (40.0, 60.0, 80.0, 100.0, 120.0, 140.0))
+    points = [
+        ({"tpot-ms": t}, PlanRequest(phase="decode", max_cards=16, top=1, slo=SLO(tpot_ms=t)))
+        for t in axis.values
+    ]
+
+    def progress(done, total, values):
+        if done == 2:
+            raise KeyboardInterrupt
+
+    result = run_sweep(points, [axis], progress=progress, jobs=jobs)
+    assert result.interrupted and len(result.points) == 2
+    assert all(p.status == "ok" for p in result.points)
