@@ -51,6 +51,23 @@ class ColocatedCandidate:
         return self.decode.devices
 
 
+def _prefill_phase(dt: PhaseTables, idx: tuple[int, ...], batch_tokens: int, mb: int) -> PrefillPlan:
+    """The prefill section of a colocated instance with the decode layouts `idx`."""
+    opts = dt.options
+    layouts: dict = {"attention": opts.attention[idx[0]], "lm_head": opts.lm_head[idx[3]]}
+    if opts.dense_ffn:
+        layouts["dense_ffn"] = opts.dense_ffn[idx[1]]
+    if opts.moe:
+        layouts.update(moe=opts.moe[idx[2]].moe, shared_expert=opts.moe[idx[2]].shared)
+    return PrefillPlan(devices=dt.devices, batch_tokens=batch_tokens, micro_batches=mb, **layouts)
+
+
+def _one_request_prefill_mib(ctx: CostContext, dt: PhaseTables) -> int:
+    """MiB of KV cache and activations one prompt needs in prefill (first layouts of the size)."""
+    use = prefill_hbm(ctx, _prefill_phase(dt, (0, 0, 0, 0), ctx.workload.input_tokens, 1))
+    return int(math.ceil(float(use.breakdown_bytes["kv_cache"][0] + use.breakdown_bytes["activations"][0]) / MIB))
+
+
 def colocated_candidates(
     ctx: CostContext,
     dt: PhaseTables,
@@ -60,19 +77,22 @@ def colocated_candidates(
     tpot_slo_us: int | None,
     ttft_slo_us: int | None,
     keep: int,
-    top_combos: int = 8,
+    top_combos: int = 32,
 ) -> list[ColocatedCandidate]:
     """The `keep` best colocated instances of one size (see the module docstring)."""
     n = dt.devices
     xs = dt.x_values.astype(np.int64)
     rs = pt.x_values.astype(np.int64)
     n_att = len(dt.options.attention)
+    # decode layouts are ranked with the HBM of a one-request prefill batch set aside, so that
+    # layouts leaving room for prefill are not crowded out by pure-decode ones
+    reserve = _one_request_prefill_mib(ctx, dt)
     scores, per_k = [], []
     for j in range(len(dt.k_values)):
         e = int(np.floor(dt.emitted[j] * EMITTED_SCALE + 1e-9))
         step = _combine([di.time_us[mod][:, j, :] for mod in MODULES]) + di.const_us[j][None, None, None, None, :]
         hbm = _combine([di.hbm_mib[mod][:, j, :] for mod in MODULES])
-        ok = hbm <= di.hbm_capacity_mib
+        ok = hbm + reserve <= di.hbm_capacity_mib
         if tpot_slo_us is not None:
             ok &= step * EMITTED_SCALE <= tpot_slo_us * e
         ratio = np.where(ok, (xs * e) / np.maximum(step, 1), -1.0)
@@ -102,10 +122,7 @@ def colocated_candidates(
                                       * (1.0 - 1.0 / (mb * ctx.model.num_layers)) * OVERLAP_SCALE))
                 hidden = (factor * np.minimum(comp, comm)) // OVERLAP_SCALE
             forward = (comp + comm + mb * fixed - hidden).astype(float)  # [R]
-            layouts = {"attention": opts.attention[idx[0]], "dense_ffn": dense, "lm_head": opts.lm_head[idx[3]]}
-            if moe is not None:
-                layouts.update(moe=moe.moe, shared_expert=moe.shared)
-            phase = PrefillPlan(devices=n, batch_tokens=w.input_tokens, micro_batches=mb, **layouts)
+            phase = _prefill_phase(dt, idx, w.input_tokens, mb)
             use = prefill_hbm(ctx, phase, rs * w.input_tokens)
             extra = np.ceil((use.breakdown_bytes["kv_cache"] + use.breakdown_bytes["activations"]) / MIB)
             rate, _, tpot, ttft = colocated_rate_and_latency(

@@ -288,7 +288,8 @@ def sweep(
         result = _run_with_progress(points, axes, fixed, jobs)
         rows = sweep_rows(result)
         if result.interrupted:
-            console.print(sweep_table(result, rows))
+            if result.points:
+                console.print(sweep_table(result, rows))
             err_console.print(
                 f"interrupted: {len(result.points)} of {len(points)} points done (above); no file "
                 "was written."

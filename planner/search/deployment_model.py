@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
 
 from ortools.sat.python import cp_model
 
@@ -90,6 +93,7 @@ class DeploymentModel:
         self.target = target_rate_milli
         self.distinct_sizes = distinct_sizes
         self._partial: Deployment | None = None  # best deployment of the solve in progress
+        self._excluded: list[Deployment] = []
         self.model = cp_model.CpModel()
         self._create_variables()
         self._add_choice_constraints()
@@ -210,14 +214,18 @@ class DeploymentModel:
             m.clear_objective()
             fix.proto.clear_linear()  # drop the temporary bound
             return self._read(solver), proven and status == cp_model.OPTIMAL, solves
-        # Dinkelbach on rate / devices
-        m.maximize(self.rate * (self.budget + 1) - self.devices)
-        status, solver = self._run(deadline)
-        solves += 1
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return None, status == cp_model.INFEASIBLE, solves
-        proven = status == cp_model.OPTIMAL
-        self._partial = self._read(solver)
+        # Dinkelbach on rate / devices, from a good feasible start when one is cheap to find
+        start = self._heuristic_start()
+        if start is not None:
+            self._partial, proven = start, True
+        else:
+            m.maximize(self.rate * (self.budget + 1) - self.devices)
+            status, solver = self._run(deadline)
+            solves += 1
+            if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                return None, status == cp_model.INFEASIBLE, solves
+            proven = status == cp_model.OPTIMAL
+            self._partial = self._read(solver)
         try:
             return self._dinkelbach(self._partial, proven, solves, deadline)
         except KeyboardInterrupt:
@@ -264,8 +272,66 @@ class DeploymentModel:
             + sum((offset + i) * v for i, v in enumerate(self.z))
         )
 
+    def _is_excluded(self, d: int | None, p: int | None, c: int | None) -> bool:
+        """Whether a choice of candidates is forbidden by an earlier `_exclude`."""
+        for old in self._excluded:
+            pairs = ((d, old.decode, self.decode), (p, old.prefill, self.prefill), (c, old.colocated, self.coloc))
+            if all(
+                (new is None) == (prev is None)
+                and (new is None or (cands[new].devices == cands[prev].devices if self.distinct_sizes else new == prev))
+                for new, prev, cands in pairs
+            ):
+                return True
+        return False
+
+    def _heuristic_start(self) -> Deployment | None:
+        """A good feasible deployment without the solver, to start Dinkelbach's rounds close to the
+        optimum: every candidate pair with up to 64 decode instances and just enough prefill."""
+        best: tuple[Fraction, Deployment] | None = None
+
+        def offer(dep: Deployment) -> None:
+            nonlocal best
+            if dep.devices <= 0 or dep.devices > self.budget:
+                return
+            if self._is_excluded(dep.decode, dep.prefill, dep.colocated):
+                return
+            ratio = Fraction(dep.rate_milli, dep.devices)
+            if best is None or ratio > best[0]:
+                best = (ratio, dep)
+
+        for c, cand in enumerate(self.coloc):
+            offer(Deployment(None, 0, None, 0, cand.rate_milli, cand.devices, c, 1))
+        if self.decode and not self.prefill:
+            for i, cand in enumerate(self.decode):
+                offer(Deployment(i, 1, None, 0, self.d_rate[i], cand.devices))
+        elif self.prefill and not self.decode:
+            for j, cand in enumerate(self.prefill):
+                offer(Deployment(None, 0, j, 1, self.p_rate[j], cand.devices))
+        elif self.decode and self.prefill:
+            sd = np.array([c.devices for c in self.decode])
+            sp = np.array([c.devices for c in self.prefill])
+            rd, rp = np.array(self.d_rate), np.array(self.p_rate)
+            n = np.arange(1, 65)[None, None, :]
+            m_need = np.maximum(1, -(-(n * rd[:, None, None]) // np.maximum(rp[None, :, None], 1)))
+            room = (self.budget - n * sd[:, None, None]) // sp[None, :, None]
+            m_cnt = np.minimum(m_need, room)
+            devices = n * sd[:, None, None] + m_cnt * sp[None, :, None]
+            rate = np.minimum(n * rd[:, None, None], m_cnt * rp[None, :, None])
+            ok = (m_cnt >= 1) & (devices <= self.budget) & (rate > 0)
+            score = np.where(ok, rate / np.maximum(devices, 1), -1.0)
+            flat = score.reshape(len(self.decode), len(self.prefill), -1)
+            order = np.argsort(-flat.max(axis=2), axis=None)
+            for pos in order[: 4 * (len(self._excluded) + 1)]:
+                i, j = divmod(int(pos), len(self.prefill))
+                k = int(np.argmax(flat[i, j]))
+                if flat[i, j, k] <= 0:
+                    break
+                offer(Deployment(i, k + 1, j, int(m_cnt[i, j, k]), int(rate[i, j, k]), int(devices[i, j, k])))
+        return best[1] if best is not None else None
+
     def _exclude(self, dep: Deployment) -> None:
         """Forbid this deployment's pair of instance sizes (or of configurations) from now on."""
+        self._excluded.append(dep)
         m = self.model
         groups = []
         for chosen, lits, cands in (

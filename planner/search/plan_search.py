@@ -51,6 +51,7 @@ from planner.specs.plan import DecodePlan, Plan, PrefillPlan
 from planner.specs.quantization import get_quantization
 
 KEEP_PER_SIZE = 3
+COLOCATED_SIZE_CUTOFF = 0.85
 Progress = Callable[[str, float], None]
 
 
@@ -313,7 +314,14 @@ def _colocated(ctx: CostContext, request: PlanRequest, dspace: PhaseSpace, pspac
     tpot = None if slo.tpot_ms is None else int(math.floor(slo.tpot_ms * 1000))
     ttft = None if slo.ttft_ms is None else int(math.floor(slo.ttft_ms * 1000))
     out: list[ColocatedCandidate] = []
-    for n in sorted(set(dspace.tables) & set(pspace.tables)):
+    # colocated instances spend most of their time decoding: only sizes whose best decode
+    # instance is within 15% (per device) of the best size's are worth costing
+    best_ratio: dict[int, float] = {}
+    for c in dspace.candidates:
+        best_ratio[c.devices] = max(best_ratio.get(c.devices, 0.0), c.num / c.den)
+    top = max(best_ratio.values(), default=0.0)
+    competitive = {n for n, r in best_ratio.items() if r >= COLOCATED_SIZE_CUTOFF * top}
+    for n in sorted(set(dspace.tables) & set(pspace.tables) & competitive):
         (dt, di), (pt, pi) = dspace.tables[n], pspace.tables[n]
         out.extend(colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep))
     return out

@@ -200,7 +200,8 @@ def test_sweep_results_do_not_depend_on_jobs():
     one = run_cli(*args, "--phase", "decode", "--jobs", "1", "--csv", "-")
     two = run_cli(*args, "--phase", "decode", "--jobs", "2", "--csv", "-")
     assert one.exit_code == 0 and two.exit_code == 0, one.output + two.output
-    assert one.output == two.output and one.output.count("\n") == 9
+    assert one.output == two.output
+    assert len([ln for ln in one.output.splitlines() if ln.startswith(("a2,", "cm384,"))]) == 8
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
@@ -222,3 +223,26 @@ def test_an_interrupted_sweep_keeps_the_points_done(jobs):
     result = run_sweep(points, [axis], progress=progress, jobs=jobs)
     assert result.interrupted and len(result.points) == 2
     assert all(p.status == "ok" for p in result.points)
+
+
+def test_sigterm_stops_a_sweep_cleanly(tmp_path):
+    """Workers included: exit 130, the points done are shown, no file, no traceback, no orphans."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "s.csv"
+    args = ["sweep", "--tpot-ms", "10:150:10", "--hardware", "cm384", "--max-cards", "384"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "planner", *args, "--csv", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr
+    assert "no file was written" in stderr and "Traceback" not in stderr + stdout
+    assert not out.exists() and not list(tmp_path.iterdir())
