@@ -10,7 +10,16 @@ import threading
 import typer
 
 from planner import __version__
-from planner.cli import catalog_cmd, evaluate_cmd, experts_cmd, fidelity_cmd, plan_cmd, schema_cmd, sweep_cmd, whatif_cmd
+from planner.cli import (
+    catalog_cmd,
+    evaluate_cmd,
+    experts_cmd,
+    fidelity_cmd,
+    plan_cmd,
+    schema_cmd,
+    sweep_cmd,
+    whatif_cmd,
+)
 
 app = typer.Typer(
     name="moeplan",

@@ -51,7 +51,7 @@ def _ok(flag: bool | None) -> Text:
 
 def _value(v: object) -> str:
     if v is None:
-        return "-"
+        return "unset"
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
