@@ -68,6 +68,29 @@ def _one_request_prefill_mib(ctx: CostContext, dt: PhaseTables) -> int:
     return int(math.ceil(float(use.breakdown_bytes["kv_cache"][0] + use.breakdown_bytes["activations"][0]) / MIB))
 
 
+def _forward_us(ctx: CostContext, pi: IntTables, idx: tuple[int, ...], mb: int) -> np.ndarray:
+    """Prefill forward (us) of the layouts `idx` over the requests-per-forward axis."""
+    comp = sum(pi.time_us[mod][i, 0, :] for mod, i in zip(MODULES, idx, strict=True))
+    comm = sum(pi.comm_us[mod][i, 0, :] for mod, i in zip(MODULES, idx, strict=True))
+    fixed = sum(int(pi.fixed_us[mod][i, 0, 0]) for mod, i in zip(MODULES, idx, strict=True))
+    hidden = 0
+    if mb > 1:
+        factor = int(np.floor(ctx.hw.overlap.prefill_micro_batch_efficiency.value
+                              * (1.0 - 1.0 / (mb * ctx.model.num_layers)) * OVERLAP_SCALE))
+        hidden = (factor * np.minimum(comp, comm)) // OVERLAP_SCALE
+    return (comp + comm + mb * fixed - hidden).astype(float)  # type: ignore[union-attr]
+
+
+def _prefill_extra_mib(ctx: CostContext, dt: PhaseTables, pt: PhaseTables, idx: tuple[int, ...], mb: int) -> np.ndarray:
+    """MiB of KV cache and activations of the prefill batch (memoised with the prefill tables)."""
+    key = ("colocated_extra", idx, mb)
+    if key not in pt.memo:
+        rs = pt.x_values.astype(np.int64)
+        use = prefill_hbm(ctx, _prefill_phase(dt, idx, ctx.workload.input_tokens, mb), rs * ctx.workload.input_tokens)
+        pt.memo[key] = np.ceil((use.breakdown_bytes["kv_cache"] + use.breakdown_bytes["activations"]) / MIB)
+    return pt.memo[key]
+
+
 def colocated_candidates(
     ctx: CostContext,
     dt: PhaseTables,
@@ -77,7 +100,7 @@ def colocated_candidates(
     tpot_slo_us: int | None,
     ttft_slo_us: int | None,
     keep: int,
-    top_combos: int = 32,
+    top_combos: int = 16,
 ) -> list[ColocatedCandidate]:
     """The `keep` best colocated instances of one size (see the module docstring)."""
     n = dt.devices
@@ -98,61 +121,71 @@ def colocated_candidates(
         ratio = np.where(ok, (xs * e) / np.maximum(step, 1), -1.0)
         scores.append(ratio.max(axis=-1))
         per_k.append((e, step, hbm))
-    out: list[ColocatedCandidate] = []
     w = ctx.workload
-    for pos in _top(np.stack(scores), top_combos):
-        j, idx = pos[0], pos[1:]
-        if idx[0] >= n_att:
+    chosen = [(pos[0], tuple(pos[1:])) for pos in _top(np.stack(scores), top_combos) if pos[1] < n_att]
+    if not chosen:
+        return []
+    # [C, B]: decode step and HBM of each chosen (combination, depth)
+    step_cb = np.stack([per_k[j][1][idx] for j, idx in chosen]).astype(float)
+    hbm_cb = np.stack([per_k[j][2][idx] for j, idx in chosen]).astype(float)
+    emitted_c = np.array([per_k[j][0] / EMITTED_SCALE for j, _ in chosen])
+    best_score = np.full(len(chosen), -1.0)
+    best_at: list[tuple | None] = [None] * len(chosen)
+    # a colocated TPOT is at least the pure decode TPOT, and a TTFT at least 1.5 forwards: cut the
+    # concurrency and batch axes to what could meet the SLOs at all
+    b_ok = hbm_cb + reserve <= di.hbm_capacity_mib
+    if tpot_slo_us is not None:
+        b_ok &= step_cb * EMITTED_SCALE <= tpot_slo_us * (emitted_c[:, None] * EMITTED_SCALE)
+    nb = int(np.flatnonzero(b_ok.any(axis=0)).max(initial=-1)) + 1
+    if nb == 0:
+        return []
+    step_cb, hbm_cb, xs = step_cb[:, :nb], hbm_cb[:, :nb], xs[:nb]
+    for mb in pt.k_values:
+        forward_cr = np.stack([_forward_us(ctx, pi, idx, mb) for _, idx in chosen])  # [C, R]
+        extra_cr = np.stack([_prefill_extra_mib(ctx, dt, pt, idx, mb) for _, idx in chosen])
+        nr = rs.size
+        if ttft_slo_us is not None:
+            nr = int(np.flatnonzero((1.5 * forward_cr <= ttft_slo_us).any(axis=0)).max(initial=-1)) + 1
+            if nr == 0:
+                continue
+        forward_cr, extra_cr, rs = forward_cr[:, :nr], extra_cr[:, :nr], pt.x_values.astype(np.int64)[:nr]
+        rate, _, tpot, ttft = colocated_rate_and_latency(
+            step_cb[:, :, None] / 1e6, emitted_c[:, None, None], n, xs[None, :, None].astype(float),
+            forward_cr[:, None, :] / 1e6, rs[None, None, :].astype(float), w.output_tokens,
+        )
+        ok = hbm_cb[:, :, None] + extra_cr[:, None, :] <= di.hbm_capacity_mib
+        if tpot_slo_us is not None:
+            ok &= tpot * 1e6 <= tpot_slo_us
+        if ttft_slo_us is not None:
+            ok &= ttft * 1e6 <= ttft_slo_us
+        score = np.where(ok, rate, -1.0).reshape(len(chosen), -1)
+        flat = score.argmax(axis=1)
+        for c, f in enumerate(flat):
+            value = float(score[c, f])
+            if value > 0 and value > best_score[c]:
+                b_i, r_i = np.unravel_index(int(f), (xs.size, rs.size))  # (rs: this pass's batch axis)
+                best_score[c] = value
+                best_at[c] = (int(b_i), int(rs[r_i]), mb, float(tpot[c, b_i, r_i]), float(ttft[c, b_i, r_i]),
+                              int(hbm_cb[c, b_i] + extra_cr[c, r_i]))
+    out: list[ColocatedCandidate] = []
+    opts = dt.options
+    for c, (j, idx) in enumerate(chosen):
+        if best_at[c] is None:
             continue
+        b_i, requests, mb, tpot_v, ttft_v, hbm_v = best_at[c]  # type: ignore[misc]
         e, step, hbm_d = per_k[j]
-        step_b = step[idx].astype(float)  # [B]
-        hbm_b = hbm_d[idx].astype(float)
-        emitted = e / EMITTED_SCALE
-        comp = sum(pi.time_us[mod][i, 0, :] for mod, i in zip(MODULES, idx, strict=True))
-        comm = sum(pi.comm_us[mod][i, 0, :] for mod, i in zip(MODULES, idx, strict=True))
-        fixed = sum(int(pi.fixed_us[mod][i, 0, 0]) for mod, i in zip(MODULES, idx, strict=True))
-        opts = dt.options
-        dense = opts.dense_ffn[idx[1]] if opts.dense_ffn else None
-        moe = opts.moe[idx[2]] if opts.moe else None
-        best: tuple | None = None
-        for mb in pt.k_values:
-            hidden = 0
-            if mb > 1:
-                factor = int(np.floor(ctx.hw.overlap.prefill_micro_batch_efficiency.value
-                                      * (1.0 - 1.0 / (mb * ctx.model.num_layers)) * OVERLAP_SCALE))
-                hidden = (factor * np.minimum(comp, comm)) // OVERLAP_SCALE
-            forward = (comp + comm + mb * fixed - hidden).astype(float)  # [R]
-            phase = _prefill_phase(dt, idx, w.input_tokens, mb)
-            use = prefill_hbm(ctx, phase, rs * w.input_tokens)
-            extra = np.ceil((use.breakdown_bytes["kv_cache"] + use.breakdown_bytes["activations"]) / MIB)
-            rate, _, tpot, ttft = colocated_rate_and_latency(
-                step_b[:, None] / 1e6, emitted, n, xs[:, None].astype(float), forward[None, :] / 1e6,
-                rs[None, :].astype(float), w.output_tokens,
-            )
-            ok = hbm_b[:, None] + extra[None, :] <= di.hbm_capacity_mib
-            if tpot_slo_us is not None:
-                ok &= tpot * 1e6 <= tpot_slo_us
-            if ttft_slo_us is not None:
-                ok &= ttft * 1e6 <= ttft_slo_us
-            score = np.where(ok, rate, -1.0)
-            flat = int(np.argmax(score))
-            b_i, r_i = np.unravel_index(flat, score.shape)
-            if score[b_i, r_i] > 0 and (best is None or score[b_i, r_i] > best[0]):
-                best = (float(score[b_i, r_i]), int(b_i), int(r_i), mb, float(tpot[b_i, r_i]),
-                        float(ttft[b_i, r_i]), int(hbm_b[b_i] + extra[r_i]))
-        if best is None:
-            continue
-        rate_v, b_i, r_i, mb, tpot_v, ttft_v, hbm_v = best
         s_us = int(step[idx + (b_i,)])
         decode = PhaseCandidate(
-            phase="decode", devices=n, attention=opts.attention[idx[0]], dense_ffn=dense, moe=moe,
+            phase="decode", devices=n, attention=opts.attention[idx[0]],
+            dense_ffn=opts.dense_ffn[idx[1]] if opts.dense_ffn else None,
+            moe=opts.moe[idx[2]] if opts.moe else None,
             lm_head=opts.lm_head[idx[3]], k=dt.k_values[j], x=int(xs[b_i]), time_us=s_us,
             latency_us=-(-s_us * EMITTED_SCALE // e), hbm_mib=int(hbm_d[idx + (b_i,)]),
-            hbm_capacity_mib=di.hbm_capacity_mib, num=int(xs[b_i]) * e, den=s_us, option_index=tuple(idx),
+            hbm_capacity_mib=di.hbm_capacity_mib, num=int(xs[b_i]) * e, den=s_us, option_index=idx,
         )
         out.append(ColocatedCandidate(
-            decode=decode, batch_requests=int(rs[r_i]), micro_batches=mb,
-            rate_milli=int(math.floor(rate_v * 1000)), tpot_us=int(math.ceil(tpot_v * 1e6)),
+            decode=decode, batch_requests=requests, micro_batches=mb,
+            rate_milli=int(math.floor(best_score[c] * 1000)), tpot_us=int(math.ceil(tpot_v * 1e6)),
             ttft_us=int(math.ceil(ttft_v * 1e6)), hbm_mib=hbm_v,
         ))
     out.sort(key=lambda c: (-c.rate_milli, c.decode.key()))

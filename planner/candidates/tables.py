@@ -13,7 +13,7 @@ evaluated in floating point.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -69,6 +69,9 @@ class PhaseTables:
     hbm_bytes: dict[str, np.ndarray]
     hbm_fixed_bytes: float
     emitted: np.ndarray
+    # derived arrays later stages compute from these tables and may reuse (they live as long as
+    # the tables, e.g. across the points of a sweep that shares a TableCache)
+    memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     def n_options(self, module: str) -> int:
         return int(self.time_s[module].shape[0])

@@ -10,6 +10,7 @@ import threading
 import typer
 
 from planner import __version__
+from planner.cli.common import keep_freed_memory
 from planner.cli import (
     catalog_cmd,
     evaluate_cmd,
@@ -69,6 +70,7 @@ def main() -> None:
     """
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
+    keep_freed_memory()
     try:
         app()
     except KeyboardInterrupt:

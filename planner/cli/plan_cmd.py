@@ -12,6 +12,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from planner.cli.common import console, err_console, run_guarded, write_text_atomic
 from planner.cli.options import imbalance_from_options, parse_int_list
 from planner.errors import BadInputError
+from planner.ranking.binding import why_line
 from planner.report.evaluate_report import evaluate_tables
 from planner.report.plan_report import plans_document, ranked_table
 from planner.report.vllm_ascend import emit_vllm_ascend
@@ -136,6 +137,7 @@ def print_outcome(outcome: SearchOutcome) -> None:
         f"{verdict}; {points:,} configurations costed, {outcome.solves} CP-SAT solves, "
         f"{outcome.seconds:.2f} s."
     )
+    console.print(why_line(outcome, index=0))
     best = outcome.plans[0]
     from planner.costmodel.prediction import Prediction
 

@@ -47,30 +47,7 @@ from planner.search.sweep import (
 from planner.specs.catalog import load_model
 
 SWEEP_HELP = "A value, a list a,b,c or a range start:stop:step (both ends included)."
-MALLOC_KEEP_BYTES = 1 << 30
 DEFAULT_JOBS = max(1, min(2, os.cpu_count() or 1))
-
-
-def keep_freed_memory() -> None:
-    """Ask glibc to keep freed memory for reuse instead of returning it to the system at once.
-
-    Every point of a sweep evaluates candidate tables as numpy temporaries of tens of MB. glibc
-    serves blocks that large with mmap and unmaps them when freed, so the next point page-faults
-    fresh zeroed pages again: on a 2-core machine that system time was ~40% of a sweep. Raising
-    the mmap and trim thresholds makes freed blocks reusable. Best effort: elsewhere (macOS,
-    musl) it does nothing.
-    """
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return
-    m_trim_threshold, m_mmap_threshold = -1, -3
-    mallopt(m_mmap_threshold, MALLOC_KEEP_BYTES)
-    mallopt(m_trim_threshold, MALLOC_KEEP_BYTES)
 
 
 def _title(result: SweepResult, metric: str) -> str:
@@ -226,7 +203,6 @@ def sweep(
     def body() -> None:
         from planner.report.plot import plot_format
 
-        keep_freed_memory()
         fmt = plot_format(plot) if plot is not None else None
         if sum(1 for o in (csv_out, json_out) if o is not None and str(o) == "-") > 1:
             raise BadInputError(

@@ -51,7 +51,7 @@ from planner.specs.plan import DecodePlan, Plan, PrefillPlan
 from planner.specs.quantization import get_quantization
 
 KEEP_PER_SIZE = 3
-COLOCATED_SIZE_CUTOFF = 0.85
+COLOCATED_SIZE_CUTOFF = 0.9
 Progress = Callable[[str, float], None]
 
 
@@ -315,7 +315,7 @@ def _colocated(ctx: CostContext, request: PlanRequest, dspace: PhaseSpace, pspac
     ttft = None if slo.ttft_ms is None else int(math.floor(slo.ttft_ms * 1000))
     out: list[ColocatedCandidate] = []
     # colocated instances spend most of their time decoding: only sizes whose best decode
-    # instance is within 15% (per device) of the best size's are worth costing
+    # instance is within 10% (per device) of the best size's are worth costing
     best_ratio: dict[int, float] = {}
     for c in dspace.candidates:
         best_ratio[c.devices] = max(best_ratio.get(c.devices, 0.0), c.num / c.den)
