@@ -51,8 +51,10 @@ def _pct(values: np.ndarray) -> str:
 
 
 def bench_cli(repeat: int) -> None:
-    print("== `moeplan experts` end to end (process start to exit; median of "
-          f"{repeat} runs; loads from a .npy file, map written with --out) ==")
+    print(
+        "== `moeplan experts` end to end (process start to exit; median of "
+        f"{repeat} runs; loads from a .npy file, map written with --out) =="
+    )
     cmd = _command()
     with tempfile.TemporaryDirectory() as tmp:
         for trace in TRACES:
@@ -63,20 +65,30 @@ def bench_cli(repeat: int) -> None:
                 for _ in range(repeat):
                     start = time.perf_counter()
                     out = subprocess.run(
-                        [*cmd, "experts", "--loads", str(path), "--devices", str(devices),
-                         "--slots-per-device", str(slots), "--out", str(Path(tmp) / "map.json")],
-                        capture_output=True, text=True, env={**os.environ, "COLUMNS": "120"},
+                        [
+                            *cmd,
+                            "experts",
+                            "--loads",
+                            str(path),
+                            "--devices",
+                            str(devices),
+                            "--slots-per-device",
+                            str(slots),
+                            "--out",
+                            str(Path(tmp) / "map.json"),
+                        ],
+                        capture_output=True,
+                        text=True,
+                        env={**os.environ, "COLUMNS": "120"},
                     )
                     times.append(time.perf_counter() - start)
                     if out.returncode != 0:
                         raise SystemExit(f"moeplan experts failed: {out.stderr}")
-                print(f"  {trace:14s} {devices:3d} devices x {slots} slots: "
-                      f"{statistics.median(times):.2f} s")
+                print(f"  {trace:14s} {devices:3d} devices x {slots} slots: {statistics.median(times):.2f} s")
 
 
 def bench_nodes(repeat: int) -> None:
-    print("\n== group-limited routing: DeepSeek-V3 (8 groups, top-4 groups, top-8), 32 devices x 9 "
-          "slots on 4 nodes ==")
+    print("\n== group-limited routing: DeepSeek-V3 (8 groups, top-4 groups, top-8), 32 devices x 9 slots on 4 nodes ==")
     routing = Routing(experts_per_token=8, n_group=8, topk_group=4)
     cmd = _command()
     with tempfile.TemporaryDirectory() as tmp:
@@ -88,9 +100,22 @@ def bench_nodes(repeat: int) -> None:
             for _ in range(repeat):
                 start = time.perf_counter()
                 out = subprocess.run(
-                    [*cmd, "experts", "--loads", str(path), "--devices", "32",
-                     "--slots-per-device", "9", "--nodes", "4", "--model", "deepseek-v3"],
-                    capture_output=True, text=True,
+                    [
+                        *cmd,
+                        "experts",
+                        "--loads",
+                        str(path),
+                        "--devices",
+                        "32",
+                        "--slots-per-device",
+                        "9",
+                        "--nodes",
+                        "4",
+                        "--model",
+                        "deepseek-v3",
+                    ],
+                    capture_output=True,
+                    text=True,
                 )
                 times.append(time.perf_counter() - start)
                 if out.returncode != 0:
@@ -101,18 +126,23 @@ def bench_nodes(repeat: int) -> None:
             greedy = global_placement(loads, 32, 9)
             bound = lower_bound(loads, 32, 9)
             print(f"  {trace:14s} end to end {statistics.median(times):.2f} s")
-            for name, placement in (("moeplan (nodes=4)", ours), ("moeplan (nodes=1)", flat),
-                                    ("EPLB hierarchical", hier), ("EPLB greedy", greedy)):
+            for name, placement in (
+                ("moeplan (nodes=4)", ours),
+                ("moeplan (nodes=1)", flat),
+                ("EPLB hierarchical", hier),
+                ("EPLB greedy", greedy),
+            ):
                 gap = imbalance(loads, placement) / bound - 1
                 reach = nodes_per_token(loads, placement, 4, routing)
-                print(f"    {name:18s} above bound {_pct(gap)}   nodes per token "
-                      f"{reach.mean():.3f}")
+                print(f"    {name:18s} above bound {_pct(gap)}   nodes per token {reach.mean():.3f}")
 
 
 def bench_quality() -> None:
     print("\n== imbalance above the lower bound, median / worst layer (58 layers x 256 experts) ==")
-    print(f"  {'trace':14s} {'layout':>8s} {'EPLB greedy':>20s} {'moeplan':>20s} "
-          f"{'moeplan vs slot-aware':>22s} {'search':>8s} {'per layer':>9s}")
+    print(
+        f"  {'trace':14s} {'layout':>8s} {'EPLB greedy':>20s} {'moeplan':>20s} "
+        f"{'moeplan vs slot-aware':>22s} {'search':>8s} {'per layer':>9s}"
+    )
     for trace in TRACES:
         loads = generate_loads(trace, 58, 256, seed=0)
         for devices, slots in QUALITY_LAYOUTS:
@@ -123,9 +153,11 @@ def bench_quality() -> None:
             search_s = time.perf_counter() - start
             ours = imbalance(loads, result.placement)
             greedy = imbalance(loads, global_placement(loads, devices, slots))
-            print(f"  {trace:14s} {devices:3d}x{slots:<4d} {_pct(greedy / bound - 1):>20s} "
-                  f"{_pct(ours / bound - 1):>20s} {_pct(ours / aware - 1):>22s} "
-                  f"{search_s:7.2f}s {search_s / 58 * 1e3:7.1f}ms")
+            print(
+                f"  {trace:14s} {devices:3d}x{slots:<4d} {_pct(greedy / bound - 1):>20s} "
+                f"{_pct(ours / bound - 1):>20s} {_pct(ours / aware - 1):>22s} "
+                f"{search_s:7.2f}s {search_s / 58 * 1e3:7.1f}ms"
+            )
 
 
 def bench_fast(repeat: int) -> None:
@@ -140,8 +172,10 @@ def bench_fast(repeat: int) -> None:
                 fast = imbalance_for(loads, devices, slots)
                 times.append(time.perf_counter() - start)
             full = imbalance(loads, optimize_placement(loads, devices, slots).placement)
-            print(f"  {trace:14s} {devices:3d}x{slots:<4d} {statistics.median(times) * 1e3:6.1f}ms "
-                  f"{_pct(fast / full - 1):>30s}")
+            print(
+                f"  {trace:14s} {devices:3d}x{slots:<4d} {statistics.median(times) * 1e3:6.1f}ms "
+                f"{_pct(fast / full - 1):>30s}"
+            )
 
 
 def main() -> None:

@@ -20,8 +20,14 @@ import time
 
 CASES = [
     ("a2, <= 64 cards (target <= 1.5 s)", ["--hardware", "a2", "--max-cards", "64"]),
-    ("cm384, <= 384 cards (target <= 3 s, optimal)", ["--hardware", "cm384", "--max-cards", "384", "--tpot-ms", "50"]),
-    ("8 x CM384 = 3,072 cards (target <= 15 s)", ["--hardware", "cm384", "--max-cards", "3072", "--tpot-ms", "50"]),
+    (
+        "cm384, <= 384 cards (target <= 3 s, optimal)",
+        ["--hardware", "cm384", "--max-cards", "384", "--tpot-ms", "50"],
+    ),
+    (
+        "8 x CM384 = 3,072 cards (target <= 15 s)",
+        ["--hardware", "cm384", "--max-cards", "3072", "--tpot-ms", "50"],
+    ),
 ]
 SCALING = [16, 64, 384, 3072]
 

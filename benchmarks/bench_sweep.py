@@ -68,9 +68,7 @@ def plan_flags(pairs: list[str]) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--repeat", type=int, default=3, help="runs per command (median is printed)"
-    )
+    parser.add_argument("--repeat", type=int, default=3, help="runs per command (median is printed)")
     repeat = parser.parse_args().repeat
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"moeplan sweep / whatif, end to end, {os.cpu_count()} cores, load average {load:.2f}")

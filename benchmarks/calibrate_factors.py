@@ -47,13 +47,17 @@ def main(machine: str) -> None:
     if not rows:
         raise SystemExit(f"no published rows run on '{machine}'")
     shipped = rows[0][1].hw
-    print(f"{machine}: {len(rows)} rows; shipped factors matmul "
-          f"{shipped.efficiency.matmul.value}, hbm {shipped.efficiency.hbm_bandwidth.value}, "
-          f"link {shipped.efficiency.link_bandwidth.value}")
+    print(
+        f"{machine}: {len(rows)} rows; shipped factors matmul "
+        f"{shipped.efficiency.matmul.value}, hbm {shipped.efficiency.hbm_bandwidth.value}, "
+        f"link {shipped.efficiency.link_bandwidth.value}"
+    )
     for row, specs in rows:
         res = evaluate_row(row, specs=specs)
-        print(f"  {row.id:14s} predicted {res.predicted:9.1f}  published {row.published:8.1f}  "
-              f"error {res.error:+6.1%}  (tolerance {row.tolerance:.0%})")
+        print(
+            f"  {row.id:14s} predicted {res.predicted:9.1f}  published {row.published:8.1f}  "
+            f"error {res.error:+6.1%}  (tolerance {row.tolerance:.0%})"
+        )
     grid = np.round(np.arange(0.35, 0.86, 0.05), 2)
     fits = []
     for mm, hbm, link in itertools.product(grid, grid, grid):

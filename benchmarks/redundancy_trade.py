@@ -22,9 +22,14 @@ import numpy as np
 from planner.placement import generate_loads
 
 CASES = [
-    ("a2, 32 devices, TPOT <= 100 ms", ["--hardware", "a2", "--decode-devices", "32", "--tpot-ms", "100"]),
-    ("cm384, 288 dies, TPOT <= 50 ms", ["--hardware", "cm384", "--decode-devices", "288", "--max-cards", "144",
-                                        "--tpot-ms", "50"]),
+    (
+        "a2, 32 devices, TPOT <= 100 ms",
+        ["--hardware", "a2", "--decode-devices", "32", "--tpot-ms", "100"],
+    ),
+    (
+        "cm384, 288 dies, TPOT <= 50 ms",
+        ["--hardware", "cm384", "--decode-devices", "288", "--max-cards", "144", "--tpot-ms", "50"],
+    ),
 ]
 
 
@@ -36,18 +41,33 @@ def main(spec: str) -> None:
         print(f"trace {spec}: 58 layers x 256 experts")
         for label, args in CASES:
             for extra in ("0", None):
-                cmd = [sys.executable, "-m", "planner", "plan", "--phase", "decode", "--top", "1", "--loads", str(path),
-                       "--json", "-", *args]
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "planner",
+                    "plan",
+                    "--phase",
+                    "decode",
+                    "--top",
+                    "1",
+                    "--loads",
+                    str(path),
+                    "--json",
+                    "-",
+                    *args,
+                ]
                 if extra is not None:
                     cmd += ["--max-redundant-experts", extra]
                 out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
                 plan = json.loads(out)["plans"][0]
                 d, pd = plan["decode"], plan["predicted"]["decode"]
                 kind = "no redundant experts" if extra == "0" else "redundancy searched"
-                print(f"  {label:34s} {kind:22s}: EP{d['moe']['ep']} x {d['moe']['slots_per_device']} slots "
-                      f"({d['moe']['comm']}), imbalance {pd['moe_imbalance']:.3f}, B = {d['concurrency_per_device']} "
-                      f"(HBM allows {pd['max_concurrency_per_device']}), MTP {d['mtp_tokens']}, "
-                      f"{pd['tokens_per_s_per_card']:.0f} tokens/s per card")
+                print(
+                    f"  {label:34s} {kind:22s}: EP{d['moe']['ep']} x {d['moe']['slots_per_device']} slots "
+                    f"({d['moe']['comm']}), imbalance {pd['moe_imbalance']:.3f}, B = {d['concurrency_per_device']} "
+                    f"(HBM allows {pd['max_concurrency_per_device']}), MTP {d['mtp_tokens']}, "
+                    f"{pd['tokens_per_s_per_card']:.0f} tokens/s per card"
+                )
 
 
 if __name__ == "__main__":

@@ -18,7 +18,11 @@ def test_catalogs_are_found_from_another_directory(tmp_path):
 
 
 def test_cli_runs_from_another_directory(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "planner", "evaluate", "a2-d70", "--json"],
-                         capture_output=True, text=True, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-m", "planner", "evaluate", "a2-d70", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     assert '"tokens_per_s_per_card"' in out.stdout

@@ -73,10 +73,15 @@ def _forward_us(ctx: CostContext, pi: IntTables, idx: tuple[int, ...], mb: int) 
     comp = sum(pi.time_us[mod][i, 0, :] for mod, i in zip(MODULES, idx, strict=True))
     comm = sum(pi.comm_us[mod][i, 0, :] for mod, i in zip(MODULES, idx, strict=True))
     fixed = sum(int(pi.fixed_us[mod][i, 0, 0]) for mod, i in zip(MODULES, idx, strict=True))
-    hidden = 0
+    hidden: np.ndarray | int = 0
     if mb > 1:
-        factor = int(np.floor(ctx.hw.overlap.prefill_micro_batch_efficiency.value
-                              * (1.0 - 1.0 / (mb * ctx.model.num_layers)) * OVERLAP_SCALE))
+        factor = int(
+            np.floor(
+                ctx.hw.overlap.prefill_micro_batch_efficiency.value
+                * (1.0 - 1.0 / (mb * ctx.model.num_layers))
+                * OVERLAP_SCALE
+            )
+        )
         hidden = (factor * np.minimum(comp, comm)) // OVERLAP_SCALE
     return (comp + comm + mb * fixed - hidden).astype(float)  # type: ignore[union-attr]
 
@@ -86,7 +91,11 @@ def _prefill_extra_mib(ctx: CostContext, dt: PhaseTables, pt: PhaseTables, idx: 
     key = ("colocated_extra", idx, mb)
     if key not in pt.memo:
         rs = pt.x_values.astype(np.int64)
-        use = prefill_hbm(ctx, _prefill_phase(dt, idx, ctx.workload.input_tokens, mb), rs * ctx.workload.input_tokens)
+        use = prefill_hbm(
+            ctx,
+            _prefill_phase(dt, idx, ctx.workload.input_tokens, mb),
+            rs * ctx.workload.input_tokens,
+        )
         pt.memo[key] = np.ceil((use.breakdown_bytes["kv_cache"] + use.breakdown_bytes["activations"]) / MIB)
     return pt.memo[key]
 
@@ -148,10 +157,19 @@ def colocated_candidates(
             nr = int(np.flatnonzero((1.5 * forward_cr <= ttft_slo_us).any(axis=0)).max(initial=-1)) + 1
             if nr == 0:
                 continue
-        forward_cr, extra_cr, rs = forward_cr[:, :nr], extra_cr[:, :nr], pt.x_values.astype(np.int64)[:nr]
+        forward_cr, extra_cr, rs = (
+            forward_cr[:, :nr],
+            extra_cr[:, :nr],
+            pt.x_values.astype(np.int64)[:nr],
+        )
         rate, _, tpot, ttft = colocated_rate_and_latency(
-            step_cb[:, :, None] / 1e6, emitted_c[:, None, None], n, xs[None, :, None].astype(float),
-            forward_cr[:, None, :] / 1e6, rs[None, None, :].astype(float), w.output_tokens,
+            step_cb[:, :, None] / 1e6,
+            emitted_c[:, None, None],
+            n,
+            xs[None, :, None].astype(float),
+            forward_cr[:, None, :] / 1e6,
+            rs[None, None, :].astype(float),
+            w.output_tokens,
         )
         ok = hbm_cb[:, :, None] + extra_cr[:, None, :] <= di.hbm_capacity_mib
         if tpot_slo_us is not None:
@@ -165,8 +183,14 @@ def colocated_candidates(
             if value > 0 and value > best_score[c]:
                 b_i, r_i = np.unravel_index(int(f), (xs.size, rs.size))  # (rs: this pass's batch axis)
                 best_score[c] = value
-                best_at[c] = (int(b_i), int(rs[r_i]), mb, float(tpot[c, b_i, r_i]), float(ttft[c, b_i, r_i]),
-                              int(hbm_cb[c, b_i] + extra_cr[c, r_i]))
+                best_at[c] = (
+                    int(b_i),
+                    int(rs[r_i]),
+                    mb,
+                    float(tpot[c, b_i, r_i]),
+                    float(ttft[c, b_i, r_i]),
+                    int(hbm_cb[c, b_i] + extra_cr[c, r_i]),
+                )
     out: list[ColocatedCandidate] = []
     opts = dt.options
     for c, (j, idx) in enumerate(chosen):
@@ -176,17 +200,32 @@ def colocated_candidates(
         e, step, hbm_d = per_k[j]
         s_us = int(step[idx + (b_i,)])
         decode = PhaseCandidate(
-            phase="decode", devices=n, attention=opts.attention[idx[0]],
+            phase="decode",
+            devices=n,
+            attention=opts.attention[idx[0]],
             dense_ffn=opts.dense_ffn[idx[1]] if opts.dense_ffn else None,
             moe=opts.moe[idx[2]] if opts.moe else None,
-            lm_head=opts.lm_head[idx[3]], k=dt.k_values[j], x=int(xs[b_i]), time_us=s_us,
-            latency_us=-(-s_us * EMITTED_SCALE // e), hbm_mib=int(hbm_d[idx + (b_i,)]),
-            hbm_capacity_mib=di.hbm_capacity_mib, num=int(xs[b_i]) * e, den=s_us, option_index=idx,
+            lm_head=opts.lm_head[idx[3]],
+            k=dt.k_values[j],
+            x=int(xs[b_i]),
+            time_us=s_us,
+            latency_us=-(-s_us * EMITTED_SCALE // e),
+            hbm_mib=int(hbm_d[idx + (b_i,)]),
+            hbm_capacity_mib=di.hbm_capacity_mib,
+            num=int(xs[b_i]) * e,
+            den=s_us,
+            option_index=idx,
         )
-        out.append(ColocatedCandidate(
-            decode=decode, batch_requests=requests, micro_batches=mb,
-            rate_milli=int(math.floor(best_score[c] * 1000)), tpot_us=int(math.ceil(tpot_v * 1e6)),
-            ttft_us=int(math.ceil(ttft_v * 1e6)), hbm_mib=hbm_v,
-        ))
+        out.append(
+            ColocatedCandidate(
+                decode=decode,
+                batch_requests=requests,
+                micro_batches=mb,
+                rate_milli=int(math.floor(best_score[c] * 1000)),
+                tpot_us=int(math.ceil(tpot_v * 1e6)),
+                ttft_us=int(math.ceil(ttft_v * 1e6)),
+                hbm_mib=hbm_v,
+            )
+        )
     out.sort(key=lambda c: (-c.rate_milli, c.decode.key()))
     return out[:keep]

@@ -43,7 +43,7 @@ class PhaseCandidate:
     hbm_capacity_mib: int
     num: int  # throughput ratio numerator (decode: B * emitted in thousandths; prefill: requests)
     den: int  # ... and denominator (the step or forward, us)
-    option_index: tuple[int, int, int, int]
+    option_index: tuple[int, ...]  # attention, dense FFN, MoE, LM head option indices
 
     @property
     def requests_per_s(self) -> float:
@@ -73,7 +73,12 @@ def undominated(arrays: list[np.ndarray]) -> np.ndarray:
 
 def _pruned(ints: IntTables, names: tuple[str, ...]) -> dict[str, np.ndarray]:
     """Per module, the option indices that survive dominance over the given tables."""
-    tables = {"time": ints.time_us, "comm": ints.comm_us, "fixed": ints.fixed_us, "hbm": ints.hbm_mib}
+    tables = {
+        "time": ints.time_us,
+        "comm": ints.comm_us,
+        "fixed": ints.fixed_us,
+        "hbm": ints.hbm_mib,
+    }
     out = {}
     for mod in MODULES:
         arrays = [tables[n][mod] for n in names]
@@ -86,14 +91,11 @@ def _combine(parts: list[np.ndarray]) -> np.ndarray:
     """Sum per-module arrays [n_o, X] into [A, F, M, L, X] by broadcasting."""
     a, f, m, l_ = parts
     return (
-        a[:, None, None, None, :]
-        + f[None, :, None, None, :]
-        + m[None, None, :, None, :]
-        + l_[None, None, None, :, :]
+        a[:, None, None, None, :] + f[None, :, None, None, :] + m[None, None, :, None, :] + l_[None, None, None, :, :]
     )
 
 
-def _option_lists(t: PhaseTables):
+def _option_lists(t: PhaseTables) -> tuple[list, list, list, list]:
     o = t.options
     return (
         o.attention,
@@ -103,8 +105,18 @@ def _option_lists(t: PhaseTables):
     )
 
 
-def _candidate(t: PhaseTables, ints: IntTables, idx: tuple[int, int, int, int], k: int, x: int, time_us: int,
-               latency_us: int, hbm: int, num: int, den: int) -> PhaseCandidate:
+def _candidate(
+    t: PhaseTables,
+    ints: IntTables,
+    idx: tuple[int, ...],
+    k: int,
+    x: int,
+    time_us: int,
+    latency_us: int,
+    hbm: int,
+    num: int,
+    den: int,
+) -> PhaseCandidate:
     att, dense, moe, head = _option_lists(t)
     return PhaseCandidate(
         phase=t.phase,
@@ -144,9 +156,10 @@ def decode_candidates(t: PhaseTables, ints: IntTables, tpot_slo_us: int | None, 
     kept = _pruned(ints, ("time", "hbm"))
     for j, k in enumerate(t.k_values):
         e = int(np.floor(t.emitted[j] * EMITTED_SCALE + 1e-9))
-        step = _combine([ints.time_us[mod][kept[mod], j, :] for mod in MODULES]) + ints.const_us[j][
-            None, None, None, None, :
-        ]
+        step = (
+            _combine([ints.time_us[mod][kept[mod], j, :] for mod in MODULES])
+            + ints.const_us[j][None, None, None, None, :]
+        )
         hbm = _combine([ints.hbm_mib[mod][kept[mod], j, :] for mod in MODULES])
         ok = hbm <= ints.hbm_capacity_mib
         if tpot_slo_us is not None:
@@ -166,14 +179,29 @@ def decode_candidates(t: PhaseTables, ints: IntTables, tpot_slo_us: int | None, 
         s = int(step[idx + (b,)])
         orig = tuple(int(kept[mod][i]) for mod, i in zip(MODULES, idx, strict=True))
         out.append(
-            _candidate(t, ints, orig, k, int(xs[b]), s, -(-s * EMITTED_SCALE // e), int(hbm[idx + (b,)]),
-                       int(xs[b]) * e, s)
+            _candidate(
+                t,
+                ints,
+                orig,
+                k,
+                int(xs[b]),
+                s,
+                -(-s * EMITTED_SCALE // e),
+                int(hbm[idx + (b,)]),
+                int(xs[b]) * e,
+                s,
+            )
         )
     return out
 
 
 def prefill_candidates(
-    t: PhaseTables, ints: IntTables, ttft_slo_us: int | None, keep: int, layers: int, overlap_efficiency: float
+    t: PhaseTables,
+    ints: IntTables,
+    ttft_slo_us: int | None,
+    keep: int,
+    layers: int,
+    overlap_efficiency: float,
 ) -> list[PhaseCandidate]:
     """The `keep` best prefill configurations of one instance size (each at its best batch)."""
     xs = t.x_values.astype(np.int64)
@@ -208,8 +236,20 @@ def prefill_candidates(
         r = int(r_idx[idx])
         f = int(forward[idx + (r,)])
         orig = tuple(int(kept[mod][i]) for mod, i in zip(MODULES, idx, strict=True))
-        out.append(_candidate(t, ints, orig, mb, int(xs[r]), f, int(ttft[idx + (r,)]), int(hbm[idx + (r,)]),
-                              int(xs[r]), f))
+        out.append(
+            _candidate(
+                t,
+                ints,
+                orig,
+                mb,
+                int(xs[r]),
+                f,
+                int(ttft[idx + (r,)]),
+                int(hbm[idx + (r,)]),
+                int(xs[r]),
+                f,
+            )
+        )
     return out
 
 
@@ -219,7 +259,9 @@ def lowest_latency_us(t: PhaseTables, ints: IntTables, layers: int = 1, overlap_
     if t.phase == "decode":
         for j in range(len(t.k_values)):
             e = int(np.floor(t.emitted[j] * EMITTED_SCALE + 1e-9))
-            step = _combine([ints.time_us[mod][:, j, :] for mod in MODULES]) + ints.const_us[j][None, None, None, None, :]
+            step = (
+                _combine([ints.time_us[mod][:, j, :] for mod in MODULES]) + ints.const_us[j][None, None, None, None, :]
+            )
             hbm = _combine([ints.hbm_mib[mod][:, j, :] for mod in MODULES])
             lat = np.where(hbm <= ints.hbm_capacity_mib, -(-step * EMITTED_SCALE // e), np.iinfo(np.int64).max)
             v = int(lat.min())

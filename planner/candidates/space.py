@@ -173,13 +173,9 @@ def moe_options(model: ModelSpec, devices: int, limits: SpaceLimits) -> list[MoE
     return out
 
 
-def size_options(
-    model: ModelSpec, hw: HardwareSpec, devices: int, phase: Phase, limits: SpaceLimits
-) -> SizeOptions:
+def size_options(model: ModelSpec, hw: HardwareSpec, devices: int, phase: Phase, limits: SpaceLimits) -> SizeOptions:
     """Every module's layout options for one instance size."""
-    dense = (
-        parallel_options(hw, devices, model.dense_intermediate_size) if model.num_dense_layers else []
-    )
+    dense = parallel_options(hw, devices, model.dense_intermediate_size) if model.num_dense_layers else []
     return SizeOptions(
         devices=devices,
         attention=attention_options(model, hw, devices, phase),

@@ -38,7 +38,6 @@ from planner.costmodel.modules import (
     moe_cost,
 )
 from planner.costmodel.prefill import kv_transfer_s
-from planner.specs.plan import AttentionLayout
 
 MODULES = ("attention", "dense_ffn", "moe", "lm_head")
 MAX_CONCURRENCY = 2048
@@ -153,13 +152,21 @@ def decode_tables(ctx: CostContext, opts: SizeOptions, k_values: list[int], b_va
     time_s = {
         "attention": stack(
             lambda o, t, q: attention_cost(ctx, o, t, q, ctx_len, ctx_len, decode=True),
-            opts.attention, m.num_layers, True,
+            opts.attention,
+            m.num_layers,
+            True,
         ),
         "dense_ffn": stack(
-            lambda o, t, q: dense_ffn_cost(ctx, o, t), opts.dense_ffn, m.num_dense_layers, m.moe is None
+            lambda o, t, q: dense_ffn_cost(ctx, o, t),
+            opts.dense_ffn,
+            m.num_dense_layers,
+            m.moe is None,
         ),
         "moe": stack(
-            lambda o, t, q: moe_cost(ctx, n, o.moe, o.shared, t, overlap), opts.moe, m.num_moe_layers, True
+            lambda o, t, q: moe_cost(ctx, n, o.moe, o.shared, t, overlap),
+            opts.moe,
+            m.num_moe_layers,
+            True,
         ),
         "lm_head": stack(lambda o, t, q: _head(ctx, o, t), opts.lm_head, 1, True),
     }
@@ -175,8 +182,8 @@ def decode_tables(ctx: CostContext, opts: SizeOptions, k_values: list[int], b_va
 
     kv_all = np.concatenate([kv_tokens_in_use(ctx, b, k) for k in k_values])
     hbm = {mod: np.zeros_like(time_s[mod]) for mod in MODULES}
-    for i, lay in enumerate(opts.attention):
-        hbm["attention"][i] = _sum_parts(attention_hbm(ctx, lay, tokens_all, kv_all)).reshape(nk, nb)
+    for i, att_lay in enumerate(opts.attention):
+        hbm["attention"][i] = _sum_parts(attention_hbm(ctx, att_lay, tokens_all, kv_all)).reshape(nk, nb)
     if m.num_dense_layers:
         for i, lay in enumerate(opts.dense_ffn):
             hbm["dense_ffn"][i] = _sum_parts(dense_ffn_hbm(ctx, lay, tokens_all)).reshape(nk, nb)
@@ -211,9 +218,7 @@ def _head(ctx: CostContext, layout, tokens: np.ndarray) -> ModuleCost:
 # ---- prefill -----------------------------------------------------------------------------------
 
 
-def prefill_tables(
-    ctx: CostContext, opts: SizeOptions, micro_batches: list[int], r_values: np.ndarray
-) -> PhaseTables:
+def prefill_tables(ctx: CostContext, opts: SizeOptions, micro_batches: list[int], r_values: np.ndarray) -> PhaseTables:
     """Float tables of a prefill instance: compute, communication and launch cost per module."""
     m, n = ctx.model, opts.devices
     r = r_values.astype(float)
@@ -225,7 +230,11 @@ def prefill_tables(
 
     def collect(fn, options, layers: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         size = max(1, len(options))
-        comp, comm_, fixed = np.zeros((size, 1, r.size)), np.zeros((size, 1, r.size)), np.zeros((size, 1, 1))
+        comp, comm_, fixed = (
+            np.zeros((size, 1, r.size)),
+            np.zeros((size, 1, r.size)),
+            np.zeros((size, 1, 1)),
+        )
         for i, opt in enumerate(options):
             c = fn(opt)
             comp[i, 0] = c.compute_s * layers
@@ -240,9 +249,7 @@ def prefill_tables(
             m.num_layers,
         ),
         "dense_ffn": collect(lambda o: dense_ffn_cost(ctx, o, t), opts.dense_ffn, m.num_dense_layers),
-        "moe": collect(
-            lambda o: _prefill_moe(ctx, n, o, t), opts.moe, m.num_moe_layers
-        ),
+        "moe": collect(lambda o: _prefill_moe(ctx, n, o, t), opts.moe, m.num_moe_layers),
         "lm_head": collect(lambda o: _prefill_head(ctx, o, t, requests_per_device), opts.lm_head, 1),
     }
     hbm = {mod: np.zeros((parts[mod][0].shape[0], len(micro_batches), r.size)) for mod in MODULES}
@@ -250,9 +257,9 @@ def prefill_tables(
         in_flight = bt / mb * min(2, mb)
         tok = in_flight / n
         logits = in_flight / w.input_tokens / n
-        for i, lay in enumerate(opts.attention):
-            kv = prefill_kv_tokens(bt, lay.dp) / lay.tp
-            hbm["attention"][i, j] = _sum_parts(attention_hbm(ctx, lay, tok, kv))
+        for i, att_lay in enumerate(opts.attention):
+            kv = prefill_kv_tokens(bt, att_lay.dp) / att_lay.tp
+            hbm["attention"][i, j] = _sum_parts(attention_hbm(ctx, att_lay, tok, kv))
         for i, lay in enumerate(opts.dense_ffn):
             hbm["dense_ffn"][i, j] = _sum_parts(dense_ffn_hbm(ctx, lay, tok)) if m.num_dense_layers else 0
         for i, opt in enumerate(opts.moe):

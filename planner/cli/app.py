@@ -10,7 +10,6 @@ import threading
 import typer
 
 from planner import __version__
-from planner.cli.common import keep_freed_memory
 from planner.cli import (
     catalog_cmd,
     evaluate_cmd,
@@ -21,6 +20,7 @@ from planner.cli import (
     sweep_cmd,
     whatif_cmd,
 )
+from planner.cli.common import keep_freed_memory
 
 app = typer.Typer(
     name="moeplan",

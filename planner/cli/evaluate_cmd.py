@@ -20,7 +20,8 @@ def evaluate(
         bool, typer.Option("--json", help="Print the plan with its 'predicted' block as JSON.")
     ] = False,
     out: Annotated[
-        Path | None, typer.Option("--out", help="Also write the plan with 'predicted' to this JSON file.")
+        Path | None,
+        typer.Option("--out", help="Also write the plan with 'predicted' to this JSON file."),
     ] = None,
     loads: Annotated[
         Path | None,
@@ -28,7 +29,12 @@ def evaluate(
     ] = None,
     skew_sigma: Annotated[
         float | None,
-        typer.Option("--skew-sigma", min=0.0, max=5.0, help="Log-normal expert skew of the default imbalance model."),
+        typer.Option(
+            "--skew-sigma",
+            min=0.0,
+            max=5.0,
+            help="Log-normal expert skew of the default imbalance model.",
+        ),
     ] = None,
 ) -> None:
     """Score a plan: step time by module, HBM per device, throughput, and each SLO."""

@@ -29,39 +29,81 @@ class MapFormat(StrEnum):
 
 
 def experts(
-    devices: Annotated[int, typer.Option("--devices", min=1, max=65536,
-                                         help="Devices (dies) in the expert-parallel group.")],
-    slots_per_device: Annotated[int, typer.Option("--slots-per-device", min=1, max=4096,
-                                                  help="Expert slots on every device.")],
-    loads: Annotated[Path | None, typer.Option(
-        "--loads", help="Expert loads: CSV, JSON or .npy, [layers, experts] or with windows "
-                        "(see docs/experts.md).")] = None,
-    synthetic: Annotated[str | None, typer.Option(
-        "--synthetic", help="Generate loads instead: zipf:S or lognormal:SIGMA.")] = None,
-    layers: Annotated[int | None, typer.Option(
-        "--layers", min=1, max=10000,
-        help="--synthetic: MoE layers (default: the model's, else 58).")] = None,
-    experts_count: Annotated[int | None, typer.Option(
-        "--experts", min=1, max=65536,
-        help="--synthetic: experts per layer (default: the model's, else 256).")] = None,
-    windows: Annotated[int | None, typer.Option(
-        "--windows", min=1, max=100, help="--synthetic: time windows (default 1).")] = None,
-    seed: Annotated[int | None, typer.Option(
-        "--seed", min=0, max=2**32 - 1, help="--synthetic: random seed (default 0).")] = None,
-    tokens_per_layer: Annotated[int | None, typer.Option(
-        "--tokens-per-layer", min=1, max=10**9,
-        help="--synthetic: tokens per layer and window (default 16384).")] = None,
-    nodes: Annotated[int, typer.Option(
-        "--nodes", min=1, max=65536,
-        help="Nodes the devices split evenly over (for the hierarchical baseline and locality).",
-    )] = 1,
-    model: Annotated[str | None, typer.Option(
-        "--model", help="Catalog name or path: experts count and group-limited routing.")] = None,
-    out: Annotated[Path | None, typer.Option(
-        "--out", help="Write the expert map here ('-' for stdout).")] = None,
-    fmt: Annotated[MapFormat, typer.Option(
-        "--format", help="vllm-ascend expert map, or moeplan's JSON with the figures.",
-    )] = MapFormat.vllm_ascend,
+    devices: Annotated[
+        int,
+        typer.Option("--devices", min=1, max=65536, help="Devices (dies) in the expert-parallel group."),
+    ],
+    slots_per_device: Annotated[
+        int,
+        typer.Option("--slots-per-device", min=1, max=4096, help="Expert slots on every device."),
+    ],
+    loads: Annotated[
+        Path | None,
+        typer.Option(
+            "--loads",
+            help="Expert loads: CSV, JSON or .npy, [layers, experts] or with windows (see docs/experts.md).",
+        ),
+    ] = None,
+    synthetic: Annotated[
+        str | None,
+        typer.Option("--synthetic", help="Generate loads instead: zipf:S or lognormal:SIGMA."),
+    ] = None,
+    layers: Annotated[
+        int | None,
+        typer.Option(
+            "--layers",
+            min=1,
+            max=10000,
+            help="--synthetic: MoE layers (default: the model's, else 58).",
+        ),
+    ] = None,
+    experts_count: Annotated[
+        int | None,
+        typer.Option(
+            "--experts",
+            min=1,
+            max=65536,
+            help="--synthetic: experts per layer (default: the model's, else 256).",
+        ),
+    ] = None,
+    windows: Annotated[
+        int | None,
+        typer.Option("--windows", min=1, max=100, help="--synthetic: time windows (default 1)."),
+    ] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option("--seed", min=0, max=2**32 - 1, help="--synthetic: random seed (default 0)."),
+    ] = None,
+    tokens_per_layer: Annotated[
+        int | None,
+        typer.Option(
+            "--tokens-per-layer",
+            min=1,
+            max=10**9,
+            help="--synthetic: tokens per layer and window (default 16384).",
+        ),
+    ] = None,
+    nodes: Annotated[
+        int,
+        typer.Option(
+            "--nodes",
+            min=1,
+            max=65536,
+            help="Nodes the devices split evenly over (for the hierarchical baseline and locality).",
+        ),
+    ] = 1,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="Catalog name or path: experts count and group-limited routing."),
+    ] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Write the expert map here ('-' for stdout).")] = None,
+    fmt: Annotated[
+        MapFormat,
+        typer.Option(
+            "--format",
+            help="vllm-ascend expert map, or moeplan's JSON with the figures.",
+        ),
+    ] = MapFormat.vllm_ascend,
 ) -> None:
     """Place redundant experts so no device straggles; compare with DeepSeek EPLB's greedy."""
 
@@ -70,8 +112,7 @@ def experts(
         spec = load_model(model) if model else None
         if spec is not None and spec.moe is None:
             raise BadInputError(f"--model {model}: '{spec.name}' has no MoE layers to place.")
-        data, what = _loads(loads, synthetic, layers, experts_count, windows, seed,
-                            tokens_per_layer, spec)
+        data, what = _loads(loads, synthetic, layers, experts_count, windows, seed, tokens_per_layer, spec)
         if spec is not None and spec.moe is not None:
             check_experts(data, spec.moe.routed_experts, str(model))
         routing, assumed = _routing(spec, data.experts)
@@ -85,17 +126,23 @@ def experts(
         text = None
         if out is not None:
             placement = study.deployed.placement
-            text = (vllm_ascend_json(placement) if fmt is MapFormat.vllm_ascend
-                    else moeplan_json(placement, study_figures(study)))
+            text = (
+                vllm_ascend_json(placement)
+                if fmt is MapFormat.vllm_ascend
+                else moeplan_json(placement, study_figures(study))
+            )
         screen = err_console if out is not None and str(out) == "-" else console
-        for renderable in experts_report.render(study, what, len(data.uniform_layers), assumed,
-                                                time.perf_counter() - start):
+        for renderable in experts_report.render(
+            study, what, len(data.uniform_layers), assumed, time.perf_counter() - start
+        ):
             screen.print(renderable)
         if out is not None and text is not None:
             write_text_atomic(out, text)
             if str(out) != "-":
-                screen.print(f"wrote {out} ({fmt.value}, {study.deployed.placement.layers} layers "
-                             f"x {devices} devices x {slots_per_device} slots)")
+                screen.print(
+                    f"wrote {out} ({fmt.value}, {study.deployed.placement.layers} layers "
+                    f"x {devices} devices x {slots_per_device} slots)"
+                )
 
     run_guarded(body)
 
@@ -112,16 +159,21 @@ def _loads(
 ) -> tuple[ExpertLoads, str]:
     """The loads the flags ask for, and a phrase saying where they came from."""
     if (path is None) == (synthetic is None):
-        raise BadInputError("give exactly one of --loads FILE or --synthetic SPEC "
-                            "(e.g. --synthetic zipf:1.1).")
+        raise BadInputError("give exactly one of --loads FILE or --synthetic SPEC (e.g. --synthetic zipf:1.1).")
     if path is not None:
-        given = [name for name, value in (("--layers", layers), ("--experts", experts),
-                                          ("--windows", windows), ("--seed", seed),
-                                          ("--tokens-per-layer", tokens_per_layer))
-                 if value is not None]
+        given = [
+            name
+            for name, value in (
+                ("--layers", layers),
+                ("--experts", experts),
+                ("--windows", windows),
+                ("--seed", seed),
+                ("--tokens-per-layer", tokens_per_layer),
+            )
+            if value is not None
+        ]
         if given:
-            raise BadInputError(f"{', '.join(given)} only apply to --synthetic; the loads file "
-                                f"sets its own shape.")
+            raise BadInputError(f"{', '.join(given)} only apply to --synthetic; the loads file sets its own shape.")
         return read_expert_loads(path), f"loads {path.name}"
     assert synthetic is not None
     trace = parse_trace_spec(synthetic)
@@ -130,14 +182,11 @@ def _loads(
     n_experts = experts or (moe.routed_experts if moe is not None else 256)
     top_k = min(moe.experts_per_token if moe is not None else 8, n_experts)
     if n_layers * n_experts * (windows or 1) > 50_000_000:
-        raise BadInputError("--layers x --experts x --windows is over 50 million loads; use "
-                            "fewer.")
-    arr = generate_loads(trace, n_layers, n_experts, windows or 1, tokens_per_layer or 16384,
-                         seed or 0, top_k)
+        raise BadInputError("--layers x --experts x --windows is over 50 million loads; use fewer.")
+    arr = generate_loads(trace, n_layers, n_experts, windows or 1, tokens_per_layer or 16384, seed or 0, top_k)
     data = from_array(arr, f"synthetic {trace}")
     n_windows = data.num_windows
-    return data, (f"synthetic {trace}, seed {seed or 0}"
-                  + (f", {n_windows} windows" if n_windows > 1 else ""))
+    return data, (f"synthetic {trace}, seed {seed or 0}" + (f", {n_windows} windows" if n_windows > 1 else ""))
 
 
 def _routing(spec: ModelSpec | None, experts: int) -> tuple[Routing, bool]:

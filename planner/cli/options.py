@@ -9,9 +9,7 @@ from planner.errors import BadInputError
 from planner.specs.model import ModelSpec
 
 
-def imbalance_from_options(
-    loads: Path | None, skew_sigma: float | None, model: ModelSpec
-) -> ImbalanceModel | None:
+def imbalance_from_options(loads: Path | None, skew_sigma: float | None, model: ModelSpec) -> ImbalanceModel | None:
     """The imbalance model the flags ask for (None: the default skew model)."""
     if loads is not None and skew_sigma is not None:
         raise BadInputError("--loads and --skew-sigma exclude each other; give one.")

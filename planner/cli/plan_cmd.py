@@ -18,12 +18,12 @@ from planner.report.plan_report import plans_document, ranked_table
 from planner.report.vllm_ascend import emit_vllm_ascend
 from planner.search.plan_search import SearchOutcome, run_search
 from planner.search.request import (
-    MAX_CARDS,
     DEFAULT_HARDWARE,
     DEFAULT_MAX_CARDS,
     DEFAULT_MODEL,
     DEFAULT_SLO,
     DEFAULT_WORKLOAD,
+    MAX_CARDS,
     PlanRequest,
 )
 from planner.search.settings import DEFAULT_TIME_LIMIT_S, SolverSettings
@@ -62,8 +62,13 @@ def build_request(
     """A PlanRequest from flag values; bad values raise BadInputError naming the flag."""
     workload = validate_model(
         Workload,
-        {"input_tokens": input_tokens, "output_tokens": output_tokens, "mtp_acceptance": mtp_acceptance},
-        "flags", "workload flags (--input-tokens, --output-tokens, --mtp-acceptance)",
+        {
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "mtp_acceptance": mtp_acceptance,
+        },
+        "flags",
+        "workload flags (--input-tokens, --output-tokens, --mtp-acceptance)",
     )
     slo = validate_model(SLO, {"tpot_ms": tpot_ms, "ttft_ms": ttft_ms}, "flags", "SLO flags (--tpot-ms, --ttft-ms)")
     if phase not in ("both", "decode", "prefill"):
@@ -76,7 +81,10 @@ def build_request(
         raise BadInputError("--rate must be a finite number > 0 of requests per second.")
     if not math.isfinite(max_cards) or max_cards > MAX_CARDS:
         raise BadInputError(f"--max-cards must be a finite number of at most {MAX_CARDS:,} cards.")
-    for flag, value in (("--decode-devices", decode_devices), ("--prefill-devices", prefill_devices)):
+    for flag, value in (
+        ("--decode-devices", decode_devices),
+        ("--prefill-devices", prefill_devices),
+    ):
         if value is not None and not 1 <= value <= MAX_DEVICES_PER_INSTANCE:
             raise BadInputError(f"{flag} must be between 1 and {MAX_DEVICES_PER_INSTANCE}; got {value}.")
     mtp_values = parse_int_list(mtp, "--mtp", 0, 4) if mtp else None
@@ -107,8 +115,12 @@ def build_request(
 def search_with_progress(request: PlanRequest) -> SearchOutcome:
     """Run the search with a progress display on stderr."""
     with Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-        console=err_console, transient=True,
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
     ) as bar:
         task = bar.add_task("planning", total=1.0)
 
@@ -134,14 +146,13 @@ def print_outcome(outcome: SearchOutcome) -> None:
     else:
         verdict = f"{outcome.status}: best found in {outcome.seconds:.1f} s (not proven optimal)"
     console.print(
-        f"{verdict}; {points:,} configurations costed, {outcome.solves} CP-SAT solves, "
-        f"{outcome.seconds:.2f} s."
+        f"{verdict}; {points:,} configurations costed, {outcome.solves} CP-SAT solves, {outcome.seconds:.2f} s."
     )
     console.print(why_line(outcome, index=0))
     best = outcome.plans[0]
     from planner.costmodel.prediction import Prediction
 
-    console.print(f"\n[bold]Best plan (rank 1) in detail[/]")
+    console.print("\n[bold]Best plan (rank 1) in detail[/]")
     for renderable in evaluate_tables(best, Prediction.model_validate(best.predicted), outcome.hw):
         console.print(renderable)
 
@@ -151,25 +162,74 @@ def plan(
     hardware: HardwareOpt = DEFAULT_HARDWARE,
     quantization: Annotated[str, typer.Option(help="a8w8c16 (default), bf16 or a8w4c16.")] = "a8w8c16",
     input_tokens: Annotated[int, typer.Option("--input-tokens", help="Prompt length.")] = DEFAULT_WORKLOAD.input_tokens,
-    output_tokens: Annotated[int, typer.Option("--output-tokens", help="Completion length.")] = DEFAULT_WORKLOAD.output_tokens,
-    mtp_acceptance: Annotated[float, typer.Option("--mtp-acceptance", help="Acceptance of an MTP draft token.")] = DEFAULT_WORKLOAD.mtp_acceptance,
-    tpot_ms: Annotated[float | None, typer.Option("--tpot-ms", help="Time per output token SLO.")] = DEFAULT_SLO.tpot_ms,
+    output_tokens: Annotated[
+        int, typer.Option("--output-tokens", help="Completion length.")
+    ] = DEFAULT_WORKLOAD.output_tokens,
+    mtp_acceptance: Annotated[
+        float, typer.Option("--mtp-acceptance", help="Acceptance of an MTP draft token.")
+    ] = DEFAULT_WORKLOAD.mtp_acceptance,
+    tpot_ms: Annotated[
+        float | None, typer.Option("--tpot-ms", help="Time per output token SLO.")
+    ] = DEFAULT_SLO.tpot_ms,
     ttft_ms: Annotated[float | None, typer.Option("--ttft-ms", help="Time to first token SLO.")] = DEFAULT_SLO.ttft_ms,
-    max_cards: Annotated[float, typer.Option("--max-cards", help="Card budget (A2: 910B cards; CM384: 910C packages).")] = DEFAULT_MAX_CARDS,
+    max_cards: Annotated[
+        float,
+        typer.Option("--max-cards", help="Card budget (A2: 910B cards; CM384: 910C packages)."),
+    ] = DEFAULT_MAX_CARDS,
     phase: Annotated[str, typer.Option(help="both, decode or prefill.")] = "both",
-    decode_devices: Annotated[int | None, typer.Option("--decode-devices", help="Pin the decode instance size.")] = None,
-    prefill_devices: Annotated[int | None, typer.Option("--prefill-devices", help="Pin the prefill instance size.")] = None,
-    rate: Annotated[float | None, typer.Option("--rate", help="Serve this many requests/s with the fewest cards.")] = None,
+    decode_devices: Annotated[
+        int | None, typer.Option("--decode-devices", help="Pin the decode instance size.")
+    ] = None,
+    prefill_devices: Annotated[
+        int | None, typer.Option("--prefill-devices", help="Pin the prefill instance size.")
+    ] = None,
+    rate: Annotated[
+        float | None,
+        typer.Option("--rate", help="Serve this many requests/s with the fewest cards."),
+    ] = None,
     top: Annotated[int, typer.Option(help="How many ranked plans.")] = 5,
-    mtp: Annotated[str | None, typer.Option(help="MTP depths to consider, e.g. '0,1,2' (default: all the model allows).")] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write {'plans': [...]} to FILE ('-' for stdout).")] = None,
-    emit: Annotated[tuple[str, Path] | None, typer.Option("--emit", help="vllm-ascend DIR: launch settings of the best plan.")] = None,
-    loads: Annotated[Path | None, typer.Option("--loads", help="Expert loads: imbalance from the placement for them.")] = None,
-    skew_sigma: Annotated[float | None, typer.Option("--skew-sigma", min=0.0, max=5.0, help="Default skew model's log-normal sigma.")] = None,
-    max_redundant_experts: Annotated[int | None, typer.Option("--max-redundant-experts", help="Cap redundant expert copies per instance (0: every expert exactly once).")] = None,
-    colocated: Annotated[bool, typer.Option("--colocated/--no-colocated", help="Also rank colocated instances (prefill and decode on the same devices; TPOT is then an average over prefill stalls).")] = True,
-    time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, max=86400.0, help="Solver time limit in seconds.")] = DEFAULT_TIME_LIMIT_S,
-    workers: Annotated[int, typer.Option("--workers", min=1, max=64, help="CP-SAT worker threads (results do not depend on it).")] = 2,
+    mtp: Annotated[
+        str | None,
+        typer.Option(help="MTP depths to consider, e.g. '0,1,2' (default: all the model allows)."),
+    ] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Write {'plans': [...]} to FILE ('-' for stdout).")
+    ] = None,
+    emit: Annotated[
+        tuple[str, Path] | None,
+        typer.Option("--emit", help="vllm-ascend DIR: launch settings of the best plan."),
+    ] = None,
+    loads: Annotated[
+        Path | None,
+        typer.Option("--loads", help="Expert loads: imbalance from the placement for them."),
+    ] = None,
+    skew_sigma: Annotated[
+        float | None,
+        typer.Option("--skew-sigma", min=0.0, max=5.0, help="Default skew model's log-normal sigma."),
+    ] = None,
+    max_redundant_experts: Annotated[
+        int | None,
+        typer.Option(
+            "--max-redundant-experts",
+            help="Cap redundant expert copies per instance (0: every expert exactly once).",
+        ),
+    ] = None,
+    colocated: Annotated[
+        bool,
+        typer.Option(
+            "--colocated/--no-colocated",
+            help="Also rank colocated instances (prefill and decode on the same devices; "
+            "TPOT is then an average over prefill stalls).",
+        ),
+    ] = True,
+    time_limit: Annotated[
+        float,
+        typer.Option("--time-limit", min=0.1, max=86400.0, help="Solver time limit in seconds."),
+    ] = DEFAULT_TIME_LIMIT_S,
+    workers: Annotated[
+        int,
+        typer.Option("--workers", min=1, max=64, help="CP-SAT worker threads (results do not depend on it)."),
+    ] = 2,
 ) -> None:
     """Search deployments (instance sizes, per-module layouts, expert slots, concurrency, MTP,
     P:D) under HBM and the SLOs, and print them ranked by output tokens/s per card."""
@@ -180,25 +240,47 @@ def plan(
         if emit is not None and not emit[1].is_dir():
             raise BadInputError(f"--emit: folder '{emit[1]}' does not exist; create it first.")
         request = build_request(
-            model=model, hardware=hardware, quantization=quantization, input_tokens=input_tokens,
-            output_tokens=output_tokens, mtp_acceptance=mtp_acceptance, tpot_ms=tpot_ms, ttft_ms=ttft_ms,
-            max_cards=max_cards, phase=phase, decode_devices=decode_devices, prefill_devices=prefill_devices,
-            rate=rate, top=top, mtp=mtp, time_limit=time_limit, workers=workers, loads=loads, skew_sigma=skew_sigma,
-            max_redundant_experts=max_redundant_experts, colocated=colocated,
+            model=model,
+            hardware=hardware,
+            quantization=quantization,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            mtp_acceptance=mtp_acceptance,
+            tpot_ms=tpot_ms,
+            ttft_ms=ttft_ms,
+            max_cards=max_cards,
+            phase=phase,
+            decode_devices=decode_devices,
+            prefill_devices=prefill_devices,
+            rate=rate,
+            top=top,
+            mtp=mtp,
+            time_limit=time_limit,
+            workers=workers,
+            loads=loads,
+            skew_sigma=skew_sigma,
+            max_redundant_experts=max_redundant_experts,
+            colocated=colocated,
         )
         outcome = search_with_progress(request)
         if outcome.status == "INTERRUPTED":
             print_outcome(outcome)
-            err_console.print("interrupted: the plans above are the best found so far (not proven); "
-                              "no file was written.")
+            err_console.print(
+                "interrupted: the plans above are the best found so far (not proven); no file was written."
+            )
             raise typer.Exit(code=130)
         if json_out is not None:
             write_text_atomic(json_out, plans_document(outcome.plans, outcome.status))
         if emit is not None:
             from planner.cli.options import loads_array
 
-            files = emit_vllm_ascend(outcome.plans[0], outcome.model, emit[1], write_text_atomic,
-                                     loads_array(loads) if loads else None)
+            files = emit_vllm_ascend(
+                outcome.plans[0],
+                outcome.model,
+                emit[1],
+                write_text_atomic,
+                loads_array(loads) if loads else None,
+            )
             err_console.print(f"wrote {len(files)} files to {emit[1]}")
         if json_out is not None and str(json_out) == "-":
             return

@@ -54,9 +54,7 @@ def _title(result: SweepResult, metric: str) -> str:
     req = result.points[0].request
     w = req.workload
     model = load_model(req.model).name
-    phase = {"deployment": "prefill + decode", "decode": "decode only", "prefill": "prefill only"}[
-        metric
-    ]
+    phase = {"deployment": "prefill + decode", "decode": "decode only", "prefill": "prefill only"}[metric]
 
     def span(values: tuple) -> str:
         if isinstance(values[0], str):
@@ -83,27 +81,21 @@ def _run_with_progress(points, axes, fixed, jobs: int) -> SweepResult:
         task = bar.add_task("sweeping", total=len(points))
 
         def progress(done: int, total: int, values: dict) -> None:
-            label = ", ".join(
-                f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items()
-            )
+            label = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
             bar.update(task, completed=done, description=f"planned {label}" if label else "planned")
 
         return run_sweep(points, axes, fixed, progress, jobs=jobs)
 
 
 def sweep(
-    tpot_ms: Annotated[
-        str, typer.Option("--tpot-ms", help=f"TPOT SLO, ms. {SWEEP_HELP}")
-    ] = f"{DEFAULT_SLO.tpot_ms:g}",
-    ttft_ms: Annotated[
-        str, typer.Option("--ttft-ms", help=f"TTFT SLO, ms. {SWEEP_HELP}")
-    ] = f"{DEFAULT_SLO.ttft_ms:g}",
-    input_tokens: Annotated[
-        str, typer.Option("--input-tokens", help=f"Prompt length. {SWEEP_HELP}")
-    ] = str(DEFAULT_WORKLOAD.input_tokens),
-    output_tokens: Annotated[
-        str, typer.Option("--output-tokens", help=f"Completion length. {SWEEP_HELP}")
-    ] = str(DEFAULT_WORKLOAD.output_tokens),
+    tpot_ms: Annotated[str, typer.Option("--tpot-ms", help=f"TPOT SLO, ms. {SWEEP_HELP}")] = f"{DEFAULT_SLO.tpot_ms:g}",
+    ttft_ms: Annotated[str, typer.Option("--ttft-ms", help=f"TTFT SLO, ms. {SWEEP_HELP}")] = f"{DEFAULT_SLO.ttft_ms:g}",
+    input_tokens: Annotated[str, typer.Option("--input-tokens", help=f"Prompt length. {SWEEP_HELP}")] = str(
+        DEFAULT_WORKLOAD.input_tokens
+    ),
+    output_tokens: Annotated[str, typer.Option("--output-tokens", help=f"Completion length. {SWEEP_HELP}")] = str(
+        DEFAULT_WORKLOAD.output_tokens
+    ),
     mtp_acceptance: Annotated[
         str, typer.Option("--mtp-acceptance", help=f"MTP acceptance. {SWEEP_HELP}")
     ] = f"{DEFAULT_WORKLOAD.mtp_acceptance:g}",
@@ -111,8 +103,7 @@ def sweep(
         str,
         typer.Option(
             "--max-cards",
-            help=f"Card budget. {SWEEP_HELP} With several --hardware, also one per machine: "
-            "a2=64,cm384=384.",
+            help=f"Card budget. {SWEEP_HELP} With several --hardware, also one per machine: a2=64,cm384=384.",
         ),
     ] = str(DEFAULT_MAX_CARDS),
     rate: Annotated[
@@ -125,9 +116,7 @@ def sweep(
     model: Annotated[
         str, typer.Option("--model", help="Catalog name or path to a YAML / config.json.")
     ] = DEFAULT_MODEL,
-    quantization: Annotated[
-        str, typer.Option(help="a8w8c16 (default), bf16 or a8w4c16.")
-    ] = "a8w8c16",
+    quantization: Annotated[str, typer.Option(help="a8w8c16 (default), bf16 or a8w4c16.")] = "a8w8c16",
     phase: Annotated[str, typer.Option(help="both, decode or prefill.")] = "both",
     decode_devices: Annotated[
         int | None, typer.Option("--decode-devices", help="Pin the decode instance size.")
@@ -161,20 +150,14 @@ def sweep(
     ] = None,
     json_out: Annotated[
         Path | None,
-        typer.Option(
-            "--json", help="Write every point (with its plan) as JSON to FILE ('-': stdout)."
-        ),
+        typer.Option("--json", help="Write every point (with its plan) as JSON to FILE ('-': stdout)."),
     ] = None,
-    plot: Annotated[
-        Path | None, typer.Option("--plot", help="Draw the frontier to FILE.png or FILE.svg.")
-    ] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Draw the frontier to FILE.png or FILE.svg.")] = None,
     time_limit: Annotated[
         float,
         typer.Option("--time-limit", min=0.1, max=86400.0, help="Solver time limit per point, s."),
     ] = DEFAULT_TIME_LIMIT_S,
-    workers: Annotated[
-        int, typer.Option("--workers", min=1, max=64, help="CP-SAT worker threads.")
-    ] = 2,
+    workers: Annotated[int, typer.Option("--workers", min=1, max=64, help="CP-SAT worker threads.")] = 2,
     jobs: Annotated[
         int,
         typer.Option(
@@ -205,9 +188,7 @@ def sweep(
 
         fmt = plot_format(plot) if plot is not None else None
         if sum(1 for o in (csv_out, json_out) if o is not None and str(o) == "-") > 1:
-            raise BadInputError(
-                "--csv - and --json - both want stdout; send one of them to a file."
-            )
+            raise BadInputError("--csv - and --json - both want stdout; send one of them to a file.")
         texts = {
             "hardware": hardware,
             "tpot-ms": tpot_ms,
@@ -219,15 +200,9 @@ def sweep(
             "rate": rate,
         }
         axes, fixed = parse_axes(texts)
-        budgets = (
-            parse_budgets(max_cards, parse_values(hardware, "hardware"))
-            if "=" in max_cards
-            else None
-        )
+        budgets = parse_budgets(max_cards, parse_values(hardware, "hardware")) if "=" in max_cards else None
         if fmt is not None and phase == "prefill":
-            raise BadInputError(
-                "--plot draws tokens/s per user from TPOT: use --phase both or decode."
-            )
+            raise BadInputError("--plot draws tokens/s per user from TPOT: use --phase both or decode.")
         points = []
         for values in grid(axes):
             v = {**fixed, **values}
@@ -267,8 +242,7 @@ def sweep(
             if result.points:
                 console.print(sweep_table(result, rows))
             err_console.print(
-                f"interrupted: {len(result.points)} of {len(points)} points done (above); no file "
-                "was written."
+                f"interrupted: {len(result.points)} of {len(points)} points done (above); no file was written."
             )
             raise typer.Exit(code=130)
         if csv_out is not None:
@@ -295,8 +269,6 @@ def sweep(
         elif curves is not None and published is not None:
             from planner.report.plot import y_label
 
-            console.print(
-                terminal_chart(curves, published, y_label(metric)), markup=False, highlight=False
-            )
+            console.print(terminal_chart(curves, published, y_label(metric)), markup=False, highlight=False)
 
     run_guarded(body)

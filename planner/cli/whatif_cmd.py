@@ -88,9 +88,7 @@ def parse_base_pairs(pairs: list[str]) -> dict[str, object]:
             else:
                 out[name] = kind(text)
         except (ValueError, KeyError):
-            raise BadInputError(
-                f"--base {name}={text}: '{text}' is not a valid {kind.__name__}."
-            ) from None
+            raise BadInputError(f"--base {name}={text}: '{text}' is not a valid {kind.__name__}.") from None
     return out
 
 
@@ -204,24 +202,12 @@ def whatif(
             "dashes.",
         ),
     ] = None,
-    model: Annotated[
-        str | None, typer.Option("--model", help="New model (catalog name or path).")
-    ] = None,
-    hardware: Annotated[
-        str | None, typer.Option("--hardware", help="New machine (catalog name or path).")
-    ] = None,
-    quantization: Annotated[
-        str | None, typer.Option(help="New scheme: a8w8c16, bf16 or a8w4c16.")
-    ] = None,
-    input_tokens: Annotated[
-        int | None, typer.Option("--input-tokens", help="New prompt length.")
-    ] = None,
-    output_tokens: Annotated[
-        int | None, typer.Option("--output-tokens", help="New completion length.")
-    ] = None,
-    mtp_acceptance: Annotated[
-        float | None, typer.Option("--mtp-acceptance", help="New MTP acceptance.")
-    ] = None,
+    model: Annotated[str | None, typer.Option("--model", help="New model (catalog name or path).")] = None,
+    hardware: Annotated[str | None, typer.Option("--hardware", help="New machine (catalog name or path).")] = None,
+    quantization: Annotated[str | None, typer.Option(help="New scheme: a8w8c16, bf16 or a8w4c16.")] = None,
+    input_tokens: Annotated[int | None, typer.Option("--input-tokens", help="New prompt length.")] = None,
+    output_tokens: Annotated[int | None, typer.Option("--output-tokens", help="New completion length.")] = None,
+    mtp_acceptance: Annotated[float | None, typer.Option("--mtp-acceptance", help="New MTP acceptance.")] = None,
     tpot_ms: Annotated[float | None, typer.Option("--tpot-ms", help="New TPOT SLO, ms.")] = None,
     ttft_ms: Annotated[float | None, typer.Option("--ttft-ms", help="New TTFT SLO, ms.")] = None,
     max_cards: Annotated[
@@ -231,9 +217,7 @@ def whatif(
             help="New card budget (default: the base's; a plan file's own card count).",
         ),
     ] = None,
-    phase: Annotated[
-        str | None, typer.Option(help="New phases to plan: both, decode or prefill.")
-    ] = None,
+    phase: Annotated[str | None, typer.Option(help="New phases to plan: both, decode or prefill.")] = None,
     decode_devices: Annotated[
         int | None, typer.Option("--decode-devices", help="Pin the new decode instance size.")
     ] = None,
@@ -251,9 +235,7 @@ def whatif(
     loads: Annotated[Path | None, typer.Option("--loads", help="New expert loads file.")] = None,
     max_redundant_experts: Annotated[
         int | None,
-        typer.Option(
-            "--max-redundant-experts", help="New cap on redundant expert copies per instance."
-        ),
+        typer.Option("--max-redundant-experts", help="New cap on redundant expert copies per instance."),
     ] = None,
     colocated: Annotated[
         bool | None,
@@ -266,17 +248,14 @@ def whatif(
         Path | None,
         typer.Option(
             "--json",
-            help="Write base, new, rescored, changes, deltas and binding as JSON to FILE "
-            "('-': stdout).",
+            help="Write base, new, rescored, changes, deltas and binding as JSON to FILE ('-': stdout).",
         ),
     ] = None,
     time_limit: Annotated[
         float,
         typer.Option("--time-limit", min=0.1, max=86400.0, help="Solver time limit per search, s."),
     ] = DEFAULT_TIME_LIMIT_S,
-    workers: Annotated[
-        int, typer.Option("--workers", min=1, max=64, help="CP-SAT worker threads.")
-    ] = 2,
+    workers: Annotated[int, typer.Option("--workers", min=1, max=64, help="CP-SAT worker threads.")] = 2,
 ) -> None:
     """Re-plan under changed assumptions and compare with the base, side by side.
 
@@ -338,9 +317,7 @@ def whatif(
         new_a = {**base_a, **changes}
         base_request = request_from(base_a, time_limit, workers)
         new_request = request_from(new_a, time_limit, workers)
-        result = run_whatif(
-            base_request, new_request, plan, base_dir, source, _search_with_progress
-        )
+        result = run_whatif(base_request, new_request, plan, base_dir, source, _search_with_progress)
         if json_out is not None:
             write_text_atomic(json_out, whatif_document(result))
             if str(json_out) == "-":

@@ -5,10 +5,11 @@ device, e tokens per step per sequence) and forward / R prefilling (R requests p
 serves lambda = 1 / (out * step / (n B e) + forward / R) requests per second. A fraction
 f = lambda * forward / R of its time goes to prefill, during which decoding stalls: a sequence
 sees TPOT = (step / e) / (1 - f) on average, but the gap between two of its tokens reaches a
-whole forward plus a step when a prefill comes between them (reported as the longest pause). A new request waits for the decode step in flight and the
-forward in flight (half a forward on average), then its own forward: TTFT = step + 1.5 forward;
-its KV cache stays on the instance (no transfer). HBM holds the decode instance's weights, KV
-and buffers plus the prefill batch's KV cache and activations.
+whole forward plus a step when a prefill comes between them (reported as the longest pause). A
+new request waits for the decode step in flight and the forward in flight (half a forward on
+average), then its own forward: TTFT = step + 1.5 forward; its KV cache stays on the instance
+(no transfer). HBM holds the decode instance's weights, KV and buffers plus the prefill batch's
+KV cache and activations.
 """
 
 from __future__ import annotations
@@ -55,8 +56,13 @@ def colocated_figures(ctx: CostContext, decode: DecodePlan, prefill: PrefillPlan
     fwd = prefill_forward(ctx, prefill)
     emitted = float(step.step_s[0] / step.tpot_s[0])
     rate, fraction, tpot, ttft = colocated_rate_and_latency(
-        step.step_s[0], emitted, decode.devices, decode.concurrency_per_device, fwd.forward_s[0],
-        fwd.requests_per_forward[0], ctx.workload.output_tokens,
+        step.step_s[0],
+        emitted,
+        decode.devices,
+        decode.concurrency_per_device,
+        fwd.forward_s[0],
+        fwd.requests_per_forward[0],
+        ctx.workload.output_tokens,
     )
     d_use, p_use = decode_hbm(ctx, decode), prefill_hbm(ctx, prefill)
     parts = dict(d_use.breakdown_bytes)

@@ -48,9 +48,7 @@ class DecodeStep:
 def decode_step(ctx: CostContext, phase: DecodePlan, concurrency: ArrayLike | None = None) -> DecodeStep:
     """Cost of one decode step at each concurrency per device (default: the plan's)."""
     m = ctx.model
-    b = np.atleast_1d(
-        np.asarray(phase.concurrency_per_device if concurrency is None else concurrency, dtype=float)
-    )
+    b = np.atleast_1d(np.asarray(phase.concurrency_per_device if concurrency is None else concurrency, dtype=float))
     k = phase.mtp_tokens
     tokens = b * (1 + k)
     ctx_len = ctx.mean_decode_context_tokens
@@ -95,25 +93,21 @@ def decode_step(ctx: CostContext, phase: DecodePlan, concurrency: ArrayLike | No
                 embedding_cost(ctx, phase.lm_head_layout, t_pass),
             ]
             if m.moe is not None and phase.moe is not None:
-                pass_costs.append(
-                    moe_cost(ctx, phase.devices, phase.moe, phase.shared_expert, t_pass, overlap)
-                )
+                pass_costs.append(moe_cost(ctx, phase.devices, phase.moe, phase.shared_expert, t_pass, overlap))
             else:
                 pass_costs.append(dense_ffn_cost(ctx, phase.dense_layout, t_pass))
             proj = 2 * m.hidden_size * m.hidden_size
-            eh = ctx.roofline_s(
-                2 * t_pass * proj, proj * ctx.quant.linear_weight_bytes, ctx.linear_flops_per_s
-            )
+            eh = ctx.roofline_s(2 * t_pass * proj, proj * ctx.quant.linear_weight_bytes, ctx.linear_flops_per_s)
             mtp = mtp + eh + sum(c.total_s for c in pass_costs)
         parts["mtp"] = mtp + ctx.hw.fixed_costs.mtp_framework_per_step.value
     parts["launch_overhead"] = np.full_like(b, fixed_total)
-    step = sum(parts.values())
+    step: np.ndarray = np.sum(list(parts.values()), axis=0)
     emitted = emitted_tokens_per_step(k, ctx.workload.mtp_acceptance)
     return DecodeStep(
         concurrency_per_device=b,
-        step_s=step,  # type: ignore[arg-type]
-        tpot_s=step / emitted,  # type: ignore[operator]
-        tokens_per_s_per_device=b * emitted / step,  # type: ignore[operator]
+        step_s=step,
+        tpot_s=step / emitted,
+        tokens_per_s_per_device=b * emitted / step,
         breakdown_s=parts,
         moe_imbalance=imbalance,
     )

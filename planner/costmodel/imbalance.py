@@ -37,8 +37,7 @@ from numpy.typing import ArrayLike
 
 DEFAULT_SKEW_SIGMA = 0.3
 DEFAULT_SKEW_SOURCE = (
-    "default skew model: log-normal expert popularity, sigma 0.3 (reproduces CM-D; see "
-    "planner/costmodel/imbalance.py)"
+    "default skew model: log-normal expert popularity, sigma 0.3 (reproduces CM-D; see planner/costmodel/imbalance.py)"
 )
 
 

@@ -100,7 +100,10 @@ def _attention_weight_bytes(ctx: CostContext, layout: AttentionLayout) -> float:
 
 
 def attention_hbm(
-    ctx: CostContext, layout: AttentionLayout, tokens_per_device: ArrayLike, kv_tokens_per_device: ArrayLike
+    ctx: CostContext,
+    layout: AttentionLayout,
+    tokens_per_device: ArrayLike,
+    kv_tokens_per_device: ArrayLike,
 ) -> Parts:
     """Attention weights, the KV cache of the device's DP rank, hidden states and head buffers."""
     m = ctx.model
@@ -108,9 +111,7 @@ def attention_hbm(
     t = np.asarray(tokens_per_device, dtype=float)
     kv = np.asarray(kv_tokens_per_device, dtype=float) * layout.tp * _kv_bytes_per_token(ctx, layout.tp)
     heads_core = a.num_heads / layout.tp
-    head_width = (
-        2 * (a.qk_nope_head_dim + a.qk_rope_head_dim) + a.v_head_dim if a.kind == "mla" else 3 * a.head_dim
-    )
+    head_width = 2 * (a.qk_nope_head_dim + a.qk_rope_head_dim) + a.v_head_dim if a.kind == "mla" else 3 * a.head_dim
     acts = t * layout.tp * (m.hidden_size * HIDDEN_STATE_COPIES + heads_core * head_width) * BF16_BYTES
     return {
         "attention_weights": np.full_like(t, _attention_weight_bytes(ctx, layout)),
@@ -131,7 +132,11 @@ def dense_ffn_hbm(ctx: CostContext, layout: ParallelLayout, tokens_per_device: A
 
 
 def moe_hbm(
-    ctx: CostContext, devices: int, moe: MoELayout, shared: SharedExpertLayout, tokens_per_device: ArrayLike
+    ctx: CostContext,
+    devices: int,
+    moe: MoELayout,
+    shared: SharedExpertLayout,
+    tokens_per_device: ArrayLike,
 ) -> tuple[Parts, str]:
     """MoE weights of the fuller role (routed-expert or shared-expert device) and MoE buffers."""
     m, q = ctx.model, ctx.quant
@@ -191,19 +196,21 @@ def _combine(shape_like: np.ndarray, *groups: Parts, fixed: dict[str, float]) ->
     total: Parts = {}
     for group in groups:
         for key, value in group.items():
-            total[key] = total.get(key, 0.0) + value
-    for key, value in fixed.items():
-        total[key] = np.full_like(shape_like, value)
+            total[key] = total[key] + value if key in total else np.asarray(value, dtype=float)
+    for key, constant in fixed.items():
+        total[key] = np.full_like(shape_like, constant)
     return total
 
 
 def _phase_hbm(
-    ctx: CostContext, phase: PhasePlan, tokens: np.ndarray, kv_tokens: np.ndarray, logit_tokens: np.ndarray
+    ctx: CostContext,
+    phase: PhasePlan,
+    tokens: np.ndarray,
+    kv_tokens: np.ndarray,
+    logit_tokens: np.ndarray,
 ) -> HbmUse:
     moe_parts, role = (
-        moe_hbm(ctx, phase.devices, phase.moe, phase.shared_expert, tokens)
-        if phase.moe is not None
-        else ({}, "routed")
+        moe_hbm(ctx, phase.devices, phase.moe, phase.shared_expert, tokens) if phase.moe is not None else ({}, "routed")
     )
     parts = _combine(
         tokens,
@@ -218,9 +225,7 @@ def _phase_hbm(
 
 def decode_hbm(ctx: CostContext, phase: DecodePlan, concurrency: ArrayLike | None = None) -> HbmUse:
     """HBM per device of a decode instance at each concurrency per device."""
-    b = np.atleast_1d(
-        np.asarray(phase.concurrency_per_device if concurrency is None else concurrency, dtype=float)
-    )
+    b = np.atleast_1d(np.asarray(phase.concurrency_per_device if concurrency is None else concurrency, dtype=float))
     tokens = b * (1 + phase.mtp_tokens)
     return _phase_hbm(ctx, phase, tokens, kv_tokens_in_use(ctx, b, phase.mtp_tokens), tokens)
 

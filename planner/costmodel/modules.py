@@ -48,16 +48,10 @@ class ModuleCost:
 
 def _fixed(ctx: CostContext, matrix_ops: int, vector_ops: int, collectives: int = 0) -> float:
     fc = ctx.hw.fixed_costs
-    return (
-        matrix_ops * fc.matrix_op.value
-        + vector_ops * fc.vector_op.value
-        + collectives * fc.collective.value
-    )
+    return matrix_ops * fc.matrix_op.value + vector_ops * fc.vector_op.value + collectives * fc.collective.value
 
 
-def _tp_in_out_comm_s(
-    ctx: CostContext, tp: int, tokens_per_device: np.ndarray, width: int
-) -> np.ndarray:
+def _tp_in_out_comm_s(ctx: CostContext, tp: int, tokens_per_device: np.ndarray, width: int) -> np.ndarray:
     """AllGather the group's inputs (dispatch precision) and ReduceScatter outputs (BF16)."""
     if tp <= 1:
         return np.zeros_like(tokens_per_device)
@@ -114,17 +108,13 @@ def attention_cost(
         kvb_params = a.kv_lora_rank * heads_core * (a.qk_nope_head_dim + a.v_head_dim)
         if decode:
             # absorbed: W_UK into the query, W_UV after the values; batched BF16 matmuls
-            parts.append(
-                ctx.roofline_s(
-                    2 * t_core * kvb_params, kvb_params * wb, ctx.bf16_matmul_flops_per_s
-                )
-            )
+            parts.append(ctx.roofline_s(2 * t_core * kvb_params, kvb_params * wb, ctx.bf16_matmul_flops_per_s))
             score_dim, value_dim = latent, a.kv_lora_rank
-            kv_elems = latent
+            kv_elems = float(latent)
         else:
             parts.append(ctx.roofline_s(2 * t_core * kvb_params, kvb_params * wb, lin))
             score_dim, value_dim = qk_head, a.v_head_dim
-            kv_elems = latent
+            kv_elems = float(latent)
         o_params = a.num_heads * a.v_head_dim * h / post.tp
         latent_width = latent + (a.q_lora_rank or 0)
         out_width = a.num_heads * a.v_head_dim
@@ -189,9 +179,7 @@ def dense_ffn_cost(ctx: CostContext, layout: ParallelLayout, tokens_per_device: 
     """One dense SwiGLU FFN layer on one device."""
     t = np.asarray(tokens_per_device, dtype=float)
     params = ctx.model.dense_ffn_params() / layout.tp
-    compute = ctx.roofline_s(
-        2 * t * layout.tp * params, params * ctx.quant.linear_weight_bytes, ctx.linear_flops_per_s
-    )
+    compute = ctx.roofline_s(2 * t * layout.tp * params, params * ctx.quant.linear_weight_bytes, ctx.linear_flops_per_s)
     comm_s = _tp_in_out_comm_s(ctx, layout.tp, t, ctx.model.hidden_size)
     return ModuleCost(compute, comm_s, _fixed(ctx, 2, 3, 2 if layout.tp > 1 else 0))
 
@@ -251,15 +239,11 @@ def moe_cost(
     tokens_per_slot = tokens_total * k / (ep * slots)
     active_slots = slots * (1.0 - np.exp(-tokens_per_slot))
     act_bytes = hot_assign * (h * q.dispatch_bytes_per_element + 4 * inter * BF16_BYTES + h * BF16_BYTES)
-    experts_s = ctx.roofline_s(
-        2 * hot_assign * expert_params, active_slots * expert_params * ew + act_bytes, lin
-    )
+    experts_s = ctx.roofline_s(2 * hot_assign * expert_params, active_slots * expert_params * ew + act_bytes, lin)
 
     # router (BF16 GEMM over every expert, on the device's own tokens)
     router_params = m.router_params()
-    router_s = ctx.roofline_s(
-        2 * t * router_params, router_params * BF16_BYTES, ctx.bf16_matmul_flops_per_s
-    )
+    router_s = ctx.roofline_s(2 * t * router_params, router_params * BF16_BYTES, ctx.bf16_matmul_flops_per_s)
 
     # shared expert
     n_shared = m.moe.shared_experts
@@ -282,12 +266,8 @@ def moe_cost(
         targets = expected_target_devices(ep, k) + (1 if shared.placement == "dedicated" else 0)
         # the busiest device receives its imbalance times the mean volume
         recv_scale = np.maximum(imb, 1.0)
-        disp = comm.all_to_all_s(
-            ctx.hw, n_comm, t * targets * h * q.dispatch_bytes_per_element * recv_scale
-        )
-        comb = comm.all_to_all_s(
-            ctx.hw, n_comm, t * targets * h * q.combine_bytes_per_element * recv_scale
-        )
+        disp = comm.all_to_all_s(ctx.hw, n_comm, t * targets * h * q.dispatch_bytes_per_element * recv_scale)
+        comb = comm.all_to_all_s(ctx.hw, n_comm, t * targets * h * q.combine_bytes_per_element * recv_scale)
     dc = disp + comb
 
     if shared.placement == "dedicated" and n_shared:

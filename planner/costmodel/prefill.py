@@ -53,9 +53,7 @@ def kv_transfer_s(ctx: CostContext) -> float:
     return ctx.workload.input_tokens * per_token / ctx.hw.kv_transfer_bandwidth_bytes_per_s
 
 
-def prefill_forward(
-    ctx: CostContext, phase: PrefillPlan, batch_tokens: ArrayLike | None = None
-) -> PrefillForward:
+def prefill_forward(ctx: CostContext, phase: PrefillPlan, batch_tokens: ArrayLike | None = None) -> PrefillForward:
     """Cost of one prefill forward at each batch size (default: the plan's)."""
     m = ctx.model
     bt = np.atleast_1d(np.asarray(phase.batch_tokens if batch_tokens is None else batch_tokens, dtype=float))

@@ -41,9 +41,7 @@ def physical_replicas(counts: np.ndarray) -> np.ndarray:
     return np.stack(per_layer)
 
 
-def greedy_pack(
-    loads: np.ndarray, counts: np.ndarray, devices: int, slots_per_device: int
-) -> np.ndarray:
+def greedy_pack(loads: np.ndarray, counts: np.ndarray, devices: int, slots_per_device: int) -> np.ndarray:
     """Pack replicas heaviest first onto the lightest device with a free slot that does not hold
     the same expert yet. Returns expert ids [layers, devices, slots]."""
     loads = np.asarray(loads, dtype=np.float64)
@@ -176,9 +174,7 @@ def global_placement(loads: np.ndarray, devices: int, slots_per_device: int) -> 
     return Placement(ids, loads.shape[1])
 
 
-def hierarchical_applies(
-    experts: int, devices: int, slots_per_device: int, nodes: int, groups: int
-) -> bool:
+def hierarchical_applies(experts: int, devices: int, slots_per_device: int, nodes: int, groups: int) -> bool:
     """True when the hierarchical policy runs (otherwise it falls back to the global one)."""
     return (
         nodes > 1
@@ -221,9 +217,7 @@ def hierarchical_placement(
     if not hierarchical_applies(experts, devices, slots_per_device, nodes, groups):
         return global_placement(loads, devices, slots_per_device)
     group_size = experts // groups
-    node_of_group = pack_groups_onto_nodes(
-        loads.reshape(layers, groups, group_size).sum(axis=2), nodes
-    )
+    node_of_group = pack_groups_onto_nodes(loads.reshape(layers, groups, group_size).sum(axis=2), nodes)
     node_of_expert = np.repeat(node_of_group, group_size, axis=1)
     # Experts ordered by node (ids ascending within a node): the node's local expert list.
     by_node = np.argsort(node_of_expert, axis=1, kind="stable")
@@ -233,9 +227,7 @@ def hierarchical_placement(
     for node in range(nodes):
         members = by_node[:, node * local_experts : (node + 1) * local_experts]
         local_loads = np.take_along_axis(loads, members, axis=1)
-        counts = min_max_replica_counts(
-            local_loads, devices_per_node * slots_per_device, devices_per_node
-        )
+        counts = min_max_replica_counts(local_loads, devices_per_node * slots_per_device, devices_per_node)
         local_ids = greedy_pack(local_loads, counts, devices_per_node, slots_per_device)
         global_ids = np.take_along_axis(members, local_ids.reshape(layers, -1), axis=1)
         out[:, node * devices_per_node : (node + 1) * devices_per_node] = global_ids.reshape(

@@ -124,8 +124,7 @@ def read_expert_map(path: Path | str, num_experts: int | None = None) -> Placeme
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BadInputError(
-            f"expert map '{path.name}' is not valid JSON: {exc.msg} at line {exc.lineno}, column "
-            f"{exc.colno}."
+            f"expert map '{path.name}' is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}."
         ) from None
     except RecursionError:
         raise BadInputError(f"expert map '{path.name}' is nested too deeply.") from None
@@ -135,9 +134,7 @@ def read_expert_map(path: Path | str, num_experts: int | None = None) -> Placeme
 def placement_from_mapping(data: Any, source: str, num_experts: int | None = None) -> Placement:
     """Validate an expert-map mapping and turn it into a Placement."""
     if not isinstance(data, dict):
-        raise BadInputError(
-            f"{source}: an expert map is a JSON object with moe_layer_count and layer_list."
-        )
+        raise BadInputError(f"{source}: an expert map is a JSON object with moe_layer_count and layer_list.")
     missing = sorted(_VLLM_KEYS - set(data))
     if missing:
         raise BadInputError(f"{source}: missing key(s) {', '.join(missing)}.")
@@ -150,54 +147,41 @@ def placement_from_mapping(data: Any, source: str, num_experts: int | None = Non
     if not isinstance(layer_list, list):
         raise BadInputError(f"{source}: layer_list must be a list of layers.")
     if len(layer_list) != layer_count:
-        raise BadInputError(
-            f"{source}: moe_layer_count is {layer_count} but layer_list has {len(layer_list)} "
-            f"entries."
-        )
+        raise BadInputError(f"{source}: moe_layer_count is {layer_count} but layer_list has {len(layer_list)} entries.")
     by_id: dict[int, list[list[int]]] = {}
     devices: int | None = None
     slots: int | None = None
     for n, layer in enumerate(layer_list):
         where = f"{source}: layer_list[{n}]"
         if not isinstance(layer, dict):
-            raise BadInputError(f"{where} must be an object with layer_id, device_count, "
-                                f"device_list.")
+            raise BadInputError(f"{where} must be an object with layer_id, device_count, device_list.")
         for key in ("layer_id", "device_count", "device_list"):
             if key not in layer:
                 raise BadInputError(f"{where} lacks {key}.")
         layer_id = _int(layer["layer_id"], f"{where}.layer_id", 0)
         if layer_id >= layer_count:
-            raise BadInputError(
-                f"{where}.layer_id is {layer_id}; layer ids run 0..{layer_count - 1}."
-            )
+            raise BadInputError(f"{where}.layer_id is {layer_id}; layer ids run 0..{layer_count - 1}.")
         if layer_id in by_id:
             raise BadInputError(f"{where}.layer_id {layer_id} appears twice.")
         count = _int(layer["device_count"], f"{where}.device_count", 1)
         device_list = layer["device_list"]
         if not isinstance(device_list, list) or len(device_list) != count:
             got = len(device_list) if isinstance(device_list, list) else "no"
-            raise BadInputError(
-                f"{where}: device_count is {count} but device_list has {got} entries."
-            )
+            raise BadInputError(f"{where}: device_count is {count} but device_list has {got} entries.")
         if devices is None:
             devices = count
         elif count != devices:
             raise BadInputError(
-                f"{where}.device_count is {count}; every layer must have the same device count "
-                f"({devices})."
+                f"{where}.device_count is {count}; every layer must have the same device count ({devices})."
             )
         grid: list[list[int] | None] = [None] * count
         for k, device in enumerate(device_list):
             dwhere = f"{where}.device_list[{k}]"
-            if not isinstance(device, dict) or "device_id" not in device or (
-                "device_expert" not in device
-            ):
+            if not isinstance(device, dict) or "device_id" not in device or ("device_expert" not in device):
                 raise BadInputError(f"{dwhere} must be an object with device_id and device_expert.")
             device_id = _int(device["device_id"], f"{dwhere}.device_id", 0)
             if device_id >= count:
-                raise BadInputError(
-                    f"{dwhere}.device_id is {device_id}; device ids run 0..{count - 1}."
-                )
+                raise BadInputError(f"{dwhere}.device_id is {device_id}; device ids run 0..{count - 1}.")
             if grid[device_id] is not None:
                 raise BadInputError(f"{dwhere}.device_id {device_id} appears twice in the layer.")
             experts = device["device_expert"]
@@ -217,9 +201,7 @@ def placement_from_mapping(data: Any, source: str, num_experts: int | None = Non
     inferred = int(array.max()) + 1
     experts = inferred if num_experts is None else num_experts
     if inferred > experts:
-        raise BadInputError(
-            f"{source}: expert id {inferred - 1} is out of range; the model has {experts} experts."
-        )
+        raise BadInputError(f"{source}: expert id {inferred - 1} is out of range; the model has {experts} experts.")
     validate_ids(array, experts, source)
     return Placement(array, experts)
 

@@ -77,8 +77,7 @@ def read_loads(path: Path | str) -> np.ndarray:
     """Read and check a loads file: [layers, experts], or [windows, layers, experts] when it holds
     several windows. All-zero layers come back uniform (ones)."""
     loads = read_expert_loads(path)
-    return np.array(loads.windows[0] if loads.num_windows == 1 and not loads.windowed
-                    else loads.windows)
+    return np.array(loads.windows[0] if loads.num_windows == 1 and not loads.windowed else loads.windows)
 
 
 def read_expert_loads(path: Path | str) -> ExpertLoads:
@@ -90,10 +89,7 @@ def read_expert_loads(path: Path | str) -> ExpertLoads:
         return from_array(_read_npy(path), name)
     text = read_text(path, "loads")
     if not text.strip():
-        raise BadInputError(
-            f"loads file '{name}' is empty; it needs one row per MoE layer with one load per "
-            f"expert."
-        )
+        raise BadInputError(f"loads file '{name}' is empty; it needs one row per MoE layer with one load per expert.")
     if suffix == ".json" or (suffix not in (".csv", ".txt") and text.lstrip()[:1] in "[{"):
         return _from_json_text(text, name)
     return _from_csv_text(text, name)
@@ -104,12 +100,8 @@ def from_array(data: Any, source: str = "loads") -> ExpertLoads:
     try:
         arr = np.asarray(data)
     except (ValueError, TypeError):
-        raise BadInputError(
-            f"{source}: the loads are not a rectangular array of numbers."
-        ) from None
-    if arr.dtype == object or not (
-        np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.bool_)
-    ):
+        raise BadInputError(f"{source}: the loads are not a rectangular array of numbers.") from None
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.bool_)):
         raise BadInputError(
             f"{source}: the loads must be numbers in nested lists [layers][experts] or "
             f"[windows][layers][experts]; got {arr.dtype} values."
@@ -194,13 +186,10 @@ def _read_npy(path: Path) -> np.ndarray:
     size = path.stat().st_size
     if size > MAX_INPUT_FILE_BYTES:
         raise BadInputError(
-            f"loads file '{name}' is {size} bytes; files over {MAX_INPUT_FILE_BYTES} bytes are "
-            f"refused."
+            f"loads file '{name}' is {size} bytes; files over {MAX_INPUT_FILE_BYTES} bytes are refused."
         )
     if size == 0:
-        raise BadInputError(
-            f"loads file '{name}' is empty; save a 2-D or 3-D array with numpy.save."
-        )
+        raise BadInputError(f"loads file '{name}' is empty; save a 2-D or 3-D array with numpy.save.")
     try:
         arr = np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
@@ -219,8 +208,7 @@ def _from_json_text(text: str, name: str) -> ExpertLoads:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BadInputError(
-            f"loads file '{name}' is not valid JSON: {exc.msg} at line {exc.lineno}, column "
-            f"{exc.colno}."
+            f"loads file '{name}' is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}."
         ) from None
     except RecursionError:
         raise BadInputError(f"loads file '{name}' is nested too deeply.") from None
@@ -230,10 +218,10 @@ def _from_json_text(text: str, name: str) -> ExpertLoads:
             keys = ", ".join(sorted(str(k) for k in data)) or "none"
             raise BadInputError(
                 f"loads file '{name}' is a JSON object without a \"loads\" key (keys: {keys}); "
-                f"put the nested lists under \"loads\" or at the top level."
+                f'put the nested lists under "loads" or at the top level.'
             )
         data = data["loads"]
-        where = f"{name} \"loads\""
+        where = f'{name} "loads"'
     _check_nested(data, where)
     return from_array(data, name)
 
@@ -242,24 +230,18 @@ def _check_nested(data: Any, where: str) -> None:
     """Name the first ragged row, wrong type or bad value of nested JSON lists."""
     if not isinstance(data, list) or not data:
         kind = "an empty list" if isinstance(data, list) else f"a {type(data).__name__}"
-        raise BadInputError(
-            f"{where} must be a non-empty list of layers (each a list of loads); it is {kind}."
-        )
+        raise BadInputError(f"{where} must be a non-empty list of layers (each a list of loads); it is {kind}.")
     depth = 3 if isinstance(data[0], list) and data[0] and isinstance(data[0][0], list) else 2
 
     def check_layer(row: Any, label: str, expected: int | None) -> int:
         if not isinstance(row, list):
-            raise BadInputError(f"{where}{label} must be a list of loads; it is a "
-                                f"{type(row).__name__}.")
+            raise BadInputError(f"{where}{label} must be a list of loads; it is a {type(row).__name__}.")
         for n, value in enumerate(row):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise BadInputError(
-                    f"{where}{label}[{n}] is {json.dumps(value)[:40]}; every load must be a number."
-                )
+                raise BadInputError(f"{where}{label}[{n}] is {json.dumps(value)[:40]}; every load must be a number.")
         if expected is not None and len(row) != expected:
             raise BadInputError(
-                f"{where}{label} has {len(row)} values; expected {expected} (one per expert, as "
-                f"in the first layer)."
+                f"{where}{label} has {len(row)} values; expected {expected} (one per expert, as in the first layer)."
             )
         if not row:
             raise BadInputError(f"{where}{label} is empty; give one load per expert.")
@@ -275,9 +257,7 @@ def _check_nested(data: Any, where: str) -> None:
         if not isinstance(window, list) or not window:
             raise BadInputError(f"{where}[{w}] must be a non-empty list of layers.")
         if layers is not None and len(window) != layers:
-            raise BadInputError(
-                f"{where}[{w}] has {len(window)} layers; expected {layers} (as in window 0)."
-            )
+            raise BadInputError(f"{where}[{w}] has {len(window)} layers; expected {layers} (as in window 0).")
         layers = len(window)
         for i, row in enumerate(window):
             experts = check_layer(row, f"[{w}][{i}]", experts)
@@ -292,15 +272,14 @@ def _from_csv_text(text: str, name: str) -> ExpertLoads:
         rows.append((number, [cell.strip() for cell in stripped.split(",")]))
     if not rows:
         raise BadInputError(
-            f"loads file '{name}' has no data rows; it needs one row per MoE layer with one "
-            f"load per expert."
+            f"loads file '{name}' has no data rows; it needs one row per MoE layer with one load per expert."
         )
     index_columns: list[str] = []
     first_line, first = rows[0]
     if not _is_number(first[0]):
         header = [cell.lower() for cell in first]
         for index_name in _INDEX_COLUMNS:
-            if header[len(index_columns):][:1] == [index_name]:
+            if header[len(index_columns) :][:1] == [index_name]:
                 index_columns.append(index_name)
         rows = rows[1:]
         if not rows:
@@ -336,14 +315,12 @@ def _from_csv_text(text: str, name: str) -> ExpertLoads:
                 )
             if value < 0:
                 raise BadInputError(
-                    f"{name} line {line_no}, column {column} is {value:g}; loads are token "
-                    f"counts and must be >= 0."
+                    f"{name} line {line_no}, column {column} is {value:g}; loads are token counts and must be >= 0."
                 )
         for position, value in enumerate(numbers[:n_index]):
             if value != int(value) or value < 0:
                 raise BadInputError(
-                    f"{name} line {line_no}: {index_columns[position]} '{cells[position]}' must "
-                    f"be a whole number >= 0."
+                    f"{name} line {line_no}: {index_columns[position]} '{cells[position]}' must be a whole number >= 0."
                 )
         values.append(data)
         index_values.append([int(v) for v in numbers[:n_index]])
@@ -367,12 +344,9 @@ def _from_csv_text(text: str, name: str) -> ExpertLoads:
     layers = len(blocks[0])
     for w, block in enumerate(blocks):
         if len(block) != layers:
-            raise BadInputError(
-                f"{name}: window {w} has {len(block)} layers; expected {layers} (as window 0)."
-            )
+            raise BadInputError(f"{name}: window {w} has {len(block)} layers; expected {layers} (as window 0).")
         if "layer" in index_columns:
-            _check_sequence([index_values[n][1] for n in block], [lines[n] for n in block], name,
-                            "layer")
+            _check_sequence([index_values[n][1] for n in block], [lines[n] for n in block], name, "layer")
     return from_array(arr.reshape(len(blocks), layers, -1), name)
 
 

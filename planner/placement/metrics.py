@@ -38,16 +38,12 @@ class Routing:
     def check(self, experts: int) -> None:
         """BadInputError unless this routing fits `experts` logical experts."""
         if self.n_group < 1 or experts % self.n_group:
-            raise BadInputError(
-                f"{experts} experts do not split into n_group={self.n_group} equal groups."
-            )
+            raise BadInputError(f"{experts} experts do not split into n_group={self.n_group} equal groups.")
         if not 1 <= self.topk_group <= self.n_group:
             raise BadInputError(f"topk_group must be in 1..n_group ({self.n_group}).")
         reachable = self.topk_group * (experts // self.n_group)
         if not 1 <= self.experts_per_token <= reachable:
-            raise BadInputError(
-                f"experts_per_token must be in 1..{reachable} (the experts of topk_group groups)."
-            )
+            raise BadInputError(f"experts_per_token must be in 1..{reachable} (the experts of topk_group groups).")
 
 
 def default_routing(experts: int) -> Routing:
@@ -77,8 +73,7 @@ def check_layout(loads: np.ndarray, devices: int, slots_per_device: int, nodes: 
         )
     if nodes < 1 or devices % nodes:
         raise BadInputError(
-            f"--nodes {nodes} must be >= 1 and divide --devices {devices} (devices split evenly "
-            f"over nodes)."
+            f"--nodes {nodes} must be >= 1 and divide --devices {devices} (devices split evenly over nodes)."
         )
 
 
@@ -109,9 +104,7 @@ def lower_bound_for(loads: np.ndarray, devices: int, slots_per_device: int) -> n
     return lower_bound(loads, devices, slots_per_device)
 
 
-def slot_aware_lower_bound(
-    loads: np.ndarray, devices: int, slots_per_device: int, max_shift: int = 8
-) -> np.ndarray:
+def slot_aware_lower_bound(loads: np.ndarray, devices: int, slots_per_device: int, max_shift: int = 8) -> np.ndarray:
     """A tighter valid lower bound per layer, [layers] (relative to the mean device load).
 
     The device holding the heaviest replica (load M) holds S - 1 other replicas, each at least the
@@ -130,10 +123,7 @@ def slot_aware_lower_bound(
     extra_slots = slots_per_device - 1
     w_min = loads.min(axis=1)
     shifts = min(extra, max_shift, devices - 1)
-    h = [
-        heaviest_replica(loads, min_max_replica_counts(loads, physical - j, devices))
-        for j in range(shifts + 1)
-    ]
+    h = [heaviest_replica(loads, min_max_replica_counts(loads, physical - j, devices)) for j in range(shifts + 1)]
     best = np.full(layers, np.inf)
     for j in range(shifts + 1):
         regular = h[j] + extra_slots * w_min / (1 + j)
@@ -155,8 +145,7 @@ class TokenRoutes:
     uniform: np.ndarray  # [layers, tokens, experts_per_token] in [0, 1): which replica
 
 
-def route_tokens(loads: np.ndarray, routing: Routing, tokens: int = 1024,
-                 seed: int = 0) -> TokenRoutes:
+def route_tokens(loads: np.ndarray, routing: Routing, tokens: int = 1024, seed: int = 0) -> TokenRoutes:
     """Draw `tokens` tokens per layer (see `nodes_per_token`); independent of any placement."""
     loads = np.asarray(loads, dtype=np.float64)
     layers, experts = loads.shape

@@ -34,8 +34,7 @@ class Placement:
         ids = np.asarray(self.device_experts)
         if ids.ndim != 3 or min(ids.shape) < 1:
             raise BadInputError(
-                f"a placement needs shape [layers, devices, slots] with every size >= 1; "
-                f"got shape {list(ids.shape)}."
+                f"a placement needs shape [layers, devices, slots] with every size >= 1; got shape {list(ids.shape)}."
             )
         if not np.issubdtype(ids.dtype, np.integer):
             raise BadInputError("a placement holds integer logical expert ids.")
@@ -142,7 +141,6 @@ def _check_loads(loads: np.ndarray, placement: Placement) -> np.ndarray:
     expected = (placement.layers, placement.num_experts)
     if loads.shape != expected:
         raise BadInputError(
-            f"loads have shape {list(loads.shape)} but the placement needs {list(expected)} "
-            f"(layers x experts)."
+            f"loads have shape {list(loads.shape)} but the placement needs {list(expected)} (layers x experts)."
         )
     return loads

@@ -90,8 +90,13 @@ class SearchSettings:
 
 FULL_SEARCH = SearchSettings()
 FAST_SEARCH = SearchSettings(
-    thetas=(1.0, 0.8), local_thetas=(1.0,), refine_thetas=(), rounds=14, tolerance=1e-3,
-    locality_tokens=256, theta_by_regime=True,
+    thetas=(1.0, 0.8),
+    local_thetas=(1.0,),
+    refine_thetas=(),
+    rounds=14,
+    tolerance=1e-3,
+    locality_tokens=256,
+    theta_by_regime=True,
 )
 
 
@@ -107,9 +112,7 @@ class OptimizeResult:
 # ---- packing --------------------------------------------------------------------------------
 
 
-def _row_pack(
-    loads: np.ndarray, counts: np.ndarray, devices: int, slots_per_device: int
-) -> np.ndarray:
+def _row_pack(loads: np.ndarray, counts: np.ndarray, devices: int, slots_per_device: int) -> np.ndarray:
     """Replicas heaviest first, one row of `devices` at a time: the row's heaviest replica onto the
     currently lightest device, and so on. Cheaper than EPLB's greedy (S sorts instead of one step
     per replica); the local search that follows evens out the difference."""
@@ -161,8 +164,7 @@ def _spread_duplicates(ids: np.ndarray) -> None:
             grid[bad, slot], grid[other, other_slot] = grid[other, other_slot], expert
 
 
-def _swap_target(grid: np.ndarray, members: list[set[int]], bad: int, slot: int,
-                 expert: int) -> tuple[int, int] | None:
+def _swap_target(grid: np.ndarray, members: list[set[int]], bad: int, slot: int, expert: int) -> tuple[int, int] | None:
     devices, slots = grid.shape
     for step in range(1, devices):
         for other in {(bad + step) % devices, (bad - step) % devices}:
@@ -229,17 +231,13 @@ def _node_local_pack(
         first = ~placed[rows, expert]
         home = rule.home[rows, expert]
         spare = (free_on_node - pending) > 0  # [layers, nodes]
-        allowed = np.where(
-            first[:, None], node_of[None, :] == home[:, None], spare[:, node_of]
-        )
+        allowed = np.where(first[:, None], node_of[None, :] == home[:, None], spare[:, node_of])
         allowed &= (fill < slots_per_device) & ~holds
         candidate = np.where(allowed, load, np.inf)
         device = candidate.argmin(axis=1)
         stuck = np.isinf(candidate[rows, device])
         if stuck.any():  # fall back to any device with room (kept valid by _spread_duplicates)
-            device[stuck] = np.where(
-                fill[stuck] < slots_per_device, load[stuck], np.inf
-            ).argmin(axis=1)
+            device[stuck] = np.where(fill[stuck] < slots_per_device, load[stuck], np.inf).argmin(axis=1)
         out[rows, device, fill[rows, device]] = expert
         load[rows, device] += x[:, k]
         fill[rows, device] += 1
@@ -269,9 +267,15 @@ def _swap(ids: np.ndarray, x: np.ndarray, load: np.ndarray, a, d1, s1, d2, s2) -
     x[a, d2, s2] = tmp_x
 
 
-def _pair_round(ids: np.ndarray, x: np.ndarray, load: np.ndarray, shift: int,
-                rule: _NodeRule | None,
-                cnt: np.ndarray | None, home: np.ndarray | None) -> np.ndarray:
+def _pair_round(
+    ids: np.ndarray,
+    x: np.ndarray,
+    load: np.ndarray,
+    shift: int,
+    rule: _NodeRule | None,
+    cnt: np.ndarray | None,
+    home: np.ndarray | None,
+) -> np.ndarray:
     """Pair the p-th heaviest device with the ((p + shift) mod P)-th lightest and make, for every
     pair, the one-for-one swap that best evens it. Returns which layers changed."""
     layers, devices, slots = x.shape
@@ -316,9 +320,15 @@ def _big(x: np.ndarray) -> float:
     return 1e9 * (1.0 + float(x.max(initial=0.0)))
 
 
-def _max_round(ids: np.ndarray, x: np.ndarray, load: np.ndarray, experts: int,
-               rule: _NodeRule | None,
-               cnt: np.ndarray | None, home: np.ndarray | None) -> np.ndarray:
+def _max_round(
+    ids: np.ndarray,
+    x: np.ndarray,
+    load: np.ndarray,
+    experts: int,
+    rule: _NodeRule | None,
+    cnt: np.ndarray | None,
+    home: np.ndarray | None,
+) -> np.ndarray:
     """For the heaviest device of every layer, the swap with any other device that lowers the
     larger of the two loads most. Returns which layers changed."""
     layers, devices, slots = x.shape
@@ -339,8 +349,12 @@ def _max_round(ids: np.ndarray, x: np.ndarray, load: np.ndarray, experts: int,
         m_all = np.broadcast_to(m[:, None], (layers, devices))
         others = np.broadcast_to(np.arange(devices)[None, :], (layers, devices))
         leave_m = _leaves_home(
-            rule, cnt, home, np.broadcast_to(im[:, None, :], (layers, devices, slots)),
-            m_all, others,
+            rule,
+            cnt,
+            home,
+            np.broadcast_to(im[:, None, :], (layers, devices, slots)),
+            m_all,
+            others,
         )  # [layers, devices, slots_of_m]
         on_other = on_other | leave_m.transpose(0, 2, 1)
         on_max = on_max | _leaves_home(rule, cnt, home, ids, others, m_all)
@@ -367,8 +381,14 @@ def _max_round(ids: np.ndarray, x: np.ndarray, load: np.ndarray, experts: int,
     return ok
 
 
-def _leaves_home(rule: _NodeRule, cnt: np.ndarray | None, home: np.ndarray | None,
-                 experts_at: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+def _leaves_home(
+    rule: _NodeRule,
+    cnt: np.ndarray | None,
+    home: np.ndarray | None,
+    experts_at: np.ndarray,
+    src: np.ndarray,
+    dst: np.ndarray,
+) -> np.ndarray:
     """True where moving `experts_at` (shape [layers, n, slots]) from device src[l, n] to
     dst[l, n] would take an expert's last replica off its home node."""
     assert cnt is not None and home is not None
@@ -381,8 +401,14 @@ def _leaves_home(rule: _NodeRule, cnt: np.ndarray | None, home: np.ndarray | Non
     return (src_node != dst_node) & (expert_home == src_node) & last
 
 
-def _move_counts(rule: _NodeRule, cnt: np.ndarray | None, a: np.ndarray, experts: np.ndarray,
-                 src: np.ndarray, dst: np.ndarray) -> None:
+def _move_counts(
+    rule: _NodeRule,
+    cnt: np.ndarray | None,
+    a: np.ndarray,
+    experts: np.ndarray,
+    src: np.ndarray,
+    dst: np.ndarray,
+) -> None:
     assert cnt is not None
     np.add.at(cnt, (a, experts, rule.node_of_device[src]), -1)
     np.add.at(cnt, (a, experts, rule.node_of_device[dst]), 1)
@@ -391,25 +417,40 @@ def _move_counts(rule: _NodeRule, cnt: np.ndarray | None, a: np.ndarray, experts
 _CHUNK_ELEMENTS = 4_000_000  # largest [layers, slots, devices, slots] array one round builds
 
 
-def _local_search(ids: np.ndarray, x: np.ndarray, target: np.ndarray, settings: SearchSettings,
-                  experts: int, rule: _NodeRule | None = None) -> None:
+def _local_search(
+    ids: np.ndarray,
+    x: np.ndarray,
+    target: np.ndarray,
+    settings: SearchSettings,
+    experts: int,
+    rule: _NodeRule | None = None,
+) -> None:
     """Improve every layer in place until it reaches `target` (max device load) or stalls."""
     layers, devices, slots = x.shape
     active = np.flatnonzero(x.sum(axis=2).max(axis=1) > target)
     chunk = max(1, _CHUNK_ELEMENTS // (slots * devices * slots))
     cnt = rule.counts_on_nodes(ids) if rule is not None else None
     for begin in range(0, active.size, chunk):
-        part = active[begin:begin + chunk]
+        part = active[begin : begin + chunk]
         ia, xa = ids[part], x[part]
         ca = cnt[part] if cnt is not None else None
         ha = rule.home[part] if rule is not None else None
         _search_rounds(ia, xa, target[part], settings, experts, rule, ca, ha, part, ids, x)
 
 
-def _search_rounds(ia: np.ndarray, xa: np.ndarray, ta: np.ndarray, settings: SearchSettings,
-                   experts: int, rule: _NodeRule | None, ca: np.ndarray | None,
-                   ha: np.ndarray | None, active: np.ndarray, ids: np.ndarray,
-                   x: np.ndarray) -> None:
+def _search_rounds(
+    ia: np.ndarray,
+    xa: np.ndarray,
+    ta: np.ndarray,
+    settings: SearchSettings,
+    experts: int,
+    rule: _NodeRule | None,
+    ca: np.ndarray | None,
+    ha: np.ndarray | None,
+    active: np.ndarray,
+    ids: np.ndarray,
+    x: np.ndarray,
+) -> None:
     """The rounds of the local search on the layers `active` (copies ia, xa), written back."""
     la = xa.sum(axis=2)
     for rnd in range(settings.rounds):
@@ -494,8 +535,14 @@ def _improve(
             ids = _row_pack(sub, counts, devices, slots_per_device)
     x = _slot_loads(sub, counts, ids)
     if slots_per_device > 1:
-        _local_search(ids, x, target[layers], settings, experts,
-                      rule.subset(layers) if rule is not None else None)
+        _local_search(
+            ids,
+            x,
+            target[layers],
+            settings,
+            experts,
+            rule.subset(layers) if rule is not None else None,
+        )
     name = ("node-local " if rule is not None else "") + f"theta={theta:g}"
     best.offer(layers, ids, x.sum(axis=2).max(axis=1), name)
 
@@ -554,9 +601,7 @@ def _node_rule(
     if not hierarchical_applies(experts, devices, slots_per_device, nodes, groups):
         return None
     group_size = experts // groups
-    node_of_group = pack_groups_onto_nodes(
-        loads.reshape(layers, groups, group_size).sum(axis=2), nodes
-    )
+    node_of_group = pack_groups_onto_nodes(loads.reshape(layers, groups, group_size).sum(axis=2), nodes)
     home = np.repeat(node_of_group, group_size, axis=1)
     node_of_device = np.arange(devices) // (devices // nodes)
     return _NodeRule(home=home, node_of_device=node_of_device, nodes=nodes)
@@ -586,14 +631,12 @@ def optimize_placement(
     baseline_ids = greedy_pack(loads, counts, devices, slots_per_device)
     base_max = _slot_loads(loads, counts, baseline_ids).sum(axis=2).max(axis=1)
     heaviest = heaviest_replica(loads, counts)
-    best = _search(loads, devices, slots_per_device, settings, baseline_ids, base_max, heaviest,
-                   None)
+    best = _search(loads, devices, slots_per_device, settings, baseline_ids, base_max, heaviest, None)
     chosen, best_max, source = best.ids, best.max_load, best.source
 
     rule = _node_rule(loads, devices, slots_per_device, nodes, routing)
     if rule is not None and routing is not None:
-        local = _search(loads, devices, slots_per_device, settings, baseline_ids, base_max,
-                        heaviest, rule)
+        local = _search(loads, devices, slots_per_device, settings, baseline_ids, base_max, heaviest, rule)
         limit = np.minimum(best_max * (1.0 + settings.locality_slack), base_max)
         eligible = local.max_load <= limit * (1.0 + _EPS)
         if eligible.any():

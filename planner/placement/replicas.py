@@ -29,9 +29,7 @@ def min_max_replica_counts(loads: np.ndarray, physical_slots: int, max_replicas:
     return divisor_replica_counts(loads, physical_slots, max_replicas, 1.0)
 
 
-def divisor_replica_counts(
-    loads: np.ndarray, physical_slots: int, max_replicas: int, theta: float
-) -> np.ndarray:
+def divisor_replica_counts(loads: np.ndarray, physical_slots: int, max_replicas: int, theta: float) -> np.ndarray:
     """Replica counts by a divisor method: the next replica goes to the expert with the highest
     load / (replicas - 1 + theta). theta = 1 is EPLB's rule (min-max per-replica load); smaller
     theta spreads replicas over more experts (theta = 0.5 is Sainte-Lague rounding), which can
@@ -45,10 +43,7 @@ def divisor_replica_counts(
     layers, experts = w.shape
     extra = physical_slots - experts
     if extra < 0 or max_replicas < 1 or experts * max_replicas < physical_slots:
-        raise ValueError(
-            f"{physical_slots} slots cannot hold {experts} experts with 1..{max_replicas} "
-            f"replicas each"
-        )
+        raise ValueError(f"{physical_slots} slots cannot hold {experts} experts with 1..{max_replicas} replicas each")
     counts = np.ones((layers, experts), dtype=np.int64)
     if extra == 0 or layers == 0:
         return counts

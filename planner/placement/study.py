@@ -75,8 +75,14 @@ class Study:
         return self.windows[-1]
 
 
-def _scores(loads: np.ndarray, ours: Placement, greedy: Placement, hier: Placement | None,
-            devices: int, slots: int) -> Scores:
+def _scores(
+    loads: np.ndarray,
+    ours: Placement,
+    greedy: Placement,
+    hier: Placement | None,
+    devices: int,
+    slots: int,
+) -> Scores:
     return Scores(
         ours=imbalance(loads, ours),
         greedy=imbalance(loads, greedy),
@@ -99,36 +105,44 @@ def run_study(
     routing = routing or default_routing(loads.experts)
     check_layout(loads.window(0), devices, slots_per_device, nodes)
     routing.check(loads.experts)
-    hier_used = hierarchical_applies(loads.experts, devices, slots_per_device, nodes,
-                                     routing.n_group)
+    hier_used = hierarchical_applies(loads.experts, devices, slots_per_device, nodes, routing.n_group)
     studies: list[WindowStudy] = []
     for t in range(loads.num_windows):
         w = loads.window(t)
         t0 = time.perf_counter()
         result = optimize_placement(w, devices, slots_per_device, nodes, routing, settings)
         search_s = time.perf_counter() - t0
-        hier = (
-            hierarchical_placement(w, devices, slots_per_device, nodes, routing.n_group)
-            if nodes > 1 else None
-        )
+        hier = hierarchical_placement(w, devices, slots_per_device, nodes, routing.n_group) if nodes > 1 else None
         own = _scores(w, result.placement, result.baseline, hier, devices, slots_per_device)
         nxt = None
         if t + 1 < loads.num_windows:
-            nxt = _scores(loads.window(t + 1), result.placement, result.baseline, hier, devices,
-                          slots_per_device)
-        studies.append(WindowStudy(t, result.placement, result.baseline, hier, result.source,
-                                   own, nxt, search_s))
+            nxt = _scores(
+                loads.window(t + 1),
+                result.placement,
+                result.baseline,
+                hier,
+                devices,
+                slots_per_device,
+            )
+        studies.append(WindowStudy(t, result.placement, result.baseline, hier, result.source, own, nxt, search_s))
     reach: dict[str, np.ndarray] = {}
     if nodes > 1:
         last = studies[-1]
-        routes = route_tokens(loads.window(loads.num_windows - 1), routing, REPORT_TOKENS,
-                              settings.seed)
+        routes = route_tokens(loads.window(loads.num_windows - 1), routing, REPORT_TOKENS, settings.seed)
         reach["ours"] = nodes_reached(routes, last.placement, nodes)
         if last.hierarchical is not None:
             reach["hierarchical"] = nodes_reached(routes, last.hierarchical, nodes)
         reach["greedy"] = nodes_reached(routes, last.greedy, nodes)
-    return Study(devices, slots_per_device, nodes, routing, hier_used, studies, reach,
-                 time.perf_counter() - start)
+    return Study(
+        devices,
+        slots_per_device,
+        nodes,
+        routing,
+        hier_used,
+        studies,
+        reach,
+        time.perf_counter() - start,
+    )
 
 
 def study_figures(study: Study) -> dict[str, object]:

@@ -61,15 +61,11 @@ def parse_trace_spec(text: str) -> TraceSpec:
     try:
         parameter = float(value)
     except ValueError:
-        raise BadInputError(
-            f"--synthetic '{text}': '{value}' is not a number; use e.g. {kind}:1.0."
-        ) from None
+        raise BadInputError(f"--synthetic '{text}': '{value}' is not a number; use e.g. {kind}:1.0.") from None
     low, high = _RANGES[kind]
     if not (low < parameter <= high):
         name = "S" if kind == "zipf" else "SIGMA"
-        raise BadInputError(
-            f"--synthetic '{text}': {name} must be > {low:g} and <= {high:g}; got {value}."
-        )
+        raise BadInputError(f"--synthetic '{text}': {name} must be > {low:g} and <= {high:g}; got {value}.")
     return TraceSpec(kind, parameter)  # type: ignore[arg-type]
 
 
@@ -120,9 +116,7 @@ def generate_loads(
         if value < low:
             raise BadInputError(f"synthetic trace: {name} must be >= {low}; got {value}.")
     if experts_per_token > experts:
-        raise BadInputError(
-            f"synthetic trace: experts_per_token ({experts_per_token}) exceeds experts ({experts})."
-        )
+        raise BadInputError(f"synthetic trace: experts_per_token ({experts_per_token}) exceeds experts ({experts}).")
     if not (0.0 <= drift <= 5.0):
         raise BadInputError(f"synthetic trace: drift must be in [0, 5]; got {drift}.")
     rng = np.random.default_rng(seed)

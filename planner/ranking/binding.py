@@ -83,9 +83,7 @@ def _next_on_grid(grid: np.ndarray, value: int) -> int | None:
 # ---- decode ------------------------------------------------------------------------------------
 
 
-def _decode_largest_ok(
-    ctx: CostContext, phase: DecodePlan, upto: int, slo_ms: float | None
-) -> tuple[int, float]:
+def _decode_largest_ok(ctx: CostContext, phase: DecodePlan, upto: int, slo_ms: float | None) -> tuple[int, float]:
     """Largest concurrency <= upto that fits HBM and meets the SLO, with its tokens/s per card."""
     bs = np.arange(1, max(1, upto) + 1, dtype=float)
     step = decode_step(ctx, phase, bs)
@@ -118,8 +116,7 @@ def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | Non
         return Binding(
             "decode",
             "hbm",
-            f"decode overflows HBM by {over:.2f} GiB per device at {b} sequences per device; "
-            f"{fix}.",
+            f"decode overflows HBM by {over:.2f} GiB per device at {b} sequences per device; {fix}.",
             f"{label}: HBM over by {over:.2f} GiB (max B{m})",
             True,
             {"over_bytes": float(total[0] - cap), "max_concurrency_per_device": m},
@@ -127,16 +124,14 @@ def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | Non
     if slo is not None and tpot[0] > slo + 1e-9:
         m, m_card = _decode_largest_ok(ctx, phase, b - 1, slo)
         fix = (
-            f"at most {m} per device meet it ({m_card:.0f} tokens/s per card instead of "
-            f"{per_card:.0f})"
+            f"at most {m} per device meet it ({m_card:.0f} tokens/s per card instead of {per_card:.0f})"
             if m
             else "no concurrency meets it with these layouts: re-plan"
         )
         return Binding(
             "decode",
             "tpot",
-            f"decode misses the TPOT SLO: {tpot[0]:.1f} ms > {slo:g} ms at {b} sequences per "
-            f"device; {fix}.",
+            f"decode misses the TPOT SLO: {tpot[0]:.1f} ms > {slo:g} ms at {b} sequences per device; {fix}.",
             f"{label}: misses TPOT ({tpot[0]:.1f} ms > {slo:g} ms; max B{m})",
             True,
             {
@@ -150,8 +145,7 @@ def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | Non
         return Binding(
             "decode",
             "search_space",
-            f"search space binds: decode concurrency is at the search's cap of {MAX_CONCURRENCY} "
-            "per device.",
+            f"search space binds: decode concurrency is at the search's cap of {MAX_CONCURRENCY} per device.",
             f"{label}: search cap {MAX_CONCURRENCY}",
         )
     short = total[1] - cap
@@ -173,8 +167,7 @@ def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | Non
         return Binding(
             "decode",
             "tpot",
-            f"TPOT binds: one more sequence per device ({b + 1}) gives {tpot[1]:.1f} ms {rel} "
-            f"{slo:g} ms.",
+            f"TPOT binds: one more sequence per device ({b + 1}) gives {tpot[1]:.1f} ms {rel} {slo:g} ms.",
             f"{label}: TPOT (B{b + 1} gives {tpot[1]:.1f} ms {rel} {slo:g} ms)",
             figures={
                 "next_tpot_ms": float(tpot[1]),
@@ -211,9 +204,7 @@ def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | Non
 # ---- prefill -----------------------------------------------------------------------------------
 
 
-def _prefill_largest_ok(
-    ctx: CostContext, phase: PrefillPlan, upto: int, slo_ms: float | None
-) -> int:
+def _prefill_largest_ok(ctx: CostContext, phase: PrefillPlan, upto: int, slo_ms: float | None) -> int:
     """Most requests per forward (<= upto) that fit HBM and meet the TTFT SLO."""
     n_in = ctx.workload.input_tokens
     rs = np.arange(1, max(1, upto) + 1, dtype=float)
@@ -230,9 +221,7 @@ def prefill_binding(ctx: CostContext, phase: PrefillPlan, ttft_slo_ms: float | N
     bt = phase.batch_tokens
     r = max(1, bt // n_in)
     grid_next = _next_on_grid(request_values(MAX_REQUESTS_PER_FORWARD), r)
-    probe = [bt, bt + n_in] + (
-        [grid_next * n_in] if grid_next is not None and grid_next != r + 1 else []
-    )
+    probe = [bt, bt + n_in] + ([grid_next * n_in] if grid_next is not None and grid_next != r + 1 else [])
     fwd = prefill_forward(ctx, phase, probe)
     ttft = fwd.ttft_s * 1e3
     use = prefill_hbm(ctx, phase, probe)
@@ -254,16 +243,11 @@ def prefill_binding(ctx: CostContext, phase: PrefillPlan, ttft_slo_ms: float | N
         )
     if slo is not None and ttft[0] > slo + 1e-9:
         m = _prefill_largest_ok(ctx, phase, r - 1, slo)
-        fix = (
-            f"at most {m} requests per forward meet it"
-            if m
-            else "no batch meets it with these layouts: re-plan"
-        )
+        fix = f"at most {m} requests per forward meet it" if m else "no batch meets it with these layouts: re-plan"
         return Binding(
             "prefill",
             "ttft",
-            f"prefill misses the TTFT SLO: {ttft[0]:.0f} ms > {slo:g} ms at {r} requests per "
-            f"forward; {fix}.",
+            f"prefill misses the TTFT SLO: {ttft[0]:.0f} ms > {slo:g} ms at {r} requests per forward; {fix}.",
             f"{label}: misses TTFT ({ttft[0]:.0f} ms > {slo:g} ms; max {m})",
             True,
             {"ttft_ms": float(ttft[0]), "slo_ms": slo, "max_requests_per_forward": m},
@@ -281,8 +265,7 @@ def prefill_binding(ctx: CostContext, phase: PrefillPlan, ttft_slo_ms: float | N
         detail = (
             f"{short / GIB:.2f} GiB short of one more request"
             if short > 0
-            else f"one more request would leave {-short / 2**20:.1f} MiB, inside the search's "
-            "MiB rounding"
+            else f"one more request would leave {-short / 2**20:.1f} MiB, inside the search's MiB rounding"
         )
         return Binding(
             "prefill",
@@ -296,8 +279,7 @@ def prefill_binding(ctx: CostContext, phase: PrefillPlan, ttft_slo_ms: float | N
         return Binding(
             "prefill",
             "ttft",
-            f"TTFT binds: one more request per forward ({r + 1}) gives {ttft[1]:.0f} ms {rel} "
-            f"{slo:g} ms.",
+            f"TTFT binds: one more request per forward ({r + 1}) gives {ttft[1]:.0f} ms {rel} {slo:g} ms.",
             f"{label}: TTFT ({r + 1} gives {ttft[1]:.0f} ms {rel} {slo:g} ms)",
             figures={
                 "next_ttft_ms": float(ttft[1]),
@@ -379,9 +361,7 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
 
     def neighbour(label: str, update: dict[str, int], section: str) -> tuple[Constraint, str, str]:
         phase = getattr(plan, section)
-        moved = plan.model_copy(
-            update={section: phase.model_copy(update=update), "predicted": None}
-        )
+        moved = plan.model_copy(update={section: phase.model_copy(update=update), "predicted": None})
         f = _colocated_figures(moved, ctx)
         if f.hbm_headroom_bytes < ROUNDING_BYTES:
             short = max(-f.hbm_headroom_bytes, 0) / GIB
@@ -427,9 +407,7 @@ def _instance_rates(plan: Plan, prediction: Prediction) -> tuple[float | None, f
     return d_rps, p_rps
 
 
-def cards_for_rate(
-    plan: Plan, prediction: Prediction, hw: HardwareSpec, rate_per_s: float
-) -> float:
+def cards_for_rate(plan: Plan, prediction: Prediction, hw: HardwareSpec, rate_per_s: float) -> float:
     """Cards this plan's instance configurations need to serve `rate_per_s` (instances scaled)."""
     d_rps, p_rps = _instance_rates(plan, prediction)
     devices = 0
@@ -442,11 +420,7 @@ def cards_for_rate(
 
 
 def _next_size(hw: HardwareSpec, devices: int) -> int | None:
-    cap = (
-        hw.max_devices
-        if hw.max_devices is not None
-        else max(4 * devices, devices + hw.devices_per_node)
-    )
+    cap = hw.max_devices if hw.max_devices is not None else max(4 * devices, devices + hw.devices_per_node)
     larger = [s for s in instance_sizes(hw, cap, devices + 1) if s > devices]
     return larger[0] if larger else None
 
@@ -582,9 +556,7 @@ def deployment_binding(
 
 def plan_context(plan: Plan, specs: PlanSpecs, imbalance=None) -> CostContext:
     """The cost context a plan is evaluated in (its own workload)."""
-    return CostContext(
-        specs.model, specs.hw, specs.quant, plan.workload, imbalance or default_imbalance_model()
-    )
+    return CostContext(specs.model, specs.hw, specs.quant, plan.workload, imbalance or default_imbalance_model())
 
 
 def plan_bindings(
@@ -594,9 +566,7 @@ def plan_bindings(
     if plan.predicted:
         prediction = Prediction.model_validate(plan.predicted)
     else:
-        prediction = evaluate_plan(
-            plan, imbalance=ctx.imbalance, specs=PlanSpecs(ctx.model, ctx.hw, ctx.quant)
-        )
+        prediction = evaluate_plan(plan, imbalance=ctx.imbalance, specs=PlanSpecs(ctx.model, ctx.hw, ctx.quant))
     slo = plan.slo
     out = []
     if plan.colocated:
@@ -640,10 +610,7 @@ def binding_tags(bindings: list[Binding]) -> str:
     """A few characters for a table cell: e.g. "D:TPOT P:HBM cards" (nothing for 'none')."""
     prefix = {"decode": "D:", "prefill": "P:", "deployment": "", "colocated": "C:"}
     parts = [
-        prefix.get(b.phase, "")
-        + TAGS[b.constraint]
-        + ("!" if b.violated else "")
-        + ("?" if not b.certain else "")
+        prefix.get(b.phase, "") + TAGS[b.constraint] + ("!" if b.violated else "") + ("?" if not b.certain else "")
         for b in bindings
         if b.constraint in TAGS
     ]

@@ -59,9 +59,7 @@ def phase_choices(name: str, phase: PhasePlan | None, routed_experts: int | None
         "redundant expert slots",
     ]
     keys += (
-        ["concurrency per device", "MTP draft tokens"]
-        if name == "decode"
-        else ["tokens per forward", "micro-batches"]
+        ["concurrency per device", "MTP draft tokens"] if name == "decode" else ["tokens per forward", "micro-batches"]
     )
     if phase is None:
         return {f"{name} {k}": "-" for k in keys}
@@ -109,18 +107,12 @@ def plan_choices(plan: Plan, hw: HardwareSpec, model: ModelSpec | None) -> dict[
     prefill = phase_choices("prefill", plan.prefill, routed)
     if plan.colocated:
         # the prefill section repeats the decode one's instances and layouts
-        prefill = {
-            k: v
-            for k, v in prefill.items()
-            if k in ("prefill tokens per forward", "prefill micro-batches")
-        }
+        prefill = {k: v for k, v in prefill.items() if k in ("prefill tokens per forward", "prefill micro-batches")}
     out.update(prefill)
     return out
 
 
-def plan_figures(
-    plan: Plan, hw: HardwareSpec, rate_per_s: float | None = None
-) -> dict[str, float | None]:
+def plan_figures(plan: Plan, hw: HardwareSpec, rate_per_s: float | None = None) -> dict[str, float | None]:
     """The figures of a scored plan (None where a phase is absent)."""
     pred = Prediction.model_validate(plan.predicted or {"cost_model": "", "imbalance_model": ""})
     d, p, s = pred.decode, pred.prefill, pred.system
@@ -136,9 +128,7 @@ def plan_figures(
     if s is not None:
         requests = s.requests_per_s
     elif d is not None and plan.decode is not None:
-        requests = (
-            d.tokens_per_s_per_device * plan.decode.total_devices / plan.workload.output_tokens
-        )
+        requests = d.tokens_per_s_per_device * plan.decode.total_devices / plan.workload.output_tokens
     elif p is not None and plan.prefill is not None:
         requests = plan.prefill.instances * p.requests_per_forward / (p.forward_ms / 1e3)
     if c is not None:
@@ -215,11 +205,7 @@ class Delta:
 
 def changed_choices(base: dict[str, str], new: dict[str, str]) -> list[Change]:
     """Choices whose value differs, in the order of `base`."""
-    return [
-        Change(k, base.get(k, "-"), new.get(k, "-"))
-        for k in base
-        if base.get(k, "-") != new.get(k, "-")
-    ]
+    return [Change(k, base.get(k, "-"), new.get(k, "-")) for k in base if base.get(k, "-") != new.get(k, "-")]
 
 
 def figure_deltas(base: dict[str, float | None], new: dict[str, float | None]) -> list[Delta]:

@@ -98,9 +98,7 @@ def structure_changes(points: list[FrontierPoint]) -> list[tuple[int, str]]:
         if prev is None:
             out.append((i, " ".join(f"{k}{v}" if k != "P:D" else f"P:D {v}" for k, v in s.items())))
         else:
-            parts = [
-                f"{k}{prev.get(k)}->{s[k]}" for k in ("EP", "MTP") if k in s and s[k] != prev.get(k)
-            ]
+            parts = [f"{k}{prev.get(k)}->{s[k]}" for k in ("EP", "MTP") if k in s and s[k] != prev.get(k)]
             if "P:D" in s and "P:D" in prev:
                 a, b = _ratio(prev["P:D"]), _ratio(s["P:D"])
                 moved = (a is None) != (b is None) or (
@@ -134,9 +132,7 @@ def _xy(plan: Plan, metric: str) -> tuple[float, float] | None:
         # a colocated instance's TPOT includes its decode stalls during prefill
         return 1e3 / float(c["tpot_ms"]), float(pred["system"]["output_tokens_per_s_per_card"])
     if metric == "deployment" and pred.get("system"):
-        return float(d["tokens_per_s_per_user"]), float(
-            pred["system"]["output_tokens_per_s_per_card"]
-        )
+        return float(d["tokens_per_s_per_user"]), float(pred["system"]["output_tokens_per_s_per_card"])
     return float(d["tokens_per_s_per_user"]), float(d["tokens_per_s_per_card"])
 
 
@@ -172,9 +168,7 @@ def sweep_curves(result: SweepResult) -> list[Curve]:
         if flag == "hardware" and len(budgets) == 1:
             name += f", <= {budgets.pop():g} cards"
         curve = Curve(name, hw_of[key], pts)
-        curve.front = pareto_front(
-            [(p.x_tokens_per_s_per_user, p.y_tokens_per_s_per_card) for p in pts]
-        )
+        curve.front = pareto_front([(p.x_tokens_per_s_per_user, p.y_tokens_per_s_per_card) for p in pts])
         curve.changes = structure_changes([pts[i] for i in curve.front])
         curve.changes = [(curve.front[i], text) for i, text in curve.changes]
         curves.append(curve)

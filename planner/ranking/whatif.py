@@ -178,18 +178,11 @@ def _notes(base: PlanRequest, new: PlanRequest, changes: list[Change]) -> list[s
     notes = []
     names = {c.name for c in changes}
     if not changes:
-        notes.append(
-            "no assumption changed: 'new' is what the planner chooses under the base's own "
-            "assumptions."
-        )
+        notes.append("no assumption changed: 'new' is what the planner chooses under the base's own assumptions.")
     if "ttft-ms" in names and new.phase == "decode":
-        notes.append(
-            "--ttft-ms has no effect on a decode-only plan; add --phase both to plan prefill too."
-        )
+        notes.append("--ttft-ms has no effect on a decode-only plan; add --phase both to plan prefill too.")
     if "tpot-ms" in names and new.phase == "prefill":
-        notes.append(
-            "--tpot-ms has no effect on a prefill-only plan; add --phase both to plan decode too."
-        )
+        notes.append("--tpot-ms has no effect on a prefill-only plan; add --phase both to plan decode too.")
     if "hardware" in names:
         notes.append(
             "cards differ between machines (a CM384 card is a 910C package of two dies); the "
@@ -239,9 +232,7 @@ def run_whatif(
     if base_plan is None:
         outcome = run(base_request, cache)
         base = outcome.plans[0].model_copy(update={"rank": None})
-        base_specs = PlanSpecs(
-            outcome.model, outcome.hw, get_quantization(base_request.quantization)
-        )
+        base_specs = PlanSpecs(outcome.model, outcome.hw, get_quantization(base_request.quantization))
         base_source = base_source or "the best plan under the base assumptions"
     else:
         base_specs = load_plan_specs(base_plan, base_dir)
@@ -249,9 +240,7 @@ def run_whatif(
         base = plan_with_prediction(base_plan, prediction)
     new_outcome = run(new_request, cache)
     new = new_outcome.plans[0].model_copy(update={"rank": None})
-    new_specs = PlanSpecs(
-        new_outcome.model, new_outcome.hw, get_quantization(new_request.quantization)
-    )
+    new_specs = PlanSpecs(new_outcome.model, new_outcome.hw, get_quantization(new_request.quantization))
 
     rate = new_request.rate_per_s or base_request.rate_per_s
     base_budget = base_request.max_cards if base_plan is None else None
@@ -259,9 +248,7 @@ def run_whatif(
     new_col = _column("new (re-planned)", new, new_specs, new_request, rate, new_request.max_cards)
     try:
         rescored = rescore(base, new_request, new_specs)
-        res_col = _column(
-            "base re-scored", rescored, new_specs, new_request, rate, new_request.max_cards
-        )
+        res_col = _column("base re-scored", rescored, new_specs, new_request, rate, new_request.max_cards)
     except BadInputError as exc:
         res_col = Column(
             "base re-scored",

@@ -22,7 +22,14 @@ def hardware_list_table(specs: list[HardwareSpec]) -> Table:
     """One row per machine."""
     table = Table(title="Hardware catalog")
     table.add_column("name", no_wrap=True)
-    for col in ("device", "devices/card", "devices/node", "INT8 peak/device", "HBM/device", "description"):
+    for col in (
+        "device",
+        "devices/card",
+        "devices/node",
+        "INT8 peak/device",
+        "HBM/device",
+        "description",
+    ):
         table.add_column(col)
     for h in specs:
         table.add_row(
@@ -47,10 +54,15 @@ def hardware_detail(h: HardwareSpec) -> list[RenderableType]:
     main.add_row("devices per node", str(h.devices_per_node))
     main.add_row("max devices per instance", "unbounded" if h.max_devices is None else str(h.max_devices))
     p = h.peak_flops_per_s
-    main.add_row("peak per device", f"BF16 {_si(p.bf16, 'FLOP/s')}, FP16 {_si(p.fp16, 'FLOP/s')}, "
-                 f"INT8 {_si(p.int8, 'OP/s')}")
+    main.add_row(
+        "peak per device",
+        f"BF16 {_si(p.bf16, 'FLOP/s')}, FP16 {_si(p.fp16, 'FLOP/s')}, INT8 {_si(p.int8, 'OP/s')}",
+    )
     main.add_row("  source", p.source)
-    main.add_row("HBM per device", f"{h.hbm_bytes / GIB:.1f} GiB at {_si(h.hbm_bandwidth_bytes_per_s, 'B/s')}")
+    main.add_row(
+        "HBM per device",
+        f"{h.hbm_bytes / GIB:.1f} GiB at {_si(h.hbm_bandwidth_bytes_per_s, 'B/s')}",
+    )
     main.add_row("  source", h.hbm_source)
     main.add_row("KV transfer (P->D)", f"{_si(h.kv_transfer_bandwidth_bytes_per_s, 'B/s')} per device")
     levels = Table(title="Interconnect levels (innermost first; per device, per direction)")
@@ -68,19 +80,32 @@ def hardware_detail(h: HardwareSpec) -> list[RenderableType]:
     for col in ("factor", "value", "source"):
         factors.add_column(col)
     e = h.efficiency
-    for name, f in (("matmul efficiency", e.matmul), ("attention compute efficiency", e.attention_compute),
-                    ("HBM bandwidth efficiency", e.hbm_bandwidth), ("link bandwidth efficiency", e.link_bandwidth),
-                    ("prefill micro-batch overlap", h.overlap.prefill_micro_batch_efficiency)):
+    for name, f in (
+        ("matmul efficiency", e.matmul),
+        ("attention compute efficiency", e.attention_compute),
+        ("HBM bandwidth efficiency", e.hbm_bandwidth),
+        ("link bandwidth efficiency", e.link_bandwidth),
+        ("prefill micro-batch overlap", h.overlap.prefill_micro_batch_efficiency),
+    ):
         factors.add_row(name, f"{f.value:.3g}", f.source)
     fc = h.fixed_costs
-    for name, s in (("matrix op launch", fc.matrix_op), ("vector op launch", fc.vector_op),
-                    ("collective launch", fc.collective), ("MTP framework per step", fc.mtp_framework_per_step)):
+    for name, s in (
+        ("matrix op launch", fc.matrix_op),
+        ("vector op launch", fc.vector_op),
+        ("collective launch", fc.collective),
+        ("MTP framework per step", fc.mtp_framework_per_step),
+    ):
         factors.add_row(name, f"{s.value * 1e6:.3g} us", s.source)
-    for name, b in (("communication buffers", h.memory.comm_buffers),
-                    ("runtime reserve", h.memory.runtime_reserve)):
+    for name, b in (
+        ("communication buffers", h.memory.comm_buffers),
+        ("runtime reserve", h.memory.runtime_reserve),
+    ):
         factors.add_row(name, f"{b.value / GIB:.2f} GiB", b.source)
-    factors.add_row("decode: shared expert overlaps dispatch",
-                    str(h.overlap.decode_shared_expert_with_dispatch), "the report (+15% decode)")
+    factors.add_row(
+        "decode: shared expert overlaps dispatch",
+        str(h.overlap.decode_shared_expert_with_dispatch),
+        "the report (+15% decode)",
+    )
     return [main, levels, factors]
 
 
@@ -88,7 +113,14 @@ def model_list_table(specs: list[ModelSpec]) -> Table:
     """One row per model."""
     table = Table(title="Model catalog")
     table.add_column("name", no_wrap=True)
-    for col in ("params", "layers (dense+MoE)", "attention", "experts (routed/top-k/shared)", "MTP", "context"):
+    for col in (
+        "params",
+        "layers (dense+MoE)",
+        "attention",
+        "experts (routed/top-k/shared)",
+        "MTP",
+        "context",
+    ):
         table.add_column(col)
     for m in specs:
         moe = m.moe
@@ -111,20 +143,31 @@ def model_detail(m: ModelSpec) -> list[RenderableType]:
     table.add_column("value")
     a = m.attention
     table.add_row("hidden size", str(m.hidden_size))
-    table.add_row("layers", f"{m.num_layers} ({m.num_dense_layers} dense, {m.num_moe_layers} MoE)"
-                  + (f" + {m.mtp_layers} MTP" if m.mtp_layers else ""))
+    table.add_row(
+        "layers",
+        f"{m.num_layers} ({m.num_dense_layers} dense, {m.num_moe_layers} MoE)"
+        + (f" + {m.mtp_layers} MTP" if m.mtp_layers else ""),
+    )
     if a.kind == "mla":
-        table.add_row("attention", f"MLA, {a.num_heads} heads, q_lora {a.q_lora_rank}, kv_lora "
-                      f"{a.kv_lora_rank}, qk {a.qk_nope_head_dim}+{a.qk_rope_head_dim}, v {a.v_head_dim}")
+        table.add_row(
+            "attention",
+            f"MLA, {a.num_heads} heads, q_lora {a.q_lora_rank}, kv_lora "
+            f"{a.kv_lora_rank}, qk {a.qk_nope_head_dim}+{a.qk_rope_head_dim}, v {a.v_head_dim}",
+        )
     else:
-        table.add_row("attention", f"GQA, {a.num_heads} query heads, {a.num_kv_heads} KV heads, "
-                      f"head dim {a.head_dim}")
+        table.add_row(
+            "attention",
+            f"GQA, {a.num_heads} query heads, {a.num_kv_heads} KV heads, head dim {a.head_dim}",
+        )
     if m.num_dense_layers:
         table.add_row("dense FFN intermediate", str(m.dense_intermediate_size))
     if m.moe:
-        table.add_row("experts", f"{m.moe.routed_experts} routed, top-{m.moe.experts_per_token}, "
-                      f"{m.moe.shared_experts} shared, intermediate {m.moe.expert_intermediate_size}, "
-                      f"groups {m.moe.n_group}/top {m.moe.topk_group}")
+        table.add_row(
+            "experts",
+            f"{m.moe.routed_experts} routed, top-{m.moe.experts_per_token}, "
+            f"{m.moe.shared_experts} shared, intermediate {m.moe.expert_intermediate_size}, "
+            f"groups {m.moe.n_group}/top {m.moe.topk_group}",
+        )
         table.add_row("params per expert", f"{m.expert_params() / 1e6:.1f} M")
     table.add_row("vocab", f"{m.vocab_size}" + (" (tied)" if m.tie_word_embeddings else ""))
     table.add_row("total params", f"{m.total_params() / 1e9:.1f} B")

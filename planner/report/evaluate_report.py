@@ -78,22 +78,36 @@ def _decode_summary(phase: DecodePlan, d: DecodePrediction, hw: HardwareSpec, pl
     t = Table(title="Decode", show_header=False)
     t.add_column("figure")
     t.add_column("value")
-    t.add_row("instances x devices", f"{phase.instances} x {phase.devices} "
-              f"({hw.cards(phase.total_devices):g} {hw.card_name} cards)")
+    t.add_row(
+        "instances x devices",
+        f"{phase.instances} x {phase.devices} ({hw.cards(phase.total_devices):g} {hw.card_name} cards)",
+    )
     t.add_row("layouts", layout_summary(phase))
-    t.add_row("concurrency", f"{phase.concurrency_per_device} per device, "
-              f"{d.sequences_per_instance} per instance (HBM allows {d.max_concurrency_per_device})")
-    t.add_row("MTP", f"{phase.mtp_tokens} draft token(s), {d.tokens_per_step_per_sequence:.3f} "
-              f"tokens per step per sequence")
+    t.add_row(
+        "concurrency",
+        f"{phase.concurrency_per_device} per device, "
+        f"{d.sequences_per_instance} per instance (HBM allows {d.max_concurrency_per_device})",
+    )
+    t.add_row(
+        "MTP",
+        f"{phase.mtp_tokens} draft token(s), {d.tokens_per_step_per_sequence:.3f} tokens per step per sequence",
+    )
     t.add_row("step", f"{d.step_ms:.2f} ms")
     slo = plan.slo.tpot_ms if plan.slo and plan.slo.tpot_ms else None
-    t.add_row("TPOT", f"{d.tpot_ms:.2f} ms" + (f" (SLO {slo:g} ms: {_ok(d.meets_tpot_slo)})" if slo else ""))
+    t.add_row(
+        "TPOT",
+        f"{d.tpot_ms:.2f} ms" + (f" (SLO {slo:g} ms: {_ok(d.meets_tpot_slo)})" if slo else ""),
+    )
     t.add_row("tokens/s per user", f"{d.tokens_per_s_per_user:.1f}")
-    t.add_row("output tokens/s", f"{d.tokens_per_s_per_device:.1f} per device, "
-              f"{d.tokens_per_s_per_card:.1f} per card")
+    t.add_row(
+        "output tokens/s",
+        f"{d.tokens_per_s_per_device:.1f} per device, {d.tokens_per_s_per_card:.1f} per card",
+    )
     t.add_row("MoE imbalance (busiest/mean)", f"{d.moe_imbalance:.3f}")
-    t.add_row("HBM per device", f"{d.hbm_bytes_per_device / GIB:.2f} of {d.hbm_capacity_bytes / GIB:.1f} GiB, "
-              f"fits: {_ok(d.fits_hbm)}")
+    t.add_row(
+        "HBM per device",
+        f"{d.hbm_bytes_per_device / GIB:.2f} of {d.hbm_capacity_bytes / GIB:.1f} GiB, fits: {_ok(d.fits_hbm)}",
+    )
     return t
 
 
@@ -101,19 +115,31 @@ def _prefill_summary(phase: PrefillPlan, p: PrefillPrediction, hw: HardwareSpec,
     t = Table(title="Prefill", show_header=False)
     t.add_column("figure")
     t.add_column("value")
-    t.add_row("instances x devices", f"{phase.instances} x {phase.devices} "
-              f"({hw.cards(phase.total_devices):g} {hw.card_name} cards)")
+    t.add_row(
+        "instances x devices",
+        f"{phase.instances} x {phase.devices} ({hw.cards(phase.total_devices):g} {hw.card_name} cards)",
+    )
     t.add_row("layouts", layout_summary(phase))
-    t.add_row("batch", f"{phase.batch_tokens} tokens per forward ({p.requests_per_forward:g} requests), "
-              f"{phase.micro_batches} micro-batch(es); HBM allows {p.max_batch_tokens} tokens")
+    t.add_row(
+        "batch",
+        f"{phase.batch_tokens} tokens per forward ({p.requests_per_forward:g} requests), "
+        f"{phase.micro_batches} micro-batch(es); HBM allows {p.max_batch_tokens} tokens",
+    )
     t.add_row("forward", f"{p.forward_ms:.2f} ms")
     slo = plan.slo.ttft_ms if plan.slo and plan.slo.ttft_ms else None
-    t.add_row("TTFT (wait + forward + KV transfer)", f"{p.ttft_ms:.2f} ms"
-              + (f" (SLO {slo:g} ms: {_ok(p.meets_ttft_slo)})" if slo else ""))
-    t.add_row("input tokens/s", f"{p.tokens_per_s_per_device:.1f} per device, {p.tokens_per_s_per_card:.1f} per card")
+    t.add_row(
+        "TTFT (wait + forward + KV transfer)",
+        f"{p.ttft_ms:.2f} ms" + (f" (SLO {slo:g} ms: {_ok(p.meets_ttft_slo)})" if slo else ""),
+    )
+    t.add_row(
+        "input tokens/s",
+        f"{p.tokens_per_s_per_device:.1f} per device, {p.tokens_per_s_per_card:.1f} per card",
+    )
     t.add_row("MoE imbalance (busiest/mean)", f"{p.moe_imbalance:.3f}")
-    t.add_row("HBM per device", f"{p.hbm_bytes_per_device / GIB:.2f} of {p.hbm_capacity_bytes / GIB:.1f} GiB, "
-              f"fits: {_ok(p.fits_hbm)}")
+    t.add_row(
+        "HBM per device",
+        f"{p.hbm_bytes_per_device / GIB:.2f} of {p.hbm_capacity_bytes / GIB:.1f} GiB, fits: {_ok(p.fits_hbm)}",
+    )
     return t
 
 
@@ -138,15 +164,27 @@ def evaluate_tables(plan: Plan, prediction: Prediction, hw: HardwareSpec) -> lis
         t.add_row("requests/s per instance", f"{c.requests_per_s_per_instance:.3f}")
         t.add_row("time spent in prefill", f"{c.prefill_time_fraction:.1%}")
         slo = plan.slo
-        t.add_row("TPOT (decode stalls during prefill)", f"{c.tpot_ms:.2f} ms"
-                  + (f" (SLO {slo.tpot_ms:g} ms: {_ok(c.meets_tpot_slo)})" if slo and slo.tpot_ms else ""))
-        t.add_row("TTFT (step in flight + 1.5 forwards)", f"{c.ttft_ms:.2f} ms"
-                  + (f" (SLO {slo.ttft_ms:g} ms: {_ok(c.meets_ttft_slo)})" if slo and slo.ttft_ms else ""))
-        t.add_row("longest gap between two tokens", f"{c.longest_decode_pause_ms:.0f} ms (a prefill forward "
-                  "comes between them; use --no-colocated if your SLO bounds the worst gap)")
+        t.add_row(
+            "TPOT (decode stalls during prefill)",
+            f"{c.tpot_ms:.2f} ms"
+            + (f" (SLO {slo.tpot_ms:g} ms: {_ok(c.meets_tpot_slo)})" if slo and slo.tpot_ms else ""),
+        )
+        t.add_row(
+            "TTFT (step in flight + 1.5 forwards)",
+            f"{c.ttft_ms:.2f} ms"
+            + (f" (SLO {slo.ttft_ms:g} ms: {_ok(c.meets_ttft_slo)})" if slo and slo.ttft_ms else ""),
+        )
+        t.add_row(
+            "longest gap between two tokens",
+            f"{c.longest_decode_pause_ms:.0f} ms (a prefill forward "
+            "comes between them; use --no-colocated if your SLO bounds the worst gap)",
+        )
         t.add_row("output tokens/s per card", f"{c.tokens_per_s_per_card:.1f}")
-        t.add_row("HBM per device", f"{c.hbm_bytes_per_device / GIB:.2f} of {c.hbm_capacity_bytes / GIB:.1f} GiB "
-                  f"(prefill batch included), fits: {_ok(c.fits_hbm)}")
+        t.add_row(
+            "HBM per device",
+            f"{c.hbm_bytes_per_device / GIB:.2f} of {c.hbm_capacity_bytes / GIB:.1f} GiB "
+            f"(prefill batch included), fits: {_ok(c.fits_hbm)}",
+        )
         out.insert(0, t)
     if prediction.system is not None:
         s = prediction.system
@@ -154,9 +192,15 @@ def evaluate_tables(plan: Plan, prediction: Prediction, hw: HardwareSpec) -> lis
         t.add_column("figure")
         t.add_column("value")
         t.add_row("devices / cards", f"{s.devices} / {s.cards:g}")
-        t.add_row("requests/s", f"{s.requests_per_s:.3f} (prefill can serve {s.prefill_requests_per_s:.3f}, "
-                  f"decode {s.decode_requests_per_s:.3f}; {s.bottleneck} binds)")
-        t.add_row("output tokens/s", f"{s.output_tokens_per_s:.1f} ({s.output_tokens_per_s_per_card:.1f} per card)")
+        t.add_row(
+            "requests/s",
+            f"{s.requests_per_s:.3f} (prefill can serve {s.prefill_requests_per_s:.3f}, "
+            f"decode {s.decode_requests_per_s:.3f}; {s.bottleneck} binds)",
+        )
+        t.add_row(
+            "output tokens/s",
+            f"{s.output_tokens_per_s:.1f} ({s.output_tokens_per_s_per_card:.1f} per card)",
+        )
         t.add_row("input tokens/s", f"{s.input_tokens_per_s:.1f}")
         out.append(t)
     return out

@@ -26,9 +26,7 @@ def header(study: Study, what: str) -> Text:
     experts = study.deployed.placement.num_experts
     slots = study.devices * study.slots_per_device
     r = study.routing
-    routing = f"top-{r.experts_per_token}" + (
-        f", {r.topk_group} of {r.n_group} groups" if r.n_group > 1 else ""
-    )
+    routing = f"top-{r.experts_per_token}" + (f", {r.topk_group} of {r.n_group} groups" if r.n_group > 1 else "")
     return Text(
         f"{what}: {layers} MoE layers x {experts} experts onto {study.devices} devices x "
         f"{study.slots_per_device} slots = {slots} slots ({slots - experts} redundant), "
@@ -50,8 +48,11 @@ def imbalance_table(scores: Scores, title: str) -> Table:
     for name, values in rows:
         table.add_row(name, *_stats(values), _gap(values, scores.bound))
     table.add_row("lower bound", *_stats(scores.bound), "")
-    table.add_row("slot-aware bound", *_stats(scores.slot_aware_bound),
-                  "(moeplan: " + _gap(scores.ours, scores.slot_aware_bound) + ")")
+    table.add_row(
+        "slot-aware bound",
+        *_stats(scores.slot_aware_bound),
+        "(moeplan: " + _gap(scores.ours, scores.slot_aware_bound) + ")",
+    )
     return table
 
 
@@ -59,10 +60,15 @@ def drift_table(study: Study) -> Table | None:
     """Placements made from window t, scored on t and on t + 1 (median / worst layer)."""
     if len(study.windows) < 2:
         return None
-    table = Table(title="Placement made from window t, scored on t and on t+1 "
-                        "(imbalance: median / worst layer)")
-    for col in ("t", "moeplan on t", "moeplan on t+1", "greedy on t", "greedy on t+1",
-                "bound on t+1"):
+    table = Table(title="Placement made from window t, scored on t and on t+1 (imbalance: median / worst layer)")
+    for col in (
+        "t",
+        "moeplan on t",
+        "moeplan on t+1",
+        "greedy on t",
+        "greedy on t+1",
+        "bound on t+1",
+    ):
         table.add_column(col, justify="right")
     for w in study.windows:
         if w.next is None:
@@ -71,8 +77,14 @@ def drift_table(study: Study) -> Table | None:
         def cell(values: np.ndarray) -> str:
             return f"{np.median(values):.4f} / {values.max():.4f}"
 
-        table.add_row(str(w.window), cell(w.own.ours), cell(w.next.ours), cell(w.own.greedy),
-                      cell(w.next.greedy), cell(w.next.bound))
+        table.add_row(
+            str(w.window),
+            cell(w.own.ours),
+            cell(w.next.ours),
+            cell(w.own.greedy),
+            cell(w.next.greedy),
+            cell(w.next.bound),
+        )
     return table
 
 
@@ -102,8 +114,13 @@ def nodes_table(study: Study) -> Table | None:
         table.add_column(col, justify="left" if col == "placement" else "right")
     names = {"ours": "moeplan", "hierarchical": "EPLB hierarchical", "greedy": "EPLB greedy"}
     for key, values in study.nodes_per_token.items():
-        table.add_row(names.get(key, key), f"{values.min():.2f}", f"{np.median(values):.2f}",
-                      f"{values.max():.2f}", f"{values.mean():.3f}")
+        table.add_row(
+            names.get(key, key),
+            f"{values.min():.2f}",
+            f"{np.median(values):.2f}",
+            f"{values.max():.2f}",
+            f"{values.mean():.3f}",
+        )
     return table
 
 
@@ -113,20 +130,21 @@ def notes(study: Study, uniform_layers: int, routing_assumed: bool) -> list[str]
     if uniform_layers:
         out.append(f"{uniform_layers} layer(s) had no load at all and were treated as uniform.")
     if routing_assumed and study.nodes > 1:
-        out.append("no --model: routing assumed top-8 without expert groups; give --model for "
-                   "group-limited routing.")
+        out.append("no --model: routing assumed top-8 without expert groups; give --model for group-limited routing.")
     if study.nodes > 1 and not study.hierarchical_used:
-        out.append("EPLB hierarchical fell back to its global policy (expert groups do not divide "
-                   "evenly over the nodes).")
+        out.append(
+            "EPLB hierarchical fell back to its global policy (expert groups do not divide evenly over the nodes)."
+        )
     ours, greedy = study.deployed.own.ours, study.deployed.own.greedy
     worse = int((ours > greedy * (1 + 1e-12)).sum())
-    out.append(f"moeplan is below or equal to the EPLB greedy on {len(ours) - worse} of "
-               f"{len(ours)} layers.")
+    out.append(f"moeplan is below or equal to the EPLB greedy on {len(ours) - worse} of {len(ours)} layers.")
     limited = study.deployed.own.slot_aware_bound > study.deployed.own.bound * (1 + 1e-9)
     if limited.any():
-        out.append(f"{int(limited.sum())} layer(s): the heaviest replica must share its device "
-                   "with other replicas, so the plain lower bound cannot be reached there; the "
-                   "slot-aware bound accounts for that.")
+        out.append(
+            f"{int(limited.sum())} layer(s): the heaviest replica must share its device "
+            "with other replicas, so the plain lower bound cannot be reached there; the "
+            "slot-aware bound accounts for that."
+        )
     return out
 
 
@@ -140,8 +158,7 @@ def timing(study: Study, total_s: float) -> Text:
     )
 
 
-def render(study: Study, what: str, uniform_layers: int, routing_assumed: bool,
-           total_s: float) -> list[RenderableType]:
+def render(study: Study, what: str, uniform_layers: int, routing_assumed: bool, total_s: float) -> list[RenderableType]:
     """Everything the command prints, in order."""
     out: list[RenderableType] = [header(study, what)]
     title = "Imbalance = max device load / mean device load (1.0 is perfect)"

@@ -11,11 +11,21 @@ def fidelity_table(results: list[RowResult]) -> Table:
     """One row per published figure."""
     table = Table(title="Cost model vs published figures")
     for col in ("row", "figure", "published", "predicted", "error", "tolerance", "within"):
-        table.add_column(col, justify="right" if col in ("published", "predicted", "error", "tolerance") else "left")
+        table.add_column(
+            col,
+            justify="right" if col in ("published", "predicted", "error", "tolerance") else "left",
+        )
     for r in results:
         ok = "[green]yes[/]" if r.within_tolerance else "[red]NO[/]"
-        table.add_row(r.row.id, r.row.unit, f"{r.row.published:g}", f"{r.predicted:.1f}",
-                      f"{r.error:+.1%}", f"±{r.row.tolerance:.0%}", ok)
+        table.add_row(
+            r.row.id,
+            r.row.unit,
+            f"{r.row.published:g}",
+            f"{r.predicted:.1f}",
+            f"{r.error:+.1%}",
+            f"±{r.row.tolerance:.0%}",
+            ok,
+        )
     return table
 
 

@@ -53,11 +53,15 @@ def compact_layouts(phase: PhasePlan) -> str:
 
 def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
     """One row per plan: cards, P:D, layouts, concurrency, TPOT, TTFT, tokens/s per card, headroom."""
-    caption = ("layouts: attention|dense FFN|experts|LM head; B: sequences per device; K: thousand tokens per "
-               "forward; mb: micro-batches")
+    caption = (
+        "layouts: attention|dense FFN|experts|LM head; B: sequences per device; K: thousand tokens per "
+        "forward; mb: micro-batches"
+    )
     if any(p.colocated for p in plans):
-        caption += ("\ncolocated: prefill and decode on the same instances; their TPOT is an average, decoding "
-                    "pauses for a whole prefill forward now and then (--no-colocated to rank only disaggregated plans)")
+        caption += (
+            "\ncolocated: prefill and decode on the same instances; their TPOT is an average, decoding "
+            "pauses for a whole prefill forward now and then (--no-colocated to rank only disaggregated plans)"
+        )
     table = Table(title=title, caption=caption)
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("cards", justify="right", no_wrap=True)
@@ -80,7 +84,7 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
             dec = f"{compact_layouts(d)} B{d.concurrency_per_device} MTP{d.mtp_tokens}"
         pre = "-"
         if p is not None:
-            pre = ("(same instances) " if plan.colocated else f"{compact_layouts(p)} ")
+            pre = "(same instances) " if plan.colocated else f"{compact_layouts(p)} "
             pre += f"{p.batch_tokens // 1024}K mb{p.micro_batches}"
         tpot = _p(plan, "colocated", "tpot_ms") if plan.colocated else _p(plan, "decode", "tpot_ms")
         ttft = _p(plan, "colocated", "ttft_ms") if plan.colocated else _p(plan, "prefill", "ttft_ms")

@@ -37,9 +37,7 @@ def y_label(metric: str) -> str:
     return "output tokens/s per card (prefill + decode cards)"
 
 
-def frontier_figure(
-    curves: list[Curve], published: list[PublishedPoint], metric: str, title: str
-) -> Figure:
+def frontier_figure(curves: list[Curve], published: list[PublishedPoint], metric: str, title: str) -> Figure:
     """The figure: curves (Pareto points joined, dominated points hollow), annotations, "
     "published."""
     # imported here: matplotlib takes a good part of a second to import; only --plot needs it

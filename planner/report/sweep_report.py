@@ -150,9 +150,7 @@ def sweep_table(result: SweepResult, rows: list[dict[str, object]] | None = None
             str(row["pd"]) if has_d and has_p else str(row["pd"]).strip("-:"),
         ]
         if has_d:
-            cells.append(
-                f"{short_layouts(d)} B{d.concurrency_per_device} MTP{d.mtp_tokens}" if d else "-"
-            )
+            cells.append(f"{short_layouts(d)} B{d.concurrency_per_device} MTP{d.mtp_tokens}" if d else "-")
         if has_p:
             same = "(same) " if pt.plan.colocated else (f"{short_layouts(p)} " if p else "")
             cells.append(f"{same}{p.batch_tokens // 1024}K mb{p.micro_batches}" if p else "-")
@@ -194,9 +192,7 @@ def sweep_document(result: SweepResult, rows: list[dict[str, object]] | None = N
     for pt, row in zip(result.points, rows, strict=True):
         entry: dict[str, object] = {"values": pt.values, "status": pt.status}
         if pt.plan is not None:
-            entry["summary"] = {
-                k: v for k, v in row.items() if k in CSV_COLUMNS and k not in ("status", "message")
-            }
+            entry["summary"] = {k: v for k, v in row.items() if k in CSV_COLUMNS and k not in ("status", "message")}
             entry["plan"] = pt.plan.model_dump(mode="json", exclude_none=True)
         else:
             entry["binds"] = pt.binding_tag
@@ -257,21 +253,14 @@ def terminal_chart(
         lines.append(f"{tick:>{label_w}} |" + "".join(cells))
     lines.append(" " * label_w + " +" + "-" * width)
     ticks = [0.0, x_max / 2, x_max]
-    axis = (
-        f"{ticks[0]:<.0f}".ljust(width // 2)
-        + f"{ticks[1]:.0f}".ljust(width - width // 2)
-        + f"{ticks[2]:.0f}"
-    )
+    axis = f"{ticks[0]:<.0f}".ljust(width // 2) + f"{ticks[1]:.0f}".ljust(width - width // 2) + f"{ticks[2]:.0f}"
     lines.append(" " * (label_w + 2) + axis)
     lines.append(" " * (label_w + 2) + "tokens/s per user (1000 / TPOT)")
     legend = [f"{CHART_MARKS[i % len(CHART_MARKS)]} {c.name}" for i, c in enumerate(curves)]
     if published:
         legend.append(
             "* published: "
-            + ", ".join(
-                f"{p.id} ({p.x_tokens_per_s_per_user:.0f}, {p.y_tokens_per_s_per_card:.0f})"
-                for p in published
-            )
+            + ", ".join(f"{p.id} ({p.x_tokens_per_s_per_user:.0f}, {p.y_tokens_per_s_per_card:.0f})" for p in published)
         )
     lines.append("   ".join(legend))
     return "\n".join(lines)

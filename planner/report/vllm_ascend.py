@@ -20,7 +20,7 @@ from planner.costmodel.imbalance import DEFAULT_SKEW_SIGMA, lognormal_popularity
 from planner.placement import optimize_placement, vllm_ascend_json
 from planner.placement.optimize import FAST_SEARCH
 from planner.specs.model import ModelSpec
-from planner.specs.plan import DecodePlan, PhasePlan, Plan
+from planner.specs.plan import DecodePlan, PhasePlan, Plan, PrefillPlan
 
 HF_NAMES = {
     "deepseek-v3": "deepseek-ai/DeepSeek-V3",
@@ -55,7 +55,11 @@ def _instance_doc(plan: Plan, phase_name: str, phase: PhasePlan, map_file: str |
     if extra:
         args["additional_config"] = extra
     model_id = HF_NAMES.get(plan.model, plan.model)
-    cmd = [f"vllm serve {model_id}", f"--tensor-parallel-size {att.tp}", f"--data-parallel-size {att.dp}"]
+    cmd = [
+        f"vllm serve {model_id}",
+        f"--tensor-parallel-size {att.tp}",
+        f"--data-parallel-size {att.dp}",
+    ]
     if args["enable_expert_parallel"]:
         cmd.append("--enable-expert-parallel")
     if extra:
@@ -68,7 +72,7 @@ def _instance_doc(plan: Plan, phase_name: str, phase: PhasePlan, map_file: str |
                 + json.dumps({"method": "deepseek_mtp", "num_speculative_tokens": phase.mtp_tokens})
                 + "'"
             )
-    else:
+    elif isinstance(phase, PrefillPlan):
         cmd.append(f"--max-num-batched-tokens {phase.batch_tokens // att.dp}")
     return {
         "instance": phase_name,

@@ -57,9 +57,7 @@ def _value(v: object) -> str:
 
 def headline_text(result: WhatIfResult) -> Text:
     """One line: what the base is and what changes."""
-    changes = ", ".join(
-        f"{c.name} {_value(c.base)} -> {_value(c.new)}" for c in result.assumption_changes
-    )
+    changes = ", ".join(f"{c.name} {_value(c.base)} -> {_value(c.new)}" for c in result.assumption_changes)
     return Text.assemble(
         ("What if: ", "bold"),
         f"base = {result.base_source}; ",
@@ -84,9 +82,7 @@ def _same_as_headline(result: WhatIfResult) -> bool:
     """True when the decode-per-card row would repeat the headline (no column has a prefill)."""
     cols = [c for c in (result.base, result.new, result.rescored) if c.plan is not None]
     return all(
-        c.figures.get("decode_tokens_per_s_per_card")
-        == c.figures.get("output_tokens_per_s_per_card")
-        for c in cols
+        c.figures.get("decode_tokens_per_s_per_card") == c.figures.get("output_tokens_per_s_per_card") for c in cols
     )
 
 
@@ -126,11 +122,7 @@ def comparison_table(result: WhatIfResult) -> Table:
         r = res_deltas.get(d.name)
         res_cell: Text | str = ""
         if res.plan is not None and r is not None:
-            res_cell = (
-                Text(_num(d.name, r.new)) + Text(" ") + _delta_text(r)
-                if r.new is not None
-                else Text("-")
-            )
+            res_cell = Text(_num(d.name, r.new)) + Text(" ") + _delta_text(r) if r.new is not None else Text("-")
         table.add_row(d.label, _num(d.name, d.base), _num(d.name, d.new), _delta_text(d), res_cell)
     table.add_section()
     table.add_row(
@@ -186,8 +178,7 @@ def whatif_renderables(result: WhatIfResult) -> list[RenderableType]:
         out.append(Text(f"note: {note}", style="dim"))
     out.append(
         Text(
-            f"{result.seconds:.2f} s; cost tables: {result.cache_misses} built, "
-            f"{result.cache_hits} reused.",
+            f"{result.seconds:.2f} s; cost tables: {result.cache_misses} built, {result.cache_hits} reused.",
             style="dim",
         )
     )

@@ -22,9 +22,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
-
 from ortools.sat.python import cp_model
 
 from planner.candidates.colocated_candidates import ColocatedCandidate
@@ -106,12 +106,16 @@ class DeploymentModel:
         m = self.model
         self.x = [m.new_bool_var(f"decode_{i}") for i in range(len(self.decode))]
         self.y = [m.new_bool_var(f"prefill_{j}") for j in range(len(self.prefill))]
-        self.n = [m.new_int_var(0, max(1, self.budget // c.devices), f"decode_n_{i}") for i, c in enumerate(self.decode)]
+        self.n = [
+            m.new_int_var(0, max(1, self.budget // c.devices), f"decode_n_{i}") for i, c in enumerate(self.decode)
+        ]
         self.mp = [
             m.new_int_var(0, max(1, self.budget // c.devices), f"prefill_n_{j}") for j, c in enumerate(self.prefill)
         ]
         self.z = [m.new_bool_var(f"colocated_{i}") for i in range(len(self.coloc))]
-        self.cc = [m.new_int_var(0, max(1, self.budget // c.devices), f"colocated_n_{i}") for i, c in enumerate(self.coloc)]
+        self.cc = [
+            m.new_int_var(0, max(1, self.budget // c.devices), f"colocated_n_{i}") for i, c in enumerate(self.coloc)
+        ]
         self.use_coloc = m.new_bool_var("colocated_mode") if self.coloc else None
         cap = [r * (self.budget // c.devices) for r, c in zip(self.d_rate, self.decode, strict=True)]
         cap += [r * (self.budget // c.devices) for r, c in zip(self.p_rate, self.prefill, strict=True)]
@@ -161,14 +165,19 @@ class DeploymentModel:
         for lits, cands in ((self.x, self.decode), (self.y, self.prefill)):
             if not lits:
                 continue
-            m.add(sum(c.hbm_mib * lit for c, lit in zip(cands, lits, strict=True)) <= min(c.hbm_capacity_mib for c in cands))
+            m.add(
+                sum(c.hbm_mib * lit for c, lit in zip(cands, lits, strict=True))
+                <= min(c.hbm_capacity_mib for c in cands)
+            )
         if self.x and self.tpot_slo_us is not None:
             m.add(sum(c.latency_us * lit for c, lit in zip(self.decode, self.x, strict=True)) <= self.tpot_slo_us)
         if self.y and self.ttft_slo_us is not None:
             m.add(sum(c.latency_us * lit for c, lit in zip(self.prefill, self.y, strict=True)) <= self.ttft_slo_us)
         if self.z:
-            m.add(sum(c.hbm_mib * lit for c, lit in zip(self.coloc, self.z, strict=True))
-                  <= min(c.decode.hbm_capacity_mib for c in self.coloc))
+            m.add(
+                sum(c.hbm_mib * lit for c, lit in zip(self.coloc, self.z, strict=True))
+                <= min(c.decode.hbm_capacity_mib for c in self.coloc)
+            )
             if self.tpot_slo_us is not None:
                 m.add(sum(c.tpot_us * lit for c, lit in zip(self.coloc, self.z, strict=True)) <= self.tpot_slo_us)
             if self.ttft_slo_us is not None:
@@ -190,7 +199,7 @@ class DeploymentModel:
             colocated_instances=int(solver.value(self.cc[c])) if c is not None else 0,
         )
 
-    def _run(self, deadline: float | None) -> tuple[int, cp_model.CpSolver]:
+    def _run(self, deadline: float | None) -> tuple[Any, cp_model.CpSolver]:
         remaining = None if deadline is None else deadline - time.perf_counter()
         solver = self.settings.make_solver(remaining)
         return solver.solve(self.model), solver
@@ -264,7 +273,7 @@ class DeploymentModel:
         m.clear_objective()
         return best, proven, solves
 
-    def _order_key(self) -> cp_model.LinearExpr:
+    def _order_key(self) -> Any:
         offset = len(self.x) + len(self.y)
         return (
             sum(i * v for i, v in enumerate(self.x))
@@ -275,10 +284,18 @@ class DeploymentModel:
     def _is_excluded(self, d: int | None, p: int | None, c: int | None) -> bool:
         """Whether a choice of candidates is forbidden by an earlier `_exclude`."""
         for old in self._excluded:
-            pairs = ((d, old.decode, self.decode), (p, old.prefill, self.prefill), (c, old.colocated, self.coloc))
+            pairs: tuple[tuple[int | None, int | None, list[Any]], ...] = (
+                (d, old.decode, self.decode),
+                (p, old.prefill, self.prefill),
+                (c, old.colocated, self.coloc),
+            )
             if all(
                 (new is None) == (prev is None)
-                and (new is None or (cands[new].devices == cands[prev].devices if self.distinct_sizes else new == prev))
+                and (
+                    new is None
+                    or prev is None
+                    or (cands[new].devices == cands[prev].devices if self.distinct_sizes else new == prev)
+                )
                 for new, prev, cands in pairs
             ):
                 return True
@@ -299,14 +316,14 @@ class DeploymentModel:
             if best is None or ratio > best[0]:
                 best = (ratio, dep)
 
-        for c, cand in enumerate(self.coloc):
-            offer(Deployment(None, 0, None, 0, cand.rate_milli, cand.devices, c, 1))
+        for c, coloc in enumerate(self.coloc):
+            offer(Deployment(None, 0, None, 0, coloc.rate_milli, coloc.devices, c, 1))
         if self.decode and not self.prefill:
-            for i, cand in enumerate(self.decode):
-                offer(Deployment(i, 1, None, 0, self.d_rate[i], cand.devices))
+            for i, dec in enumerate(self.decode):
+                offer(Deployment(i, 1, None, 0, self.d_rate[i], dec.devices))
         elif self.prefill and not self.decode:
-            for j, cand in enumerate(self.prefill):
-                offer(Deployment(None, 0, j, 1, self.p_rate[j], cand.devices))
+            for j, pre in enumerate(self.prefill):
+                offer(Deployment(None, 0, j, 1, self.p_rate[j], pre.devices))
         elif self.decode and self.prefill:
             sd = np.array([c.devices for c in self.decode])
             sp = np.array([c.devices for c in self.prefill])
@@ -334,11 +351,12 @@ class DeploymentModel:
         self._excluded.append(dep)
         m = self.model
         groups = []
-        for chosen, lits, cands in (
+        choices: tuple[tuple[int | None, list[Any], list[Any]], ...] = (
             (dep.decode, self.x, self.decode),
             (dep.prefill, self.y, self.prefill),
             (dep.colocated, self.z, self.coloc),
-        ):
+        )
+        for chosen, lits, cands in choices:
             if chosen is None:
                 continue
             if self.distinct_sizes:

@@ -37,9 +37,7 @@ def diagnose_infeasible(
         if space is None or space.candidates:
             continue
         if not space.sizes:
-            return (
-                f"card budget: no {space.phase} instance size fits {where}; raise --max-cards."
-            )
+            return f"card budget: no {space.phase} instance size fits {where}; raise --max-cards."
         lowest, at = _lowest(ctx, space)
         if lowest is None:
             return (

@@ -24,8 +24,8 @@ def best_deployment_ratio(
 ) -> Fraction:
     """Highest served rate per device over every choice and count (0 if nothing fits)."""
     best = Fraction(0)
-    d_opts = list(zip(decode_rates, decode_devices, strict=True)) or [(None, 0)]
-    p_opts = list(zip(prefill_rates, prefill_devices, strict=True)) or [(None, 0)]
+    d_opts: list[tuple[int | None, int]] = list(zip(decode_rates, decode_devices, strict=True)) or [(None, 0)]
+    p_opts: list[tuple[int | None, int]] = list(zip(prefill_rates, prefill_devices, strict=True)) or [(None, 0)]
     for (dr, dd), (pr, pd) in itertools.product(d_opts, p_opts):
         for n in range(1 if dr is not None else 0, (budget // dd if dd else 0) + 1):
             for m in range(1 if pr is not None else 0, (budget // pd if pd else 0) + 1):
@@ -42,8 +42,13 @@ def best_deployment_ratio(
     return best
 
 
-def best_phase_ratio(t: PhaseTables, ints: IntTables, slo_us: int | None, layers: int = 1,
-                     overlap_efficiency: float = 1.0) -> Fraction:
+def best_phase_ratio(
+    t: PhaseTables,
+    ints: IntTables,
+    slo_us: int | None,
+    layers: int = 1,
+    overlap_efficiency: float = 1.0,
+) -> Fraction:
     """Best throughput ratio (num/den as in planner.candidates) of one instance size, by loops."""
     best = Fraction(0)
     ranges = [range(t.n_options(mod)) for mod in MODULES]

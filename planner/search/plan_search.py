@@ -18,6 +18,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -28,11 +29,16 @@ from planner.candidates.phase_candidates import (
     decode_candidates,
     prefill_candidates,
 )
-from planner.candidates.space import SpaceLimits, instance_sizes, min_devices_for_weights, size_options
+from planner.candidates.space import (
+    SpaceLimits,
+    instance_sizes,
+    min_devices_for_weights,
+    size_options,
+)
 from planner.candidates.tables import (
-    IntTables,
     MAX_CONCURRENCY,
     MAX_REQUESTS_PER_FORWARD,
+    IntTables,
     PhaseTables,
     decode_tables,
     prefill_tables,
@@ -64,11 +70,11 @@ class TableCache:
     everything the tables do depend on, so one cache can serve any mix of requests.
     """
 
-    entries: dict[tuple, tuple[PhaseTables, object]] = field(default_factory=dict)
+    entries: dict[tuple, tuple[PhaseTables, IntTables]] = field(default_factory=dict)
     hits: int = 0
     misses: int = 0
 
-    def get(self, key: tuple, build: Callable[[], tuple[PhaseTables, object]]) -> tuple[PhaseTables, object]:
+    def get(self, key: tuple, build: Callable[[], tuple[PhaseTables, IntTables]]) -> tuple[PhaseTables, IntTables]:
         if key in self.entries:
             self.hits += 1
         else:
@@ -141,8 +147,10 @@ def _max_concurrency_guess(ctx: CostContext, devices: int) -> int:
     """Upper bound on decode concurrency per device: HBM over one sequence's KV (no weights)."""
     m = ctx.model
     a = m.attention
-    elems = (a.kv_lora_rank + a.qk_rope_head_dim) if a.kind == "mla" else 2 * a.head_dim * max(
-        1, a.num_kv_heads // max(1, min(devices, a.num_kv_heads))
+    elems = (
+        (a.kv_lora_rank + a.qk_rope_head_dim)
+        if a.kind == "mla"
+        else 2 * a.head_dim * max(1, a.num_kv_heads // max(1, min(devices, a.num_kv_heads)))
     )
     per_seq = float(kv_tokens_in_use(ctx, [1.0], 0)[0]) * elems * m.kv_layers() * ctx.quant.kv_bytes_per_element
     return int(max(1, min(MAX_CONCURRENCY, ctx.hw.hbm_bytes // max(per_seq, 1.0))))
@@ -152,8 +160,7 @@ def _max_requests_guess(ctx: CostContext, devices: int) -> int:
     """Upper bound on requests per forward: HBM over one prompt's KV and hidden states."""
     m = ctx.model
     per_token = (
-        m.kv_elements_per_token_per_layer() * m.kv_layers() * ctx.quant.kv_bytes_per_element
-        + m.hidden_size * 2 * 8
+        m.kv_elements_per_token_per_layer() * m.kv_layers() * ctx.quant.kv_bytes_per_element + m.hidden_size * 2 * 8
     )
     fit_tokens = ctx.hw.hbm_bytes * devices / per_token
     return int(max(1, min(MAX_REQUESTS_PER_FORWARD, fit_tokens // ctx.workload.input_tokens)))
@@ -186,8 +193,14 @@ def build_phase_space(
     slo = request.slo
     # what the tables depend on (not the SLOs, the budget or the rate)
     fingerprint = (
-        m.model_dump_json(), ctx.hw.model_dump_json(), ctx.quant.name, ctx.workload.model_dump_json(),
-        ctx.imbalance.describe(), _identity(ctx.imbalance), request.mtp_tokens, limits.max_extra_slots,
+        m.model_dump_json(),
+        ctx.hw.model_dump_json(),
+        ctx.quant.name,
+        ctx.workload.model_dump_json(),
+        ctx.imbalance.describe(),
+        _identity(ctx.imbalance),
+        request.mtp_tokens,
+        limits.max_extra_slots,
         limits.max_redundant_experts,
     )
     for i, n in enumerate(sizes):
@@ -213,10 +226,15 @@ def build_phase_space(
                 t = prefill_tables(ctx, opts, [1, 2], xs)
                 return t, to_integer_tables(t, ctx.hw.hbm_bytes)
 
-            t, ints = cache.get(key, build_prefill) if cache else build_prefill()
+            t, ints = cache.get(key, build_prefill) if cache else build_prefill()  # type: ignore[assignment]
             slo_us = None if slo.ttft_ms is None else int(math.floor(slo.ttft_ms * 1000))
             found = prefill_candidates(
-                t, ints, slo_us, keep, m.num_layers, ctx.hw.overlap.prefill_micro_batch_efficiency.value  # type: ignore[arg-type]
+                t,
+                ints,
+                slo_us,
+                keep,
+                m.num_layers,
+                ctx.hw.overlap.prefill_micro_batch_efficiency.value,  # type: ignore[arg-type]
             )
         points += opts.count * len(t.k_values) * len(xs)
         tables_by_size[n] = (t, ints)  # type: ignore[assignment]
@@ -224,9 +242,7 @@ def build_phase_space(
     return PhaseSpace(phase, sizes, cands, points, tables_by_size)
 
 
-def _phase_sizes(
-    ctx: CostContext, budget_devices: int, pinned: int | None, other_min: int, label: str
-) -> list[int]:
+def _phase_sizes(ctx: CostContext, budget_devices: int, pinned: int | None, other_min: int, label: str) -> list[int]:
     experts, other = _weights_bytes(ctx)
     min_dev = min_devices_for_weights(ctx.model, ctx.hw, experts, other)
     if pinned is not None:
@@ -256,8 +272,13 @@ def _prefill_rate_milli(c: PhaseCandidate) -> int:
     return int(math.floor(c.num / c.den * 1e6 * RATE_SCALE))
 
 
-def _check_rate_reachable(request: PlanRequest, d_cands: list[PhaseCandidate], p_cands: list[PhaseCandidate],
-                          budget_devices: int, output_tokens: int) -> None:
+def _check_rate_reachable(
+    request: PlanRequest,
+    d_cands: list[PhaseCandidate],
+    p_cands: list[PhaseCandidate],
+    budget_devices: int,
+    output_tokens: int,
+) -> None:
     """Refuse a --rate that no deployment within the budget could serve (names the most)."""
     caps = []
     if d_cands:
@@ -292,7 +313,7 @@ def make_context(request: PlanRequest) -> CostContext:
 
 def candidate_phase_plan(c: PhaseCandidate, instances: int, input_tokens: int) -> DecodePlan | PrefillPlan:
     """A phase section of the plan format from a candidate."""
-    common = {
+    common: dict[str, Any] = {
         "devices": c.devices,
         "instances": instances,
         "attention": c.attention,
@@ -307,8 +328,9 @@ def candidate_phase_plan(c: PhaseCandidate, instances: int, input_tokens: int) -
     return PrefillPlan(batch_tokens=c.x * input_tokens, micro_batches=c.k, **common)
 
 
-def _colocated(ctx: CostContext, request: PlanRequest, dspace: PhaseSpace, pspace: PhaseSpace,
-               keep: int) -> list[ColocatedCandidate]:
+def _colocated(
+    ctx: CostContext, request: PlanRequest, dspace: PhaseSpace, pspace: PhaseSpace, keep: int
+) -> list[ColocatedCandidate]:
     """Colocated candidates for the sizes both phases were costed at."""
     slo = request.slo
     tpot = None if slo.tpot_ms is None else int(math.floor(slo.tpot_ms * 1000))
@@ -327,21 +349,45 @@ def _colocated(ctx: CostContext, request: PlanRequest, dspace: PhaseSpace, pspac
     return out
 
 
-def deployment_plan(request: PlanRequest, ctx: CostContext, dep: Deployment, dspace: PhaseSpace | None,
-                    pspace: PhaseSpace | None, rank: int,
-                    coloc: list[ColocatedCandidate] | None = None) -> Plan:
+def deployment_plan(
+    request: PlanRequest,
+    ctx: CostContext,
+    dep: Deployment,
+    dspace: PhaseSpace | None,
+    pspace: PhaseSpace | None,
+    rank: int,
+    coloc: list[ColocatedCandidate] | None = None,
+) -> Plan:
     """The plan file of one deployment (without `predicted`)."""
-    decode = prefill = None
+    decode: DecodePlan | PrefillPlan | None = None
+    prefill: DecodePlan | PrefillPlan | None = None
     n_in = ctx.workload.input_tokens
     if dep.colocated is not None and coloc:
         c = coloc[dep.colocated]
         decode = candidate_phase_plan(c.decode, dep.colocated_instances, n_in)
-        shared = decode.model_dump(include={"devices", "instances", "attention", "dense_ffn", "moe",
-                                            "shared_expert", "lm_head"})
+        shared = decode.model_dump(
+            include={
+                "devices",
+                "instances",
+                "attention",
+                "dense_ffn",
+                "moe",
+                "shared_expert",
+                "lm_head",
+            }
+        )
         prefill = PrefillPlan(**shared, batch_tokens=c.batch_requests * n_in, micro_batches=c.micro_batches)
-        return Plan(model=request.model, hardware=request.hardware, quantization=request.quantization,
-                    workload=request.workload, slo=request.slo, decode=decode,  # type: ignore[arg-type]
-                    prefill=prefill, colocated=True, rank=rank)
+        return Plan(
+            model=request.model,
+            hardware=request.hardware,
+            quantization=request.quantization,
+            workload=request.workload,
+            slo=request.slo,
+            decode=decode,  # type: ignore[arg-type]
+            prefill=prefill,
+            colocated=True,
+            rank=rank,
+        )
     if dep.decode is not None and dspace is not None:
         decode = candidate_phase_plan(dspace.candidates[dep.decode], dep.decode_instances, n_in)
     if dep.prefill is not None and pspace is not None:

@@ -117,9 +117,7 @@ def parse_values(text: str, flag: str) -> tuple[Value, ...]:
         raise BadInputError(f"--{flag}: empty value; give {EXAMPLE}.")
     if kind is str:
         if ":" in text and "," not in text and "/" not in text and "\\" not in text:
-            raise BadInputError(
-                f"--{flag}: ranges apply to numbers; list names instead, e.g. a2,cm384."
-            )
+            raise BadInputError(f"--{flag}: ranges apply to numbers; list names instead, e.g. a2,cm384.")
         names = [p.strip() for p in text.split(",")]
         if any(not n for n in names):
             raise BadInputError(f"--{flag}: empty name in '{text}'; give a list like a2,cm384.")
@@ -138,9 +136,7 @@ def parse_values(text: str, flag: str) -> tuple[Value, ...]:
             )
         count = int(math.floor((stop - start) / step + 1e-9)) + 1
         if count > MAX_POINTS:
-            raise BadInputError(
-                f"--{flag}: range '{text}' has {count} values; at most {MAX_POINTS} per sweep."
-            )
+            raise BadInputError(f"--{flag}: range '{text}' has {count} values; at most {MAX_POINTS} per sweep.")
         raw = [round(start + i * step, 9) for i in range(count)]
         values = [_number(repr(v), flag, kind) for v in raw]
     else:
@@ -155,8 +151,7 @@ def parse_budgets(text: str, hardware: tuple[Value, ...]) -> dict[str, float]:
         name, sep, value = part.partition("=")
         if not sep or not name.strip():
             raise BadInputError(
-                f"--max-cards: '{part}' is not MACHINE=CARDS; give e.g. a2=64,cm384=384, or one "
-                "number."
+                f"--max-cards: '{part}' is not MACHINE=CARDS; give e.g. a2=64,cm384=384, or one number."
             )
         cards = _number(value.strip(), "max-cards", float)
         if not cards > 0:
@@ -164,9 +159,7 @@ def parse_budgets(text: str, hardware: tuple[Value, ...]) -> dict[str, float]:
         out[name.strip()] = float(cards)
     missing = [str(h) for h in hardware if str(h) not in out]
     if missing:
-        raise BadInputError(
-            f"--max-cards: no budget for {', '.join(missing)}; add {missing[0]}=CARDS."
-        )
+        raise BadInputError(f"--max-cards: no budget for {', '.join(missing)}; add {missing[0]}=CARDS.")
     extra = [k for k in out if k not in {str(h) for h in hardware}]
     if extra:
         raise BadInputError(f"--max-cards: '{extra[0]}' is not among the --hardware values.")
@@ -191,9 +184,7 @@ def parse_axes(flag_texts: dict[str, str | None]) -> tuple[list[SweepAxis], dict
             fixed[flag] = values[0]
     if len(axes) > MAX_AXES:
         names = ", ".join(f"--{a.flag}" for a in axes)
-        raise BadInputError(
-            f"sweep at most {MAX_AXES} parameters at once; {names} all have several values."
-        )
+        raise BadInputError(f"sweep at most {MAX_AXES} parameters at once; {names} all have several values.")
     return axes, fixed
 
 
@@ -202,8 +193,7 @@ def grid(axes: list[SweepAxis]) -> list[dict[str, Value]]:
     if not axes:
         return [{}]
     return [
-        dict(zip([a.flag for a in axes], combo, strict=True))
-        for combo in itertools.product(*(a.values for a in axes))
+        dict(zip([a.flag for a in axes], combo, strict=True)) for combo in itertools.product(*(a.values for a in axes))
     ]
 
 
@@ -264,9 +254,7 @@ def _search_point(values: dict[str, Value], request: PlanRequest, cache: TableCa
         return SweepPoint(values, request, None, "infeasible", str(exc), time.perf_counter() - t0)
     if outcome.status == "INTERRUPTED":
         raise _Interrupted
-    return SweepPoint(
-        values, request, outcome.plans[0], "ok", "", time.perf_counter() - t0, outcome.status
-    )
+    return SweepPoint(values, request, outcome.plans[0], "ok", "", time.perf_counter() - t0, outcome.status)
 
 
 # What forked workers inherit from the parent: the points and the warmed cache (copy-on-write:

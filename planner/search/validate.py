@@ -20,7 +20,10 @@ def plan_problems(plan: Plan, prediction: Prediction) -> list[str]:
     blocks = (
         [("colocated", prediction.colocated, tpot, ttft)]
         if prediction.colocated is not None
-        else [("decode", prediction.decode, tpot, None), ("prefill", prediction.prefill, None, ttft)]
+        else [
+            ("decode", prediction.decode, tpot, None),
+            ("prefill", prediction.prefill, None, ttft),
+        ]
     )
     problems = []
     for name, block, tpot_slo, ttft_slo in blocks:

@@ -36,9 +36,7 @@ def catalog_names(kind: CatalogKind) -> list[str]:
     folder = catalog_dir(kind)
     if not folder.is_dir():
         return []
-    return sorted(
-        p.stem for p in folder.iterdir() if p.suffix in _SUFFIXES and not p.stem.startswith("_")
-    )
+    return sorted(p.stem for p in folder.iterdir() if p.suffix in _SUFFIXES and not p.stem.startswith("_"))
 
 
 def _resolve(kind: CatalogKind, name_or_path: str, what: str) -> Path:

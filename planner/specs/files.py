@@ -30,8 +30,7 @@ def read_text(path: Path, what: str) -> str:
         size = path.stat().st_size
         if size > MAX_INPUT_FILE_BYTES:
             raise BadInputError(
-                f"{what} file '{path}' is {size} bytes; files over "
-                f"{MAX_INPUT_FILE_BYTES} bytes are refused."
+                f"{what} file '{path}' is {size} bytes; files over {MAX_INPUT_FILE_BYTES} bytes are refused."
             )
         raw = path.read_bytes()
     except OSError as exc:
@@ -39,22 +38,16 @@ def read_text(path: Path, what: str) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise BadInputError(
-            f"{what} file '{path}' is not UTF-8 text (byte {exc.start}); save it as UTF-8."
-        ) from None
+        raise BadInputError(f"{what} file '{path}' is not UTF-8 text (byte {exc.start}); save it as UTF-8.") from None
 
 
 def parse_mapping(text: str, source: str, what: str) -> dict[str, Any]:
     """Parse YAML or JSON text into a mapping; syntax errors name the line."""
     try:
-        if source.endswith(".json"):
-            data = json.loads(text)
-        else:
-            data = yaml.safe_load(text)
+        data = json.loads(text) if source.endswith(".json") else yaml.safe_load(text)
     except json.JSONDecodeError as exc:
         raise BadInputError(
-            f"{what} file '{source}' is not valid JSON: {exc.msg} at line {exc.lineno}, "
-            f"column {exc.colno}."
+            f"{what} file '{source}' is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}."
         ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -65,9 +58,7 @@ def parse_mapping(text: str, source: str, what: str) -> dict[str, Any]:
         raise BadInputError(f"{what} file '{source}' is nested too deeply.") from None
     if not isinstance(data, dict):
         kind = "empty" if data is None else f"a {type(data).__name__}"
-        raise BadInputError(
-            f"{what} file '{source}' must hold a mapping of fields at the top level; it is {kind}."
-        )
+        raise BadInputError(f"{what} file '{source}' must hold a mapping of fields at the top level; it is {kind}.")
     return data
 
 
@@ -106,9 +97,7 @@ def line_of(text: str, loc: tuple[int | str, ...]) -> int | None:
     return line
 
 
-def format_validation_error(
-    exc: ValidationError, source: str, what: str, text: str | None = None
-) -> str:
+def format_validation_error(exc: ValidationError, source: str, what: str, text: str | None = None) -> str:
     """One line per problem: field path, line (when known) and pydantic's reason."""
     lines = [f"{what} '{source}' is invalid:"]
     for err in exc.errors(include_url=False):
@@ -128,9 +117,7 @@ def format_validation_error(
     return "\n".join(lines)
 
 
-def validate_model(
-    model: type[ModelT], data: Any, source: str, what: str, text: str | None = None
-) -> ModelT:
+def validate_model(model: type[ModelT], data: Any, source: str, what: str, text: str | None = None) -> ModelT:
     """Validate `data` into `model`, raising BadInputError naming every bad field."""
     try:
         return model.model_validate(data)

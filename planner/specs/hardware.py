@@ -158,8 +158,7 @@ class HardwareSpec(Strict):
             raise ValueError("devices_per_node must be a multiple of devices_per_card")
         if self.max_devices is not None and sizes[-1] is not None and self.max_devices > sizes[-1]:
             raise ValueError(
-                f"max_devices {self.max_devices} exceeds the outermost level's "
-                f"devices_per_group {sizes[-1]}"
+                f"max_devices {self.max_devices} exceeds the outermost level's devices_per_group {sizes[-1]}"
             )
         return self
 

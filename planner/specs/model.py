@@ -103,8 +103,10 @@ class ModelSpec(Strict):
         a, h = self.attention, self.hidden_size
         if a.kind == "mla":
             qk_head = a.qk_nope_head_dim + a.qk_rope_head_dim
-            q = (h * a.q_lora_rank + a.q_lora_rank * a.num_heads * qk_head) if a.q_lora_rank else (
-                h * a.num_heads * qk_head
+            q = (
+                (h * a.q_lora_rank + a.q_lora_rank * a.num_heads * qk_head)
+                if a.q_lora_rank
+                else (h * a.num_heads * qk_head)
             )
             return {
                 "q": q,
@@ -249,9 +251,7 @@ def from_hf_config(cfg: dict[str, Any], name: str) -> dict[str, Any]:
         "vocab_size": cfg.get("vocab_size"),
         "tie_word_embeddings": bool(_get(cfg, "tie_word_embeddings", default=False)),
         "mtp_layers": _get(cfg, "num_nextn_predict_layers", default=0),
-        "max_context_tokens": _get(
-            cfg, "max_position_embeddings", "max_sequence_length", default=4096
-        ),
+        "max_context_tokens": _get(cfg, "max_position_embeddings", "max_sequence_length", default=4096),
     }
 
 

@@ -177,7 +177,7 @@ class PrefillPlan(PhasePlan):
 class Plan(Strict):
     """A deployment: model, machine, scheme, workload, SLOs, and the phases' layouts."""
 
-    schema_version: Literal[1] = PLAN_SCHEMA_VERSION
+    schema_version: Literal[1] = 1
     model: str = Field(min_length=1, description="catalog name or path to YAML / config.json")
     hardware: str = Field(min_length=1, description="catalog name or path to YAML")
     quantization: str = "a8w8c16"
@@ -191,9 +191,7 @@ class Plan(Strict):
         "then give the same devices, instances and layouts",
     )
     rank: int | None = Field(default=None, ge=1, description="position in a ranked export")
-    predicted: dict[str, Any] | None = Field(
-        default=None, description="filled in by evaluate/plan; ignored on input"
-    )
+    predicted: dict[str, Any] | None = Field(default=None, description="filled in by evaluate/plan; ignored on input")
 
     @property
     def total_devices(self) -> int:
@@ -209,7 +207,15 @@ class Plan(Strict):
         if self.colocated:
             if self.decode is None or self.prefill is None:
                 raise ValueError("a colocated plan needs both a 'decode' and a 'prefill' section")
-            shared = ("devices", "instances", "attention", "dense_ffn", "moe", "shared_expert", "lm_head")
+            shared = (
+                "devices",
+                "instances",
+                "attention",
+                "dense_ffn",
+                "moe",
+                "shared_expert",
+                "lm_head",
+            )
             for name in shared:
                 if getattr(self.decode, name) != getattr(self.prefill, name):
                     raise ValueError(
@@ -230,8 +236,7 @@ def _tiles(field: str, layout: ParallelLayout, devices: int) -> None:
 def _divides(field: str, tp: int, size: int, what: str) -> None:
     if size % tp:
         raise BadInputError(
-            f"{field}: tp = {tp} does not divide the model's {what} ({size}); choose a tp that "
-            "divides it."
+            f"{field}: tp = {tp} does not divide the model's {what} ({size}); choose a tp that divides it."
         )
 
 
@@ -261,20 +266,15 @@ def check_phase(phase_name: str, phase: PhasePlan, model: ModelSpec, hw: Hardwar
             "dense intermediate size",
         )
     elif phase.dense_ffn is not None:
-        raise BadInputError(
-            f"{phase_name}.dense_ffn: model '{model.name}' has no dense FFN layers; remove it."
-        )
+        raise BadInputError(f"{phase_name}.dense_ffn: model '{model.name}' has no dense FFN layers; remove it.")
     _tiles(f"{phase_name}.lm_head", phase.lm_head_layout, n)
     shared = phase.shared_expert
     if model.moe is None:
         if phase.moe is not None and not (phase.moe.ep == 1 and phase.moe.slots_per_device == 1):
-            raise BadInputError(
-                f"{phase_name}.moe: model '{model.name}' has no MoE layers; remove the moe section."
-            )
+            raise BadInputError(f"{phase_name}.moe: model '{model.name}' has no MoE layers; remove the moe section.")
         if shared.placement == "dedicated":
             raise BadInputError(
-                f"{phase_name}.shared_expert: model '{model.name}' has no experts; use "
-                "placement: replicated."
+                f"{phase_name}.shared_expert: model '{model.name}' has no experts; use placement: replicated."
             )
         return
     moe = phase.moe
@@ -285,8 +285,7 @@ def check_phase(phase_name: str, phase: PhasePlan, model: ModelSpec, hw: Hardwar
         )
     if shared.placement == "dedicated" and model.moe.shared_experts == 0:
         raise BadInputError(
-            f"{phase_name}.shared_expert: model '{model.name}' has no shared expert; use "
-            "placement: replicated."
+            f"{phase_name}.shared_expert: model '{model.name}' has no shared expert; use placement: replicated."
         )
     if moe.ep + shared.dedicated_devices != n:
         raise BadInputError(

@@ -63,8 +63,7 @@ QUANTIZATION_SCHEMES: dict[str, QuantizationScheme] = {
         ),
         QuantizationScheme(
             name="a8w4c16",
-            description="INT4 expert weights (INT8 math after dequantisation), INT8 other linear "
-            "layers, BF16 KV cache",
+            description="INT4 expert weights (INT8 math after dequantisation), INT8 other linear layers, BF16 KV cache",
             linear_weight_bytes=1,
             expert_weight_bytes=0.5,
             vocab_weight_bytes=2,

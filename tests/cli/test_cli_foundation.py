@@ -50,8 +50,15 @@ def test_evaluate_json_has_the_contract_fields():
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
     d = doc["predicted"]["decode"]
-    for field in ("step_ms", "tpot_ms", "tokens_per_s_per_device", "tokens_per_s_per_card",
-                  "hbm_bytes_per_device", "fits_hbm", "breakdown_ms"):
+    for field in (
+        "step_ms",
+        "tpot_ms",
+        "tokens_per_s_per_device",
+        "tokens_per_s_per_card",
+        "hbm_bytes_per_device",
+        "fits_hbm",
+        "breakdown_ms",
+    ):
         assert field in d
     assert doc["decode"]["moe"] == {"ep": 32, "slots_per_device": 8, "comm": "allgather"}
 
@@ -93,7 +100,7 @@ def test_fidelity_lists_every_published_row():
     [
         ("schema_version: 1\nmodel: deepseek-v3\n", "workload"),
         ("model: [unclosed\n", "is not valid YAML: expected"),
-        ("{\"model\": 1,,}", "not valid"),
+        ('{"model": 1,,}', "not valid"),
         ("- just\n- a list\n", "mapping"),
         ("", "empty"),
     ],
@@ -125,7 +132,10 @@ def test_unknown_plan_and_hardware_names():
 
 def test_subprocess_error_has_no_traceback(tmp_path):
     path = tmp_path / "p.yaml"
-    path.write_text("schema_version: 1\nmodel: deepseek-v3\nhardware: a2\nworkload: {input_tokens: -1, output_tokens: 5}\ndecode: {}\n")
+    path.write_text(
+        "schema_version: 1\nmodel: deepseek-v3\nhardware: a2\n"
+        "workload: {input_tokens: -1, output_tokens: 5}\ndecode: {}\n"
+    )
     out = subprocess.run([sys.executable, "-m", "planner", "evaluate", str(path)], capture_output=True, text=True)
     assert out.returncode == 2
     assert "Traceback" not in out.stderr and "workload.input_tokens" in out.stderr

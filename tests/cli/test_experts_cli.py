@@ -27,8 +27,14 @@ def test_synthetic_run_prints_the_comparison_and_writes_the_map(tmp_path):
     out = tmp_path / "map.json"
     r = run_cli(*BASE, "--synthetic", "zipf:1.1", "--layers", "6", "--out", str(out))
     assert r.exit_code == 0, r.output
-    for text in ("moeplan", "EPLB greedy (global)", "lower bound", "Replicas per logical expert",
-                 "time:", "wrote"):
+    for text in (
+        "moeplan",
+        "EPLB greedy (global)",
+        "lower bound",
+        "Replicas per logical expert",
+        "time:",
+        "wrote",
+    ):
         assert text in r.output
     placement = read_expert_map(out, num_experts=256)
     assert placement.layers == 6 and placement.devices == 32 and placement.slots_per_device == 9
@@ -42,8 +48,19 @@ def test_loads_file_with_model_nodes_and_json_format(tmp_path):
     src = tmp_path / "loads.npy"
     np.save(src, loads)
     out = tmp_path / "placement.json"
-    r = run_cli(*BASE, "--loads", str(src), "--nodes", "4", "--model", "deepseek-v3",
-                "--format", "json", "--out", str(out))
+    r = run_cli(
+        *BASE,
+        "--loads",
+        str(src),
+        "--nodes",
+        "4",
+        "--model",
+        "deepseek-v3",
+        "--format",
+        "json",
+        "--out",
+        str(out),
+    )
     assert r.exit_code == 0, r.output
     assert "EPLB hierarchical" in r.output and "Nodes reached per token" in r.output
     doc = json.loads(out.read_text())
@@ -101,8 +118,10 @@ def test_binary_junk_exits_2(tmp_path):
         (["--synthetic", "zipf:1.1", "--slots-per-device", "7"], "cannot hold 256 experts"),
         (["--synthetic", "zipf:1.1", "--nodes", "5"], "must be >= 1 and divide --devices"),
         (["--synthetic", "pareto:2"], "not a trace spec"),
-        (["--synthetic", "zipf:1.1", "--model", "deepseek-v3", "--experts", "128"],
-         "has 128 experts per layer but --model deepseek-v3 has 256"),
+        (
+            ["--synthetic", "zipf:1.1", "--model", "deepseek-v3", "--experts", "128"],
+            "has 128 experts per layer but --model deepseek-v3 has 256",
+        ),
         (["--synthetic", "zipf:1.1", "--model", "no-such-model"], "unknown model"),
         ([], "give exactly one of --loads FILE or --synthetic SPEC"),
     ],
@@ -117,8 +136,17 @@ def test_bad_flags_exit_2_with_the_fix(args, message):
 def test_synthetic_only_flags_are_refused_with_a_loads_file(tmp_path):
     path = tmp_path / "l.csv"
     path.write_text("1,2,3,4\n")
-    r = run_cli("experts", "--devices", "2", "--slots-per-device", "2", "--loads", str(path),
-                "--layers", "3")
+    r = run_cli(
+        "experts",
+        "--devices",
+        "2",
+        "--slots-per-device",
+        "2",
+        "--loads",
+        str(path),
+        "--layers",
+        "3",
+    )
     assert_clean_error(r, "--layers only apply to --synthetic")
 
 
@@ -145,9 +173,20 @@ def test_subprocess_bad_loads_has_no_traceback(tmp_path):
     path = tmp_path / "l.csv"
     path.write_text("1,2,inf\n")
     out = subprocess.run(
-        [sys.executable, "-m", "planner", "experts", "--devices", "2", "--slots-per-device", "2",
-         "--loads", str(path)],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "planner",
+            "experts",
+            "--devices",
+            "2",
+            "--slots-per-device",
+            "2",
+            "--loads",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
     )
     assert out.returncode == 2
     assert "Traceback" not in out.stderr and "is infinite" in out.stderr

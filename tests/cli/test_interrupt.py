@@ -34,9 +34,23 @@ def test_interrupt_during_the_solve_prints_the_best_so_far(tmp_path, monkeypatch
 def test_sigterm_mid_search_leaves_no_file(tmp_path):
     out = tmp_path / "plans.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "planner", "plan", "--hardware", "cm384", "--max-cards", "384",
-         "--tpot-ms", "50", "--json", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "planner",
+            "plan",
+            "--hardware",
+            "cm384",
+            "--max-cards",
+            "384",
+            "--tpot-ms",
+            "50",
+            "--json",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     time.sleep(1.0)  # imports done, tables being built
     proc.send_signal(signal.SIGTERM)

@@ -64,9 +64,16 @@ def test_infeasible_exits_1_with_the_binding_constraint():
 
 
 def test_bad_flags_exit_2():
-    for args in (("--max-cards", "-5"), ("--phase", "sideways"), ("--input-tokens", "0"),
-                 ("--mtp-acceptance", "1.5"), ("--mtp", "0,x"), ("--hardware", "a9"),
-                 ("--decode-devices", "1004028"), ("--rate", "nan")):
+    for args in (
+        ("--max-cards", "-5"),
+        ("--phase", "sideways"),
+        ("--input-tokens", "0"),
+        ("--mtp-acceptance", "1.5"),
+        ("--mtp", "0,x"),
+        ("--hardware", "a9"),
+        ("--decode-devices", "1004028"),
+        ("--rate", "nan"),
+    ):
         r = run_cli("plan", *args)
         assert r.exit_code == 2, (args, r.output)
         assert "Traceback" not in r.output

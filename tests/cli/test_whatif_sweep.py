@@ -66,9 +66,7 @@ def test_whatif_without_a_file_reuses_the_cost_tables():
     doc = json.loads(r.output)
     assert doc["base_source"].startswith("moeplan plan defaults with max-cards=32.0, phase=decode")
     assert doc["table_cache"]["hits"] > 0
-    assert (
-        doc["base"]["plan"]["slo"]["tpot_ms"] == 100 and doc["new"]["plan"]["slo"]["tpot_ms"] == 50
-    )
+    assert doc["base"]["plan"]["slo"]["tpot_ms"] == 100 and doc["new"]["plan"]["slo"]["tpot_ms"] == 50
 
 
 def test_whatif_rescoring_that_cannot_run_says_why():
@@ -112,9 +110,7 @@ SMALL = ("--phase", "decode", "--max-cards", "32")
 
 def test_sweep_table_exports_and_infeasible_rows(tmp_path):
     csv_path, json_path = tmp_path / "s.csv", tmp_path / "s.json"
-    r = run_cli(
-        "sweep", "--tpot-ms", "10,50,100", *SMALL, "--csv", str(csv_path), "--json", str(json_path)
-    )
+    r = run_cli("sweep", "--tpot-ms", "10,50,100", *SMALL, "--csv", str(csv_path), "--json", str(json_path))
     assert r.exit_code == 0, r.output
     assert "Best plan per point" in r.output and "infeasible [1]" in r.output
     assert "3 points (2 feasible)" in r.output and "reused" in r.output
@@ -130,9 +126,7 @@ def test_sweep_table_exports_and_infeasible_rows(tmp_path):
 
 def test_sweep_two_parameters_and_a_png_plot(tmp_path):
     plot = tmp_path / "f.png"
-    r = run_cli(
-        "sweep", "--tpot-ms", "50,100", "--input-tokens", "1024,4096", *SMALL, "--plot", str(plot)
-    )
+    r = run_cli("sweep", "--tpot-ms", "50,100", "--input-tokens", "1024,4096", *SMALL, "--plot", str(plot))
     assert r.exit_code == 0, r.output
     assert "frontier plot written" in r.output
     image = matplotlib.image.imread(str(plot))
@@ -212,8 +206,7 @@ def test_an_interrupted_sweep_keeps_the_points_done(jobs):
 
     axis = SweepAxis("tpot-ms", (40.0, 60.0, 80.0, 100.0, 120.0, 140.0))
     points = [
-        ({"tpot-ms": t}, PlanRequest(phase="decode", max_cards=16, top=1, slo=SLO(tpot_ms=t)))
-        for t in axis.values
+        ({"tpot-ms": t}, PlanRequest(phase="decode", max_cards=16, top=1, slo=SLO(tpot_ms=t))) for t in axis.values
     ]
 
     def progress(done, total, values):

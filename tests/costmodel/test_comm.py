@@ -35,8 +35,11 @@ def test_tp2_on_cm384_stays_inside_a_package():
     # a TP2 group is the two dies of a 910C package: only the SIO link is used
     t = float(comm.allgather_s(CM, 2, 1e6))
     sio = CM.levels[0]
-    assert t == pytest.approx(1e6 / (sio.bandwidth_bytes_per_s * CM.efficiency.link_bandwidth.value)
-                              + sio.latency_s + CM.fixed_costs.collective.value)
+    assert t == pytest.approx(
+        1e6 / (sio.bandwidth_bytes_per_s * CM.efficiency.link_bandwidth.value)
+        + sio.latency_s
+        + CM.fixed_costs.collective.value
+    )
 
 
 def test_crossing_nodes_on_a2_is_slower_than_inside_one():

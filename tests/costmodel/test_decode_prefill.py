@@ -10,7 +10,12 @@ from hypothesis import strategies as st
 from planner.costmodel.context import CostContext
 from planner.costmodel.decode import decode_step, emitted_tokens_per_step
 from planner.costmodel.evaluate import load_plan_specs
-from planner.costmodel.memory import decode_hbm, max_decode_concurrency, max_prefill_batch_tokens, prefill_hbm
+from planner.costmodel.memory import (
+    decode_hbm,
+    max_decode_concurrency,
+    max_prefill_batch_tokens,
+    prefill_hbm,
+)
 from planner.costmodel.prefill import prefill_forward
 from planner.specs.catalog import catalog_dir, load_plan
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -26,9 +25,14 @@ CASES = settings(max_examples=500, deadline=None, suppress_health_check=list(Hea
 CORPUS = Path(__file__).parent / "corpus"
 
 JUNK = st.one_of(
-    st.none(), st.booleans(), st.integers(-(10**30), 10**30), st.sampled_from([0, -1, 1, 2**63, -(2**63)]),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
-    st.lists(st.integers(-5, 5), max_size=3), st.dictionaries(st.text(max_size=4), st.integers(), max_size=2),
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**30), 10**30),
+    st.sampled_from([0, -1, 1, 2**63, -(2**63)]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.lists(st.integers(-5, 5), max_size=3),
+    st.dictionaries(st.text(max_size=4), st.integers(), max_size=2),
 )
 
 
@@ -64,10 +68,7 @@ def mutated(draw, base: dict):
         elif isinstance(parent, dict):
             parent[draw(st.text(min_size=1, max_size=8))] = draw(JUNK)
     as_json = draw(st.booleans())
-    if as_json:
-        text = json.dumps(doc, allow_nan=True, default=str)
-    else:
-        text = yaml.safe_dump(doc, allow_unicode=True)
+    text = json.dumps(doc, allow_nan=True, default=str) if as_json else yaml.safe_dump(doc, allow_unicode=True)
     data = text.encode("utf-8")
     mode = draw(st.sampled_from(["plain", "plain", "plain", "truncate", "utf16", "junk"]))
     if mode == "truncate":
@@ -120,10 +121,20 @@ def test_fuzz_hf_config(tmp_path_factory, case):
 
 
 MODEL_YAML_BASE = {
-    "name": "mini-moe", "hidden_size": 1024, "num_layers": 8, "num_dense_layers": 1,
-    "dense_intermediate_size": 4096, "vocab_size": 32000, "max_context_tokens": 32768,
+    "name": "mini-moe",
+    "hidden_size": 1024,
+    "num_layers": 8,
+    "num_dense_layers": 1,
+    "dense_intermediate_size": 4096,
+    "vocab_size": 32000,
+    "max_context_tokens": 32768,
     "attention": {"kind": "gqa", "num_heads": 16, "num_kv_heads": 4, "head_dim": 64},
-    "moe": {"routed_experts": 32, "experts_per_token": 4, "shared_experts": 1, "expert_intermediate_size": 512},
+    "moe": {
+        "routed_experts": 32,
+        "experts_per_token": 4,
+        "shared_experts": 1,
+        "expert_intermediate_size": 512,
+    },
 }
 
 
@@ -131,15 +142,26 @@ MODEL_YAML_BASE = {
 @given(case=mutated(MODEL_YAML_BASE))
 def test_fuzz_model_yaml(tmp_path_factory, case):
     data, suffix = case
-    _check(run_cli("models", "show", str(_write(tmp_path_factory, data, ".yaml" if suffix == ".yaml" else ".json"))))
+    _check(
+        run_cli(
+            "models",
+            "show",
+            str(_write(tmp_path_factory, data, ".yaml" if suffix == ".yaml" else ".json")),
+        )
+    )
 
 
 @st.composite
 def loads_files(draw):
     layers, experts = draw(st.integers(0, 4)), draw(st.integers(0, 40))
     kind = draw(st.sampled_from(["npy", "json", "csv", "junk"]))
-    values = draw(st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-3, 1000)),
-                           min_size=layers * experts, max_size=layers * experts))
+    values = draw(
+        st.lists(
+            st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-3, 1000)),
+            min_size=layers * experts,
+            max_size=layers * experts,
+        )
+    )
     arr = np.array(values, dtype=float).reshape(layers, experts) if layers * experts else np.zeros((layers, experts))
     if kind == "npy":
         import io
@@ -164,25 +186,66 @@ def loads_files(draw):
 @given(case=loads_files(), devices=st.sampled_from([1, 2, 4, 8]), slots=st.integers(1, 12))
 def test_fuzz_loads_files(tmp_path_factory, case, devices, slots):
     path = _write(tmp_path_factory, *case)
-    _check(run_cli("experts", "--loads", str(path), "--devices", str(devices), "--slots-per-device", str(slots)))
+    _check(
+        run_cli(
+            "experts",
+            "--loads",
+            str(path),
+            "--devices",
+            str(devices),
+            "--slots-per-device",
+            str(slots),
+        )
+    )
 
 
 FLAG_VALUES = st.one_of(
     st.sampled_from(["0", "-1", "1", "nan", "inf", "-inf", "1e309", "", "abc", "3.5", "99999999999999999999"]),
-    st.integers(-5, 10**6).map(str), st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.integers(-5, 10**6).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
     st.text(max_size=6),
 )
-PLAN_FLAGS = ["--input-tokens", "--output-tokens", "--mtp-acceptance", "--tpot-ms", "--ttft-ms", "--max-cards",
-              "--decode-devices", "--prefill-devices", "--rate", "--top", "--mtp", "--skew-sigma",
-              "--max-redundant-experts", "--time-limit", "--workers", "--phase", "--model", "--hardware",
-              "--quantization"]
+PLAN_FLAGS = [
+    "--input-tokens",
+    "--output-tokens",
+    "--mtp-acceptance",
+    "--tpot-ms",
+    "--ttft-ms",
+    "--max-cards",
+    "--decode-devices",
+    "--prefill-devices",
+    "--rate",
+    "--top",
+    "--mtp",
+    "--skew-sigma",
+    "--max-redundant-experts",
+    "--time-limit",
+    "--workers",
+    "--phase",
+    "--model",
+    "--hardware",
+    "--quantization",
+]
 
 
 @CASES
 @given(flags=st.lists(st.tuples(st.sampled_from(PLAN_FLAGS), FLAG_VALUES), min_size=1, max_size=3))
 def test_fuzz_plan_flags(flags):
-    args = ["plan", "--phase", "decode", "--decode-devices", "16", "--max-cards", "16", "--top", "1",
-            "--time-limit", "20", "--json", "-"]
+    args = [
+        "plan",
+        "--phase",
+        "decode",
+        "--decode-devices",
+        "16",
+        "--max-cards",
+        "16",
+        "--top",
+        "1",
+        "--time-limit",
+        "20",
+        "--json",
+        "-",
+    ]
     for flag, value in flags:
         if flag in ("--workers",) and value.lstrip("-").isdigit() and int(value) > 8:
             value = "8"

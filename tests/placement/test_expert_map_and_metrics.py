@@ -82,14 +82,22 @@ def _broken(placed, change):
         (lambda d: d.update(moe_layer_count=5), "moe_layer_count is 5 but layer_list has 4"),
         (lambda d: d["layer_list"][1].update(layer_id=0), "layer_id 0 appears twice"),
         (lambda d: d["layer_list"][0].update(device_count=31), "device_count is 31"),
-        (lambda d: d["layer_list"][0]["device_list"][3]["device_expert"].pop(),
-         "has 8 entries; every device must have the same number of slots"),
-        (lambda d: d["layer_list"][0]["device_list"][3].update(device_id=2),
-         "device_id 2 appears twice"),
-        (lambda d: d["layer_list"][0]["device_list"][0]["device_expert"].__setitem__(0, 999),
-         "out of range"),
-        (lambda d: d["layer_list"][0]["device_list"][0]["device_expert"].__setitem__(0, "7"),
-         "must be a whole number"),
+        (
+            lambda d: d["layer_list"][0]["device_list"][3]["device_expert"].pop(),
+            "has 8 entries; every device must have the same number of slots",
+        ),
+        (
+            lambda d: d["layer_list"][0]["device_list"][3].update(device_id=2),
+            "device_id 2 appears twice",
+        ),
+        (
+            lambda d: d["layer_list"][0]["device_list"][0]["device_expert"].__setitem__(0, 999),
+            "out of range",
+        ),
+        (
+            lambda d: d["layer_list"][0]["device_list"][0]["device_expert"].__setitem__(0, "7"),
+            "must be a whole number",
+        ),
     ],
 )
 def test_bad_maps_name_the_problem(placed, change, message):
@@ -98,8 +106,19 @@ def test_bad_maps_name_the_problem(placed, change, message):
 
 
 def test_expert_twice_on_a_device_is_named():
-    doc = {"moe_layer_count": 1, "layer_list": [{"layer_id": 0, "device_count": 2, "device_list": [
-        {"device_id": 0, "device_expert": [0, 1]}, {"device_id": 1, "device_expert": [0, 0]}]}]}
+    doc = {
+        "moe_layer_count": 1,
+        "layer_list": [
+            {
+                "layer_id": 0,
+                "device_count": 2,
+                "device_list": [
+                    {"device_id": 0, "device_expert": [0, 1]},
+                    {"device_id": 1, "device_expert": [0, 0]},
+                ],
+            }
+        ],
+    }
     with pytest.raises(BadInputError, match="device 1 holds expert 0 twice"):
         placement_from_mapping(doc, "m")
 

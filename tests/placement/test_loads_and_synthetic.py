@@ -122,9 +122,13 @@ def test_all_zero_layer_becomes_uniform_and_is_reported():
 def test_trace_spec_parser():
     assert str(parse_trace_spec("zipf:1.1")) == "zipf:1.1"
     assert parse_trace_spec(" LogNormal:0.5 ").kind == "lognormal"
-    for bad, message in [("zipf", "not a trace spec"), ("pareto:1", "not a trace spec"),
-                         ("zipf:x", "not a number"), ("zipf:0", "must be > 0"),
-                         ("lognormal:9", "<= 5")]:
+    for bad, message in [
+        ("zipf", "not a trace spec"),
+        ("pareto:1", "not a trace spec"),
+        ("zipf:x", "not a number"),
+        ("zipf:0", "must be > 0"),
+        ("lognormal:9", "<= 5"),
+    ]:
         with pytest.raises(BadInputError, match=message):
             parse_trace_spec(bad)
 

@@ -54,8 +54,7 @@ def test_bounds_hold_and_search_is_sane_against_exhaustive_oracle(experts, devic
     slots = data.draw(st.integers(1, experts))
     assume(devices * slots >= experts)
     assume(len(list(itertools.combinations(range(experts), slots))) ** devices <= 20000)
-    w = np.array(data.draw(st.lists(st.integers(0, 50), min_size=experts, max_size=experts)),
-                 dtype=float)
+    w = np.array(data.draw(st.lists(st.integers(0, 50), min_size=experts, max_size=experts)), dtype=float)
     if w.sum() == 0:
         w[:] = 1.0
     exact = exact_optimum(w, devices, slots)
@@ -78,8 +77,7 @@ def test_bounds_hold_and_search_is_sane_against_exhaustive_oracle(experts, devic
     seed=st.integers(0, 10_000),
     data=st.data(),
 )
-def test_random_instances_are_valid_never_worse_and_above_the_bounds(experts, devices, seed,
-                                                                     data):
+def test_random_instances_are_valid_never_worse_and_above_the_bounds(experts, devices, seed, data):
     slots = data.draw(st.integers(1, min(experts, 8)))
     assume(devices * slots >= experts)
     rng = np.random.default_rng(seed)
@@ -161,8 +159,13 @@ def test_imbalance_for_is_deterministic_and_pure():
 
 @pytest.mark.parametrize(
     ("devices", "slots", "nodes", "fix"),
-    [(0, 9, 1, "--devices"), (32, 0, 1, "--slots-per-device"), (16, 8, 1, "cannot hold"),
-     (32, 300, 1, "exceeds"), (32, 9, 5, "--nodes")],
+    [
+        (0, 9, 1, "--devices"),
+        (32, 0, 1, "--slots-per-device"),
+        (16, 8, 1, "cannot hold"),
+        (32, 300, 1, "exceeds"),
+        (32, 9, 5, "--nodes"),
+    ],
 )
 def test_bad_layouts_are_user_errors(devices, slots, nodes, fix):
     loads = np.ones((2, 256))

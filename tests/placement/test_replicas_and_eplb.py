@@ -56,8 +56,7 @@ def assert_valid(p: Placement, devices: int, slots: int, experts: int) -> None:
 def test_vectorised_counts_equal_the_one_at_a_time_loop(experts, devices, data, theta):
     slots = data.draw(st.integers(1, experts))
     assume(devices * slots >= experts)
-    loads = data.draw(st.lists(st.floats(0, 1e6, allow_nan=False), min_size=experts,
-                               max_size=experts))
+    loads = data.draw(st.lists(st.floats(0, 1e6, allow_nan=False), min_size=experts, max_size=experts))
     counts = divisor_replica_counts(np.array([loads]), devices * slots, devices, theta)[0]
     expected = one_at_a_time(loads, devices * slots, devices, theta)
     w = np.array(loads)
@@ -139,7 +138,11 @@ def test_single_layer_packing_equals_the_vectorised_packer():
 
     rng = np.random.default_rng(1)
     for _ in range(300):
-        experts, devices, slots = int(rng.integers(2, 9)), int(rng.integers(1, 5)), int(rng.integers(2, 5))
+        experts, devices, slots = (
+            int(rng.integers(2, 9)),
+            int(rng.integers(1, 5)),
+            int(rng.integers(2, 5)),
+        )
         if devices * slots < experts or slots > experts:
             continue
         loads = rng.integers(0, 9, size=(1, experts)).astype(float)

@@ -77,9 +77,7 @@ colocated = st.booleans()  # with or without colocated instances in the search s
     ttft_more=st.floats(0, 3000),
     coloc=colocated,
 )
-def test_a_looser_slo_never_lowers_the_best(
-    model, phase, data, tpot, tpot_more, ttft, ttft_more, coloc
-):
+def test_a_looser_slo_never_lowers_the_best(model, phase, data, tpot, tpot_more, ttft, ttft_more, coloc):
     lo, hi = INSTANCES[model]
     cards = data.draw(st.integers(lo, hi), label="cards")
     tight = best(model, phase, cards, tpot, ttft, colocated=coloc)

@@ -9,7 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.candidates.phase_candidates import PhaseCandidate, decode_candidates, prefill_candidates
+from planner.candidates.phase_candidates import (
+    PhaseCandidate,
+    decode_candidates,
+    prefill_candidates,
+)
 from planner.candidates.space import SpaceLimits, size_options
 from planner.candidates.tables import decode_tables, prefill_tables, to_integer_tables
 from planner.costmodel.context import CostContext
@@ -23,8 +27,23 @@ from planner.specs.quantization import get_quantization
 
 def _fake(phase: str, devices: int) -> PhaseCandidate:
     lay = ParallelLayout(dp=devices, tp=1)
-    return PhaseCandidate(phase, devices, AttentionLayout(dp=devices, tp=1), None, None, lay,
-                          0, 1, 1, 1, 1, 10, 1, 1, (0, 0, 0, 0))
+    return PhaseCandidate(
+        phase,
+        devices,
+        AttentionLayout(dp=devices, tp=1),
+        None,
+        None,
+        lay,
+        0,
+        1,
+        1,
+        1,
+        1,
+        10,
+        1,
+        1,
+        (0, 0, 0, 0),
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -38,8 +57,12 @@ def test_deployment_model_matches_the_enumerator(decode, prefill, budget):
     p_rates, p_dev = [r for r, _ in prefill], [d for _, d in prefill]
     expected = best_deployment_ratio(d_rates, d_dev, p_rates, p_dev, budget)
     model = DeploymentModel(
-        [_fake("decode", d) for d in d_dev], [_fake("prefill", d) for d in p_dev],
-        d_rates, p_rates, budget, SolverSettings(time_limit_s=20, workers=1),
+        [_fake("decode", d) for d in d_dev],
+        [_fake("prefill", d) for d in p_dev],
+        d_rates,
+        p_rates,
+        budget,
+        SolverSettings(time_limit_s=20, workers=1),
     )
     result = model.solve_top(1)
     if expected == 0:

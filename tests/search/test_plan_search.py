@@ -25,9 +25,7 @@ def _report_score(name: str) -> float:
 
 
 def test_a2_decode_search_finds_the_experts_design_or_better():
-    outcome = run_search(
-        PlanRequest(phase="decode", decode_devices=32, workload=REPORT, slo=SLO(tpot_ms=100), top=1)
-    )
+    outcome = run_search(PlanRequest(phase="decode", decode_devices=32, workload=REPORT, slo=SLO(tpot_ms=100), top=1))
     best = outcome.plans[0]
     assert outcome.optimal
     assert best.predicted["decode"]["tokens_per_s_per_card"] >= _report_score("a2-d70")
@@ -36,8 +34,16 @@ def test_a2_decode_search_finds_the_experts_design_or_better():
 
 def test_cm384_decode_search_with_the_reports_144_cards_finds_it_or_better():
     outcome = run_search(
-        PlanRequest(hardware="cm384", model="deepseek-r1", phase="decode", decode_devices=288,
-                    max_cards=144, workload=REPORT, slo=SLO(tpot_ms=50), top=1)
+        PlanRequest(
+            hardware="cm384",
+            model="deepseek-r1",
+            phase="decode",
+            decode_devices=288,
+            max_cards=144,
+            workload=REPORT,
+            slo=SLO(tpot_ms=50),
+            top=1,
+        )
     )
     best = outcome.plans[0]
     assert best.predicted["decode"]["tokens_per_s_per_card"] >= _report_score("cm-d")
@@ -88,7 +94,10 @@ def test_rate_objective_uses_the_fewest_cards():
 
 
 def test_infeasible_tpot_names_the_lowest_reachable():
-    with pytest.raises(InfeasibleError, match=r"TPOT: the lowest TPOT reachable for deepseek-v3 on a2 .* is \d+\.\d ms"):
+    with pytest.raises(
+        InfeasibleError,
+        match=r"TPOT: the lowest TPOT reachable for deepseek-v3 on a2 .* is \d+\.\d ms",
+    ):
         run_search(PlanRequest(slo=SLO(tpot_ms=3, ttft_ms=2000)))
 
 

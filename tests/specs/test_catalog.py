@@ -31,7 +31,11 @@ def test_models_match_their_configs(name, billions, layers, dense, experts, top_
     m = load_model(name)
     assert m.num_layers == layers and m.num_dense_layers == dense
     assert m.moe is not None
-    assert (m.moe.routed_experts, m.moe.experts_per_token, m.moe.shared_experts) == (experts, top_k, shared)
+    assert (m.moe.routed_experts, m.moe.experts_per_token, m.moe.shared_experts) == (
+        experts,
+        top_k,
+        shared,
+    )
     # main model parameters within 2% (MTP layer and norms aside)
     assert m.total_params() / 1e9 == pytest.approx(billions, rel=0.03)
 
@@ -54,8 +58,12 @@ def test_hardware_two_level_and_flat():
     assert a2.devices_per_card == 1 and a2.group_sizes(32) == [8, 32]
     assert cm.devices_per_card == 2 and cm.group_sizes(288) == [2, 16, 288]
     for hw in (a2, cm):
-        for f in (hw.efficiency.matmul, hw.efficiency.hbm_bandwidth, hw.efficiency.link_bandwidth,
-                  hw.efficiency.attention_compute):
+        for f in (
+            hw.efficiency.matmul,
+            hw.efficiency.hbm_bandwidth,
+            hw.efficiency.link_bandwidth,
+            hw.efficiency.attention_compute,
+        ):
             assert 0 < f.value <= 1 and f.source
 
 
@@ -74,9 +82,16 @@ def test_hf_config_by_path(tmp_path):
 
 
 def test_dense_hf_config(tmp_path):
-    cfg = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
-           "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
-           "max_position_embeddings": 8192}
+    cfg = {
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "vocab_size": 128256,
+        "max_position_embeddings": 8192,
+    }
     path = tmp_path / "llama.json"
     path.write_text(json.dumps(cfg))
     m = load_model(str(path))

@@ -35,13 +35,28 @@ def test_the_report_plan_is_valid():
 @pytest.mark.parametrize(
     ("changes", "pattern"),
     [
-        ({"decode__attention": {"dp": 16, "tp": 1}}, r"decode\.attention: dp × tp = 16 × 1 = 16 does not tile .* 32 devices"),
+        (
+            {"decode__attention": {"dp": 16, "tp": 1}},
+            r"decode\.attention: dp × tp = 16 × 1 = 16 does not tile .* 32 devices",
+        ),
         ({"decode__dense_ffn": {"dp": 4, "tp": 4}}, r"decode\.dense_ffn: .* choose dp × tp = 32"),
-        ({"decode__moe": {"ep": 32, "slots_per_device": 7, "comm": "allgather"}}, r"leaves 32 of the 256 routed experts without a slot; use slots_per_device >= 8"),
-        ({"decode__moe": {"ep": 16, "slots_per_device": 16, "comm": "allgather"}}, r"ep \(16\) \+ dedicated .* does not tile"),
-        ({"model": "deepseek-v2-lite", "decode__attention": {"dp": 1, "tp": 32}}, r"decode\.attention: tp = 32 does not divide the model's attention heads \(16\)"),
+        (
+            {"decode__moe": {"ep": 32, "slots_per_device": 7, "comm": "allgather"}},
+            r"leaves 32 of the 256 routed experts without a slot; use slots_per_device >= 8",
+        ),
+        (
+            {"decode__moe": {"ep": 16, "slots_per_device": 16, "comm": "allgather"}},
+            r"ep \(16\) \+ dedicated .* does not tile",
+        ),
+        (
+            {"model": "deepseek-v2-lite", "decode__attention": {"dp": 1, "tp": 32}},
+            r"decode\.attention: tp = 32 does not divide the model's attention heads \(16\)",
+        ),
         ({"decode__lm_head": {"dp": 3, "tp": 8}}, r"decode\.lm_head: dp × tp = 3 × 8 = 24"),
-        ({"decode__shared_expert": {"placement": "dedicated", "devices": 4}}, r"ep \(32\) \+ dedicated shared-expert devices \(4\) = 36"),
+        (
+            {"decode__shared_expert": {"placement": "dedicated", "devices": 4}},
+            r"ep \(32\) \+ dedicated shared-expert devices \(4\) = 36",
+        ),
         ({"workload__input_tokens": 200000}, r"exceeds the model's context of 163840"),
     ],
 )
@@ -57,7 +72,10 @@ def test_rule_errors_name_the_field(changes, pattern):
         ({"workload__output_tokens": -5}, "workload.output_tokens"),
         ({"workload__mtp_acceptance": 1.5}, "workload.mtp_acceptance"),
         ({"decode__concurrency_per_device": 0}, "decode.concurrency_per_device"),
-        ({"decode__moe": {"ep": 32, "slots_per_device": 8, "comm": "carrier-pigeon"}}, "decode.moe.comm"),
+        (
+            {"decode__moe": {"ep": 32, "slots_per_device": 8, "comm": "carrier-pigeon"}},
+            "decode.moe.comm",
+        ),
         ({"decode__colour": "blue"}, "decode.colour"),
         ({"schema_version": 2}, "schema_version"),
     ],
