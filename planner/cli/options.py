@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from planner.costmodel.imbalance import ImbalanceModel, LoadsImbalance, SkewImbalance
 from planner.errors import BadInputError
@@ -51,3 +54,31 @@ def loads_array(path: Path):
 
     trace = read_loads(path)
     return trace[-1] if trace.ndim == 3 else trace
+
+
+# ---- option types shared by `plan` and `sweep` ---------------------------------------------------
+PhaseOpt = Annotated[str, typer.Option(help="both, decode or prefill.")]
+DecodeDevicesOpt = Annotated[int | None, typer.Option("--decode-devices", help="Pin the decode instance size.")]
+PrefillDevicesOpt = Annotated[int | None, typer.Option("--prefill-devices", help="Pin the prefill instance size.")]
+LoadsOpt = Annotated[Path | None, typer.Option("--loads", help="Expert loads: imbalance from the placement for them.")]
+SkewSigmaOpt = Annotated[
+    float | None,
+    typer.Option("--skew-sigma", min=0.0, max=5.0, help="Default skew model's log-normal sigma."),
+]
+MaxRedundantOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-redundant-experts", help="Cap redundant expert copies per instance (0: every expert exactly once)."
+    ),
+]
+ColocatedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--colocated/--no-colocated",
+        help="Also consider colocated instances (prefill and decode on the same devices; TPOT is then an "
+        "average over prefill stalls).",
+    ),
+]
+WorkersOpt = Annotated[
+    int, typer.Option("--workers", min=1, max=64, help="CP-SAT worker threads (results do not depend on it).")
+]

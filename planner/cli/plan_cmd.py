@@ -10,13 +10,24 @@ import typer
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from planner.cli.common import console, err_console, run_guarded, write_text_atomic
-from planner.cli.options import imbalance_from_options, parse_int_list
+from planner.cli.options import (
+    ColocatedOpt,
+    DecodeDevicesOpt,
+    LoadsOpt,
+    MaxRedundantOpt,
+    PhaseOpt,
+    PrefillDevicesOpt,
+    SkewSigmaOpt,
+    WorkersOpt,
+    imbalance_from_options,
+    parse_int_list,
+)
 from planner.errors import BadInputError
 from planner.ranking.binding import why_line
 from planner.report.evaluate_report import evaluate_tables
 from planner.report.plan_report import plans_document, ranked_table
 from planner.report.vllm_ascend import emit_vllm_ascend
-from planner.search.plan_search import SearchOutcome, run_search
+from planner.search.plan_search import SearchOutcome, TableCache, run_search
 from planner.search.request import (
     DEFAULT_HARDWARE,
     DEFAULT_MAX_CARDS,
@@ -112,8 +123,8 @@ def build_request(
     )
 
 
-def search_with_progress(request: PlanRequest) -> SearchOutcome:
-    """Run the search with a progress display on stderr."""
+def search_with_progress(request: PlanRequest, cache: TableCache | None = None) -> SearchOutcome:
+    """Run the search with a progress display on stderr (cost tables from `cache` if given)."""
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -127,7 +138,7 @@ def search_with_progress(request: PlanRequest) -> SearchOutcome:
         def progress(message: str, fraction: float) -> None:
             bar.update(task, description=message, completed=fraction)
 
-        return run_search(request, progress)
+        return run_search(request, progress, cache)
 
 
 def print_outcome(outcome: SearchOutcome) -> None:
@@ -176,13 +187,9 @@ def plan(
         float,
         typer.Option("--max-cards", help="Card budget (A2: 910B cards; CM384: 910C packages)."),
     ] = DEFAULT_MAX_CARDS,
-    phase: Annotated[str, typer.Option(help="both, decode or prefill.")] = "both",
-    decode_devices: Annotated[
-        int | None, typer.Option("--decode-devices", help="Pin the decode instance size.")
-    ] = None,
-    prefill_devices: Annotated[
-        int | None, typer.Option("--prefill-devices", help="Pin the prefill instance size.")
-    ] = None,
+    phase: PhaseOpt = "both",
+    decode_devices: DecodeDevicesOpt = None,
+    prefill_devices: PrefillDevicesOpt = None,
     rate: Annotated[
         float | None,
         typer.Option("--rate", help="Serve this many requests/s with the fewest cards."),
@@ -199,37 +206,15 @@ def plan(
         tuple[str, Path] | None,
         typer.Option("--emit", help="vllm-ascend DIR: launch settings of the best plan."),
     ] = None,
-    loads: Annotated[
-        Path | None,
-        typer.Option("--loads", help="Expert loads: imbalance from the placement for them."),
-    ] = None,
-    skew_sigma: Annotated[
-        float | None,
-        typer.Option("--skew-sigma", min=0.0, max=5.0, help="Default skew model's log-normal sigma."),
-    ] = None,
-    max_redundant_experts: Annotated[
-        int | None,
-        typer.Option(
-            "--max-redundant-experts",
-            help="Cap redundant expert copies per instance (0: every expert exactly once).",
-        ),
-    ] = None,
-    colocated: Annotated[
-        bool,
-        typer.Option(
-            "--colocated/--no-colocated",
-            help="Also rank colocated instances (prefill and decode on the same devices; "
-            "TPOT is then an average over prefill stalls).",
-        ),
-    ] = True,
+    loads: LoadsOpt = None,
+    skew_sigma: SkewSigmaOpt = None,
+    max_redundant_experts: MaxRedundantOpt = None,
+    colocated: ColocatedOpt = True,
     time_limit: Annotated[
         float,
         typer.Option("--time-limit", min=0.1, max=86400.0, help="Solver time limit in seconds."),
     ] = DEFAULT_TIME_LIMIT_S,
-    workers: Annotated[
-        int,
-        typer.Option("--workers", min=1, max=64, help="CP-SAT worker threads (results do not depend on it)."),
-    ] = 2,
+    workers: WorkersOpt = 2,
 ) -> None:
     """Search deployments (instance sizes, per-module layouts, expert slots, concurrency, MTP,
     P:D) under HBM and the SLOs, and print them ranked by output tokens/s per card."""

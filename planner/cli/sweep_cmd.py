@@ -17,6 +17,16 @@ from planner.cli.common import (
     write_bytes_atomic,
     write_text_atomic,
 )
+from planner.cli.options import (
+    ColocatedOpt,
+    DecodeDevicesOpt,
+    LoadsOpt,
+    MaxRedundantOpt,
+    PhaseOpt,
+    PrefillDevicesOpt,
+    SkewSigmaOpt,
+    WorkersOpt,
+)
 from planner.cli.plan_cmd import build_request
 from planner.errors import BadInputError
 from planner.ranking.frontier import published_points, sweep_curves, sweep_metric
@@ -117,33 +127,14 @@ def sweep(
         str, typer.Option("--model", help="Catalog name or path to a YAML / config.json.")
     ] = DEFAULT_MODEL,
     quantization: Annotated[str, typer.Option(help="a8w8c16 (default), bf16 or a8w4c16.")] = "a8w8c16",
-    phase: Annotated[str, typer.Option(help="both, decode or prefill.")] = "both",
-    decode_devices: Annotated[
-        int | None, typer.Option("--decode-devices", help="Pin the decode instance size.")
-    ] = None,
-    prefill_devices: Annotated[
-        int | None, typer.Option("--prefill-devices", help="Pin the prefill instance size.")
-    ] = None,
+    phase: PhaseOpt = "both",
+    decode_devices: DecodeDevicesOpt = None,
+    prefill_devices: PrefillDevicesOpt = None,
     mtp: Annotated[str | None, typer.Option(help="MTP depths to consider, e.g. '0,1,2'.")] = None,
-    loads: Annotated[
-        Path | None,
-        typer.Option("--loads", help="Expert loads: imbalance from the placement for them."),
-    ] = None,
-    skew_sigma: Annotated[
-        float | None,
-        typer.Option("--skew-sigma", min=0.0, max=5.0, help="Default skew model's sigma."),
-    ] = None,
-    max_redundant_experts: Annotated[
-        int | None,
-        typer.Option("--max-redundant-experts", help="Cap redundant expert copies per instance."),
-    ] = None,
-    colocated: Annotated[
-        bool,
-        typer.Option(
-            "--colocated/--no-colocated",
-            help="Also consider colocated instances (prefill and decode on the same devices).",
-        ),
-    ] = True,
+    loads: LoadsOpt = None,
+    skew_sigma: SkewSigmaOpt = None,
+    max_redundant_experts: MaxRedundantOpt = None,
+    colocated: ColocatedOpt = True,
     csv_out: Annotated[
         Path | None,
         typer.Option("--csv", help="Write one CSV line per point to FILE ('-': stdout)."),
@@ -157,7 +148,7 @@ def sweep(
         float,
         typer.Option("--time-limit", min=0.1, max=86400.0, help="Solver time limit per point, s."),
     ] = DEFAULT_TIME_LIMIT_S,
-    workers: Annotated[int, typer.Option("--workers", min=1, max=64, help="CP-SAT worker threads.")] = 2,
+    workers: WorkersOpt = 2,
     jobs: Annotated[
         int,
         typer.Option(

@@ -12,15 +12,14 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from planner.cli.common import console, err_console, run_guarded, write_text_atomic
-from planner.cli.plan_cmd import build_request
+from planner.cli.common import console, run_guarded, write_text_atomic
+from planner.cli.plan_cmd import build_request, search_with_progress
 from planner.costmodel.evaluate import load_plan_specs
 from planner.errors import BadInputError
 from planner.ranking.whatif import run_whatif
 from planner.report.whatif_report import whatif_document, whatif_renderables
-from planner.search.plan_search import SearchOutcome, TableCache, run_search
+from planner.search.plan_search import SearchOutcome, TableCache
 from planner.search.request import (
     DEFAULT_HARDWARE,
     DEFAULT_MAX_CARDS,
@@ -163,20 +162,7 @@ def request_from(assumptions: dict[str, object], time_limit: float, workers: int
 
 
 def _search_with_progress(request: PlanRequest, cache: TableCache) -> SearchOutcome:
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=True,
-    ) as bar:
-        task = bar.add_task("planning", total=1.0)
-
-        def progress(message: str, fraction: float) -> None:
-            bar.update(task, description=message, completed=fraction)
-
-        outcome = run_search(request, progress, cache)
+    outcome = search_with_progress(request, cache)
     if outcome.status == "INTERRUPTED":
         # a what-if needs both searches complete; stop as an interrupt does elsewhere (exit 130)
         raise KeyboardInterrupt

@@ -53,7 +53,7 @@ from planner.search.request import MAX_CARDS, PlanRequest
 from planner.specs.catalog import load_hardware, load_model
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
-from planner.specs.plan import DecodePlan, Plan, PrefillPlan
+from planner.specs.plan import COLOCATED_SHARED_FIELDS, DecodePlan, Plan, PrefillPlan
 from planner.specs.quantization import get_quantization
 
 KEEP_PER_SIZE = 3
@@ -362,36 +362,18 @@ def deployment_plan(
     decode: DecodePlan | PrefillPlan | None = None
     prefill: DecodePlan | PrefillPlan | None = None
     n_in = ctx.workload.input_tokens
-    if dep.colocated is not None and coloc:
+    colocated = dep.colocated is not None and bool(coloc)
+    if colocated:
+        assert coloc is not None and dep.colocated is not None
         c = coloc[dep.colocated]
         decode = candidate_phase_plan(c.decode, dep.colocated_instances, n_in)
-        shared = decode.model_dump(
-            include={
-                "devices",
-                "instances",
-                "attention",
-                "dense_ffn",
-                "moe",
-                "shared_expert",
-                "lm_head",
-            }
-        )
+        shared = decode.model_dump(include=set(COLOCATED_SHARED_FIELDS))
         prefill = PrefillPlan(**shared, batch_tokens=c.batch_requests * n_in, micro_batches=c.micro_batches)
-        return Plan(
-            model=request.model,
-            hardware=request.hardware,
-            quantization=request.quantization,
-            workload=request.workload,
-            slo=request.slo,
-            decode=decode,  # type: ignore[arg-type]
-            prefill=prefill,
-            colocated=True,
-            rank=rank,
-        )
-    if dep.decode is not None and dspace is not None:
-        decode = candidate_phase_plan(dspace.candidates[dep.decode], dep.decode_instances, n_in)
-    if dep.prefill is not None and pspace is not None:
-        prefill = candidate_phase_plan(pspace.candidates[dep.prefill], dep.prefill_instances, n_in)
+    else:
+        if dep.decode is not None and dspace is not None:
+            decode = candidate_phase_plan(dspace.candidates[dep.decode], dep.decode_instances, n_in)
+        if dep.prefill is not None and pspace is not None:
+            prefill = candidate_phase_plan(pspace.candidates[dep.prefill], dep.prefill_instances, n_in)
     return Plan(
         model=request.model,
         hardware=request.hardware,
@@ -400,6 +382,7 @@ def deployment_plan(
         slo=request.slo,
         decode=decode,  # type: ignore[arg-type]
         prefill=prefill,  # type: ignore[arg-type]
+        colocated=colocated,
         rank=rank,
     )
 

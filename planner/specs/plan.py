@@ -20,6 +20,8 @@ from planner.specs.hardware import HardwareSpec, Strict
 from planner.specs.model import ModelSpec
 
 PLAN_SCHEMA_VERSION = 1
+# what the decode and prefill sections of a colocated plan must share
+COLOCATED_SHARED_FIELDS = ("devices", "instances", "attention", "dense_ffn", "moe", "shared_expert", "lm_head")
 MAX_DEVICES_PER_INSTANCE = 1_000_000
 
 
@@ -207,16 +209,7 @@ class Plan(Strict):
         if self.colocated:
             if self.decode is None or self.prefill is None:
                 raise ValueError("a colocated plan needs both a 'decode' and a 'prefill' section")
-            shared = (
-                "devices",
-                "instances",
-                "attention",
-                "dense_ffn",
-                "moe",
-                "shared_expert",
-                "lm_head",
-            )
-            for name in shared:
+            for name in COLOCATED_SHARED_FIELDS:
                 if getattr(self.decode, name) != getattr(self.prefill, name):
                     raise ValueError(
                         f"colocated: decode.{name} and prefill.{name} differ; colocated instances run "
