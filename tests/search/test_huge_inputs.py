@@ -1,0 +1,83 @@
+"""Huge inputs end in a result or a clear refusal, never a hang (issue: hardening)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from planner.errors import BadInputError, InfeasibleError
+from planner.search.plan_search import run_search
+from planner.search.request import PlanRequest
+from planner.specs.plan import SLO, Workload
+from tests.conftest import REPO
+
+
+def test_a_100000_card_budget_plans():
+    outcome = run_search(PlanRequest(max_cards=100_000, top=1))
+    assert outcome.optimal
+    assert outcome.plans[0].total_devices <= 100_000
+
+
+def test_budgets_beyond_the_limit_are_refused():
+    with pytest.raises(BadInputError, match="--max-cards"):
+        run_search(PlanRequest(max_cards=10**13, top=1))
+
+
+def test_a_one_million_token_context_is_refused_clearly(tmp_path):
+    cfg = {
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "vocab_size": 128256,
+        "max_position_embeddings": 1_100_000,
+    }
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps(cfg))
+    request = PlanRequest(
+        model=str(path),
+        workload=Workload(input_tokens=1_000_000, output_tokens=1000),
+        slo=SLO(tpot_ms=100, ttft_ms=1_000_000),
+        max_cards=64,
+        top=1,
+    )
+    with pytest.raises(InfeasibleError, match="HBM"):
+        run_search(request)
+
+
+def test_a_4096_expert_model_plans(tmp_path):
+    cfg = json.loads((REPO / "models" / "deepseek-v3.json").read_text())
+    cfg.update(
+        {
+            "n_routed_experts": 4096,
+            "n_group": 1,
+            "topk_group": 1,
+            "moe_intermediate_size": 256,
+            "num_hidden_layers": 20,
+            "first_k_dense_replace": 1,
+        }
+    )
+    path = tmp_path / "e4096.json"
+    path.write_text(json.dumps(cfg))
+    outcome = run_search(PlanRequest(model=str(path), max_cards=64, top=1))
+    assert outcome.plans[0].decode.moe.ep * outcome.plans[0].decode.moe.slots_per_device >= 4096
+
+
+def test_a_dense_model_plans_with_expert_parallelism_collapsed(tmp_path):
+    cfg = {
+        "model_type": "llama",
+        "hidden_size": 8192,
+        "num_hidden_layers": 80,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "intermediate_size": 28672,
+        "vocab_size": 128256,
+        "max_position_embeddings": 131072,
+    }
+    path = tmp_path / "llama.json"
+    path.write_text(json.dumps(cfg))
+    plan = run_search(PlanRequest(model=str(path), max_cards=16, top=1)).plans[0]
+    assert plan.decode.moe is None and plan.predicted["system"]["output_tokens_per_s_per_card"] > 0
