@@ -80,6 +80,8 @@ def _title(result: SweepResult, metric: str) -> str:
 
 
 def _run_with_progress(points, axes, fixed, jobs: int) -> SweepResult:
+    # No refresh thread (auto_refresh=False, refreshed on every point): the sweep forks worker
+    # processes, and a fork while another thread holds the console's lock could hang a worker.
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -87,12 +89,15 @@ def _run_with_progress(points, axes, fixed, jobs: int) -> SweepResult:
         TimeElapsedColumn(),
         console=err_console,
         transient=True,
+        auto_refresh=False,
     ) as bar:
         task = bar.add_task("sweeping", total=len(points))
+        bar.refresh()
 
         def progress(done: int, total: int, values: dict) -> None:
             label = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
             bar.update(task, completed=done, description=f"planned {label}" if label else "planned")
+            bar.refresh()
 
         return run_sweep(points, axes, fixed, progress, jobs=jobs)
 
