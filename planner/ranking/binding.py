@@ -35,7 +35,15 @@ from planner.costmodel.imbalance import default_imbalance_model
 from planner.costmodel.memory import decode_hbm, prefill_hbm
 from planner.costmodel.prediction import ColocatedPrediction, Prediction
 from planner.costmodel.prefill import prefill_forward
-from planner.search.plan_search import SearchOutcome, concurrency_values, request_values
+from planner.search.plan_search import (
+    CONCURRENCY_GRID_STEP,
+    DENSE_GRID_CONCURRENCY,
+    DENSE_GRID_REQUESTS,
+    REQUESTS_GRID_STEP,
+    SearchOutcome,
+    concurrency_values,
+    request_values,
+)
 from planner.search.request import PlanRequest
 from planner.specs.catalog import load_hardware, load_model
 from planner.specs.hardware import HardwareSpec
@@ -47,8 +55,6 @@ GIB = 1024.0**3
 ROUNDING_BYTES = 8 * 1024.0**2
 # ... and each module's µs up, which moves TPOT/TTFT by a few µs at most
 ROUNDING_MS = 0.01
-DENSE_GRID_CONCURRENCY = 256  # concurrency_values: every value up to here, then 2% steps
-DENSE_GRID_REQUESTS = 64  # request_values: every value up to here, then 5% steps
 
 Constraint = Literal["hbm", "tpot", "ttft", "card_budget", "rate", "search_space", "none"]
 
@@ -185,7 +191,8 @@ def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | Non
                 "decode",
                 "search_space",
                 f"search space binds: {b + 1} sequences per device would fit HBM and meet TPOT, "
-                f"but above {DENSE_GRID_CONCURRENCY} the search's concurrency grid steps by 2% "
+                f"but above {DENSE_GRID_CONCURRENCY} the search's concurrency grid steps by "
+                f"{CONCURRENCY_GRID_STEP:.0%} "
                 f"and its next value, {grid_next}, {why}.",
                 f"{label}: concurrency grid (B{b + 1} allowed, next grid value B{grid_next} {why})",
                 figures={"next_concurrency_per_device": b + 1, "next_grid_value": grid_next},
@@ -296,7 +303,7 @@ def prefill_binding(ctx: CostContext, phase: PrefillPlan, ttft_slo_ms: float | N
                 "prefill",
                 "search_space",
                 f"search space binds: {r + 1} requests per forward would fit HBM and meet TTFT, "
-                f"but above {DENSE_GRID_REQUESTS} the search's batch grid steps by 5% and its "
+                f"but above {DENSE_GRID_REQUESTS} the search's batch grid steps by {REQUESTS_GRID_STEP:.0%} and its "
                 f"next value, {grid_next}, {why}.",
                 f"{label}: batch grid ({r + 1} allowed, next grid value {grid_next} {why})",
                 figures={"next_requests_per_forward": r + 1, "next_grid_value": grid_next},

@@ -121,14 +121,20 @@ def _grid(cap: int, every_upto: int, step: float) -> np.ndarray:
     return np.array(sorted(vals), dtype=np.int64)
 
 
+DENSE_GRID_CONCURRENCY = 256  # every concurrency up to here, then steps of CONCURRENCY_GRID_STEP
+CONCURRENCY_GRID_STEP = 0.02
+DENSE_GRID_REQUESTS = 64  # every batch (requests per forward) up to here, then REQUESTS_GRID_STEP
+REQUESTS_GRID_STEP = 0.05
+
+
 def concurrency_values(cap: int) -> np.ndarray:
-    """Every concurrency up to 256, then steps of 2% up to `cap` (the search's concurrency grid)."""
-    return _grid(cap, 256, 0.02)
+    """The search's concurrency grid up to `cap`."""
+    return _grid(cap, DENSE_GRID_CONCURRENCY, CONCURRENCY_GRID_STEP)
 
 
 def request_values(cap: int) -> np.ndarray:
-    """Requests per forward: every value up to 64, then steps of 5% up to `cap`."""
-    return _grid(cap, 64, 0.05)
+    """The search's requests-per-forward grid up to `cap`."""
+    return _grid(cap, DENSE_GRID_REQUESTS, REQUESTS_GRID_STEP)
 
 
 def _weights_bytes(ctx: CostContext) -> tuple[float, float]:

@@ -19,7 +19,6 @@ from planner.errors import BadInputError
 from planner.specs.hardware import HardwareSpec, Strict
 from planner.specs.model import ModelSpec
 
-PLAN_SCHEMA_VERSION = 1
 # what the decode and prefill sections of a colocated plan must share
 COLOCATED_SHARED_FIELDS = ("devices", "instances", "attention", "dense_ffn", "moe", "shared_expert", "lm_head")
 MAX_DEVICES_PER_INSTANCE = 1_000_000
