@@ -15,7 +15,8 @@ from typing import Literal
 from planner.errors import BadInputError
 from planner.specs.files import load_mapping, validate_model
 from planner.specs.hardware import HardwareSpec
-from planner.specs.model import ModelSpec, from_hf_config, looks_like_hf_config
+from planner.specs.hf_config import from_hf_config, looks_like_hf_config
+from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
 
 CatalogKind = Literal["hardware", "models", "plans"]
