@@ -93,7 +93,9 @@ def _entry_bytes(model: ModelSpec, kind: LayerKind, kv_bytes: float, core_tp: in
     return float(a.head_dim) * kv_bytes, idx_key
 
 
-def decode_kv_read_bytes(model: ModelSpec, kind: LayerKind, ratio: int, context: float, kv_bytes: float, tp: int) -> float:
+def decode_kv_read_bytes(
+    model: ModelSpec, kind: LayerKind, ratio: int, context: float, kv_bytes: float, tp: int
+) -> float:
     """Bytes one device reads (and writes, for linear state) per sequence per decode step in one layer."""
     a = model.attention
     if kind == "linear":
@@ -101,7 +103,9 @@ def decode_kv_read_bytes(model: ModelSpec, kind: LayerKind, ratio: int, context:
         share = 1.0 / min(tp, a.linear.num_key_heads)
         return 2.0 * a.linear.state_elements() * a.linear.state_bytes_per_element * share
     entry, idx_key = _entry_bytes(model, kind, kv_bytes, tp)
-    return attended_entries(model, kind, ratio, context) * entry + indexed_entries(model, kind, ratio, context) * idx_key
+    return (
+        attended_entries(model, kind, ratio, context) * entry + indexed_entries(model, kind, ratio, context) * idx_key
+    )
 
 
 @lru_cache(maxsize=4096)
@@ -207,9 +211,12 @@ def layers_cost(
     for kind, ratio, count in groups:
         c = layer_group_cost(ctx, layout, tokens_per_device, sequences_per_device, decode, kind, ratio)
         scaled = ModuleCost(c.compute_s * count, c.comm_s * count, c.fixed_s * count)
-        total = scaled if total is None else ModuleCost(
-            total.compute_s + scaled.compute_s, total.comm_s + scaled.comm_s, total.fixed_s + scaled.fixed_s
+        total = (
+            scaled
+            if total is None
+            else ModuleCost(
+                total.compute_s + scaled.compute_s, total.comm_s + scaled.comm_s, total.fixed_s + scaled.fixed_s
+            )
         )
     assert total is not None
     return total
-

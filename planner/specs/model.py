@@ -17,7 +17,6 @@ from pydantic import Field, model_validator
 
 from planner.specs.hardware import Strict
 
-
 AttentionKind = Literal["mla", "gqa", "compressed"]
 LayerKind = Literal["mla", "gqa", "dsa", "swa", "csa", "hca", "linear"]
 
@@ -272,7 +271,9 @@ class ModelSpec(Strict):
         return list(_attention_groups(self, mtp))
 
     # ---- parameter counts (elements, not bytes) -----------------------------------------------
-    def attention_params_per_layer(self, kind: LayerKind | None = None, ratio: int = 1) -> dict[str, int]:
+    def attention_params_per_layer(
+        self, kind: LayerKind | AttentionKind | None = None, ratio: int = 1
+    ) -> dict[str, int]:
         """Attention weights of one layer of `kind` (default: the full-attention kind) by projection."""
         a, h = self.attention, self.hidden_size
         kind = kind or a.kind
@@ -481,7 +482,9 @@ class ModelSpec(Strict):
                     fixed += min(context_tokens, overlap * r) * 2 * a.head_dim * kvb
         return growing * context_tokens, fixed
 
-    def kv_bytes_per_token(self, context_tokens: float, kv_bytes_per_element: float = 2.0, include_mtp: bool = True) -> float:
+    def kv_bytes_per_token(
+        self, context_tokens: float, kv_bytes_per_element: float = 2.0, include_mtp: bool = True
+    ) -> float:
         """Cache bytes of one sequence of `context_tokens` tokens, divided by its length."""
         growing, fixed = self.kv_cache_bytes(context_tokens, kv_bytes_per_element, include_mtp=include_mtp)
         return (growing + fixed) / max(context_tokens, 1.0)
@@ -489,7 +492,6 @@ class ModelSpec(Strict):
     def attention_flops_per_token(self, context_tokens: float, include_mtp: bool = False) -> float:
         """Attention-core FLOPs of one new token at `context_tokens` (scores, values, indexer; decode,
         MLA absorbed), all layers. Projections are in `active_params`."""
-        a = self.attention
         layers = self.num_layers + (self.mtp_layers if include_mtp else 0)
         total = 0.0
         for i in range(layers):
@@ -515,7 +517,6 @@ class ModelSpec(Strict):
         """True for models of one full-attention kind in every layer (MLA or GQA, no indexer)."""
         a = self.attention
         return a.kind != "compressed" and a.indexer is None and a.linear is None
-
 
 
 def attended_entries(model: ModelSpec, kind: LayerKind, ratio: int, context_tokens: float) -> float:
