@@ -77,6 +77,20 @@ def _load_model_path(path: Path) -> ModelSpec:
     return validate_model(ModelSpec, data, str(path), "model", text)
 
 
+@lru_cache(maxsize=1)
+def _model_sources() -> dict[str, dict[str, object]]:
+    path = catalog_dir("models") / "_sources.yaml"
+    if not path.is_file():
+        return {}
+    data, _ = load_mapping(path, "model sources")
+    return {str(k): v for k, v in data.items() if isinstance(v, dict)}
+
+
+def model_source(name: str) -> dict[str, object]:
+    """Where a catalog model comes from and its publisher's parameter counts ({} for user files)."""
+    return dict(_model_sources().get(name, {}))
+
+
 def load_hardware(name_or_path: str) -> HardwareSpec:
     """The machine called `name_or_path` in the catalog, or read from that YAML path."""
     return _load_hardware_path(_resolve("hardware", name_or_path, "hardware").resolve())
