@@ -172,7 +172,7 @@ def _refuse(field: str, why: str) -> UnmodelledFieldError:
 
 
 def _check_fields(cfg: dict[str, Any]) -> None:
-    unknown = sorted(k for k in cfg if _STRUCTURAL.search(k) and k not in _HANDLED and not isinstance(cfg[k], dict))
+    unknown = sorted(k for k in cfg if _STRUCTURAL.search(k) and k not in _HANDLED)
     if unknown:
         raise UnmodelledFieldError(
             "config.json has attention/MoE fields moeplan does not model: "
@@ -233,7 +233,9 @@ def _expert_format(cfg: dict[str, Any]) -> tuple[str | None, float | None]:
         if not isinstance(groups, dict) or len(groups) != 1:
             raise _refuse("quantization_config.config_groups", "does not hold exactly one group")
         (group,) = groups.values()
-        w = (group or {}).get("weights") or {}
+        w = group.get("weights") if isinstance(group, dict) else None
+        if not isinstance(w, dict):
+            raise _refuse("quantization_config.config_groups.*.weights", "is not a mapping")
         bits, size, kind = w.get("num_bits"), w.get("group_size"), w.get("type")
         if not isinstance(bits, int) or not isinstance(size, int) or size < 1 or bits < 1:
             raise _refuse("quantization_config.config_groups.*.weights", "lacks num_bits/group_size")
