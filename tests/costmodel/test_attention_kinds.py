@@ -150,3 +150,17 @@ def test_every_new_model_costs_a_prefill_forward_and_decode_step():
         )
         fwd = prefill_forward(ctx, pre)
         assert np.all(np.isfinite(fwd.forward_s)) and fwd.forward_s[0] > 0
+
+
+@pytest.mark.parametrize("model", ["deepseek-v3", "qwen3-235b-a22b"])
+def test_plain_models_keep_the_calibrated_attention_path(model):
+    from planner.costmodel.attention_kinds import layers_cost
+    from planner.costmodel.modules import attention_cost
+
+    plan, ctx = _ctx(model)
+    assert plan.decode is not None
+    att, c = plan.decode.attention, ctx.mean_decode_context_tokens
+    t = np.array([8.0, 32.0])
+    whole = layers_cost(ctx, att, t, t, decode=True)
+    one = attention_cost(ctx, att, t, t, c, c, decode=True)
+    assert np.allclose(whole.total_s, one.total_s * ctx.model.num_layers)
