@@ -221,9 +221,6 @@ def _undetermined(
                         if others
                         else "the rows do not determine it"
                     )
-    if rows < len(names):
-        for n in names:
-            out.setdefault(n, f"{rows} row(s) for {len(names)} factors: not all can be determined")
     return out
 
 
