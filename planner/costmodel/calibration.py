@@ -131,7 +131,9 @@ def read_measurements(path: Path, hw: HardwareSpec) -> Measurements:
                 cache[ref] = str(exc).rstrip(".")
         entry = cache[ref]
         if isinstance(entry, str):
-            errors.append(f"{where}: plan '{ref}' does not load: {entry}. Fix the path (relative to the CSV) or the file.")
+            errors.append(
+                f"{where}: plan '{ref}' does not load: {entry}. Fix the path (relative to the CSV) or the file."
+            )
             continue
         plan, specs, base, prediction = entry
         try:

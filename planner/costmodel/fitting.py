@@ -188,9 +188,7 @@ def sensitivities(observations: Sequence[Observation], hw: HardwareSpec, names: 
     return out
 
 
-def _undetermined(
-    elasticity: np.ndarray, weights: np.ndarray, names: Sequence[str], rows: int
-) -> dict[str, str]:
+def _undetermined(elasticity: np.ndarray, weights: np.ndarray, names: Sequence[str], rows: int) -> dict[str, str]:
     """Factors the rows cannot pin down, each with the reason."""
     out: dict[str, str] = {}
     if not len(names):

@@ -64,8 +64,7 @@ def fit_lines(report: FidelityReport) -> list[str]:
             continue
         spread = m.spread()
         cells = [
-            f"{_short(n)} {m.full.values[n]:.3f} (leave-one-out {spread[n][0]:.3f}-{spread[n][1]:.3f})"
-            for n in m.names
+            f"{_short(n)} {m.full.values[n]:.3f} (leave-one-out {spread[n][0]:.3f}-{spread[n][1]:.3f})" for n in m.names
         ]
         lines.append(f"{m.hardware}: refitted on {len(m.full.labels)} rows: " + "; ".join(cells))
         for n, why in m.full.undetermined.items():
