@@ -30,6 +30,7 @@ from planner.costmodel.fitting import (
 )
 from planner.costmodel.imbalance import SkewImbalance
 from planner.costmodel.reference import PublishedRow, evaluate_row, published_rows
+from planner.costmodel.uncertainty import prediction_uncertainty
 from planner.specs.catalog import catalog_dir, load_plan
 from planner.specs.hardware import HardwareSpec
 from planner.specs.plan import Plan
@@ -46,6 +47,12 @@ class FidelityRow:
     used_for_fit: bool
     fitted_factors: list[str]
     sensitivity: dict[str, float]
+    band: tuple[float, float] | None = None
+
+    @property
+    def in_band(self) -> bool | None:
+        """Whether the published figure lies inside the prediction's band (None without a band)."""
+        return None if self.band is None else self.band[0] <= self.row.published <= self.band[1]
 
     @property
     def error(self) -> float:
@@ -71,6 +78,8 @@ class FidelityRow:
             "out_of_sample": not self.used_for_fit,
             "fitted_factors": self.fitted_factors,
             "sensitivity": {k: round(v, 4) for k, v in self.sensitivity.items()},
+            "band": None if self.band is None else [round(x, 4) for x in self.band],
+            "in_band": self.in_band,
         }
 
 
@@ -149,7 +158,11 @@ def fidelity_report(rows: list[PublishedRow] | None = None) -> FidelityReport:
         machines[hw_name] = MachineFit(hw_name, names, full, [v for _, v in loo])
         loo_of = {fit_idx[j]: loo[j][0] for j in range(len(fit_idx))}
         for k, i in enumerate(idx):
-            res = evaluate_row(rows[i], specs=_plan_and_specs(rows[i].plan)[1])
+            plan, specs = _plan_and_specs(rows[i].plan)
+            res = evaluate_row(rows[i], specs=specs)
+            unc = prediction_uncertainty(plan, specs, res.prediction, catalog_dir("plans"), obs[k].imbalance)
+            block, _, figure = rows[i].metric.partition(".")
+            fig = unc.bands.get(block, {}).get(figure)
             used = k in loo_of
             sens = {n: float(sens_all[k, j]) for j, n in enumerate(all_names) if abs(sens_all[k, j]) >= 1e-3}
             determined = [n for n in names if abs(sens.get(n, 0.0)) >= SENSITIVE_ELASTICITY] if used else []
@@ -161,6 +174,7 @@ def fidelity_report(rows: list[PublishedRow] | None = None) -> FidelityReport:
                 used_for_fit=used,
                 fitted_factors=determined,
                 sensitivity=sens,
+                band=None if fig is None else (fig.low, fig.high),
             )
     return FidelityReport([r for r in out if r is not None], machines)
 

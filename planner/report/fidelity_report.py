@@ -19,6 +19,13 @@ def _loo(r: FidelityRow) -> str:
     return f"{r.loo_error:+.1%}" + ("" if r.used_for_fit else " (oos)")
 
 
+def _band(r: FidelityRow) -> str:
+    if r.band is None:
+        return "-"
+    mark = "" if r.in_band else " [red]misses[/]"
+    return f"{r.band[0]:.4g}-{r.band[1]:.4g}{mark}"
+
+
 def _determines(r: FidelityRow) -> str:
     if not r.used_for_fit:
         return "(validation: not fitted to)"
@@ -32,7 +39,18 @@ def fidelity_table(report: FidelityReport) -> Table:
         caption="error: shipped factors (in-sample for fit rows); leave-one-out: factors refitted without the "
         "row; (oos): out-of-sample, the row was never fitted to, so its error is the leave-one-out error",
     )
-    cols = ("row", "figure", "published", "predicted", "error", "leave-one-out", "tolerance", "within", "determines")
+    cols = (
+        "row",
+        "figure",
+        "published",
+        "predicted",
+        "error",
+        "leave-one-out",
+        "band",
+        "tolerance",
+        "within",
+        "determines",
+    )
     for col in cols:
         right = col in ("published", "predicted", "error", "leave-one-out", "tolerance")
         table.add_column(col, justify="right" if right else "left")
@@ -45,6 +63,7 @@ def fidelity_table(report: FidelityReport) -> Table:
             f"{r.predicted:.1f}",
             f"{r.error:+.1%}",
             _loo(r),
+            _band(r),
             f"±{r.row.tolerance:.0%}",
             ok,
             _determines(r),
@@ -69,6 +88,10 @@ def fit_lines(report: FidelityReport) -> list[str]:
         lines.append(f"{m.hardware}: refitted on {len(m.full.labels)} rows: " + "; ".join(cells))
         for n, why in m.full.undetermined.items():
             lines.append(f"  {_short(n)}: {why}")
+    banded = [r for r in report.rows if r.band is not None]
+    if banded:
+        inside = sum(1 for r in banded if r.in_band)
+        lines.append(f"published figure inside the prediction's band: {inside} of {len(banded)} rows")
     worst = report.worst_loo()
     if worst is not None and worst.loo_error is not None:
         lines.append(f"worst leave-one-out error: {worst.row.id} {worst.loo_error:+.1%}")
@@ -78,13 +101,14 @@ def fit_lines(report: FidelityReport) -> list[str]:
 def fidelity_markdown(report: FidelityReport) -> str:
     """The same as a Markdown table (the README's)."""
     lines = [
-        "| row | figure | published | predicted | error | leave-one-out | tolerance | determines |",
-        "|---|---|---:|---:|---:|---:|---:|---|",
+        "| row | figure | published | predicted | error | leave-one-out | band | tolerance | determines |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in report.rows:
         lines.append(
             f"| {r.row.id} | {r.row.unit} | {r.row.published:g} | {r.predicted:.1f} | "
-            f"{r.error:+.1%} | {_loo(r)} | ±{r.row.tolerance:.0%} | {_determines(r)} |"
+            f"{r.error:+.1%} | {_loo(r)} | {_band(r).replace('[red]misses[/]', '(misses)')} | "
+            f"±{r.row.tolerance:.0%} | {_determines(r)} |"
         )
     return "\n".join(lines) + "\n"
 
