@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.table import Table
 
+from planner.ranking.robust import band_cell, tpot_band_cell
 from planner.specs.hardware import HardwareSpec
 from planner.specs.plan import PhasePlan, Plan
 
@@ -71,6 +72,12 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
     table.add_column("TPOT ms", justify="right")
     table.add_column("TTFT ms", justify="right")
     table.add_column("tok/s/card", justify="right")
+    banded = any((p.predicted or {}).get("uncertainty") for p in plans)
+    if banded:
+        table.add_column("tok/s/card band", justify="right")
+        table.add_column("TPOT band", justify="right")
+        caption += "\nband: every factor at the slow / fast end of its range (hardware file)"
+        table.caption = caption
     table.add_column("HBM free GiB", justify="right")
     for plan in plans:
         d, p = plan.decode, plan.prefill
@@ -99,6 +106,7 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
             f"{tpot:.1f}" if tpot is not None else "-",
             f"{ttft:.0f}" if ttft is not None else "-",
             f"{headline(plan):.1f}",
+            *((band_cell(plan), tpot_band_cell(plan)) if banded else ()),
             f"{min(heads) / GIB:.1f}" if heads else "-",
         )
     return table
