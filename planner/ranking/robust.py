@@ -123,6 +123,12 @@ class LeadVerdict:
     def lines(self) -> list[str]:
         """What `moeplan plan` prints under the ranked table."""
         out = []
+        if self.lead < 0:
+            out.append(
+                f"at the predicted factors rank 2 is ahead of rank 1 ({-self.lead:.1f} tok/s/card, "
+                f"{-self.lead_fraction:.1%}): rank 1 leads at the pessimistic end of the band."
+            )
+            return out
         if self.inside_band:
             out.append(
                 f"rank 1's lead over rank 2 ({self.lead:+.1f} tok/s/card, {self.lead_fraction:+.1%}) is inside the "

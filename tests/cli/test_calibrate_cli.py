@@ -75,3 +75,29 @@ def test_every_bad_row_gets_its_own_line(tmp_path):
     r = run_cli("calibrate", str(csv_path), "--hardware", "a2", "--out", str(tmp_path / "o.yaml"))
     assert r.exit_code == 2
     assert "line 2" in r.output and "line 3" in r.output
+
+
+def test_evaluate_json_carries_bands():
+    r = run_cli("evaluate", "a2-d70", "--json")
+    assert r.exit_code == 0, r.output
+    u = json.loads(r.output)["predicted"]["uncertainty"]
+    for figure in ("tokens_per_s_per_card", "tpot_ms"):
+        b = u["bands"]["decode"][figure]
+        assert b["low"] < b["mid"] < b["high"]
+    assert "efficiency.matmul" in u["factors"]
+
+
+def test_plan_robust_ranks_by_the_low_end_and_meets_the_slo_at_the_slow_end(tmp_path):
+    out = tmp_path / "plans.json"
+    args = ("plan", "--phase", "decode", "--max-cards", "32", "--time-limit", "10", "--top", "3")
+    r = run_cli(*args, "--robust", "--json", str(out))
+    assert r.exit_code == 0, r.output
+    assert "tok/s/card band" in r.output and "--robust" in r.output
+    plans = json.loads(out.read_text())["plans"]
+    lows = [p["predicted"]["uncertainty"]["bands"]["decode"]["tokens_per_s_per_card"]["low"] for p in plans]
+    assert lows == sorted(lows, reverse=True)
+    for p in plans:
+        assert p["predicted"]["uncertainty"]["bands"]["decode"]["tpot_ms"]["high"] <= 100.0 + 0.05
+    r = run_cli(*args)
+    assert r.exit_code == 0
+    assert "rank 1's lead over rank 2" in r.output
