@@ -61,6 +61,12 @@ def available_metrics(prediction: Prediction) -> list[str]:
     return out
 
 
+def _is_timing(metric: str) -> bool:
+    """A time or a rate (what a measurement gives), not a count or a byte figure."""
+    last = metric.split(".")[-1]
+    return ".breakdown_ms." in metric or last.endswith("_ms") or "_per_s" in last
+
+
 @dataclass(frozen=True)
 class Measurements:
     """The checked rows of a measurements file."""
@@ -139,7 +145,7 @@ def read_measurements(path: Path, hw: HardwareSpec) -> Measurements:
         try:
             metric_value(prediction, metric)
         except KeyError:
-            known = ", ".join(m for m in available_metrics(prediction) if not m.split(".")[-1].startswith("hbm"))
+            known = ", ".join(m for m in available_metrics(prediction) if _is_timing(m))
             errors.append(f"{where}: plan '{ref}' has no metric '{metric}'; use one of: {known}.")
             continue
         observations.append(Observation(f"{ref} {metric}", plan, specs, metric, value, 1.0, None, base))
