@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 
 from planner.costmodel.calibration import calibrate, read_measurements
-from planner.costmodel.evaluate import evaluate_plan
+from planner.costmodel.evaluate import PlanSpecs, evaluate_plan, load_plan_specs
 from planner.costmodel.fitting import factor_value, metric_value, with_factors
 from planner.specs.catalog import catalog_dir, load_hardware, load_plan
+from planner.specs.hardware import HardwareSpec
 
 TRUTH = {
     "efficiency.matmul": 0.62,
@@ -39,9 +40,8 @@ ROWS = [
 HELD_OUT = [("a2-d90", "decode.tokens_per_s_per_card"), ("a2-p-mb", "prefill.tokens_per_s_per_card")]
 
 
-def predict(name: str, metric: str, hw_spec) -> float:  # type: ignore[no-untyped-def]
-    from planner.costmodel.evaluate import load_plan_specs, PlanSpecs
-
+def predict(name: str, metric: str, hw_spec: HardwareSpec) -> float:
+    """The cost model's figure for a shipped plan on `hw_spec`."""
     plan, _ = load_plan(name)
     specs = load_plan_specs(plan, catalog_dir("plans"))
     return metric_value(evaluate_plan(plan, specs=PlanSpecs(specs.model, hw_spec, specs.quant)), metric)
