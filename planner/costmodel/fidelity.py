@@ -5,7 +5,10 @@ For every machine of plans/published.yaml, the factors its hardware file marks
 fitter of `planner.costmodel.fitting`, on the machine's `role: fit` rows minus one; the row left
 out is then predicted under the refitted factors (its leave-one-out error). A row with
 `role: validation`, or on a machine with no published-fitted factor, was never fitted to: its
-error is already out-of-sample and is reported as such. Each fit row also lists the fitted factors
+error is already out-of-sample and is reported as such. Rows of one plan (a step's TPOT and its tokens/s) are one
+measurement and are left out together; a fitted factor that no other deployment determines
+stays at the full fit's value and is listed (`loo_undetermined`): for it the row is not
+out-of-sample. Each fit row also lists the fitted factors
 it determines (elasticity >= `SENSITIVE_ELASTICITY`), and the spread of the refitted factors is
 what `hardware/*.yaml` stores as each fitted factor's range (`factor_spread`).
 """
@@ -25,7 +28,7 @@ from planner.costmodel.fitting import (
     factor_names,
     factor_spec,
     fit_factors,
-    leave_one_out,
+    leave_out,
     sensitivities,
 )
 from planner.costmodel.imbalance import SkewImbalance
@@ -42,12 +45,14 @@ class FidelityRow:
 
     row: PublishedRow
     hardware: str
+    plan: str
     predicted: float
     loo_predicted: float | None
     used_for_fit: bool
     fitted_factors: list[str]
     sensitivity: dict[str, float]
     band: tuple[float, float] | None = None
+    loo_undetermined: list[str] = field(default_factory=list)
 
     @property
     def in_band(self) -> bool | None:
@@ -76,6 +81,7 @@ class FidelityRow:
             "loo_predicted": None if self.loo_predicted is None else round(self.loo_predicted, 4),
             "loo_error": None if self.loo_error is None else round(self.loo_error, 6),
             "out_of_sample": not self.used_for_fit,
+            "loo_undetermined": self.loo_undetermined,
             "fitted_factors": self.fitted_factors,
             "sensitivity": {k: round(v, 4) for k, v in self.sensitivity.items()},
             "band": None if self.band is None else [round(x, 4) for x in self.band],
@@ -91,6 +97,12 @@ class MachineFit:
     names: list[str]
     full: FitResult | None
     loo_values: list[dict[str, float]] = field(default_factory=list)
+
+    def determined_by(self, name: str) -> list[str]:
+        """Labels of the fit rows that are sensitive to fitted factor `name`."""
+        if self.full is None or name not in self.full.names:
+            return []
+        return [self.full.labels[i] for i in range(len(self.full.labels)) if name in self.full.determined_by(i)]
 
     def spread(self) -> dict[str, tuple[float, float]]:
         """Lowest and highest value of each fitted factor over the full fit and the leave-one-out refits."""
@@ -154,9 +166,16 @@ def fidelity_report(rows: list[PublishedRow] | None = None) -> FidelityReport:
         sens_all = sensitivities(obs, hw, factor_names(hw))
         all_names = factor_names(hw)
         full = fit_factors(fit_obs, hw, names) if fit_obs else None
-        loo = leave_one_out(fit_obs, hw, names, start={n: full.values[n] for n in names} if full else None)
-        machines[hw_name] = MachineFit(hw_name, names, full, [v for _, v in loo])
-        loo_of = {fit_idx[j]: loo[j][0] for j in range(len(fit_idx))}
+        # rows of one plan are one deployment: they are left out together
+        by_plan: dict[str, list[int]] = {}
+        for j, k in enumerate(fit_idx):
+            by_plan.setdefault(rows[idx[k]].plan, []).append(j)
+        refits = leave_out(fit_obs, hw, names, list(by_plan.values()), start=full.values if full else None)
+        machines[hw_name] = MachineFit(hw_name, names, full, [r.values for r in refits])
+        loo_of: dict[int, tuple[float, list[str]]] = {}
+        for refit in refits:
+            for j in refit.held_out:
+                loo_of[fit_idx[j]] = (fit_obs[j].predict(refit.hw), refit.undetermined)
         for k, i in enumerate(idx):
             plan, specs = _plan_and_specs(rows[i].plan)
             res = evaluate_row(rows[i], specs=specs)
@@ -169,8 +188,10 @@ def fidelity_report(rows: list[PublishedRow] | None = None) -> FidelityReport:
             out[i] = FidelityRow(
                 row=rows[i],
                 hardware=hw_name,
+                plan=rows[i].plan,
                 predicted=res.predicted,
-                loo_predicted=loo_of[k] if used else res.predicted,
+                loo_predicted=loo_of[k][0] if used else res.predicted,
+                loo_undetermined=loo_of[k][1] if used else [],
                 used_for_fit=used,
                 fitted_factors=determined,
                 sensitivity=sens,

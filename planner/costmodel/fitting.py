@@ -22,7 +22,7 @@ SciPy is imported inside the functions that need it: commands that do not fit ne
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -306,25 +306,50 @@ def fit_factors(
     )
 
 
-def leave_one_out(
+@dataclass
+class LeftOut:
+    """One leave-out refit: the factors fitted without some rows, and what the rest could not pin."""
+
+    held_out: list[int]
+    values: dict[str, float]
+    undetermined: list[str]
+    hw: HardwareSpec
+
+
+def leave_out(
     observations: Sequence[Observation],
     hw: HardwareSpec,
     names: Sequence[str],
+    groups: Sequence[Sequence[int]] | None = None,
     start: Mapping[str, float] | None = None,
-    on_row: Callable[[int], None] | None = None,
-) -> list[tuple[float | None, dict[str, float]]]:
-    """For each row: its prediction under factors refitted without it, and those factors.
+) -> list[LeftOut]:
+    """For each group of rows (default: each row alone), refit `names` on the other rows.
 
-    With one row only there is nothing left to fit on: (None, {}).
+    Rows of one deployment (a step's TPOT and its tokens/s) are one measurement: group them, or
+    the row left out is still fitted through its twin. A factor no remaining row is sensitive to
+    cannot be refitted; it stays at `start` (default: its value in `hw`) and is listed as
+    undetermined, so the held-out prediction is not out-of-sample for it.
     """
-    out: list[tuple[float | None, dict[str, float]]] = []
-    for i, obs in enumerate(observations):
-        rest = [o for k, o in enumerate(observations) if k != i]
-        if on_row is not None:
-            on_row(i)
-        if not rest or not names:
-            out.append((obs.predict(hw) if not names else None, {}))
+    names = list(names)
+    parts: list[list[int]] = (
+        [list(g) for g in groups] if groups is not None else [[i] for i in range(len(observations))]
+    )
+    base = {n: float((start or {}).get(n, factor_value(hw, n))) for n in names}
+    base_hw = with_factors(hw, base) if names else hw
+    elasticity = sensitivities(observations, base_hw, names) if names and len(observations) else None
+    out: list[LeftOut] = []
+    for g in parts:
+        rest = [k for k in range(len(observations)) if k not in g]
+        if elasticity is None:
+            out.append(LeftOut(g, {}, [], base_hw))
             continue
-        fit = fit_factors(rest, hw, names, start=start, with_diagnostics=False)
-        out.append((obs.predict(fit.hw), fit.values))
+        live = [
+            n for j, n in enumerate(names) if rest and float(np.abs(elasticity[rest, j]).max()) >= SENSITIVE_ELASTICITY
+        ]
+        stuck = [n for n in names if n not in live]
+        if not live:
+            out.append(LeftOut(g, dict(base), stuck, base_hw))
+            continue
+        fit = fit_factors([observations[k] for k in rest], base_hw, live, start=base, with_diagnostics=False)
+        out.append(LeftOut(g, {**base, **fit.values}, stuck, fit.hw))
     return out

@@ -16,7 +16,7 @@ def _short(name: str) -> str:
 def _loo(r: FidelityRow) -> str:
     if r.loo_error is None:
         return "-"
-    return f"{r.loo_error:+.1%}" + ("" if r.used_for_fit else " (oos)")
+    return f"{r.loo_error:+.1%}" + ("" if r.used_for_fit else " (oos)") + (" *" if r.loo_undetermined else "")
 
 
 def _band(r: FidelityRow) -> str:
@@ -37,7 +37,8 @@ def fidelity_table(report: FidelityReport) -> Table:
     table = Table(
         title="Cost model vs published figures",
         caption="error: shipped factors (in-sample for fit rows); leave-one-out: factors refitted without the "
-        "row; (oos): out-of-sample, the row was never fitted to, so its error is the leave-one-out error",
+        "row (and the other rows of its plan); (oos): out-of-sample, the row was never fitted to, so its error is the "
+        "leave-one-out error; *: a factor only this deployment determines was kept (see below)",
     )
     cols = (
         "row",
@@ -88,6 +89,20 @@ def fit_lines(report: FidelityReport) -> list[str]:
         lines.append(f"{m.hardware}: refitted on {len(m.full.labels)} rows: " + "; ".join(cells))
         for n, why in m.full.undetermined.items():
             lines.append(f"  {_short(n)}: {why}")
+        for n in m.names:
+            rows = m.determined_by(n)
+            plans = {r.plan for r in report.rows if r.row.id in rows}
+            if len(plans) <= 1:
+                lines.append(
+                    f"  {_short(n)} rests on one deployment only ({', '.join(rows) or 'no row'}): "
+                    "fitted to a single measurement"
+                )
+    for r in report.rows:
+        if r.loo_undetermined:
+            lines.append(
+                f"* {r.row.id}: without it no other deployment determines "
+                f"{', '.join(_short(n) for n in r.loo_undetermined)} (kept at the full fit's value)"
+            )
     banded = [r for r in report.rows if r.band is not None]
     if banded:
         inside = sum(1 for r in banded if r.in_band)
@@ -126,6 +141,7 @@ def fidelity_json(report: FidelityReport) -> str:
                 "interval": [round(x, 6) for x in m.full.intervals[n]],
                 "loo_range": [round(x, 6) for x in spread[n]],
                 "undetermined": m.full.undetermined.get(n),
+                "determined_by": m.determined_by(n),
             }
             for n in m.names
         }

@@ -134,3 +134,26 @@ def test_leave_one_out_moves_a_row_that_pins_a_factor_alone():
     row = next(r for r in report.rows if r.row.id == "A2-P-mb")
     assert row.used_for_fit
     assert abs(row.loo_error - row.error) > 0.01  # type: ignore[operator]
+
+
+def test_rows_of_one_deployment_are_left_out_together_and_flag_what_only_they_pin():
+    report = fidelity_report()
+    by_id = {r.row.id: r for r in report.rows}
+    # A2-P and its forward time are one measurement: without both, nothing else pins matmul
+    assert by_id["A2-P"].loo_undetermined == ["efficiency.matmul"]
+    assert by_id["A2-P forward"].loo_undetermined == ["efficiency.matmul"]
+    # A2-D70 and its TPOT share a refit, so their leave-one-out predictions are one step
+    d70, tpot = by_id["A2-D70"], by_id["A2-D70 TPOT"]
+    assert d70.loo_error == pytest.approx(-tpot.loo_error, abs=0.003)  # type: ignore[operator]
+    assert by_id["A2 30 ms"].loo_undetermined == []
+
+
+def test_leave_out_keeps_an_undeterminable_factor_at_its_start():
+    from planner.costmodel.fitting import leave_out
+
+    a2 = load_hardware("a2")
+    obs = [_obs("a2-d70", "decode.tpot_ms", 99.6), _obs("a2-p", "prefill.tokens_per_s_per_card", 1622.0)]
+    out = leave_out(obs, a2, ["efficiency.matmul", "efficiency.hbm_bandwidth"])
+    # leaving a2-p out: only a decode row is left, and decode barely sees matmul
+    assert "efficiency.matmul" in out[1].undetermined
+    assert out[1].values["efficiency.matmul"] == pytest.approx(factor_value(a2, "efficiency.matmul"))
