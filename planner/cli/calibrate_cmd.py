@@ -30,6 +30,9 @@ def calibrate_cmd(
     squares), print each factor with its interval and each row's residual, and write a hardware YAML."""
 
     def body() -> None:
+        folder = out.parent if str(out.parent) else Path(".")
+        if not folder.is_dir():
+            raise BadInputError(f"--out: folder '{folder}' does not exist; create it first or write elsewhere.")
         hw = load_hardware(hardware)
         names = [f.strip() for f in factors.split(",") if f.strip()] if factors else None
         if factors is not None and not names:

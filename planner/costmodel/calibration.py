@@ -87,7 +87,7 @@ def _load_row_plan(ref: str, csv_dir: Path) -> tuple[Plan, Path | None]:
 def read_measurements(path: Path, hw: HardwareSpec) -> Measurements:
     """Read and check every row; all problems are raised together, one line per bad row."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # spreadsheets often save a byte-order mark
     except OSError as exc:
         raise BadInputError(f"measurements file '{path}' cannot be read ({exc.strerror}); check the path.") from None
     reader = csv.DictReader(io.StringIO(text))

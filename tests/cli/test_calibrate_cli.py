@@ -101,3 +101,22 @@ def test_plan_robust_ranks_by_the_low_end_and_meets_the_slo_at_the_slow_end(tmp_
     r = run_cli(*args)
     assert r.exit_code == 0
     assert "rank 1's lead over rank 2" in r.output
+
+
+def test_a_missing_output_folder_is_refused_before_fitting(tmp_path):
+    r = run_cli(
+        "calibrate", str(EXAMPLE / "measurements.csv"), "--hardware", "a2", "--out", str(tmp_path / "no" / "x.yaml")
+    )
+    assert r.exit_code == 2
+    assert "--out: folder" in r.output and "residual" not in r.output
+
+
+def test_a_byte_order_mark_is_accepted(tmp_path):
+    shutil.copy(PLANS / "a2-d70.yaml", tmp_path / "a2-d70.yaml")
+    csv_path = tmp_path / "m.csv"
+    csv_path.write_text("\ufeffplan,metric,value\na2-d70.yaml,decode.tpot_ms,99.6\n", encoding="utf-8")
+    out = tmp_path / "o.yaml"
+    args = ("--hardware", "a2", "--out", str(out), "--factors", "efficiency.hbm_bandwidth")
+    r = run_cli("calibrate", str(csv_path), *args)
+    assert r.exit_code == 0, r.output
+    assert load_hardware(str(out)).efficiency.hbm_bandwidth.fitted_on == "m.csv"

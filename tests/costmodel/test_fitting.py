@@ -128,8 +128,8 @@ def test_fidelity_has_a_leave_one_out_error_for_every_row():
 
 
 def test_leave_one_out_moves_a_row_that_pins_a_factor_alone():
-    # A2-P-mb is the only A2 row sensitive to the micro-batch overlap: without it the refit
-    # has to come from the other rows, so its leave-one-out error differs from its in-sample one.
+    # A2-P-mb is the A2 row most sensitive to the link efficiency (elasticity ~0.9): without it the
+    # link factor comes from the other rows, so its leave-one-out error differs from its in-sample one.
     report = fidelity_report()
     row = next(r for r in report.rows if r.row.id == "A2-P-mb")
     assert row.used_for_fit
