@@ -74,9 +74,7 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
     table.add_column("tok/s/card", justify="right")
     banded = any((p.predicted or {}).get("uncertainty") for p in plans)
     if banded:
-        table.add_column("tok/s/card band", justify="right")
-        table.add_column("TPOT band", justify="right")
-        caption += "\nband: every factor at the slow / fast end of its range (hardware file)"
+        caption += "\n(low-high) under TPOT and tok/s/card: the band, every factor at the slow / fast end of its range"
         table.caption = caption
     table.add_column("HBM free GiB", justify="right")
     for plan in plans:
@@ -103,10 +101,9 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
             pd,
             dec,
             pre,
-            f"{tpot:.1f}" if tpot is not None else "-",
+            (f"{tpot:.1f}" if tpot is not None else "-") + (f"\n({tpot_band_cell(plan)})" if banded else ""),
             f"{ttft:.0f}" if ttft is not None else "-",
-            f"{headline(plan):.1f}",
-            *((band_cell(plan), tpot_band_cell(plan)) if banded else ()),
+            f"{headline(plan):.1f}" + (f"\n({band_cell(plan)})" if banded else ""),
             f"{min(heads) / GIB:.1f}" if heads else "-",
         )
     return table
