@@ -38,11 +38,20 @@ def evaluate(
             help="Log-normal expert skew of the default imbalance model.",
         ),
     ] = None,
+    hardware: Annotated[
+        str | None,
+        typer.Option(
+            "--hardware",
+            help="Evaluate on this machine instead of the plan's (catalog name or YAML, e.g. one from calibrate).",
+        ),
+    ] = None,
 ) -> None:
     """Score a plan: step time by module, HBM per device, throughput, and each SLO."""
 
     def body() -> None:
         plan, _ = load_plan(plan_file)
+        if hardware is not None:
+            plan = plan.model_copy(update={"hardware": hardware})
         base = plan_base_dir(plan_file)
         specs = load_plan_specs(plan, base)
         imbalance = imbalance_from_options(loads, skew_sigma, specs.model)

@@ -43,6 +43,12 @@ def test_calibrate_example_writes_a_loadable_machine(tmp_path):
     assert hw.efficiency.attention_compute.source == load_hardware("a2").efficiency.attention_compute.source
     r = run_cli("plan", "--hardware", str(out), "--phase", "decode", "--max-cards", "16", "--time-limit", "5")
     assert r.exit_code == 0, r.output
+    r = run_cli("evaluate", "a2-d90", "--hardware", str(out), "--json")
+    assert r.exit_code == 0, r.output
+    scored = json.loads(r.output)
+    assert scored["hardware"] == str(out)
+    # the calibrated machine reproduces the measured A2-D70 within a few percent, so A2-D90 moves little
+    assert scored["predicted"]["decode"]["tokens_per_s_per_card"] == pytest.approx(808, rel=0.05)
 
 
 @pytest.mark.parametrize(
