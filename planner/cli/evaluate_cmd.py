@@ -10,7 +10,9 @@ import typer
 from planner.cli.common import console, run_guarded, write_text_atomic
 from planner.cli.options import imbalance_from_options
 from planner.costmodel.evaluate import evaluate_plan, load_plan_specs, plan_with_prediction
+from planner.costmodel.uncertainty import prediction_uncertainty, with_uncertainty
 from planner.report.evaluate_report import evaluate_tables, plan_json
+from planner.report.uncertainty_report import uncertainty_table
 from planner.specs.catalog import load_plan, plan_base_dir
 
 
@@ -36,15 +38,25 @@ def evaluate(
             help="Log-normal expert skew of the default imbalance model.",
         ),
     ] = None,
+    hardware: Annotated[
+        str | None,
+        typer.Option(
+            "--hardware",
+            help="Evaluate on this machine instead of the plan's (catalog name or YAML, e.g. one from calibrate).",
+        ),
+    ] = None,
 ) -> None:
     """Score a plan: step time by module, HBM per device, throughput, and each SLO."""
 
     def body() -> None:
         plan, _ = load_plan(plan_file)
+        if hardware is not None:
+            plan = plan.model_copy(update={"hardware": hardware})
         base = plan_base_dir(plan_file)
         specs = load_plan_specs(plan, base)
         imbalance = imbalance_from_options(loads, skew_sigma, specs.model)
         prediction = evaluate_plan(plan, base, imbalance, specs=specs)
+        prediction = with_uncertainty(prediction, prediction_uncertainty(plan, specs, prediction, base, imbalance))
         scored = plan_with_prediction(plan, prediction)
         text = plan_json(scored)
         if out is not None:
@@ -54,6 +66,9 @@ def evaluate(
             return
         for renderable in evaluate_tables(plan, prediction, specs.hw):
             console.print(renderable)
+        band = uncertainty_table(prediction)
+        if band is not None:
+            console.print(band)
         console.print(f"imbalance model: {prediction.imbalance_model}")
 
     run_guarded(body)

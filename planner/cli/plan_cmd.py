@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Annotated
@@ -26,6 +27,7 @@ from planner.errors import BadInputError
 from planner.ranking.binding import why_line
 from planner.report.evaluate_report import evaluate_tables
 from planner.report.plan_report import plans_document, ranked_table
+from planner.report.uncertainty_report import uncertainty_table
 from planner.report.vllm_ascend import emit_vllm_ascend
 from planner.search.plan_search import SearchOutcome, TableCache, run_search
 from planner.search.request import (
@@ -69,6 +71,7 @@ def build_request(
     skew_sigma: float | None,
     max_redundant_experts: int | None = None,
     colocated: bool = True,
+    robust: bool = False,
 ) -> PlanRequest:
     """A PlanRequest from flag values; bad values raise BadInputError naming the flag."""
     workload = validate_model(
@@ -120,7 +123,43 @@ def build_request(
         imbalance=imbalance,
         max_redundant_experts=max_redundant_experts,
         colocated=colocated,
+        pessimistic_factors=robust,
     )
+
+
+def add_bands(outcome: SearchOutcome) -> SearchOutcome:
+    """Every ranked plan re-scored on the machine as shipped, with its band; --robust re-ranks by the low end.
+
+    A --robust search ran on the pessimistic machine (every factor at the slow end of its range), so
+    its plans are already the best at the low end; they are shown at the predicted factors with their band.
+    """
+    from planner.costmodel.evaluate import PlanSpecs
+    from planner.ranking.robust import rank_by_low_end, with_band
+    from planner.specs.catalog import load_hardware
+    from planner.specs.quantization import get_quantization
+
+    req = outcome.request
+    hw = load_hardware(req.hardware) if req.pessimistic_factors else outcome.hw
+    specs = PlanSpecs(outcome.model, hw, get_quantization(req.quantization))
+    plans = [with_band(p, specs, req.imbalance) for p in outcome.plans]
+    if req.pessimistic_factors:
+        plans = rank_by_low_end(plans)
+    return dataclasses.replace(outcome, plans=plans)
+
+
+def lead_lines(outcome: SearchOutcome) -> list[str]:
+    """Whether rank 1's lead over rank 2 survives the factor ranges, and the term it rests on."""
+    if len(outcome.plans) < 2:
+        return []
+    from planner.costmodel.evaluate import PlanSpecs
+    from planner.ranking.robust import lead_verdict
+    from planner.specs.catalog import load_hardware
+    from planner.specs.quantization import get_quantization
+
+    req = outcome.request
+    hw = load_hardware(req.hardware) if req.pessimistic_factors else outcome.hw
+    specs = PlanSpecs(outcome.model, hw, get_quantization(req.quantization))
+    return lead_verdict(outcome.plans[0], outcome.plans[1], specs, req.imbalance).lines()
 
 
 def search_with_progress(request: PlanRequest, cache: TableCache | None = None) -> SearchOutcome:
@@ -159,13 +198,24 @@ def print_outcome(outcome: SearchOutcome) -> None:
     console.print(
         f"{verdict}; {points:,} configurations costed, {outcome.solves} CP-SAT solves, {outcome.seconds:.2f} s."
     )
+    if outcome.request.pessimistic_factors:
+        console.print(
+            "--robust: searched with every factor at the slow end of its range (the SLOs hold there; 'why' below "
+            "is at that end); ranked by the low end of the band."
+        )
+    for line in lead_lines(outcome):
+        console.print(line)
     console.print(why_line(outcome, index=0))
     best = outcome.plans[0]
     from planner.costmodel.prediction import Prediction
 
     console.print("\n[bold]Best plan (rank 1) in detail[/]")
-    for renderable in evaluate_tables(best, Prediction.model_validate(best.predicted), outcome.hw):
+    best_prediction = Prediction.model_validate(best.predicted)
+    for renderable in evaluate_tables(best, best_prediction, outcome.hw):
         console.print(renderable)
+    band = uncertainty_table(best_prediction)
+    if band is not None:
+        console.print(band)
 
 
 def plan(
@@ -215,6 +265,13 @@ def plan(
         typer.Option("--time-limit", min=0.1, max=86400.0, help="Solver time limit in seconds."),
     ] = DEFAULT_TIME_LIMIT_S,
     workers: WorkersOpt = 2,
+    robust: Annotated[
+        bool,
+        typer.Option(
+            "--robust",
+            help="Search with every factor at the slow end of its range and rank by the low end of the band.",
+        ),
+    ] = False,
 ) -> None:
     """Search deployments (instance sizes, per-module layouts, expert slots, concurrency, MTP,
     P:D) under HBM and the SLOs, and print them ranked by output tokens/s per card."""
@@ -246,8 +303,9 @@ def plan(
             skew_sigma=skew_sigma,
             max_redundant_experts=max_redundant_experts,
             colocated=colocated,
+            robust=robust,
         )
-        outcome = search_with_progress(request)
+        outcome = add_bands(search_with_progress(request))
         if outcome.status == "INTERRUPTED":
             print_outcome(outcome)
             err_console.print(

@@ -87,7 +87,8 @@ def hardware_detail(h: HardwareSpec) -> list[RenderableType]:
         ("link bandwidth efficiency", e.link_bandwidth),
         ("prefill micro-batch overlap", h.overlap.prefill_micro_batch_efficiency),
     ):
-        factors.add_row(name, f"{f.value:.3g}", f.source)
+        rng = f" ({f.range.low:.3g}-{f.range.high:.3g})" if f.range else ""
+        factors.add_row(name, f"{f.value:.3g}{rng}", f.source + (f"; range: {f.range.derived}" if f.range else ""))
     fc = h.fixed_costs
     for name, s in (
         ("matrix op launch", fc.matrix_op),
@@ -95,7 +96,10 @@ def hardware_detail(h: HardwareSpec) -> list[RenderableType]:
         ("collective launch", fc.collective),
         ("MTP framework per step", fc.mtp_framework_per_step),
     ):
-        factors.add_row(name, f"{s.value * 1e6:.3g} us", s.source)
+        rng = f" ({s.range.low * 1e6:.3g}-{s.range.high * 1e6:.3g})" if s.range else ""
+        factors.add_row(
+            name, f"{s.value * 1e6:.3g}{rng} us", s.source + (f"; range: {s.range.derived}" if s.range else "")
+        )
     for name, b in (
         ("communication buffers", h.memory.comm_buffers),
         ("runtime reserve", h.memory.runtime_reserve),

@@ -316,6 +316,10 @@ def make_context(request: PlanRequest) -> CostContext:
     """Specs loaded and the cost context built for a request."""
     model = load_model(request.model)
     hw = load_hardware(request.hardware)
+    if request.pessimistic_factors:
+        from planner.costmodel.uncertainty import corner
+
+        hw = corner(hw, slow=True)
     quant = get_quantization(request.quantization)
     w = request.workload
     if w.input_tokens + w.output_tokens > model.max_context_tokens:
