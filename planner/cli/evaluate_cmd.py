@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from planner.cli.common import console, run_guarded, write_text_atomic
-from planner.cli.options import imbalance_from_options
+from planner.cli.options import check_hbm_utilization, imbalance_from_options
 from planner.costmodel.evaluate import evaluate_plan, load_plan_specs, plan_with_prediction
 from planner.report.evaluate_report import evaluate_tables, plan_json
 from planner.specs.catalog import load_plan, plan_base_dir
@@ -36,11 +36,21 @@ def evaluate(
             help="Log-normal expert skew of the default imbalance model.",
         ),
     ] = None,
+    hbm_utilization: Annotated[
+        float | None,
+        typer.Option(
+            "--hbm-utilization",
+            metavar="FRACTION",
+            help="Fraction of each device's HBM the plan may fill (default: the plan's hbm_utilization, 0.9).",
+        ),
+    ] = None,
 ) -> None:
     """Score a plan: step time by module, HBM per device, throughput, and each SLO."""
 
     def body() -> None:
         plan, _ = load_plan(plan_file)
+        if hbm_utilization is not None:
+            plan = plan.model_copy(update={"hbm_utilization": check_hbm_utilization(hbm_utilization)})
         base = plan_base_dir(plan_file)
         specs = load_plan_specs(plan, base)
         imbalance = imbalance_from_options(loads, skew_sigma, specs.model)

@@ -13,15 +13,18 @@ from planner.cli.common import console, err_console, run_guarded, write_text_ato
 from planner.cli.options import (
     ColocatedOpt,
     DecodeDevicesOpt,
+    HbmUtilizationOpt,
     LoadsOpt,
     MaxRedundantOpt,
     PhaseOpt,
     PrefillDevicesOpt,
     SkewSigmaOpt,
     WorkersOpt,
+    check_hbm_utilization,
     imbalance_from_options,
     parse_int_list,
 )
+from planner.costmodel.context import DEFAULT_HBM_UTILIZATION
 from planner.errors import BadInputError
 from planner.ranking.binding import why_line
 from planner.report.evaluate_report import evaluate_tables
@@ -69,6 +72,7 @@ def build_request(
     skew_sigma: float | None,
     max_redundant_experts: int | None = None,
     colocated: bool = True,
+    hbm_utilization: float = DEFAULT_HBM_UTILIZATION,
 ) -> PlanRequest:
     """A PlanRequest from flag values; bad values raise BadInputError naming the flag."""
     workload = validate_model(
@@ -86,6 +90,9 @@ def build_request(
         raise BadInputError(f"--phase must be both, decode or prefill; got '{phase}'.")
     if not max_cards > 0:
         raise BadInputError("--max-cards must be > 0.")
+    if math.isfinite(max_cards) and max_cards != math.floor(max_cards):
+        raise BadInputError(f"--max-cards must be a whole number of cards; got {max_cards:g}.")
+    check_hbm_utilization(hbm_utilization)
     if top < 1 or top > 50:
         raise BadInputError("--top must be between 1 and 50.")
     if rate is not None and not (rate > 0 and math.isfinite(rate)):
@@ -120,6 +127,7 @@ def build_request(
         imbalance=imbalance,
         max_redundant_experts=max_redundant_experts,
         colocated=colocated,
+        hbm_utilization=hbm_utilization,
     )
 
 
@@ -210,6 +218,7 @@ def plan(
     skew_sigma: SkewSigmaOpt = None,
     max_redundant_experts: MaxRedundantOpt = None,
     colocated: ColocatedOpt = True,
+    hbm_utilization: HbmUtilizationOpt = DEFAULT_HBM_UTILIZATION,
     time_limit: Annotated[
         float,
         typer.Option("--time-limit", min=0.1, max=86400.0, help="Solver time limit in seconds."),
@@ -246,6 +255,7 @@ def plan(
             skew_sigma=skew_sigma,
             max_redundant_experts=max_redundant_experts,
             colocated=colocated,
+            hbm_utilization=hbm_utilization,
         )
         outcome = search_with_progress(request)
         if outcome.status == "INTERRUPTED":

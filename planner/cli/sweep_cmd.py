@@ -20,6 +20,7 @@ from planner.cli.common import (
 from planner.cli.options import (
     ColocatedOpt,
     DecodeDevicesOpt,
+    HbmUtilizationOpt,
     LoadsOpt,
     MaxRedundantOpt,
     PhaseOpt,
@@ -28,6 +29,7 @@ from planner.cli.options import (
     WorkersOpt,
 )
 from planner.cli.plan_cmd import build_request
+from planner.costmodel.context import DEFAULT_HBM_UTILIZATION
 from planner.errors import BadInputError
 from planner.ranking.frontier import published_points, sweep_curves, sweep_metric
 from planner.report.sweep_report import (
@@ -140,6 +142,7 @@ def sweep(
     skew_sigma: SkewSigmaOpt = None,
     max_redundant_experts: MaxRedundantOpt = None,
     colocated: ColocatedOpt = True,
+    hbm_utilization: HbmUtilizationOpt = DEFAULT_HBM_UTILIZATION,
     csv_out: Annotated[
         Path | None,
         typer.Option("--csv", help="Write one CSV line per point to FILE ('-': stdout)."),
@@ -230,6 +233,7 @@ def sweep(
                 skew_sigma=skew_sigma,
                 max_redundant_experts=max_redundant_experts,
                 colocated=colocated,
+                hbm_utilization=hbm_utilization,
             )
             points.append((shown, request))
         result = _run_with_progress(points, axes, fixed, jobs)

@@ -16,6 +16,7 @@ import typer
 from planner.cli.common import console, run_guarded, write_text_atomic
 from planner.cli.plan_cmd import build_request, search_with_progress
 from planner.costmodel.evaluate import load_plan_specs
+from planner.costmodel.context import DEFAULT_HBM_UTILIZATION
 from planner.errors import BadInputError
 from planner.ranking.whatif import run_whatif
 from planner.report.whatif_report import whatif_document, whatif_renderables
@@ -52,6 +53,7 @@ ASSUMPTIONS: dict[str, tuple[type, object]] = {
     "loads": (Path, None),
     "max-redundant-experts": (int, None),
     "colocated": (bool, True),
+    "hbm-utilization": (float, DEFAULT_HBM_UTILIZATION),
 }
 BOOLEANS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 NULLABLE = {
@@ -123,6 +125,7 @@ def plan_assumptions(plan: Plan, base_dir: Path | None) -> dict[str, object]:
             "ttft-ms": plan.slo.ttft_ms if plan.slo else None,
             "max-cards": specs.hw.cards(devices),
             "phase": _plan_phase(plan),
+            "hbm-utilization": plan.hbm_utilization,
         }
     )
     return out
@@ -158,6 +161,7 @@ def request_from(assumptions: dict[str, object], time_limit: float, workers: int
         skew_sigma=_opt(a["skew-sigma"], float),
         max_redundant_experts=_opt(a["max-redundant-experts"], int),
         colocated=bool(a["colocated"]),
+        hbm_utilization=float(a["hbm-utilization"]),  # type: ignore[arg-type]
     )
 
 
@@ -230,6 +234,14 @@ def whatif(
             help="Whether the new plan may use colocated instances (default: as the base).",
         ),
     ] = None,
+    hbm_utilization: Annotated[
+        float | None,
+        typer.Option(
+            "--hbm-utilization",
+            metavar="FRACTION",
+            help="New fraction of each device's HBM a plan may fill (default: the base's; 0.9).",
+        ),
+    ] = None,
     json_out: Annotated[
         Path | None,
         typer.Option(
@@ -280,6 +292,7 @@ def whatif(
             "loads": loads,
             "max-redundant-experts": max_redundant_experts,
             "colocated": colocated,
+            "hbm-utilization": hbm_utilization,
         }
         changes = {k: v for k, v in changes.items() if v is not None}
         plan = base_dir = None

@@ -74,5 +74,5 @@ def colocated_figures(ctx: CostContext, decode: DecodePlan, prefill: PrefillPlan
         tpot_s=float(tpot),
         ttft_s=float(ttft),
         pause_s=float(fwd.forward_s[0] + step.step_s[0]),
-        hbm=HbmUse(parts, d_use.role, ctx.hw.hbm_bytes),
+        hbm=HbmUse(parts, d_use.role, ctx.hbm_capacity_bytes),
     )

@@ -75,13 +75,15 @@ def _ms(parts: dict[str, np.ndarray]) -> dict[str, float]:
     return {k: _r(float(v[0]) * 1e3) for k, v in parts.items()}
 
 
-def _hbm_fields(use: HbmUse) -> dict[str, object]:
+def _hbm_fields(use: HbmUse, ctx: CostContext) -> dict[str, object]:
     total = int(round(float(use.total_bytes[0])))
     cap = int(use.capacity_bytes)
     return {
         "hbm_bytes_per_device": total,
         "hbm_capacity_bytes": cap,
         "hbm_headroom_bytes": cap - total,
+        "hbm_utilization": ctx.hbm_utilization,
+        "hbm_free_bytes": int(ctx.hw.hbm_bytes) - total,
         "hbm_role": use.role,
         "fits_hbm": bool(use.fits[0]),
         "hbm_breakdown_bytes": {k: int(round(float(v[0]))) for k, v in use.breakdown_bytes.items()},
@@ -109,7 +111,7 @@ def predict_decode(ctx: CostContext, plan: Plan) -> DecodePrediction:
         max_concurrency_per_device=max_decode_concurrency(ctx, phase),
         meets_tpot_slo=None if slo is None else bool(tpot_ms <= slo),
         breakdown_ms=_ms(step.breakdown_s),
-        **_hbm_fields(use),  # type: ignore[arg-type]
+        **_hbm_fields(use, ctx),  # type: ignore[arg-type]
     )
 
 
@@ -132,7 +134,7 @@ def predict_prefill(ctx: CostContext, plan: Plan) -> PrefillPrediction:
         max_batch_tokens=max_prefill_batch_tokens(ctx, phase),
         meets_ttft_slo=None if slo is None else bool(ttft_ms <= slo),
         breakdown_ms=_ms(fwd.breakdown_s),
-        **_hbm_fields(use),  # type: ignore[arg-type]
+        **_hbm_fields(use, ctx),  # type: ignore[arg-type]
     )
 
 
@@ -142,7 +144,7 @@ def predict_colocated(ctx: CostContext, plan: Plan) -> ColocatedPrediction:
     fig = colocated_figures(ctx, plan.decode, plan.prefill)
     slo = plan.slo
     tpot_ms, ttft_ms = fig.tpot_s * 1e3, fig.ttft_s * 1e3
-    hbm = _hbm_fields(fig.hbm)
+    hbm = _hbm_fields(fig.hbm, ctx)
     hbm.pop("hbm_role")
     out_per_s = fig.requests_per_s * ctx.workload.output_tokens
     return ColocatedPrediction(
@@ -211,7 +213,7 @@ def evaluate_plan(
     """Every figure the cost model predicts for `plan` (its own `predicted` block is ignored)."""
     specs = specs or load_plan_specs(plan, base_dir)
     imb = imbalance or default_imbalance_model()
-    ctx = CostContext(specs.model, specs.hw, specs.quant, plan.workload, imb)
+    ctx = CostContext(specs.model, specs.hw, specs.quant, plan.workload, imb, plan.hbm_utilization)
     decode = predict_decode(ctx, plan) if plan.decode is not None else None
     prefill = predict_prefill(ctx, plan) if plan.prefill is not None else None
     colocated = predict_colocated(ctx, plan) if plan.colocated else None

@@ -18,8 +18,10 @@ class _HbmFigures(_Out):
     """HBM figures every phase block carries (per device of the fuller role)."""
 
     hbm_bytes_per_device: int
-    hbm_capacity_bytes: int
-    hbm_headroom_bytes: int
+    hbm_capacity_bytes: int  # what the engine may fill: the device's HBM x hbm_utilization
+    hbm_headroom_bytes: int  # capacity - use (>= 0 when the plan fits)
+    hbm_utilization: float
+    hbm_free_bytes: int  # the device's whole HBM - use: what stays free on the device
     fits_hbm: bool
     hbm_breakdown_bytes: dict[str, int]
 

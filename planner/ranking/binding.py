@@ -563,7 +563,9 @@ def deployment_binding(
 
 def plan_context(plan: Plan, specs: PlanSpecs, imbalance=None) -> CostContext:
     """The cost context a plan is evaluated in (its own workload)."""
-    return CostContext(specs.model, specs.hw, specs.quant, plan.workload, imbalance or default_imbalance_model())
+    return CostContext(
+        specs.model, specs.hw, specs.quant, plan.workload, imbalance or default_imbalance_model(), plan.hbm_utilization
+    )
 
 
 def plan_bindings(
@@ -594,6 +596,7 @@ def request_bindings(plan: Plan, req: PlanRequest) -> list[Binding]:
         get_quantization(req.quantization),
         req.workload,
         req.imbalance or default_imbalance_model(),
+        req.hbm_utilization,
     )
     return plan_bindings(plan, ctx, req.max_cards, req.rate_per_s)
 

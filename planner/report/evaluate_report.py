@@ -59,7 +59,9 @@ def _breakdown_table(title: str, breakdown_ms: dict[str, float], total_ms: float
     return table
 
 
-def _hbm_table(title: str, breakdown: dict[str, int], capacity: int, role: str) -> Table:
+def _hbm_table(
+    title: str, breakdown: dict[str, int], capacity: int, role: str, utilization: float = 1.0, free: int | None = None
+) -> Table:
     table = Table(title=f"{title} (per device, {role} role)")
     table.add_column("part")
     table.add_column("GiB", justify="right")
@@ -67,10 +69,12 @@ def _hbm_table(title: str, breakdown: dict[str, int], capacity: int, role: str) 
     for key, b in breakdown.items():
         table.add_row(key.replace("_", " "), f"{b / GIB:.2f}")
     table.add_row("[bold]total[/]", f"[bold]{total / GIB:.2f}[/]")
-    table.add_row("capacity", f"{capacity / GIB:.2f}")
+    table.add_row(f"capacity ({utilization:g} of the device's HBM)", f"{capacity / GIB:.2f}")
     headroom = capacity - total
     style = "green" if headroom >= 0 else "red"
     table.add_row("headroom", f"[{style}]{headroom / GIB:.2f}[/]")
+    if free is not None:
+        table.add_row("free on the device", f"{free / GIB:.2f}")
     return table
 
 
@@ -106,7 +110,8 @@ def _decode_summary(phase: DecodePlan, d: DecodePrediction, hw: HardwareSpec, pl
     t.add_row("MoE imbalance (busiest/mean)", f"{d.moe_imbalance:.3f}")
     t.add_row(
         "HBM per device",
-        f"{d.hbm_bytes_per_device / GIB:.2f} of {d.hbm_capacity_bytes / GIB:.1f} GiB, fits: {_ok(d.fits_hbm)}",
+        f"{d.hbm_bytes_per_device / GIB:.2f} of {d.hbm_capacity_bytes / GIB:.1f} GiB "
+        f"({d.hbm_utilization:g} of {hw.hbm_bytes / GIB:.0f}), fits: {_ok(d.fits_hbm)}",
     )
     return t
 
@@ -138,7 +143,8 @@ def _prefill_summary(phase: PrefillPlan, p: PrefillPrediction, hw: HardwareSpec,
     t.add_row("MoE imbalance (busiest/mean)", f"{p.moe_imbalance:.3f}")
     t.add_row(
         "HBM per device",
-        f"{p.hbm_bytes_per_device / GIB:.2f} of {p.hbm_capacity_bytes / GIB:.1f} GiB, fits: {_ok(p.fits_hbm)}",
+        f"{p.hbm_bytes_per_device / GIB:.2f} of {p.hbm_capacity_bytes / GIB:.1f} GiB "
+        f"({p.hbm_utilization:g} of {hw.hbm_bytes / GIB:.0f}), fits: {_ok(p.fits_hbm)}",
     )
     return t
 
@@ -150,12 +156,12 @@ def evaluate_tables(plan: Plan, prediction: Prediction, hw: HardwareSpec) -> lis
         d = prediction.decode
         out.append(_decode_summary(plan.decode, d, hw, plan))
         out.append(_breakdown_table("Decode step by module", d.breakdown_ms, d.step_ms))
-        out.append(_hbm_table("Decode HBM", d.hbm_breakdown_bytes, d.hbm_capacity_bytes, d.hbm_role))
+        out.append(_hbm_table("Decode HBM", d.hbm_breakdown_bytes, d.hbm_capacity_bytes, d.hbm_role, d.hbm_utilization, d.hbm_free_bytes))
     if plan.prefill is not None and prediction.prefill is not None:
         p = prediction.prefill
         out.append(_prefill_summary(plan.prefill, p, hw, plan))
         out.append(_breakdown_table("Prefill forward by module", p.breakdown_ms, p.forward_ms))
-        out.append(_hbm_table("Prefill HBM", p.hbm_breakdown_bytes, p.hbm_capacity_bytes, p.hbm_role))
+        out.append(_hbm_table("Prefill HBM", p.hbm_breakdown_bytes, p.hbm_capacity_bytes, p.hbm_role, p.hbm_utilization, p.hbm_free_bytes))
     if prediction.colocated is not None and plan.decode is not None:
         c = prediction.colocated
         t = Table(title="Colocated instance (prefill and decode in turn)", show_header=False)
@@ -183,7 +189,7 @@ def evaluate_tables(plan: Plan, prediction: Prediction, hw: HardwareSpec) -> lis
         t.add_row(
             "HBM per device",
             f"{c.hbm_bytes_per_device / GIB:.2f} of {c.hbm_capacity_bytes / GIB:.1f} GiB "
-            f"(prefill batch included), fits: {_ok(c.fits_hbm)}",
+            f"({c.hbm_utilization:g} of {hw.hbm_bytes / GIB:.0f}; prefill batch included), fits: {_ok(c.fits_hbm)}",
         )
         out.insert(0, t)
     if prediction.system is not None:

@@ -72,6 +72,13 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
     table.add_column("TTFT ms", justify="right")
     table.add_column("tok/s/card", justify="right")
     table.add_column("HBM free GiB", justify="right")
+    utilizations = sorted({p.hbm_utilization for p in plans})
+    caption += (
+        "\nHBM free: per device, of the device's whole HBM; plans fill at most "
+        + "/".join(f"{u:g}" for u in utilizations)
+        + " of it (--hbm-utilization)"
+    )
+    table.caption = caption
     for plan in plans:
         d, p = plan.decode, plan.prefill
         if plan.colocated and d is not None:
@@ -89,7 +96,7 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
         tpot = _p(plan, "colocated", "tpot_ms") if plan.colocated else _p(plan, "decode", "tpot_ms")
         ttft = _p(plan, "colocated", "ttft_ms") if plan.colocated else _p(plan, "prefill", "ttft_ms")
         sources = ("colocated",) if plan.colocated else ("decode", "prefill")
-        heads = [x for x in (_p(plan, src, "hbm_headroom_bytes") for src in sources) if x is not None]
+        heads = [x for x in (_p(plan, src, "hbm_free_bytes") for src in sources) if x is not None]
         table.add_row(
             str(plan.rank or ""),
             f"{cards_of(plan, hw):g}",

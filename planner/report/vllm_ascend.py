@@ -44,6 +44,7 @@ def _instance_doc(plan: Plan, phase_name: str, phase: PhasePlan, map_file: str |
         "tensor_parallel_size": att.tp,
         "data_parallel_size": att.dp,
         "enable_expert_parallel": phase.moe is not None and phase.moe.ep > 1,
+        "gpu_memory_utilization": plan.hbm_utilization,  # the HBM fraction the plan was sized for
     }
     extra: dict = {}
     if map_file:
@@ -59,6 +60,7 @@ def _instance_doc(plan: Plan, phase_name: str, phase: PhasePlan, map_file: str |
         f"vllm serve {model_id}",
         f"--tensor-parallel-size {att.tp}",
         f"--data-parallel-size {att.dp}",
+        f"--gpu-memory-utilization {plan.hbm_utilization:g}",
     ]
     if args["enable_expert_parallel"]:
         cmd.append("--enable-expert-parallel")

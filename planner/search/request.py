@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from planner.costmodel.context import DEFAULT_HBM_UTILIZATION
 from planner.costmodel.imbalance import ImbalanceModel
 from planner.search.settings import SolverSettings
 from planner.specs.plan import SLO, Workload
@@ -28,7 +29,7 @@ class PlanRequest:
     quantization: str = "a8w8c16"
     workload: Workload = DEFAULT_WORKLOAD
     slo: SLO = DEFAULT_SLO
-    max_cards: float = DEFAULT_MAX_CARDS
+    max_cards: float = DEFAULT_MAX_CARDS  # a whole number of cards (build_request refuses fractions)
     phase: PhaseChoice = "both"
     decode_devices: int | None = None
     prefill_devices: int | None = None
@@ -40,3 +41,4 @@ class PlanRequest:
     settings: SolverSettings = field(default_factory=SolverSettings)
     imbalance: ImbalanceModel | None = None
     imbalance_label: str = ""
+    hbm_utilization: float = DEFAULT_HBM_UTILIZATION  # fraction of each device's HBM a plan may fill

@@ -191,6 +191,14 @@ class Plan(Strict):
         description="prefill and decode share the same instances (not disaggregated): both sections "
         "then give the same devices, instances and layouts",
     )
+    hbm_utilization: float = Field(
+        default=0.9,
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        description="fraction of each device's HBM the engine may fill (vLLM's gpu_memory_utilization; "
+        "default 0.9 as engines default)",
+    )
     rank: int | None = Field(default=None, ge=1, description="position in a ranked export")
     predicted: dict[str, Any] | None = Field(default=None, description="filled in by evaluate/plan; ignored on input")
 
