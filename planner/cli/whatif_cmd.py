@@ -15,8 +15,8 @@ import typer
 
 from planner.cli.common import console, run_guarded, write_text_atomic
 from planner.cli.plan_cmd import build_request, search_with_progress
-from planner.costmodel.evaluate import load_plan_specs
 from planner.costmodel.context import DEFAULT_HBM_UTILIZATION
+from planner.costmodel.evaluate import load_plan_specs
 from planner.errors import BadInputError
 from planner.ranking.whatif import run_whatif
 from planner.report.whatif_report import whatif_document, whatif_renderables

@@ -156,12 +156,30 @@ def evaluate_tables(plan: Plan, prediction: Prediction, hw: HardwareSpec) -> lis
         d = prediction.decode
         out.append(_decode_summary(plan.decode, d, hw, plan))
         out.append(_breakdown_table("Decode step by module", d.breakdown_ms, d.step_ms))
-        out.append(_hbm_table("Decode HBM", d.hbm_breakdown_bytes, d.hbm_capacity_bytes, d.hbm_role, d.hbm_utilization, d.hbm_free_bytes))
+        out.append(
+            _hbm_table(
+                "Decode HBM",
+                d.hbm_breakdown_bytes,
+                d.hbm_capacity_bytes,
+                d.hbm_role,
+                d.hbm_utilization,
+                d.hbm_free_bytes,
+            )
+        )
     if plan.prefill is not None and prediction.prefill is not None:
         p = prediction.prefill
         out.append(_prefill_summary(plan.prefill, p, hw, plan))
         out.append(_breakdown_table("Prefill forward by module", p.breakdown_ms, p.forward_ms))
-        out.append(_hbm_table("Prefill HBM", p.hbm_breakdown_bytes, p.hbm_capacity_bytes, p.hbm_role, p.hbm_utilization, p.hbm_free_bytes))
+        out.append(
+            _hbm_table(
+                "Prefill HBM",
+                p.hbm_breakdown_bytes,
+                p.hbm_capacity_bytes,
+                p.hbm_role,
+                p.hbm_utilization,
+                p.hbm_free_bytes,
+            )
+        )
     if prediction.colocated is not None and plan.decode is not None:
         c = prediction.colocated
         t = Table(title="Colocated instance (prefill and decode in turn)", show_header=False)

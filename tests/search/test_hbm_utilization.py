@@ -62,7 +62,9 @@ def test_max_concurrency_shrinks_with_the_utilization():
     specs = load_plan_specs(plan, catalog_dir("plans"))
     assert plan.decode is not None
     most = [
-        max_decode_concurrency(CostContext(specs.model, specs.hw, specs.quant, plan.workload, hbm_utilization=u), plan.decode)
+        max_decode_concurrency(
+            CostContext(specs.model, specs.hw, specs.quant, plan.workload, hbm_utilization=u), plan.decode
+        )
         for u in (1.0, 0.9, 0.8)
     ]
     assert most[0] > most[1] > most[2]
