@@ -25,10 +25,10 @@ from planner.cli.options import (
     parse_int_list,
 )
 from planner.costmodel.context import DEFAULT_HBM_UTILIZATION
-from planner.errors import BadInputError
+from planner.errors import BadInputError, InfeasibleError
 from planner.ranking.binding import why_line
 from planner.report.evaluate_report import evaluate_tables
-from planner.report.plan_report import plans_document, ranked_table
+from planner.report.plan_report import infeasible_document, plans_document, ranked_table
 from planner.report.vllm_ascend import emit_vllm_ascend
 from planner.search.plan_search import SearchOutcome, TableCache, run_search
 from planner.search.request import (
@@ -257,7 +257,12 @@ def plan(
             colocated=colocated,
             hbm_utilization=hbm_utilization,
         )
-        outcome = search_with_progress(request)
+        try:
+            outcome = search_with_progress(request)
+        except InfeasibleError as exc:
+            if json_out is not None:  # scripts read the verdict from the JSON too
+                write_text_atomic(json_out, infeasible_document(str(exc)))
+            raise
         if outcome.status == "INTERRUPTED":
             print_outcome(outcome)
             err_console.print(

@@ -163,8 +163,8 @@ def sweep(
             "--jobs",
             min=1,
             max=64,
-            help="Points searched at once, in threads sharing the cost tables (results do not "
-            "depend on it; default: up to 2 cores).",
+            help="Points searched at once, in worker processes forked after the cost tables are "
+            "built (threads where fork is unavailable); results do not depend on it; default: up to 2 cores.",
         ),
     ] = DEFAULT_JOBS,
 ) -> None:

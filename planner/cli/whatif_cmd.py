@@ -8,6 +8,7 @@ changed where `--base NAME=VALUE` says (NAME is a flag's name without the dashes
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -123,7 +124,7 @@ def plan_assumptions(plan: Plan, base_dir: Path | None) -> dict[str, object]:
             "mtp-acceptance": plan.workload.mtp_acceptance,
             "tpot-ms": plan.slo.tpot_ms if plan.slo else None,
             "ttft-ms": plan.slo.ttft_ms if plan.slo else None,
-            "max-cards": specs.hw.cards(devices),
+            "max-cards": math.ceil(specs.hw.cards(devices) - 1e-9),
             "phase": _plan_phase(plan),
             "hbm-utilization": plan.hbm_utilization,
         }
@@ -181,6 +182,10 @@ def whatif(
             help="The base: a plan YAML/JSON (e.g. an exported plan) or a shipped plan's name "
             "(a2-d70). Without it the base is `moeplan plan`'s defaults, changed by --base.",
         ),
+    ] = None,
+    rank: Annotated[
+        int | None,
+        typer.Option("--rank", min=1, help="Which plan of a `moeplan plan --json` export is the base (default 1)."),
     ] = None,
     base: Annotated[
         list[str] | None,
@@ -296,13 +301,21 @@ def whatif(
         }
         changes = {k: v for k, v in changes.items() if v is not None}
         plan = base_dir = None
+        for pair in base or []:
+            name = pair.strip().lstrip("-").replace("_", "-")
+            if "=" not in pair and name in ASSUMPTIONS:
+                # `--base hardware cm384`: the value became BASE_PLAN
+                value = f" {base_plan}" if base_plan is not None else ""
+                raise BadInputError(
+                    f"--base {pair}{value}: write --base {name}={base_plan or 'VALUE'} (NAME=VALUE, no space)."
+                )
         if base_plan is not None:
             if base:
                 raise BadInputError(
                     "--base sets the base when there is no BASE_PLAN; with a plan file the base "
                     "is the file. Drop --base, or drop BASE_PLAN."
                 )
-            plan, _ = load_plan(base_plan)
+            plan, _ = load_plan(base_plan, rank)
             base_dir = plan_base_dir(base_plan)
             base_a = plan_assumptions(plan, base_dir)
             source = base_plan

@@ -171,6 +171,9 @@ class Change:
         return asdict(self)
 
 
+NEAR_ZERO_BASE = 0.05  # a base under 5% of the new value (a >20x change) gets no relative change
+
+
 @dataclass(frozen=True)
 class Delta:
     """One figure of two plans: base, new, new - base, and the relative change."""
@@ -188,7 +191,11 @@ class Delta:
 
     @property
     def relative(self) -> float | None:
-        if self.base is None or self.new is None or self.base == 0:
+        """new / base - 1; None where a ratio misleads (a headroom, a sign change, a near-zero base:
+        the absolute change says it then)."""
+        if self.base is None or self.new is None or self.base == 0 or self.name.endswith("_headroom_gib"):
+            return None
+        if self.base * self.new < 0 or abs(self.base) < NEAR_ZERO_BASE * max(abs(self.base), abs(self.new)):
             return None
         return self.new / self.base - 1.0
 

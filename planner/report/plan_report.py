@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from rich.table import Table
@@ -117,4 +118,27 @@ def plans_document(plans: list[Plan], status: str) -> str:
         "status": status,
         "plans": [p.model_dump(mode="json", exclude_none=True) for p in plans],
     }
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
+_NEAREST = re.compile(r"(--[a-z][a-z-]*) to at least ([0-9][0-9,]*(?:\.[0-9]+)?)")
+_RAISE = re.compile(r"(?:raise|relax|lower) (--[a-z][a-z-]*)", re.IGNORECASE)
+
+
+def infeasible_document(reason: str) -> str:
+    """The JSON `plan --json` writes when nothing is feasible: status, the reason (the message
+    naming the binding constraint), the binding constraint, and the nearest feasible point: the
+    flag to change and, where the diagnosis names it, the value that works."""
+    constraint = reason.split(":", 1)[0].strip() if ":" in reason else None
+    nearest: dict[str, Any] | None = None
+    found = _NEAREST.search(reason)
+    if found:
+        number = found.group(2).replace(",", "")
+        value: float | int = float(number) if "." in number else int(number)
+        nearest = {"flag": found.group(1), "value": value}
+    else:
+        loose = _RAISE.search(reason)
+        if loose:
+            nearest = {"flag": loose.group(1), "value": None}
+    doc = {"status": "INFEASIBLE", "reason": reason, "constraint": constraint, "nearest": nearest}
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"

@@ -175,6 +175,30 @@ def _get(cfg: dict[str, Any], *names: str, default: Any = None) -> Any:
     return default
 
 
+# model_types known to be mixture-of-experts, and the config.json keys their experts need (each
+# a tuple of accepted spellings): a missing or misspelled one must not turn the model dense.
+MOE_MODEL_TYPES: dict[str, tuple[tuple[str, ...], ...]] = {
+    "deepseek_v2": (("n_routed_experts",), ("num_experts_per_tok",), ("moe_intermediate_size",)),
+    "deepseek_v3": (("n_routed_experts",), ("num_experts_per_tok",), ("moe_intermediate_size",)),
+    "kimi_k2": (("n_routed_experts",), ("num_experts_per_tok",), ("moe_intermediate_size",)),
+    "qwen2_moe": (("num_experts",), ("num_experts_per_tok",), ("moe_intermediate_size",)),
+    "qwen3_moe": (("num_experts",), ("num_experts_per_tok",), ("moe_intermediate_size",)),
+    "mixtral": (("num_local_experts",), ("num_experts_per_tok",), ("intermediate_size",)),
+}
+
+
+def _check_moe_keys(cfg: dict[str, Any]) -> None:
+    """For a model_type known to be MoE, every expert key must be there (ValueError naming it)."""
+    model_type = cfg.get("model_type")
+    required = MOE_MODEL_TYPES.get(model_type) if isinstance(model_type, str) else None
+    for spellings in required or ():
+        if all(cfg.get(k) is None for k in spellings):
+            raise ValueError(
+                f"model_type '{model_type}' is a mixture-of-experts model but config.json lacks "
+                f"'{spellings[0]}'; add it (check its spelling) or the model would be read as dense"
+            )
+
+
 def from_hf_config(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     """Translate a HuggingFace config.json mapping into ModelSpec fields (validated by the caller).
 
@@ -183,6 +207,7 @@ def from_hf_config(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     """
     if "text_config" in cfg and isinstance(cfg["text_config"], dict):
         cfg = {**cfg, **cfg["text_config"]}
+    _check_moe_keys(cfg)
     hidden = _get(cfg, "hidden_size")
     layers = _get(cfg, "num_hidden_layers")
     heads = _get(cfg, "num_attention_heads")
