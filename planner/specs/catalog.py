@@ -8,6 +8,7 @@ moeplan's form or a HuggingFace config.json; plan YAML or JSON.
 
 from __future__ import annotations
 
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -16,7 +17,7 @@ from planner.errors import BadInputError
 from planner.specs.files import load_mapping, validate_model
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec, from_hf_config, looks_like_hf_config
-from planner.specs.plan import Plan
+from planner.specs.plan import Plan, migrate_plan_document
 
 CatalogKind = Literal["hardware", "models", "plans"]
 _SUFFIXES = (".yaml", ".yml", ".json")
@@ -138,12 +139,22 @@ def load_plan(path_or_name: str, rank: int | None = None) -> tuple[Plan, str]:
         index = ranks.index(want) if want in ranks else want - 1
         if not 0 <= index < len(plans):
             raise BadInputError(f"--rank {want}: plan '{path}' holds ranks 1 to {len(plans)}; pick one of them.")
-        return validate_model(Plan, plans[index], f"{path} (rank {want})", "plan"), text
-    if rank not in (None, 1):
-        raise BadInputError(
-            f"--rank {rank}: plan '{path}' holds a single plan; drop --rank or give a plan --json export."
-        )
-    return validate_model(Plan, data, str(path), "plan", text), text
+        data, source, text_for_lines = plans[index], f"{path} (rank {want})", None
+    else:
+        if rank not in (None, 1):
+            raise BadInputError(
+                f"--rank {rank}: plan '{path}' holds a single plan; drop --rank or give a plan --json export."
+            )
+        source, text_for_lines = str(path), text
+    plan = validate_model(Plan, data, source, "plan", text_for_lines)
+    try:
+        _, notes = migrate_plan_document(data)
+    except ValueError:  # validation above already accepted it; nothing more to say
+        notes = []
+    for note in notes:
+        # an old file still works; say once, on stderr, that it was read in the new format
+        print(f"note: {path}: {note}", file=sys.stderr)
+    return plan, text
 
 
 def plan_base_dir(path_or_name: str) -> Path | None:
