@@ -74,7 +74,12 @@ def _title(result: SweepResult, metric: str) -> str:
         return f"{values[0]:g}..{values[-1]:g}"
 
     swept = ", ".join(f"{a.flag} {span(a.values)}" for a in result.axes)
-    note = "; published points are decode-only per card" if metric == "deployment" else ""
+    note = (
+        "\ncurves: whole deployment per card (prefill cards included); published stars: decode cards "
+        "only (the report gives no whole-deployment figure), so a star sits higher than its curve would"
+        if metric == "deployment"
+        else ""
+    )
     return (
         f"{model}, {phase}, {w.input_tokens}+{w.output_tokens} tokens, MTP acceptance "
         f"{w.mtp_acceptance:g}; swept {swept}{note}"

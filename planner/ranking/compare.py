@@ -8,6 +8,7 @@ its `predicted` block only, so any scored plan can be compared with any other.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from planner.costmodel.prediction import Prediction
 from planner.ranking.binding import cards_for_rate
@@ -91,18 +92,26 @@ def plan_devices(plan: Plan) -> int:
     return sum(p.total_devices for p in (plan.decode_phase, plan.prefill_phase) if p is not None)
 
 
+def pd_cards(plan: Plan, hw: HardwareSpec, sep: str = " : ") -> str:
+    """Instances x cards per instance, prefill then decode ("1x16 : 1x32"), or "colocated 2x24".
+
+    Counted in cards, as the card budget is (a CM384 card is a 910C package of two dies); an
+    instance of an odd number of CM384 dies shows its half card.
+    """
+
+    def each(phase: Any) -> str:
+        return "-" if phase is None else f"{phase.instances}x{hw.cards(phase.devices):g}"
+
+    if plan.is_colocated and plan.decode_phase is not None:
+        return f"colocated {each(plan.decode_phase)}"
+    return each(plan.prefill_phase) + sep + each(plan.decode_phase)
+
+
 def plan_choices(plan: Plan, hw: HardwareSpec, model: ModelSpec | None) -> dict[str, str]:
     """Every choice of a plan: cards, P:D, and each phase's layouts and integers."""
     routed = model.moe.routed_experts if model is not None and model.moe is not None else None
     devices = plan_devices(plan)
-    pd = (
-        (f"{plan.prefill_phase.instances}x{plan.prefill_phase.devices}" if plan.prefill_phase else "-")
-        + " : "
-        + (f"{plan.decode_phase.instances}x{plan.decode_phase.devices}" if plan.decode_phase else "-")
-    )
-    if plan.is_colocated and plan.decode_phase is not None:
-        pd = f"colocated {plan.decode_phase.instances}x{plan.decode_phase.devices}"
-    out = {"hardware": hw.name, "cards": f"{hw.cards(devices):g}", "P:D": pd}
+    out = {"hardware": hw.name, "cards": f"{hw.cards(devices):g}", "P:D cards": pd_cards(plan, hw)}
     out.update(phase_choices("decode", plan.decode_phase, routed))
     prefill = phase_choices("prefill", plan.prefill_phase, routed)
     if plan.is_colocated:

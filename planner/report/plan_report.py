@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.table import Table
 
+from planner.ranking.compare import pd_cards
 from planner.specs.hardware import HardwareSpec
 from planner.specs.plan import PhasePlan, Plan
 
@@ -55,8 +56,9 @@ def compact_layouts(phase: PhasePlan) -> str:
 def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
     """One row per plan: cards, P:D, layouts, concurrency, TPOT, TTFT, tokens/s per card, headroom."""
     caption = (
-        "layouts: attention|dense FFN|experts|LM head; B: sequences per device; K: thousand tokens per "
-        "forward; mb: micro-batches"
+        "P:D cards: prefill : decode instances x cards per instance; layouts: attention|dense FFN|experts|LM "
+        "head over the instance's devices (dies); B: sequences per device (die); K: thousand "
+        "tokens per forward; mb: micro-batches"
     )
     if any(p.is_colocated for p in plans):
         caption += (
@@ -66,7 +68,7 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
     table = Table(title=title, caption=caption)
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("cards", justify="right", no_wrap=True)
-    table.add_column("P:D", no_wrap=True)
+    table.add_column("P:D cards", no_wrap=True)
     table.add_column("decode")
     table.add_column("prefill")
     table.add_column("TPOT ms", justify="right")
@@ -82,11 +84,7 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
     table.caption = caption
     for plan in plans:
         d, p = plan.decode_phase, plan.prefill_phase
-        if plan.is_colocated and d is not None:
-            pd = f"colocated {d.instances}x{d.devices}"
-        else:
-            pd = f"{p.instances}x{p.devices}" if p else "-"
-            pd += f" : {d.instances}x{d.devices}" if d else " : -"
+        pd = pd_cards(plan, hw)
         dec = "-"
         if d is not None:
             dec = f"{compact_layouts(d)} B{d.concurrency_per_device} MTP{d.mtp_tokens}"

@@ -212,3 +212,34 @@ def test_delta_from_a_near_zero_base_is_absolute():
     assert Delta("decode_hbm_headroom_gib", "headroom", 0.001, -0.7).relative is None
     assert Delta("tokens_per_s_per_card", "tok/s", 0.5, 400.0).relative is None
     assert Delta("tokens_per_s_per_card", "tok/s", 400.0, 500.0).relative == pytest.approx(0.25)
+
+
+# ---- output text ---------------------------------------------------------------------------------------
+
+
+def test_pd_column_counts_cards_on_a_two_die_machine():
+    from planner.ranking.compare import pd_cards
+    from planner.specs.catalog import load_hardware, load_plan
+
+    plan, _ = load_plan("cm-d")  # 288 dies = 144 cards
+    assert pd_cards(plan, load_hardware("cm384")) == "- : 1x144"
+    r = run_cli("plan", "--hardware", "cm384", "--max-cards", "48", "--top", "1", "--no-colocated")
+    assert r.exit_code == 0, r.output
+    assert "P:D cards" in r.output
+
+
+def test_fidelity_marks_the_fitted_rows():
+    r = run_cli("fidelity")
+    assert r.exit_code == 0
+    rows = {ln.split("│")[1].strip(): ln for ln in r.output.splitlines() if ln.startswith("│") and "%" in ln}
+    assert "fitted: A2 efficiencies" in rows["A2-D70"]
+    assert "fitted: skew sigma" in rows["CM-D"]
+    assert "out of sample" in rows["CM-D-max"] and "out of sample" in rows["CM 15 ms"]
+
+
+def test_sources_cite_public_documents_not_unshipped_files():
+    texts = [run_cli("hardware", "show", name).output for name in ("a2", "cm384")]
+    texts += [p.read_text() for p in PLANS.glob("*.yaml")]
+    for text in texts:
+        assert "facts.md" not in text
+    assert "msmodeling" in texts[0]
