@@ -2,9 +2,9 @@
 
 For every phase of a plan it writes `<phase>_instance.json` (data/tensor parallel sizes, expert
 parallel, `additional_config` with the expert map path, the per-module layouts moeplan assumed,
-and a `vllm serve` command line to start from) and `<phase>_expert_map.json` (the vllm-ascend
-expert-map format of vllm-ascend's `expert_map_path` (its EPLB documentation)). The expert map is moeplan's placement for the measured loads
-(`--loads`) or, without them, for the default skew model's loads. A README.txt says how to use
+and a `vllm serve` command line to start from) and `<phase>_expert_map.json` (the format
+vllm-ascend's `expert_map_path` reads, per its EPLB documentation). The expert map is moeplan's
+placement for the measured loads (`--loads`) or, without them, for the default skew model's loads. A README.txt says how to use
 the files. Every file is written atomically by the caller-supplied writer.
 """
 
