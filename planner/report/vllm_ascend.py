@@ -4,8 +4,8 @@ For every phase of a plan it writes `<phase>_instance.json` (data/tensor paralle
 parallel, `additional_config` with the expert map path, the per-module layouts moeplan assumed,
 and a `vllm serve` command line to start from) and `<phase>_expert_map.json` (the format
 vllm-ascend's `expert_map_path` reads, per its EPLB documentation). The expert map is moeplan's
-placement for the measured loads (`--loads`) or, without them, for the default skew model's loads. A README.txt says how to use
-the files. Every file is written atomically by the caller-supplied writer.
+placement for the measured loads (`--loads`) or, without them, for the default skew model's
+loads. A README.txt says how to use the files. Every file is written atomically by the caller-supplied writer.
 """
 
 from __future__ import annotations
