@@ -98,3 +98,13 @@ def check_hbm_utilization(value: float) -> float:
     if not (0.0 < value <= 1.0):
         raise BadInputError(f"--hbm-utilization must be a fraction in (0, 1], e.g. 0.9; got {value:g}.")
     return value
+
+
+MaxItlOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-itl-ms",
+        help="Longest gap between two tokens of a sequence (inter-token latency), ms; default 3x --tpot-ms, "
+        "0 disables. Colocated prefill stalls decoding: this bounds the stall.",
+    ),
+]

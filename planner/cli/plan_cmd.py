@@ -15,6 +15,7 @@ from planner.cli.options import (
     DecodeDevicesOpt,
     HbmUtilizationOpt,
     LoadsOpt,
+    MaxItlOpt,
     MaxRedundantOpt,
     PhaseOpt,
     PrefillDevicesOpt,
@@ -37,8 +38,10 @@ from planner.search.request import (
     DEFAULT_MODEL,
     DEFAULT_SLO,
     DEFAULT_WORKLOAD,
+    ITL_TPOT_MULTIPLE,
     MAX_CARDS,
     PlanRequest,
+    default_max_itl_ms,
 )
 from planner.search.settings import DEFAULT_TIME_LIMIT_S, SolverSettings
 from planner.specs.catalog import load_model
@@ -73,6 +76,7 @@ def build_request(
     max_redundant_experts: int | None = None,
     colocated: bool = True,
     hbm_utilization: float = DEFAULT_HBM_UTILIZATION,
+    max_itl_ms: float | None = None,
 ) -> PlanRequest:
     """A PlanRequest from flag values; bad values raise BadInputError naming the flag."""
     workload = validate_model(
@@ -85,7 +89,15 @@ def build_request(
         "flags",
         "workload flags (--input-tokens, --output-tokens, --mtp-acceptance)",
     )
-    slo = validate_model(SLO, {"tpot_ms": tpot_ms, "ttft_ms": ttft_ms}, "flags", "SLO flags (--tpot-ms, --ttft-ms)")
+    if max_itl_ms is not None and not (max_itl_ms >= 0 and math.isfinite(max_itl_ms)):
+        raise BadInputError(f"--max-itl-ms must be >= 0 ms (0 disables it); got {max_itl_ms:g}.")
+    itl = default_max_itl_ms(tpot_ms) if max_itl_ms is None else (max_itl_ms or None)
+    slo = validate_model(
+        SLO,
+        {"tpot_ms": tpot_ms, "ttft_ms": ttft_ms, "max_itl_ms": itl},
+        "flags",
+        "SLO flags (--tpot-ms, --ttft-ms, --max-itl-ms)",
+    )
     if phase not in ("both", "decode", "prefill"):
         raise BadInputError(f"--phase must be both, decode or prefill; got '{phase}'.")
     if not max_cards > 0:
@@ -131,6 +143,17 @@ def build_request(
     )
 
 
+def itl_text(slo: SLO) -> str:
+    """How the ITL limit reads in a title: its value and where it comes from."""
+    if slo.max_itl_ms is None:
+        return "no ITL limit"
+    default = default_max_itl_ms(slo.tpot_ms)
+    origin = (
+        f" ({ITL_TPOT_MULTIPLE:g}x TPOT, --max-itl-ms)" if default is not None and slo.max_itl_ms == default else ""
+    )
+    return f"ITL <= {slo.max_itl_ms:g} ms{origin}"
+
+
 def search_with_progress(request: PlanRequest, cache: TableCache | None = None) -> SearchOutcome:
     """Run the search with a progress display on stderr (cost tables from `cache` if given)."""
     with Progress(
@@ -154,7 +177,8 @@ def print_outcome(outcome: SearchOutcome) -> None:
     req = outcome.request
     title = (
         f"{outcome.model.name} on {outcome.hw.name}, {req.workload.input_tokens}+{req.workload.output_tokens} "
-        f"tokens, TPOT <= {req.slo.tpot_ms} ms, TTFT <= {req.slo.ttft_ms} ms, <= {req.max_cards:g} cards"
+        f"tokens, TPOT <= {req.slo.tpot_ms} ms, TTFT <= {req.slo.ttft_ms} ms, {itl_text(req.slo)}, "
+        f"<= {req.max_cards:g} cards"
     )
     console.print(ranked_table(outcome.plans, outcome.hw, title))
     points = sum(s.points_evaluated for s in (outcome.decode_space, outcome.prefill_space) if s)
@@ -219,6 +243,7 @@ def plan(
     max_redundant_experts: MaxRedundantOpt = None,
     colocated: ColocatedOpt = True,
     hbm_utilization: HbmUtilizationOpt = DEFAULT_HBM_UTILIZATION,
+    max_itl_ms: MaxItlOpt = None,
     time_limit: Annotated[
         float,
         typer.Option("--time-limit", min=0.1, max=86400.0, help="Solver time limit in seconds."),
@@ -256,6 +281,7 @@ def plan(
             max_redundant_experts=max_redundant_experts,
             colocated=colocated,
             hbm_utilization=hbm_utilization,
+            max_itl_ms=max_itl_ms,
         )
         try:
             outcome = search_with_progress(request)

@@ -22,6 +22,7 @@ from planner.cli.options import (
     DecodeDevicesOpt,
     HbmUtilizationOpt,
     LoadsOpt,
+    MaxItlOpt,
     MaxRedundantOpt,
     PhaseOpt,
     PrefillDevicesOpt,
@@ -148,6 +149,7 @@ def sweep(
     max_redundant_experts: MaxRedundantOpt = None,
     colocated: ColocatedOpt = True,
     hbm_utilization: HbmUtilizationOpt = DEFAULT_HBM_UTILIZATION,
+    max_itl_ms: MaxItlOpt = None,
     csv_out: Annotated[
         Path | None,
         typer.Option("--csv", help="Write one CSV line per point to FILE ('-': stdout)."),
@@ -239,6 +241,7 @@ def sweep(
                 max_redundant_experts=max_redundant_experts,
                 colocated=colocated,
                 hbm_utilization=hbm_utilization,
+                max_itl_ms=max_itl_ms,
             )
             points.append((shown, request))
         result = _run_with_progress(points, axes, fixed, jobs)

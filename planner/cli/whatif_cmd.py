@@ -55,9 +55,11 @@ ASSUMPTIONS: dict[str, tuple[type, object]] = {
     "max-redundant-experts": (int, None),
     "colocated": (bool, True),
     "hbm-utilization": (float, DEFAULT_HBM_UTILIZATION),
+    "max-itl-ms": (float, None),
 }
 BOOLEANS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 NULLABLE = {
+    "max-itl-ms",
     "tpot-ms",
     "ttft-ms",
     "decode-devices",
@@ -127,6 +129,8 @@ def plan_assumptions(plan: Plan, base_dir: Path | None) -> dict[str, object]:
             "max-cards": math.ceil(specs.hw.cards(devices) - 1e-9),
             "phase": _plan_phase(plan),
             "hbm-utilization": plan.hbm_utilization,
+            # a plan without an ITL limit is compared without one (0: none; unset: 3x TPOT)
+            "max-itl-ms": (plan.slo.max_itl_ms or 0.0) if plan.slo else 0.0,
         }
     )
     return out
@@ -163,6 +167,7 @@ def request_from(assumptions: dict[str, object], time_limit: float, workers: int
         max_redundant_experts=_opt(a["max-redundant-experts"], int),
         colocated=bool(a["colocated"]),
         hbm_utilization=float(a["hbm-utilization"]),  # type: ignore[arg-type]
+        max_itl_ms=_opt(a["max-itl-ms"], float),
     )
 
 
@@ -239,6 +244,10 @@ def whatif(
             help="Whether the new plan may use colocated instances (default: as the base).",
         ),
     ] = None,
+    max_itl_ms: Annotated[
+        float | None,
+        typer.Option("--max-itl-ms", help="New limit on the longest gap between two tokens, ms (0: none)."),
+    ] = None,
     hbm_utilization: Annotated[
         float | None,
         typer.Option(
@@ -298,6 +307,7 @@ def whatif(
             "max-redundant-experts": max_redundant_experts,
             "colocated": colocated,
             "hbm-utilization": hbm_utilization,
+            "max-itl-ms": max_itl_ms,
         }
         changes = {k: v for k, v in changes.items() if v is not None}
         plan = base_dir = None

@@ -99,6 +99,7 @@ def predict_decode(ctx: CostContext, plan: Plan) -> DecodePrediction:
     per_dev = float(step.tokens_per_s_per_device[0])
     tpot_ms = float(step.tpot_s[0]) * 1e3
     slo = plan.slo.tpot_ms if plan.slo else None
+    itl = plan.slo.max_itl_ms if plan.slo else None
     return DecodePrediction(
         step_ms=_r(float(step.step_s[0]) * 1e3),
         tpot_ms=_r(tpot_ms),
@@ -110,6 +111,7 @@ def predict_decode(ctx: CostContext, plan: Plan) -> DecodePrediction:
         moe_imbalance=_r(float(step.moe_imbalance[0])),
         max_concurrency_per_device=max_decode_concurrency(ctx, phase),
         meets_tpot_slo=None if slo is None else bool(tpot_ms <= slo),
+        meets_itl_slo=None if itl is None else bool(float(step.step_s[0]) * 1e3 <= itl),
         breakdown_ms=_ms(step.breakdown_s),
         **_hbm_fields(use, ctx),  # type: ignore[arg-type]
     )
@@ -142,7 +144,7 @@ def predict_colocated(ctx: CostContext, plan: Plan) -> ColocatedPrediction:
     """Figures of one colocated instance of the plan."""
     section = plan.colocated
     assert section is not None
-    fig = colocated_figures(ctx, section.decode_section(), section.prefill_section())
+    fig = colocated_figures(ctx, section.decode_section(), section.prefill_section(), section.chunk_tokens)
     slo = plan.slo
     tpot_ms, ttft_ms = fig.tpot_s * 1e3, fig.ttft_s * 1e3
     hbm = _hbm_fields(fig.hbm, ctx)
@@ -154,9 +156,15 @@ def predict_colocated(ctx: CostContext, plan: Plan) -> ColocatedPrediction:
         tpot_ms=_r(tpot_ms),
         ttft_ms=_r(ttft_ms),
         longest_decode_pause_ms=_r(fig.pause_s * 1e3),
+        itl_p50_ms=_r(fig.itl_p50_s * 1e3),
+        itl_p99_ms=_r(fig.itl_p99_s * 1e3),
+        chunk_tokens=section.chunk_tokens,
+        chunk_step_fraction=_r(fig.chunk_step_fraction, 6),
+        tokens_per_s_per_user=_r(1e3 / tpot_ms) if tpot_ms > 0 else 0.0,
         tokens_per_s_per_card=_r(out_per_s / ctx.hw.cards(section.devices)),
         meets_tpot_slo=None if slo is None or slo.tpot_ms is None else bool(tpot_ms <= slo.tpot_ms),
         meets_ttft_slo=None if slo is None or slo.ttft_ms is None else bool(ttft_ms <= slo.ttft_ms),
+        meets_itl_slo=None if slo is None or slo.max_itl_ms is None else bool(fig.pause_s * 1e3 <= slo.max_itl_ms),
         **hbm,  # type: ignore[arg-type]
     )
 

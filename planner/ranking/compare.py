@@ -145,7 +145,7 @@ def plan_figures(plan: Plan, hw: HardwareSpec, rate_per_s: float | None = None) 
         return {
             "output_tokens_per_s_per_card": headline,
             "decode_tokens_per_s_per_card": None,
-            "tokens_per_s_per_user": 1e3 / c.tpot_ms,
+            "tokens_per_s_per_user": c.tokens_per_s_per_user,
             "tpot_ms": c.tpot_ms,
             "ttft_ms": c.ttft_ms,
             "decode_hbm_headroom_gib": c.hbm_headroom_bytes / GIB,  # one instance holds both phases

@@ -142,6 +142,7 @@ def request_assumptions(req: PlanRequest) -> dict[str, object]:
         "max-redundant-experts": req.max_redundant_experts,
         "colocated": req.colocated,
         "hbm-utilization": req.hbm_utilization,
+        "max-itl-ms": s.max_itl_ms,
         "imbalance": (req.imbalance or default_imbalance_model()).describe(),
     }
 

@@ -98,11 +98,16 @@ def _decode_summary(phase: DecodePlan, d: DecodePrediction, hw: HardwareSpec, pl
     )
     t.add_row("step", f"{d.step_ms:.2f} ms")
     slo = plan.slo.tpot_ms if plan.slo and plan.slo.tpot_ms else None
-    t.add_row(
-        "TPOT",
-        f"{d.tpot_ms:.2f} ms" + (f" (SLO {slo:g} ms: {_ok(d.meets_tpot_slo)})" if slo else ""),
-    )
-    t.add_row("tokens/s per user", f"{d.tokens_per_s_per_user:.1f}")
+    if plan.is_colocated:
+        # a colocated sequence also waits for prefill: its TPOT and tokens/s per user are the
+        # colocated table's (one figure in plan, evaluate and whatif); this is the step alone
+        t.add_row("TPOT of the decode steps alone", f"{d.tpot_ms:.2f} ms (without prefill: see the colocated table)")
+    else:
+        t.add_row(
+            "TPOT",
+            f"{d.tpot_ms:.2f} ms" + (f" (SLO {slo:g} ms: {_ok(d.meets_tpot_slo)})" if slo else ""),
+        )
+        t.add_row("tokens/s per user", f"{d.tokens_per_s_per_user:.1f}")
     t.add_row(
         "output tokens/s",
         f"{d.tokens_per_s_per_device:.1f} per device, {d.tokens_per_s_per_card:.1f} per card",
@@ -182,7 +187,12 @@ def evaluate_tables(plan: Plan, prediction: Prediction, hw: HardwareSpec) -> lis
         )
     if prediction.colocated is not None and plan.decode_phase is not None:
         c = prediction.colocated
-        t = Table(title="Colocated instance (prefill and decode in turn)", show_header=False)
+        chunked = c.chunk_tokens is not None
+        t = Table(
+            title="Colocated instance ("
+            + ("chunked prefill rides along the decode steps)" if chunked else "prefill and decode in turn)"),
+            show_header=False,
+        )
         t.add_column("figure")
         t.add_column("value")
         t.add_row("requests/s per instance", f"{c.requests_per_s_per_instance:.3f}")
@@ -194,14 +204,29 @@ def evaluate_tables(plan: Plan, prediction: Prediction, hw: HardwareSpec) -> lis
             + (f" (SLO {slo.tpot_ms:g} ms: {_ok(c.meets_tpot_slo)})" if slo and slo.tpot_ms else ""),
         )
         t.add_row(
-            "TTFT (step in flight + 1.5 forwards)",
+            "TTFT (step in flight, queue, own chunks)" if chunked else "TTFT (step in flight + 1.5 forwards)",
             f"{c.ttft_ms:.2f} ms"
             + (f" (SLO {slo.ttft_ms:g} ms: {_ok(c.meets_ttft_slo)})" if slo and slo.ttft_ms else ""),
         )
+        t.add_row("tokens/s per user", f"{c.tokens_per_s_per_user:.1f}")
+        if c.chunk_tokens is not None:
+            t.add_row(
+                "prefill schedule",
+                f"chunked: up to {c.chunk_tokens} prompt tokens ride along a decode step; "
+                f"{c.chunk_step_fraction:.0%} of the steps carry a chunk",
+            )
+        else:
+            t.add_row("prefill schedule", "whole forwards between decode steps (decoding stops during each)")
+        itl_slo = slo.max_itl_ms if slo else None
+        t.add_row(
+            "inter-token latency P50 / P99",
+            f"{c.itl_p50_ms:.0f} / {c.itl_p99_ms:.0f} ms (gaps between the steps that emit a sequence's tokens)",
+        )
         t.add_row(
             "longest gap between two tokens",
-            f"{c.longest_decode_pause_ms:.0f} ms (a prefill forward "
-            "comes between them; use --no-colocated if your SLO bounds the worst gap)",
+            f"{c.longest_decode_pause_ms:.0f} ms"
+            + (f" (limit {itl_slo:g} ms: {_ok(c.meets_itl_slo)})" if itl_slo else "")
+            + (" (a whole prefill forward comes between them)" if c.chunk_tokens is None else " (a step with a chunk)"),
         )
         t.add_row("output tokens/s per card", f"{c.tokens_per_s_per_card:.1f}")
         t.add_row(

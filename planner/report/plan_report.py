@@ -62,8 +62,9 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
     )
     if any(p.is_colocated for p in plans):
         caption += (
-            "\ncolocated: prefill and decode on the same instances; their TPOT is an average, decoding "
-            "pauses for a whole prefill forward now and then (--no-colocated to rank only disaggregated plans)"
+            "\ncolocated: prefill and decode on the same instances, taking turns (whole forwards: decoding "
+            "pauses for each) or chunked (up to N prompt tokens ride along each decode step); TPOT is the mean "
+            "over the stalls, ITL max the longest gap (--no-colocated ranks only disaggregated plans)"
         )
     table = Table(title=title, caption=caption)
     table.add_column("#", justify="right", no_wrap=True)
@@ -73,6 +74,7 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
     table.add_column("prefill")
     table.add_column("TPOT ms", justify="right")
     table.add_column("TTFT ms", justify="right")
+    table.add_column("ITL max ms", justify="right")
     table.add_column("tok/s/card", justify="right")
     table.add_column("HBM free GiB", justify="right")
     utilizations = sorted({p.hbm_utilization for p in plans})
@@ -91,11 +93,16 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
         pre = "-"
         if p is not None:
             pre = "(same instances) " if plan.is_colocated else f"{compact_layouts(p)} "
-            pre += f"{p.batch_tokens // 1024}K mb{p.micro_batches}"
+            chunk = plan.colocated.chunk_tokens if plan.colocated is not None else None
+            if chunk is not None:
+                pre += f"chunk {chunk / 1024:g}K/step"
+            else:
+                pre += f"{p.batch_tokens // 1024}K mb{p.micro_batches}"
         tpot = _p(plan, "colocated", "tpot_ms") if plan.is_colocated else _p(plan, "decode", "tpot_ms")
         ttft = _p(plan, "colocated", "ttft_ms") if plan.is_colocated else _p(plan, "prefill", "ttft_ms")
         sources = ("colocated",) if plan.is_colocated else ("decode", "prefill")
         heads = [x for x in (_p(plan, src, "hbm_free_bytes") for src in sources) if x is not None]
+        itl = _p(plan, "colocated", "longest_decode_pause_ms") if plan.is_colocated else _p(plan, "decode", "step_ms")
         table.add_row(
             str(plan.rank or ""),
             f"{cards_of(plan, hw):g}",
@@ -104,6 +111,7 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
             pre,
             f"{tpot:.1f}" if tpot is not None else "-",
             f"{ttft:.0f}" if ttft is not None else "-",
+            f"{itl:.0f}" if itl is not None else "-",
             f"{headline(plan):.1f}",
             f"{min(heads) / GIB:.1f}" if heads else "-",
         )

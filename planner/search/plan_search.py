@@ -225,7 +225,8 @@ def build_phase_space(
 
             t, ints = cache.get(key, build_decode) if cache else build_decode()
             slo_us = None if slo.tpot_ms is None else int(math.floor(slo.tpot_ms * 1000))
-            found = decode_candidates(t, ints, slo_us, keep)  # type: ignore[arg-type]
+            itl_us = None if slo.max_itl_ms is None else int(math.floor(slo.max_itl_ms * 1000))
+            found = decode_candidates(t, ints, slo_us, keep, itl_us)  # type: ignore[arg-type]
         else:
             xs = request_values(_max_requests_guess(ctx, n))
 
@@ -342,6 +343,7 @@ def _colocated(
     slo = request.slo
     tpot = None if slo.tpot_ms is None else int(math.floor(slo.tpot_ms * 1000))
     ttft = None if slo.ttft_ms is None else int(math.floor(slo.ttft_ms * 1000))
+    itl = None if slo.max_itl_ms is None else int(math.floor(slo.max_itl_ms * 1000))
     out: list[ColocatedCandidate] = []
     # colocated instances spend most of their time decoding: only sizes whose best decode
     # instance is within 10% (per device) of the best size's are worth costing
@@ -352,7 +354,7 @@ def _colocated(
     competitive = {n for n, r in best_ratio.items() if r >= COLOCATED_SIZE_CUTOFF * top}
     for n in sorted(set(dspace.tables) & set(pspace.tables) & competitive):
         (dt, di), (pt, pi) = dspace.tables[n], pspace.tables[n]
-        out.extend(colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep))
+        out.extend(colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep, max_itl_us=itl))
     return out
 
 
@@ -379,8 +381,9 @@ def deployment_plan(
             **shared,
             concurrency_per_device=d.concurrency_per_device,
             mtp_tokens=d.mtp_tokens,
-            prefill_batch_tokens=c.batch_requests * n_in,
+            prefill_batch_tokens=c.chunk_tokens if c.chunk_tokens is not None else c.batch_requests * n_in,
             prefill_micro_batches=c.micro_batches,
+            chunk_tokens=c.chunk_tokens,
         )
     else:
         if dep.decode is not None and dspace is not None:

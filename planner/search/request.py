@@ -18,6 +18,12 @@ DEFAULT_MAX_CARDS = 48  # the report's A2 deployment: 32 decode + 16 prefill car
 MAX_CARDS = 1_000_000  # larger budgets are refused (the solver's integers must stay bounded)
 DEFAULT_WORKLOAD = Workload(input_tokens=2048, output_tokens=2048, mtp_acceptance=0.7)
 DEFAULT_SLO = SLO(tpot_ms=100.0, ttft_ms=2000.0)
+ITL_TPOT_MULTIPLE = 3.0  # --max-itl-ms defaults to 3x the TPOT SLO (the longest gap between two tokens)
+
+
+def default_max_itl_ms(tpot_ms: float | None) -> float | None:
+    """The default limit on the longest gap between two tokens: 3x the TPOT SLO (None without one)."""
+    return None if tpot_ms is None else ITL_TPOT_MULTIPLE * tpot_ms
 
 
 @dataclass(frozen=True)
