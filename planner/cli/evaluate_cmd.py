@@ -32,6 +32,9 @@ def check_problems(prediction: Prediction) -> list[str]:
             out.append(f"misses the TPOT SLO in {name} ({block.tpot_ms:.1f} ms)")  # type: ignore[union-attr]
         if getattr(block, "meets_ttft_slo", None) is False:
             out.append(f"misses the TTFT SLO in {name} ({block.ttft_ms:.0f} ms)")  # type: ignore[union-attr]
+        if getattr(block, "meets_itl_slo", None) is False:
+            gap = getattr(block, "longest_decode_pause_ms", None) or getattr(block, "step_ms", 0.0)
+            out.append(f"breaks the ITL limit in {name} (a {gap:.0f} ms gap between two tokens)")
     return out
 
 
@@ -73,6 +76,10 @@ def evaluate(
     ttft_ms: Annotated[
         float | None, typer.Option("--ttft-ms", help="Judge against this TTFT SLO instead of the plan's.")
     ] = None,
+    max_itl_ms: Annotated[
+        float | None,
+        typer.Option("--max-itl-ms", help="Judge the longest gap between two tokens against this limit, ms."),
+    ] = None,
     check: Annotated[
         bool,
         typer.Option(
@@ -93,9 +100,10 @@ def evaluate(
 
     def body() -> None:
         plan, _ = load_plan(plan_file, rank)
-        if tpot_ms is not None or ttft_ms is not None:
+        if tpot_ms is not None or ttft_ms is not None or max_itl_ms is not None:
             slo = plan.slo.model_dump() if plan.slo else {}
-            slo.update({k: v for k, v in (("tpot_ms", tpot_ms), ("ttft_ms", ttft_ms)) if v is not None})
+            given = (("tpot_ms", tpot_ms), ("ttft_ms", ttft_ms), ("max_itl_ms", max_itl_ms))
+            slo.update({k: v for k, v in given if v is not None})
             plan = plan.model_copy(update={"slo": validate_model(SLO, slo, "flags", "SLO flags")})
         if hbm_utilization is not None:
             plan = plan.model_copy(update={"hbm_utilization": check_hbm_utilization(hbm_utilization)})

@@ -243,3 +243,10 @@ def test_sources_cite_public_documents_not_unshipped_files():
     for text in texts:
         assert "facts.md" not in text
     assert "msmodeling" in texts[0]
+
+
+def test_check_fails_a_broken_itl_limit():
+    # the report's decode deployment steps every ~168 ms (MTP 1 at 99 ms per token)
+    assert run_cli("evaluate", "a2-d70", "--check", "--max-itl-ms", "300").exit_code == 0
+    r = run_cli("evaluate", "a2-d70", "--check", "--max-itl-ms", "100")
+    assert r.exit_code == 1 and "ITL" in r.output
