@@ -117,6 +117,8 @@ def plan_choices(plan: Plan, hw: HardwareSpec, model: ModelSpec | None) -> dict[
     if plan.is_colocated:
         # the prefill section repeats the decode one's instances and layouts
         prefill = {k: v for k, v in prefill.items() if k in ("prefill tokens per forward", "prefill micro-batches")}
+        chunk = plan.colocated.chunk_tokens if plan.colocated is not None else None
+        prefill["prefill schedule"] = f"chunked, {chunk} tokens per step" if chunk else "whole forwards"
     out.update(prefill)
     return out
 
