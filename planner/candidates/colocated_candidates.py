@@ -45,7 +45,7 @@ from planner.specs.plan import PrefillPlan
 
 MIB = 1024.0 * 1024.0
 # chunked prefill: prompt tokens per step of the instance, per device of it (vLLM's default
-# budget, max_num_batched_tokens, is 2048 or 8192 tokens per engine, depending on version and mode)
+# per-engine budget, SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS, is 2048 tokens in v0.11)
 CHUNK_TOKENS_PER_DEVICE = (32, 64, 128, 256, 512, 1024, 2048)
 
 

@@ -12,12 +12,14 @@ whole forward plus a step when a prefill comes between them. A new request waits
 step in flight and the forward in flight (half a forward on average), then its own forward:
 TTFT = step + 1.5 forward. HBM adds the prefill batch's KV cache and activations.
 
-**Chunked prefill** (`chunk_tokens` = C, the prompt tokens one step may carry; vLLM's
-`--enable-chunked-prefill` with a per-step token budget, `max_num_batched_tokens`, whose default
-scheduler batches every running decode first and fills the rest of the budget with prompt
-chunks; vllm-ascend runs it as well): every step runs the decode batch, and a fraction phi of the
-steps also carries C prompt tokens, which lengthens it by t_c. In steady state the prompts that
-enter balance the sequences that finish: N e / out requests finish per step, so
+**Chunked prefill** (`chunk_tokens` = C, the prompt tokens one step may carry; vLLM's chunked
+prefill: `max_num_batched_tokens` is the "maximum number of tokens to be processed in a single
+iteration" (vllm.config.scheduler.SchedulerConfig), and with chunked prefill the scheduler puts
+the running decodes first and fills the rest of the budget with prompt chunks (vllm-project/vllm
+PR #7874, "the policy is changed to prioritize decode requests")): every step runs the decode
+batch, and a fraction phi of the steps also carries C prompt tokens, which lengthens it by t_c.
+In steady state the prompts that enter balance the sequences that finish: N e / out requests
+finish per step, so
 
     phi  = in N e / (out C)            (steps carrying a chunk; phi < 1 or prefill cannot keep up)
     t    = step + phi t_c              (mean step), lambda = N e / (out t),  TPOT = t / e
