@@ -76,6 +76,16 @@ def _instance_doc(plan: Plan, phase_name: str, phase: PhasePlan, map_file: str |
             )
     elif isinstance(phase, PrefillPlan):
         cmd.append(f"--max-num-batched-tokens {phase.batch_tokens // att.dp}")
+    section = plan.colocated if phase_name == "colocated" else None
+    if section is not None:
+        # one server runs both phases; a DP rank's budget per step is its decode batch plus, with
+        # chunked prefill, its share of the chunk (vLLM: max_num_batched_tokens per iteration)
+        decode_tokens = section.concurrency_per_device * att.tp * (1 + section.mtp_tokens)
+        if section.chunk_tokens is not None:
+            budget = -(-section.chunk_tokens // att.dp) + decode_tokens
+            cmd += ["--enable-chunked-prefill", f"--max-num-batched-tokens {budget}"]
+        else:
+            cmd.append(f"--max-num-batched-tokens {max(decode_tokens, section.prefill_batch_tokens // att.dp)}")
     return {
         "instance": phase_name,
         "instances": phase.instances,
@@ -95,7 +105,13 @@ def emit_vllm_ascend(
 ) -> list[Path]:
     """Write the instance settings and expert maps of `plan` into out_dir; returns the files."""
     written = []
-    for name, phase in (("decode", plan.decode_phase), ("prefill", plan.prefill_phase)):
+    # a colocated plan is one kind of instance serving both phases: one file, its decode view
+    phases = (
+        [("colocated", plan.decode_phase)]
+        if plan.is_colocated
+        else [("decode", plan.decode_phase), ("prefill", plan.prefill_phase)]
+    )
+    for name, phase in phases:
         if phase is None:
             continue
         map_file = None
