@@ -147,8 +147,11 @@ def _top(scores: np.ndarray, keep: int) -> list[tuple[int, ...]]:
     return [tuple(int(i) for i in np.unravel_index(j, scores.shape)) for j in order]
 
 
-def decode_candidates(t: PhaseTables, ints: IntTables, tpot_slo_us: int | None, keep: int) -> list[PhaseCandidate]:
-    """The `keep` best decode configurations of one instance size (each at its best concurrency)."""
+def decode_candidates(
+    t: PhaseTables, ints: IntTables, tpot_slo_us: int | None, keep: int, max_step_us: int | None = None
+) -> list[PhaseCandidate]:
+    """The `keep` best decode configurations of one instance size (each at its best concurrency);
+    `max_step_us` bounds the step, the gap between two emissions of a sequence (--max-itl-ms)."""
     xs = t.x_values.astype(np.int64)
     out: list[PhaseCandidate] = []
     best_score = []
@@ -164,6 +167,8 @@ def decode_candidates(t: PhaseTables, ints: IntTables, tpot_slo_us: int | None, 
         ok = hbm <= ints.hbm_capacity_mib
         if tpot_slo_us is not None:
             ok &= step * EMITTED_SCALE <= tpot_slo_us * e
+        if max_step_us is not None:
+            ok &= step <= max_step_us
         ratio = np.where(ok, (xs * e) / np.maximum(step, 1), -1.0)
         # best concurrency per layout combination: highest ratio, then the larger concurrency
         rev = ratio[..., ::-1]

@@ -82,3 +82,29 @@ ColocatedOpt = Annotated[
 WorkersOpt = Annotated[
     int, typer.Option("--workers", min=1, max=64, help="CP-SAT worker threads (results do not depend on it).")
 ]
+HbmUtilizationOpt = Annotated[
+    float,
+    typer.Option(
+        "--hbm-utilization",
+        metavar="FRACTION",
+        help="Fraction of each device's HBM a plan may fill, as engines reserve (vLLM's "
+        "gpu_memory_utilization, default 0.9); in (0, 1].",
+    ),
+]
+
+
+def check_hbm_utilization(value: float) -> float:
+    """The --hbm-utilization value, or a BadInputError naming the flag and its range."""
+    if not (0.0 < value <= 1.0):
+        raise BadInputError(f"--hbm-utilization must be a fraction in (0, 1], e.g. 0.9; got {value:g}.")
+    return value
+
+
+MaxItlOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-itl-ms",
+        help="Longest gap between two tokens of a sequence (inter-token latency), ms; default 3x --tpot-ms, "
+        "0 disables. Colocated prefill stalls decoding: this bounds the stall.",
+    ),
+]

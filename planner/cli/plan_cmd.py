@@ -14,19 +14,23 @@ from planner.cli.common import console, err_console, run_guarded, write_text_ato
 from planner.cli.options import (
     ColocatedOpt,
     DecodeDevicesOpt,
+    HbmUtilizationOpt,
     LoadsOpt,
+    MaxItlOpt,
     MaxRedundantOpt,
     PhaseOpt,
     PrefillDevicesOpt,
     SkewSigmaOpt,
     WorkersOpt,
+    check_hbm_utilization,
     imbalance_from_options,
     parse_int_list,
 )
-from planner.errors import BadInputError
+from planner.costmodel.context import DEFAULT_HBM_UTILIZATION
+from planner.errors import BadInputError, InfeasibleError
 from planner.ranking.binding import why_line
 from planner.report.evaluate_report import evaluate_tables
-from planner.report.plan_report import plans_document, ranked_table
+from planner.report.plan_report import infeasible_document, plans_document, ranked_table
 from planner.report.uncertainty_report import uncertainty_table
 from planner.report.vllm_ascend import emit_vllm_ascend
 from planner.search.plan_search import SearchOutcome, TableCache, run_search
@@ -36,8 +40,10 @@ from planner.search.request import (
     DEFAULT_MODEL,
     DEFAULT_SLO,
     DEFAULT_WORKLOAD,
+    ITL_TPOT_MULTIPLE,
     MAX_CARDS,
     PlanRequest,
+    default_max_itl_ms,
 )
 from planner.search.settings import DEFAULT_TIME_LIMIT_S, SolverSettings
 from planner.specs.catalog import load_model
@@ -72,6 +78,8 @@ def build_request(
     max_redundant_experts: int | None = None,
     colocated: bool = True,
     robust: bool = False,
+    hbm_utilization: float = DEFAULT_HBM_UTILIZATION,
+    max_itl_ms: float | None = None,
 ) -> PlanRequest:
     """A PlanRequest from flag values; bad values raise BadInputError naming the flag."""
     workload = validate_model(
@@ -84,11 +92,22 @@ def build_request(
         "flags",
         "workload flags (--input-tokens, --output-tokens, --mtp-acceptance)",
     )
-    slo = validate_model(SLO, {"tpot_ms": tpot_ms, "ttft_ms": ttft_ms}, "flags", "SLO flags (--tpot-ms, --ttft-ms)")
+    if max_itl_ms is not None and not (max_itl_ms >= 0 and math.isfinite(max_itl_ms)):
+        raise BadInputError(f"--max-itl-ms must be >= 0 ms (0 disables it); got {max_itl_ms:g}.")
+    itl = default_max_itl_ms(tpot_ms) if max_itl_ms is None else (max_itl_ms or None)
+    slo = validate_model(
+        SLO,
+        {"tpot_ms": tpot_ms, "ttft_ms": ttft_ms, "max_itl_ms": itl},
+        "flags",
+        "SLO flags (--tpot-ms, --ttft-ms, --max-itl-ms)",
+    )
     if phase not in ("both", "decode", "prefill"):
         raise BadInputError(f"--phase must be both, decode or prefill; got '{phase}'.")
     if not max_cards > 0:
         raise BadInputError("--max-cards must be > 0.")
+    if math.isfinite(max_cards) and max_cards != math.floor(max_cards):
+        raise BadInputError(f"--max-cards must be a whole number of cards; got {max_cards:g}.")
+    check_hbm_utilization(hbm_utilization)
     if top < 1 or top > 50:
         raise BadInputError("--top must be between 1 and 50.")
     if rate is not None and not (rate > 0 and math.isfinite(rate)):
@@ -124,6 +143,7 @@ def build_request(
         max_redundant_experts=max_redundant_experts,
         colocated=colocated,
         pessimistic_factors=robust,
+        hbm_utilization=hbm_utilization,
     )
 
 
@@ -162,6 +182,17 @@ def lead_lines(outcome: SearchOutcome) -> list[str]:
     return lead_verdict(outcome.plans[0], outcome.plans[1], specs, req.imbalance).lines()
 
 
+def itl_text(slo: SLO) -> str:
+    """How the ITL limit reads in a title: its value and where it comes from."""
+    if slo.max_itl_ms is None:
+        return "no ITL limit"
+    default = default_max_itl_ms(slo.tpot_ms)
+    origin = (
+        f" ({ITL_TPOT_MULTIPLE:g}x TPOT, --max-itl-ms)" if default is not None and slo.max_itl_ms == default else ""
+    )
+    return f"ITL <= {slo.max_itl_ms:g} ms{origin}"
+
+
 def search_with_progress(request: PlanRequest, cache: TableCache | None = None) -> SearchOutcome:
     """Run the search with a progress display on stderr (cost tables from `cache` if given)."""
     with Progress(
@@ -185,7 +216,8 @@ def print_outcome(outcome: SearchOutcome) -> None:
     req = outcome.request
     title = (
         f"{outcome.model.name} on {outcome.hw.name}, {req.workload.input_tokens}+{req.workload.output_tokens} "
-        f"tokens, TPOT <= {req.slo.tpot_ms} ms, TTFT <= {req.slo.ttft_ms} ms, <= {req.max_cards:g} cards"
+        f"tokens, TPOT <= {req.slo.tpot_ms} ms, TTFT <= {req.slo.ttft_ms} ms, {itl_text(req.slo)}, "
+        f"<= {req.max_cards:g} cards"
     )
     console.print(ranked_table(outcome.plans, outcome.hw, title))
     points = sum(s.points_evaluated for s in (outcome.decode_space, outcome.prefill_space) if s)
@@ -260,6 +292,8 @@ def plan(
     skew_sigma: SkewSigmaOpt = None,
     max_redundant_experts: MaxRedundantOpt = None,
     colocated: ColocatedOpt = True,
+    hbm_utilization: HbmUtilizationOpt = DEFAULT_HBM_UTILIZATION,
+    max_itl_ms: MaxItlOpt = None,
     time_limit: Annotated[
         float,
         typer.Option("--time-limit", min=0.1, max=86400.0, help="Solver time limit in seconds."),
@@ -304,8 +338,15 @@ def plan(
             max_redundant_experts=max_redundant_experts,
             colocated=colocated,
             robust=robust,
+            hbm_utilization=hbm_utilization,
+            max_itl_ms=max_itl_ms,
         )
-        outcome = add_bands(search_with_progress(request))
+        try:
+            outcome = add_bands(search_with_progress(request))
+        except InfeasibleError as exc:
+            if json_out is not None:  # scripts read the verdict from the JSON too
+                write_text_atomic(json_out, infeasible_document(str(exc)))
+            raise
         if outcome.status == "INTERRUPTED":
             print_outcome(outcome)
             err_console.print(

@@ -8,6 +8,7 @@ changed where `--base NAME=VALUE` says (NAME is a flag's name without the dashes
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,6 +16,7 @@ import typer
 
 from planner.cli.common import console, run_guarded, write_text_atomic
 from planner.cli.plan_cmd import build_request, search_with_progress
+from planner.costmodel.context import DEFAULT_HBM_UTILIZATION
 from planner.costmodel.evaluate import load_plan_specs
 from planner.errors import BadInputError
 from planner.ranking.whatif import run_whatif
@@ -52,9 +54,12 @@ ASSUMPTIONS: dict[str, tuple[type, object]] = {
     "loads": (Path, None),
     "max-redundant-experts": (int, None),
     "colocated": (bool, True),
+    "hbm-utilization": (float, DEFAULT_HBM_UTILIZATION),
+    "max-itl-ms": (float, None),
 }
 BOOLEANS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 NULLABLE = {
+    "max-itl-ms",
     "tpot-ms",
     "ttft-ms",
     "decode-devices",
@@ -121,8 +126,11 @@ def plan_assumptions(plan: Plan, base_dir: Path | None) -> dict[str, object]:
             "mtp-acceptance": plan.workload.mtp_acceptance,
             "tpot-ms": plan.slo.tpot_ms if plan.slo else None,
             "ttft-ms": plan.slo.ttft_ms if plan.slo else None,
-            "max-cards": specs.hw.cards(devices),
+            "max-cards": math.ceil(specs.hw.cards(devices) - 1e-9),
             "phase": _plan_phase(plan),
+            "hbm-utilization": plan.hbm_utilization,
+            # a plan without an ITL limit is compared without one (0: none; unset: 3x TPOT)
+            "max-itl-ms": (plan.slo.max_itl_ms or 0.0) if plan.slo else 0.0,
         }
     )
     return out
@@ -158,6 +166,8 @@ def request_from(assumptions: dict[str, object], time_limit: float, workers: int
         skew_sigma=_opt(a["skew-sigma"], float),
         max_redundant_experts=_opt(a["max-redundant-experts"], int),
         colocated=bool(a["colocated"]),
+        hbm_utilization=float(a["hbm-utilization"]),  # type: ignore[arg-type]
+        max_itl_ms=_opt(a["max-itl-ms"], float),
     )
 
 
@@ -177,6 +187,10 @@ def whatif(
             help="The base: a plan YAML/JSON (e.g. an exported plan) or a shipped plan's name "
             "(a2-d70). Without it the base is `moeplan plan`'s defaults, changed by --base.",
         ),
+    ] = None,
+    rank: Annotated[
+        int | None,
+        typer.Option("--rank", min=1, help="Which plan of a `moeplan plan --json` export is the base (default 1)."),
     ] = None,
     base: Annotated[
         list[str] | None,
@@ -230,6 +244,18 @@ def whatif(
             help="Whether the new plan may use colocated instances (default: as the base).",
         ),
     ] = None,
+    max_itl_ms: Annotated[
+        float | None,
+        typer.Option("--max-itl-ms", help="New limit on the longest gap between two tokens, ms (0: none)."),
+    ] = None,
+    hbm_utilization: Annotated[
+        float | None,
+        typer.Option(
+            "--hbm-utilization",
+            metavar="FRACTION",
+            help="New fraction of each device's HBM a plan may fill (default: the base's; 0.9).",
+        ),
+    ] = None,
     json_out: Annotated[
         Path | None,
         typer.Option(
@@ -280,16 +306,26 @@ def whatif(
             "loads": loads,
             "max-redundant-experts": max_redundant_experts,
             "colocated": colocated,
+            "hbm-utilization": hbm_utilization,
+            "max-itl-ms": max_itl_ms,
         }
         changes = {k: v for k, v in changes.items() if v is not None}
         plan = base_dir = None
+        for pair in base or []:
+            name = pair.strip().lstrip("-").replace("_", "-")
+            if "=" not in pair and name in ASSUMPTIONS:
+                # `--base hardware cm384`: the value became BASE_PLAN
+                value = f" {base_plan}" if base_plan is not None else ""
+                raise BadInputError(
+                    f"--base {pair}{value}: write --base {name}={base_plan or 'VALUE'} (NAME=VALUE, no space)."
+                )
         if base_plan is not None:
             if base:
                 raise BadInputError(
                     "--base sets the base when there is no BASE_PLAN; with a plan file the base "
                     "is the file. Drop --base, or drop BASE_PLAN."
                 )
-            plan, _ = load_plan(base_plan)
+            plan, _ = load_plan(base_plan, rank)
             base_dir = plan_base_dir(base_plan)
             base_a = plan_assumptions(plan, base_dir)
             source = base_plan

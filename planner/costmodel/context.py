@@ -3,6 +3,11 @@
 Effective rate = physical peak × the named efficiency of that kind of work (see `specs.hardware`).
 The roofline time of an operator is the larger of its math at the effective math rate and its
 HBM traffic at the effective bandwidth.
+
+HBM a plan may fill is `hbm_utilization` of the device's HBM (`hbm_capacity_bytes`), as serving
+engines reserve: vLLM's `gpu_memory_utilization` (default 0.9) is "the fraction of GPU memory to be
+used for the model executor" (vLLM EngineArgs, v0.9+; vllm-ascend inherits it). The rest stays
+free for fragmentation, the framework's own allocations and what the model here does not count.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from planner.specs.model import ModelSpec
 from planner.specs.plan import Workload
 from planner.specs.quantization import QuantizationScheme
 
+DEFAULT_HBM_UTILIZATION = 0.9  # vLLM's gpu_memory_utilization default
+
 
 @dataclass(frozen=True)
 class CostContext:
@@ -28,6 +35,12 @@ class CostContext:
     quant: QuantizationScheme
     workload: Workload
     imbalance: ImbalanceModel = field(default_factory=default_imbalance_model)
+    hbm_utilization: float = DEFAULT_HBM_UTILIZATION
+
+    @property
+    def hbm_capacity_bytes(self) -> float:
+        """HBM per device a plan may fill: the device's HBM times `hbm_utilization`."""
+        return self.hw.hbm_bytes * self.hbm_utilization
 
     @property
     def linear_flops_per_s(self) -> float:

@@ -259,7 +259,7 @@ def _phase_hbm(
         lm_head_hbm(ctx, phase.lm_head_layout, logit_tokens),
         fixed=fixed_hbm(ctx),
     )
-    return HbmUse(parts, role, ctx.hw.hbm_bytes)
+    return HbmUse(parts, role, ctx.hbm_capacity_bytes)
 
 
 def decode_hbm(ctx: CostContext, phase: DecodePlan, concurrency: ArrayLike | None = None) -> HbmUse:
@@ -305,9 +305,9 @@ def _max_fitting(total_at: Callable[[np.ndarray], np.ndarray], capacity: float, 
 
 def max_decode_concurrency(ctx: CostContext, phase: DecodePlan) -> int:
     """Most sequences per device a decode instance can hold in HBM (0: the weights alone overflow)."""
-    return _max_fitting(lambda b: decode_hbm(ctx, phase, b).total_bytes, ctx.hw.hbm_bytes, 64.0, 128.0)
+    return _max_fitting(lambda b: decode_hbm(ctx, phase, b).total_bytes, ctx.hbm_capacity_bytes, 64.0, 128.0)
 
 
 def max_prefill_batch_tokens(ctx: CostContext, phase: PrefillPlan) -> int:
     """Most tokens per forward a prefill instance can hold in HBM."""
-    return _max_fitting(lambda t: prefill_hbm(ctx, phase, t).total_bytes, ctx.hw.hbm_bytes, 4096.0, 8192.0)
+    return _max_fitting(lambda t: prefill_hbm(ctx, phase, t).total_bytes, ctx.hbm_capacity_bytes, 4096.0, 8192.0)

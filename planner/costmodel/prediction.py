@@ -18,8 +18,10 @@ class _HbmFigures(_Out):
     """HBM figures every phase block carries (per device of the fuller role)."""
 
     hbm_bytes_per_device: int
-    hbm_capacity_bytes: int
-    hbm_headroom_bytes: int
+    hbm_capacity_bytes: int  # what the engine may fill: the device's HBM x hbm_utilization
+    hbm_headroom_bytes: int  # capacity - use (>= 0 when the plan fits)
+    hbm_utilization: float
+    hbm_free_bytes: int  # the device's whole HBM - use: what stays free on the device
     fits_hbm: bool
     hbm_breakdown_bytes: dict[str, int]
 
@@ -38,6 +40,7 @@ class DecodePrediction(_HbmFigures):
     hbm_role: str
     max_concurrency_per_device: int
     meets_tpot_slo: bool | None
+    meets_itl_slo: bool | None  # the step (the gap between two emissions) within slo.max_itl_ms
     breakdown_ms: dict[str, float]
 
 
@@ -64,9 +67,15 @@ class ColocatedPrediction(_HbmFigures):
     tpot_ms: float
     ttft_ms: float
     longest_decode_pause_ms: float
+    itl_p50_ms: float  # gap between two steps that emit a sequence's tokens (planner.costmodel.colocated)
+    itl_p99_ms: float
+    chunk_tokens: int | None  # chunked prefill's prompt tokens per step (None: whole forwards)
+    chunk_step_fraction: float  # chunked: share of the steps that carry a chunk
+    tokens_per_s_per_user: float  # 1000 / TPOT, the stalls included: what `plan`, `evaluate`, `whatif` show
     tokens_per_s_per_card: float
     meets_tpot_slo: bool | None
     meets_ttft_slo: bool | None
+    meets_itl_slo: bool | None
 
 
 class SystemPrediction(_Out):

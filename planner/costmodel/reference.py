@@ -38,6 +38,7 @@ class PublishedRow(Strict):
     unit: str = ""
     source: str
     note: str = ""
+    fitted: str = Field(default="", description="the factors fitted to this row ('' : an out-of-sample check)")
 
 
 class PublishedRows(Strict):

@@ -56,7 +56,7 @@ ROUNDING_BYTES = 8 * 1024.0**2
 # ... and each module's µs up, which moves TPOT/TTFT by a few µs at most
 ROUNDING_MS = 0.01
 
-Constraint = Literal["hbm", "tpot", "ttft", "card_budget", "rate", "search_space", "none"]
+Constraint = Literal["hbm", "tpot", "ttft", "itl", "card_budget", "rate", "search_space", "none"]
 
 
 @dataclass(frozen=True)
@@ -354,6 +354,9 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
         broken.append(("tpot", f"misses the TPOT SLO: {now.tpot_ms:.1f} ms > {tpot_slo:g} ms"))
     if ttft_slo is not None and now.ttft_ms > ttft_slo + 1e-9:
         broken.append(("ttft", f"misses the TTFT SLO: {now.ttft_ms:.0f} ms > {ttft_slo:g} ms"))
+    itl_slo = slo.max_itl_ms if slo else None
+    if itl_slo is not None and now.longest_decode_pause_ms > itl_slo + 1e-9:
+        broken.append(("itl", f"breaks the ITL limit: {now.longest_decode_pause_ms:.0f} ms > {itl_slo:g} ms"))
     if broken:
         kind, text = broken[0]
         return [
@@ -384,6 +387,12 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
             )
         if ttft_slo is not None and f.ttft_ms > ttft_slo - ROUNDING_MS:
             return "ttft", f"TTFT binds: {label} gives {f.ttft_ms:.0f} ms > {ttft_slo:g} ms", "TTFT"
+        if itl_slo is not None and f.longest_decode_pause_ms > itl_slo - ROUNDING_MS:
+            return (
+                "itl",
+                f"ITL binds: {label} gives a {f.longest_decode_pause_ms:.0f} ms gap > {itl_slo:g} ms",
+                "ITL",
+            )
         return "none", f"nothing binds: {label} is still allowed", "nothing binds"
 
     out = []
@@ -391,6 +400,13 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
     kind, text, tag = neighbour(f"{b + 1} sequences per device", more_seqs)
     message = f"colocated decode concurrency ({b} per device): {text}."
     out.append(Binding("decode", kind, message, f"colocated B{b}: {tag}"))
+    if section.chunk_tokens is not None:
+        chunk = section.chunk_tokens
+        bigger = {"chunk_tokens": 2 * chunk, "prefill_batch_tokens": 2 * chunk}
+        kind, text, tag = neighbour(f"{2 * chunk}-token chunks", bigger)
+        message = f"colocated chunked prefill ({chunk} prompt tokens per step): {text}."
+        out.append(Binding("prefill", kind, message, f"colocated chunk {chunk}: {tag}"))
+        return out
     more_requests = {"prefill_batch_tokens": (r + 1) * n_in}
     kind, text, tag = neighbour(f"{r + 1} requests per forward", more_requests)
     message = f"colocated prefill batch ({r} requests per forward): {text}."
@@ -565,7 +581,9 @@ def deployment_binding(
 
 def plan_context(plan: Plan, specs: PlanSpecs, imbalance=None) -> CostContext:
     """The cost context a plan is evaluated in (its own workload)."""
-    return CostContext(specs.model, specs.hw, specs.quant, plan.workload, imbalance or default_imbalance_model())
+    return CostContext(
+        specs.model, specs.hw, specs.quant, plan.workload, imbalance or default_imbalance_model(), plan.hbm_utilization
+    )
 
 
 def plan_bindings(
@@ -596,6 +614,7 @@ def request_bindings(plan: Plan, req: PlanRequest) -> list[Binding]:
         get_quantization(req.quantization),
         req.workload,
         req.imbalance or default_imbalance_model(),
+        req.hbm_utilization,
     )
     return plan_bindings(plan, ctx, req.max_cards, req.rate_per_s)
 
@@ -609,6 +628,7 @@ TAGS = {
     "hbm": "HBM",
     "tpot": "TPOT",
     "ttft": "TTFT",
+    "itl": "ITL",
     "card_budget": "cards",
     "rate": "rate",
     "search_space": "grid",

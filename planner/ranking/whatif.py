@@ -141,6 +141,8 @@ def request_assumptions(req: PlanRequest) -> dict[str, object]:
         "mtp": ",".join(str(k) for k in req.mtp_tokens) if req.mtp_tokens is not None else "all",
         "max-redundant-experts": req.max_redundant_experts,
         "colocated": req.colocated,
+        "hbm-utilization": req.hbm_utilization,
+        "max-itl-ms": s.max_itl_ms,
         "imbalance": (req.imbalance or default_imbalance_model()).describe(),
     }
 
@@ -203,6 +205,7 @@ def rescore(base: Plan, new_request: PlanRequest, specs: PlanSpecs) -> Plan:
             "quantization": new_request.quantization,
             "workload": new_request.workload,
             "slo": new_request.slo,
+            "hbm_utilization": new_request.hbm_utilization,
             "predicted": None,
             "rank": None,
         }

@@ -16,7 +16,13 @@ def _short(name: str) -> str:
 def _loo(r: FidelityRow) -> str:
     if r.loo_error is None:
         return "-"
-    return f"{r.loo_error:+.1%}" + ("" if r.used_for_fit else " (oos)") + (" *" if r.loo_undetermined else "")
+    if r.used_for_fit:
+        mark = ""
+    elif r.row.fitted:  # not refitted here, but a parameter (the skew sigma) was chosen on this row
+        mark = " (in-sample)"
+    else:
+        mark = " (oos)"
+    return f"{r.loo_error:+.1%}{mark}" + (" *" if r.loo_undetermined else "")
 
 
 def _band(r: FidelityRow) -> str:
@@ -28,6 +34,8 @@ def _band(r: FidelityRow) -> str:
 
 def _determines(r: FidelityRow) -> str:
     if not r.used_for_fit:
+        if r.row.fitted:
+            return f"{r.row.fitted.split(' (')[0]} (chosen on it; not refitted here)"
         return "(validation: not fitted to)"
     return ", ".join(_short(n) for n in r.fitted_factors) or "none"
 
@@ -37,8 +45,9 @@ def fidelity_table(report: FidelityReport) -> Table:
     table = Table(
         title="Cost model vs published figures",
         caption="error: shipped factors (in-sample for fit rows); leave-one-out: factors refitted without the "
-        "row (and the other rows of its plan); (oos): out-of-sample, the row was never fitted to, so its error is the "
-        "leave-one-out error; *: a factor only this deployment determines was kept (see below)",
+        "row (and the other rows of its plan); (oos): out-of-sample, the row was never fitted to, so its error "
+        "is the leave-one-out error; (in-sample): not refitted here, but a parameter was chosen on it; "
+        "*: a factor only this deployment determines was kept (see below)",
     )
     cols = (
         "row",

@@ -42,8 +42,9 @@ def diagnose_infeasible(
         if lowest is None:
             return (
                 f"HBM: no {space.phase} configuration of {where} fits in "
-                f"{hw.hbm_bytes / 2**30:.0f} GiB per device (tried instance sizes {space.sizes}); "
-                "raise --max-cards or use a smaller quantization."
+                f"{ctx.hbm_capacity_bytes / 2**30:.1f} GiB per device ({ctx.hbm_utilization:g} of "
+                f"{hw.hbm_bytes / 2**30:.0f} GiB; tried instance sizes {space.sizes}); raise --max-cards, "
+                "--hbm-utilization, or use a smaller quantization."
             )
         return (
             f"{slo_name}: the lowest {slo_name} reachable for {where} is {lowest / 1000:.1f} ms "

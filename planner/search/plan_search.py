@@ -216,6 +216,7 @@ def build_phase_space(
         ctx.workload.model_dump_json(),
         ctx.imbalance.describe(),
         _identity(ctx.imbalance),
+        ctx.hbm_utilization,
         request.mtp_tokens,
         limits.max_extra_slots,
         limits.max_redundant_experts,
@@ -231,17 +232,18 @@ def build_phase_space(
 
             def build_decode(opts=opts, ks=ks, xs=xs):
                 t = decode_tables(ctx, opts, ks, xs)
-                return t, to_integer_tables(t, ctx.hw.hbm_bytes)
+                return t, to_integer_tables(t, ctx.hbm_capacity_bytes)
 
             t, ints = cache.get(key, build_decode) if cache else build_decode()
             slo_us = None if slo.tpot_ms is None else int(math.floor(slo.tpot_ms * 1000))
-            found = decode_candidates(t, ints, slo_us, keep)  # type: ignore[arg-type]
+            itl_us = None if slo.max_itl_ms is None else int(math.floor(slo.max_itl_ms * 1000))
+            found = decode_candidates(t, ints, slo_us, keep, itl_us)  # type: ignore[arg-type]
         else:
             xs = request_values(_max_requests_guess(ctx, n))
 
             def build_prefill(opts=opts, xs=xs):
                 t = prefill_tables(ctx, opts, [1, 2], xs)
-                return t, to_integer_tables(t, ctx.hw.hbm_bytes)
+                return t, to_integer_tables(t, ctx.hbm_capacity_bytes)
 
             t, ints = cache.get(key, build_prefill) if cache else build_prefill()  # type: ignore[assignment]
             slo_us = None if slo.ttft_ms is None else int(math.floor(slo.ttft_ms * 1000))
@@ -261,7 +263,7 @@ def build_phase_space(
 
 def _phase_sizes(ctx: CostContext, budget_devices: int, pinned: int | None, other_min: int, label: str) -> list[int]:
     experts, other = _weights_bytes(ctx)
-    min_dev = min_devices_for_weights(ctx.model, ctx.hw, experts, other)
+    min_dev = min_devices_for_weights(ctx.model, ctx.hw, experts, other, ctx.hbm_utilization)
     if pinned is not None:
         if pinned < 1:
             raise BadInputError(f"--{label}-devices must be >= 1.")
@@ -329,7 +331,7 @@ def make_context(request: PlanRequest) -> CostContext:
         )
     if request.mtp_tokens and max(request.mtp_tokens) > 0 and model.mtp_layers == 0:
         raise BadInputError(f"--mtp: model '{model.name}' has no MTP layers; use --mtp 0.")
-    return CostContext(model, hw, quant, w, request.imbalance or default_imbalance_model())
+    return CostContext(model, hw, quant, w, request.imbalance or default_imbalance_model(), request.hbm_utilization)
 
 
 def candidate_phase_plan(c: PhaseCandidate, instances: int, input_tokens: int) -> DecodePlan | PrefillPlan:
@@ -356,6 +358,7 @@ def _colocated(
     slo = request.slo
     tpot = None if slo.tpot_ms is None else int(math.floor(slo.tpot_ms * 1000))
     ttft = None if slo.ttft_ms is None else int(math.floor(slo.ttft_ms * 1000))
+    itl = None if slo.max_itl_ms is None else int(math.floor(slo.max_itl_ms * 1000))
     out: list[ColocatedCandidate] = []
     # colocated instances spend most of their time decoding: only sizes whose best decode
     # instance is within 10% (per device) of the best size's are worth costing
@@ -366,7 +369,7 @@ def _colocated(
     competitive = {n for n, r in best_ratio.items() if r >= COLOCATED_SIZE_CUTOFF * top}
     for n in sorted(set(dspace.tables) & set(pspace.tables) & competitive):
         (dt, di), (pt, pi) = dspace.tables[n], pspace.tables[n]
-        out.extend(colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep))
+        out.extend(colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep, max_itl_us=itl))
     return out
 
 
@@ -393,8 +396,9 @@ def deployment_plan(
             **shared,
             concurrency_per_device=d.concurrency_per_device,
             mtp_tokens=d.mtp_tokens,
-            prefill_batch_tokens=c.batch_requests * n_in,
+            prefill_batch_tokens=c.chunk_tokens if c.chunk_tokens is not None else c.batch_requests * n_in,
             prefill_micro_batches=c.micro_batches,
+            chunk_tokens=c.chunk_tokens,
         )
     else:
         if dep.decode is not None and dspace is not None:
@@ -410,6 +414,7 @@ def deployment_plan(
         decode=decode,  # type: ignore[arg-type]
         prefill=prefill,  # type: ignore[arg-type]
         colocated=colocated,
+        hbm_utilization=request.hbm_utilization,
         rank=rank,
     )
 
@@ -435,7 +440,7 @@ def run_search(
     want_prefill = request.phase in ("both", "prefill")
 
     experts, other = _weights_bytes(ctx)
-    min_dev = min_devices_for_weights(ctx.model, hw, experts, other)
+    min_dev = min_devices_for_weights(ctx.model, hw, experts, other, ctx.hbm_utilization)
     need = min_dev * (int(want_decode) + int(want_prefill))
     if need > budget_devices:
         cards = math.ceil(min_dev / hw.devices_per_card)

@@ -26,6 +26,12 @@ def plan_problems(plan: Plan, prediction: Prediction) -> list[str]:
         ]
     )
     problems = []
+    itl = slo.max_itl_ms if slo else None
+    c, d = prediction.colocated, prediction.decode
+    if itl is not None and c is not None and c.longest_decode_pause_ms > itl + 1e-9:
+        problems.append(f"colocated longest gap {c.longest_decode_pause_ms} ms exceeds {itl} ms")
+    if itl is not None and c is None and d is not None and d.step_ms > itl + 1e-9:
+        problems.append(f"decode step {d.step_ms} ms exceeds the ITL limit {itl} ms")
     for name, block, tpot_slo, ttft_slo in blocks:
         if block is None:
             continue

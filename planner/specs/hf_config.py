@@ -51,6 +51,38 @@ KNOWN_MODEL_TYPES = frozenset(
 # DeepSeek-V4-Flash-FP8 says "deepseek_ref"): accepted when `architectures` names a known class.
 KNOWN_ARCHITECTURES = {"DeepseekV4ForCausalLM": "deepseek_v4"}
 
+# model_types known to be mixture-of-experts, and the config.json keys their experts need (each a
+# tuple of accepted spellings): a missing or misspelled one must not turn the model dense.
+_DEEPSEEK_MOE_KEYS = (("n_routed_experts",), ("num_experts_per_tok",), ("moe_intermediate_size",))
+MOE_MODEL_TYPES: dict[str, tuple[tuple[str, ...], ...]] = {
+    "deepseek_v2": _DEEPSEEK_MOE_KEYS,
+    "deepseek_v3": _DEEPSEEK_MOE_KEYS,
+    "deepseek_v32": _DEEPSEEK_MOE_KEYS,
+    "deepseek_v4": _DEEPSEEK_MOE_KEYS,
+    "kimi_k2": _DEEPSEEK_MOE_KEYS,
+    "kimi_k25": _DEEPSEEK_MOE_KEYS,
+    "glm_moe_dsa": _DEEPSEEK_MOE_KEYS,
+    "kimi_linear": (("num_experts",), ("num_experts_per_token", "num_experts_per_tok")),
+    "kimi_k3": (("num_experts",), ("num_experts_per_token", "num_experts_per_tok")),
+    "qwen2_moe": (("num_experts",), ("num_experts_per_tok",), ("moe_intermediate_size",)),
+    "qwen3_moe": (("num_experts",), ("num_experts_per_tok",), ("moe_intermediate_size",)),
+    "qwen3_5_moe": (("num_experts",), ("num_experts_per_tok",), ("moe_intermediate_size",)),
+    "qwen3_5_moe_text": (("num_experts",), ("num_experts_per_tok",), ("moe_intermediate_size",)),
+    "mixtral": (("num_local_experts",), ("num_experts_per_tok",), ("intermediate_size",)),
+    "minimax_m2": (("num_local_experts",), ("num_experts_per_tok",), ("intermediate_size",)),
+}
+
+
+def _check_moe_keys(cfg: dict[str, Any], model_type: str | None) -> None:
+    """For a model_type known to be MoE, every expert key must be there (ValueError naming it)."""
+    for spellings in MOE_MODEL_TYPES.get(model_type or "", ()):
+        if all(cfg.get(k) is None for k in spellings):
+            raise ValueError(
+                f"model_type '{model_type}' is a mixture-of-experts model but config.json lacks "
+                f"'{spellings[0]}'; add it (check its spelling) or the model would be read as dense"
+            )
+
+
 # Keys whose names say they shape attention, the MoE or the layer stack.
 _STRUCTURAL = re.compile(
     r"attn|attention|expert|moe|rout|kv_|lora|index|compress|window|linear|heads|head_dim|topk|shared|"
@@ -308,7 +340,7 @@ def from_hf_config(top: dict[str, Any], name: str) -> dict[str, Any]:
     cfg = top
     if "text_config" in top and isinstance(top["text_config"], dict):
         cfg = {**top, **top["text_config"]}
-    _model_type(cfg, top)
+    _check_moe_keys(cfg, _model_type(cfg, top))
     _check_fields(cfg)
     hidden = _get(cfg, "hidden_size")
     layers = _get(cfg, "num_hidden_layers")

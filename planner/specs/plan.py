@@ -38,6 +38,13 @@ class SLO(Strict):
 
     ttft_ms: float | None = Field(default=None, gt=0, le=1e9, allow_inf_nan=False)
     tpot_ms: float | None = Field(default=None, gt=0, le=1e9, allow_inf_nan=False)
+    max_itl_ms: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e9,
+        allow_inf_nan=False,
+        description="longest gap between two steps that emit a sequence's tokens (inter-token latency)",
+    )
 
 
 class ParallelLayout(Strict):
@@ -188,11 +195,35 @@ class ColocatedPlan(PhasePlan):
     mtp_tokens: int = Field(default=0, ge=0, le=4)
     prefill_batch_tokens: int = Field(ge=1, le=1_000_000_000, description="tokens of one prefill forward")
     prefill_micro_batches: int = Field(default=1, ge=1, le=16)
+    chunk_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000_000,
+        description="chunked prefill: prompt tokens one step of the instance may carry along with its decode "
+        "batch (vLLM's chunked prefill, a per-step token budget); unset: prefill runs as whole forwards of "
+        "prefill_batch_tokens between decode steps",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _chunk_is_the_batch(cls, data: Any) -> Any:
+        # with chunked prefill a prefill forward is one chunk: prefill_batch_tokens may be left out
+        if isinstance(data, dict) and data.get("chunk_tokens") is not None and "prefill_batch_tokens" not in data:
+            data = {**data, "prefill_batch_tokens": data["chunk_tokens"]}
+        return data
 
     @model_validator(mode="after")
     def _micro_batches_fit(self) -> ColocatedPlan:
         if self.prefill_micro_batches > self.prefill_batch_tokens:
             raise ValueError("prefill_micro_batches cannot exceed prefill_batch_tokens")
+        if self.chunk_tokens is not None:
+            if self.prefill_batch_tokens != self.chunk_tokens:
+                raise ValueError(
+                    f"chunk_tokens = {self.chunk_tokens} but prefill_batch_tokens = {self.prefill_batch_tokens}: "
+                    "with chunked prefill one forward is one chunk; drop prefill_batch_tokens"
+                )
+            if self.prefill_micro_batches != 1:
+                raise ValueError("a prefill chunk rides along a decode step: set prefill_micro_batches: 1")
         return self
 
     def _layout_fields(self) -> dict[str, Any]:
@@ -268,6 +299,14 @@ class Plan(Strict):
     colocated: ColocatedPlan | None = Field(
         default=None,
         description="prefill and decode take turns on the same instances (instead of 'decode'/'prefill')",
+    )
+    hbm_utilization: float = Field(
+        default=0.9,
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        description="fraction of each device's HBM the engine may fill (vLLM's gpu_memory_utilization; "
+        "default 0.9 as engines default)",
     )
     rank: int | None = Field(default=None, ge=1, description="position in a ranked export")
     predicted: dict[str, Any] | None = Field(default=None, description="filled in by evaluate/plan; ignored on input")

@@ -47,7 +47,8 @@ def test_a2_d70_fits_in_64_gb_with_room_left():
 def test_cm_d_max_runs_at_the_hbm_limit():
     plan, _ = load_plan("cm-d-max")
     specs = load_plan_specs(plan, catalog_dir("plans"))
-    ctx = CostContext(specs.model, specs.hw, specs.quant, plan.workload, SkewImbalance(0.0))
+    ctx = CostContext(specs.model, specs.hw, specs.quant, plan.workload, SkewImbalance(0.0), plan.hbm_utilization)
+    assert plan.hbm_utilization == 1.0  # the theoretical figure fills HBM
     assert plan.decode is not None
     assert plan.decode.concurrency_per_device == max_decode_concurrency(ctx, plan.decode)
 
