@@ -16,7 +16,7 @@ from planner.costmodel.imbalance import ImbalanceModel, default_imbalance_model
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
 from planner.specs.plan import Workload
-from planner.specs.quantization import QuantizationScheme
+from planner.specs.quantization import QuantizationScheme, check_scheme_on_hardware
 
 
 @dataclass(frozen=True)
@@ -28,13 +28,23 @@ class CostContext:
     quant: QuantizationScheme
     workload: Workload
     imbalance: ImbalanceModel = field(default_factory=default_imbalance_model)
+    kv_transfer_bytes_per_s: float | None = None  # prefill->decode link per device; None: the machine's
+
+    def __post_init__(self) -> None:
+        # a scheme whose GEMMs need a format the chip lacks is refused here, for every command
+        check_scheme_on_hardware(self.quant, self.hw)
+
+    def module_flops_per_s(self, module: str) -> float:
+        """Effective GEMM rate of `module` ('attention', 'dense_ffn', 'experts') at its scheme's math format."""
+        fmt = self.quant.math_formats()[module]
+        peak = self.hw.peak_flops_per_s.get(fmt)
+        assert peak is not None  # checked in __post_init__
+        return peak * self.hw.efficiency.matmul.value
 
     @property
     def linear_flops_per_s(self) -> float:
-        """Effective math rate of linear layers and experts under the scheme."""
-        peak = self.hw.peak_flops_per_s
-        raw = peak.int8 if self.quant.linear_math == "int8" else peak.bf16
-        return raw * self.hw.efficiency.matmul.value
+        """Effective math rate of the attention projections under the scheme."""
+        return self.module_flops_per_s("attention")
 
     @property
     def bf16_matmul_flops_per_s(self) -> float:
@@ -45,6 +55,11 @@ class CostContext:
     def attention_flops_per_s(self) -> float:
         """Effective rate of the attention kernel (BF16 scores and values)."""
         return self.hw.peak_flops_per_s.bf16 * self.hw.efficiency.attention_compute.value
+
+    @property
+    def kv_link_bytes_per_s(self) -> float:
+        """Prefill-to-decode KV transfer bandwidth per device (a stated override, else the machine's)."""
+        return self.kv_transfer_bytes_per_s or self.hw.kv_transfer_bandwidth_bytes_per_s
 
     @property
     def hbm_bytes_per_s(self) -> float:

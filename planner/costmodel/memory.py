@@ -126,7 +126,7 @@ def dense_ffn_hbm(ctx: CostContext, layout: ParallelLayout, tokens_per_device: A
     t = np.asarray(tokens_per_device, dtype=float)
     if not m.num_dense_layers:
         return {}
-    weights = m.num_dense_layers * m.dense_ffn_params() / layout.tp * q.linear_weight_bytes
+    weights = m.num_dense_layers * m.dense_ffn_params() / layout.tp * q.dense_weight_bytes
     acts = t * layout.tp * (3 * m.dense_intermediate_size / layout.tp) * BF16_BYTES
     return {"dense_ffn_weights": np.full_like(t, weights), "activations": acts}
 

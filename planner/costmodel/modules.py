@@ -179,7 +179,9 @@ def dense_ffn_cost(ctx: CostContext, layout: ParallelLayout, tokens_per_device: 
     """One dense SwiGLU FFN layer on one device."""
     t = np.asarray(tokens_per_device, dtype=float)
     params = ctx.model.dense_ffn_params() / layout.tp
-    compute = ctx.roofline_s(2 * t * layout.tp * params, params * ctx.quant.linear_weight_bytes, ctx.linear_flops_per_s)
+    compute = ctx.roofline_s(
+        2 * t * layout.tp * params, params * ctx.quant.dense_weight_bytes, ctx.module_flops_per_s("dense_ffn")
+    )
     comm_s = _tp_in_out_comm_s(ctx, layout.tp, t, ctx.model.hidden_size)
     return ModuleCost(compute, comm_s, _fixed(ctx, 2, 3, 2 if layout.tp > 1 else 0))
 
@@ -226,7 +228,7 @@ def moe_cost(
     h, k = m.hidden_size, m.moe.experts_per_token
     expert_params = m.expert_params()
     ew = q.expert_weight_bytes
-    lin = ctx.linear_flops_per_s
+    lin = ctx.module_flops_per_s("experts")
     inter = m.moe.expert_intermediate_size
     tokens_total = t * devices
     ep, slots = moe.ep, moe.slots_per_device

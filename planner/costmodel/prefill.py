@@ -50,7 +50,7 @@ def kv_transfer_s(ctx: CostContext) -> float:
     """Time to send one request's KV cache from the prefill to the decode instance."""
     m = ctx.model
     per_token = m.kv_elements_per_token_per_layer() * m.kv_layers() * ctx.quant.kv_bytes_per_element
-    return ctx.workload.input_tokens * per_token / ctx.hw.kv_transfer_bandwidth_bytes_per_s
+    return ctx.workload.input_tokens * per_token / ctx.kv_link_bytes_per_s
 
 
 def prefill_forward(ctx: CostContext, phase: PrefillPlan, batch_tokens: ArrayLike | None = None) -> PrefillForward:

@@ -144,7 +144,7 @@ def _weights_bytes(ctx: CostContext) -> tuple[float, float]:
         layers = m.num_moe_layers + m.mtp_layers
         experts = layers * (m.moe.routed_experts + m.moe.shared_experts) * m.expert_params() * q.expert_weight_bytes
     attn = sum(m.attention_params_per_layer().values()) * m.kv_layers() * q.linear_weight_bytes
-    dense = m.num_dense_layers * m.dense_ffn_params() * q.linear_weight_bytes
+    dense = m.num_dense_layers * m.dense_ffn_params() * q.dense_weight_bytes
     vocab = (1 if m.tie_word_embeddings else 2) * m.vocab_params() * q.vocab_weight_bytes
     return experts, attn + dense + vocab
 
@@ -203,6 +203,7 @@ def build_phase_space(
         ctx.hw.model_dump_json(),
         ctx.quant.name,
         ctx.workload.model_dump_json(),
+        ctx.kv_transfer_bytes_per_s,
         ctx.imbalance.describe(),
         _identity(ctx.imbalance),
         request.mtp_tokens,
@@ -400,6 +401,10 @@ def run_search(
     from planner.search.diagnose import diagnose_infeasible
     from planner.search.validate import score_and_validate
 
+    if request.is_mixed:
+        from planner.search.mixed_search import run_mixed_search
+
+        return run_mixed_search(request, progress, cache)
     start = time.perf_counter()
     deadline = start + request.settings.time_limit_s
     ctx = make_context(request)

@@ -40,3 +40,31 @@ class PlanRequest:
     settings: SolverSettings = field(default_factory=SolverSettings)
     imbalance: ImbalanceModel | None = None
     imbalance_label: str = ""
+    # prefill on one machine, decode on another (planner.search.mixed_search); None: `hardware`
+    prefill_hardware: str | None = None
+    decode_hardware: str | None = None
+    kv_transfer_bytes_per_s: float | None = None  # prefill->decode KV link per device (None: the YAMLs')
+    max_prefill_cards: float | None = None  # cards of the prefill machine (replaces max_cards for prefill)
+    max_decode_cards: float | None = None
+    max_cost: float | None = None  # in the YAMLs' price_per_card units
+
+    @property
+    def prefill_hw_name(self) -> str:
+        """The machine prefill instances run on."""
+        return self.prefill_hardware or self.hardware
+
+    @property
+    def decode_hw_name(self) -> str:
+        """The machine decode instances run on."""
+        return self.decode_hardware or self.hardware
+
+    @property
+    def is_mixed(self) -> bool:
+        """True when the phases run on different machines or are budgeted apart (mixed search)."""
+        return (
+            self.prefill_hw_name != self.decode_hw_name
+            or self.max_prefill_cards is not None
+            or self.max_decode_cards is not None
+            or self.max_cost is not None
+            or self.kv_transfer_bytes_per_s is not None
+        )
