@@ -223,9 +223,9 @@ def prefill_tables(ctx: CostContext, opts: SizeOptions, micro_batches: list[int]
     m, n = ctx.model, opts.devices
     r = r_values.astype(float)
     w = ctx.workload
-    bt = r * w.input_tokens
+    bt = r * ctx.prefill_tokens_per_request
     t = bt / n
-    attended = (w.input_tokens + 1) / 2.0
+    attended = ctx.prefill_attended_tokens
     requests_per_device = r / n
 
     def collect(fn, options, layers: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -256,9 +256,9 @@ def prefill_tables(ctx: CostContext, opts: SizeOptions, micro_batches: list[int]
     for j, mb in enumerate(micro_batches):
         in_flight = bt / mb * min(2, mb)
         tok = in_flight / n
-        logits = in_flight / w.input_tokens / n
+        logits = in_flight / ctx.prefill_tokens_per_request / n
         for i, att_lay in enumerate(opts.attention):
-            kv = prefill_kv_tokens(bt, att_lay.dp) / att_lay.tp
+            kv = prefill_kv_tokens(bt * ctx.kv_tokens_per_computed_token, att_lay.dp) / att_lay.tp
             hbm["attention"][i, j] = _sum_parts(attention_hbm(ctx, att_lay, tok, kv))
         for i, lay in enumerate(opts.dense_ffn):
             hbm["dense_ffn"][i, j] = _sum_parts(dense_ffn_hbm(ctx, lay, tok)) if m.num_dense_layers else 0

@@ -73,15 +73,47 @@ class CostContext:
             np.asarray(hbm_bytes, dtype=float) / self.hbm_bytes_per_s,
         )
 
-    # ---- workload-derived lengths ------------------------------------------------------------
+    # ---- workload-derived lengths (planner.specs.workload: the distribution, prefix hits) ------
     @property
     def mean_decode_context_tokens(self) -> float:
-        """Mean KV length a decode step attends to: prompt plus half the completion."""
-        w = self.workload
-        return w.input_tokens + w.output_tokens / 2.0
+        """Mean KV length a decode step attends to: prompt plus half the completion, weighted by the
+        time each request spends decoding (its output length) when lengths are a distribution."""
+        return self.workload.stats.decode_context_mean
+
+    @property
+    def decode_context_std_tokens(self) -> float:
+        """Spread of the contexts in the decode pool (uniform over each completion, over the mix)."""
+        return self.workload.stats.decode_context_std
 
     @property
     def max_context_tokens(self) -> int:
-        """KV slots a sequence needs at its end: prompt plus completion."""
+        """KV slots the longest sequence needs at its end: prompt plus completion."""
+        return self.workload.longest_context_tokens
+
+    @property
+    def prefill_tokens_per_request(self) -> int:
+        """Prompt tokens a prefill instance computes per request (prefix-cache hits are not computed)."""
         w = self.workload
-        return w.input_tokens + w.output_tokens
+        return max(1, round(w.stats.mean_input * (1.0 - w.hit_rate)))
+
+    @property
+    def prefill_attended_tokens(self) -> float:
+        """Mean KV positions a computed prompt token attends to (causal; over the mix of prompt lengths).
+
+        A prompt of L tokens with a cached prefix of hL computes tokens hL..L, each attending to its
+        position: on average (1 + h) L / 2. Over a mix, weighted by computed tokens:
+        (1 + h) / 2 * E[L^2] / E[L] (+1/2 for the token itself).
+        """
+        w = self.workload
+        s = w.stats
+        return (1.0 + w.hit_rate) / 2.0 * s.input_second_moment / s.mean_input + 0.5
+
+    @property
+    def kv_tokens_per_computed_token(self) -> float:
+        """KV positions a prefill instance holds per token it computes (cached prefixes occupy KV too)."""
+        return self.workload.stats.mean_input / self.prefill_tokens_per_request
+
+    @property
+    def ttft_input_tokens(self) -> int:
+        """Prompt length the TTFT SLO is judged at (the workload's SLO percentile)."""
+        return self.workload.slo_input_tokens

@@ -66,10 +66,11 @@ def kv_tokens_in_use(ctx: CostContext, sequences: ArrayLike, mtp_tokens: int) ->
     of the sum (each position uniform over the completion: std = output / sqrt(12)).
     """
     s = np.asarray(sequences, dtype=float)
-    w = ctx.workload
-    mean = w.input_tokens + w.output_tokens / 2.0 + mtp_tokens
-    std = w.output_tokens / np.sqrt(12.0)
-    return s * mean + 2.0 * np.sqrt(s) * std
+    mean = ctx.mean_decode_context_tokens + mtp_tokens
+    std = ctx.decode_context_std_tokens
+    # the longest request must fit next to the others (binds only for a long-tailed distribution)
+    longest = np.maximum(s - 1.0, 0.0) * mean + ctx.max_context_tokens + mtp_tokens
+    return np.maximum(s * mean + 2.0 * np.sqrt(s) * std, np.where(s > 0, longest, 0.0))
 
 
 def _kv_bytes_per_token(ctx: CostContext, core_tp: int) -> float:
@@ -241,8 +242,8 @@ def prefill_hbm(ctx: CostContext, phase: PrefillPlan, batch_tokens: ArrayLike | 
     # two micro-batches are in flight at once when micro-batching
     in_flight = bt / phase.micro_batches * min(2, phase.micro_batches)
     tokens = in_flight / phase.devices
-    requests = in_flight / ctx.workload.input_tokens
-    kv = prefill_kv_tokens(bt, phase.attention.dp) / phase.attention.tp
+    requests = in_flight / ctx.prefill_tokens_per_request
+    kv = prefill_kv_tokens(bt * ctx.kv_tokens_per_computed_token, phase.attention.dp) / phase.attention.tp
     return _phase_hbm(ctx, phase, tokens, kv, requests / phase.devices)
 
 

@@ -138,8 +138,7 @@ def attention_cost(
     t_att = ctx.roofline_s(att_flops, kv_bytes, ctx.attention_flops_per_s)
     if decode and core.dp > 1:
         # DP ranks wait for the one with the longest contexts (sequences at different positions)
-        w = ctx.workload
-        spread = w.output_tokens / np.sqrt(12.0) / max(ctx.mean_decode_context_tokens, 1.0)
+        spread = ctx.decode_context_std_tokens / max(ctx.mean_decode_context_tokens, 1.0)
         t_att = t_att * (1.0 + straggler_z(core.dp) * spread / np.sqrt(np.maximum(seqs * core.tp, 1)))
     parts.append(t_att)
     # output projection, split by heads over the post-TP group

@@ -172,6 +172,22 @@ def _max_requests_guess(ctx: CostContext, devices: int) -> int:
     return int(max(1, min(MAX_REQUESTS_PER_FORWARD, fit_tokens // ctx.workload.input_tokens)))
 
 
+def min_requests_per_forward(ctx: CostContext) -> int:
+    """Fewest requests per prefill forward whose tokens hold the TTFT-percentile prompt whole."""
+    w = ctx.workload
+    need = ctx.ttft_input_tokens * (1.0 - w.hit_rate)
+    return max(1, math.ceil(need / ctx.prefill_tokens_per_request - 1e-9))
+
+
+def _whole_slo_prompt(ctx: CostContext, xs: np.ndarray) -> np.ndarray:
+    """The requests-per-forward grid from the smallest batch that holds the TTFT-percentile prompt."""
+    lo = min_requests_per_forward(ctx)
+    if lo <= 1:
+        return xs
+    kept = xs[xs >= lo]
+    return kept if kept.size else np.array([lo], dtype=np.int64)
+
+
 def _identity(obj: object) -> object:
     """The object itself if it is hashable (equal skew models share tables), else its id."""
     try:
@@ -228,6 +244,7 @@ def build_phase_space(
             found = decode_candidates(t, ints, slo_us, keep)  # type: ignore[arg-type]
         else:
             xs = request_values(_max_requests_guess(ctx, n))
+            xs = _whole_slo_prompt(ctx, xs)
 
             def build_prefill(opts=opts, xs=xs):
                 t = prefill_tables(ctx, opts, [1, 2], xs)
@@ -308,9 +325,9 @@ def make_context(request: PlanRequest) -> CostContext:
     hw = load_hardware(request.hardware)
     quant = get_quantization(request.quantization)
     w = request.workload
-    if w.input_tokens + w.output_tokens > model.max_context_tokens:
+    if w.longest_context_tokens > model.max_context_tokens:
         raise BadInputError(
-            f"--input-tokens + --output-tokens = {w.input_tokens + w.output_tokens} exceeds the model's "
+            f"--input-tokens + --output-tokens = {w.longest_context_tokens} (the longest request) exceeds the model's "
             f"context of {model.max_context_tokens} tokens."
         )
     if request.mtp_tokens and max(request.mtp_tokens) > 0 and model.mtp_layers == 0:
@@ -369,7 +386,7 @@ def deployment_plan(
     decode: DecodePlan | PrefillPlan | None = None
     prefill: DecodePlan | PrefillPlan | None = None
     colocated: ColocatedPlan | None = None
-    n_in = ctx.workload.input_tokens
+    n_in = ctx.prefill_tokens_per_request
     if dep.colocated is not None and coloc:
         c = coloc[dep.colocated]
         d = candidate_phase_plan(c.decode, dep.colocated_instances, n_in)

@@ -23,7 +23,7 @@ input tokens hit its on-disk KV cache over 24 h (deepseek-ai/open-infra-index,
 from __future__ import annotations
 
 import math
-from functools import cached_property
+from functools import lru_cache
 from typing import Any
 
 from pydantic import Field, model_validator
@@ -67,6 +67,11 @@ class LengthStats:
             if acc * 100.0 >= pct - 1e-9:
                 return length
         return self._inputs[-1][0]
+
+
+@lru_cache(maxsize=64)
+def _stats(bins: tuple[tuple[int, int, float], ...]) -> LengthStats:
+    return LengthStats(list(bins))
 
 
 class Workload(Strict):
@@ -119,12 +124,15 @@ class Workload(Strict):
                     )
         return self
 
-    @cached_property
+    @property
     def stats(self) -> LengthStats:
-        """The distribution's moments (one bin of the means when no `lengths` are given)."""
+        """The distribution's moments (one bin of the means when no `lengths` are given).
+
+        Memoised by value, not on the instance: `model_copy(update=...)` copies an instance's
+        attributes, so a cache kept there would go stale."""
         if self.lengths:
-            return LengthStats([(b.input_tokens, b.output_tokens, b.weight) for b in self.lengths])
-        return LengthStats([(self.input_tokens, self.output_tokens, 1.0)])
+            return _stats(tuple((b.input_tokens, b.output_tokens, b.weight) for b in self.lengths))
+        return _stats(((self.input_tokens, self.output_tokens, 1.0),))
 
     @property
     def has_distribution(self) -> bool:
