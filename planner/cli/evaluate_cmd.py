@@ -7,9 +7,16 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.common import console, run_guarded, write_text_atomic
+from planner.cli.common import console, err_console, run_guarded, write_text_atomic
 from planner.cli.options import imbalance_from_options
-from planner.costmodel.evaluate import evaluate_plan, load_plan_specs, plan_with_prediction
+from planner.costmodel.evaluate import (
+    evaluate_mixed_plan,
+    evaluate_plan,
+    load_plan_specs,
+    plan_with_prediction,
+)
+from planner.costmodel.evaluate import _resolve_ref as resolve_ref
+from planner.costmodel.mixed import is_mixed_plan, load_mixed_specs
 from planner.report.evaluate_report import evaluate_tables, plan_json
 from planner.specs.catalog import load_plan, plan_base_dir
 
@@ -42,9 +49,19 @@ def evaluate(
     def body() -> None:
         plan, _ = load_plan(plan_file)
         base = plan_base_dir(plan_file)
-        specs = load_plan_specs(plan, base)
-        imbalance = imbalance_from_options(loads, skew_sigma, specs.model)
-        prediction = evaluate_plan(plan, base, imbalance, specs=specs)
+        if is_mixed_plan(plan):
+            mixed = load_mixed_specs(plan, base, resolve_ref)
+            model, hw, prefill_hw = mixed.model, mixed.decode_hw, mixed.prefill_hw
+            imbalance = imbalance_from_options(loads, skew_sigma, model)
+            prediction = evaluate_mixed_plan(plan, base, imbalance, specs=mixed)
+        else:
+            specs = load_plan_specs(plan, base)
+            hw, prefill_hw = specs.hw, None
+            imbalance = imbalance_from_options(loads, skew_sigma, specs.model)
+            prediction = evaluate_plan(plan, base, imbalance, specs=specs)
+        for note in prediction.notes:
+            if "announced" in note:
+                err_console.print(f"[bold yellow]warning:[/] {note}", markup=True, highlight=False)
         scored = plan_with_prediction(plan, prediction)
         text = plan_json(scored)
         if out is not None:
@@ -52,7 +69,7 @@ def evaluate(
         if json_out:
             console.file.write(text)
             return
-        for renderable in evaluate_tables(plan, prediction, specs.hw):
+        for renderable in evaluate_tables(plan, prediction, hw, prefill_hw):
             console.print(renderable)
         console.print(f"imbalance model: {prediction.imbalance_model}")
 

@@ -19,8 +19,18 @@ from planner.cli.options import (
     PrefillDevicesOpt,
     SkewSigmaOpt,
     WorkersOpt,
+    DecodeHardwareOpt,
+    KvTransferGbpsOpt,
+    MaxCostOpt,
+    MaxDecodeCardsOpt,
+    MaxPrefillCardsOpt,
+    PrefillHardwareOpt,
+    PrefixHitRateOpt,
+    SloPercentileOpt,
+    WorkloadFileOpt,
     imbalance_from_options,
     parse_int_list,
+    workload_fields,
 )
 from planner.errors import BadInputError
 from planner.ranking.binding import why_line
@@ -69,18 +79,41 @@ def build_request(
     skew_sigma: float | None,
     max_redundant_experts: int | None = None,
     colocated: bool = True,
+    prefill_hardware: str | None = None,
+    decode_hardware: str | None = None,
+    kv_transfer_gbps: float | None = None,
+    max_prefill_cards: float | None = None,
+    max_decode_cards: float | None = None,
+    max_cost: float | None = None,
+    workload_file: Path | None = None,
+    prefix_hit_rate: float | None = None,
+    slo_percentile: float | None = None,
 ) -> PlanRequest:
     """A PlanRequest from flag values; bad values raise BadInputError naming the flag."""
+    extra = workload_fields(workload_file, prefix_hit_rate, slo_percentile)
+    fields: dict[str, object] = {
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "mtp_acceptance": mtp_acceptance,
+        **extra,
+    }
+    if "lengths" in extra:  # the file's means
+        del fields["input_tokens"], fields["output_tokens"]
     workload = validate_model(
         Workload,
-        {
-            "input_tokens": input_tokens,
-            "output_tokens": output_tokens,
-            "mtp_acceptance": mtp_acceptance,
-        },
+        fields,
         "flags",
-        "workload flags (--input-tokens, --output-tokens, --mtp-acceptance)",
+        "workload flags (--input-tokens, --output-tokens, --mtp-acceptance, --workload, --prefix-hit-rate, "
+        "--slo-percentile)",
     )
+    for flag, value in (
+        ("--kv-transfer-gbps", kv_transfer_gbps),
+        ("--max-prefill-cards", max_prefill_cards),
+        ("--max-decode-cards", max_decode_cards),
+        ("--max-cost", max_cost),
+    ):
+        if value is not None and not (math.isfinite(value) and 0 < value <= 1e12):
+            raise BadInputError(f"{flag} must be a finite number > 0; got {value:g}.")
     slo = validate_model(SLO, {"tpot_ms": tpot_ms, "ttft_ms": ttft_ms}, "flags", "SLO flags (--tpot-ms, --ttft-ms)")
     if phase not in ("both", "decode", "prefill"):
         raise BadInputError(f"--phase must be both, decode or prefill; got '{phase}'.")
@@ -120,6 +153,12 @@ def build_request(
         imbalance=imbalance,
         max_redundant_experts=max_redundant_experts,
         colocated=colocated,
+        prefill_hardware=prefill_hardware,
+        decode_hardware=decode_hardware,
+        kv_transfer_bytes_per_s=None if kv_transfer_gbps is None else kv_transfer_gbps * 1e9,
+        max_prefill_cards=max_prefill_cards,
+        max_decode_cards=max_decode_cards,
+        max_cost=max_cost,
     )
 
 
@@ -141,11 +180,21 @@ def search_with_progress(request: PlanRequest, cache: TableCache | None = None) 
         return run_search(request, progress, cache)
 
 
+def outcome_notes(outcome: SearchOutcome) -> list[str]:
+    """Notes of the best plan (announced hardware, mixed hardware, workload percentiles)."""
+    if not outcome.plans:
+        return []
+    return list((outcome.plans[0].predicted or {}).get("notes", []))
+
+
 def print_outcome(outcome: SearchOutcome) -> None:
     """The ranked table, the status line, and the best plan in detail."""
     req = outcome.request
+    where = outcome.hw.name
+    if req.is_mixed:
+        where = f"prefill {req.prefill_hw_name} / decode {req.decode_hw_name}"
     title = (
-        f"{outcome.model.name} on {outcome.hw.name}, {req.workload.input_tokens}+{req.workload.output_tokens} "
+        f"{outcome.model.name} on {where}, {req.workload.input_tokens}+{req.workload.output_tokens} "
         f"tokens, TPOT <= {req.slo.tpot_ms} ms, TTFT <= {req.slo.ttft_ms} ms, <= {req.max_cards:g} cards"
     )
     console.print(ranked_table(outcome.plans, outcome.hw, title))
@@ -164,7 +213,12 @@ def print_outcome(outcome: SearchOutcome) -> None:
     from planner.costmodel.prediction import Prediction
 
     console.print("\n[bold]Best plan (rank 1) in detail[/]")
-    for renderable in evaluate_tables(best, Prediction.model_validate(best.predicted), outcome.hw):
+    prefill_hw = None
+    if req.is_mixed:
+        from planner.specs.catalog import load_hardware
+
+        prefill_hw = load_hardware(req.prefill_hw_name)
+    for renderable in evaluate_tables(best, Prediction.model_validate(best.predicted), outcome.hw, prefill_hw):
         console.print(renderable)
 
 
@@ -210,6 +264,15 @@ def plan(
     skew_sigma: SkewSigmaOpt = None,
     max_redundant_experts: MaxRedundantOpt = None,
     colocated: ColocatedOpt = True,
+    prefill_hardware: PrefillHardwareOpt = None,
+    decode_hardware: DecodeHardwareOpt = None,
+    kv_transfer_gbps: KvTransferGbpsOpt = None,
+    max_prefill_cards: MaxPrefillCardsOpt = None,
+    max_decode_cards: MaxDecodeCardsOpt = None,
+    max_cost: MaxCostOpt = None,
+    workload_file: WorkloadFileOpt = None,
+    prefix_hit_rate: PrefixHitRateOpt = None,
+    slo_percentile: SloPercentileOpt = None,
     time_limit: Annotated[
         float,
         typer.Option("--time-limit", min=0.1, max=86400.0, help="Solver time limit in seconds."),
@@ -246,8 +309,21 @@ def plan(
             skew_sigma=skew_sigma,
             max_redundant_experts=max_redundant_experts,
             colocated=colocated,
+            prefill_hardware=prefill_hardware,
+            decode_hardware=decode_hardware,
+            kv_transfer_gbps=kv_transfer_gbps,
+            max_prefill_cards=max_prefill_cards,
+            max_decode_cards=max_decode_cards,
+            max_cost=max_cost,
+            workload_file=workload_file,
+            prefix_hit_rate=prefix_hit_rate,
+            slo_percentile=slo_percentile,
         )
         outcome = search_with_progress(request)
+        notes = outcome_notes(outcome)
+        for note in notes:
+            if "announced" in note:
+                err_console.print(f"[bold yellow]warning:[/] {note}", markup=True, highlight=False)
         if outcome.status == "INTERRUPTED":
             print_outcome(outcome)
             err_console.print(
@@ -255,7 +331,7 @@ def plan(
             )
             raise typer.Exit(code=130)
         if json_out is not None:
-            write_text_atomic(json_out, plans_document(outcome.plans, outcome.status))
+            write_text_atomic(json_out, plans_document(outcome.plans, outcome.status, notes))
         if emit is not None:
             from planner.cli.options import loads_array
 

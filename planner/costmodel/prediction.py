@@ -7,7 +7,9 @@ CM384: one 910C package of two dies).
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Out(BaseModel):
@@ -92,3 +94,12 @@ class Prediction(_Out):
     prefill: PrefillPrediction | None = None
     colocated: ColocatedPrediction | None = None
     system: SystemPrediction | None = None
+    notes: list[str] = Field(
+        default_factory=list,
+        description="what the figures rest on beyond the plan: announced hardware (vendor claims), mixed "
+        "hardware, the length percentile the TTFT is judged at, prefix-cache hits (left out when empty)",
+    )
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form for a plan's `predicted` block (`notes` only when there are any)."""
+        return self.model_dump(mode="json", exclude=None if self.notes else {"notes"})

@@ -590,6 +590,8 @@ def plan_bindings(
 
 def request_bindings(plan: Plan, req: PlanRequest) -> list[Binding]:
     """Bindings of a plan the search returned for `req` (its budget, rate and imbalance)."""
+    if req.is_mixed:
+        return mixed_request_bindings(plan, req)
     ctx = CostContext(
         load_model(req.model),
         load_hardware(req.hardware),
@@ -598,6 +600,20 @@ def request_bindings(plan: Plan, req: PlanRequest) -> list[Binding]:
         req.imbalance or default_imbalance_model(),
     )
     return plan_bindings(plan, ctx, req.max_cards, req.rate_per_s)
+
+
+def mixed_request_bindings(plan: Plan, req: PlanRequest) -> list[Binding]:
+    """Phase bindings of a plan whose phases run on different machines (each on its own)."""
+    from planner.search.mixed_search import phase_contexts
+
+    d_ctx, p_ctx = phase_contexts(req)
+    slo = plan.slo
+    out = []
+    if plan.decode is not None:
+        out.append(decode_binding(d_ctx, plan.decode, slo.tpot_ms if slo else None))
+    if plan.prefill is not None:
+        out.append(prefill_binding(p_ctx, plan.prefill, slo.ttft_ms if slo else None))
+    return out
 
 
 def outcome_bindings(outcome: SearchOutcome, index: int = 0) -> list[Binding]:

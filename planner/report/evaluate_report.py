@@ -6,6 +6,7 @@ import json
 
 from rich.console import RenderableType
 from rich.table import Table
+from rich.text import Text
 
 from planner.costmodel.prediction import DecodePrediction, Prediction, PrefillPrediction
 from planner.specs.hardware import HardwareSpec
@@ -143,8 +144,10 @@ def _prefill_summary(phase: PrefillPlan, p: PrefillPrediction, hw: HardwareSpec,
     return t
 
 
-def evaluate_tables(plan: Plan, prediction: Prediction, hw: HardwareSpec) -> list[RenderableType]:
-    """Every table `moeplan evaluate` prints."""
+def evaluate_tables(
+    plan: Plan, prediction: Prediction, hw: HardwareSpec, prefill_hw: HardwareSpec | None = None
+) -> list[RenderableType]:
+    """Every table `moeplan evaluate` prints (`prefill_hw`: the prefill machine of a mixed plan)."""
     out: list[RenderableType] = []
     if plan.decode_phase is not None and prediction.decode is not None:
         d = prediction.decode
@@ -153,7 +156,7 @@ def evaluate_tables(plan: Plan, prediction: Prediction, hw: HardwareSpec) -> lis
         out.append(_hbm_table("Decode HBM", d.hbm_breakdown_bytes, d.hbm_capacity_bytes, d.hbm_role))
     if plan.prefill_phase is not None and prediction.prefill is not None:
         p = prediction.prefill
-        out.append(_prefill_summary(plan.prefill_phase, p, hw, plan))
+        out.append(_prefill_summary(plan.prefill_phase, p, prefill_hw or hw, plan))
         out.append(_breakdown_table("Prefill forward by module", p.breakdown_ms, p.forward_ms))
         out.append(_hbm_table("Prefill HBM", p.hbm_breakdown_bytes, p.hbm_capacity_bytes, p.hbm_role))
     if prediction.colocated is not None and plan.decode_phase is not None:
@@ -203,6 +206,8 @@ def evaluate_tables(plan: Plan, prediction: Prediction, hw: HardwareSpec) -> lis
         )
         t.add_row("input tokens/s", f"{s.input_tokens_per_s:.1f}")
         out.append(t)
+    if prediction.notes:
+        out.append(Text("\n".join(f"note: {n}" for n in prediction.notes)))
     return out
 
 

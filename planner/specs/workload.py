@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from pydantic import Field, model_validator
@@ -158,3 +159,73 @@ class Workload(Strict):
     def slo_input_tokens(self) -> int:
         """Prompt length at the SLO percentile (the plain prompt length without a distribution)."""
         return self.stats.input_percentile(self.ttft_percentile) if self.has_distribution else self.input_tokens
+
+
+class WorkloadFile(Strict):
+    """A `--workload FILE`: the (input, output) pairs of a trace, or a histogram of them."""
+
+    pairs: list[tuple[int, int]] | None = Field(
+        default=None, min_length=1, max_length=10_000_000, description="one [input, output] per request"
+    )
+    histogram: list[LengthBin] | None = Field(default=None, min_length=1, max_length=MAX_LENGTH_BINS)
+    prefix_hit_rate: float | None = Field(default=None, ge=0, lt=1, allow_inf_nan=False)
+    slo_percentile: float | None = Field(default=None, gt=0, le=100, allow_inf_nan=False)
+    source: str = Field(default="", description="where the lengths come from")
+
+    @model_validator(mode="after")
+    def _one_form(self) -> WorkloadFile:
+        if (self.pairs is None) == (self.histogram is None):
+            raise ValueError("give either 'pairs' ([[input, output], ...]) or 'histogram' (bins with weights)")
+        for k, (i, o) in enumerate(self.pairs or []):
+            if not (1 <= i <= MAX_TOKENS and 1 <= o <= MAX_TOKENS):
+                raise ValueError(f"pairs[{k}] = [{i}, {o}]: lengths must be between 1 and {MAX_TOKENS:,} tokens")
+        return self
+
+    def bins(self) -> list[LengthBin]:
+        """The lengths as bins (pairs: identical pairs merged, then geometric bins if too many)."""
+        if self.histogram is not None:
+            return self.histogram
+        counts: dict[tuple[int, int], float] = {}
+        for pair in self.pairs or []:
+            counts[pair] = counts.get(pair, 0.0) + 1.0
+        if len(counts) > PAIR_BINS:
+            counts = _geometric_bins(counts)
+        return [LengthBin(input_tokens=i, output_tokens=o, weight=w) for (i, o), w in sorted(counts.items())]
+
+
+PAIR_BINS = 4096  # distinct pairs kept as they are; more are merged into 1/8-octave bins
+_BIN_STEPS_PER_OCTAVE = 8
+
+
+def _geometric_bins(counts: dict[tuple[int, int], float]) -> dict[tuple[int, int], float]:
+    """Merge pairs into 1/8-octave bins of both lengths; each bin at its members' weighted means."""
+    acc: dict[tuple[int, int], list[float]] = {}
+    for (i, o), w in counts.items():
+        key = (int(math.log2(i) * _BIN_STEPS_PER_OCTAVE), int(math.log2(o) * _BIN_STEPS_PER_OCTAVE))
+        a = acc.setdefault(key, [0.0, 0.0, 0.0])
+        a[0] += w
+        a[1] += w * i
+        a[2] += w * o
+    out: dict[tuple[int, int], float] = {}
+    for w, wi, wo in acc.values():
+        pair = (max(1, round(wi / w)), max(1, round(wo / w)))
+        out[pair] = out.get(pair, 0.0) + w
+    return out
+
+
+def load_workload_file(path: Path) -> WorkloadFile:
+    """Read a `--workload` YAML/JSON file (a top-level list is read as pairs)."""
+    import yaml
+
+    from planner.specs.files import parse_mapping, read_text, validate_model
+
+    text = read_text(path, "workload")
+    try:
+        data: Any = yaml.safe_load(text)
+    except yaml.YAMLError:
+        data = None
+    if isinstance(data, list):
+        data = {"pairs": data}
+    else:
+        data = parse_mapping(text, str(path), "workload")
+    return validate_model(WorkloadFile, data, str(path), "workload", text)
