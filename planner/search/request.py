@@ -48,6 +48,16 @@ class PlanRequest:
     max_decode_cards: float | None = None
     max_cost: float | None = None  # in the YAMLs' price_per_card units
 
+    def __post_init__(self) -> None:
+        # both phases on one other machine: that machine is the plan's (a single-machine search)
+        p, d = self.prefill_hardware, self.decode_hardware
+        if p is not None and p == d and p != self.hardware:
+            object.__setattr__(self, "hardware", p)
+        if self.prefill_hardware == self.hardware:
+            object.__setattr__(self, "prefill_hardware", None)
+        if self.decode_hardware == self.hardware:
+            object.__setattr__(self, "decode_hardware", None)
+
     @property
     def prefill_hw_name(self) -> str:
         """The machine prefill instances run on."""
