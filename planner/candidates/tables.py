@@ -222,7 +222,6 @@ def prefill_tables(ctx: CostContext, opts: SizeOptions, micro_batches: list[int]
     """Float tables of a prefill instance: compute, communication and launch cost per module."""
     m, n = ctx.model, opts.devices
     r = r_values.astype(float)
-    w = ctx.workload
     bt = r * ctx.prefill_tokens_per_request
     t = bt / n
     attended = ctx.prefill_attended_tokens

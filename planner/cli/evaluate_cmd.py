@@ -9,13 +9,13 @@ import typer
 
 from planner.cli.common import console, err_console, run_guarded, write_text_atomic
 from planner.cli.options import imbalance_from_options
+from planner.costmodel.evaluate import _resolve_ref as resolve_ref
 from planner.costmodel.evaluate import (
     evaluate_mixed_plan,
     evaluate_plan,
     load_plan_specs,
     plan_with_prediction,
 )
-from planner.costmodel.evaluate import _resolve_ref as resolve_ref
 from planner.costmodel.mixed import is_mixed_plan, load_mixed_specs
 from planner.report.evaluate_report import evaluate_tables, plan_json
 from planner.specs.catalog import load_plan, plan_base_dir

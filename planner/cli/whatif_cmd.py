@@ -132,7 +132,9 @@ def _ref(ref: str, base_dir: Path | None) -> str:
 def plan_assumptions(plan: Plan, base_dir: Path | None) -> dict[str, object]:
     """A plan file's assumptions: model, machine, scheme, workload, SLOs; its cards as the "
     "budget."""
-    specs = load_plan_specs(plan.model_copy(update={"prefill": None}) if is_mixed_plan(plan) and plan.decode else plan, base_dir)
+    specs = load_plan_specs(
+        plan.model_copy(update={"prefill": None}) if is_mixed_plan(plan) and plan.decode else plan, base_dir
+    )
     devices = sum(p.total_devices for p in (plan.decode_phase, plan.prefill_phase) if p is not None)
     out = {k: default for k, (_, default) in ASSUMPTIONS.items()}
     out.update(

@@ -218,7 +218,8 @@ def workload_notes(ctx: CostContext) -> list[str]:
             f"length distribution of {len(w.lengths or [])} bins: mean {s.mean_input:.0f}+{s.mean_output:.0f} tokens, "
             f"longest request {s.longest_context} tokens; TTFT is judged at the p{w.ttft_percentile:g} prompt "
             f"({ctx.ttft_input_tokens} tokens), TPOT at the decode pool's output-weighted mean context "
-            f"({ctx.mean_decode_context_tokens:.0f} tokens, std {ctx.decode_context_std_tokens:.0f}) for every percentile"
+            f"({ctx.mean_decode_context_tokens:.0f} tokens, std {ctx.decode_context_std_tokens:.0f}) "
+            "for every percentile"
         )
     if w.hit_rate:
         notes.append(
@@ -285,7 +286,8 @@ def evaluate_mixed_plan(
     d_ctx, p_ctx = mixed_contexts(plan, specs, imbalance)
     decode = predict_decode(d_ctx, plan) if plan.decode is not None else None
     prefill = predict_prefill(p_ctx, plan) if plan.prefill is not None else None
-    system, notes = None, []
+    system: SystemPrediction | None = None
+    notes: list[str] = []
     if decode is not None and prefill is not None:
         system, notes = mixed_system(plan, specs.decode_hw, specs.prefill_hw, decode, prefill)
     return Prediction(

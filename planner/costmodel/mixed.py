@@ -43,9 +43,9 @@ def phase_hardware_refs(plan: Plan) -> tuple[str, str]:
 
 def is_mixed_plan(plan: Plan) -> bool:
     """True when a phase names its own machine or the plan states the KV link."""
-    return any(
-        getattr(section, "hardware", None) is not None for section in (plan.decode, plan.prefill)
-    ) or (plan.prefill is not None and plan.prefill.kv_transfer_bytes_per_s is not None)
+    return any(getattr(section, "hardware", None) is not None for section in (plan.decode, plan.prefill)) or (
+        plan.prefill is not None and plan.prefill.kv_transfer_bytes_per_s is not None
+    )
 
 
 def load_mixed_specs(plan: Plan, base_dir: Path | None, resolve) -> MixedSpecs:

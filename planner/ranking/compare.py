@@ -103,7 +103,9 @@ def plan_choices(plan: Plan, hw: HardwareSpec, model: ModelSpec | None) -> dict[
     if plan.is_colocated and plan.decode_phase is not None:
         pd = f"colocated {plan.decode_phase.instances}x{plan.decode_phase.devices}"
     out = {"hardware": hw.name, "cards": f"{hw.cards(devices):g}", "P:D": pd}
-    phase_hw = {name: getattr(sec, "hardware", None) for name, sec in (("prefill", plan.prefill), ("decode", plan.decode))}
+    phase_hw = {
+        name: getattr(sec, "hardware", None) for name, sec in (("prefill", plan.prefill), ("decode", plan.decode))
+    }
     if any(phase_hw.values()):  # mixed hardware: each phase on its own machine
         out["hardware"] = " / ".join(f"{name} {v or plan.hardware}" for name, v in phase_hw.items())
         system = (plan.predicted or {}).get("system") or {}

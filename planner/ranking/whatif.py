@@ -27,8 +27,8 @@ from planner.costmodel.evaluate import (
     plan_with_prediction,
 )
 from planner.costmodel.imbalance import default_imbalance_model
-from planner.errors import BadInputError
 from planner.costmodel.mixed import is_mixed_plan
+from planner.errors import BadInputError
 from planner.ranking.binding import Binding, mixed_request_bindings, plan_bindings, plan_context
 from planner.ranking.compare import (
     Change,

@@ -68,7 +68,9 @@ def phase_contexts(request: PlanRequest) -> tuple[CostContext, CostContext]:
     kv = request.kv_transfer_bytes_per_s or min(
         d_ctx.hw.kv_transfer_bandwidth_bytes_per_s, p_ctx.hw.kv_transfer_bandwidth_bytes_per_s
     )
-    return dataclasses.replace(d_ctx, kv_transfer_bytes_per_s=kv), dataclasses.replace(p_ctx, kv_transfer_bytes_per_s=kv)
+    return dataclasses.replace(d_ctx, kv_transfer_bytes_per_s=kv), dataclasses.replace(
+        p_ctx, kv_transfer_bytes_per_s=kv
+    )
 
 
 def _budget_devices(cards: float | None, flag: str, ctx: CostContext) -> int | None:
@@ -150,10 +152,8 @@ def choose_deployments(
                     ok &= rate >= target_rate * (1 - 1e-12)
                 if not ok.any():
                     continue
-                if target_rate is not None:
-                    score = np.where(ok, -cost, -np.inf)
-                else:
-                    score = np.where(ok, rate / cost, -np.inf)
+                # with a target rate: least cost; otherwise: most requests/s per cost
+                score = np.where(ok, -cost if target_rate is not None else rate / cost, -np.inf)
                 # equal scores (to 1e-12 relative): the larger deployment serves more
                 top = score.max()
                 tied = ok & (score >= top - abs(top) * 1e-12)
@@ -168,14 +168,25 @@ def choose_deployments(
 
 
 def _single_phase(
-    cands: list[PhaseCandidate], rates: list[float], unit: float, max_devices: int, cost_max: float | None
+    cands: list[PhaseCandidate],
+    rates: list[float],
+    unit: float,
+    max_devices: int,
+    cost_max: float | None,
+    target_rate: float | None = None,
 ) -> list[tuple[float, float, int, int]]:
-    """One phase only: (score, rate, candidate, instances), best first (per-instance ratio; fill the budget)."""
+    """One phase only: (score, rate, candidate, instances), best first: the best ratio filling the
+    budget, or with a target rate the least cost reaching it."""
     out = []
     for i, c in enumerate(cands):
         n = max_devices // c.devices
         if cost_max is not None:
             n = min(n, int(cost_max // (c.devices * unit)))
+        if target_rate is not None and rates[i] > 0:
+            need = math.ceil(target_rate / rates[i] - 1e-12)
+            if need <= n:
+                out.append((-need * c.devices * unit, rates[i] * need, i, need))
+            continue
         if n >= 1 and rates[i] > 0:
             out.append((rates[i] / (c.devices * unit), rates[i] * n, i, n))
     out.sort(key=lambda r: (-r[0], -r[1], r[2]))
@@ -260,14 +271,19 @@ def run_mixed_search(
         cands, rates, unit, budget = (
             (d_cands, d_rates, d_unit, d_budget) if d_cands else (p_cands, p_rates, p_unit, p_budget)
         )
-        for _, rate, i, n in _single_phase(cands, rates, unit, budget, cost_max)[: request.top]:
-            dep = (i, n, None, 0) if d_cands else (None, 0, i, n)
-            deployments.append(MixedDeployment(dep[0], dep[1], dep[2], dep[3], rate, n * cands[i].devices * unit))
+        for _, rate, i, n in _single_phase(cands, rates, unit, budget, cost_max, request.rate_per_s)[: request.top]:
+            cost = n * cands[i].devices * unit
+            if d_cands:
+                deployments.append(MixedDeployment(i, n, None, 0, rate, cost))
+            else:
+                deployments.append(MixedDeployment(None, 0, i, n, rate, cost))
     if not deployments:
-        budget = f"--max-cost {cost_max:g}" if request.max_cost is not None else f"{cost_max or request.max_cards:g} cards"
+        limit = (
+            f"--max-cost {cost_max:g}" if request.max_cost is not None else f"{cost_max or request.max_cards:g} cards"
+        )
         want = f" at {request.rate_per_s:g} requests/s" if request.rate_per_s is not None else ""
         raise InfeasibleError(
-            f"budget: no deployment of decode on {d_ctx.hw.name} and prefill on {p_ctx.hw.name} fits {budget}{want}; "
+            f"budget: no deployment of decode on {d_ctx.hw.name} and prefill on {p_ctx.hw.name} fits {limit}{want}; "
             "raise the budget (--max-cards, --max-decode-cards, --max-prefill-cards or --max-cost) or lower --rate."
         )
 

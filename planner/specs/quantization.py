@@ -194,7 +194,9 @@ QUANTIZATION_SCHEMES: dict[str, QuantizationScheme] = {
             ("fp8", "fp8"),
             kv="fp8",
         ),
-        _scheme("mxfp8", "MXFP8 weights and activations in linear layers and experts, BF16 KV cache", ("mxfp8", "mxfp8")),
+        _scheme(
+            "mxfp8", "MXFP8 weights and activations in linear layers and experts, BF16 KV cache", ("mxfp8", "mxfp8")
+        ),
         _scheme(
             "mxfp4",
             "MXFP4 expert weights with MXFP8 activations, MXFP8 other linear layers, BF16 KV cache",
@@ -207,7 +209,12 @@ QUANTIZATION_SCHEMES: dict[str, QuantizationScheme] = {
             ("mxfp8", "mxfp8"),
             experts=("mxfp4", "mxfp4"),
         ),
-        _scheme("hif8", "HiF8 weights and activations in linear layers and experts, HiF8 KV cache", ("hif8", "hif8"), kv="hif8"),
+        _scheme(
+            "hif8",
+            "HiF8 weights and activations in linear layers and experts, HiF8 KV cache",
+            ("hif8", "hif8"),
+            kv="hif8",
+        ),
     )
 }
 
@@ -229,9 +236,7 @@ def check_scheme_on_hardware(quant: QuantizationScheme, hw: HardwareSpec) -> Non
         if hw.peak_flops_per_s.get(fmt) is None:
             listed = hw.peak_flops_per_s.listed()
             fits = [
-                s.name
-                for s in QUANTIZATION_SCHEMES.values()
-                if all(f in listed for f in s.math_formats().values())
+                s.name for s in QUANTIZATION_SCHEMES.values() if all(f in listed for f in s.math_formats().values())
             ]
             raise BadInputError(
                 f"quantization '{quant.name}': the {module} run in {fmt.upper()}, but hardware '{hw.name}' lists no "

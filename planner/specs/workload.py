@@ -98,8 +98,10 @@ class Workload(Strict):
     @model_validator(mode="before")
     @classmethod
     def _means_from_lengths(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("lengths") and (
-            "input_tokens" not in data or "output_tokens" not in data
+        if (
+            isinstance(data, dict)
+            and data.get("lengths")
+            and ("input_tokens" not in data or "output_tokens" not in data)
         ):
             try:
                 bins = [LengthBin.model_validate(b) for b in data["lengths"]]
@@ -224,8 +226,5 @@ def load_workload_file(path: Path) -> WorkloadFile:
         data: Any = yaml.safe_load(text)
     except yaml.YAMLError:
         data = None
-    if isinstance(data, list):
-        data = {"pairs": data}
-    else:
-        data = parse_mapping(text, str(path), "workload")
+    data = {"pairs": data} if isinstance(data, list) else parse_mapping(text, str(path), "workload")
     return validate_model(WorkloadFile, data, str(path), "workload", text)

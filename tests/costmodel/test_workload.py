@@ -38,8 +38,9 @@ def _ctx(w: Workload) -> CostContext:
 
 
 def test_prefix_hits_skip_prefill_compute_but_keep_kv():
-    cold, warm = _ctx(Workload(input_tokens=4096, output_tokens=256)), _ctx(
-        Workload(input_tokens=4096, output_tokens=256, prefix_hit_rate=0.5)
+    cold, warm = (
+        _ctx(Workload(input_tokens=4096, output_tokens=256)),
+        _ctx(Workload(input_tokens=4096, output_tokens=256, prefix_hit_rate=0.5)),
     )
     assert warm.prefill_tokens_per_request == 2048
     # attention of the computed half attends to the whole prompt: (1 + h) / 2 * L + 1/2
@@ -86,7 +87,10 @@ def test_distribution_statistics_by_hand():
     assert Workload(lengths=w.lengths, slo_percentile=75).slo_input_tokens == 100
     assert w.longest_context_tokens == 1100
     # the mean would mislead: a fixed 325 + 32 workload attends to far less
-    assert _ctx(w).mean_decode_context_tokens > 2 * _ctx(Workload(input_tokens=325, output_tokens=32)).mean_decode_context_tokens
+    assert (
+        _ctx(w).mean_decode_context_tokens
+        > 2 * _ctx(Workload(input_tokens=325, output_tokens=32)).mean_decode_context_tokens
+    )
     with pytest.raises(ValueError, match="not the mean"):
         Workload(input_tokens=500, output_tokens=32, lengths=w.lengths)
 
@@ -94,7 +98,12 @@ def test_distribution_statistics_by_hand():
 def test_a_single_bin_is_the_plain_workload():
     plain = _ctx(Workload(input_tokens=2048, output_tokens=512))
     binned = _ctx(Workload(lengths=[{"input_tokens": 2048, "output_tokens": 512}]))
-    for name in ("mean_decode_context_tokens", "decode_context_std_tokens", "prefill_attended_tokens", "ttft_input_tokens"):
+    for name in (
+        "mean_decode_context_tokens",
+        "decode_context_std_tokens",
+        "prefill_attended_tokens",
+        "ttft_input_tokens",
+    ):
         assert getattr(plain, name) == pytest.approx(getattr(binned, name))
     assert plain.decode_context_std_tokens == pytest.approx(512 / math.sqrt(12))
     assert kv_tokens_in_use(plain, [1.0, 8.0], 0) == pytest.approx(kv_tokens_in_use(binned, [1.0, 8.0], 0))
