@@ -199,7 +199,9 @@ def print_outcome(outcome: SearchOutcome) -> None:
     )
     console.print(ranked_table(outcome.plans, outcome.hw, title))
     points = sum(s.points_evaluated for s in (outcome.decode_space, outcome.prefill_space) if s)
-    if outcome.optimal:
+    if outcome.optimal and req.is_mixed:
+        verdict = "OPTIMAL: best under the cost model (every candidate pair and instance count enumerated)"
+    elif outcome.optimal:
         verdict = "OPTIMAL: proven best under the cost model (CP-SAT)"
     elif outcome.status == "INTERRUPTED":
         verdict = "INTERRUPTED: best found before the interrupt (not proven optimal)"
