@@ -213,7 +213,7 @@ def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | Non
 
 def _prefill_largest_ok(ctx: CostContext, phase: PrefillPlan, upto: int, slo_ms: float | None) -> int:
     """Most requests per forward (<= upto) that fit HBM and meet the TTFT SLO."""
-    n_in = ctx.workload.input_tokens
+    n_in = ctx.prefill_tokens_per_request  # computed tokens per request (prefix hits are not)
     rs = np.arange(1, max(1, upto) + 1, dtype=float)
     bt = np.maximum(rs * n_in, phase.micro_batches)
     ok = prefill_hbm(ctx, phase, bt).fits
@@ -224,7 +224,7 @@ def _prefill_largest_ok(ctx: CostContext, phase: PrefillPlan, upto: int, slo_ms:
 
 def prefill_binding(ctx: CostContext, phase: PrefillPlan, ttft_slo_ms: float | None) -> Binding:
     """What stops the prefill batch from taking one more request (or which rule it breaks)."""
-    n_in = ctx.workload.input_tokens
+    n_in = ctx.prefill_tokens_per_request  # computed tokens per request (prefix hits are not)
     bt = phase.batch_tokens
     r = max(1, bt // n_in)
     grid_next = _next_on_grid(request_values(MAX_REQUESTS_PER_FORWARD), r)
@@ -344,7 +344,7 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
     tpot_slo = slo.tpot_ms if slo else None
     ttft_slo = slo.ttft_ms if slo else None
     now = _colocated_figures(plan.model_copy(update={"predicted": None}), ctx)
-    b, n_in = d.concurrency_per_device, ctx.workload.input_tokens
+    b, n_in = d.concurrency_per_device, ctx.prefill_tokens_per_request
     r = max(1, p.batch_tokens // n_in)
     broken: list[tuple[Constraint, str]] = []
     if not now.fits_hbm:
