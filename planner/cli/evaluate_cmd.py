@@ -17,7 +17,9 @@ from planner.costmodel.evaluate import (
     plan_with_prediction,
 )
 from planner.costmodel.mixed import is_mixed_plan, load_mixed_specs
+from planner.costmodel.uncertainty import prediction_uncertainty, with_uncertainty
 from planner.report.evaluate_report import evaluate_tables, plan_json
+from planner.report.uncertainty_report import uncertainty_table
 from planner.specs.catalog import load_plan, plan_base_dir
 
 
@@ -43,13 +45,23 @@ def evaluate(
             help="Log-normal expert skew of the default imbalance model.",
         ),
     ] = None,
+    hardware: Annotated[
+        str | None,
+        typer.Option(
+            "--hardware",
+            help="Evaluate on this machine instead of the plan's (catalog name or YAML, e.g. one from calibrate).",
+        ),
+    ] = None,
 ) -> None:
     """Score a plan: step time by module, HBM per device, throughput, and each SLO."""
 
     def body() -> None:
         plan, _ = load_plan(plan_file)
+        if hardware is not None:
+            plan = plan.model_copy(update={"hardware": hardware})
         base = plan_base_dir(plan_file)
         if is_mixed_plan(plan):
+            # prefill on one machine, decode on another (no uncertainty bands: they are per machine)
             mixed = load_mixed_specs(plan, base, resolve_ref)
             model, hw, prefill_hw = mixed.model, mixed.decode_hw, mixed.prefill_hw
             imbalance = imbalance_from_options(loads, skew_sigma, model)
@@ -59,6 +71,7 @@ def evaluate(
             hw, prefill_hw = specs.hw, None
             imbalance = imbalance_from_options(loads, skew_sigma, specs.model)
             prediction = evaluate_plan(plan, base, imbalance, specs=specs)
+            prediction = with_uncertainty(prediction, prediction_uncertainty(plan, specs, prediction, base, imbalance))
         for note in prediction.notes:
             if "announced" in note:
                 err_console.print(f"[bold yellow]warning:[/] {note}", markup=True, highlight=False)
@@ -71,6 +84,9 @@ def evaluate(
             return
         for renderable in evaluate_tables(plan, prediction, hw, prefill_hw):
             console.print(renderable)
+        band = uncertainty_table(prediction)
+        if band is not None:
+            console.print(band)
         console.print(f"imbalance model: {prediction.imbalance_model}")
 
     run_guarded(body)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Annotated
@@ -36,6 +37,7 @@ from planner.errors import BadInputError
 from planner.ranking.binding import why_line
 from planner.report.evaluate_report import evaluate_tables
 from planner.report.plan_report import plans_document, ranked_table
+from planner.report.uncertainty_report import uncertainty_table
 from planner.report.vllm_ascend import emit_vllm_ascend
 from planner.search.plan_search import SearchOutcome, TableCache, run_search
 from planner.search.request import (
@@ -88,6 +90,7 @@ def build_request(
     workload_file: Path | None = None,
     prefix_hit_rate: float | None = None,
     slo_percentile: float | None = None,
+    robust: bool = False,
 ) -> PlanRequest:
     """A PlanRequest from flag values; bad values raise BadInputError naming the flag."""
     extra = workload_fields(workload_file, prefix_hit_rate, slo_percentile)
@@ -159,7 +162,45 @@ def build_request(
         max_prefill_cards=max_prefill_cards,
         max_decode_cards=max_decode_cards,
         max_cost=max_cost,
+        pessimistic_factors=robust,
     )
+
+
+def add_bands(outcome: SearchOutcome) -> SearchOutcome:
+    """Every ranked plan re-scored on the machine as shipped, with its band; --robust re-ranks by the low end.
+
+    A --robust search ran on the pessimistic machine (every factor at the slow end of its range), so
+    its plans are already the best at the low end; they are shown at the predicted factors with their band.
+    """
+    from planner.costmodel.evaluate import PlanSpecs
+    from planner.ranking.robust import rank_by_low_end, with_band
+    from planner.specs.catalog import load_hardware
+    from planner.specs.quantization import get_quantization
+
+    req = outcome.request
+    if req.is_mixed:
+        return outcome  # bands are per machine; a mixed plan's phases run on two
+    hw = load_hardware(req.hardware) if req.pessimistic_factors else outcome.hw
+    specs = PlanSpecs(outcome.model, hw, get_quantization(req.quantization))
+    plans = [with_band(p, specs, req.imbalance) for p in outcome.plans]
+    if req.pessimistic_factors:
+        plans = rank_by_low_end(plans)
+    return dataclasses.replace(outcome, plans=plans)
+
+
+def lead_lines(outcome: SearchOutcome) -> list[str]:
+    """Whether rank 1's lead over rank 2 survives the factor ranges, and the term it rests on."""
+    if len(outcome.plans) < 2 or outcome.request.is_mixed:
+        return []
+    from planner.costmodel.evaluate import PlanSpecs
+    from planner.ranking.robust import lead_verdict
+    from planner.specs.catalog import load_hardware
+    from planner.specs.quantization import get_quantization
+
+    req = outcome.request
+    hw = load_hardware(req.hardware) if req.pessimistic_factors else outcome.hw
+    specs = PlanSpecs(outcome.model, hw, get_quantization(req.quantization))
+    return lead_verdict(outcome.plans[0], outcome.plans[1], specs, req.imbalance).lines()
 
 
 def search_with_progress(request: PlanRequest, cache: TableCache | None = None) -> SearchOutcome:
@@ -210,6 +251,13 @@ def print_outcome(outcome: SearchOutcome) -> None:
     console.print(
         f"{verdict}; {points:,} configurations costed, {outcome.solves} CP-SAT solves, {outcome.seconds:.2f} s."
     )
+    if outcome.request.pessimistic_factors:
+        console.print(
+            "--robust: searched with every factor at the slow end of its range (the SLOs hold there; 'why' below "
+            "is at that end); ranked by the low end of the band."
+        )
+    for line in lead_lines(outcome):
+        console.print(line)
     console.print(why_line(outcome, index=0))
     best = outcome.plans[0]
     from planner.costmodel.prediction import Prediction
@@ -220,8 +268,12 @@ def print_outcome(outcome: SearchOutcome) -> None:
         from planner.specs.catalog import load_hardware
 
         prefill_hw = load_hardware(req.prefill_hw_name)
-    for renderable in evaluate_tables(best, Prediction.model_validate(best.predicted), outcome.hw, prefill_hw):
+    best_prediction = Prediction.model_validate(best.predicted)
+    for renderable in evaluate_tables(best, best_prediction, outcome.hw, prefill_hw):
         console.print(renderable)
+    band = uncertainty_table(best_prediction)
+    if band is not None:
+        console.print(band)
 
 
 def plan(
@@ -280,6 +332,13 @@ def plan(
         typer.Option("--time-limit", min=0.1, max=86400.0, help="Solver time limit in seconds."),
     ] = DEFAULT_TIME_LIMIT_S,
     workers: WorkersOpt = 2,
+    robust: Annotated[
+        bool,
+        typer.Option(
+            "--robust",
+            help="Search with every factor at the slow end of its range and rank by the low end of the band.",
+        ),
+    ] = False,
 ) -> None:
     """Search deployments (instance sizes, per-module layouts, expert slots, concurrency, MTP,
     P:D) under HBM and the SLOs, and print them ranked by output tokens/s per card."""
@@ -320,8 +379,9 @@ def plan(
             workload_file=workload_file,
             prefix_hit_rate=prefix_hit_rate,
             slo_percentile=slo_percentile,
+            robust=robust,
         )
-        outcome = search_with_progress(request)
+        outcome = add_bands(search_with_progress(request))
         notes = outcome_notes(outcome)
         for note in notes:
             if "announced" in note:

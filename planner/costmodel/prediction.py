@@ -85,6 +85,22 @@ class SystemPrediction(_Out):
     input_tokens_per_s: float
 
 
+class BandFigure(_Out):
+    """A figure at the pessimistic end of the factor ranges, as predicted, and at the optimistic end."""
+
+    low: float
+    mid: float
+    high: float
+
+
+class Uncertainty(_Out):
+    """How sure the prediction is: bands per block (decode, prefill, colocated, system) and the ranges behind them."""
+
+    method: str
+    factors: dict[str, list[float]]
+    bands: dict[str, dict[str, BandFigure]]
+
+
 class Prediction(_Out):
     """Everything `evaluate` predicts for a plan."""
 
@@ -94,6 +110,7 @@ class Prediction(_Out):
     prefill: PrefillPrediction | None = None
     colocated: ColocatedPrediction | None = None
     system: SystemPrediction | None = None
+    uncertainty: Uncertainty | None = None  # set by `evaluate` and `plan` (costmodel.uncertainty), not by the search
     notes: list[str] = Field(
         default_factory=list,
         description="what the figures rest on beyond the plan: announced hardware (vendor claims), mixed "
@@ -101,5 +118,8 @@ class Prediction(_Out):
     )
 
     def to_json(self) -> dict[str, Any]:
-        """JSON form for a plan's `predicted` block (`notes` only when there are any)."""
-        return self.model_dump(mode="json", exclude=None if self.notes else {"notes"})
+        """JSON form for a plan's `predicted` block (`uncertainty` and `notes` only when there are any)."""
+        exclude = {
+            name for name, empty in (("uncertainty", self.uncertainty is None), ("notes", not self.notes)) if empty
+        }
+        return self.model_dump(mode="json", exclude=exclude or None)

@@ -40,6 +40,7 @@ class PlanRequest:
     settings: SolverSettings = field(default_factory=SolverSettings)
     imbalance: ImbalanceModel | None = None
     imbalance_label: str = ""
+    pessimistic_factors: bool = False  # --robust: search with every factor at the slow end of its range
     # prefill on one machine, decode on another (planner.search.mixed_search); None: `hardware`
     prefill_hardware: str | None = None
     decode_hardware: str | None = None

@@ -8,7 +8,7 @@ import sys
 import time
 
 from planner.search import deployment_model
-from tests.conftest import run_cli
+from tests.conftest import run_cli, wait_until_it_catches_sigterm
 
 
 def test_interrupt_during_the_solve_prints_the_best_so_far(tmp_path, monkeypatch):
@@ -52,7 +52,8 @@ def test_sigterm_mid_search_leaves_no_file(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(1.0)  # imports done, tables being built
+    wait_until_it_catches_sigterm(proc)
+    time.sleep(0.2)  # tables being built or the solve under way
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=60)
     if proc.returncode == 0:  # the machine was fast enough to finish first: the file is whole
