@@ -81,7 +81,7 @@ def _prefill_phase(dt: PhaseTables, idx: tuple[int, ...], batch_tokens: int, mb:
 
 def _one_request_prefill_mib(ctx: CostContext, dt: PhaseTables) -> int:
     """MiB of KV cache and activations one prompt needs in prefill (first layouts of the size)."""
-    use = prefill_hbm(ctx, _prefill_phase(dt, (0, 0, 0, 0), ctx.workload.input_tokens, 1))
+    use = prefill_hbm(ctx, _prefill_phase(dt, (0, 0, 0, 0), ctx.prefill_tokens_per_request, 1))
     return int(math.ceil(float(use.breakdown_bytes["kv_cache"][0] + use.breakdown_bytes["activations"][0]) / MIB))
 
 
@@ -110,8 +110,8 @@ def _prefill_extra_mib(ctx: CostContext, dt: PhaseTables, pt: PhaseTables, idx: 
         rs = pt.x_values.astype(np.int64)
         use = prefill_hbm(
             ctx,
-            _prefill_phase(dt, idx, ctx.workload.input_tokens, mb),
-            rs * ctx.workload.input_tokens,
+            _prefill_phase(dt, idx, ctx.prefill_tokens_per_request, mb),
+            rs * ctx.prefill_tokens_per_request,
         )
         pt.memo[key] = np.ceil((use.breakdown_bytes["kv_cache"] + use.breakdown_bytes["activations"]) / MIB)
     return pt.memo[key]

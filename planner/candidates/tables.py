@@ -231,8 +231,7 @@ def prefill_tables(ctx: CostContext, opts: SizeOptions, micro_batches: list[int]
     """Float tables of a prefill instance: compute, communication and launch cost per module."""
     m, n = ctx.model, opts.devices
     r = r_values.astype(float)
-    w = ctx.workload
-    bt = r * w.input_tokens
+    bt = r * ctx.prefill_tokens_per_request
     t = bt / n
     requests_per_device = r / n
 
@@ -264,10 +263,11 @@ def prefill_tables(ctx: CostContext, opts: SizeOptions, micro_batches: list[int]
     for j, mb in enumerate(micro_batches):
         in_flight = bt / mb * min(2, mb)
         tok = in_flight / n
-        logits = in_flight / w.input_tokens / n
+        logits = in_flight / ctx.prefill_tokens_per_request / n
         for i, att_lay in enumerate(opts.attention):
-            kv = prefill_kv_tokens(bt, att_lay.dp) / att_lay.tp
-            hbm["attention"][i, j] = _sum_parts(attention_hbm(ctx, att_lay, tok, kv, kv / w.input_tokens))
+            # cached prefixes occupy KV too: the KV of whole prompts
+            kv = prefill_kv_tokens(bt * ctx.kv_tokens_per_computed_token, att_lay.dp) / att_lay.tp
+            hbm["attention"][i, j] = _sum_parts(attention_hbm(ctx, att_lay, tok, kv, kv / ctx.workload.input_tokens))
         for i, lay in enumerate(opts.dense_ffn):
             hbm["dense_ffn"][i, j] = _sum_parts(dense_ffn_hbm(ctx, lay, tok)) if m.num_dense_layers else 0
         for i, opt in enumerate(opts.moe):

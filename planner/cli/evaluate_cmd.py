@@ -9,7 +9,14 @@ import typer
 
 from planner.cli.common import console, err_console, run_guarded, write_text_atomic
 from planner.cli.options import check_hbm_utilization, imbalance_from_options
-from planner.costmodel.evaluate import evaluate_plan, load_plan_specs, plan_with_prediction
+from planner.costmodel.evaluate import _resolve_ref as resolve_ref
+from planner.costmodel.evaluate import (
+    evaluate_mixed_plan,
+    evaluate_plan,
+    load_plan_specs,
+    plan_with_prediction,
+)
+from planner.costmodel.mixed import is_mixed_plan, load_mixed_specs
 from planner.costmodel.prediction import Prediction
 from planner.costmodel.uncertainty import prediction_uncertainty, with_uncertainty
 from planner.errors import InfeasibleError
@@ -119,10 +126,21 @@ def evaluate(
         if hbm_utilization is not None:
             plan = plan.model_copy(update={"hbm_utilization": check_hbm_utilization(hbm_utilization)})
         base = plan_base_dir(plan_file)
-        specs = load_plan_specs(plan, base)
-        imbalance = imbalance_from_options(loads, skew_sigma, specs.model)
-        prediction = evaluate_plan(plan, base, imbalance, specs=specs)
-        prediction = with_uncertainty(prediction, prediction_uncertainty(plan, specs, prediction, base, imbalance))
+        if is_mixed_plan(plan):
+            # prefill on one machine, decode on another (no uncertainty bands: they are per machine)
+            mixed = load_mixed_specs(plan, base, resolve_ref)
+            model, hw, prefill_hw = mixed.model, mixed.decode_hw, mixed.prefill_hw
+            imbalance = imbalance_from_options(loads, skew_sigma, model)
+            prediction = evaluate_mixed_plan(plan, base, imbalance, specs=mixed)
+        else:
+            specs = load_plan_specs(plan, base)
+            hw, prefill_hw = specs.hw, None
+            imbalance = imbalance_from_options(loads, skew_sigma, specs.model)
+            prediction = evaluate_plan(plan, base, imbalance, specs=specs)
+            prediction = with_uncertainty(prediction, prediction_uncertainty(plan, specs, prediction, base, imbalance))
+        for note in prediction.notes:
+            if "announced" in note:
+                err_console.print(f"[bold yellow]warning:[/] {note}", markup=True, highlight=False)
         scored = plan_with_prediction(plan, prediction)
         text = plan_json(scored)
         if out is not None:
@@ -131,7 +149,7 @@ def evaluate(
         if json_out:
             console.file.write(text)
         else:
-            for renderable in evaluate_tables(plan, prediction, specs.hw):
+            for renderable in evaluate_tables(plan, prediction, hw, prefill_hw):
                 console.print(renderable)
             band = uncertainty_table(prediction)
             if band is not None:

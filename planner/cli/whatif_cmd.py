@@ -15,9 +15,19 @@ from typing import Annotated, Any
 import typer
 
 from planner.cli.common import console, run_guarded, write_text_atomic
+from planner.cli.options import (
+    DecodeHardwareOpt,
+    KvTransferGbpsOpt,
+    MaxCostOpt,
+    MaxDecodeCardsOpt,
+    MaxPrefillCardsOpt,
+    PrefillHardwareOpt,
+    PrefixHitRateOpt,
+)
 from planner.cli.plan_cmd import build_request, search_with_progress
 from planner.costmodel.context import DEFAULT_HBM_UTILIZATION
 from planner.costmodel.evaluate import load_plan_specs
+from planner.costmodel.mixed import is_mixed_plan
 from planner.errors import BadInputError
 from planner.ranking.whatif import run_whatif
 from planner.report.whatif_report import whatif_document, whatif_renderables
@@ -56,6 +66,13 @@ ASSUMPTIONS: dict[str, tuple[type, object]] = {
     "colocated": (bool, True),
     "hbm-utilization": (float, DEFAULT_HBM_UTILIZATION),
     "max-itl-ms": (float, None),
+    "prefill-hardware": (str, None),
+    "decode-hardware": (str, None),
+    "kv-transfer-gbps": (float, None),
+    "max-prefill-cards": (float, None),
+    "max-decode-cards": (float, None),
+    "max-cost": (float, None),
+    "prefix-hit-rate": (float, None),
 }
 BOOLEANS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 NULLABLE = {
@@ -69,6 +86,13 @@ NULLABLE = {
     "skew-sigma",
     "loads",
     "max-redundant-experts",
+    "prefill-hardware",
+    "decode-hardware",
+    "kv-transfer-gbps",
+    "max-prefill-cards",
+    "max-decode-cards",
+    "max-cost",
+    "prefix-hit-rate",
 }
 
 
@@ -113,7 +137,9 @@ def _ref(ref: str, base_dir: Path | None) -> str:
 def plan_assumptions(plan: Plan, base_dir: Path | None) -> dict[str, object]:
     """A plan file's assumptions: model, machine, scheme, workload, SLOs; its cards as the "
     "budget."""
-    specs = load_plan_specs(plan, base_dir)
+    specs = load_plan_specs(
+        plan.model_copy(update={"prefill": None}) if is_mixed_plan(plan) and plan.decode else plan, base_dir
+    )
     devices = sum(p.total_devices for p in (plan.decode_phase, plan.prefill_phase) if p is not None)
     out = {k: default for k, (_, default) in ASSUMPTIONS.items()}
     out.update(
@@ -131,8 +157,23 @@ def plan_assumptions(plan: Plan, base_dir: Path | None) -> dict[str, object]:
             "hbm-utilization": plan.hbm_utilization,
             # a plan without an ITL limit is compared without one (0: none; unset: 3x TPOT)
             "max-itl-ms": (plan.slo.max_itl_ms or 0.0) if plan.slo else 0.0,
+            "prefix-hit-rate": plan.workload.prefix_hit_rate,
         }
     )
+    if is_mixed_plan(plan):
+        from planner.costmodel.evaluate import _resolve_ref
+        from planner.costmodel.mixed import load_mixed_specs
+
+        mixed = load_mixed_specs(plan, base_dir, _resolve_ref)
+        d_cards = mixed.decode_hw.cards(plan.decode.total_devices) if plan.decode else 0.0
+        p_cards = mixed.prefill_hw.cards(plan.prefill.total_devices) if plan.prefill else 0.0
+        out["max-cards"] = d_cards + p_cards
+        if plan.decode is not None and plan.decode.hardware:
+            out["decode-hardware"] = _ref(plan.decode.hardware, base_dir)
+        if plan.prefill is not None and plan.prefill.hardware:
+            out["prefill-hardware"] = _ref(plan.prefill.hardware, base_dir)
+        if plan.prefill is not None and plan.prefill.kv_transfer_bytes_per_s:
+            out["kv-transfer-gbps"] = plan.prefill.kv_transfer_bytes_per_s / 1e9
     return out
 
 
@@ -168,6 +209,13 @@ def request_from(assumptions: dict[str, object], time_limit: float, workers: int
         colocated=bool(a["colocated"]),
         hbm_utilization=float(a["hbm-utilization"]),  # type: ignore[arg-type]
         max_itl_ms=_opt(a["max-itl-ms"], float),
+        prefill_hardware=_opt(a["prefill-hardware"], str),
+        decode_hardware=_opt(a["decode-hardware"], str),
+        kv_transfer_gbps=_opt(a["kv-transfer-gbps"], float),
+        max_prefill_cards=_opt(a["max-prefill-cards"], float),
+        max_decode_cards=_opt(a["max-decode-cards"], float),
+        max_cost=_opt(a["max-cost"], float),
+        prefix_hit_rate=_opt(a["prefix-hit-rate"], float),
     )
 
 
@@ -256,6 +304,13 @@ def whatif(
             help="New fraction of each device's HBM a plan may fill (default: the base's; 0.9).",
         ),
     ] = None,
+    prefill_hardware: PrefillHardwareOpt = None,
+    decode_hardware: DecodeHardwareOpt = None,
+    kv_transfer_gbps: KvTransferGbpsOpt = None,
+    max_prefill_cards: MaxPrefillCardsOpt = None,
+    max_decode_cards: MaxDecodeCardsOpt = None,
+    max_cost: MaxCostOpt = None,
+    prefix_hit_rate: PrefixHitRateOpt = None,
     json_out: Annotated[
         Path | None,
         typer.Option(
@@ -308,6 +363,13 @@ def whatif(
             "colocated": colocated,
             "hbm-utilization": hbm_utilization,
             "max-itl-ms": max_itl_ms,
+            "prefill-hardware": prefill_hardware,
+            "decode-hardware": decode_hardware,
+            "kv-transfer-gbps": kv_transfer_gbps,
+            "max-prefill-cards": max_prefill_cards,
+            "max-decode-cards": max_decode_cards,
+            "max-cost": max_cost,
+            "prefix-hit-rate": prefix_hit_rate,
         }
         changes = {k: v for k, v in changes.items() if v is not None}
         plan = base_dir = None

@@ -131,14 +131,13 @@ def layer_group_cost(
 ) -> ModuleCost:
     """One attention layer of `kind` on one device (decode at the mean context, or a prefill forward)."""
     m = ctx.model
-    w = ctx.workload
     t = np.asarray(tokens_per_device, dtype=float)
     seqs = np.asarray(sequences_per_device, dtype=float)
     if is_plain(m, kind):
         if decode:
             c = ctx.mean_decode_context_tokens
             return attention_cost(ctx, layout, t, seqs, c, c, decode=True)
-        return attention_cost(ctx, layout, t, seqs, (w.input_tokens + 1) / 2.0, 0.0, decode=False)
+        return attention_cost(ctx, layout, t, seqs, ctx.prefill_attended_tokens, 0.0, decode=False)
 
     a = m.attention
     q = ctx.quant
@@ -165,12 +164,14 @@ def layer_group_cost(
         read = decode_kv_read_bytes(m, kind, ratio, context, q.kv_bytes_per_element, core_tp)
         kv_bytes = seqs * core_tp * read
     else:
-        flops_per_query = _mean_prefill_flops(m, kind, ratio, int(w.input_tokens))
+        # the prompt whose causal mean position is the workload's (prefix hits, length mix)
+        prompt = max(1, round(2.0 * (ctx.prefill_attended_tokens - 0.5)))
+        flops_per_query = _mean_prefill_flops(m, kind, ratio, prompt)
         kv_bytes = np.zeros_like(t)
     t_att = ctx.roofline_s(t_core * flops_per_query / core_tp, kv_bytes, ctx.attention_flops_per_s)
     if decode and core_dp > 1 and kind != "linear":
         # DP ranks wait for the one with the longest contexts (as in modules.attention_cost)
-        spread = w.output_tokens / np.sqrt(12.0) / max(ctx.mean_decode_context_tokens, 1.0)
+        spread = ctx.decode_context_std_tokens / max(ctx.mean_decode_context_tokens, 1.0)
         t_att = t_att * (1.0 + straggler_z(core_dp) * spread / np.sqrt(np.maximum(seqs * core_tp, 1)))
     parts.append(t_att)
     parts.append(ctx.roofline_s(2 * t_post * out_params, out_params * wb, lin))

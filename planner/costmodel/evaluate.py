@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -35,6 +36,9 @@ from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan, check_plan
 from planner.specs.quantization import QuantizationScheme, get_quantization
+
+if TYPE_CHECKING:
+    from planner.costmodel.mixed import MixedSpecs
 
 COST_MODEL_VERSION = "moeplan-roofline-1"
 
@@ -214,6 +218,38 @@ def predict_system(
     )
 
 
+def workload_notes(ctx: CostContext) -> list[str]:
+    """What the workload section adds beyond one (input, output) pair, for the report."""
+    w = ctx.workload
+    notes = []
+    if w.has_distribution:
+        s = w.stats
+        notes.append(
+            f"length distribution of {len(w.lengths or [])} bins: mean {s.mean_input:.0f}+{s.mean_output:.0f} tokens, "
+            f"longest request {s.longest_context} tokens; TTFT is judged at the p{w.ttft_percentile:g} prompt "
+            f"({ctx.ttft_input_tokens} tokens), TPOT at the decode pool's output-weighted mean context "
+            f"({ctx.mean_decode_context_tokens:.0f} tokens, std {ctx.decode_context_std_tokens:.0f}) "
+            "for every percentile"
+        )
+    if w.hit_rate:
+        notes.append(
+            f"prefix cache: {w.hit_rate:.0%} of input tokens hit; prefill computes {ctx.prefill_tokens_per_request} "
+            "tokens per request but KV (and the transfer to decode) covers the whole prompt"
+        )
+    return notes
+
+
+def hardware_notes(*machines: HardwareSpec) -> list[str]:
+    """The announced-hardware warning of each distinct machine."""
+    seen, out = set(), []
+    for hw in machines:
+        text = hw.announced_warning()
+        if text and hw.name not in seen:
+            seen.add(hw.name)
+            out.append(text)
+    return out
+
+
 def evaluate_plan(
     plan: Plan,
     base_dir: Path | None = None,
@@ -221,6 +257,10 @@ def evaluate_plan(
     specs: PlanSpecs | None = None,
 ) -> Prediction:
     """Every figure the cost model predicts for `plan` (its own `predicted` block is ignored)."""
+    from planner.costmodel.mixed import is_mixed_plan
+
+    if is_mixed_plan(plan):
+        return evaluate_mixed_plan(plan, base_dir, imbalance)
     specs = specs or load_plan_specs(plan, base_dir)
     imb = imbalance or default_imbalance_model()
     ctx = CostContext(specs.model, specs.hw, specs.quant, plan.workload, imb, plan.hbm_utilization)
@@ -239,10 +279,37 @@ def evaluate_plan(
         prefill=prefill,
         colocated=colocated,
         system=system,
+        notes=hardware_notes(specs.hw) + workload_notes(ctx),
+    )
+
+
+def evaluate_mixed_plan(
+    plan: Plan,
+    base_dir: Path | None = None,
+    imbalance: ImbalanceModel | None = None,
+    specs: MixedSpecs | None = None,
+) -> Prediction:
+    """A plan whose phases run on different machines (planner.costmodel.mixed)."""
+    from planner.costmodel.mixed import load_mixed_specs, mixed_contexts, mixed_system
+
+    specs = specs or load_mixed_specs(plan, base_dir, _resolve_ref)
+    d_ctx, p_ctx = mixed_contexts(plan, specs, imbalance)
+    decode = predict_decode(d_ctx, plan) if plan.decode is not None else None
+    prefill = predict_prefill(p_ctx, plan) if plan.prefill is not None else None
+    system: SystemPrediction | None = None
+    notes: list[str] = []
+    if decode is not None and prefill is not None:
+        system, notes = mixed_system(plan, specs.decode_hw, specs.prefill_hw, decode, prefill)
+    return Prediction(
+        cost_model=COST_MODEL_VERSION,
+        imbalance_model=d_ctx.imbalance.describe(),
+        decode=decode,
+        prefill=prefill,
+        system=system,
+        notes=hardware_notes(specs.decode_hw, specs.prefill_hw) + notes + workload_notes(p_ctx),
     )
 
 
 def plan_with_prediction(plan: Plan, prediction: Prediction) -> Plan:
     """The plan with its `predicted` block replaced by `prediction`."""
-    exclude = {"uncertainty"} if prediction.uncertainty is None else None
-    return plan.model_copy(update={"predicted": prediction.model_dump(mode="json", exclude=exclude)})
+    return plan.model_copy(update={"predicted": prediction.to_json()})

@@ -67,16 +67,18 @@ def kv_tokens_in_use(ctx: CostContext, sequences: ArrayLike, mtp_tokens: int) ->
     of the sum (each position uniform over the completion: std = output / sqrt(12)).
     """
     s = np.asarray(sequences, dtype=float)
-    w = ctx.workload
-    mean = w.input_tokens + w.output_tokens / 2.0 + mtp_tokens
-    std = w.output_tokens / np.sqrt(12.0)
-    return s * mean + 2.0 * np.sqrt(s) * std
+    mean = ctx.mean_decode_context_tokens + mtp_tokens
+    std = ctx.decode_context_std_tokens
+    # the longest request must fit next to the others (binds only for a long-tailed distribution)
+    longest = np.maximum(s - 1.0, 0.0) * mean + ctx.max_context_tokens + mtp_tokens
+    return np.maximum(s * mean + 2.0 * np.sqrt(s) * std, np.where(s > 0, longest, 0.0))
 
 
 def kv_transfer_bytes_per_request(ctx: CostContext) -> float:
-    """Cache of one prompt sent from prefill to decode: KV entries, compressed entries, linear states."""
+    """Cache of one prompt sent from prefill to decode: KV entries, compressed entries, linear states
+    (the prompt at the TTFT percentile; cached prefixes are sent too)."""
     m = ctx.model
-    tokens = float(ctx.workload.input_tokens)
+    tokens = float(ctx.ttft_input_tokens)
     if m.is_plain():
         return tokens * m.kv_elements_per_token_per_layer() * m.kv_layers() * ctx.quant.kv_bytes_per_element
     growing, fixed = m.kv_cache_bytes(tokens, ctx.quant.kv_bytes_per_element)
@@ -164,7 +166,7 @@ def dense_ffn_hbm(ctx: CostContext, layout: ParallelLayout, tokens_per_device: A
     t = np.asarray(tokens_per_device, dtype=float)
     if not m.num_dense_layers:
         return {}
-    weights = m.num_dense_layers * m.dense_ffn_params() / layout.tp * q.linear_weight_bytes
+    weights = m.num_dense_layers * m.dense_ffn_params() / layout.tp * q.dense_weight_bytes
     acts = t * layout.tp * (3 * m.dense_intermediate_size / layout.tp) * BF16_BYTES
     return {"dense_ffn_weights": np.full_like(t, weights), "activations": acts}
 
@@ -280,8 +282,9 @@ def prefill_hbm(ctx: CostContext, phase: PrefillPlan, batch_tokens: ArrayLike | 
     # two micro-batches are in flight at once when micro-batching
     in_flight = bt / phase.micro_batches * min(2, phase.micro_batches)
     tokens = in_flight / phase.devices
-    requests = in_flight / ctx.workload.input_tokens
-    kv = prefill_kv_tokens(bt, phase.attention.dp) / phase.attention.tp
+    requests = in_flight / ctx.prefill_tokens_per_request
+    # cached prefixes occupy KV too: the KV of whole prompts
+    kv = prefill_kv_tokens(bt * ctx.kv_tokens_per_computed_token, phase.attention.dp) / phase.attention.tp
     kv_sequences = kv / ctx.workload.input_tokens
     return _phase_hbm(ctx, phase, tokens, kv, requests / phase.devices, kv_sequences)
 

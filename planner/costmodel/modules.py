@@ -176,8 +176,7 @@ def attention_cost(
     t_att = ctx.roofline_s(att_flops, kv_bytes, ctx.attention_flops_per_s)
     if decode and core.dp > 1:
         # DP ranks wait for the one with the longest contexts (sequences at different positions)
-        w = ctx.workload
-        spread = w.output_tokens / np.sqrt(12.0) / max(ctx.mean_decode_context_tokens, 1.0)
+        spread = ctx.decode_context_std_tokens / max(ctx.mean_decode_context_tokens, 1.0)
         t_att = t_att * (1.0 + straggler_z(core.dp) * spread / np.sqrt(np.maximum(seqs * core.tp, 1)))
     parts.append(t_att)
     # output projection, split by heads over the post-TP group
@@ -196,7 +195,9 @@ def dense_ffn_cost(ctx: CostContext, layout: ParallelLayout, tokens_per_device: 
     """One dense SwiGLU FFN layer on one device."""
     t = np.asarray(tokens_per_device, dtype=float)
     params = ctx.model.dense_ffn_params() / layout.tp
-    compute = ctx.roofline_s(2 * t * layout.tp * params, params * ctx.quant.linear_weight_bytes, ctx.linear_flops_per_s)
+    compute = ctx.roofline_s(
+        2 * t * layout.tp * params, params * ctx.quant.dense_weight_bytes, ctx.module_flops_per_s("dense_ffn")
+    )
     comm_s = _tp_in_out_comm_s(ctx, layout.tp, t, ctx.model.hidden_size)
     return ModuleCost(compute, comm_s, _fixed(ctx, 2, 3, 2 if layout.tp > 1 else 0))
 
@@ -244,7 +245,7 @@ def moe_cost(
     h, k = m.expert_token_width(), m.moe.experts_per_token
     expert_params = m.expert_params()
     ew = ctx.routed_expert_weight_bytes
-    lin = ctx.linear_flops_per_s
+    lin = ctx.module_flops_per_s("experts")
     inter = m.moe.expert_intermediate_size
     tokens_total = t * devices
     ep, slots = moe.ep, moe.slots_per_device

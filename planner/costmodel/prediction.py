@@ -7,7 +7,9 @@ CM384: one 910C package of two dies).
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Out(BaseModel):
@@ -118,3 +120,15 @@ class Prediction(_Out):
     colocated: ColocatedPrediction | None = None
     system: SystemPrediction | None = None
     uncertainty: Uncertainty | None = None  # set by `evaluate` and `plan` (costmodel.uncertainty), not by the search
+    notes: list[str] = Field(
+        default_factory=list,
+        description="what the figures rest on beyond the plan: announced hardware (vendor claims), mixed "
+        "hardware, the length percentile the TTFT is judged at, prefix-cache hits (left out when empty)",
+    )
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form for a plan's `predicted` block (`uncertainty` and `notes` only when there are any)."""
+        exclude = {
+            name for name, empty in (("uncertainty", self.uncertainty is None), ("notes", not self.notes)) if empty
+        }
+        return self.model_dump(mode="json", exclude=exclude or None)

@@ -213,7 +213,7 @@ def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | Non
 
 def _prefill_largest_ok(ctx: CostContext, phase: PrefillPlan, upto: int, slo_ms: float | None) -> int:
     """Most requests per forward (<= upto) that fit HBM and meet the TTFT SLO."""
-    n_in = ctx.workload.input_tokens
+    n_in = ctx.prefill_tokens_per_request  # computed tokens per request (prefix hits are not)
     rs = np.arange(1, max(1, upto) + 1, dtype=float)
     bt = np.maximum(rs * n_in, phase.micro_batches)
     ok = prefill_hbm(ctx, phase, bt).fits
@@ -224,7 +224,7 @@ def _prefill_largest_ok(ctx: CostContext, phase: PrefillPlan, upto: int, slo_ms:
 
 def prefill_binding(ctx: CostContext, phase: PrefillPlan, ttft_slo_ms: float | None) -> Binding:
     """What stops the prefill batch from taking one more request (or which rule it breaks)."""
-    n_in = ctx.workload.input_tokens
+    n_in = ctx.prefill_tokens_per_request  # computed tokens per request (prefix hits are not)
     bt = phase.batch_tokens
     r = max(1, bt // n_in)
     grid_next = _next_on_grid(request_values(MAX_REQUESTS_PER_FORWARD), r)
@@ -344,7 +344,7 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
     tpot_slo = slo.tpot_ms if slo else None
     ttft_slo = slo.ttft_ms if slo else None
     now = _colocated_figures(plan.model_copy(update={"predicted": None}), ctx)
-    b, n_in = d.concurrency_per_device, ctx.workload.input_tokens
+    b, n_in = d.concurrency_per_device, ctx.prefill_tokens_per_request
     r = max(1, p.batch_tokens // n_in)
     broken: list[tuple[Constraint, str]] = []
     if not now.fits_hbm:
@@ -608,6 +608,8 @@ def plan_bindings(
 
 def request_bindings(plan: Plan, req: PlanRequest) -> list[Binding]:
     """Bindings of a plan the search returned for `req` (its budget, rate and imbalance)."""
+    if req.is_mixed:
+        return mixed_request_bindings(plan, req)
     ctx = CostContext(
         load_model(req.model),
         load_hardware(req.hardware),
@@ -617,6 +619,20 @@ def request_bindings(plan: Plan, req: PlanRequest) -> list[Binding]:
         req.hbm_utilization,
     )
     return plan_bindings(plan, ctx, req.max_cards, req.rate_per_s)
+
+
+def mixed_request_bindings(plan: Plan, req: PlanRequest) -> list[Binding]:
+    """Phase bindings of a plan whose phases run on different machines (each on its own)."""
+    from planner.search.mixed_search import phase_contexts
+
+    d_ctx, p_ctx = phase_contexts(req)
+    slo = plan.slo
+    out = []
+    if plan.decode is not None:
+        out.append(decode_binding(d_ctx, plan.decode, slo.tpot_ms if slo else None))
+    if plan.prefill is not None:
+        out.append(prefill_binding(p_ctx, plan.prefill, slo.ttft_ms if slo else None))
+    return out
 
 
 def outcome_bindings(outcome: SearchOutcome, index: int = 0) -> list[Binding]:

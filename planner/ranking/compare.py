@@ -112,6 +112,14 @@ def plan_choices(plan: Plan, hw: HardwareSpec, model: ModelSpec | None) -> dict[
     routed = model.moe.routed_experts if model is not None and model.moe is not None else None
     devices = plan_devices(plan)
     out = {"hardware": hw.name, "cards": f"{hw.cards(devices):g}", "P:D cards": pd_cards(plan, hw)}
+    phase_hw = {
+        name: getattr(sec, "hardware", None) for name, sec in (("prefill", plan.prefill), ("decode", plan.decode))
+    }
+    if any(phase_hw.values()):  # mixed hardware: each phase on its own machine
+        out["hardware"] = " / ".join(f"{name} {v or plan.hardware}" for name, v in phase_hw.items())
+        system = (plan.predicted or {}).get("system") or {}
+        if "cards" in system:
+            out["cards"] = f"{system['cards']:g}"
     out.update(phase_choices("decode", plan.decode_phase, routed))
     prefill = phase_choices("prefill", plan.prefill_phase, routed)
     if plan.is_colocated:
@@ -165,7 +173,7 @@ def plan_figures(plan: Plan, hw: HardwareSpec, rate_per_s: float | None = None) 
         "decode_hbm_headroom_gib": d.hbm_headroom_bytes / GIB if d else None,
         "prefill_hbm_headroom_gib": p.hbm_headroom_bytes / GIB if p else None,
         "requests_per_s": requests,
-        "cards": hw.cards(devices),
+        "cards": s.cards if s is not None and (plan.decode_phase and plan.decode_phase.hardware) else hw.cards(devices),
         "cards_for_rate": cards_for_rate(plan, pred, hw, rate_per_s) if rate_per_s else None,
     }
 

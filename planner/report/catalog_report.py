@@ -18,6 +18,11 @@ def _si(value: float, unit: str) -> str:
     return f"{value:.4g} {unit}"
 
 
+def _best_peak(h: HardwareSpec) -> str:
+    fmt, value = max(h.peak_flops_per_s.listed().items(), key=lambda kv: kv[1])
+    return f"{_si(value, 'OP/s')} {fmt.upper()}"
+
+
 def hardware_list_table(specs: list[HardwareSpec]) -> Table:
     """One row per machine."""
     table = Table(title="Hardware catalog")
@@ -26,8 +31,9 @@ def hardware_list_table(specs: list[HardwareSpec]) -> Table:
         "device",
         "devices/card",
         "devices/node",
-        "INT8 peak/device",
+        "peak/device (best format)",
         "HBM/device",
+        "status",
         "description",
     ):
         table.add_column(col)
@@ -37,8 +43,9 @@ def hardware_list_table(specs: list[HardwareSpec]) -> Table:
             h.device_name,
             str(h.devices_per_card),
             str(h.devices_per_node),
-            _si(h.peak_flops_per_s.int8, "OP/s"),
+            _best_peak(h),
             f"{h.hbm_bytes / GIB:.0f} GiB",
+            h.status if not h.is_announced else f"announced ({h.status_source})",
             h.description,
         )
     return table
@@ -56,7 +63,7 @@ def hardware_detail(h: HardwareSpec) -> list[RenderableType]:
     p = h.peak_flops_per_s
     main.add_row(
         "peak per device",
-        f"BF16 {_si(p.bf16, 'FLOP/s')}, FP16 {_si(p.fp16, 'FLOP/s')}, INT8 {_si(p.int8, 'OP/s')}",
+        ", ".join(f"{fmt.upper()} {_si(v, 'OP/s')}" for fmt, v in p.listed().items()),
     )
     main.add_row("  source", p.source)
     main.add_row(
@@ -64,6 +71,9 @@ def hardware_detail(h: HardwareSpec) -> list[RenderableType]:
         f"{h.hbm_bytes / GIB:.1f} GiB at {_si(h.hbm_bandwidth_bytes_per_s, 'B/s')}",
     )
     main.add_row("  source", h.hbm_source)
+    main.add_row("status", h.status + (f" ({h.status_source})" if h.status_source else ""))
+    if h.price_per_card is not None:
+        main.add_row("price per card", f"{h.price_per_card.value:g} cost units ({h.price_per_card.source})")
     main.add_row("KV transfer (P->D)", f"{_si(h.kv_transfer_bandwidth_bytes_per_s, 'B/s')} per device")
     levels = Table(title="Interconnect levels (innermost first; per device, per direction)")
     for col in ("level", "devices per group", "bandwidth", "latency", "source"):

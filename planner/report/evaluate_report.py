@@ -6,6 +6,7 @@ import json
 
 from rich.console import RenderableType
 from rich.table import Table
+from rich.text import Text
 
 from planner.costmodel.prediction import DecodePrediction, Prediction, PrefillPrediction
 from planner.specs.hardware import HardwareSpec
@@ -154,8 +155,10 @@ def _prefill_summary(phase: PrefillPlan, p: PrefillPrediction, hw: HardwareSpec,
     return t
 
 
-def evaluate_tables(plan: Plan, prediction: Prediction, hw: HardwareSpec) -> list[RenderableType]:
-    """Every table `moeplan evaluate` prints."""
+def evaluate_tables(
+    plan: Plan, prediction: Prediction, hw: HardwareSpec, prefill_hw: HardwareSpec | None = None
+) -> list[RenderableType]:
+    """Every table `moeplan evaluate` prints (`prefill_hw`: the prefill machine of a mixed plan)."""
     out: list[RenderableType] = []
     if plan.decode_phase is not None and prediction.decode is not None:
         d = prediction.decode
@@ -173,7 +176,7 @@ def evaluate_tables(plan: Plan, prediction: Prediction, hw: HardwareSpec) -> lis
         )
     if plan.prefill_phase is not None and prediction.prefill is not None:
         p = prediction.prefill
-        out.append(_prefill_summary(plan.prefill_phase, p, hw, plan))
+        out.append(_prefill_summary(plan.prefill_phase, p, prefill_hw or hw, plan))
         out.append(_breakdown_table("Prefill forward by module", p.breakdown_ms, p.forward_ms))
         out.append(
             _hbm_table(
@@ -252,6 +255,8 @@ def evaluate_tables(plan: Plan, prediction: Prediction, hw: HardwareSpec) -> lis
         )
         t.add_row("input tokens/s", f"{s.input_tokens_per_s:.1f}")
         out.append(t)
+    if prediction.notes:
+        out.append(Text("\n".join(f"note: {n}" for n in prediction.notes)))
     return out
 
 

@@ -37,7 +37,12 @@ def headline(plan: Plan) -> float:
 
 
 def cards_of(plan: Plan, hw: HardwareSpec) -> float:
-    """Cards the plan occupies (a colocated plan's two sections share their devices)."""
+    """Cards the plan occupies (a colocated plan's two sections share their devices; a mixed plan's
+    phases count their own machine's cards, as its `predicted` system block does)."""
+    mixed = any(getattr(s, "hardware", None) for s in (plan.decode, plan.prefill))
+    cards = _p(plan, "system", "cards")
+    if mixed and cards is not None:
+        return float(cards)
     return hw.cards(plan.total_devices)
 
 
@@ -123,12 +128,15 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
     return table
 
 
-def plans_document(plans: list[Plan], status: str) -> str:
-    """The JSON export: {"status": ..., "plans": [...]}, deterministic byte for byte."""
-    doc = {
-        "status": status,
-        "plans": [p.model_dump(mode="json", exclude_none=True) for p in plans],
-    }
+def plans_document(plans: list[Plan], status: str, notes: list[str] | None = None) -> str:
+    """The JSON export: {"status": ..., ["notes": [...]], "plans": [...]}, deterministic byte for byte.
+
+    `notes` (announced hardware: figures are vendor claims; mixed hardware; workload percentiles)
+    appear only when there are any."""
+    doc: dict[str, Any] = {"status": status}
+    if notes:
+        doc["notes"] = notes
+    doc["plans"] = [p.model_dump(mode="json", exclude_none=True) for p in plans]
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 

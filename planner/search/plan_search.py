@@ -147,7 +147,7 @@ def _weights_bytes(ctx: CostContext) -> tuple[float, float]:
             + m.moe.shared_experts * m.shared_expert_params() * q.expert_weight_bytes
         )
     attn = m.attention_params_all() * q.linear_weight_bytes
-    dense = m.num_dense_layers * m.dense_ffn_params() * q.linear_weight_bytes
+    dense = m.num_dense_layers * m.dense_ffn_params() * q.dense_weight_bytes
     vocab = (1 if m.tie_word_embeddings else 2) * m.vocab_params() * q.vocab_weight_bytes
     return experts, attn + dense + vocab
 
@@ -183,6 +183,22 @@ def _max_requests_guess(ctx: CostContext, devices: int) -> int:
     return int(max(1, min(MAX_REQUESTS_PER_FORWARD, fit_tokens // ctx.workload.input_tokens)))
 
 
+def min_requests_per_forward(ctx: CostContext) -> int:
+    """Fewest requests per prefill forward whose tokens hold the TTFT-percentile prompt whole."""
+    w = ctx.workload
+    need = ctx.ttft_input_tokens * (1.0 - w.hit_rate)
+    return max(1, math.ceil(need / ctx.prefill_tokens_per_request - 1e-9))
+
+
+def _whole_slo_prompt(ctx: CostContext, xs: np.ndarray) -> np.ndarray:
+    """The requests-per-forward grid from the smallest batch that holds the TTFT-percentile prompt."""
+    lo = min_requests_per_forward(ctx)
+    if lo <= 1:
+        return xs
+    kept = xs[xs >= lo]
+    return kept if kept.size else np.array([lo], dtype=np.int64)
+
+
 def _identity(obj: object) -> object:
     """The object itself if it is hashable (equal skew models share tables), else its id."""
     try:
@@ -214,6 +230,7 @@ def build_phase_space(
         ctx.hw.model_dump_json(),
         ctx.quant.name,
         ctx.workload.model_dump_json(),
+        ctx.kv_transfer_bytes_per_s,
         ctx.imbalance.describe(),
         _identity(ctx.imbalance),
         ctx.hbm_utilization,
@@ -240,6 +257,7 @@ def build_phase_space(
             found = decode_candidates(t, ints, slo_us, keep, itl_us)  # type: ignore[arg-type]
         else:
             xs = request_values(_max_requests_guess(ctx, n))
+            xs = _whole_slo_prompt(ctx, xs)
 
             def build_prefill(opts=opts, xs=xs):
                 t = prefill_tables(ctx, opts, [1, 2], xs)
@@ -324,9 +342,9 @@ def make_context(request: PlanRequest) -> CostContext:
         hw = corner(hw, slow=True)
     quant = get_quantization(request.quantization)
     w = request.workload
-    if w.input_tokens + w.output_tokens > model.max_context_tokens:
+    if w.longest_context_tokens > model.max_context_tokens:
         raise BadInputError(
-            f"--input-tokens + --output-tokens = {w.input_tokens + w.output_tokens} exceeds the model's "
+            f"--input-tokens + --output-tokens = {w.longest_context_tokens} (the longest request) exceeds the model's "
             f"context of {model.max_context_tokens} tokens."
         )
     if request.mtp_tokens and max(request.mtp_tokens) > 0 and model.mtp_layers == 0:
@@ -386,7 +404,7 @@ def deployment_plan(
     decode: DecodePlan | PrefillPlan | None = None
     prefill: DecodePlan | PrefillPlan | None = None
     colocated: ColocatedPlan | None = None
-    n_in = ctx.workload.input_tokens
+    n_in = ctx.prefill_tokens_per_request
     if dep.colocated is not None and coloc:
         c = coloc[dep.colocated]
         d = candidate_phase_plan(c.decode, dep.colocated_instances, n_in)
@@ -426,6 +444,10 @@ def run_search(
     from planner.search.diagnose import diagnose_infeasible
     from planner.search.validate import score_and_validate
 
+    if request.is_mixed:
+        from planner.search.mixed_search import run_mixed_search
+
+        return run_mixed_search(request, progress, cache)
     start = time.perf_counter()
     deadline = start + request.settings.time_limit_s
     ctx = make_context(request)

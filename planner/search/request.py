@@ -49,3 +49,41 @@ class PlanRequest:
     imbalance_label: str = ""
     pessimistic_factors: bool = False  # --robust: search with every factor at the slow end of its range
     hbm_utilization: float = DEFAULT_HBM_UTILIZATION  # fraction of each device's HBM a plan may fill
+    # prefill on one machine, decode on another (planner.search.mixed_search); None: `hardware`
+    prefill_hardware: str | None = None
+    decode_hardware: str | None = None
+    kv_transfer_bytes_per_s: float | None = None  # prefill->decode KV link per device (None: the YAMLs')
+    max_prefill_cards: float | None = None  # cards of the prefill machine (replaces max_cards for prefill)
+    max_decode_cards: float | None = None
+    max_cost: float | None = None  # in the YAMLs' price_per_card units
+
+    def __post_init__(self) -> None:
+        # both phases on one other machine: that machine is the plan's (a single-machine search)
+        p, d = self.prefill_hardware, self.decode_hardware
+        if p is not None and p == d and p != self.hardware:
+            object.__setattr__(self, "hardware", p)
+        if self.prefill_hardware == self.hardware:
+            object.__setattr__(self, "prefill_hardware", None)
+        if self.decode_hardware == self.hardware:
+            object.__setattr__(self, "decode_hardware", None)
+
+    @property
+    def prefill_hw_name(self) -> str:
+        """The machine prefill instances run on."""
+        return self.prefill_hardware or self.hardware
+
+    @property
+    def decode_hw_name(self) -> str:
+        """The machine decode instances run on."""
+        return self.decode_hardware or self.hardware
+
+    @property
+    def is_mixed(self) -> bool:
+        """True when the phases run on different machines or are budgeted apart (mixed search)."""
+        return (
+            self.prefill_hw_name != self.decode_hw_name
+            or self.max_prefill_cards is not None
+            or self.max_decode_cards is not None
+            or self.max_cost is not None
+            or self.kv_transfer_bytes_per_s is not None
+        )

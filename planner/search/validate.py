@@ -52,3 +52,16 @@ def score_and_validate(plan: Plan, ctx: CostContext) -> Plan:
     if problems:
         raise AssertionError("search returned an invalid plan: " + "; ".join(problems))
     return plan_with_prediction(plan, prediction)
+
+
+def score_mixed_and_validate(plan: Plan, d_ctx: CostContext, p_ctx: CostContext) -> Plan:
+    """`score_and_validate` for a plan whose phases run on different machines."""
+    from planner.costmodel.evaluate import evaluate_mixed_plan
+    from planner.costmodel.mixed import MixedSpecs
+
+    specs = MixedSpecs(d_ctx.model, d_ctx.hw, p_ctx.hw, d_ctx.quant)
+    prediction = evaluate_mixed_plan(plan, imbalance=d_ctx.imbalance, specs=specs)
+    problems = plan_problems(plan, prediction)
+    if problems:
+        raise AssertionError("search returned an invalid plan: " + "; ".join(problems))
+    return plan_with_prediction(plan, prediction)

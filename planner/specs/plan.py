@@ -18,19 +18,14 @@ from pydantic import Field, model_validator
 from planner.errors import BadInputError
 from planner.specs.hardware import HardwareSpec, Strict
 from planner.specs.model import ModelSpec
+from planner.specs.workload import Workload
+
+__all__ = ["Workload"]  # the workload section lives in planner.specs.workload (lengths, prefix hits)
 
 # what the decode and prefill sections of a v1 colocated plan had to share (one layout, one set of instances)
 COLOCATED_SHARED_FIELDS = ("devices", "instances", "attention", "dense_ffn", "moe", "shared_expert", "lm_head")
 PLAN_SCHEMA_VERSION = 2
 MAX_DEVICES_PER_INSTANCE = 1_000_000
-
-
-class Workload(Strict):
-    """Request shape: prompt and completion lengths, and the MTP draft acceptance rate."""
-
-    input_tokens: int = Field(ge=1, le=100_000_000)
-    output_tokens: int = Field(ge=1, le=100_000_000)
-    mtp_acceptance: float = Field(default=0.7, ge=0, le=1, allow_inf_nan=False)
 
 
 class SLO(Strict):
@@ -168,6 +163,9 @@ class DecodePlan(PhasePlan):
 
     concurrency_per_device: int = Field(ge=1, le=10_000_000)
     mtp_tokens: int = Field(default=0, ge=0, le=4)
+    hardware: str | None = Field(
+        default=None, min_length=1, description="machine of the decode instances (overrides the plan's 'hardware')"
+    )
 
 
 class PrefillPlan(PhasePlan):
@@ -175,6 +173,16 @@ class PrefillPlan(PhasePlan):
 
     batch_tokens: int = Field(ge=1, le=1_000_000_000)
     micro_batches: int = Field(default=1, ge=1, le=16)
+    hardware: str | None = Field(
+        default=None, min_length=1, description="machine of the prefill instances (overrides the plan's 'hardware')"
+    )
+    kv_transfer_bytes_per_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e15,
+        allow_inf_nan=False,
+        description="prefill->decode KV link per device (default: the slower machine's kv_transfer_bandwidth)",
+    )
 
     @model_validator(mode="after")
     def _micro_batches_fit(self) -> PrefillPlan:
@@ -442,11 +450,12 @@ def check_phase(phase_name: str, phase: PhasePlan, model: ModelSpec, hw: Hardwar
 def check_plan(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> None:
     """Every rule of a plan that needs the model and the machine; raises BadInputError."""
     w = plan.workload
-    context = w.input_tokens + w.output_tokens
+    context = w.longest_context_tokens
     if context > model.max_context_tokens:
+        what = "the longest request of workload.lengths" if w.lengths else "workload: input_tokens + output_tokens"
         raise BadInputError(
-            f"workload: input_tokens + output_tokens = {context} exceeds the model's context of "
-            f"{model.max_context_tokens} tokens; shorten the workload."
+            f"{what} = {context} tokens exceeds the model's context of {model.max_context_tokens} tokens; "
+            "shorten the workload."
         )
     if plan.colocated is not None:
         check_phase("colocated", plan.colocated, model, hw)
