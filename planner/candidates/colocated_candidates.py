@@ -24,6 +24,7 @@ from planner.candidates.phase_candidates import (
     PhaseCandidate,
     _combine,
     _top,
+    engine_mask,
 )
 from planner.candidates.tables import MODULES, IntTables, PhaseTables
 from planner.costmodel.colocated import colocated_rate_and_latency
@@ -131,7 +132,7 @@ def colocated_candidates(
         scores.append(ratio.max(axis=-1))
         per_k.append((e, step, hbm))
     w = ctx.workload
-    chosen = [(pos[0], tuple(pos[1:])) for pos in _top(np.stack(scores), top_combos) if pos[1] < n_att]
+    chosen = [(pos[0], tuple(pos[1:])) for pos in _top(engine_mask(np.stack(scores), dt), top_combos) if pos[1] < n_att]
     if not chosen:
         return []
     # [C, B]: decode step and HBM of each chosen (combination, depth)

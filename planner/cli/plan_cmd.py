@@ -26,7 +26,6 @@ from planner.errors import BadInputError
 from planner.ranking.binding import why_line
 from planner.report.evaluate_report import evaluate_tables
 from planner.report.plan_report import plans_document, ranked_table
-from planner.report.vllm_ascend import emit_vllm_ascend
 from planner.search.plan_search import SearchOutcome, TableCache, run_search
 from planner.search.request import (
     DEFAULT_HARDWARE,
@@ -69,6 +68,7 @@ def build_request(
     skew_sigma: float | None,
     max_redundant_experts: int | None = None,
     colocated: bool = True,
+    engine: str | None = None,
 ) -> PlanRequest:
     """A PlanRequest from flag values; bad values raise BadInputError naming the flag."""
     workload = validate_model(
@@ -99,6 +99,8 @@ def build_request(
         if value is not None and not 1 <= value <= MAX_DEVICES_PER_INSTANCE:
             raise BadInputError(f"{flag} must be between 1 and {MAX_DEVICES_PER_INSTANCE}; got {value}.")
     mtp_values = parse_int_list(mtp, "--mtp", 0, 4) if mtp else None
+    if engine is not None:
+        engine, mtp_values, colocated = _engine_limits(engine, mtp_values, colocated, model)
     if max_redundant_experts is not None and max_redundant_experts < 0:
         raise BadInputError("--max-redundant-experts must be >= 0.")
     spec = load_model(model)
@@ -120,7 +122,60 @@ def build_request(
         imbalance=imbalance,
         max_redundant_experts=max_redundant_experts,
         colocated=colocated,
+        engine=engine,
     )
+
+
+def _engine_limits(
+    engine: str, mtp_values: list[int] | None, colocated: bool, model: str
+) -> tuple[str, list[int], bool]:
+    """--engine: its name, the MTP depths it runs (within --mtp), whether it runs colocated instances."""
+    from planner.engines.profiles import engine_name, load_profile
+
+    key = engine_name(engine)
+    cap = load_profile(key).capabilities
+    if mtp_values is None:
+        mtp_values = [0, 1, 2] if load_model(model).mtp_layers else [0]
+    allowed = [k for k in mtp_values if k <= cap.mtp_tokens_max]
+    if not allowed:
+        raise BadInputError(
+            f"--mtp: {key} runs at most {cap.mtp_tokens_max} MTP draft tokens; give depths up to {cap.mtp_tokens_max}."
+        )
+    return key, allowed, colocated and cap.colocated
+
+
+def parse_emits(emit: tuple[str, Path] | None) -> list[tuple[str, Path]]:
+    """--emit ENGINE DIR: one engine writes DIR; several (a comma list, or 'all') write DIR/<engine>."""
+    from planner.engines.profiles import ENGINES, engine_name
+
+    if emit is None:
+        return []
+    names, folder = emit
+    if names.strip().lower() == "all":
+        return [(e, folder / e) for e in ENGINES]
+    engines = list(dict.fromkeys(engine_name(n) for n in names.split(",") if n.strip()))
+    if not engines:
+        raise BadInputError(f"--emit: give an engine ({', '.join(ENGINES)}, a comma list or 'all') and a folder.")
+    if len(engines) == 1:
+        return [(engines[0], folder)]
+    return [(e, folder / e) for e in engines]
+
+
+def write_emits(emits: list[tuple[str, Path]], outcome: SearchOutcome, loads: Path | None, force: bool) -> None:
+    """Refuse (naming the plan fields) unless every requested engine runs the best plan, then write."""
+    from planner.cli.options import loads_array
+    from planner.report.launch import emit as emit_engine
+    from planner.report.launch.common import check_runnable
+
+    best = outcome.plans[0]
+    for engine, _ in emits:
+        check_runnable(best, outcome.model, outcome.hw, engine)
+    array = loads_array(loads) if loads else None
+    for engine, folder in emits:
+        if folder.name == engine and not folder.parent.exists() and folder.parent.parent.is_dir():
+            folder.parent.mkdir()  # the DIR of `--emit all DIR`
+        files = emit_engine(engine, best, outcome.model, outcome.hw, folder, force, array)
+        err_console.print(f"wrote {len(files)} files to {folder} ({engine})")
 
 
 def search_with_progress(request: PlanRequest, cache: TableCache | None = None) -> SearchOutcome:
@@ -161,6 +216,9 @@ def print_outcome(outcome: SearchOutcome) -> None:
     )
     console.print(why_line(outcome, index=0))
     best = outcome.plans[0]
+    from planner.report.launch import engines_line
+
+    console.print(engines_line(best, outcome.model, outcome.hw))
     from planner.costmodel.prediction import Prediction
 
     console.print("\n[bold]Best plan (rank 1) in detail[/]")
@@ -204,7 +262,16 @@ def plan(
     ] = None,
     emit: Annotated[
         tuple[str, Path] | None,
-        typer.Option("--emit", help="vllm-ascend DIR: launch settings of the best plan."),
+        typer.Option(
+            "--emit",
+            help="ENGINE DIR: launch files of the best plan for vllm-ascend, sglang or mindie; several engines "
+            "(a comma list, or 'all') write DIR/<engine> each.",
+        ),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Let --emit replace an existing folder.")] = False,
+    engine: Annotated[
+        str | None,
+        typer.Option("--engine", help="Only plans this engine can run: vllm-ascend, sglang or mindie."),
     ] = None,
     loads: LoadsOpt = None,
     skew_sigma: SkewSigmaOpt = None,
@@ -220,10 +287,10 @@ def plan(
     P:D) under HBM and the SLOs, and print them ranked by output tokens/s per card."""
 
     def body() -> None:
-        if emit is not None and emit[0] != "vllm-ascend":
-            raise BadInputError(f"--emit supports 'vllm-ascend' only; got '{emit[0]}'.")
-        if emit is not None and not emit[1].is_dir():
-            raise BadInputError(f"--emit: folder '{emit[1]}' does not exist; create it first.")
+        emits = parse_emits(emit)
+        for _, folder in emits:
+            if folder.exists() and not force:
+                raise BadInputError(f"--emit: '{folder}' exists; choose a new folder or add --force to replace it.")
         request = build_request(
             model=model,
             hardware=hardware,
@@ -246,6 +313,7 @@ def plan(
             skew_sigma=skew_sigma,
             max_redundant_experts=max_redundant_experts,
             colocated=colocated,
+            engine=engine,
         )
         outcome = search_with_progress(request)
         if outcome.status == "INTERRUPTED":
@@ -256,17 +324,8 @@ def plan(
             raise typer.Exit(code=130)
         if json_out is not None:
             write_text_atomic(json_out, plans_document(outcome.plans, outcome.status))
-        if emit is not None:
-            from planner.cli.options import loads_array
-
-            files = emit_vllm_ascend(
-                outcome.plans[0],
-                outcome.model,
-                emit[1],
-                write_text_atomic,
-                loads_array(loads) if loads else None,
-            )
-            err_console.print(f"wrote {len(files)} files to {emit[1]}")
+        if emits:
+            write_emits(emits, outcome, loads, force)
         if json_out is not None and str(json_out) == "-":
             return
         print_outcome(outcome)

@@ -208,6 +208,7 @@ def build_phase_space(
         request.mtp_tokens,
         limits.max_extra_slots,
         limits.max_redundant_experts,
+        limits.engine,
     )
     for i, n in enumerate(sizes):
         if progress:
@@ -229,7 +230,7 @@ def build_phase_space(
             xs = request_values(_max_requests_guess(ctx, n))
 
             def build_prefill(opts=opts, xs=xs):
-                t = prefill_tables(ctx, opts, [1, 2], xs)
+                t = prefill_tables(ctx, opts, list(opts.prefill_micro_batches), xs)
                 return t, to_integer_tables(t, ctx.hw.hbm_bytes)
 
             t, ints = cache.get(key, build_prefill) if cache else build_prefill()  # type: ignore[assignment]
@@ -409,7 +410,9 @@ def run_search(
     budget_devices = int(math.floor(request.max_cards * hw.devices_per_card + 1e-9))
     if budget_devices < 1:
         raise BadInputError("--max-cards must allow at least one device.")
-    limits = SpaceLimits(max_devices=budget_devices, max_redundant_experts=request.max_redundant_experts)
+    limits = SpaceLimits(
+        max_devices=budget_devices, max_redundant_experts=request.max_redundant_experts, engine=request.engine
+    )
     want_decode = request.phase in ("both", "decode")
     want_prefill = request.phase in ("both", "prefill")
 
