@@ -185,7 +185,8 @@ def _moe_problems(
         if cap.dedicated_shared_hardware is not None and hw.name not in cap.dedicated_shared_hardware:
             out.append(
                 f"{field}shared_expert: {profile.label} runs external shared experts only on "
-                f"{', '.join(cap.dedicated_shared_hardware)} (not on {hw.name}); re-plan with --engine {profile.engine}."
+                f"{', '.join(cap.dedicated_shared_hardware)} (not on {hw.name}); "
+                f"re-plan with --engine {profile.engine}."
             )
         if cap.dedicated_shared_without_redundancy and moe.ep * moe.slots_per_device != experts:
             out.append(

@@ -215,6 +215,7 @@ _README = """
   (`eplb_config.expert_map_path`, with the matching `num_redundant_experts`). If you move this folder,
   re-export or edit those paths. The static map runs on the V1 model runner.
 - Disaggregated plans: the router is vLLM-Ascend's
-  `examples/disaggregated_prefill_v1/load_balance_proxy_server_example.py` (copy it here); Mooncake must be installed on every node (see the release's PD tutorial).
+  `examples/disaggregated_prefill_v1/load_balance_proxy_server_example.py` (copy it here); Mooncake must be
+  installed on every node (see the release's PD tutorial).
 - Colocated plans: one server per instance; put any HTTP load balancer in front of several instances.
 """
