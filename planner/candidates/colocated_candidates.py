@@ -178,6 +178,9 @@ def colocated_candidates(
         if ttft_slo_us is not None:
             ok &= ttft * 1e6 <= ttft_slo_us
         score = np.where(ok, rate, -1.0).reshape(len(chosen), -1)
+        micro_ok = dt.options.moe_micro_ok
+        if mb > 1 and micro_ok is not None:  # an engine that runs several micro-batches only with some MoE layouts
+            score[[not micro_ok[idx[2]] for _, idx in chosen]] = -1.0
         flat = score.argmax(axis=1)
         for c, f in enumerate(flat):
             value = float(score[c, f])

@@ -91,15 +91,26 @@ def _pruned(ints: IntTables, names: tuple[str, ...], t: PhaseTables | None = Non
     return out
 
 
-def engine_mask(scores: np.ndarray, t: PhaseTables, kept: dict[str, np.ndarray] | None = None) -> np.ndarray:
+def engine_mask(
+    scores: np.ndarray, t: PhaseTables, kept: dict[str, np.ndarray] | None = None, micro: bool = False
+) -> np.ndarray:
     """Scores [K, A, F, M, L] with the combinations the engine cannot run set to -1 (unchanged
-    without an engine)."""
+    without an engine); with `micro`, K is the prefill micro-batch axis and MoE options that may
+    not run several micro-batches are masked where K > 1."""
     mask = t.options.combo_ok
     if mask is None:
         return scores
     if kept is not None:
         mask = mask[np.ix_(*(kept[mod] for mod in MODULES))]
-    return np.where(mask[None], scores, -1.0)
+    out = np.where(mask[None], scores, -1.0)
+    moe_ok = t.options.moe_micro_ok
+    if micro and moe_ok is not None:
+        if kept is not None:
+            moe_ok = moe_ok[kept["moe"]]
+        for j, k in enumerate(t.k_values):
+            if k > 1:
+                out[j] = np.where(moe_ok[None, None, :, None], out[j], -1.0)
+    return out
 
 
 def _combine(parts: list[np.ndarray]) -> np.ndarray:
@@ -243,7 +254,7 @@ def prefill_candidates(
         r_idx = xs.size - 1 - np.argmax(rev, axis=-1)
         best_score.append(np.take_along_axis(ratio, r_idx[..., None], axis=-1)[..., 0])
         per_mb.append((mb, forward, ttft, hbm, r_idx))
-    scores = engine_mask(np.stack(best_score), t, kept)
+    scores = engine_mask(np.stack(best_score), t, kept, micro=True)
     out = []
     for pos in _top(scores, keep):
         j, idx = pos[0], pos[1:]

@@ -64,6 +64,8 @@ class SizeOptions:
     # prefill micro-batch counts (planner.engines); None / (1, 2): every combination, both counts
     combo_ok: np.ndarray | None = None
     prefill_micro_batches: tuple[int, ...] = (1, 2)
+    # with an engine: per MoE option, whether it may run more than one prefill micro-batch
+    moe_micro_ok: np.ndarray | None = None
 
     @property
     def count(self) -> int:
@@ -197,7 +199,7 @@ def restrict_to_engine(opts: SizeOptions, model: ModelSpec, hw: HardwareSpec, en
     """Keep the layouts `engine` can run: per-module options it cannot run at all are dropped, and
     `combo_ok` marks the combinations whose layouts it can run together (e.g. vLLM-Ascend's LM-head
     TP must equal the attention TP or split its DP ranks)."""
-    from planner.engines.profiles import attention_ok, combo_ok, load_profile, micro_batches, moe_ok
+    from planner.engines.profiles import attention_ok, combo_ok, load_profile, micro_batches, moe_ok, multi_micro_ok
 
     profile = load_profile(engine)
     experts = model.moe.routed_experts if model.moe is not None else 0
@@ -217,4 +219,5 @@ def restrict_to_engine(opts: SizeOptions, model: ModelSpec, hw: HardwareSpec, en
         moe=moe,
         combo_ok=mask,
         prefill_micro_batches=micro_batches(profile),
+        moe_micro_ok=np.array([multi_micro_ok(profile, o.moe) for o in moe] or [True], dtype=bool),
     )

@@ -162,6 +162,11 @@ def combo_ok(
     return _tp_ok(cap.lm_head_tp, lm_head.tp, att, devices, node)
 
 
+def multi_micro_ok(profile: EngineProfile, moe: MoELayout) -> bool:
+    """Whether this expert layout may run more than one prefill micro-batch on the engine."""
+    return not profile.capabilities.micro_batches_need_alltoall or moe.comm == "alltoall"
+
+
 def micro_batches(profile: EngineProfile) -> tuple[int, ...]:
     """Prefill micro-batch counts the engine runs."""
     return tuple(sorted(profile.capabilities.prefill_micro_batches))
