@@ -1,9 +1,8 @@
 """One view of a plan for the exports: disaggregated phases, or one colocated section.
 
-Plan format v1 marks a colocated plan with `colocated: true` and two identical decode/prefill
-sections; v2 (docs in COLOCATED_V2 of the lead's notes) gives it its own `colocated:` section
-(`Plan.is_colocated`, `Plan.colocated`). Both read the same here, so the exports and the engine
-checks do not depend on which format the plan came in.
+A colocated plan (plan format v2) has one `colocated:` section: one layout, the decode
+concurrency and MTP depth, the prefill batch and micro-batches; a disaggregated plan has decode
+and/or prefill sections. The exports and the engine checks read both through this view.
 """
 
 from __future__ import annotations
@@ -34,10 +33,9 @@ class PlanView:
 
 
 def plan_view(plan: Plan) -> PlanView:
-    """The view of `plan`, whichever plan format it is in."""
-    section = getattr(plan, "colocated", None)
-    if getattr(plan, "is_colocated", False) and section is not None and not isinstance(section, bool):
-        # plan format v2: a `colocated:` section of its own
+    """The view of `plan` (plan format v2: a colocated plan has its own `colocated` section)."""
+    section = plan.colocated
+    if plan.is_colocated and section is not None:
         return PlanView(
             None,
             None,
@@ -46,20 +44,7 @@ def plan_view(plan: Plan) -> PlanView:
                 concurrency_per_device=section.concurrency_per_device,
                 mtp_tokens=section.mtp_tokens,
                 prefill_batch_tokens=section.prefill_batch_tokens,
-                micro_batches=getattr(section, "prefill_micro_batches", 1),
-            ),
-        )
-    if section is True and plan.decode is not None and plan.prefill is not None:
-        # plan format v1: identical decode and prefill sections marked colocated
-        return PlanView(
-            None,
-            None,
-            ColocatedView(
-                phase=plan.decode,
-                concurrency_per_device=plan.decode.concurrency_per_device,
-                mtp_tokens=plan.decode.mtp_tokens,
-                prefill_batch_tokens=plan.prefill.batch_tokens,
-                micro_batches=plan.prefill.micro_batches,
+                micro_batches=section.prefill_micro_batches,
             ),
         )
     return PlanView(plan.decode, plan.prefill, None)

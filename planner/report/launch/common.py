@@ -234,6 +234,19 @@ def check_runnable(plan: Plan, model: ModelSpec, hw: HardwareSpec, engine: str) 
     return profile
 
 
+def compact_json(value: Any, depth: int = 0) -> str:
+    """JSON text with every list of scalars (devices, argv) on one line."""
+    pad, inner = "  " * depth, "  " * (depth + 1)
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        items = [f"{inner}{json.dumps(str(k))}: {compact_json(v, depth + 1)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+        return "[\n" + ",\n".join(inner + compact_json(v, depth + 1) for v in value) + "\n" + pad + "]"
+    return json.dumps(value)
+
+
 def launch_document(export: Export, nodes: int) -> str:
     doc = {
         "engine": export.engine.engine,
@@ -242,7 +255,7 @@ def launch_document(export: Export, nodes: int) -> str:
         "nodes": [{"node": n, "address": node_addr(n)} for n in range(nodes)],
         "processes": [p.doc() for p in export.processes],
     }
-    return json.dumps(doc, indent=2) + "\n"
+    return compact_json(doc) + "\n"
 
 
 def write_export(

@@ -27,6 +27,7 @@ from planner.report.launch.common import (
     Slot,
     allocate,
     check_runnable,
+    compact_json,
     context_tokens,
     kv_cache_gib,
     model_path,
@@ -169,7 +170,7 @@ def build(
                 "ScheduleConfig": _schedule(plan, slot, phase, view),
             },
         }
-        files[name] = json.dumps(config, indent=2) + "\n"
+        files[name] = compact_json(config) + "\n"
         for node, devices in slot.nodes:
             env = {
                 "MIES_CONFIG_JSON_PATH": str(final_dir / name),
