@@ -42,19 +42,49 @@ def test_committed_schema_matches_the_code():
     assert json.loads(r.output) == json.loads((PLANS / "plan.schema.json").read_text())
 
 
-def test_emit_vllm_ascend_writes_instances_and_expert_maps(tmp_path):
-    r = run_cli("plan", "--top", "1", "--emit", "vllm-ascend", str(tmp_path))
+def test_emit_vllm_ascend_writes_launch_files_and_expert_maps(tmp_path):
+    out = tmp_path / "v"
+    r = run_cli("plan", "--top", "1", "--engine", "vllm-ascend", "--emit", "vllm-ascend", str(out))
     assert r.exit_code == 0, r.output
-    decode = json.loads((tmp_path / "decode_instance.json").read_text())
-    assert decode["vllm"]["enable_expert_parallel"] is True
-    assert decode["vllm"]["additional_config"]["expert_map_path"] == "decode_expert_map.json"
-    assert "vllm serve deepseek-ai/DeepSeek-V3" in decode["command"]
-    raw = json.loads((tmp_path / "decode_expert_map.json").read_text())
-    lengths = {len(d["device_expert"]) for layer in raw["layer_list"] for d in layer["device_list"]}
-    assert len(lengths) == 1
-    placement = read_expert_map(tmp_path / "decode_expert_map.json", 256)
-    assert placement.device_experts.shape[0] == 58
-    assert (tmp_path / "README.txt").exists()
+    doc = json.loads((out / "launch.json").read_text())
+    assert doc["engine"] == "vllm-ascend" and doc["plan"] == "plan.json"
+    serve = [p for p in doc["processes"] if p["role"] != "router"]
+    assert all(p["argv"][:3] == ["vllm", "serve", "deepseek-ai/DeepSeek-V3"] for p in serve)
+    maps = sorted(out.glob("*_expert_map.json"))
+    assert maps
+    for path in maps:
+        placement = read_expert_map(path, 256)
+        assert placement.device_experts.shape[0] == 58
+    assert (out / "README.md").exists()
+    assert "engines that run rank 1: vllm-ascend v0.25.1rc1: yes" in " ".join(r.output.split())
+
+
+def test_emit_refuses_a_plan_the_engine_cannot_run_naming_the_field(tmp_path):
+    # the default winner is colocated with two prefill micro-batches, which vLLM-Ascend switches off
+    r = run_cli("plan", "--top", "1", "--emit", "vllm-ascend", str(tmp_path / "v"))
+    assert r.exit_code == 2
+    assert "micro_batches" in r.output and "--engine vllm-ascend" in r.output
+    assert not (tmp_path / "v").exists()
+
+
+def test_emit_all_writes_one_folder_per_engine_and_refuses_to_overwrite(tmp_path):
+    out = tmp_path / "all"
+    r = run_cli("plan", "--top", "1", "--engine", "mindie", "--emit", "all", str(out), "--no-colocated")
+    # mindie's plan may not run on the other engines: then nothing is written and the field is named
+    if r.exit_code == 2:
+        assert "cannot run this plan" in r.output and not out.exists()
+        r = run_cli("plan", "--top", "1", "--engine", "sglang", "--emit", "sglang,mindie", str(out))
+        assert r.exit_code == 0, r.output
+        assert sorted(p.name for p in out.iterdir()) == ["mindie", "sglang"]
+    else:
+        assert sorted(p.name for p in out.iterdir()) == ["mindie", "sglang", "vllm-ascend"]
+    again = run_cli("plan", "--top", "1", "--engine", "sglang", "--emit", "sglang,mindie", str(out))
+    assert again.exit_code == 2 and "--force" in again.output
+
+
+def test_unknown_engine_exits_2():
+    r = run_cli("plan", "--engine", "tensorrt")
+    assert r.exit_code == 2 and "vllm-ascend, sglang, mindie" in r.output
 
 
 def test_infeasible_exits_1_with_the_binding_constraint():

@@ -176,12 +176,12 @@ def _prediction(plan: Plan, role: str) -> dict[str, Any]:
 
 def memory_fraction(plan: Plan, role: str, exclude: tuple[str, ...], profile: EngineProfile, flag: str) -> float:
     """The fraction of HBM an engine may take for everything but `exclude` (the runtime reserve is
-    always left out), rounded down to hundredths; refused when the plan's own use would not fit."""
+    always left out), rounded down to thousandths; refused when the plan's own use would not fit."""
     block = _prediction(plan, role)
     cap = float(block["hbm_capacity_bytes"])
     parts = block["hbm_breakdown_bytes"]
     outside = parts.get("runtime_reserve", 0) + sum(v for k, v in parts.items() if k in exclude)
-    fraction = math.floor((cap - outside) / cap * 100) / 100
+    fraction = math.floor((cap - outside) / cap * 1000) / 1000
     inside = sum(v for k, v in parts.items() if k not in exclude and k != "runtime_reserve")
     if inside > fraction * cap:
         raise BadInputError(

@@ -135,11 +135,11 @@ def build(
         ):
             files[f"{role}_expert_map.json"] = vllm_ascend_json(placement_for(model, phase, loads))
             maps[role] = final_dir / f"{role}_expert_map.json"
-        micro = (
-            view.colocated.micro_batches
-            if role == "colocated"
-            else (view.prefill.micro_batches if role == "prefill" else 1)
-        )
+        micro = 1
+        if view.colocated is not None:
+            micro = view.colocated.micro_batches
+        elif role == "prefill" and view.prefill is not None:
+            micro = view.prefill.micro_batches
         if micro > 1:
             fragment = {"llm": {"stream_options": {"micro_batch": True}, "ccl": {"enable_mc2": False}}}
             files[f"{role}_llm_config.json"] = json.dumps(fragment, indent=2) + "\n"
