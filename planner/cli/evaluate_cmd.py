@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from planner.cli.common import console, run_guarded, write_text_atomic
+from planner.cli.emit_options import EmitOpt, ForceOpt, check_new_folders, parse_emits, write_emits
 from planner.cli.options import imbalance_from_options
 from planner.costmodel.evaluate import evaluate_plan, load_plan_specs, plan_with_prediction
 from planner.report.evaluate_report import evaluate_tables, plan_json
@@ -36,10 +37,14 @@ def evaluate(
             help="Log-normal expert skew of the default imbalance model.",
         ),
     ] = None,
+    emit: EmitOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Score a plan: step time by module, HBM per device, throughput, and each SLO."""
 
     def body() -> None:
+        emits = parse_emits(emit)
+        check_new_folders(emits, force)
         plan, _ = load_plan(plan_file)
         base = plan_base_dir(plan_file)
         specs = load_plan_specs(plan, base)
@@ -49,11 +54,16 @@ def evaluate(
         text = plan_json(scored)
         if out is not None:
             write_text_atomic(out, text)
+        if emits:
+            write_emits(emits, scored, specs.model, specs.hw, loads, force)
         if json_out:
             console.file.write(text)
             return
         for renderable in evaluate_tables(plan, prediction, specs.hw):
             console.print(renderable)
         console.print(f"imbalance model: {prediction.imbalance_model}")
+        from planner.report.launch import engines_line
+
+        console.print(engines_line(plan, specs.model, specs.hw))
 
     run_guarded(body)

@@ -10,6 +10,7 @@ import typer
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from planner.cli.common import console, err_console, run_guarded, write_text_atomic
+from planner.cli.emit_options import EmitOpt, ForceOpt, check_new_folders, parse_emits, write_emits
 from planner.cli.options import (
     ColocatedOpt,
     DecodeDevicesOpt,
@@ -144,40 +145,6 @@ def _engine_limits(
     return key, allowed, colocated and cap.colocated
 
 
-def parse_emits(emit: tuple[str, Path] | None) -> list[tuple[str, Path]]:
-    """--emit ENGINE DIR: one engine writes DIR; several (a comma list, or 'all') write DIR/<engine>."""
-    from planner.engines.profiles import ENGINES, engine_name
-
-    if emit is None:
-        return []
-    names, folder = emit
-    if names.strip().lower() == "all":
-        return [(e, folder / e) for e in ENGINES]
-    engines = list(dict.fromkeys(engine_name(n) for n in names.split(",") if n.strip()))
-    if not engines:
-        raise BadInputError(f"--emit: give an engine ({', '.join(ENGINES)}, a comma list or 'all') and a folder.")
-    if len(engines) == 1:
-        return [(engines[0], folder)]
-    return [(e, folder / e) for e in engines]
-
-
-def write_emits(emits: list[tuple[str, Path]], outcome: SearchOutcome, loads: Path | None, force: bool) -> None:
-    """Refuse (naming the plan fields) unless every requested engine runs the best plan, then write."""
-    from planner.cli.options import loads_array
-    from planner.report.launch import emit as emit_engine
-    from planner.report.launch.common import check_runnable
-
-    best = outcome.plans[0]
-    for engine, _ in emits:
-        check_runnable(best, outcome.model, outcome.hw, engine)
-    array = loads_array(loads) if loads else None
-    for engine, folder in emits:
-        if folder.name == engine and not folder.parent.exists() and folder.parent.parent.is_dir():
-            folder.parent.mkdir()  # the DIR of `--emit all DIR`
-        files = emit_engine(engine, best, outcome.model, outcome.hw, folder, force, array)
-        err_console.print(f"wrote {len(files)} files to {folder} ({engine})")
-
-
 def search_with_progress(request: PlanRequest, cache: TableCache | None = None) -> SearchOutcome:
     """Run the search with a progress display on stderr (cost tables from `cache` if given)."""
     with Progress(
@@ -260,15 +227,8 @@ def plan(
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Write {'plans': [...]} to FILE ('-' for stdout).")
     ] = None,
-    emit: Annotated[
-        tuple[str, Path] | None,
-        typer.Option(
-            "--emit",
-            help="ENGINE DIR: launch files of the best plan for vllm-ascend, sglang or mindie; several engines "
-            "(a comma list, or 'all') write DIR/<engine> each.",
-        ),
-    ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Let --emit replace an existing folder.")] = False,
+    emit: EmitOpt = None,
+    force: ForceOpt = False,
     engine: Annotated[
         str | None,
         typer.Option("--engine", help="Only plans this engine can run: vllm-ascend, sglang or mindie."),
@@ -288,9 +248,7 @@ def plan(
 
     def body() -> None:
         emits = parse_emits(emit)
-        for _, folder in emits:
-            if folder.exists() and not force:
-                raise BadInputError(f"--emit: '{folder}' exists; choose a new folder or add --force to replace it.")
+        check_new_folders(emits, force)
         request = build_request(
             model=model,
             hardware=hardware,
@@ -325,7 +283,7 @@ def plan(
         if json_out is not None:
             write_text_atomic(json_out, plans_document(outcome.plans, outcome.status))
         if emits:
-            write_emits(emits, outcome, loads, force)
+            write_emits(emits, outcome.plans[0], outcome.model, outcome.hw, loads, force)
         if json_out is not None and str(json_out) == "-":
             return
         print_outcome(outcome)

@@ -56,7 +56,7 @@ def test_emit_vllm_ascend_writes_launch_files_and_expert_maps(tmp_path):
         placement = read_expert_map(path, 256)
         assert placement.device_experts.shape[0] == 58
     assert (out / "README.md").exists()
-    assert "engines that run rank 1: vllm-ascend v0.25.1rc1: yes" in " ".join(r.output.split())
+    assert "engines that run this plan: vllm-ascend v0.25.1rc1: yes" in " ".join(r.output.split())
 
 
 def test_emit_refuses_a_plan_the_engine_cannot_run_naming_the_field(tmp_path):
@@ -80,6 +80,16 @@ def test_emit_all_writes_one_folder_per_engine_and_refuses_to_overwrite(tmp_path
         assert sorted(p.name for p in out.iterdir()) == ["mindie", "sglang", "vllm-ascend"]
     again = run_cli("plan", "--top", "1", "--engine", "sglang", "--emit", "sglang,mindie", str(out))
     assert again.exit_code == 2 and "--force" in again.output
+
+
+def test_evaluate_emits_a_written_plan_and_names_what_an_engine_lacks(tmp_path):
+    r = run_cli("evaluate", "cm-d", "--emit", "sglang", str(tmp_path / "s"))
+    assert r.exit_code == 2 and "decode.shared_expert" in r.output
+    r = run_cli("evaluate", "cm-d", "--emit", "mindie", str(tmp_path / "m"))
+    assert r.exit_code == 0, r.output
+    assert "engines that run this plan:" in r.output and "mindie 2.3.0: yes" in " ".join(r.output.split())
+    doc = json.loads((tmp_path / "m" / "launch.json").read_text())
+    assert sum(len(p["devices"]) for p in doc["processes"]) == 288
 
 
 def test_unknown_engine_exits_2():

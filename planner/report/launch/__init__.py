@@ -60,4 +60,4 @@ def engines_line(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> str:
             verdicts.append(f"{label}: no, {problems[0].split(':')[0]}{more}")
         else:
             verdicts.append(f"{label}: yes")
-    return "engines that run rank 1: " + "; ".join(verdicts)
+    return "engines that run this plan: " + "; ".join(verdicts)
