@@ -349,3 +349,13 @@ def test_sub_node_instances_share_nodes_without_overlap(tmp_path):
     for engine in ENGINES:
         _, doc = export(engine, plan, tmp_path)
         assert {p["node"] for p in doc["processes"]} == {0, 1, 2}
+        owner: dict[tuple[int, str], int] = {}  # (node, port) -> instance
+        for p in doc["processes"]:
+            ports = [v for f, v in zip(p["argv"], p["argv"][1:], strict=False) if f.endswith("-port")]
+            if engine == "mindie":
+                cfg = json.loads(Path(p["env"]["MIES_CONFIG_JSON_PATH"]).read_text())
+                server, backend = cfg["ServerConfig"], cfg["BackendConfig"]
+                ports = [server["port"], server["managementPort"], backend["multiNodesInferPort"]]
+            assert ports
+            for port in map(str, ports):
+                assert owner.setdefault((p["node"], port), p["instance"]) == p["instance"], (engine, port)

@@ -43,7 +43,9 @@ HF_NAMES = {
     "deepseek-v2-lite": "deepseek-ai/DeepSeek-V2-Lite",
 }
 ROUTER_PORT = 8000
-SERVER_PORT_BASE = {"prefill": 8100, "decode": 8200, "colocated": 8300}
+# API ports: 10 apart per instance (engines derive helper ports from the API port)
+SERVER_PORT_BASE = {"prefill": 10000, "decode": 20000, "colocated": 30000}
+PORT_STRIDE = 10
 MAX_INSTANCES_PER_ROLE = 99
 
 
@@ -88,7 +90,7 @@ class Slot:
 
     @property
     def port(self) -> int:
-        return SERVER_PORT_BASE[self.role] + self.instance
+        return SERVER_PORT_BASE[self.role] + PORT_STRIDE * self.instance
 
 
 @dataclass

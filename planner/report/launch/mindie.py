@@ -144,7 +144,7 @@ def build(
             fragment = {"llm": {"stream_options": {"micro_batch": True}, "ccl": {"enable_mc2": False}}}
             files[f"{role}_llm_config.json"] = json.dumps(fragment, indent=2) + "\n"
     processes: list[Process] = []
-    for slot in slots:
+    for k, slot in enumerate(slots):
         phase = by_role[slot.role]
         name = f"{slot.role}{slot.instance}_config.json"
         config = {
@@ -152,6 +152,7 @@ def build(
             "ServerConfig": {
                 "ipAddress": node_addr(slot.head_node),
                 "port": slot.port,
+                "managementPort": slot.port + 1,
                 "inferMode": "dmi" if pd else "standard",
             },
             "BackendConfig": {
@@ -160,7 +161,7 @@ def build(
                 "npuDeviceIds": [list(slot.nodes[0][1])],
                 "tokenizerProcessNumber": 8,
                 "multiNodesInferEnabled": len(slot.nodes) > 1,
-                "multiNodesInferPort": MULTI_NODE_PORT,
+                "multiNodesInferPort": MULTI_NODE_PORT + k,
                 "ModelDeployConfig": {
                     "maxSeqLen": context_tokens(plan),
                     "maxInputTokenLen": plan.workload.input_tokens,

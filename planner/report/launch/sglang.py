@@ -41,6 +41,7 @@ from planner.specs.plan import PhasePlan, Plan
 ENGINE = "sglang"
 DIST_PORT_BASE = 5000
 BOOTSTRAP_PORT_BASE = 8998
+ENGINE_INFO_PORT_BASE = 6789
 # what SGLang's static pool (weights + KV pool) leaves out: activations and communication buffers
 OUTSIDE_STATIC_POOL = ("activations", "prefill_activations", "comm_buffers")
 
@@ -79,6 +80,8 @@ def build(
     for k, slot in enumerate(slots):
         phase = by_role[slot.role]
         common = _server_flags(plan, model, slot, phase, view, location.get(slot.role), pd)
+        # several instances may share a node: their own engine-info bootstrap port (ServerArgs help)
+        common += ["--engine-info-bootstrap-port", str(ENGINE_INFO_PORT_BASE + k)]
         common += [
             "--mem-fraction-static",
             str(memory_fraction(plan, slot.role, OUTSIDE_STATIC_POOL, profile, "--mem-fraction-static")),

@@ -123,14 +123,15 @@ def build(
         rank = 0
         for i, (node, devices) in enumerate(slot.nodes):
             argv = ["vllm", "serve", *common]
+            if att.dp > 1:
+                # its own DP RPC port: several instances may share a node
+                argv += ["--data-parallel-rpc-port", str(DP_RPC_PORT_BASE + k)]
             if len(slot.nodes) > 1:
                 argv += [
                     "--data-parallel-size-local",
                     str(len(devices) // att.tp),
                     "--data-parallel-address",
                     node_addr(slot.head_node),
-                    "--data-parallel-rpc-port",
-                    str(DP_RPC_PORT_BASE + k),
                 ]
                 if i:
                     argv += ["--data-parallel-start-rank", str(rank), "--headless"]
