@@ -181,6 +181,13 @@ def _identity(obj: object) -> object:
         return id(obj)
 
 
+def mtp_tokens_max(engine: str) -> int:
+    """Deepest MTP the engine runs (planner.engines profile)."""
+    from planner.engines.profiles import load_profile
+
+    return load_profile(engine).capabilities.mtp_tokens_max
+
+
 def build_phase_space(
     ctx: CostContext,
     phase: str,
@@ -217,6 +224,8 @@ def build_phase_space(
         key = (phase, n, fingerprint)
         if phase == "decode":
             ks = list(request.mtp_tokens) if request.mtp_tokens is not None else ([0, 1, 2] if m.mtp_layers else [0])
+            if limits.engine is not None:  # MTP depths the engine runs
+                ks = [k for k in ks if k <= mtp_tokens_max(limits.engine)] or [0]
             xs = concurrency_values(_max_concurrency_guess(ctx, n))
 
             def build_decode(opts=opts, ks=ks, xs=xs):
