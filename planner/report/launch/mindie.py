@@ -178,7 +178,9 @@ def build(
                 "ASCEND_RT_VISIBLE_DEVICES": visible_devices(devices),
             }
             if len(slot.nodes) > 1:
+                # multi-node inference: the ranktable, and this node's address for MindIE's gRPC
                 env["RANKTABLEFILE"] = str(final_dir / f"ranktable_{slot.role}{slot.instance}.json")
+                env["MIES_CONTAINER_IP"] = node_addr(node)
             processes.append(Process(slot.role, slot.instance, node, list(devices), ["mindieservice_daemon"], env))
     if pd:
         coordinator = {
