@@ -130,7 +130,7 @@ def _tp_options(devices: int, hw: HardwareSpec, divides: int | None) -> list[int
 
 def attention_options(model: ModelSpec, hw: HardwareSpec, devices: int, phase: Phase) -> list[AttentionLayout]:
     """Attention layouts; prefill adds the report's hybrid with the core TP over up to a node."""
-    heads = model.attention.num_heads
+    heads = model.attention_tp_divisor()
     tps = _tp_options(devices, hw, heads)
     out = [AttentionLayout(dp=devices // tp, tp=tp) for tp in tps]
     if phase == "prefill":

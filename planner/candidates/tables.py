@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner.candidates.space import MoEOption, SizeOptions
+from planner.costmodel.attention_kinds import layers_cost
 from planner.costmodel.context import CostContext
-from planner.costmodel.decode import emitted_tokens_per_step
+from planner.costmodel.decode import emitted_tokens_per_step, hash_routed_saving
 from planner.costmodel.memory import (
     attention_hbm,
     dense_ffn_hbm,
@@ -31,7 +32,6 @@ from planner.costmodel.memory import (
 )
 from planner.costmodel.modules import (
     ModuleCost,
-    attention_cost,
     dense_ffn_cost,
     embedding_cost,
     lm_head_cost,
@@ -130,18 +130,21 @@ def decode_tables(ctx: CostContext, opts: SizeOptions, k_values: list[int], b_va
     b = b_values.astype(float)
     nk, nb = len(k_values), b.size
     ks = np.array(k_values, dtype=float)
-    ctx_len = ctx.mean_decode_context_tokens
     overlap = ctx.hw.overlap.decode_shared_expert_with_dispatch
     tokens_all = (b[None, :] * (1 + ks[:, None])).reshape(-1)
     seqs_all = np.tile(b, nk)
     first = (ks >= 1).astype(float)[:, None]
     later = np.maximum(ks - 1, 0)[:, None]
 
-    def stack(fn, options, main_layers: int, mtp_uses: bool) -> np.ndarray:
+    def stack(fn, options, main_layers: int, mtp_uses: bool, main_fn=None) -> np.ndarray:
+        """Main layers (`main_fn`, or `fn` times `main_layers`) plus the MTP passes (`fn`)."""
         out = np.zeros((max(1, len(options)), nk, nb))
         for i, opt in enumerate(options):
             per_k = fn(opt, tokens_all, seqs_all).total_s.reshape(nk, nb)
-            total = per_k * main_layers
+            if main_fn is None:
+                total = per_k * main_layers
+            else:
+                total = np.asarray(main_fn(opt, tokens_all, seqs_all), dtype=float).reshape(nk, nb)
             if mtp_uses and ks.max() >= 1:
                 total = total + first * per_k
                 if ks.max() >= 2:
@@ -149,12 +152,17 @@ def decode_tables(ctx: CostContext, opts: SizeOptions, k_values: list[int], b_va
             out[i] = total
         return out
 
+    def moe_main(o, t, q) -> np.ndarray:
+        c = moe_cost(ctx, n, o.moe, o.shared, t, overlap)
+        return c.total_s * m.num_moe_layers - hash_routed_saving(ctx, c.router_s)
+
     time_s = {
         "attention": stack(
-            lambda o, t, q: attention_cost(ctx, o, t, q, ctx_len, ctx_len, decode=True),
+            lambda o, t, q: layers_cost(ctx, o, t, q, decode=True, mtp=True),
             opts.attention,
             m.num_layers,
             True,
+            main_fn=lambda o, t, q: layers_cost(ctx, o, t, q, decode=True).total_s,
         ),
         "dense_ffn": stack(
             lambda o, t, q: dense_ffn_cost(ctx, o, t),
@@ -167,6 +175,7 @@ def decode_tables(ctx: CostContext, opts: SizeOptions, k_values: list[int], b_va
             opts.moe,
             m.num_moe_layers,
             True,
+            main_fn=moe_main,
         ),
         "lm_head": stack(lambda o, t, q: _head(ctx, o, t), opts.lm_head, 1, True),
     }
@@ -183,7 +192,7 @@ def decode_tables(ctx: CostContext, opts: SizeOptions, k_values: list[int], b_va
     kv_all = np.concatenate([kv_tokens_in_use(ctx, b, k) for k in k_values])
     hbm = {mod: np.zeros_like(time_s[mod]) for mod in MODULES}
     for i, att_lay in enumerate(opts.attention):
-        hbm["attention"][i] = _sum_parts(attention_hbm(ctx, att_lay, tokens_all, kv_all)).reshape(nk, nb)
+        hbm["attention"][i] = _sum_parts(attention_hbm(ctx, att_lay, tokens_all, kv_all, seqs_all)).reshape(nk, nb)
     if m.num_dense_layers:
         for i, lay in enumerate(opts.dense_ffn):
             hbm["dense_ffn"][i] = _sum_parts(dense_ffn_hbm(ctx, lay, tokens_all)).reshape(nk, nb)
@@ -225,7 +234,6 @@ def prefill_tables(ctx: CostContext, opts: SizeOptions, micro_batches: list[int]
     w = ctx.workload
     bt = r * w.input_tokens
     t = bt / n
-    attended = (w.input_tokens + 1) / 2.0
     requests_per_device = r / n
 
     def collect(fn, options, layers: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -244,9 +252,9 @@ def prefill_tables(ctx: CostContext, opts: SizeOptions, micro_batches: list[int]
 
     parts = {
         "attention": collect(
-            lambda o: attention_cost(ctx, o, t, requests_per_device, attended, 0.0, decode=False),
+            lambda o: layers_cost(ctx, o, t, requests_per_device, decode=False),
             opts.attention,
-            m.num_layers,
+            1,
         ),
         "dense_ffn": collect(lambda o: dense_ffn_cost(ctx, o, t), opts.dense_ffn, m.num_dense_layers),
         "moe": collect(lambda o: _prefill_moe(ctx, n, o, t), opts.moe, m.num_moe_layers),
@@ -259,7 +267,7 @@ def prefill_tables(ctx: CostContext, opts: SizeOptions, micro_batches: list[int]
         logits = in_flight / w.input_tokens / n
         for i, att_lay in enumerate(opts.attention):
             kv = prefill_kv_tokens(bt, att_lay.dp) / att_lay.tp
-            hbm["attention"][i, j] = _sum_parts(attention_hbm(ctx, att_lay, tok, kv))
+            hbm["attention"][i, j] = _sum_parts(attention_hbm(ctx, att_lay, tok, kv, kv / w.input_tokens))
         for i, lay in enumerate(opts.dense_ffn):
             hbm["dense_ffn"][i, j] = _sum_parts(dense_ffn_hbm(ctx, lay, tok)) if m.num_dense_layers else 0
         for i, opt in enumerate(opts.moe):
@@ -283,7 +291,13 @@ def prefill_tables(ctx: CostContext, opts: SizeOptions, micro_batches: list[int]
 
 
 def _prefill_moe(ctx: CostContext, n: int, opt: MoEOption, t: np.ndarray) -> ModuleCost:
-    return moe_cost(ctx, n, opt.moe, opt.shared, t, overlap_shared=False)
+    c = moe_cost(ctx, n, opt.moe, opt.shared, t, overlap_shared=False)
+    m = ctx.model
+    if m.moe is None or not m.moe.hash_layers or not m.num_moe_layers:
+        return c
+    # per-layer view of the hash-routed layers' router saving (the caller multiplies by the MoE layers)
+    saving = hash_routed_saving(ctx, c.router_s) / m.num_moe_layers
+    return ModuleCost(c.compute_s - saving, c.comm_s, c.fixed_s)
 
 
 def _prefill_head(ctx: CostContext, layout, t: np.ndarray, requests_per_device: np.ndarray) -> ModuleCost:

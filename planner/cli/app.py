@@ -11,6 +11,7 @@ import typer
 
 from planner import __version__
 from planner.cli import (
+    calibrate_cmd,
     catalog_cmd,
     evaluate_cmd,
     experts_cmd,
@@ -53,6 +54,7 @@ app.command("plan")(plan_cmd.plan)
 app.command("evaluate")(evaluate_cmd.evaluate)
 app.command("schema")(schema_cmd.schema)
 app.command("fidelity")(fidelity_cmd.fidelity)
+app.command("calibrate")(calibrate_cmd.calibrate_cmd)
 app.command("whatif")(whatif_cmd.whatif)
 app.command("sweep")(sweep_cmd.sweep)
 experts_cmd.register(app)

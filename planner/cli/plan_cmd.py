@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Annotated
@@ -27,6 +28,7 @@ from planner.errors import BadInputError
 from planner.ranking.binding import why_line
 from planner.report.evaluate_report import evaluate_tables
 from planner.report.plan_report import plans_document, ranked_table
+from planner.report.uncertainty_report import uncertainty_table
 from planner.search.plan_search import SearchOutcome, TableCache, run_search
 from planner.search.request import (
     DEFAULT_HARDWARE,
@@ -70,6 +72,7 @@ def build_request(
     max_redundant_experts: int | None = None,
     colocated: bool = True,
     engine: str | None = None,
+    robust: bool = False,
 ) -> PlanRequest:
     """A PlanRequest from flag values; bad values raise BadInputError naming the flag."""
     workload = validate_model(
@@ -124,6 +127,7 @@ def build_request(
         max_redundant_experts=max_redundant_experts,
         colocated=colocated,
         engine=engine,
+        pessimistic_factors=robust,
     )
 
 
@@ -143,6 +147,41 @@ def _engine_limits(
             f"--mtp: {key} runs at most {cap.mtp_tokens_max} MTP draft tokens; give depths up to {cap.mtp_tokens_max}."
         )
     return key, allowed, colocated and cap.colocated
+
+
+def add_bands(outcome: SearchOutcome) -> SearchOutcome:
+    """Every ranked plan re-scored on the machine as shipped, with its band; --robust re-ranks by the low end.
+
+    A --robust search ran on the pessimistic machine (every factor at the slow end of its range), so
+    its plans are already the best at the low end; they are shown at the predicted factors with their band.
+    """
+    from planner.costmodel.evaluate import PlanSpecs
+    from planner.ranking.robust import rank_by_low_end, with_band
+    from planner.specs.catalog import load_hardware
+    from planner.specs.quantization import get_quantization
+
+    req = outcome.request
+    hw = load_hardware(req.hardware) if req.pessimistic_factors else outcome.hw
+    specs = PlanSpecs(outcome.model, hw, get_quantization(req.quantization))
+    plans = [with_band(p, specs, req.imbalance) for p in outcome.plans]
+    if req.pessimistic_factors:
+        plans = rank_by_low_end(plans)
+    return dataclasses.replace(outcome, plans=plans)
+
+
+def lead_lines(outcome: SearchOutcome) -> list[str]:
+    """Whether rank 1's lead over rank 2 survives the factor ranges, and the term it rests on."""
+    if len(outcome.plans) < 2:
+        return []
+    from planner.costmodel.evaluate import PlanSpecs
+    from planner.ranking.robust import lead_verdict
+    from planner.specs.catalog import load_hardware
+    from planner.specs.quantization import get_quantization
+
+    req = outcome.request
+    hw = load_hardware(req.hardware) if req.pessimistic_factors else outcome.hw
+    specs = PlanSpecs(outcome.model, hw, get_quantization(req.quantization))
+    return lead_verdict(outcome.plans[0], outcome.plans[1], specs, req.imbalance).lines()
 
 
 def search_with_progress(request: PlanRequest, cache: TableCache | None = None) -> SearchOutcome:
@@ -181,6 +220,13 @@ def print_outcome(outcome: SearchOutcome) -> None:
     console.print(
         f"{verdict}; {points:,} configurations costed, {outcome.solves} CP-SAT solves, {outcome.seconds:.2f} s."
     )
+    if outcome.request.pessimistic_factors:
+        console.print(
+            "--robust: searched with every factor at the slow end of its range (the SLOs hold there; 'why' below "
+            "is at that end); ranked by the low end of the band."
+        )
+    for line in lead_lines(outcome):
+        console.print(line)
     console.print(why_line(outcome, index=0))
     best = outcome.plans[0]
     from planner.report.launch import engines_line
@@ -189,8 +235,12 @@ def print_outcome(outcome: SearchOutcome) -> None:
     from planner.costmodel.prediction import Prediction
 
     console.print("\n[bold]Best plan (rank 1) in detail[/]")
-    for renderable in evaluate_tables(best, Prediction.model_validate(best.predicted), outcome.hw):
+    best_prediction = Prediction.model_validate(best.predicted)
+    for renderable in evaluate_tables(best, best_prediction, outcome.hw):
         console.print(renderable)
+    band = uncertainty_table(best_prediction)
+    if band is not None:
+        console.print(band)
 
 
 def plan(
@@ -242,6 +292,13 @@ def plan(
         typer.Option("--time-limit", min=0.1, max=86400.0, help="Solver time limit in seconds."),
     ] = DEFAULT_TIME_LIMIT_S,
     workers: WorkersOpt = 2,
+    robust: Annotated[
+        bool,
+        typer.Option(
+            "--robust",
+            help="Search with every factor at the slow end of its range and rank by the low end of the band.",
+        ),
+    ] = False,
 ) -> None:
     """Search deployments (instance sizes, per-module layouts, expert slots, concurrency, MTP,
     P:D) under HBM and the SLOs, and print them ranked by output tokens/s per card."""
@@ -272,8 +329,9 @@ def plan(
             max_redundant_experts=max_redundant_experts,
             colocated=colocated,
             engine=engine,
+            robust=robust,
         )
-        outcome = search_with_progress(request)
+        outcome = add_bands(search_with_progress(request))
         if outcome.status == "INTERRUPTED":
             print_outcome(outcome)
             err_console.print(

@@ -47,6 +47,18 @@ class CostContext:
         return self.hw.peak_flops_per_s.bf16 * self.hw.efficiency.attention_compute.value
 
     @property
+    def routed_expert_weight_bytes(self) -> float:
+        """Bytes per routed-expert weight: the scheme's, or the checkpoint's format if narrower.
+
+        Checkpoints with FP4/INT4 experts from quantisation-aware training (DeepSeek-V4,
+        Kimi-K2.5/K3, NVFP4 MiniMax) are served in their own format: a scheme never widens them.
+        """
+        bits = self.model.expert_weight_bits
+        if bits is None:
+            return self.quant.expert_weight_bytes
+        return min(self.quant.expert_weight_bytes, bits / 8.0)
+
+    @property
     def hbm_bytes_per_s(self) -> float:
         """Effective HBM bandwidth per device."""
         return self.hw.hbm_bandwidth_bytes_per_s * self.hw.efficiency.hbm_bandwidth.value

@@ -234,4 +234,5 @@ def evaluate_plan(
 
 def plan_with_prediction(plan: Plan, prediction: Prediction) -> Plan:
     """The plan with its `predicted` block replaced by `prediction`."""
-    return plan.model_copy(update={"predicted": prediction.model_dump(mode="json")})
+    exclude = {"uncertainty"} if prediction.uncertainty is None else None
+    return plan.model_copy(update={"predicted": prediction.model_dump(mode="json", exclude=exclude)})

@@ -83,6 +83,22 @@ class SystemPrediction(_Out):
     input_tokens_per_s: float
 
 
+class BandFigure(_Out):
+    """A figure at the pessimistic end of the factor ranges, as predicted, and at the optimistic end."""
+
+    low: float
+    mid: float
+    high: float
+
+
+class Uncertainty(_Out):
+    """How sure the prediction is: bands per block (decode, prefill, colocated, system) and the ranges behind them."""
+
+    method: str
+    factors: dict[str, list[float]]
+    bands: dict[str, dict[str, BandFigure]]
+
+
 class Prediction(_Out):
     """Everything `evaluate` predicts for a plan."""
 
@@ -92,3 +108,4 @@ class Prediction(_Out):
     prefill: PrefillPrediction | None = None
     colocated: ColocatedPrediction | None = None
     system: SystemPrediction | None = None
+    uncertainty: Uncertainty | None = None  # set by `evaluate` and `plan` (costmodel.uncertainty), not by the search

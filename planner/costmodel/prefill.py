@@ -22,9 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
+from planner.costmodel.attention_kinds import layers_cost
 from planner.costmodel.context import CostContext
+from planner.costmodel.decode import hash_routed_saving
+from planner.costmodel.memory import kv_transfer_bytes_per_request
 from planner.costmodel.modules import (
-    attention_cost,
     dense_ffn_cost,
     embedding_cost,
     lm_head_cost,
@@ -48,9 +50,7 @@ class PrefillForward:
 
 def kv_transfer_s(ctx: CostContext) -> float:
     """Time to send one request's KV cache from the prefill to the decode instance."""
-    m = ctx.model
-    per_token = m.kv_elements_per_token_per_layer() * m.kv_layers() * ctx.quant.kv_bytes_per_element
-    return ctx.workload.input_tokens * per_token / ctx.hw.kv_transfer_bandwidth_bytes_per_s
+    return kv_transfer_bytes_per_request(ctx) / ctx.hw.kv_transfer_bandwidth_bytes_per_s
 
 
 def prefill_forward(ctx: CostContext, phase: PrefillPlan, batch_tokens: ArrayLike | None = None) -> PrefillForward:
@@ -60,15 +60,14 @@ def prefill_forward(ctx: CostContext, phase: PrefillPlan, batch_tokens: ArrayLik
     n = phase.devices
     t = bt / n
     requests = bt / ctx.workload.input_tokens
-    attended = (ctx.workload.input_tokens + 1) / 2.0
 
     compute: dict[str, np.ndarray] = {}
     comm_parts: dict[str, np.ndarray] = {}
     fixed = 0.0
-    att = attention_cost(ctx, phase.attention, t, requests / n, attended, 0.0, decode=False)
-    compute["attention"] = att.compute_s * m.num_layers
-    comm_parts["attention_comm"] = att.comm_s * m.num_layers
-    fixed += att.fixed_s * m.num_layers
+    att = layers_cost(ctx, phase.attention, t, requests / n, decode=False)
+    compute["attention"] = att.compute_s
+    comm_parts["attention_comm"] = att.comm_s
+    fixed += att.fixed_s
     imbalance = np.ones_like(bt)
     if m.num_dense_layers:
         dense = dense_ffn_cost(ctx, phase.dense_layout, t)
@@ -77,7 +76,7 @@ def prefill_forward(ctx: CostContext, phase: PrefillPlan, batch_tokens: ArrayLik
         fixed += dense.fixed_s * m.num_dense_layers
     if m.moe is not None and phase.moe is not None:
         moe = moe_cost(ctx, n, phase.moe, phase.shared_expert, t, overlap_shared=False)
-        compute["moe"] = moe.compute_s * m.num_moe_layers
+        compute["moe"] = moe.compute_s * m.num_moe_layers - hash_routed_saving(ctx, moe.router_s)
         comm_parts["moe_comm"] = moe.comm_s * m.num_moe_layers
         fixed += moe.fixed_s * m.num_moe_layers
         imbalance = moe.imbalance

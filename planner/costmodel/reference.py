@@ -8,11 +8,12 @@ the published value and the tolerance. Tests, the calibration script, the README
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
 from planner.costmodel.evaluate import evaluate_plan
+from planner.costmodel.fitting import metric_value
 from planner.costmodel.imbalance import ImbalanceModel, SkewImbalance
 from planner.costmodel.prediction import Prediction
 from planner.specs.catalog import catalog_dir, load_plan
@@ -30,6 +31,10 @@ class PublishedRow(Strict):
     tolerance: float = Field(gt=0, lt=1)
     weight: float = Field(default=1.0, gt=0)
     skew_sigma: float | None = Field(default=None, ge=0)
+    role: Literal["fit", "validation"] = Field(
+        default="fit",
+        description="fit: factors marked fitted_on 'published' are fitted to it; validation: never fitted to",
+    )
     unit: str = ""
     source: str
     note: str = ""
@@ -65,14 +70,6 @@ def published_rows() -> list[PublishedRow]:
     path = catalog_dir("plans") / "published.yaml"
     data, text = load_mapping(path, "published figures")
     return validate_model(PublishedRows, data, str(path), "published figures", text).rows
-
-
-def metric_value(prediction: Prediction, metric: str) -> float:
-    """The figure at a dotted path such as 'decode.tokens_per_s_per_card'."""
-    node: Any = prediction.model_dump()
-    for part in metric.split("."):
-        node = node[part]
-    return float(node)
 
 
 def evaluate_row(row: PublishedRow, imbalance: ImbalanceModel | None = None, **plan_specs: Any) -> RowResult:

@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.table import Table
 
+from planner.ranking.robust import band_cell, tpot_band_cell
 from planner.specs.hardware import HardwareSpec
 from planner.specs.plan import PhasePlan, Plan
 
@@ -71,6 +72,10 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
     table.add_column("TPOT ms", justify="right")
     table.add_column("TTFT ms", justify="right")
     table.add_column("tok/s/card", justify="right")
+    banded = any((p.predicted or {}).get("uncertainty") for p in plans)
+    if banded:
+        caption += "\n(low-high) under TPOT and tok/s/card: the band, every factor at the slow / fast end of its range"
+        table.caption = caption
     table.add_column("HBM free GiB", justify="right")
     for plan in plans:
         d, p = plan.decode_phase, plan.prefill_phase
@@ -96,9 +101,9 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
             pd,
             dec,
             pre,
-            f"{tpot:.1f}" if tpot is not None else "-",
+            (f"{tpot:.1f}" if tpot is not None else "-") + (f"\n({tpot_band_cell(plan)})" if banded else ""),
             f"{ttft:.0f}" if ttft is not None else "-",
-            f"{headline(plan):.1f}",
+            f"{headline(plan):.1f}" + (f"\n({band_cell(plan)})" if banded else ""),
             f"{min(heads) / GIB:.1f}" if heads else "-",
         )
     return table

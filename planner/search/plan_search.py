@@ -142,8 +142,11 @@ def _weights_bytes(ctx: CostContext) -> tuple[float, float]:
     experts = 0.0
     if m.moe is not None:
         layers = m.num_moe_layers + m.mtp_layers
-        experts = layers * (m.moe.routed_experts + m.moe.shared_experts) * m.expert_params() * q.expert_weight_bytes
-    attn = sum(m.attention_params_per_layer().values()) * m.kv_layers() * q.linear_weight_bytes
+        experts = layers * (
+            m.moe.routed_experts * m.expert_params() * ctx.routed_expert_weight_bytes
+            + m.moe.shared_experts * m.shared_expert_params() * q.expert_weight_bytes
+        )
+    attn = m.attention_params_all() * q.linear_weight_bytes
     dense = m.num_dense_layers * m.dense_ffn_params() * q.linear_weight_bytes
     vocab = (1 if m.tie_word_embeddings else 2) * m.vocab_params() * q.vocab_weight_bytes
     return experts, attn + dense + vocab
@@ -153,21 +156,29 @@ def _max_concurrency_guess(ctx: CostContext, devices: int) -> int:
     """Upper bound on decode concurrency per device: HBM over one sequence's KV (no weights)."""
     m = ctx.model
     a = m.attention
-    elems = (
-        (a.kv_lora_rank + a.qk_rope_head_dim)
-        if a.kind == "mla"
-        else 2 * a.head_dim * max(1, a.num_kv_heads // max(1, min(devices, a.num_kv_heads)))
-    )
-    per_seq = float(kv_tokens_in_use(ctx, [1.0], 0)[0]) * elems * m.kv_layers() * ctx.quant.kv_bytes_per_element
+    tokens = float(kv_tokens_in_use(ctx, [1.0], 0)[0])
+    if m.is_plain():
+        elems = (
+            (a.kv_lora_rank + a.qk_rope_head_dim)
+            if a.kind == "mla"
+            else 2 * a.head_dim * max(1, a.num_kv_heads // max(1, min(devices, a.num_kv_heads)))
+        )
+        per_seq = tokens * elems * m.kv_layers() * ctx.quant.kv_bytes_per_element
+    else:
+        growing, fixed = m.kv_cache_bytes(tokens, ctx.quant.kv_bytes_per_element, min(devices, a.num_heads))
+        per_seq = growing + fixed
     return int(max(1, min(MAX_CONCURRENCY, ctx.hw.hbm_bytes // max(per_seq, 1.0))))
 
 
 def _max_requests_guess(ctx: CostContext, devices: int) -> int:
     """Upper bound on requests per forward: HBM over one prompt's KV and hidden states."""
     m = ctx.model
-    per_token = (
-        m.kv_elements_per_token_per_layer() * m.kv_layers() * ctx.quant.kv_bytes_per_element + m.hidden_size * 2 * 8
-    )
+    if m.is_plain():
+        kv_per_token = m.kv_elements_per_token_per_layer() * m.kv_layers() * ctx.quant.kv_bytes_per_element
+    else:
+        # the cache of a prompt, per token (linear states and windows amortised over the prompt)
+        kv_per_token = m.kv_bytes_per_token(float(ctx.workload.input_tokens), ctx.quant.kv_bytes_per_element)
+    per_token = kv_per_token + m.hidden_size * 2 * 8
     fit_tokens = ctx.hw.hbm_bytes * devices / per_token
     return int(max(1, min(MAX_REQUESTS_PER_FORWARD, fit_tokens // ctx.workload.input_tokens)))
 
@@ -315,6 +326,10 @@ def make_context(request: PlanRequest) -> CostContext:
     """Specs loaded and the cost context built for a request."""
     model = load_model(request.model)
     hw = load_hardware(request.hardware)
+    if request.pessimistic_factors:
+        from planner.costmodel.uncertainty import corner
+
+        hw = corner(hw, slow=True)
     quant = get_quantization(request.quantization)
     w = request.workload
     if w.input_tokens + w.output_tokens > model.max_context_tokens:

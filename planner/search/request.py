@@ -41,3 +41,4 @@ class PlanRequest:
     settings: SolverSettings = field(default_factory=SolverSettings)
     imbalance: ImbalanceModel | None = None
     imbalance_label: str = ""
+    pessimistic_factors: bool = False  # --robust: search with every factor at the slow end of its range

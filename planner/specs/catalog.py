@@ -16,7 +16,8 @@ from typing import Literal
 from planner.errors import BadInputError
 from planner.specs.files import load_mapping, validate_model
 from planner.specs.hardware import HardwareSpec
-from planner.specs.model import ModelSpec, from_hf_config, looks_like_hf_config
+from planner.specs.hf_config import from_hf_config, looks_like_hf_config
+from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan, migrate_plan_document
 
 CatalogKind = Literal["hardware", "models", "plans"]
@@ -75,6 +76,20 @@ def _load_model_path(path: Path) -> ModelSpec:
             raise BadInputError(f"model config '{path}' cannot be read: {exc}.") from None
         return validate_model(ModelSpec, fields, str(path), "model config (translated)", None)
     return validate_model(ModelSpec, data, str(path), "model", text)
+
+
+@lru_cache(maxsize=1)
+def _model_sources() -> dict[str, dict[str, object]]:
+    path = catalog_dir("models") / "_sources.yaml"
+    if not path.is_file():
+        return {}
+    data, _ = load_mapping(path, "model sources")
+    return {str(k): v for k, v in data.items() if isinstance(v, dict)}
+
+
+def model_source(name: str) -> dict[str, object]:
+    """Where a catalog model comes from and its publisher's parameter counts ({} for user files)."""
+    return dict(_model_sources().get(name, {}))
 
 
 def load_hardware(name_or_path: str) -> HardwareSpec:

@@ -29,11 +29,39 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class FactorRange(Strict):
+    """How far a factor may be from its value: the band every prediction carries comes from these."""
+
+    low: NonNegFloat
+    high: NonNegFloat
+    derived: str = Field(min_length=1, description="how the range was derived (leave-one-out spread, source)")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> FactorRange:
+        if self.low > self.high:
+            raise ValueError(f"range low {self.low} exceeds high {self.high}; swap them")
+        return self
+
+
 class Factor(Strict):
     """A dimensionless factor (an efficiency, a fraction of peak) and where its value comes from."""
 
     value: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
     source: str = Field(min_length=1)
+    fitted_on: str | None = Field(
+        default=None,
+        description="'published': fitted to plans/published.yaml (the leave-one-out of `moeplan fidelity` "
+        "refits it); otherwise the measurements file `moeplan calibrate` fitted it to",
+    )
+    range: FactorRange | None = None
+
+    @model_validator(mode="after")
+    def _range_holds_value(self) -> Factor:
+        if self.range is not None and not self.range.low <= self.value <= self.range.high:
+            raise ValueError(f"value {self.value} lies outside its range [{self.range.low}, {self.range.high}]")
+        if self.range is not None and self.range.high > 1:
+            raise ValueError(f"range high {self.range.high} exceeds 1 (a fraction of peak)")
+        return self
 
 
 class Seconds(Strict):
@@ -41,6 +69,14 @@ class Seconds(Strict):
 
     value: NonNegFloat
     source: str = Field(min_length=1)
+    fitted_on: str | None = Field(default=None, description="as for Factor")
+    range: FactorRange | None = None
+
+    @model_validator(mode="after")
+    def _range_holds_value(self) -> Seconds:
+        if self.range is not None and not self.range.low <= self.value <= self.range.high:
+            raise ValueError(f"value {self.value} lies outside its range [{self.range.low}, {self.range.high}]")
+        return self
 
 
 class Bytes(Strict):

@@ -343,9 +343,11 @@ def check_phase(phase_name: str, phase: PhasePlan, model: ModelSpec, hw: Hardwar
         _tiles(f"{phase_name}.attention.pre", att.pre, n)
     if att.post is not None:
         _tiles(f"{phase_name}.attention.post", att.post, n)
-    heads = model.attention.num_heads
+    heads = model.attention_tp_divisor()
+    # compressed and linear attention split their output groups / key heads over TP as well
+    heads_what = "attention heads" if heads == model.attention.num_heads else "attention head groups"
     for label, lay in (("", att), (".pre", att.pre_layout), (".post", att.post_layout)):
-        _divides(f"{phase_name}.attention{label}", lay.tp, heads, "attention heads")
+        _divides(f"{phase_name}.attention{label}", lay.tp, heads, heads_what)
     if model.num_dense_layers:
         _tiles(f"{phase_name}.dense_ffn", phase.dense_layout, n)
         _divides(
