@@ -208,6 +208,13 @@ def _identity(obj: object) -> object:
         return id(obj)
 
 
+def mtp_tokens_max(engine: str) -> int:
+    """Deepest MTP the engine runs (planner.engines profile)."""
+    from planner.engines.profiles import load_profile
+
+    return load_profile(engine).capabilities.mtp_tokens_max
+
+
 def build_phase_space(
     ctx: CostContext,
     phase: str,
@@ -237,6 +244,7 @@ def build_phase_space(
         request.mtp_tokens,
         limits.max_extra_slots,
         limits.max_redundant_experts,
+        limits.engine,
     )
     for i, n in enumerate(sizes):
         if progress:
@@ -245,6 +253,8 @@ def build_phase_space(
         key = (phase, n, fingerprint)
         if phase == "decode":
             ks = list(request.mtp_tokens) if request.mtp_tokens is not None else ([0, 1, 2] if m.mtp_layers else [0])
+            if limits.engine is not None:  # MTP depths the engine runs
+                ks = [k for k in ks if k <= mtp_tokens_max(limits.engine)] or [0]
             xs = concurrency_values(_max_concurrency_guess(ctx, n))
 
             def build_decode(opts=opts, ks=ks, xs=xs):
@@ -260,7 +270,7 @@ def build_phase_space(
             xs = _whole_slo_prompt(ctx, xs)
 
             def build_prefill(opts=opts, xs=xs):
-                t = prefill_tables(ctx, opts, [1, 2], xs)
+                t = prefill_tables(ctx, opts, list(opts.prefill_micro_batches), xs)
                 return t, to_integer_tables(t, ctx.hbm_capacity_bytes)
 
             t, ints = cache.get(key, build_prefill) if cache else build_prefill()  # type: ignore[assignment]
@@ -457,7 +467,9 @@ def run_search(
     budget_devices = int(math.floor(request.max_cards * hw.devices_per_card + 1e-9))
     if budget_devices < 1:
         raise BadInputError("--max-cards must allow at least one device.")
-    limits = SpaceLimits(max_devices=budget_devices, max_redundant_experts=request.max_redundant_experts)
+    limits = SpaceLimits(
+        max_devices=budget_devices, max_redundant_experts=request.max_redundant_experts, engine=request.engine
+    )
     want_decode = request.phase in ("both", "decode")
     want_prefill = request.phase in ("both", "prefill")
 
