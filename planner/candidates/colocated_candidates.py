@@ -1,14 +1,18 @@
 """Colocated candidates: one instance size, one set of layouts, prefill and decode in turn.
 
-For each instance size, the layout combinations and MTP depths that make the best pure-decode
-instances (the first `top_combos`, from the integer decode tables) are tried as colocated
-instances over every concurrency B, every prefill batch R and 1 or 2 micro-batches: the rate,
-the prefill time fraction, the stretched TPOT and the TTFT follow
-planner.costmodel.colocated; HBM adds the prefill batch's KV cache and activations to the decode
-instance's. The best (B, R, micro-batches) per combination by requests per second is kept.
-Restricting the layouts to the best decode ones is a heuristic (a colocated instance spends most
-of its time decoding, so its best layouts are decode's best), not an exhaustive search: the
-colocated candidates are good, not proven best, and `moeplan plan` says so.
+For each instance size, layout combinations and MTP depths are tried as colocated instances over
+every concurrency B, every prefill batch R and 1 or 2 micro-batches: the rate, the prefill time
+fraction, the stretched TPOT and the TTFT follow planner.costmodel.colocated; HBM adds the
+prefill batch's KV cache and activations to the decode instance's. The best (B, R,
+micro-batches) per combination by requests per second is kept.
+
+The combinations are evaluated best-bound first, in rounds (branch and bound): a colocated
+instance serves at most 1 / (out * step / (n B e) + forward / R) requests/s with the pure-decode
+optimum of its layouts in the first term and the prefill optimum in the second, each taken alone
+(they share HBM and the SLOs in the real instance, so the bound is never below the real rate).
+Rounds stop once no combination left can beat the `keep`-th best instance found, so the
+result is the exact best of the declared space, not a heuristic cut; the bound depends only on
+the instance size, never on the card budget.
 """
 
 from __future__ import annotations
@@ -23,7 +27,6 @@ from planner.candidates.phase_candidates import (
     OVERLAP_SCALE,
     PhaseCandidate,
     _combine,
-    _top,
 )
 from planner.candidates.tables import MODULES, IntTables, PhaseTables
 from planner.costmodel.colocated import colocated_rate_and_latency
@@ -62,12 +65,6 @@ def _prefill_phase(dt: PhaseTables, idx: tuple[int, ...], batch_tokens: int, mb:
     return PrefillPlan(devices=dt.devices, batch_tokens=batch_tokens, micro_batches=mb, **layouts)
 
 
-def _one_request_prefill_mib(ctx: CostContext, dt: PhaseTables) -> int:
-    """MiB of KV cache and activations one prompt needs in prefill (first layouts of the size)."""
-    use = prefill_hbm(ctx, _prefill_phase(dt, (0, 0, 0, 0), ctx.workload.input_tokens, 1))
-    return int(math.ceil(float(use.breakdown_bytes["kv_cache"][0] + use.breakdown_bytes["activations"][0]) / MIB))
-
-
 def _forward_us(ctx: CostContext, pi: IntTables, idx: tuple[int, ...], mb: int) -> np.ndarray:
     """Prefill forward (us) of the layouts `idx` over the requests-per-forward axis."""
     comp = sum(pi.time_us[mod][i, 0, :] for mod, i in zip(MODULES, idx, strict=True))
@@ -100,6 +97,74 @@ def _prefill_extra_mib(ctx: CostContext, dt: PhaseTables, pt: PhaseTables, idx: 
     return pt.memo[key]
 
 
+def _prefill_forwards_us(ctx: CostContext, pt: PhaseTables, pi: IntTables, n_att: int):
+    """(micro-batches, forward us [A, F, M, L, R]) over the decode layouts' prefill options, as
+    `_forward_us` computes them for one combination."""
+    for mb in pt.k_values:
+        comp = [pi.time_us[mod][:, 0, :] for mod in MODULES]
+        comm = [pi.comm_us[mod][:, 0, :] for mod in MODULES]
+        fixed = [pi.fixed_us[mod][:, 0, :1] for mod in MODULES]
+        for arrays in (comp, comm, fixed):
+            arrays[0] = arrays[0][:n_att]  # decode's attention options lead the prefill list
+        c, m = _combine(comp), _combine(comm)
+        hidden: np.ndarray | int = 0
+        if mb > 1:
+            factor = int(
+                np.floor(
+                    ctx.hw.overlap.prefill_micro_batch_efficiency.value
+                    * (1.0 - 1.0 / (mb * ctx.model.num_layers))
+                    * OVERLAP_SCALE
+                )
+            )
+            hidden = (factor * np.minimum(c, m)) // OVERLAP_SCALE
+        yield mb, (c + m + mb * _combine(fixed) - hidden).astype(float)
+
+
+def colocated_upper_bounds(
+    ctx: CostContext,
+    dt: PhaseTables,
+    di: IntTables,
+    pt: PhaseTables,
+    pi: IntTables,
+    tpot_slo_us: int | None,
+    ttft_slo_us: int | None,
+) -> tuple[np.ndarray, list[tuple[int, np.ndarray, np.ndarray]]]:
+    """Per (MTP depth, layout combination) [K, A, F, M, L]: an upper bound on the requests/s of a
+    colocated instance (0 when its decode or prefill half alone cannot fit or meet the SLO), and
+    per depth (emitted tokens in thousandths, decode step us, decode HBM MiB) over [A, F, M, L, B].
+    Memoised with the prefill tables (the bound depends on the SLOs, never on the budget)."""
+    key = ("colocated_bound", dt.devices, tpot_slo_us, ttft_slo_us)
+    if key in pt.memo:
+        return pt.memo[key]
+    n = dt.devices
+    n_att = len(dt.options.attention)
+    xs = dt.x_values.astype(np.int64)
+    out_tokens = ctx.workload.output_tokens
+    per_k: list[tuple[int, np.ndarray, np.ndarray]] = []
+    decode_s = []
+    for j in range(len(dt.k_values)):
+        e = int(np.floor(dt.emitted[j] * EMITTED_SCALE + 1e-9))
+        step = _combine([di.time_us[mod][:, j, :] for mod in MODULES]) + di.const_us[j][None, None, None, None, :]
+        hbm = _combine([di.hbm_mib[mod][:, j, :] for mod in MODULES])
+        ok = hbm <= di.hbm_capacity_mib
+        if tpot_slo_us is not None:
+            ok &= step * EMITTED_SCALE <= tpot_slo_us * e
+        score = np.where(ok, (xs * e) / np.maximum(step, 1), 0.0).max(axis=-1)  # B e / step (e in thousandths)
+        decode_s.append(np.where(score > 0, out_tokens * 1e-3 / (n * np.maximum(score, 1e-300)), np.inf))
+        per_k.append((e, step, hbm))
+    rs = pt.x_values.astype(float)
+    prefill_s = np.full(decode_s[0].shape, np.inf)
+    for _, forward in _prefill_forwards_us(ctx, pt, pi, n_att):
+        ok = np.ones(forward.shape, dtype=bool)
+        if ttft_slo_us is not None:
+            ok &= 1.5 * forward <= ttft_slo_us  # TTFT is at least 1.5 forwards
+        prefill_s = np.minimum(prefill_s, np.where(ok, forward * 1e-6 / rs, np.inf).min(axis=-1))
+    total = np.stack([d + prefill_s for d in decode_s])
+    bound = np.where(np.isfinite(total), 1.0 / np.where(np.isfinite(total), total, 1.0), 0.0)
+    pt.memo[key] = (bound, per_k)
+    return bound, per_k
+
+
 def colocated_candidates(
     ctx: CostContext,
     dt: PhaseTables,
@@ -109,31 +174,46 @@ def colocated_candidates(
     tpot_slo_us: int | None,
     ttft_slo_us: int | None,
     keep: int,
-    top_combos: int = 16,
+    first_round: int = 16,
+    prune: bool = True,
 ) -> list[ColocatedCandidate]:
-    """The `keep` best colocated instances of one size (see the module docstring)."""
+    """The `keep` best colocated instances of one size (see the module docstring): exact over the
+    layouts, depths, concurrencies, batches and micro-batches (`prune=False` evaluates every
+    combination, for tests)."""
+    bound, per_k = colocated_upper_bounds(ctx, dt, di, pt, pi, tpot_slo_us, ttft_slo_us)
+    flat = bound.reshape(-1)
+    order = [int(i) for i in np.lexsort((np.arange(flat.size), -flat)) if flat[i] > 0]
+    found: list[tuple[float, ColocatedCandidate]] = []
+    pos, size = 0, first_round
+    while pos < len(order):
+        floor = found[keep - 1][0] if len(found) >= keep else 0.0
+        if prune and flat[order[pos]] * (1 + 1e-9) <= floor:
+            break  # no combination left can beat the `keep`-th best found
+        batch = [np.unravel_index(i, bound.shape) for i in order[pos : pos + size]]
+        chosen = [(int(p[0]), tuple(int(v) for v in p[1:])) for p in batch]
+        found.extend(_evaluate(ctx, dt, di, pt, pi, tpot_slo_us, ttft_slo_us, chosen, per_k))
+        found.sort(key=lambda rc: (-rc[0], rc[1].decode.key()))
+        pos += size
+        size = min(2 * size, 256)
+    return [c for _, c in found[:keep]]
+
+
+def _evaluate(
+    ctx: CostContext,
+    dt: PhaseTables,
+    di: IntTables,
+    pt: PhaseTables,
+    pi: IntTables,
+    tpot_slo_us: int | None,
+    ttft_slo_us: int | None,
+    chosen: list[tuple[int, tuple[int, ...]]],
+    per_k: list[tuple[int, np.ndarray, np.ndarray]],
+) -> list[tuple[float, ColocatedCandidate]]:
+    """The best colocated instance (requests/s, candidate) of each chosen (depth, combination)."""
     n = dt.devices
     xs = dt.x_values.astype(np.int64)
     rs = pt.x_values.astype(np.int64)
-    n_att = len(dt.options.attention)
-    # decode layouts are ranked with the HBM of a one-request prefill batch set aside, so that
-    # layouts leaving room for prefill are not crowded out by pure-decode ones
-    reserve = _one_request_prefill_mib(ctx, dt)
-    scores, per_k = [], []
-    for j in range(len(dt.k_values)):
-        e = int(np.floor(dt.emitted[j] * EMITTED_SCALE + 1e-9))
-        step = _combine([di.time_us[mod][:, j, :] for mod in MODULES]) + di.const_us[j][None, None, None, None, :]
-        hbm = _combine([di.hbm_mib[mod][:, j, :] for mod in MODULES])
-        ok = hbm + reserve <= di.hbm_capacity_mib
-        if tpot_slo_us is not None:
-            ok &= step * EMITTED_SCALE <= tpot_slo_us * e
-        ratio = np.where(ok, (xs * e) / np.maximum(step, 1), -1.0)
-        scores.append(ratio.max(axis=-1))
-        per_k.append((e, step, hbm))
     w = ctx.workload
-    chosen = [(pos[0], tuple(pos[1:])) for pos in _top(np.stack(scores), top_combos) if pos[1] < n_att]
-    if not chosen:
-        return []
     # [C, B]: decode step and HBM of each chosen (combination, depth)
     step_cb = np.stack([per_k[j][1][idx] for j, idx in chosen]).astype(float)
     hbm_cb = np.stack([per_k[j][2][idx] for j, idx in chosen]).astype(float)
@@ -142,7 +222,7 @@ def colocated_candidates(
     best_at: list[tuple | None] = [None] * len(chosen)
     # a colocated TPOT is at least the pure decode TPOT, and a TTFT at least 1.5 forwards: cut the
     # concurrency and batch axes to what could meet the SLOs at all
-    b_ok = hbm_cb + reserve <= di.hbm_capacity_mib
+    b_ok = hbm_cb <= di.hbm_capacity_mib
     if tpot_slo_us is not None:
         b_ok &= step_cb * EMITTED_SCALE <= tpot_slo_us * (emitted_c[:, None] * EMITTED_SCALE)
     nb = int(np.flatnonzero(b_ok.any(axis=0)).max(initial=-1)) + 1
@@ -191,7 +271,7 @@ def colocated_candidates(
                     float(ttft[c, b_i, r_i]),
                     int(hbm_cb[c, b_i] + extra_cr[c, r_i]),
                 )
-    out: list[ColocatedCandidate] = []
+    out: list[tuple[float, ColocatedCandidate]] = []
     opts = dt.options
     for c, (j, idx) in enumerate(chosen):
         if best_at[c] is None:
@@ -217,15 +297,17 @@ def colocated_candidates(
             option_index=idx,
         )
         out.append(
-            ColocatedCandidate(
-                decode=decode,
-                batch_requests=requests,
-                micro_batches=mb,
-                rate_milli=int(math.floor(best_score[c] * 1000)),
-                tpot_us=int(math.ceil(tpot_v * 1e6)),
-                ttft_us=int(math.ceil(ttft_v * 1e6)),
-                hbm_mib=hbm_v,
+            (
+                float(best_score[c]),
+                ColocatedCandidate(
+                    decode=decode,
+                    batch_requests=requests,
+                    micro_batches=mb,
+                    rate_milli=int(math.floor(best_score[c] * 1000)),
+                    tpot_us=int(math.ceil(tpot_v * 1e6)),
+                    ttft_us=int(math.ceil(ttft_v * 1e6)),
+                    hbm_mib=hbm_v,
+                ),
             )
         )
-    out.sort(key=lambda c: (-c.rate_milli, c.decode.key()))
-    return out[:keep]
+    return out

@@ -6,7 +6,7 @@ import math
 
 from planner.candidates.phase_candidates import lowest_latency_us
 from planner.costmodel.context import CostContext
-from planner.search.plan_search import PhaseSpace
+from planner.search.phase_space import PhaseSpace
 from planner.search.request import PlanRequest
 
 

@@ -22,7 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from planner.candidates.colocated_candidates import ColocatedCandidate, colocated_candidates
+from planner.candidates.colocated_candidates import (
+    ColocatedCandidate,
+    colocated_candidates,
+    colocated_upper_bounds,
+)
 from planner.candidates.phase_candidates import (
     EMITTED_SCALE,
     PhaseCandidate,
@@ -30,6 +34,7 @@ from planner.candidates.phase_candidates import (
     prefill_candidates,
 )
 from planner.candidates.space import (
+    DENSE_NODE_COUNTS,
     SpaceLimits,
     instance_sizes,
     min_devices_for_weights,
@@ -49,6 +54,8 @@ from planner.costmodel.imbalance import default_imbalance_model
 from planner.costmodel.memory import kv_tokens_in_use
 from planner.errors import BadInputError, InfeasibleError
 from planner.search.deployment_model import RATE_SCALE, Deployment, DeploymentModel
+from planner.search.diagnose import diagnose_infeasible
+from planner.search.phase_space import PhaseSpace
 from planner.search.request import MAX_CARDS, PlanRequest
 from planner.specs.catalog import load_hardware, load_model
 from planner.specs.hardware import HardwareSpec
@@ -57,7 +64,6 @@ from planner.specs.plan import COLOCATED_SHARED_FIELDS, DecodePlan, Plan, Prefil
 from planner.specs.quantization import get_quantization
 
 KEEP_PER_SIZE = 3
-COLOCATED_SIZE_CUTOFF = 0.9
 Progress = Callable[[str, float], None]
 
 
@@ -84,17 +90,6 @@ class TableCache:
 
 
 @dataclass
-class PhaseSpace:
-    """A phase's candidates over all its instance sizes, and what was evaluated."""
-
-    phase: str
-    sizes: list[int]
-    candidates: list[PhaseCandidate]
-    points_evaluated: int
-    tables: dict[int, tuple[PhaseTables, IntTables]] = field(default_factory=dict)
-
-
-@dataclass
 class SearchOutcome:
     """Ranked plans (best first) and how the search went."""
 
@@ -109,6 +104,8 @@ class SearchOutcome:
     request: PlanRequest
     model: ModelSpec
     hw: HardwareSpec
+    deployments: list[Deployment] = field(default_factory=list)  # the solver's choices, as ranked
+    colocated: list[ColocatedCandidate] = field(default_factory=list)  # candidates `deployments` index
 
 
 def _grid(cap: int, every_upto: int, step: float) -> np.ndarray:
@@ -224,7 +221,10 @@ def build_phase_space(
 
             t, ints = cache.get(key, build_decode) if cache else build_decode()
             slo_us = None if slo.tpot_ms is None else int(math.floor(slo.tpot_ms * 1000))
-            found = decode_candidates(t, ints, slo_us, keep)  # type: ignore[arg-type]
+            memo_key = ("decode_candidates", slo_us, keep)
+            if memo_key not in t.memo:  # candidates depend on the SLO and `keep`, never on the budget
+                t.memo[memo_key] = decode_candidates(t, ints, slo_us, keep)  # type: ignore[arg-type]
+            found = t.memo[memo_key]
         else:
             xs = request_values(_max_requests_guess(ctx, n))
 
@@ -234,14 +234,17 @@ def build_phase_space(
 
             t, ints = cache.get(key, build_prefill) if cache else build_prefill()  # type: ignore[assignment]
             slo_us = None if slo.ttft_ms is None else int(math.floor(slo.ttft_ms * 1000))
-            found = prefill_candidates(
-                t,
-                ints,
-                slo_us,
-                keep,
-                m.num_layers,
-                ctx.hw.overlap.prefill_micro_batch_efficiency.value,  # type: ignore[arg-type]
-            )
+            memo_key = ("prefill_candidates", slo_us, keep)
+            if memo_key not in t.memo:
+                t.memo[memo_key] = prefill_candidates(
+                    t,
+                    ints,
+                    slo_us,
+                    keep,
+                    m.num_layers,
+                    ctx.hw.overlap.prefill_micro_batch_efficiency.value,  # type: ignore[arg-type]
+                )
+            found = t.memo[memo_key]
         points += opts.count * len(t.k_values) * len(xs)
         tables_by_size[n] = (t, ints)  # type: ignore[assignment]
         cands.extend(found)
@@ -337,22 +340,33 @@ def candidate_phase_plan(c: PhaseCandidate, instances: int, input_tokens: int) -
 def _colocated(
     ctx: CostContext, request: PlanRequest, dspace: PhaseSpace, pspace: PhaseSpace, keep: int
 ) -> list[ColocatedCandidate]:
-    """Colocated candidates for the sizes both phases were costed at."""
+    """Colocated candidates for the sizes both phases were costed at: per size the `keep` best
+    (exact, planner.candidates.colocated_candidates). When the objective is tokens/s per card,
+    sizes are visited best bound per device first, and a size whose bound per device cannot
+    reach the `keep`-th best found is skipped: that is exact too, and depends on no budget."""
     slo = request.slo
     tpot = None if slo.tpot_ms is None else int(math.floor(slo.tpot_ms * 1000))
     ttft = None if slo.ttft_ms is None else int(math.floor(slo.ttft_ms * 1000))
-    out: list[ColocatedCandidate] = []
-    # colocated instances spend most of their time decoding: only sizes whose best decode
-    # instance is within 10% (per device) of the best size's are worth costing
-    best_ratio: dict[int, float] = {}
-    for c in dspace.candidates:
-        best_ratio[c.devices] = max(best_ratio.get(c.devices, 0.0), c.num / c.den)
-    top = max(best_ratio.values(), default=0.0)
-    competitive = {n for n, r in best_ratio.items() if r >= COLOCATED_SIZE_CUTOFF * top}
-    for n in sorted(set(dspace.tables) & set(pspace.tables) & competitive):
+    sizes = sorted(set(dspace.tables) & set(pspace.tables))
+    bounds = {}
+    for n in sizes:
         (dt, di), (pt, pi) = dspace.tables[n], pspace.tables[n]
-        out.extend(colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep))
-    return out
+        bounds[n] = float(colocated_upper_bounds(ctx, dt, di, pt, pi, tpot, ttft)[0].max(initial=0.0))
+    per_device = request.rate_per_s is None  # with a target rate every size's best counts
+    order = sorted(sizes, key=lambda n: (-bounds[n] / n, n)) if per_device else sizes
+    out: list[ColocatedCandidate] = []
+    for n in order:
+        floor = 0.0
+        if per_device and len(out) >= keep:
+            floor = sorted((c.rate_milli / 1000 / c.devices for c in out), reverse=True)[keep - 1] * n
+            if bounds[n] * (1 + 1e-9) <= floor:
+                continue
+        (dt, di), (pt, pi) = dspace.tables[n], pspace.tables[n]
+        key = ("colocated_candidates", tpot, ttft, keep)
+        if key not in pt.memo:  # the same for every budget: kept with the tables
+            pt.memo[key] = colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep)
+        out.extend(pt.memo[key])
+    return sorted(out, key=lambda c: (c.devices, -c.rate_milli, c.decode.key()))
 
 
 def deployment_plan(
@@ -393,11 +407,82 @@ def deployment_plan(
     )
 
 
+def smallest_deployment_devices(ctx: CostContext, request: PlanRequest, cache: TableCache | None = None) -> int | None:
+    """Fewest devices of any deployment that fits HBM and meets the SLOs, whatever the budget
+    (None if no instance size up to the largest one the machine allows works). Sizes are costed
+    in increasing order, as in the search, until no larger one can give fewer devices."""
+    experts, other = _weights_bytes(ctx)
+    min_dev = min_devices_for_weights(ctx.model, ctx.hw, experts, other)
+    hw = ctx.hw
+    largest = hw.max_devices if hw.max_devices is not None else DENSE_NODE_COUNTS * hw.devices_per_node
+    want_decode = request.phase in ("both", "decode")
+    want_prefill = request.phase in ("both", "prefill")
+    coloc_ok = want_decode and want_prefill and request.colocated
+    limits = SpaceLimits(max_devices=largest, max_redundant_experts=request.max_redundant_experts)
+    sizes = set(instance_sizes(hw, largest, min_dev))
+    for pinned in (request.decode_devices, request.prefill_devices):
+        if pinned is not None:
+            sizes.add(pinned)
+    best: int | None = None
+    smallest: dict[str, int] = {}
+    for n in sorted(sizes):
+        if best is not None and n >= best:
+            break
+        spaces = {}
+        for phase, want, pinned in (
+            ("decode", want_decode, request.decode_devices),
+            ("prefill", want_prefill, request.prefill_devices),
+        ):
+            if want and (pinned is None or pinned == n):
+                spaces[phase] = build_phase_space(ctx, phase, [n], request, limits, keep=1, cache=cache)
+                if spaces[phase].candidates and phase not in smallest:
+                    smallest[phase] = n
+        if coloc_ok and len(spaces) == 2 and _colocated(ctx, request, spaces["decode"], spaces["prefill"], 1):
+            best = n if best is None else min(best, n)
+        wanted = [p for p, w in (("decode", want_decode), ("prefill", want_prefill)) if w]
+        if all(p in smallest for p in wanted):
+            total = sum(smallest[p] for p in wanted)
+            best = total if best is None else min(best, total)
+    return best
+
+
+def _budget_message(ctx: CostContext, request: PlanRequest, budget_devices: int, cache: TableCache | None) -> str:
+    """Why the budget is too small, naming the smallest budget that works (found by costing)."""
+    hw = ctx.hw
+    smallest = smallest_deployment_devices(ctx, request, cache)
+    where = f"{ctx.model.name} on {hw.name}"
+    if smallest is None:
+        return (
+            f"card budget: no deployment of {where} fits HBM and meets the SLOs at any instance size up to "
+            f"{DENSE_NODE_COUNTS} nodes; relax --tpot-ms/--ttft-ms or use a smaller quantization."
+        )
+    cards = math.ceil(smallest / hw.devices_per_card - 1e-9)
+    return (
+        f"card budget: the smallest deployment of {where} that fits HBM and meets the SLOs needs "
+        f"{smallest} devices ({cards} cards); --max-cards {request.max_cards:g} allows {budget_devices} "
+        f"devices. Raise --max-cards to at least {cards}."
+    )
+
+
+def _diagnose(
+    ctx: CostContext,
+    request: PlanRequest,
+    dspace: PhaseSpace | None,
+    pspace: PhaseSpace | None,
+    budget_devices: int,
+    cache: TableCache | None,
+) -> str:
+    """`diagnose_infeasible`, with the card-budget case naming the smallest budget that works."""
+    reason = diagnose_infeasible(ctx, request, dspace, pspace, budget_devices)
+    if reason.startswith("card budget") and request.rate_per_s is None:
+        return _budget_message(ctx, request, budget_devices, cache)
+    return reason
+
+
 def run_search(
     request: PlanRequest, progress: Progress | None = None, cache: TableCache | None = None
 ) -> SearchOutcome:
     """Plan a deployment for `request` (see the module docstring); `cache` reuses cost tables."""
-    from planner.search.diagnose import diagnose_infeasible
     from planner.search.validate import score_and_validate
 
     start = time.perf_counter()
@@ -415,17 +500,13 @@ def run_search(
 
     experts, other = _weights_bytes(ctx)
     min_dev = min_devices_for_weights(ctx.model, hw, experts, other)
-    need = min_dev * (int(want_decode) + int(want_prefill))
+    # a colocated instance serves both phases alone: every size up to the whole budget is one
+    coloc_ok = want_decode and want_prefill and request.colocated
+    need = min_dev if coloc_ok else min_dev * (int(want_decode) + int(want_prefill))
     if need > budget_devices:
-        cards = math.ceil(min_dev / hw.devices_per_card)
-        raise InfeasibleError(
-            f"HBM: {ctx.model.name} needs at least {min_dev} {hw.name} devices ({cards} cards) per instance "
-            f"for its weights alone; --max-cards {request.max_cards:g} allows {budget_devices} devices "
-            f"for {'both phases' if want_decode and want_prefill else 'one instance'}. Raise --max-cards "
-            f"to at least {math.ceil(need / hw.devices_per_card)}."
-        )
-    other_min_d = min_dev if want_prefill else 0
-    other_min_p = min_dev if want_decode else 0
+        raise InfeasibleError(_budget_message(ctx, request, budget_devices, cache))
+    other_min_d = min_dev if want_prefill and not coloc_ok else 0
+    other_min_p = min_dev if want_decode and not coloc_ok else 0
     dspace = pspace = None
     d_sizes = _phase_sizes(ctx, budget_devices, request.decode_devices, other_min_d, "decode") if want_decode else []
     p_sizes = _phase_sizes(ctx, budget_devices, request.prefill_devices, other_min_p, "prefill") if want_prefill else []
@@ -438,7 +519,7 @@ def run_search(
     if want_prefill:
         pspace = build_phase_space(ctx, "prefill", p_sizes, request, limits, progress, keep, cache)
     if (dspace and not dspace.candidates) or (pspace and not pspace.candidates):
-        raise InfeasibleError(diagnose_infeasible(ctx, request, dspace, pspace, budget_devices))
+        raise InfeasibleError(_diagnose(ctx, request, dspace, pspace, budget_devices, cache))
 
     d_cands = dspace.candidates if dspace else []
     p_cands = pspace.candidates if pspace else []
@@ -467,7 +548,7 @@ def run_search(
             raise InfeasibleError(
                 f"no deployment found within the time limit ({request.settings.time_limit_s:g} s); raise --time-limit."
             )
-        raise InfeasibleError(diagnose_infeasible(ctx, request, dspace, pspace, budget_devices))
+        raise InfeasibleError(_diagnose(ctx, request, dspace, pspace, budget_devices, cache))
     plans = []
     for rank, dep in enumerate(result.deployments, start=1):  # (also after an interrupt: best so far)
         plan = deployment_plan(request, ctx, dep, dspace, pspace, rank, coloc)
@@ -484,4 +565,6 @@ def run_search(
         request=request,
         model=ctx.model,
         hw=hw,
+        deployments=list(result.deployments),
+        colocated=coloc,
     )

@@ -102,7 +102,7 @@ def test_infeasible_tpot_names_the_lowest_reachable():
 
 
 def test_budget_below_the_weights_names_the_cards_needed():
-    with pytest.raises(InfeasibleError, match=r"HBM: deepseek-v3 needs at least \d+ a2 devices"):
+    with pytest.raises(InfeasibleError, match=r"card budget: the smallest deployment of deepseek-v3 on a2 .* needs 16"):
         run_search(PlanRequest(max_cards=8))
 
 
