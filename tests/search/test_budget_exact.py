@@ -47,9 +47,7 @@ MODES = {
 
 
 def _request(hardware: str, mode: str, cards: float) -> PlanRequest:
-    return PlanRequest(
-        hardware=hardware, workload=WORKLOAD, max_cards=cards, top=1, settings=SETTINGS, **MODES[mode]
-    )
+    return PlanRequest(hardware=hardware, workload=WORKLOAD, max_cards=cards, top=1, settings=SETTINGS, **MODES[mode])
 
 
 _ORACLES: dict[tuple[str, str, int], tuple] = {}
@@ -89,11 +87,8 @@ def _oracle_best(cands: tuple, budget: int) -> Fraction:
     d = [c for c in d if c[1] <= budget]
     p = [c for c in p if c[1] <= budget]
     best = Fraction(0)
-    if d or p:
-        if (d or not cands[0]) and (p or not cands[1]):
-            best = best_deployment_ratio(
-                [r for r, _ in d], [n for _, n in d], [r for r, _ in p], [n for _, n in p], budget
-            )
+    if (d or p) and (d or not cands[0]) and (p or not cands[1]):
+        best = best_deployment_ratio([r for r, _ in d], [n for _, n in d], [r for r, _ in p], [n for _, n in p], budget)
     for rate, n in coloc:
         if n <= budget:
             best = max(best, Fraction(rate, n))
