@@ -176,11 +176,14 @@ def colocated_candidates(
     keep: int,
     first_round: int = 16,
     prune: bool = True,
+    mtp: bool | None = None,
 ) -> list[ColocatedCandidate]:
     """The `keep` best colocated instances of one size (see the module docstring): exact over the
     layouts, depths, concurrencies, batches and micro-batches (`prune=False` evaluates every
-    combination, for tests)."""
+    combination, for tests; `mtp` True or False keeps only depths with or without MTP)."""
     bound, per_k = colocated_upper_bounds(ctx, dt, di, pt, pi, tpot_slo_us, ttft_slo_us)
+    if mtp is not None:  # only configurations with (True) or without (False) MTP draft tokens
+        bound = bound * np.array([(k > 0) == mtp for k in dt.k_values], dtype=float)[:, None, None, None, None]
     flat = bound.reshape(-1)
     order = [int(i) for i in np.lexsort((np.arange(flat.size), -flat)) if flat[i] > 0]
     found: list[tuple[float, ColocatedCandidate]] = []

@@ -147,8 +147,11 @@ def _top(scores: np.ndarray, keep: int) -> list[tuple[int, ...]]:
     return [tuple(int(i) for i in np.unravel_index(j, scores.shape)) for j in order]
 
 
-def decode_candidates(t: PhaseTables, ints: IntTables, tpot_slo_us: int | None, keep: int) -> list[PhaseCandidate]:
-    """The `keep` best decode configurations of one instance size (each at its best concurrency)."""
+def decode_candidates(
+    t: PhaseTables, ints: IntTables, tpot_slo_us: int | None, keep: int, mtp: bool | None = None
+) -> list[PhaseCandidate]:
+    """The `keep` best decode configurations of one instance size (each at its best concurrency);
+    `mtp` True or False keeps only configurations with or without MTP draft tokens."""
     xs = t.x_values.astype(np.int64)
     out: list[PhaseCandidate] = []
     best_score = []
@@ -169,6 +172,8 @@ def decode_candidates(t: PhaseTables, ints: IntTables, tpot_slo_us: int | None, 
         rev = ratio[..., ::-1]
         b_idx = xs.size - 1 - np.argmax(rev, axis=-1)
         score = np.take_along_axis(ratio, b_idx[..., None], axis=-1)[..., 0]
+        if mtp is not None and (k > 0) != mtp:
+            score = np.full_like(score, -1.0)
         best_score.append(score)
         per_k.append((k, e, step, hbm, b_idx))
     scores = np.stack(best_score)  # [K, A, F, M, L]

@@ -25,7 +25,7 @@ from planner.cli.options import (
 from planner.errors import BadInputError
 from planner.ranking.binding import why_line
 from planner.report.evaluate_report import evaluate_tables
-from planner.report.plan_report import plans_document, ranked_table
+from planner.report.plan_report import alternatives_table, plans_document, ranked_table
 from planner.report.vllm_ascend import emit_vllm_ascend
 from planner.search.plan_search import SearchOutcome, TableCache, run_search
 from planner.search.request import (
@@ -149,6 +149,13 @@ def print_outcome(outcome: SearchOutcome) -> None:
         f"tokens, TPOT <= {req.slo.tpot_ms} ms, TTFT <= {req.slo.ttft_ms} ms, <= {req.max_cards:g} cards"
     )
     console.print(ranked_table(outcome.plans, outcome.hw, title))
+    if outcome.exhausted:
+        console.print(
+            f"--top {req.top}: only {len(outcome.plans)} distinct deployment{'s' if len(outcome.plans) != 1 else ''} "
+            "fit the budget and SLOs (any other is beaten in every cost by one of these)."
+        )
+    if outcome.alternatives:
+        console.print(alternatives_table(outcome.alternatives, outcome.plans[0], outcome.hw))
     points = sum(s.points_evaluated for s in (outcome.decode_space, outcome.prefill_space) if s)
     if outcome.optimal:
         verdict = "OPTIMAL: proven best under the cost model (CP-SAT)"

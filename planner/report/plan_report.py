@@ -111,3 +111,34 @@ def plans_document(plans: list[Plan], status: str) -> str:
         "plans": [p.model_dump(mode="json", exclude_none=True) for p in plans],
     }
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
+def _pd(plan: Plan) -> str:
+    d, p = plan.decode, plan.prefill
+    if plan.colocated and d is not None:
+        return f"colocated {d.instances}x{d.devices}"
+    pd = f"{p.instances}x{p.devices}" if p else "-"
+    return pd + (f" : {d.instances}x{d.devices}" if d else " : -")
+
+
+def alternatives_table(alternatives: list[Any], best: Plan, hw: HardwareSpec) -> Table:
+    """The best plan of each other structure (label, plan, rank) and its price against rank 1."""
+    table = Table(
+        title="Best plan of each other structure (same budget and SLOs)",
+        caption="price: tokens/s per card against rank 1; 'rank N' when it is in the list above",
+    )
+    for name, justify in (("structure", "left"), ("cards", "right"), ("P:D", "left"), ("decode", "left")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    table.add_column("tok/s/card", justify="right")
+    table.add_column("price", justify="right")
+    top = headline(best)
+    for alt in alternatives:
+        plan = alt.plan
+        d = plan.decode
+        dec = f"{compact_layouts(d)} B{d.concurrency_per_device} MTP{d.mtp_tokens}" if d is not None else "-"
+        value = headline(plan)
+        price = f"{(value - top) / top * 100:+.1f}%" if top > 0 else "-"
+        if alt.rank is not None:
+            price += f" (rank {alt.rank})"
+        table.add_row(alt.label, f"{cards_of(plan, hw):g}", _pd(plan), dec, f"{value:.1f}", price)
+    return table

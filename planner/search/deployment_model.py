@@ -140,6 +140,8 @@ class DeploymentModel:
             if lits:
                 m.add(sum(lits) == 1 - self.use_coloc)
         m.add(sum(self.z) == self.use_coloc)
+        if not self.x and not self.y:
+            m.add(self.use_coloc == 1)  # colocated candidates only
 
     def _add_capacity_constraints(self) -> None:
         """The served rate is what both phases can carry (one phase: what it carries)."""

@@ -57,6 +57,7 @@ from planner.search.deployment_model import RATE_SCALE, Deployment, DeploymentMo
 from planner.search.diagnose import diagnose_infeasible
 from planner.search.phase_space import PhaseSpace
 from planner.search.request import MAX_CARDS, PlanRequest
+from planner.search.validate import score_and_validate
 from planner.specs.catalog import load_hardware, load_model
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
@@ -106,6 +107,17 @@ class SearchOutcome:
     hw: HardwareSpec
     deployments: list[Deployment] = field(default_factory=list)  # the solver's choices, as ranked
     colocated: list[ColocatedCandidate] = field(default_factory=list)  # candidates `deployments` index
+    exhausted: bool = False  # fewer than `top` distinct deployments exist (the list is all of them)
+    alternatives: list[Alternative] = field(default_factory=list)  # best plan of each other structure
+
+
+@dataclass
+class Alternative:
+    """The best plan of another structure than rank 1's (e.g. disaggregated instead of colocated)."""
+
+    label: str
+    plan: Plan
+    rank: int | None  # its rank in the list above, if it is there
 
 
 def _grid(cap: int, every_upto: int, step: float) -> np.ndarray:
@@ -338,7 +350,7 @@ def candidate_phase_plan(c: PhaseCandidate, instances: int, input_tokens: int) -
 
 
 def _colocated(
-    ctx: CostContext, request: PlanRequest, dspace: PhaseSpace, pspace: PhaseSpace, keep: int
+    ctx: CostContext, request: PlanRequest, dspace: PhaseSpace, pspace: PhaseSpace, keep: int, mtp: bool | None = None
 ) -> list[ColocatedCandidate]:
     """Colocated candidates for the sizes both phases were costed at: per size the `keep` best
     (exact, planner.candidates.colocated_candidates). When the objective is tokens/s per card,
@@ -351,7 +363,10 @@ def _colocated(
     bounds = {}
     for n in sizes:
         (dt, di), (pt, pi) = dspace.tables[n], pspace.tables[n]
-        bounds[n] = float(colocated_upper_bounds(ctx, dt, di, pt, pi, tpot, ttft)[0].max(initial=0.0))
+        bound = colocated_upper_bounds(ctx, dt, di, pt, pi, tpot, ttft)[0]
+        if mtp is not None:
+            bound = bound[[j for j, k in enumerate(dt.k_values) if (k > 0) == mtp]]
+        bounds[n] = float(bound.max(initial=0.0))
     per_device = request.rate_per_s is None  # with a target rate every size's best counts
     order = sorted(sizes, key=lambda n: (-bounds[n] / n, n)) if per_device else sizes
     out: list[ColocatedCandidate] = []
@@ -362,9 +377,9 @@ def _colocated(
             if bounds[n] * (1 + 1e-9) <= floor:
                 continue
         (dt, di), (pt, pi) = dspace.tables[n], pspace.tables[n]
-        key = ("colocated_candidates", tpot, ttft, keep)
+        key = ("colocated_candidates", tpot, ttft, keep, mtp)
         if key not in pt.memo:  # the same for every budget: kept with the tables
-            pt.memo[key] = colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep)
+            pt.memo[key] = colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep, mtp=mtp)
         out.extend(pt.memo[key])
     return sorted(out, key=lambda c: (c.devices, -c.rate_milli, c.decode.key()))
 
@@ -479,11 +494,151 @@ def _diagnose(
     return reason
 
 
+def _plan_signature(plan: Plan) -> str:
+    """What tells two plans apart for a user: every predicted figure and the deployment's size.
+    Plans equal in these differ only in fields with no effect on the prediction: one plan."""
+    import json
+
+    return json.dumps([plan.total_devices, plan.predicted], sort_keys=True, default=str)
+
+
+def _distinct_plans(
+    request: PlanRequest,
+    ctx: CostContext,
+    model: DeploymentModel,
+    result: Any,
+    dspace: PhaseSpace | None,
+    pspace: PhaseSpace | None,
+    coloc: list[ColocatedCandidate],
+    deadline: float,
+) -> tuple[list[Plan], list[Deployment], bool]:
+    """The `top` best distinct plans in order (more solves when two deployments predict the same),
+    their deployments, and whether fewer exist."""
+    plans: list[Plan] = []
+    deps: list[Deployment] = []
+    seen: set[str] = set()
+    batch = list(result.deployments)
+    exhausted = len(batch) < request.top and result.status != "INTERRUPTED"
+    while batch:
+        for dep in batch:
+            plan = score_and_validate(deployment_plan(request, ctx, dep, dspace, pspace, len(plans) + 1, coloc), ctx)
+            sig = _plan_signature(plan)
+            if sig in seen:
+                continue
+            seen.add(sig)
+            plans.append(plan)
+            deps.append(dep)
+        if len(plans) >= request.top or exhausted or result.status == "INTERRUPTED":
+            break
+        more = model.solve_top(request.top - len(plans), deadline)
+        batch = list(more.deployments)
+        exhausted = len(batch) < request.top - len(plans)
+    return plans[: request.top], deps[: request.top], exhausted and len(plans) < request.top
+
+
+def _alternatives(
+    request: PlanRequest,
+    ctx: CostContext,
+    best: Plan,
+    best_dep: Deployment,
+    dspace: PhaseSpace | None,
+    pspace: PhaseSpace | None,
+    coloc: list[ColocatedCandidate],
+    deadline: float,
+) -> list[Alternative]:
+    """The best plan of each structure rank 1 does not have: disaggregated vs colocated, MTP on vs
+    off, another EP size of the decode instances (each by its own exact solve, same budget)."""
+    from dataclasses import replace
+
+    d_all = dspace.candidates if dspace else []
+    p_all = pspace.candidates if pspace else []
+    head: PhaseCandidate | None = None
+    if best_dep.colocated is not None:
+        head = coloc[best_dep.colocated].decode
+    elif best_dep.decode is not None:
+        head = d_all[best_dep.decode]
+
+    def anything(c: PhaseCandidate) -> bool:
+        return True
+
+    structures: list[tuple[str, Callable[[PhaseCandidate], bool], bool, bool]] = []
+    if dspace and pspace and coloc:
+        if best_dep.colocated is not None:
+            structures.append(("disaggregated", anything, True, False))
+        else:
+            structures.append(("colocated", anything, False, True))
+    mtp_alternative = None
+    depths = request.mtp_tokens if request.mtp_tokens is not None else (0, 1)
+    if head is not None and ctx.model.mtp_layers and any((k > 0) != (head.k > 0) for k in depths):
+        mtp_alternative = not head.k > 0
+
+        def other_mtp(c: PhaseCandidate, mtp: bool = mtp_alternative) -> bool:
+            return (c.k > 0) == mtp
+
+        structures.append(("with MTP" if mtp_alternative else "without MTP", other_mtp, True, True))
+    if head is not None and head.moe is not None:
+        ep = head.moe.moe.ep
+
+        def other_ep(c: PhaseCandidate, ep: int = ep) -> bool:
+            return c.moe is not None and c.moe.moe.ep != ep
+
+        structures.append((f"decode EP other than {ep}", other_ep, True, True))
+    out: list[Alternative] = []
+    out_tokens = request.workload.output_tokens
+    for label, keep_decode, disagg, colocated in structures:
+        d_pool, c_pool = d_all, coloc
+        if keep_decode.__name__ == "other_mtp" and dspace is not None:
+            # the kept candidates are the best of each size over every MTP depth: the best of each
+            # size with (or without) MTP comes from the tables again
+            slo_us = None if request.slo.tpot_ms is None else int(math.floor(request.slo.tpot_ms * 1000))
+            d_pool = []
+            for t, ints in dspace.tables.values():
+                key = ("decode_candidates", slo_us, 1, mtp_alternative)
+                if key not in t.memo:
+                    t.memo[key] = decode_candidates(t, ints, slo_us, 1, mtp=mtp_alternative)
+                d_pool.extend(t.memo[key])
+            if coloc and pspace is not None:
+                c_pool = _colocated(ctx, request, dspace, pspace, 1, mtp=mtp_alternative)
+        d = [c for c in d_pool if keep_decode(c)] if disagg else []
+        p = list(p_all) if disagg else []
+        cc = [c for c in c_pool if keep_decode(c.decode)] if colocated else []
+        if (dspace and not d and not cc) or (pspace and not p and not cc):
+            continue
+        model = DeploymentModel(
+            d,
+            p,
+            [_decode_rate_milli(c, out_tokens) for c in d],
+            [_prefill_rate_milli(c) for c in p],
+            int(math.floor(request.max_cards * ctx.hw.devices_per_card + 1e-9)),
+            request.settings,
+            tpot_slo_us=None if request.slo.tpot_ms is None else int(math.floor(request.slo.tpot_ms * 1000)),
+            ttft_slo_us=None if request.slo.ttft_ms is None else int(math.floor(request.slo.ttft_ms * 1000)),
+            target_rate_milli=None if request.rate_per_s is None else int(math.ceil(request.rate_per_s * RATE_SCALE)),
+            distinct_sizes=False,
+            colocated=cc,
+        )
+        try:
+            found = model.solve_top(1, deadline)
+        except KeyboardInterrupt:
+            break
+        if not found.deployments:
+            continue
+        ds = replace(dspace, candidates=d) if dspace else None
+        ps = replace(pspace, candidates=p) if pspace else None
+        plan = score_and_validate(deployment_plan(request, ctx, found.deployments[0], ds, ps, 1, cc), ctx)
+        out.append(Alternative(label, plan, None))
+    return out
+
+
+def _rank_in(plans: list[Plan], plan: Plan) -> int | None:
+    sig = _plan_signature(plan)
+    return next((i + 1 for i, p in enumerate(plans) if _plan_signature(p) == sig), None)
+
+
 def run_search(
     request: PlanRequest, progress: Progress | None = None, cache: TableCache | None = None
 ) -> SearchOutcome:
     """Plan a deployment for `request` (see the module docstring); `cache` reuses cost tables."""
-    from planner.search.validate import score_and_validate
 
     start = time.perf_counter()
     deadline = start + request.settings.time_limit_s
@@ -510,10 +665,8 @@ def run_search(
     dspace = pspace = None
     d_sizes = _phase_sizes(ctx, budget_devices, request.decode_devices, other_min_d, "decode") if want_decode else []
     p_sizes = _phase_sizes(ctx, budget_devices, request.prefill_devices, other_min_p, "prefill") if want_prefill else []
-    # runner-up plans differ in instance sizes when there are enough sizes, else in configurations
-    pairs = max(1, len(d_sizes)) * max(1, len(p_sizes))
-    distinct_sizes = pairs >= request.top
-    keep = 1 if distinct_sizes else request.top
+    # the K best distinct deployments use at most K configurations of any one instance size
+    keep = request.top
     if want_decode:
         dspace = build_phase_space(ctx, "decode", d_sizes, request, limits, progress, keep, cache)
     if want_prefill:
@@ -537,7 +690,7 @@ def run_search(
         tpot_slo_us=None if request.slo.tpot_ms is None else int(math.floor(request.slo.tpot_ms * 1000)),
         ttft_slo_us=None if request.slo.ttft_ms is None else int(math.floor(request.slo.ttft_ms * 1000)),
         target_rate_milli=None if request.rate_per_s is None else int(math.ceil(request.rate_per_s * RATE_SCALE)),
-        distinct_sizes=distinct_sizes,
+        distinct_sizes=False,
         colocated=coloc,
     )
     if progress:
@@ -549,10 +702,12 @@ def run_search(
                 f"no deployment found within the time limit ({request.settings.time_limit_s:g} s); raise --time-limit."
             )
         raise InfeasibleError(_diagnose(ctx, request, dspace, pspace, budget_devices, cache))
-    plans = []
-    for rank, dep in enumerate(result.deployments, start=1):  # (also after an interrupt: best so far)
-        plan = deployment_plan(request, ctx, dep, dspace, pspace, rank, coloc)
-        plans.append(score_and_validate(plan, ctx))
+    plans, deployments, exhausted = _distinct_plans(request, ctx, model, result, dspace, pspace, coloc, deadline)
+    alternatives = []
+    if result.status != "INTERRUPTED":
+        alternatives = _alternatives(request, ctx, plans[0], deployments[0], dspace, pspace, coloc, deadline)
+        for alt in alternatives:
+            alt.rank = _rank_in(plans, alt.plan)
     return SearchOutcome(
         plans=plans,
         status=result.status,
@@ -565,6 +720,8 @@ def run_search(
         request=request,
         model=ctx.model,
         hw=hw,
-        deployments=list(result.deployments),
+        deployments=deployments,
         colocated=coloc,
+        exhausted=exhausted,
+        alternatives=alternatives,
     )

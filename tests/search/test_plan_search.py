@@ -69,8 +69,9 @@ def test_validator_catches_a_broken_plan():
 
 def test_colocated_plans_are_ranked_alongside_and_can_be_left_out():
     both = run_search(PlanRequest(top=5))
-    assert any(p.colocated for p in both.plans) and any(not p.colocated for p in both.plans)
-    for plan in both.plans:
+    everything = both.plans + [a.plan for a in both.alternatives]
+    assert any(p.colocated for p in everything) and any(not p.colocated for p in everything)
+    for plan in everything:
         if plan.colocated:
             c = plan.predicted["colocated"]
             assert c["tpot_ms"] <= 100 and c["ttft_ms"] <= 2000 and c["fits_hbm"]

@@ -1,0 +1,70 @@
+"""Top-K means top-K (issue 10, part 2): the K best distinct deployments in order, the same
+prefix whatever K, no two rows one plan, a note when fewer exist, and the best of each other
+structure with its price."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.report.plan_report import headline
+from planner.search.plan_search import TableCache, _plan_signature, run_search
+from planner.search.request import PlanRequest
+from planner.specs.plan import SLO, Workload
+
+CACHE = TableCache()
+
+
+def _rows(outcome) -> list[str]:
+    return [_plan_signature(p) for p in outcome.plans]
+
+
+@pytest.mark.parametrize("request_kw", [{}, {"colocated": False}, {"hardware": "cm384", "max_cards": 32}])
+def test_top3_is_the_prefix_of_top10_and_rows_are_distinct(request_kw):
+    top3 = run_search(PlanRequest(top=3, **request_kw), cache=CACHE)
+    top10 = run_search(PlanRequest(top=10, **request_kw), cache=CACHE)
+    assert len(top10.plans) == 10
+    assert _rows(top10)[:3] == _rows(top3)
+    assert len(set(_rows(top10))) == 10  # no plan twice
+    deployments = {(d.decode, d.prefill, d.colocated) for d in top10.deployments}
+    assert len(deployments) == 10  # no runner-up repeats the winner's instances
+    values = [headline(p) for p in top10.plans]
+    assert values == sorted(values, reverse=True)
+    assert [p.rank for p in top10.plans] == list(range(1, 11))
+
+
+@pytest.mark.parametrize("top", [4, 9])
+def test_asked_for_k_rows_gets_k_rows(top):
+    assert len(run_search(PlanRequest(top=top), cache=CACHE).plans) == top
+
+
+def test_fewer_than_k_says_so():
+    req = PlanRequest(
+        phase="decode",
+        decode_devices=16,
+        mtp_tokens=(0,),
+        max_cards=16,
+        slo=SLO(tpot_ms=34.8, ttft_ms=None),
+        top=50,
+        workload=Workload(input_tokens=1024, output_tokens=512),
+    )
+    outcome = run_search(req, cache=CACHE)
+    assert outcome.exhausted
+    assert 1 <= len(outcome.plans) < 50
+    assert not run_search(PlanRequest(top=3), cache=CACHE).exhausted
+
+
+def test_other_structures_are_shown_with_their_price():
+    outcome = run_search(PlanRequest(top=3), cache=CACHE)
+    best = outcome.plans[0]
+    labels = {a.label for a in outcome.alternatives}
+    assert ("disaggregated" if best.colocated else "colocated") in labels
+    assert any("MTP" in label for label in labels)
+    assert any(label.startswith("decode EP other than") for label in labels)
+    for alt in outcome.alternatives:
+        assert headline(alt.plan) <= headline(best) + 1e-6  # rank 1 is the best of everything
+        if alt.label == "disaggregated":
+            assert not alt.plan.colocated
+        if alt.label == "without MTP":
+            assert alt.plan.decode.mtp_tokens == 0
+        if alt.label.startswith("decode EP other than"):
+            assert alt.plan.decode.moe.ep != best.decode.moe.ep
