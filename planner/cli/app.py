@@ -6,24 +6,64 @@ import os
 import signal
 import sys
 import threading
+from typing import Any
 
 import typer
+from typer.core import TyperGroup
 
 from planner import __version__
-from planner.cli import (
-    catalog_cmd,
-    evaluate_cmd,
-    experts_cmd,
-    fidelity_cmd,
-    plan_cmd,
-    schema_cmd,
-    sweep_cmd,
-    whatif_cmd,
-)
 from planner.cli.common import keep_freed_memory
+
+# Each command's module is imported only when that command runs (or help lists it): `moeplan
+# --version` and `moeplan evaluate` never import the solver, `moeplan experts` never the cost
+# tables. name -> (module, attribute: a command function or a sub-app)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "hardware": ("planner.cli.catalog_cmd", "hardware_app"),
+    "models": ("planner.cli.catalog_cmd", "models_app"),
+    "plan": ("planner.cli.plan_cmd", "plan"),
+    "evaluate": ("planner.cli.evaluate_cmd", "evaluate"),
+    "schema": ("planner.cli.schema_cmd", "schema"),
+    "fidelity": ("planner.cli.fidelity_cmd", "fidelity"),
+    "whatif": ("planner.cli.whatif_cmd", "whatif"),
+    "sweep": ("planner.cli.sweep_cmd", "sweep"),
+    "experts": ("planner.cli.experts_cmd", "experts"),
+}
+
+
+def _sub_typer() -> typer.Typer:
+    return typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+
+
+def load_command(name: str) -> Any:
+    """The click command of `name`, its module imported now."""
+    import importlib
+
+    module, attr = COMMANDS[name]
+    target = getattr(importlib.import_module(module), attr)
+    sub = _sub_typer()
+    if isinstance(target, typer.Typer):
+        sub.add_typer(target, name=name)
+        sub.callback()(lambda: None)
+        return typer.main.get_command(sub).commands[name]  # type: ignore[attr-defined]
+    sub.command(name)(target)
+    return typer.main.get_command(sub)
+
+
+class LazyGroup(TyperGroup):
+    """A typer group whose commands are imported on first use (see COMMANDS)."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(super().list_commands(ctx)) + [n for n in COMMANDS if n not in self.commands]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            self.commands[cmd_name] = load_command(cmd_name)
+        return super().get_command(ctx, cmd_name)
+
 
 app = typer.Typer(
     name="moeplan",
+    cls=LazyGroup,
     help="Plan deployments of large mixture-of-experts models on Huawei Ascend clusters.",
     no_args_is_help=True,
     add_completion=False,
@@ -45,17 +85,6 @@ def _root(
     ),
 ) -> None:
     """Plan deployments of large mixture-of-experts models on Huawei Ascend clusters."""
-
-
-app.add_typer(catalog_cmd.hardware_app, name="hardware")
-app.add_typer(catalog_cmd.models_app, name="models")
-app.command("plan")(plan_cmd.plan)
-app.command("evaluate")(evaluate_cmd.evaluate)
-app.command("schema")(schema_cmd.schema)
-app.command("fidelity")(fidelity_cmd.fidelity)
-app.command("whatif")(whatif_cmd.whatif)
-app.command("sweep")(sweep_cmd.sweep)
-experts_cmd.register(app)
 
 
 def _terminate(signum: int, frame: object) -> None:

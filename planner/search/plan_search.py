@@ -56,6 +56,7 @@ from planner.errors import BadInputError, InfeasibleError
 from planner.search.deployment_model import RATE_SCALE, Deployment, DeploymentModel
 from planner.search.diagnose import diagnose_infeasible
 from planner.search.phase_space import PhaseSpace
+from planner.search.ranking_enum import Choice, choice_of, rank_deployments
 from planner.search.request import MAX_CARDS, PlanRequest
 from planner.search.validate import score_and_validate
 from planner.specs.catalog import load_hardware, load_model
@@ -502,25 +503,51 @@ def _plan_signature(plan: Plan) -> str:
     return json.dumps([plan.total_devices, plan.predicted], sort_keys=True, default=str)
 
 
+def _ranked(
+    request: PlanRequest,
+    ctx: CostContext,
+    d: list[PhaseCandidate],
+    p: list[PhaseCandidate],
+    cc: list[ColocatedCandidate],
+    k: int,
+    exclude: frozenset[Choice] = frozenset(),
+) -> list[Deployment]:
+    """The k best distinct deployments of these candidates, exactly, without the solver."""
+    out = request.workload.output_tokens
+    return rank_deployments(
+        [c.devices for c in d],
+        [_decode_rate_milli(c, out) for c in d],
+        [c.devices for c in p],
+        [_prefill_rate_milli(c) for c in p],
+        [c.devices for c in cc],
+        [c.rate_milli for c in cc],
+        int(math.floor(request.max_cards * ctx.hw.devices_per_card + 1e-9)),
+        k,
+        None if request.rate_per_s is None else int(math.ceil(request.rate_per_s * RATE_SCALE)),
+        exclude,
+    )
+
+
 def _distinct_plans(
     request: PlanRequest,
     ctx: CostContext,
-    model: DeploymentModel,
-    result: Any,
+    first: Deployment,
     dspace: PhaseSpace | None,
     pspace: PhaseSpace | None,
     coloc: list[ColocatedCandidate],
-    deadline: float,
 ) -> tuple[list[Plan], list[Deployment], bool]:
-    """The `top` best distinct plans in order (more solves when two deployments predict the same),
-    their deployments, and whether fewer exist."""
-    plans: list[Plan] = []
-    deps: list[Deployment] = []
-    seen: set[str] = set()
-    batch = list(result.deployments)
-    exhausted = len(batch) < request.top and result.status != "INTERRUPTED"
-    while batch:
-        for dep in batch:
+    """The `top` best distinct plans in order: rank 1 as CP-SAT chose and proved it, the rest by
+    exact enumeration (planner.search.ranking_enum) without rank 1's choice; plans that predict
+    the same are one. Also whether fewer than `top` exist."""
+    d = dspace.candidates if dspace else []
+    p = pspace.candidates if pspace else []
+    want = 2 * request.top
+    while True:
+        rest = _ranked(request, ctx, d, p, coloc, want, frozenset({choice_of(first)}))
+        plans: list[Plan] = []
+        deps: list[Deployment] = []
+        seen: set[str] = set()
+        for dep in [first, *rest]:
             plan = score_and_validate(deployment_plan(request, ctx, dep, dspace, pspace, len(plans) + 1, coloc), ctx)
             sig = _plan_signature(plan)
             if sig in seen:
@@ -528,26 +555,23 @@ def _distinct_plans(
             seen.add(sig)
             plans.append(plan)
             deps.append(dep)
-        if len(plans) >= request.top or exhausted or result.status == "INTERRUPTED":
-            break
-        more = model.solve_top(request.top - len(plans), deadline)
-        batch = list(more.deployments)
-        exhausted = len(batch) < request.top - len(plans)
-    return plans[: request.top], deps[: request.top], exhausted and len(plans) < request.top
+            if len(plans) == request.top:
+                return plans, deps, False
+        if len(rest) < want:
+            return plans, deps, True
+        want *= 2
 
 
 def _alternatives(
     request: PlanRequest,
     ctx: CostContext,
-    best: Plan,
     best_dep: Deployment,
     dspace: PhaseSpace | None,
     pspace: PhaseSpace | None,
     coloc: list[ColocatedCandidate],
-    deadline: float,
 ) -> list[Alternative]:
     """The best plan of each structure rank 1 does not have: disaggregated vs colocated, MTP on vs
-    off, another EP size of the decode instances (each by its own exact solve, same budget)."""
+    off, another EP size of the decode instances (each exact over its candidates, same budget)."""
     from dataclasses import replace
 
     d_all = dspace.candidates if dspace else []
@@ -584,7 +608,6 @@ def _alternatives(
 
         structures.append((f"decode EP other than {ep}", other_ep, True, True))
     out: list[Alternative] = []
-    out_tokens = request.workload.output_tokens
     for label, keep_decode, disagg, colocated in structures:
         d_pool, c_pool = d_all, coloc
         if keep_decode.__name__ == "other_mtp" and dspace is not None:
@@ -604,28 +627,12 @@ def _alternatives(
         cc = [c for c in c_pool if keep_decode(c.decode)] if colocated else []
         if (dspace and not d and not cc) or (pspace and not p and not cc):
             continue
-        model = DeploymentModel(
-            d,
-            p,
-            [_decode_rate_milli(c, out_tokens) for c in d],
-            [_prefill_rate_milli(c) for c in p],
-            int(math.floor(request.max_cards * ctx.hw.devices_per_card + 1e-9)),
-            request.settings,
-            tpot_slo_us=None if request.slo.tpot_ms is None else int(math.floor(request.slo.tpot_ms * 1000)),
-            ttft_slo_us=None if request.slo.ttft_ms is None else int(math.floor(request.slo.ttft_ms * 1000)),
-            target_rate_milli=None if request.rate_per_s is None else int(math.ceil(request.rate_per_s * RATE_SCALE)),
-            distinct_sizes=False,
-            colocated=cc,
-        )
-        try:
-            found = model.solve_top(1, deadline)
-        except KeyboardInterrupt:
-            break
-        if not found.deployments:
+        found = _ranked(request, ctx, d, p, cc, 1)
+        if not found:
             continue
         ds = replace(dspace, candidates=d) if dspace else None
         ps = replace(pspace, candidates=p) if pspace else None
-        plan = score_and_validate(deployment_plan(request, ctx, found.deployments[0], ds, ps, 1, cc), ctx)
+        plan = score_and_validate(deployment_plan(request, ctx, found[0], ds, ps, 1, cc), ctx)
         out.append(Alternative(label, plan, None))
     return out
 
@@ -695,17 +702,20 @@ def run_search(
     )
     if progress:
         progress("CP-SAT: choosing configurations and instance counts", 1.0)
-    result = model.solve_top(request.top, deadline)
+    result = model.solve_top(1, deadline)  # rank 1, proven by CP-SAT; the others enumerated exactly
     if not result.deployments:
         if result.status == "UNKNOWN":
             raise InfeasibleError(
                 f"no deployment found within the time limit ({request.settings.time_limit_s:g} s); raise --time-limit."
             )
         raise InfeasibleError(_diagnose(ctx, request, dspace, pspace, budget_devices, cache))
-    plans, deployments, exhausted = _distinct_plans(request, ctx, model, result, dspace, pspace, coloc, deadline)
-    alternatives = []
-    if result.status != "INTERRUPTED":
-        alternatives = _alternatives(request, ctx, plans[0], deployments[0], dspace, pspace, coloc, deadline)
+    first = result.deployments[0]
+    if result.status == "INTERRUPTED":
+        plans = [score_and_validate(deployment_plan(request, ctx, first, dspace, pspace, 1, coloc), ctx)]
+        deployments, exhausted, alternatives = [first], False, []
+    else:
+        plans, deployments, exhausted = _distinct_plans(request, ctx, first, dspace, pspace, coloc)
+        alternatives = _alternatives(request, ctx, first, dspace, pspace, coloc)
         for alt in alternatives:
             alt.rank = _rank_in(plans, alt.plan)
     return SearchOutcome(

@@ -4,10 +4,17 @@ structure with its price."""
 
 from __future__ import annotations
 
+import itertools
+from fractions import Fraction
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from planner.report.plan_report import headline
+from planner.search.oracle import best_deployment_ratio
 from planner.search.plan_search import TableCache, _plan_signature, run_search
+from planner.search.ranking_enum import rank_deployments
 from planner.search.request import PlanRequest
 from planner.specs.plan import SLO, Workload
 
@@ -68,3 +75,28 @@ def test_other_structures_are_shown_with_their_price():
             assert alt.plan.decode.mtp_tokens == 0
         if alt.label.startswith("decode EP other than"):
             assert alt.plan.decode.moe.ep != best.decode.moe.ep
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    decode=st.lists(st.tuples(st.integers(1, 5000), st.sampled_from([1, 2, 4, 8, 16])), min_size=1, max_size=4),
+    prefill=st.lists(st.tuples(st.integers(1, 5000), st.sampled_from([1, 2, 4, 8])), min_size=1, max_size=3),
+    coloc=st.lists(st.tuples(st.integers(1, 5000), st.sampled_from([2, 4, 8])), min_size=0, max_size=2),
+    budget=st.integers(2, 40),
+)
+def test_ranking_enumeration_matches_the_brute_force_oracle(decode, prefill, coloc, budget):
+    d_rates, d_dev = [r for r, _ in decode], [d for _, d in decode]
+    p_rates, p_dev = [r for r, _ in prefill], [d for _, d in prefill]
+    ranked = rank_deployments(
+        d_dev, d_rates, p_dev, p_rates, [d for _, d in coloc], [r for r, _ in coloc], budget, k=50
+    )
+    # every pair's best and every colocated candidate, by brute force
+    expected = []
+    for i, j in itertools.product(range(len(decode)), range(len(prefill))):
+        best = best_deployment_ratio([d_rates[i]], [d_dev[i]], [p_rates[j]], [p_dev[j]], budget)
+        if best > 0:
+            expected.append(best)
+    expected += [Fraction(r, d) for r, d in coloc if d <= budget]
+    got = [Fraction(dep.rate_milli, dep.devices) for dep in ranked]
+    assert sorted(expected, reverse=True) == got
+    assert all(dep.devices <= budget for dep in ranked)
