@@ -17,7 +17,8 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -56,7 +57,7 @@ from planner.errors import BadInputError, InfeasibleError
 from planner.search.deployment_model import RATE_SCALE, Deployment, DeploymentModel
 from planner.search.diagnose import diagnose_infeasible
 from planner.search.phase_space import PhaseSpace
-from planner.search.ranking_enum import Choice, choice_of, rank_deployments
+from planner.search.ranking_enum import Choice, choice_of, rank_deployments, sort_key
 from planner.search.request import MAX_CARDS, PlanRequest
 from planner.search.validate import score_and_validate
 from planner.specs.catalog import load_hardware, load_model
@@ -361,23 +362,30 @@ def _colocated(
     tpot = None if slo.tpot_ms is None else int(math.floor(slo.tpot_ms * 1000))
     ttft = None if slo.ttft_ms is None else int(math.floor(slo.ttft_ms * 1000))
     sizes = sorted(set(dspace.tables) & set(pspace.tables))
-    bounds = {}
-    for n in sizes:
-        (dt, di), (pt, pi) = dspace.tables[n], pspace.tables[n]
-        bound = colocated_upper_bounds(ctx, dt, di, pt, pi, tpot, ttft)[0]
-        if mtp is not None:
-            bound = bound[[j for j, k in enumerate(dt.k_values) if (k > 0) == mtp]]
-        bounds[n] = float(bound.max(initial=0.0))
+    # a first bound per size, free: a colocated instance serves fewer requests/s than the size's
+    # best pure-decode instance (same layouts, HBM and SLO rules, and it also prefills)
+    out_tokens = ctx.workload.output_tokens
+    rough = {n: 0.0 for n in sizes}
+    for c in dspace.candidates:
+        if c.devices in rough:
+            rough[c.devices] = max(rough[c.devices], c.devices * c.num / c.den * 1e6 / EMITTED_SCALE / out_tokens)
     per_device = request.rate_per_s is None  # with a target rate every size's best counts
-    order = sorted(sizes, key=lambda n: (-bounds[n] / n, n)) if per_device else sizes
+    order = sorted(sizes, key=lambda n: (-rough[n] / n, n)) if per_device else sizes
     out: list[ColocatedCandidate] = []
     for n in order:
+        if rough[n] <= 0:
+            continue  # no decode configuration of this size meets the SLO
+        (dt, di), (pt, pi) = dspace.tables[n], pspace.tables[n]
         floor = 0.0
         if per_device and len(out) >= keep:
             floor = sorted((c.rate_milli / 1000 / c.devices for c in out), reverse=True)[keep - 1] * n
-            if bounds[n] * (1 + 1e-9) <= floor:
+            if rough[n] * (1 + 1e-9) <= floor:
                 continue
-        (dt, di), (pt, pi) = dspace.tables[n], pspace.tables[n]
+            bound = colocated_upper_bounds(ctx, dt, di, pt, pi, tpot, ttft)[0]
+            if mtp is not None:
+                bound = bound[[j for j, k in enumerate(dt.k_values) if (k > 0) == mtp]]
+            if float(bound.max(initial=0.0)) * (1 + 1e-9) <= floor:
+                continue
         key = ("colocated_candidates", tpot, ttft, keep, mtp)
         if key not in pt.memo:  # the same for every budget: kept with the tables
             pt.memo[key] = colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep, mtp=mtp)
@@ -503,6 +511,23 @@ def _plan_signature(plan: Plan) -> str:
     return json.dumps([plan.total_devices, plan.predicted], sort_keys=True, default=str)
 
 
+def _best_per_size(cands: list[Any]) -> list[int]:
+    """Index of the best candidate of each instance size (most requests/s per instance; the
+    first of equals), in the order of the list."""
+    best: dict[int, int] = {}
+    for i, c in enumerate(cands):
+        j = best.get(c.devices)
+        if j is None or _rate_of(c) > _rate_of(cands[j]):
+            best[c.devices] = i
+    return sorted(best.values())
+
+
+def _rate_of(c: Any) -> Fraction:
+    if isinstance(c, ColocatedCandidate):
+        return Fraction(c.rate_milli)
+    return Fraction(c.num, c.den)
+
+
 def _ranked(
     request: PlanRequest,
     ctx: CostContext,
@@ -547,7 +572,10 @@ def _distinct_plans(
         plans: list[Plan] = []
         deps: list[Deployment] = []
         seen: set[str] = set()
-        for dep in [first, *rest]:
+        # rank 1 is CP-SAT's; if it stopped short of a proof (time limit), an enumerated deployment
+        # that beats it goes first (stable: among equals CP-SAT's choice stays first)
+        target = None if request.rate_per_s is None else int(math.ceil(request.rate_per_s * RATE_SCALE))
+        for dep in sorted([first, *rest], key=lambda dp: sort_key(dp, target, 0)):
             plan = score_and_validate(deployment_plan(request, ctx, dep, dspace, pspace, len(plans) + 1, coloc), ctx)
             sig = _plan_signature(plan)
             if sig in seen:
@@ -572,8 +600,6 @@ def _alternatives(
 ) -> list[Alternative]:
     """The best plan of each structure rank 1 does not have: disaggregated vs colocated, MTP on vs
     off, another EP size of the decode instances (each exact over its candidates, same budget)."""
-    from dataclasses import replace
-
     d_all = dspace.candidates if dspace else []
     p_all = pspace.candidates if pspace else []
     head: PhaseCandidate | None = None
@@ -687,18 +713,22 @@ def run_search(
     out = request.workload.output_tokens
     if request.rate_per_s is not None:
         _check_rate_reachable(request, d_cands, p_cands, budget_devices, out)
+    # CP-SAT needs only the best configuration of each size (it dominates the others of that
+    # size: same devices, more throughput); the others serve the exact runner-up enumeration
+    d_pick, p_pick, c_pick = _best_per_size(d_cands), _best_per_size(p_cands), _best_per_size(coloc)
+    d1, p1, c1 = [d_cands[i] for i in d_pick], [p_cands[i] for i in p_pick], [coloc[i] for i in c_pick]
     model = DeploymentModel(
-        d_cands,
-        p_cands,
-        [_decode_rate_milli(c, out) for c in d_cands],
-        [_prefill_rate_milli(c) for c in p_cands],
+        d1,
+        p1,
+        [_decode_rate_milli(c, out) for c in d1],
+        [_prefill_rate_milli(c) for c in p1],
         budget_devices,
         request.settings,
         tpot_slo_us=None if request.slo.tpot_ms is None else int(math.floor(request.slo.tpot_ms * 1000)),
         ttft_slo_us=None if request.slo.ttft_ms is None else int(math.floor(request.slo.ttft_ms * 1000)),
         target_rate_milli=None if request.rate_per_s is None else int(math.ceil(request.rate_per_s * RATE_SCALE)),
         distinct_sizes=False,
-        colocated=coloc,
+        colocated=c1,
     )
     if progress:
         progress("CP-SAT: choosing configurations and instance counts", 1.0)
@@ -709,13 +739,18 @@ def run_search(
                 f"no deployment found within the time limit ({request.settings.time_limit_s:g} s); raise --time-limit."
             )
         raise InfeasibleError(_diagnose(ctx, request, dspace, pspace, budget_devices, cache))
-    first = result.deployments[0]
-    if result.status == "INTERRUPTED":
+    first = replace(
+        result.deployments[0],
+        decode=None if result.deployments[0].decode is None else d_pick[result.deployments[0].decode],
+        prefill=None if result.deployments[0].prefill is None else p_pick[result.deployments[0].prefill],
+        colocated=None if result.deployments[0].colocated is None else c_pick[result.deployments[0].colocated],
+    )
+    if result.status == "INTERRUPTED" or not request.alternatives and request.top == 1:
         plans = [score_and_validate(deployment_plan(request, ctx, first, dspace, pspace, 1, coloc), ctx)]
         deployments, exhausted, alternatives = [first], False, []
     else:
         plans, deployments, exhausted = _distinct_plans(request, ctx, first, dspace, pspace, coloc)
-        alternatives = _alternatives(request, ctx, first, dspace, pspace, coloc)
+        alternatives = _alternatives(request, ctx, deployments[0], dspace, pspace, coloc)
         for alt in alternatives:
             alt.rank = _rank_in(plans, alt.plan)
     return SearchOutcome(

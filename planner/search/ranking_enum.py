@@ -37,8 +37,8 @@ def choice_of(dep: Deployment) -> Choice:
     return Choice(dep.decode, dep.prefill, dep.colocated)
 
 
-def _key(dep: Deployment, target: int | None, order: int) -> tuple:
-    """Sort key, best first."""
+def sort_key(dep: Deployment, target: int | None, order: int) -> tuple:
+    """Sort key of a deployment, best first (`order`: position among equals)."""
     if target is not None:
         return (dep.devices, -dep.rate_milli, order)
     return (-Fraction(dep.rate_milli, max(dep.devices, 1)), -dep.rate_milli, dep.devices, order)
@@ -99,7 +99,7 @@ def rank_deployments(
         nonlocal order
         if choice_of(dep) in exclude:
             return
-        key = _key(dep, target, order)
+        key = sort_key(dep, target, order)
         found.append((key, dep))
         bisect.insort(keys, key)
         order += 1
