@@ -7,9 +7,11 @@ prefill batch's KV cache and activations to the decode instance's. The best (B, 
 micro-batches) per combination by requests per second is kept.
 
 The combinations are evaluated best-bound first, in rounds (branch and bound): a colocated
-instance serves at most 1 / (out * step / (n B e) + forward / R) requests/s with the pure-decode
-optimum of its layouts in the first term and the prefill optimum in the second, each taken alone
-(they share HBM and the SLOs in the real instance, so the bound is never below the real rate).
+instance serves at most 1 / min over B of (out * step_B / (n B e) + min over R <= R_B of
+forward_R / R) requests/s, where R_B is the largest batch whose KV cache alone fits next to the
+decode instance's HBM at concurrency B, the TPOT stretched by that prefill share of time meets
+its SLO and 1.5 forwards meet the TTFT SLO (the real instance also holds activations, so the
+bound is never below the real rate).
 Rounds stop once no combination left can beat the `keep`-th best instance found, so the
 result is the exact best of the declared space, not a heuristic cut; the bound depends only on
 the instance size, never on the card budget.
@@ -27,6 +29,7 @@ from planner.candidates.phase_candidates import (
     OVERLAP_SCALE,
     PhaseCandidate,
     _combine,
+    _option_lists,
 )
 from planner.candidates.tables import MODULES, IntTables, PhaseTables
 from planner.costmodel.colocated import colocated_rate_and_latency
@@ -139,9 +142,31 @@ def colocated_upper_bounds(
     n = dt.devices
     n_att = len(dt.options.attention)
     xs = dt.x_values.astype(np.int64)
+    rs = pt.x_values.astype(float)
     out_tokens = ctx.workload.output_tokens
+    # prefill seconds per request at the best batch of at most R requests [A, F, M, L, R]
+    prefill_s = np.full((n_att, *[len(o) or 1 for o in _option_lists(dt)[1:]], rs.size), np.inf)
+    for _, forward in _prefill_forwards_us(ctx, pt, pi, n_att):
+        ok = np.ones(forward.shape, dtype=bool)
+        if ttft_slo_us is not None:
+            ok &= 1.5 * forward <= ttft_slo_us  # TTFT is at least 1.5 forwards
+        prefill_s = np.minimum(prefill_s, np.where(ok, forward * 1e-6 / rs, np.inf))
+    prefill_s = np.minimum.accumulate(prefill_s, axis=-1)
+    # MiB of KV cache one prompt leaves on a device, per attention layout: the prefill batch's
+    # KV alone (activations come on top) must fit next to the decode instance's HBM
+    kv_one = np.array(
+        [
+            float(
+                prefill_hbm(ctx, _prefill_phase(dt, (a, 0, 0, 0), ctx.workload.input_tokens, 1)).breakdown_bytes[
+                    "kv_cache"
+                ][0]
+            )
+            / MIB
+            for a in range(n_att)
+        ]
+    )
     per_k: list[tuple[int, np.ndarray, np.ndarray]] = []
-    decode_s = []
+    totals = []
     for j in range(len(dt.k_values)):
         e = int(np.floor(dt.emitted[j] * EMITTED_SCALE + 1e-9))
         step = _combine([di.time_us[mod][:, j, :] for mod in MODULES]) + di.const_us[j][None, None, None, None, :]
@@ -149,17 +174,19 @@ def colocated_upper_bounds(
         ok = hbm <= di.hbm_capacity_mib
         if tpot_slo_us is not None:
             ok &= step * EMITTED_SCALE <= tpot_slo_us * e
-        score = np.where(ok, (xs * e) / np.maximum(step, 1), 0.0).max(axis=-1)  # B e / step (e in thousandths)
-        decode_s.append(np.where(score > 0, out_tokens * 1e-3 / (n * np.maximum(score, 1e-300)), np.inf))
+        decode_s = out_tokens * 1e-3 * step / (n * xs * e)  # decode seconds per request at each B
+        room = (di.hbm_capacity_mib - hbm) / np.maximum(kv_one, 1e-9)[:, None, None, None, None]
+        r_idx = np.searchsorted(rs, np.floor(room), side="right") - 1  # largest batch that fits
+        at = np.take_along_axis(prefill_s, np.clip(r_idx, 0, rs.size - 1), axis=-1)
+        ok &= r_idx >= 0
+        if tpot_slo_us is not None:
+            # TPOT stretches to step / e / (1 - f) with f = p / (d + p) the prefill share of time:
+            # within the SLO only if p <= d (SLO e / step - 1), and p is at least `at`
+            ok &= at <= decode_s * (tpot_slo_us * e / (np.maximum(step, 1) * EMITTED_SCALE) - 1.0) * (1 + 1e-9)
+        total = np.where(ok, decode_s + at, np.inf)
+        totals.append(total.min(axis=-1))
         per_k.append((e, step, hbm))
-    rs = pt.x_values.astype(float)
-    prefill_s = np.full(decode_s[0].shape, np.inf)
-    for _, forward in _prefill_forwards_us(ctx, pt, pi, n_att):
-        ok = np.ones(forward.shape, dtype=bool)
-        if ttft_slo_us is not None:
-            ok &= 1.5 * forward <= ttft_slo_us  # TTFT is at least 1.5 forwards
-        prefill_s = np.minimum(prefill_s, np.where(ok, forward * 1e-6 / rs, np.inf).min(axis=-1))
-    total = np.stack([d + prefill_s for d in decode_s])
+    total = np.stack(totals)
     bound = np.where(np.isfinite(total), 1.0 / np.where(np.isfinite(total), total, 1.0), 0.0)
     pt.memo[key] = (bound, per_k)
     return bound, per_k
@@ -180,12 +207,12 @@ def colocated_candidates(
 ) -> list[ColocatedCandidate]:
     """The `keep` best colocated instances of one size (see the module docstring): exact over the
     layouts, depths, concurrencies, batches and micro-batches (`prune=False` evaluates every
-    combination, for tests; `mtp` True or False keeps only depths with or without MTP)."""
+    combination, even those the bound calls infeasible, for tests; `mtp` True or False keeps only depths with or without MTP)."""
     bound, per_k = colocated_upper_bounds(ctx, dt, di, pt, pi, tpot_slo_us, ttft_slo_us)
     if mtp is not None:  # only configurations with (True) or without (False) MTP draft tokens
         bound = bound * np.array([(k > 0) == mtp for k in dt.k_values], dtype=float)[:, None, None, None, None]
     flat = bound.reshape(-1)
-    order = [int(i) for i in np.lexsort((np.arange(flat.size), -flat)) if flat[i] > 0]
+    order = [int(i) for i in np.lexsort((np.arange(flat.size), -flat)) if flat[i] > 0 or not prune]
     found: list[tuple[float, ColocatedCandidate]] = []
     pos, size = 0, first_round
     while pos < len(order):

@@ -74,7 +74,7 @@ def _oracle_candidates(hardware: str, mode: str, largest_devices: int) -> tuple:
     p = [(_prefill_rate_milli(c), c.devices) for c in pspace.candidates] if pspace else []
     coloc = []
     if dspace and pspace and request.colocated:
-        tpot, ttft = int(request.slo.tpot_ms * 1000), int(request.slo.ttft_ms * 1000)
+        tpot, ttft = int(tpot_ms * 1000), int(request.slo.ttft_ms * 1000)
         for n in sizes:  # every size on its own (no pruning across sizes)
             (dt, di), (pt, pi) = dspace.tables[n], pspace.tables[n]
             coloc += [(c.rate_milli, n) for c in colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, 1)]
@@ -174,18 +174,19 @@ def test_a2_at_32_cards_finds_the_24_card_plan_a_larger_budget_finds():
     assert ratio[0] == ratio[1]
 
 
-@pytest.mark.parametrize("devices", [16, 24, 32])
-def test_colocated_branch_and_bound_equals_evaluating_every_combination(devices):
+@pytest.mark.parametrize(("devices", "tpot_ms"), [(16, 100), (24, 100), (24, 50), (32, 70)])
+def test_colocated_branch_and_bound_equals_evaluating_every_combination(devices, tpot_ms):
     request = _request("a2", "colocated", 64)
     ctx = make_context(request)
     limits = SpaceLimits(max_devices=DENSE_NODE_COUNTS * 8)
     d = build_phase_space(ctx, "decode", [devices], request, limits, keep=1, cache=CACHE)
     p = build_phase_space(ctx, "prefill", [devices], request, limits, keep=1, cache=CACHE)
     (dt, di), (pt, pi) = d.tables[devices], p.tables[devices]
-    tpot, ttft = int(request.slo.tpot_ms * 1000), int(request.slo.ttft_ms * 1000)
+    tpot, ttft = int(tpot_ms * 1000), int(request.slo.ttft_ms * 1000)
     pruned = colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep=2)
     every = colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep=2, prune=False)
     assert [c.rate_milli for c in pruned] == [c.rate_milli for c in every]
+    assert every, "no colocated instance at all: the comparison would be empty"
     bound, _ = colocated_upper_bounds(ctx, dt, di, pt, pi, tpot, ttft)
     for c in every:
         assert c.rate_milli / 1000 <= bound[(dt.k_values.index(c.decode.k),) + c.decode.option_index] * (1 + 1e-9)
