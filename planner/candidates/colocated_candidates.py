@@ -207,7 +207,8 @@ def colocated_candidates(
 ) -> list[ColocatedCandidate]:
     """The `keep` best colocated instances of one size (see the module docstring): exact over the
     layouts, depths, concurrencies, batches and micro-batches (`prune=False` evaluates every
-    combination, even those the bound calls infeasible, for tests; `mtp` True or False keeps only depths with or without MTP)."""
+    combination, even those the bound calls infeasible, for tests; `mtp` True or False keeps only
+    depths with or without MTP)."""
     bound, per_k = colocated_upper_bounds(ctx, dt, di, pt, pi, tpot_slo_us, ttft_slo_us)
     if mtp is not None:  # only configurations with (True) or without (False) MTP draft tokens
         bound = bound * np.array([(k > 0) == mtp for k in dt.k_values], dtype=float)[:, None, None, None, None]

@@ -74,7 +74,7 @@ def _oracle_candidates(hardware: str, mode: str, largest_devices: int) -> tuple:
     p = [(_prefill_rate_milli(c), c.devices) for c in pspace.candidates] if pspace else []
     coloc = []
     if dspace and pspace and request.colocated:
-        tpot, ttft = int(tpot_ms * 1000), int(request.slo.ttft_ms * 1000)
+        tpot, ttft = int(request.slo.tpot_ms * 1000), int(request.slo.ttft_ms * 1000)
         for n in sizes:  # every size on its own (no pruning across sizes)
             (dt, di), (pt, pi) = dspace.tables[n], pspace.tables[n]
             coloc += [(c.rate_milli, n) for c in colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, 1)]
