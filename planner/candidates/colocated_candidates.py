@@ -123,6 +123,23 @@ def _prefill_forwards_us(ctx: CostContext, pt: PhaseTables, pi: IntTables, n_att
         yield mb, (c + m + mb * _combine(fixed) - hidden).astype(float)
 
 
+def prefill_floor_s(
+    ctx: CostContext, dt: PhaseTables, pt: PhaseTables, pi: IntTables, ttft_slo_us: int | None
+) -> float:
+    """Fewest prefill seconds per request any layout of this size spends with 1.5 forwards within
+    the TTFT SLO (a colocated instance's TTFT is a step plus 1.5 forwards); inf if none. Memoised
+    with the prefill tables: it depends on the TTFT SLO only."""
+    key = ("prefill_floor_s", ttft_slo_us)
+    if key not in pt.memo:
+        rs = pt.x_values.astype(float)
+        best = np.inf
+        for _, forward in _prefill_forwards_us(ctx, pt, pi, len(dt.options.attention)):
+            ok = np.ones(forward.shape, dtype=bool) if ttft_slo_us is None else 1.5 * forward <= ttft_slo_us
+            best = min(best, float(np.where(ok, forward * 1e-6 / rs, np.inf).min(initial=np.inf)))
+        pt.memo[key] = best
+    return float(pt.memo[key])
+
+
 def colocated_upper_bounds(
     ctx: CostContext,
     dt: PhaseTables,
@@ -171,10 +188,22 @@ def colocated_upper_bounds(
         e = int(np.floor(dt.emitted[j] * EMITTED_SCALE + 1e-9))
         step = _combine([di.time_us[mod][:, j, :] for mod in MODULES]) + di.const_us[j][None, None, None, None, :]
         hbm = _combine([di.hbm_mib[mod][:, j, :] for mod in MODULES])
+        per_k.append((e, step, hbm))
+        # concurrencies no layout can reach (HBM or TPOT even with every module at its least) are cut
+        least_hbm = sum(di.hbm_mib[mod][:, j, :].min(axis=0) for mod in MODULES)
+        least_step = sum(di.time_us[mod][:, j, :].min(axis=0) for mod in MODULES) + di.const_us[j]
+        reach = least_hbm <= di.hbm_capacity_mib
+        if tpot_slo_us is not None:
+            reach &= least_step * EMITTED_SCALE <= tpot_slo_us * e
+        nb = int(np.flatnonzero(reach).max(initial=-1)) + 1
+        if nb == 0:
+            totals.append(np.full(step.shape[:-1], np.inf))
+            continue
+        step, hbm = step[..., :nb], hbm[..., :nb]
         ok = hbm <= di.hbm_capacity_mib
         if tpot_slo_us is not None:
             ok &= step * EMITTED_SCALE <= tpot_slo_us * e
-        decode_s = out_tokens * 1e-3 * step / (n * xs * e)  # decode seconds per request at each B
+        decode_s = out_tokens * 1e-3 * step / (n * xs[:nb] * e)  # decode seconds per request at each B
         room = (di.hbm_capacity_mib - hbm) / np.maximum(kv_one, 1e-9)[:, None, None, None, None]
         r_idx = np.searchsorted(rs, np.floor(room), side="right") - 1  # largest batch that fits
         at = np.take_along_axis(prefill_s, np.clip(r_idx, 0, rs.size - 1), axis=-1)
@@ -185,7 +214,6 @@ def colocated_upper_bounds(
             ok &= at <= decode_s * (tpot_slo_us * e / (np.maximum(step, 1) * EMITTED_SCALE) - 1.0) * (1 + 1e-9)
         total = np.where(ok, decode_s + at, np.inf)
         totals.append(total.min(axis=-1))
-        per_k.append((e, step, hbm))
     total = np.stack(totals)
     bound = np.where(np.isfinite(total), 1.0 / np.where(np.isfinite(total), total, 1.0), 0.0)
     pt.memo[key] = (bound, per_k)

@@ -27,6 +27,7 @@ from planner.candidates.colocated_candidates import (
     ColocatedCandidate,
     colocated_candidates,
     colocated_upper_bounds,
+    prefill_floor_s,
 )
 from planner.candidates.phase_candidates import (
     EMITTED_SCALE,
@@ -369,6 +370,10 @@ def _colocated(
     for c in dspace.candidates:
         if c.devices in rough:
             rough[c.devices] = max(rough[c.devices], c.devices * c.num / c.den * 1e6 / EMITTED_SCALE / out_tokens)
+    for n in sizes:  # ... and it also spends at least the size's fewest prefill seconds per request
+        if rough[n] > 0:
+            (dt, _), (pt, pi) = dspace.tables[n], pspace.tables[n]
+            rough[n] = 1.0 / (1.0 / rough[n] + prefill_floor_s(ctx, dt, pt, pi, ttft))
     per_device = request.rate_per_s is None  # with a target rate every size's best counts
     order = sorted(sizes, key=lambda n: (-rough[n] / n, n)) if per_device else sizes
     out: list[ColocatedCandidate] = []
