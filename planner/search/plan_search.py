@@ -652,7 +652,8 @@ def _alternatives(
                     t.memo[key] = decode_candidates(t, ints, slo_us, 1, mtp=mtp_alternative)
                 d_pool.extend(t.memo[key])
             if coloc and pspace is not None:
-                c_pool = _colocated(ctx, request, dspace, pspace, 1, mtp=mtp_alternative)
+                # (the size bounds then come from the decode candidates with the same MTP choice)
+                c_pool = _colocated(ctx, request, replace(dspace, candidates=d_pool), pspace, 1, mtp=mtp_alternative)
         d = [c for c in d_pool if keep_decode(c)] if disagg else []
         p = list(p_all) if disagg else []
         cc = [c for c in c_pool if keep_decode(c.decode)] if colocated else []
