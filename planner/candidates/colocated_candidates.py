@@ -1,20 +1,40 @@
 """Colocated candidates: one instance size, one set of layouts, prefill and decode in turn.
 
-For each instance size, the layout combinations and MTP depths that make the best pure-decode
-instances (the first `top_combos`, from the integer decode tables) are tried as colocated
-instances over every concurrency B, every prefill batch R and 1 or 2 micro-batches: the rate,
-the prefill time fraction, the stretched TPOT and the TTFT follow
-planner.costmodel.colocated; HBM adds the prefill batch's KV cache and activations to the decode
-instance's. The best (B, R, micro-batches) per combination by requests per second is kept.
-Restricting the layouts to the best decode ones is a heuristic (a colocated instance spends most
-of its time decoding, so its best layouts are decode's best), not an exhaustive search: the
-colocated candidates are good, not proven best, and `moeplan plan` says so.
+For each instance size, layout combinations and MTP depths are tried as colocated instances in
+two schedules (planner.costmodel.colocated). Whole forwards: every concurrency B, every prefill
+batch R and the engine's prefill micro-batch counts; the rate, the prefill time fraction, the
+stretched TPOT and the TTFT follow the cost model, HBM adds the prefill batch's KV cache and
+activations to the decode instance's. Chunked prefill: every concurrency B against the chunk
+sizes of `CHUNK_TOKENS_PER_DEVICE` (times the instance's devices), the chunk's time t_c from the
+float cost model of the combination's prefill forward. Each combination keeps its best
+whole-forward and its best chunked instance; `max_itl_us` (the longest gap between two tokens,
+--max-itl-ms) prunes both, and combinations the engine cannot run are never tried.
 
-The same combinations are also tried with chunked prefill (planner.costmodel.colocated): every
-concurrency B against the chunk sizes of `CHUNK_TOKENS_PER_DEVICE` (times the instance's
-devices), the chunk's time from the float cost model of the combination's prefill forward. Each
-combination keeps its best whole-forward and its best chunked instance; `max_itl_us` (the
-longest gap between two tokens, --max-itl-ms) prunes both.
+The combinations are evaluated best-bound first, in rounds (branch and bound), with a bound that
+holds for both schedules (`colocated_upper_bounds`):
+
+- whole forwards serve at most 1 / min over B of (out * step_B / (n B e) + min over R <= R_B of
+  forward_R / R) requests/s, where R_B is the largest batch whose KV cache alone fits next to the
+  decode instance's HBM at concurrency B, the TPOT stretched by that prefill share of time meets
+  its SLO, 1.5 forwards meet the TTFT SLO and a forward alone fits in the ITL limit (the real
+  instance also holds activations and waits a step, so the bound is never below the real rate);
+- chunked prefill serves 1 / lambda = out * step_B / (n B e) + in * t_c / C seconds per request
+  (planner.costmodel.colocated: lambda = N e / (out (step + phi t_c)), phi = in N e / (out C)),
+  where t_c / C = max(F(2X) - F(X), 0) / X. With one micro-batch a forward F is the sum of its
+  modules' compute and communication plus launch costs that cancel in the difference, so t_c of
+  every combination and chunk size comes exactly from one set of float tables per size
+  (`_chunk_differences`, the same model `_chunk_figures` evaluates; the bound takes it a hair
+  lower for float sums in another order, the evaluation rounds it up to whole microseconds).
+  For each chunk size C, the bound is 1 / min over the B where phi < 1, the mean step
+  step + phi t_c stays within e * TPOT, the TTFT (step + t_c) (1 + ceil(in / C) + phi / (2 (1 -
+  phi))) within its SLO, the longest gap step + t_c within the ITL limit and the decode HBM plus
+  one prompt's KV cache within capacity (the evaluation's own conditions, with the activations
+  and the rest of the prompts' KV left out, so a looser set of B) of those seconds per request:
+  the exact chunked rate of the combination but for HBM, never below it.
+
+The bound of a combination is the larger of the two. Rounds stop once no combination left can
+beat the `keep`-th best instance found, so the result is the exact best of the declared space,
+not a heuristic cut; the bound depends only on the instance size, never on the card budget.
 """
 
 from __future__ import annotations
@@ -29,10 +49,10 @@ from planner.candidates.phase_candidates import (
     OVERLAP_SCALE,
     PhaseCandidate,
     _combine,
-    _top,
+    _option_lists,
     engine_mask,
 )
-from planner.candidates.tables import MODULES, IntTables, PhaseTables
+from planner.candidates.tables import MODULES, IntTables, PhaseTables, prefill_tables
 from planner.costmodel.colocated import (
     chunk_time_s,
     chunked_rate_and_latency,
@@ -41,7 +61,6 @@ from planner.costmodel.colocated import (
 )
 from planner.costmodel.context import CostContext
 from planner.costmodel.memory import prefill_hbm
-from planner.costmodel.prefill import prefill_forward
 from planner.specs.plan import PrefillPlan
 
 MIB = 1024.0 * 1024.0
@@ -80,12 +99,6 @@ def _prefill_phase(dt: PhaseTables, idx: tuple[int, ...], batch_tokens: int, mb:
     return PrefillPlan(devices=dt.devices, batch_tokens=batch_tokens, micro_batches=mb, **layouts)
 
 
-def _one_request_prefill_mib(ctx: CostContext, dt: PhaseTables) -> int:
-    """MiB of KV cache and activations one prompt needs in prefill (first layouts of the size)."""
-    use = prefill_hbm(ctx, _prefill_phase(dt, (0, 0, 0, 0), ctx.prefill_tokens_per_request, 1))
-    return int(math.ceil(float(use.breakdown_bytes["kv_cache"][0] + use.breakdown_bytes["activations"][0]) / MIB))
-
-
 def _forward_us(ctx: CostContext, pi: IntTables, idx: tuple[int, ...], mb: int) -> np.ndarray:
     """Prefill forward (us) of the layouts `idx` over the requests-per-forward axis."""
     comp = sum(pi.time_us[mod][i, 0, :] for mod, i in zip(MODULES, idx, strict=True))
@@ -118,23 +131,43 @@ def _prefill_extra_mib(ctx: CostContext, dt: PhaseTables, pt: PhaseTables, idx: 
     return pt.memo[key]
 
 
+def _chunk_differences(ctx: CostContext, dt: PhaseTables, pt: PhaseTables) -> tuple[np.ndarray, np.ndarray]:
+    """(X per chunk size, F(2X) - F(X) in s [A, F, M, L, C]) for every combination of the size.
+    With one micro-batch a forward F is the sum over modules of compute and communication plus
+    launch costs that cancel in the difference, so F(2X) - F(X) of a combination is the sum of its
+    modules' differences, from one set of float tables (as planner.costmodel.prefill sums them).
+    Memoised with the prefill tables."""
+    key = ("chunk_differences", dt.devices)
+    if key not in pt.memo:
+        w = ctx.workload
+        chunks = np.array([g * dt.devices for g in CHUNK_TOKENS_PER_DEVICE], dtype=float)
+        x = chunked_reference_tokens(chunks, w.input_tokens)
+        t = prefill_tables(ctx, dt.options, [1], np.concatenate([x, 2.0 * x]) / ctx.prefill_tokens_per_request)
+        g = [t.time_s[mod][:, 0, :] + t.comm_s[mod][:, 0, :] for mod in MODULES]
+        pt.memo[key] = (x, _combine([a[:, x.size :] - a[:, : x.size] for a in g]))
+    return pt.memo[key]
+
+
 def _chunk_figures(
-    ctx: CostContext, dt: PhaseTables, idx: tuple[int, ...], chunks: np.ndarray
+    ctx: CostContext, dt: PhaseTables, pt: PhaseTables, idx: tuple[int, ...], chunks: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """(t_c in us, HBM MiB of the prompts in prefill) per chunk size, for the layouts `idx`."""
     w = ctx.workload
-    phase = _prefill_phase(dt, idx, w.input_tokens, 1)
-    x = chunked_reference_tokens(chunks, w.input_tokens)
-    fwd = prefill_forward(ctx, phase, np.concatenate([x, 2.0 * x]))
-    t_c = chunk_time_s(fwd.forward_s[: x.size], fwd.forward_s[x.size :], chunks, x) * 1e6
-    use = prefill_hbm(ctx, phase, np.concatenate([chunks + w.input_tokens, chunks]).astype(float))
-    extra = use.breakdown_bytes["kv_cache"][: chunks.size] + use.breakdown_bytes["activations"][chunks.size :]
-    return np.ceil(t_c), np.ceil(extra / MIB)
+    x, diff = _chunk_differences(ctx, dt, pt)
+    t_c = chunk_time_s(0.0, diff[idx], chunks, x) * 1e6
+    key = ("chunk_extra_mib", dt.devices, idx)
+    if key not in pt.memo:
+        phase = _prefill_phase(dt, idx, w.input_tokens, 1)
+        use = prefill_hbm(ctx, phase, np.concatenate([chunks + w.input_tokens, chunks]).astype(float))
+        extra = use.breakdown_bytes["kv_cache"][: chunks.size] + use.breakdown_bytes["activations"][chunks.size :]
+        pt.memo[key] = np.ceil(extra / MIB)
+    return np.ceil(t_c), pt.memo[key]
 
 
 def _chunked_best(
     ctx: CostContext,
     dt: PhaseTables,
+    pt: PhaseTables,
     idx: tuple[int, ...],
     step_b: np.ndarray,
     hbm_b: np.ndarray,
@@ -148,7 +181,7 @@ def _chunked_best(
     """The best chunked instance of one combination: (requests/s, its figures), or None."""
     w = ctx.workload
     chunks = np.array([g * dt.devices for g in CHUNK_TOKENS_PER_DEVICE], dtype=float)
-    t_c, extra = _chunk_figures(ctx, dt, idx, chunks)
+    t_c, extra = _chunk_figures(ctx, dt, pt, idx, chunks)
     rate, _, tpot, ttft, _, _, longest = chunked_rate_and_latency(
         step_b[:, None] / 1e6,
         emitted,
@@ -182,6 +215,147 @@ def _chunked_best(
     return float(score[b_i, c_i]), figures
 
 
+def _prefill_forwards_us(ctx: CostContext, pt: PhaseTables, pi: IntTables, n_att: int):
+    """(micro-batches, forward us [A, F, M, L, R]) over the decode layouts' prefill options, as
+    `_forward_us` computes them for one combination."""
+    for mb in pt.k_values:
+        comp = [pi.time_us[mod][:, 0, :] for mod in MODULES]
+        comm = [pi.comm_us[mod][:, 0, :] for mod in MODULES]
+        fixed = [pi.fixed_us[mod][:, 0, :1] for mod in MODULES]
+        for arrays in (comp, comm, fixed):
+            arrays[0] = arrays[0][:n_att]  # decode's attention options lead the prefill list
+        c, m = _combine(comp), _combine(comm)
+        hidden: np.ndarray | int = 0
+        if mb > 1:
+            factor = int(
+                np.floor(
+                    ctx.hw.overlap.prefill_micro_batch_efficiency.value
+                    * (1.0 - 1.0 / (mb * ctx.model.num_layers))
+                    * OVERLAP_SCALE
+                )
+            )
+            hidden = (factor * np.minimum(c, m)) // OVERLAP_SCALE
+        yield mb, (c + m + mb * _combine(fixed) - hidden).astype(float)
+
+
+def colocated_upper_bounds(
+    ctx: CostContext,
+    dt: PhaseTables,
+    di: IntTables,
+    pt: PhaseTables,
+    pi: IntTables,
+    tpot_slo_us: int | None,
+    ttft_slo_us: int | None,
+    max_itl_us: int | None = None,
+) -> tuple[np.ndarray, list[tuple[int, np.ndarray, np.ndarray]]]:
+    """Per (MTP depth, layout combination) [K, A, F, M, L]: an upper bound on the requests/s of a
+    colocated instance, whole-forward or chunked (module docstring; 0 when its decode half alone
+    cannot fit or meet the SLOs, or the engine cannot run it), and per depth (emitted tokens in
+    thousandths, decode step us, decode HBM MiB) over [A, F, M, L, B]. Memoised with the prefill
+    tables (the bound depends on the SLOs, never on the budget)."""
+    key = ("colocated_bound", dt.devices, tpot_slo_us, ttft_slo_us, max_itl_us)
+    if key in pt.memo:
+        return pt.memo[key]
+    n = dt.devices
+    n_att = len(dt.options.attention)
+    xs = dt.x_values.astype(np.int64)
+    rs = pt.x_values.astype(float)
+    out_tokens = ctx.workload.output_tokens
+    # prefill seconds per request at the best batch of at most R requests [A, F, M, L, R]
+    prefill_s = np.full((n_att, *[len(o) or 1 for o in _option_lists(dt)[1:]], rs.size), np.inf)
+    for _, forward in _prefill_forwards_us(ctx, pt, pi, n_att):
+        ok = np.ones(forward.shape, dtype=bool)
+        if ttft_slo_us is not None:
+            ok &= 1.5 * forward <= ttft_slo_us  # TTFT is at least 1.5 forwards
+        if max_itl_us is not None:
+            ok &= forward <= max_itl_us  # the longest gap holds a whole forward (and a step)
+        prefill_s = np.minimum(prefill_s, np.where(ok, forward * 1e-6 / rs, np.inf))
+    prefill_s = np.minimum.accumulate(prefill_s, axis=-1)
+    # MiB of KV cache one prompt leaves on a device, per attention layout: the prefill batch's
+    # KV alone (activations come on top) must fit next to the decode instance's HBM
+    kv_one = np.array(
+        [
+            float(
+                prefill_hbm(ctx, _prefill_phase(dt, (a, 0, 0, 0), ctx.workload.input_tokens, 1)).breakdown_bytes[
+                    "kv_cache"
+                ][0]
+            )
+            / MIB
+            for a in range(n_att)
+        ]
+    )
+    in_tokens = ctx.workload.input_tokens
+    chunks = np.array([g * n for g in CHUNK_TOKENS_PER_DEVICE], dtype=float)
+    x_tokens, diff = _chunk_differences(ctx, dt, pt)
+    # seconds per prompt token of a chunk, per combination and chunk size [C][A, F, M, L, 1]: t_c / C
+    # as the evaluation computes it, a hair below (float sums in another order; it rounds t_c up)
+    slopes = [(np.maximum(diff[..., c], 0.0) / x_tokens[c] * (1.0 - 1e-9))[..., None] for c in range(chunks.size)]
+    per_k: list[tuple[int, np.ndarray, np.ndarray]] = []
+    totals, chunked_totals = [], []
+    for j in range(len(dt.k_values)):
+        e = int(np.floor(dt.emitted[j] * EMITTED_SCALE + 1e-9))
+        step = _combine([di.time_us[mod][:, j, :] for mod in MODULES]) + di.const_us[j][None, None, None, None, :]
+        hbm = _combine([di.hbm_mib[mod][:, j, :] for mod in MODULES])
+        per_k.append((e, step, hbm))
+        # concurrencies no layout can reach (HBM or TPOT even with every module at its least) are cut
+        least_hbm = sum(di.hbm_mib[mod][:, j, :].min(axis=0) for mod in MODULES)
+        least_step = sum(di.time_us[mod][:, j, :].min(axis=0) for mod in MODULES) + di.const_us[j]
+        reach = least_hbm <= di.hbm_capacity_mib
+        if tpot_slo_us is not None:
+            reach &= least_step * EMITTED_SCALE <= tpot_slo_us * e
+        if max_itl_us is not None:
+            reach &= least_step <= max_itl_us
+        nb = int(np.flatnonzero(reach).max(initial=-1)) + 1
+        if nb == 0:
+            totals.append(np.full(step.shape[:-1], np.inf))
+            chunked_totals.append(totals[-1])
+            continue
+        step, hbm = step[..., :nb], hbm[..., :nb]
+        ok = hbm <= di.hbm_capacity_mib
+        if tpot_slo_us is not None:
+            ok &= step * EMITTED_SCALE <= tpot_slo_us * e
+        if max_itl_us is not None:
+            ok &= step <= max_itl_us
+        decode_s = out_tokens * 1e-3 * step / (n * xs[:nb] * e)  # decode seconds per request at each B
+        # chunked, per chunk size C: decode seconds + in t_c / C at each B, where phi < 1, the mean
+        # step, the TTFT and the longest gap (each growing with t_c) meet their limits with t_c at
+        # its floor, and one prompt's KV cache fits next to the decode HBM (the module docstring)
+        sequences_e = n * xs[:nb] * (e / EMITTED_SCALE)
+        chunk_ok = ok & (hbm + kv_one[:, None, None, None, None] <= di.hbm_capacity_mib)
+        chunked = np.full(step.shape[:-1], np.inf)
+        for c, chunk in enumerate(chunks):
+            phi = in_tokens * sequences_e / (out_tokens * chunk)
+            if not (phi < 1.0).any():
+                continue
+            t_c_us = 1e6 * chunk * slopes[c]
+            c_ok = chunk_ok & (phi < 1.0)
+            if tpot_slo_us is not None:
+                c_ok &= step + phi * t_c_us <= tpot_slo_us * (e / EMITTED_SCALE) * (1 + 1e-9)
+            if ttft_slo_us is not None:
+                queue = np.where(phi < 1.0, phi / (2.0 * np.maximum(1.0 - phi, 1e-12)), np.inf)
+                c_ok &= (step + t_c_us) * (1.0 + math.ceil(in_tokens / chunk) + queue) <= ttft_slo_us * (1 + 1e-9)
+            if max_itl_us is not None:
+                c_ok &= step + t_c_us <= max_itl_us * (1 + 1e-9)
+            chunked = np.minimum(chunked, np.where(c_ok, decode_s + in_tokens * slopes[c], np.inf).min(axis=-1))
+        chunked_totals.append(chunked)
+        room = (di.hbm_capacity_mib - hbm) / np.maximum(kv_one, 1e-9)[:, None, None, None, None]
+        r_idx = np.searchsorted(rs, np.floor(room), side="right") - 1  # largest batch that fits
+        at = np.take_along_axis(prefill_s, np.clip(r_idx, 0, rs.size - 1), axis=-1)
+        ok &= r_idx >= 0
+        if tpot_slo_us is not None:
+            # TPOT stretches to step / e / (1 - f) with f = p / (d + p) the prefill share of time:
+            # within the SLO only if p <= d (SLO e / step - 1), and p is at least `at`
+            ok &= at <= decode_s * (tpot_slo_us * e / (np.maximum(step, 1) * EMITTED_SCALE) - 1.0) * (1 + 1e-9)
+        total = np.where(ok, decode_s + at, np.inf)
+        totals.append(total.min(axis=-1))
+    # chunked candidates are searched for every combination: the bound is the larger of the two
+    total = np.minimum(np.stack(totals), np.stack(chunked_totals))
+    bound = np.where(np.isfinite(total), 1.0 / np.where(np.isfinite(total), total, 1.0), 0.0)
+    bound = np.maximum(engine_mask(bound, dt), 0.0)  # combinations the engine cannot run: 0
+    pt.memo[key] = (bound, per_k)
+    return bound, per_k
+
+
 def colocated_candidates(
     ctx: CostContext,
     dt: PhaseTables,
@@ -191,32 +365,78 @@ def colocated_candidates(
     tpot_slo_us: int | None,
     ttft_slo_us: int | None,
     keep: int,
-    top_combos: int = 16,
+    first_round: int = 16,
+    prune: bool = True,
+    mtp: bool | None = None,
     max_itl_us: int | None = None,
 ) -> list[ColocatedCandidate]:
-    """The `keep` best colocated instances of one size (see the module docstring)."""
+    """The `keep` best colocated instances of one size (see the module docstring): exact over the
+    layouts, depths, concurrencies, batches and micro-batches (`prune=False` evaluates every
+    combination the engine can run, even those the bound calls infeasible, for tests; `mtp` True
+    or False keeps only depths with or without MTP)."""
+    bound, per_k = colocated_upper_bounds(ctx, dt, di, pt, pi, tpot_slo_us, ttft_slo_us, max_itl_us)
+    runnable = engine_mask(np.ones(bound.shape), dt).reshape(-1) > 0
+    if mtp is not None:  # only configurations with (True) or without (False) MTP draft tokens
+        bound = bound * np.array([(k > 0) == mtp for k in dt.k_values], dtype=float)[:, None, None, None, None]
+    flat = bound.reshape(-1)
+    order = [int(i) for i in np.lexsort((np.arange(flat.size), -flat)) if flat[i] > 0 or (runnable[i] and not prune)]
+    found: list[tuple[float, ColocatedCandidate]] = []
+    pos, size = 0, first_round
+    while pos < len(order):
+        floor = found[keep - 1][0] if len(found) >= keep else 0.0
+        if prune and flat[order[pos]] * (1 + 1e-9) <= floor:
+            break  # no combination left can beat the `keep`-th best found
+        batch = [np.unravel_index(i, bound.shape) for i in order[pos : pos + size]]
+        chosen = [(int(p[0]), tuple(int(v) for v in p[1:])) for p in batch]
+        found.extend(_evaluate_memo(ctx, dt, di, pt, pi, tpot_slo_us, ttft_slo_us, chosen, per_k, max_itl_us))
+        found.sort(key=lambda rc: (-rc[0], rc[1].decode.key(), rc[1].chunk_tokens or 0))
+        pos += size
+        size = min(2 * size, 256)
+    return [c for _, c in found[:keep]]
+
+
+def _evaluate_memo(
+    ctx: CostContext,
+    dt: PhaseTables,
+    di: IntTables,
+    pt: PhaseTables,
+    pi: IntTables,
+    tpot_slo_us: int | None,
+    ttft_slo_us: int | None,
+    chosen: list[tuple[int, tuple[int, ...]]],
+    per_k: list[tuple[int, np.ndarray, np.ndarray]],
+    max_itl_us: int | None,
+) -> list[tuple[float, ColocatedCandidate]]:
+    """`_evaluate`, each combination's result memoised with the prefill tables (the MTP-filtered
+    and `keep`=1 searches of the alternatives revisit the same combinations)."""
+    memo = pt.memo.setdefault(("colocated_evaluated", dt.devices, tpot_slo_us, ttft_slo_us, max_itl_us), {})
+    todo = [c for c in chosen if c not in memo]
+    if todo:
+        for c in todo:
+            memo[c] = []
+        for rc in _evaluate(ctx, dt, di, pt, pi, tpot_slo_us, ttft_slo_us, todo, per_k, max_itl_us):
+            memo[(dt.k_values.index(rc[1].decode.k), rc[1].decode.option_index)].append(rc)
+    return [rc for c in chosen for rc in memo[c]]
+
+
+def _evaluate(
+    ctx: CostContext,
+    dt: PhaseTables,
+    di: IntTables,
+    pt: PhaseTables,
+    pi: IntTables,
+    tpot_slo_us: int | None,
+    ttft_slo_us: int | None,
+    chosen: list[tuple[int, tuple[int, ...]]],
+    per_k: list[tuple[int, np.ndarray, np.ndarray]],
+    max_itl_us: int | None = None,
+) -> list[tuple[float, ColocatedCandidate]]:
+    """The best whole-forward and the best chunked colocated instance (requests/s, candidate) of
+    each chosen (depth, combination)."""
     n = dt.devices
     xs = dt.x_values.astype(np.int64)
     rs = pt.x_values.astype(np.int64)
-    n_att = len(dt.options.attention)
-    # decode layouts are ranked with the HBM of a one-request prefill batch set aside, so that
-    # layouts leaving room for prefill are not crowded out by pure-decode ones
-    reserve = _one_request_prefill_mib(ctx, dt)
-    scores, per_k = [], []
-    for j in range(len(dt.k_values)):
-        e = int(np.floor(dt.emitted[j] * EMITTED_SCALE + 1e-9))
-        step = _combine([di.time_us[mod][:, j, :] for mod in MODULES]) + di.const_us[j][None, None, None, None, :]
-        hbm = _combine([di.hbm_mib[mod][:, j, :] for mod in MODULES])
-        ok = hbm + reserve <= di.hbm_capacity_mib
-        if tpot_slo_us is not None:
-            ok &= step * EMITTED_SCALE <= tpot_slo_us * e
-        ratio = np.where(ok, (xs * e) / np.maximum(step, 1), -1.0)
-        scores.append(ratio.max(axis=-1))
-        per_k.append((e, step, hbm))
     w = ctx.workload
-    chosen = [(pos[0], tuple(pos[1:])) for pos in _top(engine_mask(np.stack(scores), dt), top_combos) if pos[1] < n_att]
-    if not chosen:
-        return []
     # [C, B]: decode step and HBM of each chosen (combination, depth)
     step_cb = np.stack([per_k[j][1][idx] for j, idx in chosen]).astype(float)
     hbm_cb = np.stack([per_k[j][2][idx] for j, idx in chosen]).astype(float)
@@ -226,7 +446,7 @@ def colocated_candidates(
     chunked_best: list[tuple[int, float, tuple]] = []
     # a colocated TPOT is at least the pure decode TPOT, and a TTFT at least 1.5 forwards: cut the
     # concurrency and batch axes to what could meet the SLOs at all
-    b_ok = hbm_cb + reserve <= di.hbm_capacity_mib
+    b_ok = hbm_cb <= di.hbm_capacity_mib
     if tpot_slo_us is not None:
         b_ok &= step_cb * EMITTED_SCALE <= tpot_slo_us * (emitted_c[:, None] * EMITTED_SCALE)
     nb = int(np.flatnonzero(b_ok.any(axis=0)).max(initial=-1)) + 1
@@ -286,6 +506,7 @@ def colocated_candidates(
         found = _chunked_best(
             ctx,
             dt,
+            pt,
             idx,
             step_cb[c],
             hbm_cb[c],
@@ -299,7 +520,7 @@ def colocated_candidates(
         if found is not None:
             value, (b_i, chunk, tpot_v, ttft_v, hbm_v, longest_v) = found
             chunked_best.append((c, value, (b_i, 0, 1, tpot_v, ttft_v, hbm_v, longest_v, chunk)))
-    out: list[ColocatedCandidate] = []
+    out: list[tuple[float, ColocatedCandidate]] = []
     opts = dt.options
     whole = [(c, float(best_score[c]), best_at[c]) for c in range(len(chosen)) if best_at[c] is not None]
     for c, value, at in whole + chunked_best:
@@ -325,17 +546,19 @@ def colocated_candidates(
             option_index=idx,
         )
         out.append(
-            ColocatedCandidate(
-                decode=decode,
-                batch_requests=requests,
-                micro_batches=mb,
-                rate_milli=int(math.floor(value * 1000)),
-                tpot_us=int(math.ceil(tpot_v * 1e6)),
-                ttft_us=int(math.ceil(ttft_v * 1e6)),
-                hbm_mib=hbm_v,
-                itl_max_us=int(math.ceil(longest_v * 1e6)),
-                chunk_tokens=chunk,
+            (
+                value,
+                ColocatedCandidate(
+                    decode=decode,
+                    batch_requests=requests,
+                    micro_batches=mb,
+                    rate_milli=int(math.floor(value * 1000)),
+                    tpot_us=int(math.ceil(tpot_v * 1e6)),
+                    ttft_us=int(math.ceil(ttft_v * 1e6)),
+                    hbm_mib=hbm_v,
+                    itl_max_us=int(math.ceil(longest_v * 1e6)),
+                    chunk_tokens=chunk,
+                ),
             )
         )
-    out.sort(key=lambda c: (-c.rate_milli, c.decode.key(), c.chunk_tokens or 0))
-    return out[:keep]
+    return out

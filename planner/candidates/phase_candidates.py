@@ -174,10 +174,16 @@ def _top(scores: np.ndarray, keep: int) -> list[tuple[int, ...]]:
 
 
 def decode_candidates(
-    t: PhaseTables, ints: IntTables, tpot_slo_us: int | None, keep: int, max_step_us: int | None = None
+    t: PhaseTables,
+    ints: IntTables,
+    tpot_slo_us: int | None,
+    keep: int,
+    max_step_us: int | None = None,
+    mtp: bool | None = None,
 ) -> list[PhaseCandidate]:
     """The `keep` best decode configurations of one instance size (each at its best concurrency);
-    `max_step_us` bounds the step, the gap between two emissions of a sequence (--max-itl-ms)."""
+    `max_step_us` bounds the step, the gap between two emissions of a sequence (--max-itl-ms);
+    `mtp` True or False keeps only configurations with or without MTP draft tokens."""
     xs = t.x_values.astype(np.int64)
     out: list[PhaseCandidate] = []
     best_score = []
@@ -200,6 +206,8 @@ def decode_candidates(
         rev = ratio[..., ::-1]
         b_idx = xs.size - 1 - np.argmax(rev, axis=-1)
         score = np.take_along_axis(ratio, b_idx[..., None], axis=-1)[..., 0]
+        if mtp is not None and (k > 0) != mtp:
+            score = np.full_like(score, -1.0)
         best_score.append(score)
         per_k.append((k, e, step, hbm, b_idx))
     scores = engine_mask(np.stack(best_score), t, kept)  # [K, A, F, M, L]

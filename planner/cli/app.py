@@ -6,26 +6,76 @@ import os
 import signal
 import sys
 import threading
+from typing import Any
 
 import typer
+from typer.core import TyperGroup
 
 from planner import __version__
-from planner.cli import (
-    calibrate_cmd,
-    catalog_cmd,
-    evaluate_cmd,
-    experts_cmd,
-    fidelity_cmd,
-    plan_cmd,
-    schema_cmd,
-    sweep_cmd,
-    whatif_cmd,
-)
 from planner.cli.common import keep_freed_memory
 from planner.cli.metavars import MetavarCommand
 
+# Each command's module is imported only when that command runs (or help lists it): `moeplan
+# --version` and `moeplan evaluate` never import the solver, `moeplan experts` never the cost
+# tables. name -> (module, attribute: a command function or a sub-app)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "hardware": ("planner.cli.catalog_cmd", "hardware_app"),
+    "models": ("planner.cli.catalog_cmd", "models_app"),
+    "plan": ("planner.cli.plan_cmd", "plan"),
+    "evaluate": ("planner.cli.evaluate_cmd", "evaluate"),
+    "schema": ("planner.cli.schema_cmd", "schema"),
+    "fidelity": ("planner.cli.fidelity_cmd", "fidelity"),
+    "calibrate": ("planner.cli.calibrate_cmd", "calibrate_cmd"),
+    "whatif": ("planner.cli.whatif_cmd", "whatif"),
+    "sweep": ("planner.cli.sweep_cmd", "sweep"),
+    "experts": ("planner.cli.experts_cmd", "experts"),
+}
+
+
+INTERRUPTED_EARLY = "interrupted before any plan was found; nothing written\n"
+
+
+def _sub_typer() -> typer.Typer:
+    return typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+
+
+def load_command(name: str) -> Any:
+    """The click command of `name`, its module imported now."""
+    import importlib
+
+    module, attr = COMMANDS[name]
+    try:
+        target = getattr(importlib.import_module(module), attr)
+        sub = _sub_typer()
+        if isinstance(target, typer.Typer):
+            sub.add_typer(target, name=name)
+            sub.callback()(lambda: None)
+            command = typer.main.get_command(sub).commands[name]  # type: ignore[attr-defined]
+        else:
+            sub.command(name, cls=MetavarCommand)(target)  # help names what each option takes
+            command = typer.main.get_command(sub)
+    except KeyboardInterrupt:  # Ctrl-C while the command loads: typer would exit 130 silently
+        sys.stderr.write(INTERRUPTED_EARLY)
+        raise SystemExit(130) from None
+    _LOADED["command"] = True  # from here SIGTERM interrupts the command (see main)
+    return command
+
+
+class LazyGroup(TyperGroup):
+    """A typer group whose commands are imported on first use (see COMMANDS)."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(super().list_commands(ctx)) + [n for n in COMMANDS if n not in self.commands]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            self.commands[cmd_name] = load_command(cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
 app = typer.Typer(
     name="moeplan",
+    cls=LazyGroup,
     help="Plan deployments of large mixture-of-experts models on Huawei Ascend clusters.",
     no_args_is_help=True,
     add_completion=False,
@@ -49,19 +99,16 @@ def _root(
     """Plan deployments of large mixture-of-experts models on Huawei Ascend clusters."""
 
 
-app.add_typer(catalog_cmd.hardware_app, name="hardware")
-app.add_typer(catalog_cmd.models_app, name="models")
-app.command("plan", cls=MetavarCommand)(plan_cmd.plan)
-app.command("evaluate", cls=MetavarCommand)(evaluate_cmd.evaluate)
-app.command("schema", cls=MetavarCommand)(schema_cmd.schema)
-app.command("fidelity", cls=MetavarCommand)(fidelity_cmd.fidelity)
-app.command("calibrate", cls=MetavarCommand)(calibrate_cmd.calibrate_cmd)
-app.command("whatif", cls=MetavarCommand)(whatif_cmd.whatif)
-app.command("sweep", cls=MetavarCommand)(sweep_cmd.sweep)
-experts_cmd.register(app)
+_LOADED = {"command": False}
 
 
 def _terminate(signum: int, frame: object) -> None:
+    if not _LOADED["command"]:
+        # still importing (typer, pydantic, the command's modules): nothing to keep or clean up,
+        # and an exception raised inside library imports may never reach main's handler
+        sys.stderr.write(INTERRUPTED_EARLY)
+        sys.stderr.flush()
+        os._exit(130)
     raise KeyboardInterrupt
 
 
@@ -78,11 +125,11 @@ def main() -> None:
             # `moeplan plan | head`: when the reader goes away, stop as `cat` does (killed by
             # SIGPIPE, status 141 in the shell), with no message, instead of an error exit
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    keep_freed_memory()
     try:
+        keep_freed_memory()  # (inside: it may take a moment, and SIGTERM is already caught)
         app()
     except KeyboardInterrupt:
-        sys.stderr.write("interrupted before any plan was found; nothing written\n")
+        sys.stderr.write(INTERRUPTED_EARLY)
         raise SystemExit(130) from None
     except SystemExit:
         raise

@@ -41,7 +41,7 @@ from planner.costmodel.context import DEFAULT_HBM_UTILIZATION
 from planner.errors import BadInputError, InfeasibleError
 from planner.ranking.binding import why_line
 from planner.report.evaluate_report import evaluate_tables
-from planner.report.plan_report import infeasible_document, plans_document, ranked_table
+from planner.report.plan_report import alternatives_table, infeasible_document, plans_document, ranked_table
 from planner.report.uncertainty_report import uncertainty_table
 from planner.search.plan_search import SearchOutcome, TableCache, run_search
 from planner.search.request import (
@@ -293,6 +293,13 @@ def print_outcome(outcome: SearchOutcome) -> None:
         f"<= {req.max_cards:g} cards"
     )
     console.print(ranked_table(outcome.plans, outcome.hw, title))
+    if outcome.exhausted:
+        console.print(
+            f"--top {req.top}: only {len(outcome.plans)} distinct deployment{'s' if len(outcome.plans) != 1 else ''} "
+            "fit the budget and SLOs (any other is beaten in every cost by one of these)."
+        )
+    if outcome.alternatives:
+        console.print(alternatives_table(outcome.alternatives, outcome.plans[0], outcome.hw))
     points = sum(s.points_evaluated for s in (outcome.decode_space, outcome.prefill_space) if s)
     if outcome.optimal and req.is_mixed:
         verdict = "OPTIMAL: best under the cost model (every candidate pair and instance count enumerated)"

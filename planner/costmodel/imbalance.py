@@ -35,6 +35,8 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import ArrayLike
 
+from planner.costmodel.disk_memo import DiskMemo
+
 DEFAULT_SKEW_SIGMA = 0.3
 DEFAULT_SKEW_SOURCE = (
     "default skew model: log-normal expert popularity, sigma 0.3 (reproduces CM-D; see planner/costmodel/imbalance.py)"
@@ -61,12 +63,21 @@ def lognormal_popularity(experts: int, sigma: float) -> np.ndarray:
     return pop / pop.sum()
 
 
+_SKEW_MEMO = DiskMemo("skew-imbalance")
+
+
 @lru_cache(maxsize=4096)
 def _skew_static(sigma: float, experts: int, ep: int, slots: int) -> float:
+    key = f"{sigma!r},{experts},{ep},{slots}"
+    known = _SKEW_MEMO.get(key)
+    if known is not None:
+        return known
     from planner.placement import imbalance_for
 
     loads = lognormal_popularity(experts, sigma)[None, :] * 1e6
-    return float(np.mean(imbalance_for(loads, ep, slots)))
+    value = float(np.mean(imbalance_for(loads, ep, slots)))
+    _SKEW_MEMO.put(key, value)
+    return value
 
 
 @dataclass(frozen=True)

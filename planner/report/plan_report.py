@@ -161,3 +161,26 @@ def infeasible_document(reason: str) -> str:
             nearest = {"flag": loose.group(1), "value": None}
     doc = {"status": "INFEASIBLE", "reason": reason, "constraint": constraint, "nearest": nearest}
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
+def alternatives_table(alternatives: list[Any], best: Plan, hw: HardwareSpec) -> Table:
+    """The best plan of each other structure (label, plan, rank) and its price against rank 1."""
+    table = Table(
+        title="Best plan of each other structure (same budget and SLOs)",
+        caption="price: tokens/s per card against rank 1; 'rank N' when it is in the list above",
+    )
+    for name, justify in (("structure", "left"), ("cards", "right"), ("P:D", "left"), ("decode", "left")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    table.add_column("tok/s/card", justify="right")
+    table.add_column("price", justify="right")
+    top = headline(best)
+    for alt in alternatives:
+        plan = alt.plan
+        d = plan.decode_phase
+        dec = f"{compact_layouts(d)} B{d.concurrency_per_device} MTP{d.mtp_tokens}" if d is not None else "-"
+        value = headline(plan)
+        price = f"{(value - top) / top * 100:+.1f}%" if top > 0 else "-"
+        if alt.rank is not None:
+            price += f" (rank {alt.rank})"
+        table.add_row(alt.label, f"{cards_of(plan, hw):g}", pd_cards(plan, hw), dec, f"{value:.1f}", price)
+    return table

@@ -25,10 +25,10 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
-from ortools.sat.python import cp_model
 
 from planner.candidates.colocated_candidates import ColocatedCandidate
 from planner.candidates.phase_candidates import PhaseCandidate
+from planner.search.cpsat import cp_model as _cp_model
 from planner.search.settings import SolverSettings
 
 RATE_SCALE = 1000  # requests per second, in thousandths
@@ -94,7 +94,7 @@ class DeploymentModel:
         self.distinct_sizes = distinct_sizes
         self._partial: Deployment | None = None  # best deployment of the solve in progress
         self._excluded: list[Deployment] = []
-        self.model = cp_model.CpModel()
+        self.model = _cp_model().CpModel()
         self._create_variables()
         self._add_choice_constraints()
         self._add_capacity_constraints()
@@ -140,6 +140,8 @@ class DeploymentModel:
             if lits:
                 m.add(sum(lits) == 1 - self.use_coloc)
         m.add(sum(self.z) == self.use_coloc)
+        if not self.x and not self.y:
+            m.add(self.use_coloc == 1)  # colocated candidates only
 
     def _add_capacity_constraints(self) -> None:
         """The served rate is what both phases can carry (one phase: what it carries)."""
@@ -184,7 +186,7 @@ class DeploymentModel:
                 m.add(sum(c.ttft_us * lit for c, lit in zip(self.coloc, self.z, strict=True)) <= self.ttft_slo_us)
 
     # ---- solving ---------------------------------------------------------------------------
-    def _read(self, solver: cp_model.CpSolver) -> Deployment:
+    def _read(self, solver: Any) -> Deployment:
         d = next((i for i, v in enumerate(self.x) if solver.value(v)), None)
         p = next((j for j, v in enumerate(self.y) if solver.value(v)), None)
         c = next((i for i, v in enumerate(self.z) if solver.value(v)), None)
@@ -199,7 +201,7 @@ class DeploymentModel:
             colocated_instances=int(solver.value(self.cc[c])) if c is not None else 0,
         )
 
-    def _run(self, deadline: float | None) -> tuple[Any, cp_model.CpSolver]:
+    def _run(self, deadline: float | None) -> tuple[Any, Any]:
         remaining = None if deadline is None else deadline - time.perf_counter()
         solver = self.settings.make_solver(remaining)
         return solver.solve(self.model), solver
@@ -212,9 +214,9 @@ class DeploymentModel:
             m.minimize(self.devices)
             status, solver = self._run(deadline)
             solves += 1
-            if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-                return None, status == cp_model.INFEASIBLE, solves
-            proven = status == cp_model.OPTIMAL
+            if status not in (_cp_model().OPTIMAL, _cp_model().FEASIBLE):
+                return None, status == _cp_model().INFEASIBLE, solves
+            proven = status == _cp_model().OPTIMAL
             best_devices = int(solver.value(self.devices))
             fix = m.add(self.devices <= best_devices)
             m.maximize(self.rate * 4 * (len(self.decode) + len(self.prefill) + len(self.coloc) + 1) - self._order_key())
@@ -222,7 +224,7 @@ class DeploymentModel:
             solves += 1
             m.clear_objective()
             fix.proto.clear_linear()  # drop the temporary bound
-            return self._read(solver), proven and status == cp_model.OPTIMAL, solves
+            return self._read(solver), proven and status == _cp_model().OPTIMAL, solves
         # Dinkelbach on rate / devices, from a good feasible start when one is cheap to find
         start = self._heuristic_start()
         if start is not None:
@@ -231,9 +233,9 @@ class DeploymentModel:
             m.maximize(self.rate * (self.budget + 1) - self.devices)
             status, solver = self._run(deadline)
             solves += 1
-            if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-                return None, status == cp_model.INFEASIBLE, solves
-            proven = status == cp_model.OPTIMAL
+            if status not in (_cp_model().OPTIMAL, _cp_model().FEASIBLE):
+                return None, status == _cp_model().INFEASIBLE, solves
+            proven = status == _cp_model().OPTIMAL
             self._partial = self._read(solver)
         try:
             return self._dinkelbach(self._partial, proven, solves, deadline)
@@ -251,14 +253,14 @@ class DeploymentModel:
             m.maximize(best.devices * self.rate - best.rate_milli * self.devices)
             status, solver = self._run(deadline)
             solves += 1
-            if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            if status not in (_cp_model().OPTIMAL, _cp_model().FEASIBLE):
                 proven = False
                 break
             cand = self._read(solver)
             if cand.devices and cand.rate_milli * best.devices > best.rate_milli * cand.devices:
                 best = self._partial = cand
                 continue
-            proven &= status == cp_model.OPTIMAL
+            proven &= status == _cp_model().OPTIMAL
             break
         # tie-break among optimal ratios: more throughput, then fewer devices, then candidate order
         fix = m.add(best.devices * self.rate - best.rate_milli * self.devices >= 0)
@@ -266,9 +268,9 @@ class DeploymentModel:
         m.maximize(self.rate * (self.budget + 1) * weight - self.devices * weight - self._order_key())
         status, solver = self._run(deadline)
         solves += 1
-        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        if status in (_cp_model().OPTIMAL, _cp_model().FEASIBLE):
             best = self._read(solver)
-            proven &= status == cp_model.OPTIMAL
+            proven &= status == _cp_model().OPTIMAL
         fix.proto.clear_linear()  # drop the temporary bound
         m.clear_objective()
         return best, proven, solves

@@ -6,7 +6,7 @@ import math
 
 from planner.candidates.phase_candidates import lowest_latency_us
 from planner.costmodel.context import CostContext
-from planner.search.plan_search import PhaseSpace
+from planner.search.phase_space import PhaseSpace, weights_bytes
 from planner.search.request import PlanRequest
 
 
@@ -80,14 +80,12 @@ def _context_binds(ctx: CostContext, phase: str, devices: int) -> str | None:
     device (MLA's latent is not split at all). No layout fits a request whose KV exceeds what a
     device has left after its share of the weights and reserves.
     """
-    from planner.search.plan_search import _weights_bytes
-
     m, hw, w = ctx.model, ctx.hw, ctx.workload
     a = m.attention
     tokens = w.longest_context_tokens if phase == "decode" else max(w.slo_input_tokens, w.input_tokens)
     per_token = m.kv_elements_per_token_per_layer() * m.kv_layers() * ctx.quant.kv_bytes_per_element
     kv = tokens * per_token
-    experts, other = _weights_bytes(ctx)
+    experts, other = weights_bytes(ctx)
     reserve = hw.memory.comm_buffers.value + hw.memory.runtime_reserve.value
     free = hw.hbm_bytes - reserve - (experts + other) / max(1, devices)
     if kv <= 0.5 * max(free, 0.0):

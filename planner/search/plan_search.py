@@ -17,12 +17,17 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from planner.candidates.colocated_candidates import ColocatedCandidate, colocated_candidates
+from planner.candidates.colocated_candidates import (
+    ColocatedCandidate,
+    colocated_candidates,
+    colocated_upper_bounds,
+)
 from planner.candidates.phase_candidates import (
     EMITTED_SCALE,
     PhaseCandidate,
@@ -30,6 +35,7 @@ from planner.candidates.phase_candidates import (
     prefill_candidates,
 )
 from planner.candidates.space import (
+    DENSE_NODE_COUNTS,
     SpaceLimits,
     instance_sizes,
     min_devices_for_weights,
@@ -49,7 +55,12 @@ from planner.costmodel.imbalance import default_imbalance_model
 from planner.costmodel.memory import kv_tokens_in_use
 from planner.errors import BadInputError, InfeasibleError
 from planner.search.deployment_model import RATE_SCALE, Deployment, DeploymentModel
+from planner.search.diagnose import diagnose_infeasible
+from planner.search.phase_space import PhaseSpace
+from planner.search.phase_space import weights_bytes as _weights_bytes
+from planner.search.ranking_enum import Choice, choice_of, rank_deployments, sort_key
 from planner.search.request import MAX_CARDS, PlanRequest
+from planner.search.validate import score_and_validate
 from planner.specs.catalog import load_hardware, load_model
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
@@ -57,7 +68,6 @@ from planner.specs.plan import COLOCATED_SHARED_FIELDS, ColocatedPlan, DecodePla
 from planner.specs.quantization import get_quantization
 
 KEEP_PER_SIZE = 3
-COLOCATED_SIZE_CUTOFF = 0.9
 Progress = Callable[[str, float], None]
 
 
@@ -84,17 +94,6 @@ class TableCache:
 
 
 @dataclass
-class PhaseSpace:
-    """A phase's candidates over all its instance sizes, and what was evaluated."""
-
-    phase: str
-    sizes: list[int]
-    candidates: list[PhaseCandidate]
-    points_evaluated: int
-    tables: dict[int, tuple[PhaseTables, IntTables]] = field(default_factory=dict)
-
-
-@dataclass
 class SearchOutcome:
     """Ranked plans (best first) and how the search went."""
 
@@ -109,6 +108,19 @@ class SearchOutcome:
     request: PlanRequest
     model: ModelSpec
     hw: HardwareSpec
+    deployments: list[Deployment] = field(default_factory=list)  # the solver's choices, as ranked
+    colocated: list[ColocatedCandidate] = field(default_factory=list)  # candidates `deployments` index
+    exhausted: bool = False  # fewer than `top` distinct deployments exist (the list is all of them)
+    alternatives: list[Alternative] = field(default_factory=list)  # best plan of each other structure
+
+
+@dataclass
+class Alternative:
+    """The best plan of another structure than rank 1's (e.g. disaggregated instead of colocated)."""
+
+    label: str
+    plan: Plan
+    rank: int | None  # its rank in the list above, if it is there
 
 
 def _grid(cap: int, every_upto: int, step: float) -> np.ndarray:
@@ -135,21 +147,6 @@ def concurrency_values(cap: int) -> np.ndarray:
 def request_values(cap: int) -> np.ndarray:
     """The search's requests-per-forward grid up to `cap`."""
     return _grid(cap, DENSE_GRID_REQUESTS, REQUESTS_GRID_STEP)
-
-
-def _weights_bytes(ctx: CostContext) -> tuple[float, float]:
-    m, q = ctx.model, ctx.quant
-    experts = 0.0
-    if m.moe is not None:
-        layers = m.num_moe_layers + m.mtp_layers
-        experts = layers * (
-            m.moe.routed_experts * m.expert_params() * ctx.routed_expert_weight_bytes
-            + m.moe.shared_experts * m.shared_expert_params() * q.expert_weight_bytes
-        )
-    attn = m.attention_params_all() * q.linear_weight_bytes
-    dense = m.num_dense_layers * m.dense_ffn_params() * q.dense_weight_bytes
-    vocab = (1 if m.tie_word_embeddings else 2) * m.vocab_params() * q.vocab_weight_bytes
-    return experts, attn + dense + vocab
 
 
 def _max_concurrency_guess(ctx: CostContext, devices: int) -> int:
@@ -264,7 +261,10 @@ def build_phase_space(
             t, ints = cache.get(key, build_decode) if cache else build_decode()
             slo_us = None if slo.tpot_ms is None else int(math.floor(slo.tpot_ms * 1000))
             itl_us = None if slo.max_itl_ms is None else int(math.floor(slo.max_itl_ms * 1000))
-            found = decode_candidates(t, ints, slo_us, keep, itl_us)  # type: ignore[arg-type]
+            memo_key = ("decode_candidates", slo_us, itl_us, keep)
+            if memo_key not in t.memo:  # candidates depend on the SLOs and `keep`, never on the budget
+                t.memo[memo_key] = decode_candidates(t, ints, slo_us, keep, itl_us)  # type: ignore[arg-type]
+            found = t.memo[memo_key]
         else:
             xs = request_values(_max_requests_guess(ctx, n))
             xs = _whole_slo_prompt(ctx, xs)
@@ -275,14 +275,17 @@ def build_phase_space(
 
             t, ints = cache.get(key, build_prefill) if cache else build_prefill()  # type: ignore[assignment]
             slo_us = None if slo.ttft_ms is None else int(math.floor(slo.ttft_ms * 1000))
-            found = prefill_candidates(
-                t,
-                ints,
-                slo_us,
-                keep,
-                m.num_layers,
-                ctx.hw.overlap.prefill_micro_batch_efficiency.value,  # type: ignore[arg-type]
-            )
+            memo_key = ("prefill_candidates", slo_us, None, keep)
+            if memo_key not in t.memo:
+                t.memo[memo_key] = prefill_candidates(
+                    t,
+                    ints,
+                    slo_us,
+                    keep,
+                    m.num_layers,
+                    ctx.hw.overlap.prefill_micro_batch_efficiency.value,  # type: ignore[arg-type]
+                )
+            found = t.memo[memo_key]
         points += opts.count * len(t.k_values) * len(xs)
         tables_by_size[n] = (t, ints)  # type: ignore[assignment]
         cands.extend(found)
@@ -380,25 +383,47 @@ def candidate_phase_plan(c: PhaseCandidate, instances: int, input_tokens: int) -
 
 
 def _colocated(
-    ctx: CostContext, request: PlanRequest, dspace: PhaseSpace, pspace: PhaseSpace, keep: int
+    ctx: CostContext, request: PlanRequest, dspace: PhaseSpace, pspace: PhaseSpace, keep: int, mtp: bool | None = None
 ) -> list[ColocatedCandidate]:
-    """Colocated candidates for the sizes both phases were costed at."""
+    """Colocated candidates for the sizes both phases were costed at: per size the `keep` best
+    (exact, planner.candidates.colocated_candidates). When the objective is tokens/s per card,
+    sizes are visited best bound per device first, and a size whose bound per device cannot
+    reach the `keep`-th best found is skipped: that is exact too, and depends on no budget."""
     slo = request.slo
     tpot = None if slo.tpot_ms is None else int(math.floor(slo.tpot_ms * 1000))
     ttft = None if slo.ttft_ms is None else int(math.floor(slo.ttft_ms * 1000))
     itl = None if slo.max_itl_ms is None else int(math.floor(slo.max_itl_ms * 1000))
-    out: list[ColocatedCandidate] = []
-    # colocated instances spend most of their time decoding: only sizes whose best decode
-    # instance is within 10% (per device) of the best size's are worth costing
-    best_ratio: dict[int, float] = {}
+    sizes = sorted(set(dspace.tables) & set(pspace.tables))
+    # a first bound per size, free: a colocated instance serves fewer requests/s than the size's
+    # best pure-decode instance (same layouts, HBM, SLO, ITL and engine rules, and it also prefills,
+    # whole forwards or chunks: planner.candidates.colocated_candidates)
+    out_tokens = ctx.workload.output_tokens
+    rough = {n: 0.0 for n in sizes}
     for c in dspace.candidates:
-        best_ratio[c.devices] = max(best_ratio.get(c.devices, 0.0), c.num / c.den)
-    top = max(best_ratio.values(), default=0.0)
-    competitive = {n for n, r in best_ratio.items() if r >= COLOCATED_SIZE_CUTOFF * top}
-    for n in sorted(set(dspace.tables) & set(pspace.tables) & competitive):
+        if c.devices in rough:
+            rough[c.devices] = max(rough[c.devices], c.devices * c.num / c.den * 1e6 / EMITTED_SCALE / out_tokens)
+    per_device = request.rate_per_s is None  # with a target rate every size's best counts
+    order = sorted(sizes, key=lambda n: (-rough[n] / n, n)) if per_device else sizes
+    out: list[ColocatedCandidate] = []
+    for n in order:
+        if rough[n] <= 0:
+            continue  # no decode configuration of this size meets the SLO
         (dt, di), (pt, pi) = dspace.tables[n], pspace.tables[n]
-        out.extend(colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep, max_itl_us=itl))
-    return out
+        floor = 0.0
+        if per_device and len(out) >= keep:
+            floor = sorted((c.rate_milli / 1000 / c.devices for c in out), reverse=True)[keep - 1] * n
+            if rough[n] * (1 + 1e-9) <= floor:
+                continue
+            bound = colocated_upper_bounds(ctx, dt, di, pt, pi, tpot, ttft, itl)[0]
+            if mtp is not None:
+                bound = bound[[j for j, k in enumerate(dt.k_values) if (k > 0) == mtp]]
+            if float(bound.max(initial=0.0)) * (1 + 1e-9) <= floor:
+                continue
+        key = ("colocated_candidates", tpot, ttft, itl, keep, mtp)
+        if key not in pt.memo:  # the same for every budget: kept with the tables
+            pt.memo[key] = colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep, mtp=mtp, max_itl_us=itl)
+        out.extend(pt.memo[key])
+    return sorted(out, key=lambda c: (c.devices, -c.rate_milli, c.decode.key()))
 
 
 def deployment_plan(
@@ -447,12 +472,251 @@ def deployment_plan(
     )
 
 
+def smallest_deployment_devices(ctx: CostContext, request: PlanRequest, cache: TableCache | None = None) -> int | None:
+    """Fewest devices of any deployment that fits HBM and meets the SLOs, whatever the budget
+    (None if no instance size up to the largest one the machine allows works). Sizes are costed
+    in increasing order, as in the search, until no larger one can give fewer devices."""
+    experts, other = _weights_bytes(ctx)
+    min_dev = min_devices_for_weights(ctx.model, ctx.hw, experts, other, ctx.hbm_utilization)
+    hw = ctx.hw
+    largest = hw.max_devices if hw.max_devices is not None else DENSE_NODE_COUNTS * hw.devices_per_node
+    want_decode = request.phase in ("both", "decode")
+    want_prefill = request.phase in ("both", "prefill")
+    coloc_ok = want_decode and want_prefill and request.colocated
+    limits = SpaceLimits(
+        max_devices=largest, max_redundant_experts=request.max_redundant_experts, engine=request.engine
+    )
+    sizes = set(instance_sizes(hw, largest, min_dev))
+    for pinned in (request.decode_devices, request.prefill_devices):
+        if pinned is not None:
+            sizes.add(pinned)
+    best: int | None = None
+    smallest: dict[str, int] = {}
+    for n in sorted(sizes):
+        if best is not None and n >= best:
+            break
+        spaces = {}
+        for phase, want, pinned in (
+            ("decode", want_decode, request.decode_devices),
+            ("prefill", want_prefill, request.prefill_devices),
+        ):
+            if want and (pinned is None or pinned == n):
+                spaces[phase] = build_phase_space(ctx, phase, [n], request, limits, keep=1, cache=cache)
+                if spaces[phase].candidates and phase not in smallest:
+                    smallest[phase] = n
+        if coloc_ok and len(spaces) == 2 and _colocated(ctx, request, spaces["decode"], spaces["prefill"], 1):
+            best = n if best is None else min(best, n)
+        wanted = [p for p, w in (("decode", want_decode), ("prefill", want_prefill)) if w]
+        if all(p in smallest for p in wanted):
+            total = sum(smallest[p] for p in wanted)
+            best = total if best is None else min(best, total)
+    return best
+
+
+def _budget_message(ctx: CostContext, request: PlanRequest, budget_devices: int, cache: TableCache | None) -> str:
+    """Why the budget is too small, naming the smallest budget that works (found by costing)."""
+    hw = ctx.hw
+    smallest = smallest_deployment_devices(ctx, request, cache)
+    where = f"{ctx.model.name} on {hw.name}"
+    if smallest is None:
+        return (
+            f"card budget: no deployment of {where} fits HBM and meets the SLOs at any instance size up to "
+            f"{DENSE_NODE_COUNTS} nodes; relax --tpot-ms/--ttft-ms or use a smaller quantization."
+        )
+    cards = math.ceil(smallest / hw.devices_per_card - 1e-9)
+    return (
+        f"card budget: the smallest deployment of {where} that fits HBM and meets the SLOs needs "
+        f"{smallest} devices ({cards} cards); --max-cards {request.max_cards:g} allows {budget_devices} "
+        f"devices. Raise --max-cards to at least {cards}."
+    )
+
+
+def _diagnose(
+    ctx: CostContext,
+    request: PlanRequest,
+    dspace: PhaseSpace | None,
+    pspace: PhaseSpace | None,
+    budget_devices: int,
+    cache: TableCache | None,
+) -> str:
+    """`diagnose_infeasible`, with the card-budget case naming the smallest budget that works."""
+    reason = diagnose_infeasible(ctx, request, dspace, pspace, budget_devices)
+    if reason.startswith("card budget") and request.rate_per_s is None:
+        return _budget_message(ctx, request, budget_devices, cache)
+    return reason
+
+
+def _plan_signature(plan: Plan) -> str:
+    """What tells two plans apart for a user: every predicted figure and the deployment's size.
+    Plans equal in these differ only in fields with no effect on the prediction: one plan."""
+    import json
+
+    return json.dumps([plan.total_devices, plan.predicted], sort_keys=True, default=str)
+
+
+def _best_per_size(cands: list[Any]) -> list[int]:
+    """Index of the best candidate of each instance size (most requests/s per instance; the
+    first of equals), in the order of the list."""
+    best: dict[int, int] = {}
+    for i, c in enumerate(cands):
+        j = best.get(c.devices)
+        if j is None or _rate_of(c) > _rate_of(cands[j]):
+            best[c.devices] = i
+    return sorted(best.values())
+
+
+def _rate_of(c: Any) -> Fraction:
+    if isinstance(c, ColocatedCandidate):
+        return Fraction(c.rate_milli)
+    return Fraction(c.num, c.den)
+
+
+def _ranked(
+    request: PlanRequest,
+    ctx: CostContext,
+    d: list[PhaseCandidate],
+    p: list[PhaseCandidate],
+    cc: list[ColocatedCandidate],
+    k: int,
+    exclude: frozenset[Choice] = frozenset(),
+) -> list[Deployment]:
+    """The k best distinct deployments of these candidates, exactly, without the solver."""
+    out = request.workload.output_tokens
+    return rank_deployments(
+        [c.devices for c in d],
+        [_decode_rate_milli(c, out) for c in d],
+        [c.devices for c in p],
+        [_prefill_rate_milli(c) for c in p],
+        [c.devices for c in cc],
+        [c.rate_milli for c in cc],
+        int(math.floor(request.max_cards * ctx.hw.devices_per_card + 1e-9)),
+        k,
+        None if request.rate_per_s is None else int(math.ceil(request.rate_per_s * RATE_SCALE)),
+        exclude,
+    )
+
+
+def _distinct_plans(
+    request: PlanRequest,
+    ctx: CostContext,
+    first: Deployment,
+    dspace: PhaseSpace | None,
+    pspace: PhaseSpace | None,
+    coloc: list[ColocatedCandidate],
+) -> tuple[list[Plan], list[Deployment], bool]:
+    """The `top` best distinct plans in order: rank 1 as CP-SAT chose and proved it, the rest by
+    exact enumeration (planner.search.ranking_enum) without rank 1's choice; plans that predict
+    the same are one. Also whether fewer than `top` exist."""
+    d = dspace.candidates if dspace else []
+    p = pspace.candidates if pspace else []
+    want = 2 * request.top
+    while True:
+        rest = _ranked(request, ctx, d, p, coloc, want, frozenset({choice_of(first)}))
+        plans: list[Plan] = []
+        deps: list[Deployment] = []
+        seen: set[str] = set()
+        # rank 1 is CP-SAT's; if it stopped short of a proof (time limit), an enumerated deployment
+        # that beats it goes first (stable: among equals CP-SAT's choice stays first)
+        target = None if request.rate_per_s is None else int(math.ceil(request.rate_per_s * RATE_SCALE))
+        for dep in sorted([first, *rest], key=lambda dp: sort_key(dp, target, 0)):
+            plan = score_and_validate(deployment_plan(request, ctx, dep, dspace, pspace, len(plans) + 1, coloc), ctx)
+            sig = _plan_signature(plan)
+            if sig in seen:
+                continue
+            seen.add(sig)
+            plans.append(plan)
+            deps.append(dep)
+            if len(plans) == request.top:
+                return plans, deps, False
+        if len(rest) < want:
+            return plans, deps, True
+        want *= 2
+
+
+def _alternatives(
+    request: PlanRequest,
+    ctx: CostContext,
+    best_dep: Deployment,
+    dspace: PhaseSpace | None,
+    pspace: PhaseSpace | None,
+    coloc: list[ColocatedCandidate],
+) -> list[Alternative]:
+    """The best plan of each structure rank 1 does not have: disaggregated vs colocated, MTP on vs
+    off, another EP size of the decode instances (each exact over its candidates, same budget)."""
+    d_all = dspace.candidates if dspace else []
+    p_all = pspace.candidates if pspace else []
+    head: PhaseCandidate | None = None
+    if best_dep.colocated is not None:
+        head = coloc[best_dep.colocated].decode
+    elif best_dep.decode is not None:
+        head = d_all[best_dep.decode]
+
+    def anything(c: PhaseCandidate) -> bool:
+        return True
+
+    structures: list[tuple[str, Callable[[PhaseCandidate], bool], bool, bool]] = []
+    if dspace and pspace and coloc:
+        if best_dep.colocated is not None:
+            structures.append(("disaggregated", anything, True, False))
+        else:
+            structures.append(("colocated", anything, False, True))
+    mtp_alternative = None
+    depths = request.mtp_tokens if request.mtp_tokens is not None else (0, 1)
+    if head is not None and ctx.model.mtp_layers and any((k > 0) != (head.k > 0) for k in depths):
+        mtp_alternative = not head.k > 0
+
+        def other_mtp(c: PhaseCandidate, mtp: bool = mtp_alternative) -> bool:
+            return (c.k > 0) == mtp
+
+        structures.append(("with MTP" if mtp_alternative else "without MTP", other_mtp, True, True))
+    if head is not None and head.moe is not None:
+        ep = head.moe.moe.ep
+
+        def other_ep(c: PhaseCandidate, ep: int = ep) -> bool:
+            return c.moe is not None and c.moe.moe.ep != ep
+
+        structures.append((f"decode EP other than {ep}", other_ep, True, True))
+    out: list[Alternative] = []
+    for label, keep_decode, disagg, colocated in structures:
+        d_pool, c_pool = d_all, coloc
+        if keep_decode.__name__ == "other_mtp" and dspace is not None:
+            # the kept candidates are the best of each size over every MTP depth: the best of each
+            # size with (or without) MTP comes from the tables again
+            slo_us = None if request.slo.tpot_ms is None else int(math.floor(request.slo.tpot_ms * 1000))
+            itl_us = None if request.slo.max_itl_ms is None else int(math.floor(request.slo.max_itl_ms * 1000))
+            d_pool = []
+            for t, ints in dspace.tables.values():
+                key = ("decode_candidates", slo_us, itl_us, 1, mtp_alternative)
+                if key not in t.memo:
+                    t.memo[key] = decode_candidates(t, ints, slo_us, 1, itl_us, mtp=mtp_alternative)
+                d_pool.extend(t.memo[key])
+            if coloc and pspace is not None:
+                # (the size bounds then come from the decode candidates with the same MTP choice)
+                c_pool = _colocated(ctx, request, replace(dspace, candidates=d_pool), pspace, 1, mtp=mtp_alternative)
+        d = [c for c in d_pool if keep_decode(c)] if disagg else []
+        p = list(p_all) if disagg else []
+        cc = [c for c in c_pool if keep_decode(c.decode)] if colocated else []
+        if (dspace and not d and not cc) or (pspace and not p and not cc):
+            continue
+        found = _ranked(request, ctx, d, p, cc, 1)
+        if not found:
+            continue
+        ds = replace(dspace, candidates=d) if dspace else None
+        ps = replace(pspace, candidates=p) if pspace else None
+        plan = score_and_validate(deployment_plan(request, ctx, found[0], ds, ps, 1, cc), ctx)
+        out.append(Alternative(label, plan, None))
+    return out
+
+
+def _rank_in(plans: list[Plan], plan: Plan) -> int | None:
+    sig = _plan_signature(plan)
+    return next((i + 1 for i, p in enumerate(plans) if _plan_signature(p) == sig), None)
+
+
 def run_search(
     request: PlanRequest, progress: Progress | None = None, cache: TableCache | None = None
 ) -> SearchOutcome:
     """Plan a deployment for `request` (see the module docstring); `cache` reuses cost tables."""
-    from planner.search.diagnose import diagnose_infeasible
-    from planner.search.validate import score_and_validate
 
     if request.is_mixed:
         from planner.search.mixed_search import run_mixed_search
@@ -475,30 +739,24 @@ def run_search(
 
     experts, other = _weights_bytes(ctx)
     min_dev = min_devices_for_weights(ctx.model, hw, experts, other, ctx.hbm_utilization)
-    need = min_dev * (int(want_decode) + int(want_prefill))
+    # a colocated instance serves both phases alone: every size up to the whole budget is one
+    coloc_ok = want_decode and want_prefill and request.colocated
+    need = min_dev if coloc_ok else min_dev * (int(want_decode) + int(want_prefill))
     if need > budget_devices:
-        cards = math.ceil(min_dev / hw.devices_per_card)
-        raise InfeasibleError(
-            f"HBM: {ctx.model.name} needs at least {min_dev} {hw.name} devices ({cards} cards) per instance "
-            f"for its weights alone; --max-cards {request.max_cards:g} allows {budget_devices} devices "
-            f"for {'both phases' if want_decode and want_prefill else 'one instance'}. Raise --max-cards "
-            f"to at least {math.ceil(need / hw.devices_per_card)}."
-        )
-    other_min_d = min_dev if want_prefill else 0
-    other_min_p = min_dev if want_decode else 0
+        raise InfeasibleError(_budget_message(ctx, request, budget_devices, cache))
+    other_min_d = min_dev if want_prefill and not coloc_ok else 0
+    other_min_p = min_dev if want_decode and not coloc_ok else 0
     dspace = pspace = None
     d_sizes = _phase_sizes(ctx, budget_devices, request.decode_devices, other_min_d, "decode") if want_decode else []
     p_sizes = _phase_sizes(ctx, budget_devices, request.prefill_devices, other_min_p, "prefill") if want_prefill else []
-    # runner-up plans differ in instance sizes when there are enough sizes, else in configurations
-    pairs = max(1, len(d_sizes)) * max(1, len(p_sizes))
-    distinct_sizes = pairs >= request.top
-    keep = 1 if distinct_sizes else request.top
+    # the K best distinct deployments use at most K configurations of any one instance size
+    keep = request.top
     if want_decode:
         dspace = build_phase_space(ctx, "decode", d_sizes, request, limits, progress, keep, cache)
     if want_prefill:
         pspace = build_phase_space(ctx, "prefill", p_sizes, request, limits, progress, keep, cache)
     if (dspace and not dspace.candidates) or (pspace and not pspace.candidates):
-        raise InfeasibleError(diagnose_infeasible(ctx, request, dspace, pspace, budget_devices))
+        raise InfeasibleError(_diagnose(ctx, request, dspace, pspace, budget_devices, cache))
 
     d_cands = dspace.candidates if dspace else []
     p_cands = pspace.candidates if pspace else []
@@ -506,32 +764,46 @@ def run_search(
     out = request.workload.output_tokens
     if request.rate_per_s is not None:
         _check_rate_reachable(request, d_cands, p_cands, budget_devices, out)
+    # CP-SAT needs only the best configuration of each size (it dominates the others of that
+    # size: same devices, more throughput); the others serve the exact runner-up enumeration
+    d_pick, p_pick, c_pick = _best_per_size(d_cands), _best_per_size(p_cands), _best_per_size(coloc)
+    d1, p1, c1 = [d_cands[i] for i in d_pick], [p_cands[i] for i in p_pick], [coloc[i] for i in c_pick]
     model = DeploymentModel(
-        d_cands,
-        p_cands,
-        [_decode_rate_milli(c, out) for c in d_cands],
-        [_prefill_rate_milli(c) for c in p_cands],
+        d1,
+        p1,
+        [_decode_rate_milli(c, out) for c in d1],
+        [_prefill_rate_milli(c) for c in p1],
         budget_devices,
         request.settings,
         tpot_slo_us=None if request.slo.tpot_ms is None else int(math.floor(request.slo.tpot_ms * 1000)),
         ttft_slo_us=None if request.slo.ttft_ms is None else int(math.floor(request.slo.ttft_ms * 1000)),
         target_rate_milli=None if request.rate_per_s is None else int(math.ceil(request.rate_per_s * RATE_SCALE)),
-        distinct_sizes=distinct_sizes,
-        colocated=coloc,
+        distinct_sizes=False,
+        colocated=c1,
     )
     if progress:
         progress("CP-SAT: choosing configurations and instance counts", 1.0)
-    result = model.solve_top(request.top, deadline)
+    result = model.solve_top(1, deadline)  # rank 1, proven by CP-SAT; the others enumerated exactly
     if not result.deployments:
         if result.status == "UNKNOWN":
             raise InfeasibleError(
                 f"no deployment found within the time limit ({request.settings.time_limit_s:g} s); raise --time-limit."
             )
-        raise InfeasibleError(diagnose_infeasible(ctx, request, dspace, pspace, budget_devices))
-    plans = []
-    for rank, dep in enumerate(result.deployments, start=1):  # (also after an interrupt: best so far)
-        plan = deployment_plan(request, ctx, dep, dspace, pspace, rank, coloc)
-        plans.append(score_and_validate(plan, ctx))
+        raise InfeasibleError(_diagnose(ctx, request, dspace, pspace, budget_devices, cache))
+    first = replace(
+        result.deployments[0],
+        decode=None if result.deployments[0].decode is None else d_pick[result.deployments[0].decode],
+        prefill=None if result.deployments[0].prefill is None else p_pick[result.deployments[0].prefill],
+        colocated=None if result.deployments[0].colocated is None else c_pick[result.deployments[0].colocated],
+    )
+    if result.status == "INTERRUPTED" or not request.alternatives and request.top == 1:
+        plans = [score_and_validate(deployment_plan(request, ctx, first, dspace, pspace, 1, coloc), ctx)]
+        deployments, exhausted, alternatives = [first], False, []
+    else:
+        plans, deployments, exhausted = _distinct_plans(request, ctx, first, dspace, pspace, coloc)
+        alternatives = _alternatives(request, ctx, deployments[0], dspace, pspace, coloc)
+        for alt in alternatives:
+            alt.rank = _rank_in(plans, alt.plan)
     return SearchOutcome(
         plans=plans,
         status=result.status,
@@ -544,4 +816,8 @@ def run_search(
         request=request,
         model=ctx.model,
         hw=hw,
+        deployments=deployments,
+        colocated=coloc,
+        exhausted=exhausted,
+        alternatives=alternatives,
     )

@@ -45,6 +45,7 @@ class PlanRequest:
     max_redundant_experts: int | None = None  # redundant expert copies per instance (0: none)
     colocated: bool = True  # also search colocated instances (prefill and decode on the same devices)
     engine: str | None = None  # only layouts this serving engine can run (planner.engines); None: any
+    alternatives: bool = True  # also find the best plan of each other structure (`plan` shows them)
     settings: SolverSettings = field(default_factory=SolverSettings)
     imbalance: ImbalanceModel | None = None
     imbalance_label: str = ""

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from ortools.sat.python import cp_model
+from planner.search.cpsat import cp_model
 
 DEFAULT_TIME_LIMIT_S = 60.0
 
@@ -18,9 +19,9 @@ class SolverSettings:
     seed: int = 0
     log: bool = False
 
-    def make_solver(self, remaining_s: float | None = None) -> cp_model.CpSolver:
+    def make_solver(self, remaining_s: float | None = None) -> Any:
         """A CpSolver configured with these settings (and the time left of the whole search)."""
-        solver = cp_model.CpSolver()
+        solver = cp_model().CpSolver()  # ortools is imported here, on the first solve
         limit = self.time_limit_s if remaining_s is None else max(0.05, min(self.time_limit_s, remaining_s))
         solver.parameters.max_time_in_seconds = limit
         solver.parameters.num_workers = self.workers

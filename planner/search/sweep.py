@@ -250,7 +250,7 @@ class _Interrupted(Exception):
 def _search_point(values: dict[str, Value], request: PlanRequest, cache: TableCache) -> SweepPoint:
     t0 = time.perf_counter()
     try:
-        outcome = run_search(request, cache=cache)
+        outcome = run_search(replace(request, alternatives=False), cache=cache)
     except InfeasibleError as exc:
         return SweepPoint(values, request, None, "infeasible", str(exc), time.perf_counter() - t0)
     if outcome.status == "INTERRUPTED":

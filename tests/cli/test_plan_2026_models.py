@@ -37,9 +37,14 @@ def test_each_model_plans_on_cm384(tmp_path, name):
 
 
 def test_kimi_k3_on_a2_is_infeasible_with_the_reason():
-    r = run_cli("plan", "--model", "kimi-k3", "--hardware", "a2", "--top", "1")
+    # disaggregated, 48 cards cannot hold a prefill and a decode copy of the weights
+    r = run_cli("plan", "--model", "kimi-k3", "--hardware", "a2", "--top", "1", "--no-colocated")
     assert r.exit_code == 1
     assert "HBM" in r.output and "kimi-k3" in r.output
+    # one colocated instance of 48 cards serves both phases; below that nothing fits
+    r = run_cli("plan", "--model", "kimi-k3", "--hardware", "a2", "--top", "1", "--max-cards", "40")
+    assert r.exit_code == 1
+    assert "HBM" in r.output and "kimi-k3" in r.output and "at least 48" in r.output
 
 
 def test_deepseek_v32_no_longer_plans_as_v3():

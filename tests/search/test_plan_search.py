@@ -69,8 +69,9 @@ def test_validator_catches_a_broken_plan():
 
 def test_colocated_plans_are_ranked_alongside_and_can_be_left_out():
     both = run_search(PlanRequest(top=5))
-    assert any(p.is_colocated for p in both.plans) and any(not p.is_colocated for p in both.plans)
-    for plan in both.plans:
+    everything = both.plans + [a.plan for a in both.alternatives]
+    assert any(p.is_colocated for p in everything) and any(not p.is_colocated for p in everything)
+    for plan in everything:
         if plan.is_colocated:
             c = plan.predicted["colocated"]
             assert c["tpot_ms"] <= 100 and c["ttft_ms"] <= 2000 and c["fits_hbm"]
@@ -104,7 +105,7 @@ def test_infeasible_tpot_names_the_lowest_reachable():
 
 
 def test_budget_below_the_weights_names_the_cards_needed():
-    with pytest.raises(InfeasibleError, match=r"HBM: deepseek-v3 needs at least \d+ a2 devices"):
+    with pytest.raises(InfeasibleError, match=r"card budget: the smallest deployment of deepseek-v3 on a2 .* needs 16"):
         run_search(PlanRequest(max_cards=8))
 
 

@@ -1,0 +1,102 @@
+"""Top-K means top-K (issue 10, part 2): the K best distinct deployments in order, the same
+prefix whatever K, no two rows one plan, a note when fewer exist, and the best of each other
+structure with its price."""
+
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.report.plan_report import headline
+from planner.search.oracle import best_deployment_ratio
+from planner.search.plan_search import TableCache, _plan_signature, run_search
+from planner.search.ranking_enum import rank_deployments
+from planner.search.request import PlanRequest
+from planner.specs.plan import SLO, Workload
+
+CACHE = TableCache()
+
+
+def _rows(outcome) -> list[str]:
+    return [_plan_signature(p) for p in outcome.plans]
+
+
+@pytest.mark.parametrize("request_kw", [{}, {"colocated": False}, {"hardware": "cm384", "max_cards": 32}])
+def test_top3_is_the_prefix_of_top10_and_rows_are_distinct(request_kw):
+    top3 = run_search(PlanRequest(top=3, **request_kw), cache=CACHE)
+    top10 = run_search(PlanRequest(top=10, **request_kw), cache=CACHE)
+    assert len(top10.plans) == 10
+    assert _rows(top10)[:3] == _rows(top3)
+    assert len(set(_rows(top10))) == 10  # no plan twice
+    deployments = {(d.decode, d.prefill, d.colocated) for d in top10.deployments}
+    assert len(deployments) == 10  # no runner-up repeats the winner's instances
+    values = [headline(p) for p in top10.plans]
+    assert values == sorted(values, reverse=True)
+    assert [p.rank for p in top10.plans] == list(range(1, 11))
+
+
+@pytest.mark.parametrize("top", [4, 9])
+def test_asked_for_k_rows_gets_k_rows(top):
+    assert len(run_search(PlanRequest(top=top), cache=CACHE).plans) == top
+
+
+def test_fewer_than_k_says_so():
+    req = PlanRequest(
+        phase="decode",
+        decode_devices=16,
+        mtp_tokens=(0,),
+        max_cards=16,
+        slo=SLO(tpot_ms=34.8, ttft_ms=None),
+        top=50,
+        workload=Workload(input_tokens=1024, output_tokens=512),
+    )
+    outcome = run_search(req, cache=CACHE)
+    assert outcome.exhausted
+    assert 1 <= len(outcome.plans) < 50
+    assert not run_search(PlanRequest(top=3), cache=CACHE).exhausted
+
+
+def test_other_structures_are_shown_with_their_price():
+    outcome = run_search(PlanRequest(top=3), cache=CACHE)
+    best = outcome.plans[0]
+    labels = {a.label for a in outcome.alternatives}
+    assert ("disaggregated" if best.is_colocated else "colocated") in labels
+    assert any("MTP" in label for label in labels)
+    assert any(label.startswith("decode EP other than") for label in labels)
+    for alt in outcome.alternatives:
+        assert headline(alt.plan) <= headline(best) + 1e-6  # rank 1 is the best of everything
+        if alt.label == "disaggregated":
+            assert not alt.plan.is_colocated
+        if alt.label == "without MTP":
+            assert alt.plan.decode_phase.mtp_tokens == 0
+        if alt.label.startswith("decode EP other than"):
+            assert alt.plan.decode_phase.moe.ep != best.decode_phase.moe.ep
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    decode=st.lists(st.tuples(st.integers(1, 5000), st.sampled_from([1, 2, 4, 8, 16])), min_size=1, max_size=4),
+    prefill=st.lists(st.tuples(st.integers(1, 5000), st.sampled_from([1, 2, 4, 8])), min_size=1, max_size=3),
+    coloc=st.lists(st.tuples(st.integers(1, 5000), st.sampled_from([2, 4, 8])), min_size=0, max_size=2),
+    budget=st.integers(2, 40),
+)
+def test_ranking_enumeration_matches_the_brute_force_oracle(decode, prefill, coloc, budget):
+    d_rates, d_dev = [r for r, _ in decode], [d for _, d in decode]
+    p_rates, p_dev = [r for r, _ in prefill], [d for _, d in prefill]
+    ranked = rank_deployments(
+        d_dev, d_rates, p_dev, p_rates, [d for _, d in coloc], [r for r, _ in coloc], budget, k=50
+    )
+    # every pair's best and every colocated candidate, by brute force
+    expected = []
+    for i, j in itertools.product(range(len(decode)), range(len(prefill))):
+        best = best_deployment_ratio([d_rates[i]], [d_dev[i]], [p_rates[j]], [p_dev[j]], budget)
+        if best > 0:
+            expected.append(best)
+    expected += [Fraction(r, d) for r, d in coloc if d <= budget]
+    got = [Fraction(dep.rate_milli, dep.devices) for dep in ranked]
+    assert sorted(expected, reverse=True) == got
+    assert all(dep.devices <= budget for dep in ranked)
