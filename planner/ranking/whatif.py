@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from planner.costmodel.evaluate import (
@@ -270,7 +270,8 @@ def run_whatif(
     new request raises InfeasibleError (the search's diagnosis).
     """
     start = time.perf_counter()
-    run = search or (lambda req, cache: run_search(req, cache=cache))
+    # (a what-if compares rank 1 only: no other-structure plans)
+    run = search or (lambda req, cache: run_search(replace(req, alternatives=False), cache=cache))
     cache = TableCache()
     if base_plan is None:
         outcome = run(base_request, cache)

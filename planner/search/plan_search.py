@@ -801,7 +801,9 @@ def run_search(
         deployments, exhausted, alternatives = [first], False, []
     else:
         plans, deployments, exhausted = _distinct_plans(request, ctx, first, dspace, pspace, coloc)
-        alternatives = _alternatives(request, ctx, deployments[0], dspace, pspace, coloc)
+        alternatives = (
+            _alternatives(request, ctx, deployments[0], dspace, pspace, coloc) if request.alternatives else []
+        )
         for alt in alternatives:
             alt.rank = _rank_in(plans, alt.plan)
     return SearchOutcome(

@@ -100,3 +100,33 @@ def test_ranking_enumeration_matches_the_brute_force_oracle(decode, prefill, col
     got = [Fraction(dep.rate_milli, dep.devices) for dep in ranked]
     assert sorted(expected, reverse=True) == got
     assert all(dep.devices <= budget for dep in ranked)
+
+
+def test_cli_prints_the_note_and_the_other_structures():
+    from tests.conftest import run_cli
+
+    few = run_cli(
+        "plan",
+        "--phase",
+        "decode",
+        "--decode-devices",
+        "16",
+        "--max-cards",
+        "16",
+        "--mtp",
+        "0",
+        "--tpot-ms",
+        "34.8",
+        "--input-tokens",
+        "1024",
+        "--output-tokens",
+        "512",
+        "--top",
+        "50",
+    )
+    assert few.exit_code == 0, few.output
+    assert "--top 50: only" in few.output and "distinct deployments fit the budget" in few.output
+    full = run_cli("plan", "--top", "3")
+    assert full.exit_code == 0, full.output
+    assert "Best plan of each other structure" in full.output
+    assert "disaggregated" in full.output and "without MTP" in full.output
