@@ -79,6 +79,14 @@ ColocatedOpt = Annotated[
         "average over prefill stalls).",
     ),
 ]
+DecodeMicrobatchOpt = Annotated[
+    bool,
+    typer.Option(
+        "--decode-microbatch/--no-decode-microbatch",
+        help="Also consider two decode micro-batches overlapping compute with MoE dispatch/combine "
+        "(off: the engine cannot, e.g. no two-batch overlap).",
+    ),
+]
 WorkersOpt = Annotated[
     int, typer.Option("--workers", min=1, max=64, help="CP-SAT worker threads (results do not depend on it).")
 ]

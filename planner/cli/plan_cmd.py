@@ -12,6 +12,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from planner.cli.common import console, err_console, run_guarded, write_text_atomic
 from planner.cli.options import (
     ColocatedOpt,
+    DecodeMicrobatchOpt,
     DecodeDevicesOpt,
     LoadsOpt,
     MaxRedundantOpt,
@@ -69,6 +70,7 @@ def build_request(
     skew_sigma: float | None,
     max_redundant_experts: int | None = None,
     colocated: bool = True,
+    decode_microbatch: bool = True,
 ) -> PlanRequest:
     """A PlanRequest from flag values; bad values raise BadInputError naming the flag."""
     workload = validate_model(
@@ -120,6 +122,7 @@ def build_request(
         imbalance=imbalance,
         max_redundant_experts=max_redundant_experts,
         colocated=colocated,
+        decode_micro_batches=(1, 2) if decode_microbatch else (1,),
     )
 
 
@@ -210,6 +213,7 @@ def plan(
     skew_sigma: SkewSigmaOpt = None,
     max_redundant_experts: MaxRedundantOpt = None,
     colocated: ColocatedOpt = True,
+    decode_microbatch: DecodeMicrobatchOpt = True,
     time_limit: Annotated[
         float,
         typer.Option("--time-limit", min=0.1, max=86400.0, help="Solver time limit in seconds."),
@@ -246,6 +250,7 @@ def plan(
             skew_sigma=skew_sigma,
             max_redundant_experts=max_redundant_experts,
             colocated=colocated,
+            decode_microbatch=decode_microbatch,
         )
         outcome = search_with_progress(request)
         if outcome.status == "INTERRUPTED":

@@ -3,17 +3,23 @@
 Each row names a shipped plan, the predicted figure to compare (a dotted path into `predicted`),
 the published value and the tolerance. Tests, the calibration script, the README table and
 `moeplan fidelity` all read the rows from that one file.
+
+`role` says whether a row is a calibration row (the report's deployments, in-sample) or a
+validation row (a public figure kept aside, facts.md §9); `fitted_factors` names the factors a
+row determines (a factor fitted to one row is marked so); `known_miss` explains a validation row
+the cost model does not reproduce within its tolerance yet (reported, not hidden; the test of
+tolerances skips only those rows).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
 from planner.costmodel.evaluate import evaluate_plan
-from planner.costmodel.imbalance import ImbalanceModel, SkewImbalance
+from planner.costmodel.imbalance import EngineImbalance, ImbalanceModel, SkewImbalance
 from planner.costmodel.prediction import Prediction
 from planner.specs.catalog import catalog_dir, load_plan
 from planner.specs.files import load_mapping, validate_model
@@ -30,9 +36,15 @@ class PublishedRow(Strict):
     tolerance: float = Field(gt=0, lt=1)
     weight: float = Field(default=1.0, gt=0)
     skew_sigma: float | None = Field(default=None, ge=0)
+    drift_sigma: float | None = Field(
+        default=None, ge=0, description="the deployment placed experts from the served distribution itself: 0"
+    )
     unit: str = ""
     source: str
     note: str = ""
+    role: Literal["calibration", "validation"] = "calibration"
+    fitted_factors: list[str] = Field(default_factory=list)
+    known_miss: str = ""
 
 
 class PublishedRows(Strict):
@@ -80,5 +92,7 @@ def evaluate_row(row: PublishedRow, imbalance: ImbalanceModel | None = None, **p
     plan, _ = load_plan(row.plan)
     if imbalance is None and row.skew_sigma is not None:
         imbalance = SkewImbalance(row.skew_sigma)
+    if imbalance is None and row.drift_sigma is not None:
+        imbalance = EngineImbalance(drift_sigma=row.drift_sigma)
     prediction = evaluate_plan(plan, catalog_dir("plans"), imbalance, **plan_specs)
     return RowResult(row, metric_value(prediction, row.metric), prediction)

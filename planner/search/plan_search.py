@@ -27,6 +27,7 @@ from planner.candidates.phase_candidates import (
     EMITTED_SCALE,
     PhaseCandidate,
     decode_candidates,
+    decode_micro_batch_factor,
     prefill_candidates,
 )
 from planner.candidates.space import (
@@ -218,13 +219,23 @@ def build_phase_space(
             ks = list(request.mtp_tokens) if request.mtp_tokens is not None else ([0, 1, 2] if m.mtp_layers else [0])
             xs = concurrency_values(_max_concurrency_guess(ctx, n))
 
-            def build_decode(opts=opts, ks=ks, xs=xs):
-                t = decode_tables(ctx, opts, ks, xs)
-                return t, to_integer_tables(t, ctx.hw.hbm_bytes)
-
-            t, ints = cache.get(key, build_decode) if cache else build_decode()
             slo_us = None if slo.tpot_ms is None else int(math.floor(slo.tpot_ms * 1000))
-            found = decode_candidates(t, ints, slo_us, keep)  # type: ignore[arg-type]
+            factor = decode_micro_batch_factor(m.num_layers, ctx.hw.overlap.decode_micro_batch_efficiency.value)
+            found = []
+            first_tables = None
+            for mb in request.decode_micro_batches:
+
+                def build_decode(opts=opts, ks=ks, xs=xs, mb=mb):
+                    t = decode_tables(ctx, opts, ks, xs, mb)
+                    return t, to_integer_tables(t, ctx.hw.hbm_bytes)
+
+                mb_key = key if mb == 1 else (*key, "micro_batches", mb)
+                t, ints = cache.get(mb_key, build_decode) if cache else build_decode()
+                first_tables = first_tables or (t, ints)
+                found.extend(decode_candidates(t, ints, slo_us, keep, factor))  # type: ignore[arg-type]
+            # the best `keep` over the micro-batch counts (deterministic order among equals)
+            found = sorted(found, key=lambda c: (-c.score, c.key()))[:keep]
+            t, ints = first_tables  # type: ignore[misc]
         else:
             xs = request_values(_max_requests_guess(ctx, n))
 
@@ -242,7 +253,7 @@ def build_phase_space(
                 m.num_layers,
                 ctx.hw.overlap.prefill_micro_batch_efficiency.value,  # type: ignore[arg-type]
             )
-        points += opts.count * len(t.k_values) * len(xs)
+        points += opts.count * len(t.k_values) * len(xs) * (len(request.decode_micro_batches) if phase == "decode" else 1)
         tables_by_size[n] = (t, ints)  # type: ignore[assignment]
         cands.extend(found)
     return PhaseSpace(phase, sizes, cands, points, tables_by_size)
@@ -330,7 +341,7 @@ def candidate_phase_plan(c: PhaseCandidate, instances: int, input_tokens: int) -
     }
     common = {k: v for k, v in common.items() if v is not None}
     if c.phase == "decode":
-        return DecodePlan(concurrency_per_device=c.x, mtp_tokens=c.k, **common)
+        return DecodePlan(concurrency_per_device=c.x, mtp_tokens=c.k, micro_batches=c.micro_batches, **common)
     return PrefillPlan(batch_tokens=c.x * input_tokens, micro_batches=c.k, **common)
 
 

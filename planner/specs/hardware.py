@@ -108,6 +108,10 @@ class Overlap(Strict):
     prefill_micro_batch_efficiency: Factor = Field(
         description="fraction of the shorter of compute/communication hidden by two micro-batches",
     )
+    decode_micro_batch_efficiency: Factor = Field(
+        default=Factor(value=1.0, source="default: ideal two-stream overlap of decode micro-batches"),
+        description="fraction of the shorter of compute/MoE communication hidden by two decode micro-batches",
+    )
 
 
 class HardwareSpec(Strict):

@@ -156,10 +156,25 @@ class PhasePlan(Strict):
 
 
 class DecodePlan(PhasePlan):
-    """A decode instance: sequences in flight per device and MTP draft tokens per step."""
+    """A decode instance: sequences in flight per device, MTP draft tokens per step, micro-batches.
+
+    `micro_batches: 2` splits each step's batch in two and overlaps one half's compute with the
+    other half's dispatch/combine (DeepSeek's and SGLang's two-batch overlap, CloudMatrix-Infer's
+    decode micro-batch pipeline).
+    """
 
     concurrency_per_device: int = Field(ge=1, le=10_000_000)
     mtp_tokens: int = Field(default=0, ge=0, le=4)
+    micro_batches: Literal[1, 2] = Field(
+        default=1,
+        description="1, or 2: two micro-batches whose compute and MoE communication overlap",
+    )
+
+    @model_validator(mode="after")
+    def _micro_batches_fit_decode(self) -> DecodePlan:
+        if self.micro_batches > self.concurrency_per_device:
+            raise ValueError("micro_batches cannot exceed concurrency_per_device; use micro_batches: 1")
+        return self
 
 
 class PrefillPlan(PhasePlan):
