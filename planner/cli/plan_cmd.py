@@ -12,8 +12,8 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from planner.cli.common import console, err_console, run_guarded, write_text_atomic
 from planner.cli.options import (
     ColocatedOpt,
-    DecodeMicrobatchOpt,
     DecodeDevicesOpt,
+    DecodeMicrobatchOpt,
     LoadsOpt,
     MaxRedundantOpt,
     PhaseOpt,

@@ -20,6 +20,7 @@ from planner.cli.common import (
 from planner.cli.options import (
     ColocatedOpt,
     DecodeDevicesOpt,
+    DecodeMicrobatchOpt,
     LoadsOpt,
     MaxRedundantOpt,
     PhaseOpt,
@@ -140,6 +141,7 @@ def sweep(
     skew_sigma: SkewSigmaOpt = None,
     max_redundant_experts: MaxRedundantOpt = None,
     colocated: ColocatedOpt = True,
+    decode_microbatch: DecodeMicrobatchOpt = True,
     csv_out: Annotated[
         Path | None,
         typer.Option("--csv", help="Write one CSV line per point to FILE ('-': stdout)."),
@@ -230,6 +232,7 @@ def sweep(
                 skew_sigma=skew_sigma,
                 max_redundant_experts=max_redundant_experts,
                 colocated=colocated,
+                decode_microbatch=decode_microbatch,
             )
             points.append((shown, request))
         result = _run_with_progress(points, axes, fixed, jobs)

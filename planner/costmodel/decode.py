@@ -136,7 +136,9 @@ def _step_parts(ctx: CostContext, phase: DecodePlan, b: np.ndarray) -> tuple[dic
             ]
             if m.moe is not None and phase.moe is not None:
                 pass_costs.append(
-                    moe_cost(ctx, phase.devices, phase.moe, phase.shared_expert, t_pass, overlap, 1.0 + k if i == 0 else 1.0)
+                    moe_cost(
+                        ctx, phase.devices, phase.moe, phase.shared_expert, t_pass, overlap, 1.0 + k if i == 0 else 1.0
+                    )
                 )
             else:
                 pass_costs.append(dense_ffn_cost(ctx, phase.dense_layout, t_pass))

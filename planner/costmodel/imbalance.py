@@ -174,7 +174,6 @@ def lognormal_sigma_for_gini(gini: float) -> float:
     return math.sqrt(2.0) * NormalDist().inv_cdf((1.0 + gini) / 2.0)
 
 
-
 def drifted_windows(experts: int, sigma: float, drift: float, layers: int = ENGINE_LAYERS, seed: int = ENGINE_SEED):
     """Two windows of per-layer expert popularity, [layers, experts] each (the second drifted).
 
@@ -252,9 +251,7 @@ def straggler_z(n: int) -> float:
     return math.sqrt(2.0 * math.log(n)) if n > 1 else 0.0
 
 
-def busiest_over_mean(
-    mean_count: ArrayLike, static_factor: float, n: int, dispersion: ArrayLike = 1.0
-) -> np.ndarray:
+def busiest_over_mean(mean_count: ArrayLike, static_factor: float, n: int, dispersion: ArrayLike = 1.0) -> np.ndarray:
     """Load of the busiest of n devices over the mean load, skew and sampling combined.
 
     `mean_count` is the mean number of token-expert assignments per device in one step;

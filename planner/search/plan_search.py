@@ -253,7 +253,9 @@ def build_phase_space(
                 m.num_layers,
                 ctx.hw.overlap.prefill_micro_batch_efficiency.value,  # type: ignore[arg-type]
             )
-        points += opts.count * len(t.k_values) * len(xs) * (len(request.decode_micro_batches) if phase == "decode" else 1)
+        points += (
+            opts.count * len(t.k_values) * len(xs) * (len(request.decode_micro_batches) if phase == "decode" else 1)
+        )
         tables_by_size[n] = (t, ints)  # type: ignore[assignment]
         cands.extend(found)
     return PhaseSpace(phase, sizes, cands, points, tables_by_size)
@@ -341,7 +343,7 @@ def candidate_phase_plan(c: PhaseCandidate, instances: int, input_tokens: int) -
     }
     common = {k: v for k, v in common.items() if v is not None}
     if c.phase == "decode":
-        return DecodePlan(concurrency_per_device=c.x, mtp_tokens=c.k, micro_batches=c.micro_batches, **common)
+        return DecodePlan(concurrency_per_device=c.x, mtp_tokens=c.k, micro_batches=c.micro_batches, **common)  # type: ignore[arg-type]
     return PrefillPlan(batch_tokens=c.x * input_tokens, micro_batches=c.k, **common)
 
 
