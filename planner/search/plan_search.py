@@ -362,6 +362,10 @@ def _colocated(
         best_ratio[c.devices] = max(best_ratio.get(c.devices, 0.0), c.num / c.den)
     top = max(best_ratio.values(), default=0.0)
     competitive = {n for n, r in best_ratio.items() if r >= COLOCATED_SIZE_CUTOFF * top}
+    if request.rate_per_s is not None:
+        # fewest cards for a rate: a small instance that is less efficient per device may still
+        # be the cheapest way to serve it, so every size is costed
+        competitive = set(best_ratio)
     for n in sorted(set(dspace.tables) & set(pspace.tables) & competitive):
         (dt, di), (pt, pi) = dspace.tables[n], pspace.tables[n]
         out.extend(colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep))
