@@ -156,9 +156,12 @@ def _top(scores: np.ndarray, keep: int) -> list[tuple[int, ...]]:
     return [tuple(int(i) for i in np.unravel_index(j, scores.shape)) for j in order]
 
 
+DECODE_OVERLAP_SCALE = 1_000_000  # the decode overlap factor in millionths (hidden parts are tens of ms)
+
+
 def decode_micro_batch_factor(layers: int, efficiency: float) -> int:
-    """Per-mille share of min(compute, communication) two decode micro-batches hide."""
-    return int(np.floor(efficiency * (1.0 - 1.0 / (2 * layers)) * OVERLAP_SCALE))
+    """Share (in millionths) of min(compute, communication) two decode micro-batches hide."""
+    return int(np.floor(efficiency * (1.0 - 1.0 / (2 * layers)) * DECODE_OVERLAP_SCALE))
 
 
 def decode_candidates(
@@ -166,7 +169,7 @@ def decode_candidates(
 ) -> list[PhaseCandidate]:
     """The `keep` best decode configurations of one instance size (each at its best concurrency).
 
-    Tables with two micro-batches subtract the hidden part, `overlap_factor` per mille of the
+    Tables with two micro-batches subtract the hidden part, `overlap_factor` millionths of the
     shorter of the main layers' communication and compute (`decode_micro_batch_factor`).
     """
     xs = t.x_values.astype(np.int64)
@@ -185,9 +188,9 @@ def decode_candidates(
             comm = _combine([ints.comm_us[mod][kept[mod], j, :] for mod in MODULES])
             cover = _combine([ints.cover_us[mod][kept[mod], j, :] for mod in MODULES])
             # every table was rounded up (at most 1 us per module): taking that back before the
-            # per-mille factor rounds the hidden part down, so the integer step is never shorter
+            # factor rounds the hidden part down, so the integer step is never shorter
             shorter = np.maximum(np.minimum(comm, cover) - len(MODULES), 0)
-            step = step - (overlap_factor * shorter) // OVERLAP_SCALE
+            step = step - (overlap_factor * shorter) // DECODE_OVERLAP_SCALE
         hbm = _combine([ints.hbm_mib[mod][kept[mod], j, :] for mod in MODULES])
         ok = hbm <= ints.hbm_capacity_mib
         if tpot_slo_us is not None:
