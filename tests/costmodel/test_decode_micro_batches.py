@@ -15,7 +15,7 @@ from planner.costmodel.evaluate import load_plan_specs
 from planner.search.plan_search import run_search
 from planner.search.request import PlanRequest
 from planner.specs.catalog import catalog_dir, load_plan
-from planner.specs.plan import DecodePlan, SLO
+from planner.specs.plan import SLO, DecodePlan
 
 
 def _ctx(name: str):
