@@ -92,9 +92,9 @@ def parse_base_pairs(pairs: list[str]) -> dict[str, object]:
 
 
 def _plan_phase(plan: Plan) -> str:
-    if plan.decode is not None and plan.prefill is not None:
+    if plan.decode_phase is not None and plan.prefill_phase is not None:
         return "both"
-    return "decode" if plan.decode is not None else "prefill"
+    return "decode" if plan.decode_phase is not None else "prefill"
 
 
 def _ref(ref: str, base_dir: Path | None) -> str:
@@ -109,7 +109,7 @@ def plan_assumptions(plan: Plan, base_dir: Path | None) -> dict[str, object]:
     """A plan file's assumptions: model, machine, scheme, workload, SLOs; its cards as the "
     "budget."""
     specs = load_plan_specs(plan, base_dir)
-    devices = sum(p.total_devices for p in (plan.decode, plan.prefill) if p is not None)
+    devices = sum(p.total_devices for p in (plan.decode_phase, plan.prefill_phase) if p is not None)
     out = {k: default for k, (_, default) in ASSUMPTIONS.items()}
     out.update(
         {

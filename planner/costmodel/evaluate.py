@@ -90,7 +90,7 @@ def _hbm_fields(use: HbmUse) -> dict[str, object]:
 
 def predict_decode(ctx: CostContext, plan: Plan) -> DecodePrediction:
     """Decode figures of the plan's decode phase."""
-    phase = plan.decode
+    phase = plan.decode_phase
     assert phase is not None
     step = decode_step(ctx, phase)
     use = decode_hbm(ctx, phase)
@@ -115,7 +115,7 @@ def predict_decode(ctx: CostContext, plan: Plan) -> DecodePrediction:
 
 def predict_prefill(ctx: CostContext, plan: Plan) -> PrefillPrediction:
     """Prefill figures of the plan's prefill phase."""
-    phase = plan.prefill
+    phase = plan.prefill_phase
     assert phase is not None
     fwd = prefill_forward(ctx, phase)
     use = prefill_hbm(ctx, phase)
@@ -138,8 +138,9 @@ def predict_prefill(ctx: CostContext, plan: Plan) -> PrefillPrediction:
 
 def predict_colocated(ctx: CostContext, plan: Plan) -> ColocatedPrediction:
     """Figures of one colocated instance of the plan."""
-    assert plan.decode is not None and plan.prefill is not None
-    fig = colocated_figures(ctx, plan.decode, plan.prefill)
+    section = plan.colocated
+    assert section is not None
+    fig = colocated_figures(ctx, section.decode_section(), section.prefill_section())
     slo = plan.slo
     tpot_ms, ttft_ms = fig.tpot_s * 1e3, fig.ttft_s * 1e3
     hbm = _hbm_fields(fig.hbm)
@@ -151,7 +152,7 @@ def predict_colocated(ctx: CostContext, plan: Plan) -> ColocatedPrediction:
         tpot_ms=_r(tpot_ms),
         ttft_ms=_r(ttft_ms),
         longest_decode_pause_ms=_r(fig.pause_s * 1e3),
-        tokens_per_s_per_card=_r(out_per_s / ctx.hw.cards(plan.decode.devices)),
+        tokens_per_s_per_card=_r(out_per_s / ctx.hw.cards(section.devices)),
         meets_tpot_slo=None if slo is None or slo.tpot_ms is None else bool(tpot_ms <= slo.tpot_ms),
         meets_ttft_slo=None if slo is None or slo.ttft_ms is None else bool(ttft_ms <= slo.ttft_ms),
         **hbm,  # type: ignore[arg-type]
@@ -166,13 +167,13 @@ def predict_system(
     colocated: ColocatedPrediction | None = None,
 ) -> SystemPrediction:
     """Requests per second when prefill and decode capacity are matched (or shared, colocated)."""
-    assert plan.decode is not None and plan.prefill is not None
     w = plan.workload
     if colocated is not None:
-        rps = colocated.requests_per_s_per_instance * plan.decode.instances
-        cards = hw.cards(plan.decode.total_devices)
+        assert plan.colocated is not None
+        rps = colocated.requests_per_s_per_instance * plan.colocated.instances
+        cards = hw.cards(plan.colocated.total_devices)
         return SystemPrediction(
-            devices=plan.decode.total_devices,
+            devices=plan.colocated.total_devices,
             cards=_r(cards),
             prefill_requests_per_s=_r(rps),
             decode_requests_per_s=_r(rps),
@@ -182,6 +183,7 @@ def predict_system(
             output_tokens_per_s_per_card=_r(rps * w.output_tokens / cards),
             input_tokens_per_s=_r(rps * w.input_tokens),
         )
+    assert plan.decode is not None and plan.prefill is not None
     d_dev, p_dev = plan.decode.total_devices, plan.prefill.total_devices
     decode_out = decode.tokens_per_s_per_device * d_dev
     decode_rps = decode_out / w.output_tokens
@@ -212,9 +214,9 @@ def evaluate_plan(
     specs = specs or load_plan_specs(plan, base_dir)
     imb = imbalance or default_imbalance_model()
     ctx = CostContext(specs.model, specs.hw, specs.quant, plan.workload, imb)
-    decode = predict_decode(ctx, plan) if plan.decode is not None else None
-    prefill = predict_prefill(ctx, plan) if plan.prefill is not None else None
-    colocated = predict_colocated(ctx, plan) if plan.colocated else None
+    decode = predict_decode(ctx, plan) if plan.decode_phase is not None else None
+    prefill = predict_prefill(ctx, plan) if plan.prefill_phase is not None else None
+    colocated = predict_colocated(ctx, plan) if plan.is_colocated else None
     system = (
         predict_system(plan, specs.hw, decode, prefill, colocated)
         if decode is not None and prefill is not None

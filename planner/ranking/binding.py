@@ -338,7 +338,7 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
     phases, so the neighbours (one more sequence per device, one more request per forward) are
     scored as whole colocated plans.
     """
-    d, p = plan.decode, plan.prefill
+    d, p = plan.decode_phase, plan.prefill_phase
     assert d is not None and p is not None
     slo = plan.slo
     tpot_slo = slo.tpot_ms if slo else None
@@ -366,9 +366,11 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
             )
         ]
 
-    def neighbour(label: str, update: dict[str, int], section: str) -> tuple[Constraint, str, str]:
-        phase = getattr(plan, section)
-        moved = plan.model_copy(update={section: phase.model_copy(update=update), "predicted": None})
+    section = plan.colocated
+    assert section is not None
+
+    def neighbour(label: str, update: dict[str, int]) -> tuple[Constraint, str, str]:
+        moved = plan.model_copy(update={"colocated": section.model_copy(update=update), "predicted": None})
         f = _colocated_figures(moved, ctx)
         if f.hbm_headroom_bytes < ROUNDING_BYTES:
             short = max(-f.hbm_headroom_bytes, 0) / GIB
@@ -386,11 +388,11 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
 
     out = []
     more_seqs = {"concurrency_per_device": b + 1}
-    kind, text, tag = neighbour(f"{b + 1} sequences per device", more_seqs, "decode")
+    kind, text, tag = neighbour(f"{b + 1} sequences per device", more_seqs)
     message = f"colocated decode concurrency ({b} per device): {text}."
     out.append(Binding("decode", kind, message, f"colocated B{b}: {tag}"))
-    more_requests = {"batch_tokens": (r + 1) * n_in}
-    kind, text, tag = neighbour(f"{r + 1} requests per forward", more_requests, "prefill")
+    more_requests = {"prefill_batch_tokens": (r + 1) * n_in}
+    kind, text, tag = neighbour(f"{r + 1} requests per forward", more_requests)
     message = f"colocated prefill batch ({r} requests per forward): {text}."
     out.append(Binding("prefill", kind, message, f"colocated {r} req/forward: {tag}"))
     return out
@@ -402,13 +404,13 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
 def _instance_rates(plan: Plan, prediction: Prediction) -> tuple[float | None, float | None]:
     """Requests/s one decode instance and one prefill instance serve."""
     d_rps = p_rps = None
-    if plan.colocated and prediction.system is not None and plan.decode is not None:
+    if plan.is_colocated and prediction.system is not None and plan.decode_phase is not None:
         # one colocated instance serves both phases: count it once, as a decode instance
-        return prediction.system.requests_per_s / plan.decode.instances, None
-    if plan.decode is not None and prediction.decode is not None:
+        return prediction.system.requests_per_s / plan.decode_phase.instances, None
+    if plan.decode_phase is not None and prediction.decode is not None:
         d = prediction.decode
-        d_rps = d.tokens_per_s_per_device * plan.decode.devices / plan.workload.output_tokens
-    if plan.prefill is not None and prediction.prefill is not None:
+        d_rps = d.tokens_per_s_per_device * plan.decode_phase.devices / plan.workload.output_tokens
+    if plan.prefill_phase is not None and prediction.prefill is not None:
         p = prediction.prefill
         p_rps = p.requests_per_forward / (p.forward_ms / 1e3)
     return d_rps, p_rps
@@ -418,7 +420,7 @@ def cards_for_rate(plan: Plan, prediction: Prediction, hw: HardwareSpec, rate_pe
     """Cards this plan's instance configurations need to serve `rate_per_s` (instances scaled)."""
     d_rps, p_rps = _instance_rates(plan, prediction)
     devices = 0
-    for phase, rps in ((plan.decode, d_rps), (plan.prefill, p_rps)):
+    for phase, rps in ((plan.decode_phase, d_rps), (plan.prefill_phase, p_rps)):
         if phase is not None and rps:
             # 1e-4: the predicted figures are rounded to 4 digits; a plan serving its own rate needs
             # no extra instance for that rounding
@@ -443,10 +445,10 @@ def deployment_binding(
     d_rps, p_rps = _instance_rates(plan, prediction)
     phases = [
         (name, ph, rps)
-        for name, ph, rps in (("decode", plan.decode, d_rps), ("prefill", plan.prefill, p_rps))
+        for name, ph, rps in (("decode", plan.decode_phase, d_rps), ("prefill", plan.prefill_phase, p_rps))
         if ph is not None and rps
     ]
-    if plan.colocated:
+    if plan.is_colocated:
         phases = [("colocated", ph, rps) for _, ph, rps in phases]
     used = sum(ph.total_devices for _, ph, _ in phases)
     cards = hw.cards(used)
@@ -576,12 +578,12 @@ def plan_bindings(
         prediction = evaluate_plan(plan, imbalance=ctx.imbalance, specs=PlanSpecs(ctx.model, ctx.hw, ctx.quant))
     slo = plan.slo
     out = []
-    if plan.colocated:
+    if plan.is_colocated:
         out.extend(colocated_bindings(plan, ctx))
-    if plan.decode is not None and not plan.colocated:
-        out.append(decode_binding(ctx, plan.decode, slo.tpot_ms if slo else None))
-    if plan.prefill is not None and not plan.colocated:
-        out.append(prefill_binding(ctx, plan.prefill, slo.ttft_ms if slo else None))
+    if plan.decode_phase is not None and not plan.is_colocated:
+        out.append(decode_binding(ctx, plan.decode_phase, slo.tpot_ms if slo else None))
+    if plan.prefill_phase is not None and not plan.is_colocated:
+        out.append(prefill_binding(ctx, plan.prefill_phase, slo.ttft_ms if slo else None))
     out.append(deployment_binding(plan, prediction, ctx.hw, max_cards, rate_per_s))
     return out
 

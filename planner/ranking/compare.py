@@ -89,9 +89,9 @@ def phase_choices(name: str, phase: PhasePlan | None, routed_experts: int | None
 
 def plan_devices(plan: Plan) -> int:
     """Devices a plan occupies (a colocated plan's two sections share theirs)."""
-    if plan.colocated and plan.decode is not None:
-        return plan.decode.total_devices
-    return sum(p.total_devices for p in (plan.decode, plan.prefill) if p is not None)
+    if plan.is_colocated and plan.decode_phase is not None:
+        return plan.decode_phase.total_devices
+    return sum(p.total_devices for p in (plan.decode_phase, plan.prefill_phase) if p is not None)
 
 
 def plan_choices(plan: Plan, hw: HardwareSpec, model: ModelSpec | None) -> dict[str, str]:
@@ -99,16 +99,16 @@ def plan_choices(plan: Plan, hw: HardwareSpec, model: ModelSpec | None) -> dict[
     routed = model.moe.routed_experts if model is not None and model.moe is not None else None
     devices = plan_devices(plan)
     pd = (
-        (f"{plan.prefill.instances}x{plan.prefill.devices}" if plan.prefill else "-")
+        (f"{plan.prefill_phase.instances}x{plan.prefill_phase.devices}" if plan.prefill_phase else "-")
         + " : "
-        + (f"{plan.decode.instances}x{plan.decode.devices}" if plan.decode else "-")
+        + (f"{plan.decode_phase.instances}x{plan.decode_phase.devices}" if plan.decode_phase else "-")
     )
-    if plan.colocated and plan.decode is not None:
-        pd = f"colocated {plan.decode.instances}x{plan.decode.devices}"
+    if plan.is_colocated and plan.decode_phase is not None:
+        pd = f"colocated {plan.decode_phase.instances}x{plan.decode_phase.devices}"
     out = {"hardware": hw.name, "cards": f"{hw.cards(devices):g}", "P:D": pd}
-    out.update(phase_choices("decode", plan.decode, routed))
-    prefill = phase_choices("prefill", plan.prefill, routed)
-    if plan.colocated:
+    out.update(phase_choices("decode", plan.decode_phase, routed))
+    prefill = phase_choices("prefill", plan.prefill_phase, routed)
+    if plan.is_colocated:
         # the prefill section repeats the decode one's instances and layouts
         prefill = {k: v for k, v in prefill.items() if k in ("prefill tokens per forward", "prefill micro-batches")}
     out.update(prefill)
@@ -120,7 +120,7 @@ def plan_figures(plan: Plan, hw: HardwareSpec, rate_per_s: float | None = None) 
     pred = Prediction.model_validate(plan.predicted or {"cost_model": "", "imbalance_model": ""})
     d, p, s = pred.decode, pred.prefill, pred.system
     devices = plan_devices(plan)
-    c = pred.colocated if plan.colocated else None
+    c = pred.colocated if plan.is_colocated else None
     if s is not None:
         headline = s.output_tokens_per_s_per_card
     elif d is not None:
@@ -130,10 +130,10 @@ def plan_figures(plan: Plan, hw: HardwareSpec, rate_per_s: float | None = None) 
     requests = None
     if s is not None:
         requests = s.requests_per_s
-    elif d is not None and plan.decode is not None:
-        requests = d.tokens_per_s_per_device * plan.decode.total_devices / plan.workload.output_tokens
-    elif p is not None and plan.prefill is not None:
-        requests = plan.prefill.instances * p.requests_per_forward / (p.forward_ms / 1e3)
+    elif d is not None and plan.decode_phase is not None:
+        requests = d.tokens_per_s_per_device * plan.decode_phase.total_devices / plan.workload.output_tokens
+    elif p is not None and plan.prefill_phase is not None:
+        requests = plan.prefill_phase.instances * p.requests_per_forward / (p.forward_ms / 1e3)
     if c is not None:
         # one colocated instance: its own TPOT (with prefill stalls), TTFT and HBM for both phases
         return {

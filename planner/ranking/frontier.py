@@ -71,11 +71,11 @@ def pareto_front(xy: list[tuple[float, float]]) -> list[int]:
 def structure_of(plan: Plan) -> dict[str, str]:
     """What the plot annotates: decode EP size, MTP depth, and the P:D device ratio."""
     out: dict[str, str] = {}
-    d, p = plan.decode, plan.prefill
+    d, p = plan.decode_phase, plan.prefill_phase
     if d is not None:
         out["EP"] = str(d.moe.ep) if d.moe is not None else "-"
         out["MTP"] = str(d.mtp_tokens)
-    if plan.colocated:
+    if plan.is_colocated:
         out["P:D"] = "colocated"
     elif d is not None and p is not None:
         out["P:D"] = f"1:{d.total_devices / p.total_devices:.1f}"
@@ -127,7 +127,7 @@ def _xy(plan: Plan, metric: str) -> tuple[float, float] | None:
     d = pred.get("decode")
     if not d:
         return None
-    c = pred.get("colocated") if plan.colocated else None
+    c = pred.get("colocated") if plan.is_colocated else None
     if c and pred.get("system"):
         # a colocated instance's TPOT includes its decode stalls during prefill
         return 1e3 / float(c["tpot_ms"]), float(pred["system"]["output_tokens_per_s_per_card"])
@@ -201,11 +201,11 @@ def published_points(model: ModelSpec, hardware_names: set[str]) -> list[Publish
             plan_model = load_model(plan.model)
         except PlannerError:
             continue
-        if plan.decode is None or plan.slo is None or plan.slo.tpot_ms is None:
+        if plan.decode_phase is None or plan.slo is None or plan.slo.tpot_ms is None:
             continue
         if hw.name not in hardware_names or _architecture(plan_model) != arch:
             continue
-        seqs_per_card = plan.decode.concurrency_per_device * hw.devices_per_card
+        seqs_per_card = plan.decode_phase.concurrency_per_device * hw.devices_per_card
         w = plan.workload
         note = f"{w.input_tokens}+{w.output_tokens}, MTP acceptance {w.mtp_acceptance:g}"
         tokens = metrics.get("decode.tokens_per_s_per_card")

@@ -157,7 +157,7 @@ def _column(
     ctx = plan_context(plan, specs, req.imbalance)
     pred = plan.predicted or {}
     d, p = pred.get("decode") or {}, pred.get("prefill") or {}
-    if plan.colocated and pred.get("colocated"):
+    if plan.is_colocated and pred.get("colocated"):
         # the phases' own figures ignore that they share devices: judge the colocated ones
         d = p = pred["colocated"]
     meets = [x for x in (d.get("meets_tpot_slo"), p.get("meets_ttft_slo")) if x is not None]

@@ -151,17 +151,17 @@ def _prefill_summary(phase: PrefillPlan, p: PrefillPrediction, hw: HardwareSpec,
 def evaluate_tables(plan: Plan, prediction: Prediction, hw: HardwareSpec) -> list[RenderableType]:
     """Every table `moeplan evaluate` prints."""
     out: list[RenderableType] = []
-    if plan.decode is not None and prediction.decode is not None:
+    if plan.decode_phase is not None and prediction.decode is not None:
         d = prediction.decode
-        out.append(_decode_summary(plan.decode, d, hw, plan))
+        out.append(_decode_summary(plan.decode_phase, d, hw, plan))
         out.append(_breakdown_table("Decode step by module", d.breakdown_ms, d.step_ms))
         out.append(_hbm_table("Decode HBM", d.hbm_breakdown_bytes, d.hbm_capacity_bytes, d.hbm_role))
-    if plan.prefill is not None and prediction.prefill is not None:
+    if plan.prefill_phase is not None and prediction.prefill is not None:
         p = prediction.prefill
-        out.append(_prefill_summary(plan.prefill, p, hw, plan))
+        out.append(_prefill_summary(plan.prefill_phase, p, hw, plan))
         out.append(_breakdown_table("Prefill forward by module", p.breakdown_ms, p.forward_ms))
         out.append(_hbm_table("Prefill HBM", p.hbm_breakdown_bytes, p.hbm_capacity_bytes, p.hbm_role))
-    if prediction.colocated is not None and plan.decode is not None:
+    if prediction.colocated is not None and plan.decode_phase is not None:
         c = prediction.colocated
         t = Table(title="Colocated instance (prefill and decode in turn)", show_header=False)
         t.add_column("figure")

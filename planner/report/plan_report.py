@@ -57,7 +57,7 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
         "layouts: attention|dense FFN|experts|LM head; B: sequences per device; K: thousand tokens per "
         "forward; mb: micro-batches"
     )
-    if any(p.colocated for p in plans):
+    if any(p.is_colocated for p in plans):
         caption += (
             "\ncolocated: prefill and decode on the same instances; their TPOT is an average, decoding "
             "pauses for a whole prefill forward now and then (--no-colocated to rank only disaggregated plans)"
@@ -73,8 +73,8 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
     table.add_column("tok/s/card", justify="right")
     table.add_column("HBM free GiB", justify="right")
     for plan in plans:
-        d, p = plan.decode, plan.prefill
-        if plan.colocated and d is not None:
+        d, p = plan.decode_phase, plan.prefill_phase
+        if plan.is_colocated and d is not None:
             pd = f"colocated {d.instances}x{d.devices}"
         else:
             pd = f"{p.instances}x{p.devices}" if p else "-"
@@ -85,11 +85,11 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
             dec += f" mb{d.micro_batches}" if d.micro_batches > 1 else ""
         pre = "-"
         if p is not None:
-            pre = "(same instances) " if plan.colocated else f"{compact_layouts(p)} "
+            pre = "(same instances) " if plan.is_colocated else f"{compact_layouts(p)} "
             pre += f"{p.batch_tokens // 1024}K mb{p.micro_batches}"
-        tpot = _p(plan, "colocated", "tpot_ms") if plan.colocated else _p(plan, "decode", "tpot_ms")
-        ttft = _p(plan, "colocated", "ttft_ms") if plan.colocated else _p(plan, "prefill", "ttft_ms")
-        sources = ("colocated",) if plan.colocated else ("decode", "prefill")
+        tpot = _p(plan, "colocated", "tpot_ms") if plan.is_colocated else _p(plan, "decode", "tpot_ms")
+        ttft = _p(plan, "colocated", "ttft_ms") if plan.is_colocated else _p(plan, "prefill", "ttft_ms")
+        sources = ("colocated",) if plan.is_colocated else ("decode", "prefill")
         heads = [x for x in (_p(plan, src, "hbm_headroom_bytes") for src in sources) if x is not None]
         table.add_row(
             str(plan.rank or ""),

@@ -55,24 +55,24 @@ def point_row(pt: SweepPoint) -> dict[str, object]:
     d, p, s = pred.get("decode") or {}, pred.get("prefill") or {}, pred.get("system") or {}
     row["cards"] = hw.cards(plan_devices(plan))
     row["pd"] = (
-        (f"{plan.prefill.instances}x{plan.prefill.devices}" if plan.prefill else "-")
+        (f"{plan.prefill_phase.instances}x{plan.prefill_phase.devices}" if plan.prefill_phase else "-")
         + ":"
-        + (f"{plan.decode.instances}x{plan.decode.devices}" if plan.decode else "-")
+        + (f"{plan.decode_phase.instances}x{plan.decode_phase.devices}" if plan.decode_phase else "-")
     )
-    c = pred.get("colocated") if plan.colocated else None
-    if c and plan.decode is not None:
-        row["pd"] = f"colocated {plan.decode.instances}x{plan.decode.devices}"
-    if plan.decode is not None:
-        row["decode_layouts"] = compact_layouts(plan.decode)
-        row["decode_concurrency_per_device"] = plan.decode.concurrency_per_device
-        row["decode_mtp_tokens"] = plan.decode.mtp_tokens
+    c = pred.get("colocated") if plan.is_colocated else None
+    if c and plan.decode_phase is not None:
+        row["pd"] = f"colocated {plan.decode_phase.instances}x{plan.decode_phase.devices}"
+    if plan.decode_phase is not None:
+        row["decode_layouts"] = compact_layouts(plan.decode_phase)
+        row["decode_concurrency_per_device"] = plan.decode_phase.concurrency_per_device
+        row["decode_mtp_tokens"] = plan.decode_phase.mtp_tokens
         row["tpot_ms"] = d.get("tpot_ms", "")
         row["decode_tokens_per_s_per_card"] = d.get("tokens_per_s_per_card", "")
         row["tokens_per_s_per_user"] = d.get("tokens_per_s_per_user", "")
-    if plan.prefill is not None:
-        row["prefill_layouts"] = compact_layouts(plan.prefill)
-        row["prefill_batch_tokens"] = plan.prefill.batch_tokens
-        row["prefill_micro_batches"] = plan.prefill.micro_batches
+    if plan.prefill_phase is not None:
+        row["prefill_layouts"] = compact_layouts(plan.prefill_phase)
+        row["prefill_batch_tokens"] = plan.prefill_phase.batch_tokens
+        row["prefill_micro_batches"] = plan.prefill_phase.micro_batches
         row["ttft_ms"] = p.get("ttft_ms", "")
     if c:
         # the phases' own latencies ignore that they share devices: report the colocated ones
@@ -144,7 +144,7 @@ def sweep_table(result: SweepResult, rows: list[dict[str, object]] | None = None
             cells[2] = Text(f"infeasible [{len(notes)}]", style="red")
             table.add_row(*values, *cells, Text(str(row["binds"]), style="red"))  # type: ignore[arg-type]
             continue
-        d, p = pt.plan.decode, pt.plan.prefill
+        d, p = pt.plan.decode_phase, pt.plan.prefill_phase
         cells = [
             f"{row['cards']:g}",
             str(row["pd"]) if has_d and has_p else str(row["pd"]).strip("-:"),
@@ -153,7 +153,7 @@ def sweep_table(result: SweepResult, rows: list[dict[str, object]] | None = None
             mb = f" mb{d.micro_batches}" if d and d.micro_batches > 1 else ""
             cells.append(f"{short_layouts(d)} B{d.concurrency_per_device} MTP{d.mtp_tokens}{mb}" if d else "-")
         if has_p:
-            same = "(same) " if pt.plan.colocated else (f"{short_layouts(p)} " if p else "")
+            same = "(same) " if pt.plan.is_colocated else (f"{short_layouts(p)} " if p else "")
             cells.append(f"{same}{p.batch_tokens // 1024}K mb{p.micro_batches}" if p else "-")
         if has_d:
             cells.append(f"{row['tpot_ms']:.1f}" if row["tpot_ms"] != "" else "-")

@@ -93,7 +93,7 @@ def emit_vllm_ascend(
 ) -> list[Path]:
     """Write the instance settings and expert maps of `plan` into out_dir; returns the files."""
     written = []
-    for name, phase in (("decode", plan.decode), ("prefill", plan.prefill)):
+    for name, phase in (("decode", plan.decode_phase), ("prefill", plan.prefill_phase)):
         if phase is None:
             continue
         map_file = None

@@ -54,7 +54,7 @@ from planner.search.request import MAX_CARDS, PlanRequest
 from planner.specs.catalog import load_hardware, load_model
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
-from planner.specs.plan import COLOCATED_SHARED_FIELDS, DecodePlan, Plan, PrefillPlan
+from planner.specs.plan import COLOCATED_SHARED_FIELDS, ColocatedPlan, DecodePlan, Plan, PrefillPlan
 from planner.specs.quantization import get_quantization
 
 KEEP_PER_SIZE = 3
@@ -384,14 +384,20 @@ def deployment_plan(
     """The plan file of one deployment (without `predicted`)."""
     decode: DecodePlan | PrefillPlan | None = None
     prefill: DecodePlan | PrefillPlan | None = None
+    colocated: ColocatedPlan | None = None
     n_in = ctx.workload.input_tokens
-    colocated = dep.colocated is not None and bool(coloc)
-    if colocated:
-        assert coloc is not None and dep.colocated is not None
+    if dep.colocated is not None and coloc:
         c = coloc[dep.colocated]
-        decode = candidate_phase_plan(c.decode, dep.colocated_instances, n_in)
-        shared = decode.model_dump(include=set(COLOCATED_SHARED_FIELDS))
-        prefill = PrefillPlan(**shared, batch_tokens=c.batch_requests * n_in, micro_batches=c.micro_batches)
+        d = candidate_phase_plan(c.decode, dep.colocated_instances, n_in)
+        assert isinstance(d, DecodePlan)
+        shared = d.model_dump(include=set(COLOCATED_SHARED_FIELDS))
+        colocated = ColocatedPlan(
+            **shared,
+            concurrency_per_device=d.concurrency_per_device,
+            mtp_tokens=d.mtp_tokens,
+            prefill_batch_tokens=c.batch_requests * n_in,
+            prefill_micro_batches=c.micro_batches,
+        )
     else:
         if dep.decode is not None and dspace is not None:
             decode = candidate_phase_plan(dspace.candidates[dep.decode], dep.decode_instances, n_in)

@@ -8,6 +8,7 @@ moeplan's form or a HuggingFace config.json; plan YAML or JSON.
 
 from __future__ import annotations
 
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -16,7 +17,7 @@ from planner.errors import BadInputError
 from planner.specs.files import load_mapping, validate_model
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec, from_hf_config, looks_like_hf_config
-from planner.specs.plan import Plan
+from planner.specs.plan import Plan, migrate_plan_document
 
 CatalogKind = Literal["hardware", "models", "plans"]
 _SUFFIXES = (".yaml", ".yml", ".json")
@@ -90,7 +91,15 @@ def load_plan(path_or_name: str) -> tuple[Plan, str]:
     """A plan from a YAML/JSON path, or one of the shipped plans by name; also its text."""
     path = _resolve("plans", path_or_name, "plan")
     data, text = load_mapping(path, "plan")
-    return validate_model(Plan, data, str(path), "plan", text), text
+    plan = validate_model(Plan, data, str(path), "plan", text)
+    try:
+        _, notes = migrate_plan_document(data)
+    except ValueError:  # validation above already accepted it; nothing more to say
+        notes = []
+    for note in notes:
+        # an old file still works; say once, on stderr, that it was read in the new format
+        print(f"note: {path}: {note}", file=sys.stderr)
+    return plan, text
 
 
 def plan_base_dir(path_or_name: str) -> Path | None:

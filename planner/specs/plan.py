@@ -19,8 +19,9 @@ from planner.errors import BadInputError
 from planner.specs.hardware import HardwareSpec, Strict
 from planner.specs.model import ModelSpec
 
-# what the decode and prefill sections of a colocated plan must share
+# what the decode and prefill sections of a v1 colocated plan had to share (one layout, one set of instances)
 COLOCATED_SHARED_FIELDS = ("devices", "instances", "attention", "dense_ffn", "moe", "shared_expert", "lm_head")
+PLAN_SCHEMA_VERSION = 2
 MAX_DEVICES_PER_INSTANCE = 1_000_000
 
 
@@ -190,10 +191,88 @@ class PrefillPlan(PhasePlan):
         return self
 
 
+class ColocatedPlan(PhasePlan):
+    """Colocated instances: prefill forwards and decode steps take turns on the same devices.
+
+    One layout per module, one instance size and count, the decode concurrency and MTP depth, and
+    the prefill batch of one forward. `decode_section()` / `prefill_section()` are the views of
+    the two phases the cost model scores (same devices, same layouts).
+    """
+
+    concurrency_per_device: int = Field(ge=1, le=10_000_000, description="decode sequences in flight per device")
+    mtp_tokens: int = Field(default=0, ge=0, le=4)
+    prefill_batch_tokens: int = Field(ge=1, le=1_000_000_000, description="tokens of one prefill forward")
+    prefill_micro_batches: int = Field(default=1, ge=1, le=16)
+
+    @model_validator(mode="after")
+    def _micro_batches_fit(self) -> ColocatedPlan:
+        if self.prefill_micro_batches > self.prefill_batch_tokens:
+            raise ValueError("prefill_micro_batches cannot exceed prefill_batch_tokens")
+        return self
+
+    def _layout_fields(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in COLOCATED_SHARED_FIELDS}
+
+    def decode_section(self) -> DecodePlan:
+        """The decode phase of these instances, as the cost model scores it."""
+        return DecodePlan(
+            concurrency_per_device=self.concurrency_per_device, mtp_tokens=self.mtp_tokens, **self._layout_fields()
+        )
+
+    def prefill_section(self) -> PrefillPlan:
+        """The prefill phase of these instances, as the cost model scores it."""
+        return PrefillPlan(
+            batch_tokens=self.prefill_batch_tokens, micro_batches=self.prefill_micro_batches, **self._layout_fields()
+        )
+
+    @classmethod
+    def from_sections(cls, decode: DecodePlan, prefill: PrefillPlan) -> ColocatedPlan:
+        """One colocated section from a decode and a prefill section that share devices and layouts."""
+        for name in COLOCATED_SHARED_FIELDS:
+            if getattr(decode, name) != getattr(prefill, name):
+                raise ValueError(
+                    f"colocated: decode.{name} and prefill.{name} differ; colocated instances run both "
+                    "phases with one layout, so give them the same value"
+                )
+        return cls(
+            concurrency_per_device=decode.concurrency_per_device,
+            mtp_tokens=decode.mtp_tokens,
+            prefill_batch_tokens=prefill.batch_tokens,
+            prefill_micro_batches=prefill.micro_batches,
+            **{name: getattr(decode, name) for name in COLOCATED_SHARED_FIELDS},
+        )
+
+
+def migrate_plan_document(data: Any) -> tuple[Any, list[str]]:
+    """A plan document in the current format, and notes on what was changed to get there.
+
+    Version 1 wrote a colocated plan as `colocated: true` with identical `decode` and `prefill`
+    sections; version 2 gives it one `colocated` section. Documents of other versions are left
+    for validation to judge.
+    """
+    if not isinstance(data, dict) or data.get("schema_version", 1) != 1:
+        return data, []
+    out = dict(data)
+    out["schema_version"] = PLAN_SCHEMA_VERSION
+    notes = ["plan file is schema_version 1; read as version 2 (moeplan schema prints the current format)"]
+    if out.get("colocated") is True:
+        d, p = out.pop("decode", None), out.pop("prefill", None)
+        if not isinstance(d, dict) or not isinstance(p, dict):
+            raise ValueError("a colocated plan needs both a 'decode' and a 'prefill' section")
+        decode, prefill = DecodePlan.model_validate(d), PrefillPlan.model_validate(p)
+        out["colocated"] = ColocatedPlan.from_sections(decode, prefill).model_dump(mode="json", exclude_none=True)
+        notes.append(
+            "version 1 colocated plan (colocated: true + decode/prefill sections) migrated to one 'colocated' section"
+        )
+    elif out.get("colocated") is False:
+        out.pop("colocated")
+    return out, notes
+
+
 class Plan(Strict):
     """A deployment: model, machine, scheme, workload, SLOs, and the phases' layouts."""
 
-    schema_version: Literal[1] = 1
+    schema_version: Literal[2] = 2
     model: str = Field(min_length=1, description="catalog name or path to YAML / config.json")
     hardware: str = Field(min_length=1, description="catalog name or path to YAML")
     quantization: str = "a8w8c16"
@@ -201,34 +280,52 @@ class Plan(Strict):
     slo: SLO | None = None
     decode: DecodePlan | None = None
     prefill: PrefillPlan | None = None
-    colocated: bool = Field(
-        default=False,
-        description="prefill and decode share the same instances (not disaggregated): both sections "
-        "then give the same devices, instances and layouts",
+    colocated: ColocatedPlan | None = Field(
+        default=None,
+        description="prefill and decode take turns on the same instances (instead of 'decode'/'prefill')",
     )
     rank: int | None = Field(default=None, ge=1, description="position in a ranked export")
     predicted: dict[str, Any] | None = Field(default=None, description="filled in by evaluate/plan; ignored on input")
 
     @property
+    def is_colocated(self) -> bool:
+        """True when prefill and decode share instances (a `colocated` section)."""
+        return self.colocated is not None
+
+    @property
+    def decode_phase(self) -> DecodePlan | None:
+        """The decode phase the cost model scores: the decode section or the colocated instances' decode."""
+        return self.colocated.decode_section() if self.colocated is not None else self.decode
+
+    @property
+    def prefill_phase(self) -> PrefillPlan | None:
+        """The prefill phase the cost model scores: the prefill section or the colocated instances' prefill."""
+        return self.colocated.prefill_section() if self.colocated is not None else self.prefill
+
+    @property
     def total_devices(self) -> int:
-        """Devices of the whole deployment (a colocated plan's sections share theirs)."""
-        if self.colocated and self.decode is not None:
-            return self.decode.total_devices
+        """Devices of the whole deployment (colocated instances count once)."""
+        if self.colocated is not None:
+            return self.colocated.total_devices
         return sum(p.total_devices for p in (self.decode, self.prefill) if p is not None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _migrate_v1(cls, data: Any) -> Any:
+        migrated, _ = migrate_plan_document(data)
+        return migrated
 
     @model_validator(mode="after")
     def _has_a_phase(self) -> Plan:
+        if self.colocated is not None:
+            if self.decode is not None or self.prefill is not None:
+                raise ValueError(
+                    "a colocated plan has one 'colocated' section and no 'decode'/'prefill' sections; "
+                    "remove them (or remove 'colocated' for a disaggregated plan)"
+                )
+            return self
         if self.decode is None and self.prefill is None:
-            raise ValueError("a plan needs a 'decode' or a 'prefill' section (or both)")
-        if self.colocated:
-            if self.decode is None or self.prefill is None:
-                raise ValueError("a colocated plan needs both a 'decode' and a 'prefill' section")
-            for name in COLOCATED_SHARED_FIELDS:
-                if getattr(self.decode, name) != getattr(self.prefill, name):
-                    raise ValueError(
-                        f"colocated: decode.{name} and prefill.{name} differ; colocated instances run "
-                        "both phases with one layout, so give them the same value"
-                    )
+            raise ValueError("a plan needs a 'decode' or a 'prefill' section (or both), or a 'colocated' section")
         return self
 
 
@@ -325,12 +422,17 @@ def check_plan(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> None:
             f"workload: input_tokens + output_tokens = {context} exceeds the model's context of "
             f"{model.max_context_tokens} tokens; shorten the workload."
         )
-    if plan.decode is not None:
-        check_phase("decode", plan.decode, model, hw)
-        if plan.decode.mtp_tokens and model.mtp_layers == 0:
-            raise BadInputError(
-                f"decode.mtp_tokens = {plan.decode.mtp_tokens}: model '{model.name}' has no MTP "
-                "layers; set mtp_tokens: 0."
-            )
-    if plan.prefill is not None:
+    if plan.colocated is not None:
+        check_phase("colocated", plan.colocated, model, hw)
+    elif plan.prefill is not None:
         check_phase("prefill", plan.prefill, model, hw)
+    decode = plan.decode_phase
+    if decode is not None:
+        section = "colocated" if plan.is_colocated else "decode"
+        if plan.decode is not None:
+            check_phase("decode", plan.decode, model, hw)
+        if decode.mtp_tokens and model.mtp_layers == 0:
+            raise BadInputError(
+                f"{section}.mtp_tokens = {decode.mtp_tokens}: model '{model.name}' has no MTP layers; "
+                "set mtp_tokens: 0."
+            )

@@ -31,6 +31,16 @@ def test_interrupt_during_the_solve_prints_the_best_so_far(tmp_path, monkeypatch
     assert list(tmp_path.iterdir()) == []
 
 
+def _catches_sigterm(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            status = f.read()
+    except OSError:
+        return False
+    caught = next((line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), "0")
+    return bool(int(caught, 16) >> (signal.SIGTERM - 1) & 1)
+
+
 def test_sigterm_mid_search_leaves_no_file(tmp_path):
     out = tmp_path / "plans.json"
     proc = subprocess.Popen(
@@ -52,7 +62,12 @@ def test_sigterm_mid_search_leaves_no_file(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(1.0)  # imports done, tables being built
+    # Wait until the CLI has installed its SIGTERM handler (Linux lists caught signals in
+    # /proc/PID/status), however loaded the machine is; a fixed sleep raced with slow imports.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None and not _catches_sigterm(proc.pid):
+        time.sleep(0.02)
+    time.sleep(0.2)  # tables being built or the solve under way
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=60)
     if proc.returncode == 0:  # the machine was fast enough to finish first: the file is whole

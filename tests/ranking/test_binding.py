@@ -60,15 +60,15 @@ def test_why_line_names_every_phase(default_outcome):
 def test_colocated_neighbours_are_scored_as_colocated_plans():
     outcome = run_search(PlanRequest(top=1))
     plan = outcome.plans[0]
-    if not plan.colocated:
+    if not plan.is_colocated:
         pytest.skip("the default plan is not colocated")
     decode, prefill, deployment = outcome_bindings(outcome)
     assert "colocated" in decode.message and decode.constraint in ("tpot", "hbm")
     assert prefill.constraint in ("ttft", "tpot", "hbm")
-    b = plan.decode.concurrency_per_device
+    b = plan.colocated.concurrency_per_device
     more = plan.model_copy(
         update={
-            "decode": plan.decode.model_copy(update={"concurrency_per_device": b + 1}),
+            "colocated": plan.colocated.model_copy(update={"concurrency_per_device": b + 1}),
             "predicted": None,
         }
     )

@@ -63,7 +63,7 @@ def test_a_4096_expert_model_plans(tmp_path):
     path = tmp_path / "e4096.json"
     path.write_text(json.dumps(cfg))
     outcome = run_search(PlanRequest(model=str(path), max_cards=64, top=1))
-    assert outcome.plans[0].decode.moe.ep * outcome.plans[0].decode.moe.slots_per_device >= 4096
+    assert outcome.plans[0].decode_phase.moe.ep * outcome.plans[0].decode_phase.moe.slots_per_device >= 4096
 
 
 def test_a_dense_model_plans_with_expert_parallelism_collapsed(tmp_path):
@@ -80,4 +80,4 @@ def test_a_dense_model_plans_with_expert_parallelism_collapsed(tmp_path):
     path = tmp_path / "llama.json"
     path.write_text(json.dumps(cfg))
     plan = run_search(PlanRequest(model=str(path), max_cards=16, top=1)).plans[0]
-    assert plan.decode.moe is None and plan.predicted["system"]["output_tokens_per_s_per_card"] > 0
+    assert plan.decode_phase.moe is None and plan.predicted["system"]["output_tokens_per_s_per_card"] > 0

@@ -69,14 +69,16 @@ def test_validator_catches_a_broken_plan():
 
 def test_colocated_plans_are_ranked_alongside_and_can_be_left_out():
     both = run_search(PlanRequest(top=5))
-    assert any(p.colocated for p in both.plans) and any(not p.colocated for p in both.plans)
+    assert any(p.is_colocated for p in both.plans) and any(not p.is_colocated for p in both.plans)
     for plan in both.plans:
-        if plan.colocated:
+        if plan.is_colocated:
             c = plan.predicted["colocated"]
             assert c["tpot_ms"] <= 100 and c["ttft_ms"] <= 2000 and c["fits_hbm"]
-            assert plan.decode.attention == plan.prefill.attention
+            # one section, one layout: no decode/prefill sections that could disagree
+            assert plan.decode is None and plan.prefill is None
+            assert plan.decode_phase.attention == plan.prefill_phase.attention == plan.colocated.attention
     only = run_search(PlanRequest(top=3, colocated=False))
-    assert not any(p.colocated for p in only.plans)
+    assert not any(p.is_colocated for p in only.plans)
 
 
 def test_rate_objective_uses_the_fewest_cards():
@@ -127,6 +129,6 @@ def test_table_cache_is_reused_across_slo_changes():
 
 def test_models_without_mtp_and_gqa_models_plan_too():
     qwen = run_search(PlanRequest(model="qwen3-235b-a22b", max_cards=32, top=1))
-    assert qwen.plans[0].decode.mtp_tokens == 0
+    assert qwen.plans[0].decode_phase.mtp_tokens == 0
     kimi = run_search(PlanRequest(model="kimi-k2", max_cards=96, top=1, slo=SLO(tpot_ms=150, ttft_ms=4000)))
-    assert kimi.plans[0].decode.moe is not None
+    assert kimi.plans[0].decode_phase.moe is not None

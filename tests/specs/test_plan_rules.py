@@ -77,7 +77,7 @@ def test_rule_errors_name_the_field(changes, pattern):
             "decode.moe.comm",
         ),
         ({"decode__colour": "blue"}, "decode.colour"),
-        ({"schema_version": 2}, "schema_version"),
+        ({"schema_version": 3}, "schema_version"),
     ],
 )
 def test_schema_errors_name_the_field(changes, field):
