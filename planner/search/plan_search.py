@@ -395,6 +395,7 @@ def deployment_plan(
             **shared,
             concurrency_per_device=d.concurrency_per_device,
             mtp_tokens=d.mtp_tokens,
+            decode_micro_batches=d.micro_batches,
             prefill_batch_tokens=c.batch_requests * n_in,
             prefill_micro_batches=c.micro_batches,
         )
