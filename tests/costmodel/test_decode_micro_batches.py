@@ -98,3 +98,38 @@ def test_engine_without_overlap_gets_no_micro_batched_plan():
     best_with = with_overlap.plans[0].predicted["decode"]["tokens_per_s_per_card"]
     best_without = without.plans[0].predicted["decode"]["tokens_per_s_per_card"]
     assert best_with >= best_without
+
+
+def test_colocated_section_carries_decode_micro_batches():
+    from planner.costmodel.evaluate import evaluate_plan
+    from planner.specs.files import validate_model
+    from planner.specs.plan import Plan
+
+    section = {
+        "devices": 24,
+        "instances": 1,
+        "attention": {"dp": 24, "tp": 1},
+        "dense_ffn": {"dp": 12, "tp": 2},
+        "moe": {"ep": 24, "slots_per_device": 11, "comm": "allgather"},
+        "lm_head": {"dp": 12, "tp": 2},
+        "concurrency_per_device": 40,
+        "mtp_tokens": 1,
+        "prefill_batch_tokens": 65536,
+    }
+    head = {"model": "deepseek-v3", "hardware": "a2", "workload": {"input_tokens": 2048, "output_tokens": 2048}}
+    one = validate_model(Plan, dict(head, schema_version=2, colocated=section), "p.yaml", "plan")
+    two = validate_model(
+        Plan, dict(head, schema_version=2, colocated=dict(section, decode_micro_batches=2)), "p.yaml", "plan"
+    )
+    assert one.decode_phase.micro_batches == 1 and two.decode_phase.micro_batches == 2
+    d1 = evaluate_plan(one).decode
+    d2 = evaluate_plan(two).decode
+    assert d1 is not None and d2 is not None
+    assert "micro_batch_overlap" in d2.breakdown_ms and "micro_batch_overlap" not in d1.breakdown_ms
+    with pytest.raises(Exception, match="decode_micro_batches"):
+        validate_model(
+            Plan,
+            dict(head, schema_version=2, colocated=dict(section, decode_micro_batches=2, concurrency_per_device=1)),
+            "p.yaml",
+            "plan",
+        )
