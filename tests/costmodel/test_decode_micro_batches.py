@@ -133,3 +133,17 @@ def test_colocated_section_carries_decode_micro_batches():
             "p.yaml",
             "plan",
         )
+
+
+def test_cli_flag_switches_the_capability_off():
+    import json
+
+    from tests.conftest import run_cli
+
+    base = ("plan", "--phase", "decode", "--decode-devices", "32", "--top", "3", "--json", "-")
+    on, off = run_cli(*base), run_cli(*base, "--no-decode-microbatch")
+    assert on.exit_code == 0 and off.exit_code == 0, (on.output, off.output)
+    mbs_on = {p["decode"].get("micro_batches", 1) for p in json.loads(on.output)["plans"]}
+    mbs_off = {p["decode"].get("micro_batches", 1) for p in json.loads(off.output)["plans"]}
+    assert mbs_off == {1}
+    assert 2 in mbs_on  # on A2 at TPOT 100 ms the overlap pays (88 sequences per card, see README)
