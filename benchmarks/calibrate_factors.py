@@ -1,79 +1,101 @@
-"""Fit a machine's matmul, HBM and link efficiencies to its rows of plans/published.yaml.
+"""Fit a machine's published-fitted factors to its rows of plans/published.yaml, and derive ranges.
 
     python benchmarks/calibrate_factors.py a2        # the fit behind hardware/a2.yaml
     python benchmarks/calibrate_factors.py cm384     # residuals of cm384's sourced factors
+    python benchmarks/calibrate_factors.py ranges    # the factor ranges stored in hardware/*.yaml
     python benchmarks/calibrate_factors.py sigma     # the CM rows against the skew sigma
     python benchmarks/calibrate_factors.py imbalance # the engine imbalance's three fitted parameters
 
-Grid search on a 0.05 grid (0.35..0.85) minimising the weighted sum of squared log errors over
-the rows whose plan runs on the machine (weights from published.yaml: 1 for measured figures,
-0.25 for estimates and low-latency points). The attention efficiency is not fitted: the report
-and the CloudMatrix384 paper publish it. Prints the ten best factor sets with every row's error,
-and the rows' errors under the factors the catalog ships.
+The factors fitted are those the machine's file marks `fitted_on: published` (A2: matmul, HBM
+and link efficiency; the attention efficiency is published by the report). The fit is the one of
+`moeplan fidelity` and `moeplan calibrate` (planner.costmodel.fitting: bounded least squares on
+relative errors, each row weighted by its `weight` in published.yaml: 1 for measured figures,
+0.25 for estimates and low-latency points). hardware/a2.yaml ships the 0.05-grid values of the
+original grid search (0.50, 0.55, 0.50); the continuous fit printed here is within their ranges.
+
+`ranges` prints, for every factor of every machine, the range hardware/*.yaml stores:
+- a factor fitted to published rows: the union of its leave-one-out refits and the full fit's
+  two-standard-error interval;
+- a factor whose source states a spread (a kernel range, "55% to 60%"): that spread (written in
+  the YAML by hand, from the source; this script says so);
+- a sourced single figure of a kind fitted on another machine: the relative leave-one-out spread
+  of that kind (e.g. cm384's HBM efficiency gets A2's relative HBM spread);
+- a fixed cost given by its source as an approximate figure ("~5 us"): +-50%, an assumption.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
 import sys
 
-import numpy as np
-
-from planner.costmodel.evaluate import load_plan_specs
+from planner.costmodel.fidelity import fidelity_report, published_fitted_factors
+from planner.costmodel.fitting import factor_names, factor_spec, is_efficiency
 from planner.costmodel.reference import evaluate_row, published_rows
-from planner.specs.catalog import catalog_dir, load_plan
-from planner.specs.hardware import HardwareSpec
+from planner.specs.catalog import load_hardware, load_plan
 
-
-def with_efficiency(hw: HardwareSpec, matmul: float, hbm: float, link: float) -> HardwareSpec:
-    """A copy of `hw` with three efficiencies replaced."""
-    e = hw.efficiency
-    eff = e.model_copy(
-        update={
-            "matmul": e.matmul.model_copy(update={"value": matmul}),
-            "hbm_bandwidth": e.hbm_bandwidth.model_copy(update={"value": hbm}),
-            "link_bandwidth": e.link_bandwidth.model_copy(update={"value": link}),
-        }
-    )
-    return hw.model_copy(update={"efficiency": eff})
+FIXED_COST_SPREAD = 0.5  # assumed relative range of an approximate ("~") fixed cost
 
 
 def main(machine: str) -> None:
-    rows = []
-    for row in published_rows():
-        plan, _ = load_plan(row.plan)
-        if plan.hardware == machine:
-            rows.append((row, load_plan_specs(plan, catalog_dir("plans"))))
+    report = fidelity_report()
+    rows = [r for r in report.rows if r.hardware == machine]
     if not rows:
         raise SystemExit(f"no published rows run on '{machine}'")
-    shipped = rows[0][1].hw
-    print(
-        f"{machine}: {len(rows)} rows; shipped factors matmul "
-        f"{shipped.efficiency.matmul.value}, hbm {shipped.efficiency.hbm_bandwidth.value}, "
-        f"link {shipped.efficiency.link_bandwidth.value}"
-    )
-    for row, specs in rows:
-        res = evaluate_row(row, specs=specs)
+    hw = load_hardware(machine)
+    names = published_fitted_factors(hw)
+    print(f"{machine}: {len(rows)} rows; fitted factors: {', '.join(names) or 'none (all sourced)'}")
+    for r in rows:
+        loo = f"{r.loo_error:+6.1%}" if r.loo_error is not None else "   -  "
         print(
-            f"  {row.id:14s} predicted {res.predicted:9.1f}  published {row.published:8.1f}  "
-            f"error {res.error:+6.1%}  (tolerance {row.tolerance:.0%})"
+            f"  {r.row.id:14s} predicted {r.predicted:9.1f}  published {r.row.published:8.1f}  "
+            f"error {r.error:+6.1%}  leave-one-out {loo}{'' if r.used_for_fit else ' (out-of-sample)'}"
         )
-    grid = np.round(np.arange(0.35, 0.86, 0.05), 2)
-    fits = []
-    for mm, hbm, link in itertools.product(grid, grid, grid):
-        errs = []
-        for row, specs in rows:
-            hw = with_efficiency(specs.hw, float(mm), float(hbm), float(link))
-            res = evaluate_row(row, specs=type(specs)(specs.model, hw, specs.quant))
-            errs.append(res.error)
-        loss = sum(r.weight * math.log1p(e) ** 2 for (r, _), e in zip(rows, errs, strict=True))
-        fits.append((loss, float(mm), float(hbm), float(link), errs))
-    fits.sort(key=lambda f: f[0])
-    print("best fits (matmul, hbm, link): errors per row")
-    for loss, mm, hbm, link, errs in fits[:10]:
-        cells = "  ".join(f"{r.id}:{e:+.1%}" for (r, _), e in zip(rows, errs, strict=True))
-        print(f"  loss {loss:.4f}  ({mm:.2f}, {hbm:.2f}, {link:.2f})  {cells}")
+    fit = report.machines[machine]
+    if fit.full is not None:
+        spread = fit.spread()
+        for n in names:
+            lo, hi = fit.full.intervals[n]
+            print(
+                f"  {n}: shipped {factor_spec(hw, n).value:.3f}, continuous fit {fit.full.values[n]:.4f} "
+                f"(2 s.e. {lo:.4f}-{hi:.4f}), leave-one-out {spread[n][0]:.4f}-{spread[n][1]:.4f}"
+            )
+        for n, why in fit.full.undetermined.items():
+            print(f"  {n}: {why}")
+
+
+def ranges() -> None:
+    """The range of every factor of every machine with published rows (see the module docstring)."""
+    report = fidelity_report()
+    relative: dict[str, tuple[float, float]] = {}
+    fitted_ranges: dict[tuple[str, str], tuple[float, float]] = {}
+    for hw_name, fit in report.machines.items():
+        if fit.full is None:
+            continue
+        hw = load_hardware(hw_name)
+        spread = fit.spread()
+        for n in fit.names:
+            lo = min(spread[n][0], fit.full.intervals[n][0], factor_spec(hw, n).value)
+            hi = max(spread[n][1], fit.full.intervals[n][1], factor_spec(hw, n).value)
+            fitted_ranges[(hw_name, n)] = (lo, hi)
+            v = factor_spec(hw, n).value
+            relative[n] = (lo / v, hi / v)
+    for hw_name in report.machines:
+        hw = load_hardware(hw_name)
+        print(f"{hw_name}:")
+        for n in factor_names(hw):
+            v = factor_spec(hw, n).value
+            if (hw_name, n) in fitted_ranges:
+                lo, hi = fitted_ranges[(hw_name, n)]
+                how = "leave-one-out refits and 2 s.e. of the fit"
+            elif is_efficiency(hw, n) and n in relative:
+                lo, hi = v * relative[n][0], min(1.0, v * relative[n][1])
+                how = f"relative leave-one-out spread of {n} on the machine it is fitted on"
+            elif not is_efficiency(hw, n):
+                lo, hi = v * (1 - FIXED_COST_SPREAD), v * (1 + FIXED_COST_SPREAD)
+                how = "approximate source figure: +-50% assumed"
+            else:
+                print(f"  {n}: {v:g} -> range from its source (written by hand)")
+                continue
+            print(f"  {n}: {v:g} -> [{lo:.4g}, {hi:.4g}]  ({how})")
 
 
 def scan_sigma() -> None:
@@ -131,9 +153,4 @@ def scan_imbalance() -> None:
 
 if __name__ == "__main__":
     arg = sys.argv[1] if len(sys.argv) > 1 else "a2"
-    if arg == "sigma":
-        scan_sigma()
-    elif arg == "imbalance":
-        scan_imbalance()
-    else:
-        main(arg)
+    {"sigma": scan_sigma, "ranges": ranges, "imbalance": scan_imbalance}.get(arg, lambda: main(arg))()

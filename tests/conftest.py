@@ -21,3 +21,24 @@ def runner() -> CliRunner:
 def run_cli(*args: str):
     """Run `moeplan ARGS` in-process; returns typer's Result (exit_code, output, exception)."""
     return CliRunner().invoke(app, list(args))
+
+
+def wait_until_it_catches_sigterm(proc, timeout_s: float = 60.0) -> None:
+    """Block until the child process has installed its SIGTERM handler (Linux lists caught
+    signals in /proc/PID/status), however loaded the machine is; a fixed sleep raced with slow
+    imports and killed the process before the CLI could handle the signal."""
+    import signal
+    import time
+
+    def catches() -> bool:
+        try:
+            with open(f"/proc/{proc.pid}/status") as f:
+                status = f.read()
+        except OSError:
+            return False
+        caught = next((line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), "0")
+        return bool(int(caught, 16) >> (signal.SIGTERM - 1) & 1)
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None and not catches():
+        time.sleep(0.02)

@@ -9,6 +9,12 @@ instance's. The best (B, R, micro-batches) per combination by requests per secon
 Restricting the layouts to the best decode ones is a heuristic (a colocated instance spends most
 of its time decoding, so its best layouts are decode's best), not an exhaustive search: the
 colocated candidates are good, not proven best, and `moeplan plan` says so.
+
+The same combinations are also tried with chunked prefill (planner.costmodel.colocated): every
+concurrency B against the chunk sizes of `CHUNK_TOKENS_PER_DEVICE` (times the instance's
+devices), the chunk's time from the float cost model of the combination's prefill forward. Each
+combination keeps its best whole-forward and its best chunked instance; `max_itl_us` (the
+longest gap between two tokens, --max-itl-ms) prunes both.
 """
 
 from __future__ import annotations
@@ -26,12 +32,21 @@ from planner.candidates.phase_candidates import (
     _top,
 )
 from planner.candidates.tables import MODULES, IntTables, PhaseTables
-from planner.costmodel.colocated import colocated_rate_and_latency
+from planner.costmodel.colocated import (
+    chunk_time_s,
+    chunked_rate_and_latency,
+    chunked_reference_tokens,
+    colocated_rate_and_latency,
+)
 from planner.costmodel.context import CostContext
 from planner.costmodel.memory import prefill_hbm
+from planner.costmodel.prefill import prefill_forward
 from planner.specs.plan import PrefillPlan
 
 MIB = 1024.0 * 1024.0
+# chunked prefill: prompt tokens per step of the instance, per device of it (vLLM's default
+# per-engine budget, SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS, is 2048 tokens in v0.11)
+CHUNK_TOKENS_PER_DEVICE = (32, 64, 128, 256, 512, 1024, 2048)
 
 
 @dataclass(frozen=True)
@@ -45,6 +60,8 @@ class ColocatedCandidate:
     tpot_us: int
     ttft_us: int
     hbm_mib: int
+    itl_max_us: int = 0  # the longest gap between two tokens of a decoding sequence
+    chunk_tokens: int | None = None  # chunked prefill's prompt tokens per step (None: whole forwards)
 
     @property
     def devices(self) -> int:
@@ -64,7 +81,7 @@ def _prefill_phase(dt: PhaseTables, idx: tuple[int, ...], batch_tokens: int, mb:
 
 def _one_request_prefill_mib(ctx: CostContext, dt: PhaseTables) -> int:
     """MiB of KV cache and activations one prompt needs in prefill (first layouts of the size)."""
-    use = prefill_hbm(ctx, _prefill_phase(dt, (0, 0, 0, 0), ctx.workload.input_tokens, 1))
+    use = prefill_hbm(ctx, _prefill_phase(dt, (0, 0, 0, 0), ctx.prefill_tokens_per_request, 1))
     return int(math.ceil(float(use.breakdown_bytes["kv_cache"][0] + use.breakdown_bytes["activations"][0]) / MIB))
 
 
@@ -93,11 +110,75 @@ def _prefill_extra_mib(ctx: CostContext, dt: PhaseTables, pt: PhaseTables, idx: 
         rs = pt.x_values.astype(np.int64)
         use = prefill_hbm(
             ctx,
-            _prefill_phase(dt, idx, ctx.workload.input_tokens, mb),
-            rs * ctx.workload.input_tokens,
+            _prefill_phase(dt, idx, ctx.prefill_tokens_per_request, mb),
+            rs * ctx.prefill_tokens_per_request,
         )
         pt.memo[key] = np.ceil((use.breakdown_bytes["kv_cache"] + use.breakdown_bytes["activations"]) / MIB)
     return pt.memo[key]
+
+
+def _chunk_figures(
+    ctx: CostContext, dt: PhaseTables, idx: tuple[int, ...], chunks: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(t_c in us, HBM MiB of the prompts in prefill) per chunk size, for the layouts `idx`."""
+    w = ctx.workload
+    phase = _prefill_phase(dt, idx, w.input_tokens, 1)
+    x = chunked_reference_tokens(chunks, w.input_tokens)
+    fwd = prefill_forward(ctx, phase, np.concatenate([x, 2.0 * x]))
+    t_c = chunk_time_s(fwd.forward_s[: x.size], fwd.forward_s[x.size :], chunks, x) * 1e6
+    use = prefill_hbm(ctx, phase, np.concatenate([chunks + w.input_tokens, chunks]).astype(float))
+    extra = use.breakdown_bytes["kv_cache"][: chunks.size] + use.breakdown_bytes["activations"][chunks.size :]
+    return np.ceil(t_c), np.ceil(extra / MIB)
+
+
+def _chunked_best(
+    ctx: CostContext,
+    dt: PhaseTables,
+    idx: tuple[int, ...],
+    step_b: np.ndarray,
+    hbm_b: np.ndarray,
+    emitted: float,
+    xs: np.ndarray,
+    capacity_mib: int,
+    tpot_slo_us: int | None,
+    ttft_slo_us: int | None,
+    max_itl_us: int | None,
+) -> tuple[float, tuple] | None:
+    """The best chunked instance of one combination: (requests/s, its figures), or None."""
+    w = ctx.workload
+    chunks = np.array([g * dt.devices for g in CHUNK_TOKENS_PER_DEVICE], dtype=float)
+    t_c, extra = _chunk_figures(ctx, dt, idx, chunks)
+    rate, _, tpot, ttft, _, _, longest = chunked_rate_and_latency(
+        step_b[:, None] / 1e6,
+        emitted,
+        dt.devices,
+        xs[:, None].astype(float),
+        t_c[None, :] / 1e6,
+        chunks[None, :],
+        w.input_tokens,
+        w.output_tokens,
+    )
+    hbm = hbm_b[:, None] + extra[None, :]
+    ok = (rate > 0) & (hbm <= capacity_mib)
+    if tpot_slo_us is not None:
+        ok &= tpot * 1e6 <= tpot_slo_us
+    if ttft_slo_us is not None:
+        ok &= ttft * 1e6 <= ttft_slo_us
+    if max_itl_us is not None:
+        ok &= longest * 1e6 <= max_itl_us
+    score = np.where(ok, rate, -1.0)
+    b_i, c_i = np.unravel_index(int(score.argmax()), score.shape)
+    if score[b_i, c_i] <= 0:
+        return None
+    figures = (
+        int(b_i),
+        int(chunks[c_i]),
+        float(tpot[b_i, c_i]),
+        float(ttft[b_i, c_i]),
+        int(hbm[b_i, c_i]),
+        float(longest[b_i, c_i]),
+    )
+    return float(score[b_i, c_i]), figures
 
 
 def colocated_candidates(
@@ -110,6 +191,7 @@ def colocated_candidates(
     ttft_slo_us: int | None,
     keep: int,
     top_combos: int = 16,
+    max_itl_us: int | None = None,
 ) -> list[ColocatedCandidate]:
     """The `keep` best colocated instances of one size (see the module docstring)."""
     n = dt.devices
@@ -140,6 +222,7 @@ def colocated_candidates(
     emitted_c = np.array([per_k[j][0] / EMITTED_SCALE for j, _ in chosen])
     best_score = np.full(len(chosen), -1.0)
     best_at: list[tuple | None] = [None] * len(chosen)
+    chunked_best: list[tuple[int, float, tuple]] = []
     # a colocated TPOT is at least the pure decode TPOT, and a TTFT at least 1.5 forwards: cut the
     # concurrency and batch axes to what could meet the SLOs at all
     b_ok = hbm_cb + reserve <= di.hbm_capacity_mib
@@ -172,6 +255,8 @@ def colocated_candidates(
             w.output_tokens,
         )
         ok = hbm_cb[:, :, None] + extra_cr[:, None, :] <= di.hbm_capacity_mib
+        if max_itl_us is not None:  # the longest gap: a whole forward and a step
+            ok &= step_cb[:, :, None] + forward_cr[:, None, :] <= max_itl_us
         if tpot_slo_us is not None:
             ok &= tpot * 1e6 <= tpot_slo_us
         if ttft_slo_us is not None:
@@ -190,13 +275,32 @@ def colocated_candidates(
                     float(tpot[c, b_i, r_i]),
                     float(ttft[c, b_i, r_i]),
                     int(hbm_cb[c, b_i] + extra_cr[c, r_i]),
+                    float(step_cb[c, b_i] + forward_cr[c, r_i]) / 1e6,
+                    None,
                 )
+    for c, (_, idx) in enumerate(chosen):
+        found = _chunked_best(
+            ctx,
+            dt,
+            idx,
+            step_cb[c],
+            hbm_cb[c],
+            float(emitted_c[c]),
+            xs,
+            di.hbm_capacity_mib,
+            tpot_slo_us,
+            ttft_slo_us,
+            max_itl_us,
+        )
+        if found is not None:
+            value, (b_i, chunk, tpot_v, ttft_v, hbm_v, longest_v) = found
+            chunked_best.append((c, value, (b_i, 0, 1, tpot_v, ttft_v, hbm_v, longest_v, chunk)))
     out: list[ColocatedCandidate] = []
     opts = dt.options
-    for c, (j, idx) in enumerate(chosen):
-        if best_at[c] is None:
-            continue
-        b_i, requests, mb, tpot_v, ttft_v, hbm_v = best_at[c]  # type: ignore[misc]
+    whole = [(c, float(best_score[c]), best_at[c]) for c in range(len(chosen)) if best_at[c] is not None]
+    for c, value, at in whole + chunked_best:
+        j, idx = chosen[c]
+        b_i, requests, mb, tpot_v, ttft_v, hbm_v, longest_v, chunk = at  # type: ignore[misc]
         e, step, hbm_d = per_k[j]
         s_us = int(step[idx + (b_i,)])
         decode = PhaseCandidate(
@@ -221,11 +325,13 @@ def colocated_candidates(
                 decode=decode,
                 batch_requests=requests,
                 micro_batches=mb,
-                rate_milli=int(math.floor(best_score[c] * 1000)),
+                rate_milli=int(math.floor(value * 1000)),
                 tpot_us=int(math.ceil(tpot_v * 1e6)),
                 ttft_us=int(math.ceil(ttft_v * 1e6)),
                 hbm_mib=hbm_v,
+                itl_max_us=int(math.ceil(longest_v * 1e6)),
+                chunk_tokens=chunk,
             )
         )
-    out.sort(key=lambda c: (-c.rate_milli, c.decode.key()))
+    out.sort(key=lambda c: (-c.rate_milli, c.decode.key(), c.chunk_tokens or 0))
     return out[:keep]

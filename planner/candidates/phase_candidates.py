@@ -165,9 +165,15 @@ def decode_micro_batch_factor(layers: int, efficiency: float) -> int:
 
 
 def decode_candidates(
-    t: PhaseTables, ints: IntTables, tpot_slo_us: int | None, keep: int, overlap_factor: int = 0
+    t: PhaseTables,
+    ints: IntTables,
+    tpot_slo_us: int | None,
+    keep: int,
+    max_step_us: int | None = None,
+    overlap_factor: int = 0,
 ) -> list[PhaseCandidate]:
-    """The `keep` best decode configurations of one instance size (each at its best concurrency).
+    """The `keep` best decode configurations of one instance size (each at its best concurrency);
+    `max_step_us` bounds the step, the gap between two emissions of a sequence (--max-itl-ms).
 
     Tables with two micro-batches subtract the hidden part, `overlap_factor` millionths of the
     shorter of the main layers' communication and compute (`decode_micro_batch_factor`).
@@ -195,6 +201,8 @@ def decode_candidates(
         ok = hbm <= ints.hbm_capacity_mib
         if tpot_slo_us is not None:
             ok &= step * EMITTED_SCALE <= tpot_slo_us * e
+        if max_step_us is not None:
+            ok &= step <= max_step_us
         ratio = np.where(ok, (xs * e) / np.maximum(step, 1), -1.0)
         # best concurrency per layout combination: highest ratio, then the larger concurrency
         rev = ratio[..., ::-1]

@@ -88,9 +88,11 @@ def _pow2_upto(n: int) -> list[int]:
     return out
 
 
-def min_devices_for_weights(model: ModelSpec, hw: HardwareSpec, expert_bytes: float, other_bytes: float) -> int:
-    """Fewest devices whose HBM (less reserve and buffers) can hold all weights once."""
-    usable = hw.hbm_bytes - hw.memory.runtime_reserve.value - hw.memory.comm_buffers.value
+def min_devices_for_weights(
+    model: ModelSpec, hw: HardwareSpec, expert_bytes: float, other_bytes: float, hbm_utilization: float = 1.0
+) -> int:
+    """Fewest devices whose usable HBM (less reserve and buffers) can hold all weights once."""
+    usable = hw.hbm_bytes * hbm_utilization - hw.memory.runtime_reserve.value - hw.memory.comm_buffers.value
     if usable <= 0:
         return 10**9
     total = expert_bytes + other_bytes
@@ -121,7 +123,7 @@ def _tp_options(devices: int, hw: HardwareSpec, divides: int | None) -> list[int
 
 def attention_options(model: ModelSpec, hw: HardwareSpec, devices: int, phase: Phase) -> list[AttentionLayout]:
     """Attention layouts; prefill adds the report's hybrid with the core TP over up to a node."""
-    heads = model.attention.num_heads
+    heads = model.attention_tp_divisor()
     tps = _tp_options(devices, hw, heads)
     out = [AttentionLayout(dp=devices // tp, tp=tp) for tp in tps]
     if phase == "prefill":

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner.candidates.space import MoEOption, SizeOptions
+from planner.costmodel.attention_kinds import layers_cost
 from planner.costmodel.context import CostContext
-from planner.costmodel.decode import emitted_tokens_per_step
+from planner.costmodel.decode import emitted_tokens_per_step, hash_routed_saving
 from planner.costmodel.memory import (
     attention_hbm,
     dense_ffn_hbm,
@@ -31,7 +32,6 @@ from planner.costmodel.memory import (
 )
 from planner.costmodel.modules import (
     ModuleCost,
-    attention_cost,
     dense_ffn_cost,
     embedding_cost,
     lm_head_cost,
@@ -142,7 +142,6 @@ def decode_tables(
     b = b_values.astype(float) / mb
     nk, nb = len(k_values), b.size
     ks = np.array(k_values, dtype=float)
-    ctx_len = ctx.mean_decode_context_tokens
     overlap = ctx.hw.overlap.decode_shared_expert_with_dispatch
     tokens_all = (b[None, :] * (1 + ks[:, None])).reshape(-1)
     seqs_all = np.tile(b, nk)
@@ -151,31 +150,46 @@ def decode_tables(
     comm_tables: dict[str, np.ndarray] = {}
     cover_tables: dict[str, np.ndarray] = {}
 
-    def stack(fn, options, main_layers: int, mtp_uses: bool, name: str) -> np.ndarray:
+    def stack(fn, options, main_layers: int, mtp_uses: bool, name: str, main_fn=None) -> np.ndarray:
+        """Main layers (`main_fn`, or `fn` times `main_layers`) plus the MTP passes (`fn`); the main
+        layers' communication and compute also go to `comm_tables` / `cover_tables`."""
         size = max(1, len(options))
         out = np.zeros((size, nk, nb))
         comm_out, cover_out = np.zeros((size, nk, nb)), np.zeros((size, nk, nb))
+
+        def shaped(v) -> np.ndarray:
+            return np.broadcast_to(np.asarray(v, dtype=float), tokens_all.shape).reshape(nk, nb)
+
         for i, opt in enumerate(options):
-            cost = fn(opt, tokens_all, seqs_all)
-            per_k = cost.total_s.reshape(nk, nb)
-            total = per_k * main_layers
+            per_k = fn(opt, tokens_all, seqs_all)
+            main = per_k if main_fn is None else main_fn(opt, tokens_all, seqs_all)
+            scale = main_layers if main_fn is None else 1
+            total = shaped(main.total_s) * scale
             if mtp_uses and ks.max() >= 1:
-                total = total + first * per_k
+                total = total + first * per_k.total_s.reshape(nk, nb)
                 if ks.max() >= 2:
                     total = total + later * fn(opt, b, b).total_s[None, :]
             out[i] = total * mb
-            comm_out[i] = np.broadcast_to(cost.comm_s, tokens_all.shape).reshape(nk, nb) * main_layers * mb
-            cover_out[i] = np.broadcast_to(cost.compute_s, tokens_all.shape).reshape(nk, nb) * main_layers * mb
+            comm_out[i] = shaped(main.comm_s) * scale * mb
+            cover_out[i] = shaped(main.compute_s) * scale * mb
         comm_tables[name], cover_tables[name] = comm_out, cover_out
         return out
 
+    def moe_main(o, t, q) -> ModuleCost:
+        c = moe_cost(ctx, n, o.moe, o.shared, t, overlap, t / np.maximum(q, 1e-12))
+        layers = m.num_moe_layers
+        return ModuleCost(
+            c.compute_s * layers - hash_routed_saving(ctx, c.router_s), c.comm_s * layers, c.fixed_s * layers
+        )
+
     time_s = {
         "attention": stack(
-            lambda o, t, q: attention_cost(ctx, o, t, q, ctx_len, ctx_len, decode=True),
+            lambda o, t, q: layers_cost(ctx, o, t, q, decode=True, mtp=True),
             opts.attention,
             m.num_layers,
             True,
             "attention",
+            main_fn=lambda o, t, q: layers_cost(ctx, o, t, q, decode=True),
         ),
         "dense_ffn": stack(
             lambda o, t, q: dense_ffn_cost(ctx, o, t),
@@ -190,6 +204,7 @@ def decode_tables(
             m.num_moe_layers,
             True,
             "moe",
+            main_fn=moe_main,
         ),
         "lm_head": stack(lambda o, t, q: _head(ctx, o, t), opts.lm_head, 1, True, "lm_head"),
     }
@@ -210,7 +225,7 @@ def decode_tables(
     kv_all = np.concatenate([kv_tokens_in_use(ctx, b_full, k) for k in k_values])
     hbm = {mod: np.zeros_like(time_s[mod]) for mod in MODULES}
     for i, att_lay in enumerate(opts.attention):
-        hbm["attention"][i] = _sum_parts(attention_hbm(ctx, att_lay, tokens_all, kv_all)).reshape(nk, nb)
+        hbm["attention"][i] = _sum_parts(attention_hbm(ctx, att_lay, tokens_all, kv_all, seqs_all)).reshape(nk, nb)
     if m.num_dense_layers:
         for i, lay in enumerate(opts.dense_ffn):
             hbm["dense_ffn"][i] = _sum_parts(dense_ffn_hbm(ctx, lay, tokens_all)).reshape(nk, nb)
@@ -251,10 +266,8 @@ def prefill_tables(ctx: CostContext, opts: SizeOptions, micro_batches: list[int]
     """Float tables of a prefill instance: compute, communication and launch cost per module."""
     m, n = ctx.model, opts.devices
     r = r_values.astype(float)
-    w = ctx.workload
-    bt = r * w.input_tokens
+    bt = r * ctx.prefill_tokens_per_request
     t = bt / n
-    attended = (w.input_tokens + 1) / 2.0
     requests_per_device = r / n
 
     def collect(fn, options, layers: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -273,9 +286,9 @@ def prefill_tables(ctx: CostContext, opts: SizeOptions, micro_batches: list[int]
 
     parts = {
         "attention": collect(
-            lambda o: attention_cost(ctx, o, t, requests_per_device, attended, 0.0, decode=False),
+            lambda o: layers_cost(ctx, o, t, requests_per_device, decode=False),
             opts.attention,
-            m.num_layers,
+            1,
         ),
         "dense_ffn": collect(lambda o: dense_ffn_cost(ctx, o, t), opts.dense_ffn, m.num_dense_layers),
         "moe": collect(lambda o: _prefill_moe(ctx, n, o, t), opts.moe, m.num_moe_layers),
@@ -285,10 +298,11 @@ def prefill_tables(ctx: CostContext, opts: SizeOptions, micro_batches: list[int]
     for j, mb in enumerate(micro_batches):
         in_flight = bt / mb * min(2, mb)
         tok = in_flight / n
-        logits = in_flight / w.input_tokens / n
+        logits = in_flight / ctx.prefill_tokens_per_request / n
         for i, att_lay in enumerate(opts.attention):
-            kv = prefill_kv_tokens(bt, att_lay.dp) / att_lay.tp
-            hbm["attention"][i, j] = _sum_parts(attention_hbm(ctx, att_lay, tok, kv))
+            # cached prefixes occupy KV too: the KV of whole prompts
+            kv = prefill_kv_tokens(bt * ctx.kv_tokens_per_computed_token, att_lay.dp) / att_lay.tp
+            hbm["attention"][i, j] = _sum_parts(attention_hbm(ctx, att_lay, tok, kv, kv / ctx.workload.input_tokens))
         for i, lay in enumerate(opts.dense_ffn):
             hbm["dense_ffn"][i, j] = _sum_parts(dense_ffn_hbm(ctx, lay, tok)) if m.num_dense_layers else 0
         for i, opt in enumerate(opts.moe):
@@ -312,7 +326,13 @@ def prefill_tables(ctx: CostContext, opts: SizeOptions, micro_batches: list[int]
 
 
 def _prefill_moe(ctx: CostContext, n: int, opt: MoEOption, t: np.ndarray) -> ModuleCost:
-    return moe_cost(ctx, n, opt.moe, opt.shared, t, False, float(ctx.workload.input_tokens))
+    c = moe_cost(ctx, n, opt.moe, opt.shared, t, False, float(ctx.workload.input_tokens))
+    m = ctx.model
+    if m.moe is None or not m.moe.hash_layers or not m.num_moe_layers:
+        return c
+    # per-layer view of the hash-routed layers' router saving (the caller multiplies by the MoE layers)
+    saving = hash_routed_saving(ctx, c.router_s) / m.num_moe_layers
+    return ModuleCost(c.compute_s - saving, c.comm_s, c.fixed_s)
 
 
 def _prefill_head(ctx: CostContext, layout, t: np.ndarray, requests_per_device: np.ndarray) -> ModuleCost:

@@ -11,6 +11,7 @@ import typer
 
 from planner import __version__
 from planner.cli import (
+    calibrate_cmd,
     catalog_cmd,
     evaluate_cmd,
     experts_cmd,
@@ -21,6 +22,7 @@ from planner.cli import (
     whatif_cmd,
 )
 from planner.cli.common import keep_freed_memory
+from planner.cli.metavars import MetavarCommand
 
 app = typer.Typer(
     name="moeplan",
@@ -49,12 +51,13 @@ def _root(
 
 app.add_typer(catalog_cmd.hardware_app, name="hardware")
 app.add_typer(catalog_cmd.models_app, name="models")
-app.command("plan")(plan_cmd.plan)
-app.command("evaluate")(evaluate_cmd.evaluate)
-app.command("schema")(schema_cmd.schema)
-app.command("fidelity")(fidelity_cmd.fidelity)
-app.command("whatif")(whatif_cmd.whatif)
-app.command("sweep")(sweep_cmd.sweep)
+app.command("plan", cls=MetavarCommand)(plan_cmd.plan)
+app.command("evaluate", cls=MetavarCommand)(evaluate_cmd.evaluate)
+app.command("schema", cls=MetavarCommand)(schema_cmd.schema)
+app.command("fidelity", cls=MetavarCommand)(fidelity_cmd.fidelity)
+app.command("calibrate", cls=MetavarCommand)(calibrate_cmd.calibrate_cmd)
+app.command("whatif", cls=MetavarCommand)(whatif_cmd.whatif)
+app.command("sweep", cls=MetavarCommand)(sweep_cmd.sweep)
 experts_cmd.register(app)
 
 
@@ -67,9 +70,14 @@ def main() -> None:
 
     SIGTERM is turned into KeyboardInterrupt so that both it and Ctrl-C stop a search the same
     way: the best plan found so far is printed, no file is left half-written, exit code 130.
+    SIGPIPE gets its default action back: a closed pipe ends moeplan quietly.
     """
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
+        if hasattr(signal, "SIGPIPE"):
+            # `moeplan plan | head`: when the reader goes away, stop as `cat` does (killed by
+            # SIGPIPE, status 141 in the shell), with no message, instead of an error exit
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     keep_freed_memory()
     try:
         app()

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from typing import Annotated
+
 import typer
 
 from planner.cli.common import console, run_guarded
+from planner.errors import BadInputError
 from planner.report import catalog_report
-from planner.specs.catalog import catalog_names, load_hardware, load_model
+from planner.specs.catalog import catalog_names, load_hardware, load_model, model_source
 
 hardware_app = typer.Typer(help="The hardware catalog.", no_args_is_help=True)
 models_app = typer.Typer(help="The model catalog.", no_args_is_help=True)
@@ -30,15 +34,36 @@ def hardware_show(name: str = typer.Argument(..., help="Catalog name or path to 
 @models_app.command("list")
 def models_list() -> None:
     """List the models in the catalog."""
-    specs = run_guarded(lambda: [load_model(n) for n in catalog_names("models")])
-    console.print(catalog_report.model_list_table(specs))
+    names = catalog_names("models")
+    specs = run_guarded(lambda: [load_model(n) for n in names])
+    sources = {n: str(model_source(n).get("source", "")) for n in names}
+    console.print(catalog_report.model_list_table(specs, sources))
 
 
 @models_app.command("show")
 def models_show(
     name: str = typer.Argument(..., help="Catalog name, or path to a YAML or config.json."),
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print params_total, params_active, kv_bytes_per_token, ... as JSON.")
+    ] = False,
+    context: Annotated[
+        int,
+        typer.Option("--context", help="Context length (tokens) the cache per token is averaged over."),
+    ] = 4096,
 ) -> None:
-    """Show one model: layers, attention, experts, parameter and KV-cache sizes."""
-    spec = run_guarded(lambda: load_model(name))
-    for renderable in catalog_report.model_detail(spec):
-        console.print(renderable)
+    """Show one model: layers, attention kinds, experts, parameter and KV-cache sizes."""
+
+    def body() -> None:
+        if not 1 <= context <= 1_000_000_000:
+            raise BadInputError(f"--context = {context} must be between 1 and 1,000,000,000 tokens.")
+        spec = load_model(name)
+        if json_out:
+            facts = catalog_report.model_facts(spec, context)
+            if name in catalog_names("models"):
+                facts["published"] = model_source(name)
+            console.file.write(json.dumps(facts, indent=2) + "\n")
+            return
+        for renderable in catalog_report.model_detail(spec):
+            console.print(renderable)
+
+    run_guarded(body)

@@ -7,15 +7,54 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.common import console, run_guarded, write_text_atomic
-from planner.cli.options import imbalance_from_options
-from planner.costmodel.evaluate import evaluate_plan, load_plan_specs, plan_with_prediction
+from planner.cli.common import console, err_console, run_guarded, write_text_atomic
+from planner.cli.options import check_hbm_utilization, imbalance_from_options
+from planner.costmodel.evaluate import _resolve_ref as resolve_ref
+from planner.costmodel.evaluate import (
+    evaluate_mixed_plan,
+    evaluate_plan,
+    load_plan_specs,
+    plan_with_prediction,
+)
+from planner.costmodel.mixed import is_mixed_plan, load_mixed_specs
+from planner.costmodel.prediction import Prediction
+from planner.costmodel.uncertainty import prediction_uncertainty, with_uncertainty
+from planner.errors import InfeasibleError
 from planner.report.evaluate_report import evaluate_tables, plan_json
+from planner.report.uncertainty_report import uncertainty_table
 from planner.specs.catalog import load_plan, plan_base_dir
+from planner.specs.files import validate_model
+from planner.specs.plan import SLO
+
+
+def check_problems(prediction: Prediction) -> list[str]:
+    """What `--check` fails a plan for: HBM overflow or a missed SLO, per section."""
+    out = []
+    sections = (("colocated", prediction.colocated), ("decode", prediction.decode), ("prefill", prediction.prefill))
+    for name, block in sections:
+        if block is None or (name != "colocated" and prediction.colocated is not None):
+            continue  # a colocated plan is judged on its colocated figures
+        if not block.fits_hbm:
+            over = -block.hbm_headroom_bytes / 1024**3
+            out.append(f"overflows HBM in {name} by {over:.2f} GiB per device")
+        if getattr(block, "meets_tpot_slo", None) is False:
+            out.append(f"misses the TPOT SLO in {name} ({block.tpot_ms:.1f} ms)")  # type: ignore[union-attr]
+        if getattr(block, "meets_ttft_slo", None) is False:
+            out.append(f"misses the TTFT SLO in {name} ({block.ttft_ms:.0f} ms)")  # type: ignore[union-attr]
+        if getattr(block, "meets_itl_slo", None) is False:
+            gap = getattr(block, "longest_decode_pause_ms", None) or getattr(block, "step_ms", 0.0)
+            out.append(f"breaks the ITL limit in {name} (a {gap:.0f} ms gap between two tokens)")
+    return out
 
 
 def evaluate(
-    plan_file: Annotated[str, typer.Argument(help="Plan YAML/JSON path, or a shipped plan's name (e.g. a2-d70).")],
+    plan_file: Annotated[
+        str,
+        typer.Argument(
+            metavar="PLAN",
+            help="Plan YAML/JSON path (also a `moeplan plan --json` export), or a shipped plan's name (a2-d70).",
+        ),
+    ],
     json_out: Annotated[
         bool, typer.Option("--json", help="Print the plan with its 'predicted' block as JSON.")
     ] = False,
@@ -36,24 +75,89 @@ def evaluate(
             help="Log-normal expert skew of the default imbalance model.",
         ),
     ] = None,
+    hardware: Annotated[
+        str | None,
+        typer.Option(
+            "--hardware",
+            help="Evaluate on this machine instead of the plan's (catalog name or YAML, e.g. one from calibrate).",
+        ),
+    ] = None,
+    rank: Annotated[
+        int | None,
+        typer.Option("--rank", min=1, help="Which plan of a `moeplan plan --json` export (default 1)."),
+    ] = None,
+    tpot_ms: Annotated[
+        float | None, typer.Option("--tpot-ms", help="Judge against this TPOT SLO instead of the plan's.")
+    ] = None,
+    ttft_ms: Annotated[
+        float | None, typer.Option("--ttft-ms", help="Judge against this TTFT SLO instead of the plan's.")
+    ] = None,
+    max_itl_ms: Annotated[
+        float | None,
+        typer.Option("--max-itl-ms", help="Judge the longest gap between two tokens against this limit, ms."),
+    ] = None,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Exit 1 when the plan overflows HBM or misses an SLO (the plan's, or --tpot-ms/--ttft-ms).",
+        ),
+    ] = False,
+    hbm_utilization: Annotated[
+        float | None,
+        typer.Option(
+            "--hbm-utilization",
+            metavar="FRACTION",
+            help="Fraction of each device's HBM the plan may fill (default: the plan's hbm_utilization, 0.9).",
+        ),
+    ] = None,
 ) -> None:
     """Score a plan: step time by module, HBM per device, throughput, and each SLO."""
 
     def body() -> None:
-        plan, _ = load_plan(plan_file)
+        plan, _ = load_plan(plan_file, rank)
+        if hardware is not None:
+            plan = plan.model_copy(update={"hardware": hardware})
+        if tpot_ms is not None or ttft_ms is not None or max_itl_ms is not None:
+            slo = plan.slo.model_dump() if plan.slo else {}
+            given = (("tpot_ms", tpot_ms), ("ttft_ms", ttft_ms), ("max_itl_ms", max_itl_ms))
+            slo.update({k: v for k, v in given if v is not None})
+            plan = plan.model_copy(update={"slo": validate_model(SLO, slo, "flags", "SLO flags")})
+        if hbm_utilization is not None:
+            plan = plan.model_copy(update={"hbm_utilization": check_hbm_utilization(hbm_utilization)})
         base = plan_base_dir(plan_file)
-        specs = load_plan_specs(plan, base)
-        imbalance = imbalance_from_options(loads, skew_sigma, specs.model)
-        prediction = evaluate_plan(plan, base, imbalance, specs=specs)
+        if is_mixed_plan(plan):
+            # prefill on one machine, decode on another (no uncertainty bands: they are per machine)
+            mixed = load_mixed_specs(plan, base, resolve_ref)
+            model, hw, prefill_hw = mixed.model, mixed.decode_hw, mixed.prefill_hw
+            imbalance = imbalance_from_options(loads, skew_sigma, model)
+            prediction = evaluate_mixed_plan(plan, base, imbalance, specs=mixed)
+        else:
+            specs = load_plan_specs(plan, base)
+            hw, prefill_hw = specs.hw, None
+            imbalance = imbalance_from_options(loads, skew_sigma, specs.model)
+            prediction = evaluate_plan(plan, base, imbalance, specs=specs)
+            prediction = with_uncertainty(prediction, prediction_uncertainty(plan, specs, prediction, base, imbalance))
+        for note in prediction.notes:
+            if "announced" in note:
+                err_console.print(f"[bold yellow]warning:[/] {note}", markup=True, highlight=False)
         scored = plan_with_prediction(plan, prediction)
         text = plan_json(scored)
         if out is not None:
             write_text_atomic(out, text)
+        problems = check_problems(prediction)
         if json_out:
             console.file.write(text)
-            return
-        for renderable in evaluate_tables(plan, prediction, specs.hw):
-            console.print(renderable)
-        console.print(f"imbalance model: {prediction.imbalance_model}")
+        else:
+            for renderable in evaluate_tables(plan, prediction, hw, prefill_hw):
+                console.print(renderable)
+            band = uncertainty_table(prediction)
+            if band is not None:
+                console.print(band)
+            console.print(f"imbalance model: {prediction.imbalance_model}")
+        if check:
+            if problems:
+                raise InfeasibleError("--check: the plan " + "; ".join(problems) + ".")
+            err_console.print("check: fits HBM and meets every SLO it has.")
 
     run_guarded(body)

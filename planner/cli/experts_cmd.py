@@ -199,4 +199,6 @@ def _routing(spec: ModelSpec | None, experts: int) -> tuple[Routing, bool]:
 
 def register(app: typer.Typer) -> None:
     """Add the experts command to the app."""
-    app.command("experts")(experts)
+    from planner.cli.metavars import MetavarCommand
+
+    app.command("experts", cls=MetavarCommand)(experts)

@@ -95,3 +95,94 @@ DecodeMicrobatchOpt = Annotated[
 WorkersOpt = Annotated[
     int, typer.Option("--workers", min=1, max=64, help="CP-SAT worker threads (results do not depend on it).")
 ]
+HbmUtilizationOpt = Annotated[
+    float,
+    typer.Option(
+        "--hbm-utilization",
+        metavar="FRACTION",
+        help="Fraction of each device's HBM a plan may fill, as engines reserve (vLLM's "
+        "gpu_memory_utilization, default 0.9); in (0, 1].",
+    ),
+]
+
+
+def check_hbm_utilization(value: float) -> float:
+    """The --hbm-utilization value, or a BadInputError naming the flag and its range."""
+    if not (0.0 < value <= 1.0):
+        raise BadInputError(f"--hbm-utilization must be a fraction in (0, 1], e.g. 0.9; got {value:g}.")
+    return value
+
+
+MaxItlOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-itl-ms",
+        help="Longest gap between two tokens of a sequence (inter-token latency), ms; default 3x --tpot-ms, "
+        "0 disables. Colocated prefill stalls decoding: this bounds the stall.",
+    ),
+]
+
+# ---- mixed hardware and workload options (issue 13) ----------------------------------------------
+PrefillHardwareOpt = Annotated[
+    str | None, typer.Option("--prefill-hardware", help="Machine of the prefill instances (default: --hardware).")
+]
+DecodeHardwareOpt = Annotated[
+    str | None, typer.Option("--decode-hardware", help="Machine of the decode instances (default: --hardware).")
+]
+KvTransferGbpsOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--kv-transfer-gbps",
+        help="Prefill->decode KV link per device, GB/s (default: the slower machine's kv_transfer_bandwidth).",
+    ),
+]
+MaxPrefillCardsOpt = Annotated[
+    float | None, typer.Option("--max-prefill-cards", help="Cards of the prefill machine (replaces --max-cards).")
+]
+MaxDecodeCardsOpt = Annotated[
+    float | None, typer.Option("--max-decode-cards", help="Cards of the decode machine (replaces --max-cards).")
+]
+MaxCostOpt = Annotated[
+    float | None,
+    typer.Option("--max-cost", help="Budget in cost units (needs price_per_card in the hardware YAMLs)."),
+]
+PrefixHitRateOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--prefix-hit-rate",
+        help="Share of input tokens found in a prefix cache (skip prefill compute, still hold KV); DeepSeek "
+        "reports 0.563.",
+    ),
+]
+WorkloadFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--workload",
+        help="YAML/JSON of (input, output) pairs or a histogram; its means replace --input-tokens/--output-tokens.",
+    ),
+]
+SloPercentileOpt = Annotated[
+    float | None,
+    typer.Option("--slo-percentile", help="Prompt-length percentile the TTFT SLO is judged at (default 90)."),
+]
+
+
+def workload_fields(
+    workload_file: Path | None, prefix_hit_rate: float | None, slo_percentile: float | None
+) -> dict[str, object]:
+    """Workload-section fields from --workload, --prefix-hit-rate and --slo-percentile (flags win)."""
+    out: dict[str, object] = {}
+    if workload_file is not None:
+        from planner.specs.workload import load_workload_file
+
+        wf = load_workload_file(workload_file)
+        out["lengths"] = [b.model_dump() for b in wf.bins()]
+        if wf.prefix_hit_rate is not None:
+            out["prefix_hit_rate"] = wf.prefix_hit_rate
+        if wf.slo_percentile is not None:
+            out["slo_percentile"] = wf.slo_percentile
+    if prefix_hit_rate is not None:
+        out["prefix_hit_rate"] = prefix_hit_rate
+    if slo_percentile is not None:
+        out["slo_percentile"] = slo_percentile
+    return out

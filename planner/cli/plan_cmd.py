@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Annotated
@@ -13,20 +14,35 @@ from planner.cli.common import console, err_console, run_guarded, write_text_ato
 from planner.cli.options import (
     ColocatedOpt,
     DecodeDevicesOpt,
+    DecodeHardwareOpt,
     DecodeMicrobatchOpt,
+    HbmUtilizationOpt,
+    KvTransferGbpsOpt,
     LoadsOpt,
+    MaxCostOpt,
+    MaxDecodeCardsOpt,
+    MaxItlOpt,
+    MaxPrefillCardsOpt,
     MaxRedundantOpt,
     PhaseOpt,
     PrefillDevicesOpt,
+    PrefillHardwareOpt,
+    PrefixHitRateOpt,
     SkewSigmaOpt,
+    SloPercentileOpt,
     WorkersOpt,
+    WorkloadFileOpt,
+    check_hbm_utilization,
     imbalance_from_options,
     parse_int_list,
+    workload_fields,
 )
-from planner.errors import BadInputError
+from planner.costmodel.context import DEFAULT_HBM_UTILIZATION
+from planner.errors import BadInputError, InfeasibleError
 from planner.ranking.binding import why_line
 from planner.report.evaluate_report import evaluate_tables
-from planner.report.plan_report import plans_document, ranked_table
+from planner.report.plan_report import infeasible_document, plans_document, ranked_table
+from planner.report.uncertainty_report import uncertainty_table
 from planner.report.vllm_ascend import emit_vllm_ascend
 from planner.search.plan_search import SearchOutcome, TableCache, run_search
 from planner.search.request import (
@@ -35,8 +51,10 @@ from planner.search.request import (
     DEFAULT_MODEL,
     DEFAULT_SLO,
     DEFAULT_WORKLOAD,
+    ITL_TPOT_MULTIPLE,
     MAX_CARDS,
     PlanRequest,
+    default_max_itl_ms,
 )
 from planner.search.settings import DEFAULT_TIME_LIMIT_S, SolverSettings
 from planner.specs.catalog import load_model
@@ -70,24 +88,61 @@ def build_request(
     skew_sigma: float | None,
     max_redundant_experts: int | None = None,
     colocated: bool = True,
+    prefill_hardware: str | None = None,
+    decode_hardware: str | None = None,
+    kv_transfer_gbps: float | None = None,
+    max_prefill_cards: float | None = None,
+    max_decode_cards: float | None = None,
+    max_cost: float | None = None,
+    workload_file: Path | None = None,
+    prefix_hit_rate: float | None = None,
+    slo_percentile: float | None = None,
+    robust: bool = False,
+    hbm_utilization: float = DEFAULT_HBM_UTILIZATION,
+    max_itl_ms: float | None = None,
     decode_microbatch: bool = True,
 ) -> PlanRequest:
     """A PlanRequest from flag values; bad values raise BadInputError naming the flag."""
+    extra = workload_fields(workload_file, prefix_hit_rate, slo_percentile)
+    fields: dict[str, object] = {
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "mtp_acceptance": mtp_acceptance,
+        **extra,
+    }
+    if "lengths" in extra:  # the file's means
+        del fields["input_tokens"], fields["output_tokens"]
     workload = validate_model(
         Workload,
-        {
-            "input_tokens": input_tokens,
-            "output_tokens": output_tokens,
-            "mtp_acceptance": mtp_acceptance,
-        },
+        fields,
         "flags",
-        "workload flags (--input-tokens, --output-tokens, --mtp-acceptance)",
+        "workload flags (--input-tokens, --output-tokens, --mtp-acceptance, --workload, --prefix-hit-rate, "
+        "--slo-percentile)",
     )
-    slo = validate_model(SLO, {"tpot_ms": tpot_ms, "ttft_ms": ttft_ms}, "flags", "SLO flags (--tpot-ms, --ttft-ms)")
+    for flag, value in (
+        ("--kv-transfer-gbps", kv_transfer_gbps),
+        ("--max-prefill-cards", max_prefill_cards),
+        ("--max-decode-cards", max_decode_cards),
+        ("--max-cost", max_cost),
+    ):
+        if value is not None and not (math.isfinite(value) and 0 < value <= 1e12):
+            raise BadInputError(f"{flag} must be a finite number > 0; got {value:g}.")
+    if max_itl_ms is not None and not (max_itl_ms >= 0 and math.isfinite(max_itl_ms)):
+        raise BadInputError(f"--max-itl-ms must be >= 0 ms (0 disables it); got {max_itl_ms:g}.")
+    itl = default_max_itl_ms(tpot_ms) if max_itl_ms is None else (max_itl_ms or None)
+    slo = validate_model(
+        SLO,
+        {"tpot_ms": tpot_ms, "ttft_ms": ttft_ms, "max_itl_ms": itl},
+        "flags",
+        "SLO flags (--tpot-ms, --ttft-ms, --max-itl-ms)",
+    )
     if phase not in ("both", "decode", "prefill"):
         raise BadInputError(f"--phase must be both, decode or prefill; got '{phase}'.")
     if not max_cards > 0:
         raise BadInputError("--max-cards must be > 0.")
+    if math.isfinite(max_cards) and max_cards != math.floor(max_cards):
+        raise BadInputError(f"--max-cards must be a whole number of cards; got {max_cards:g}.")
+    check_hbm_utilization(hbm_utilization)
     if top < 1 or top > 50:
         raise BadInputError("--top must be between 1 and 50.")
     if rate is not None and not (rate > 0 and math.isfinite(rate)):
@@ -122,8 +177,64 @@ def build_request(
         imbalance=imbalance,
         max_redundant_experts=max_redundant_experts,
         colocated=colocated,
+        prefill_hardware=prefill_hardware,
+        decode_hardware=decode_hardware,
+        kv_transfer_bytes_per_s=None if kv_transfer_gbps is None else kv_transfer_gbps * 1e9,
+        max_prefill_cards=max_prefill_cards,
+        max_decode_cards=max_decode_cards,
+        max_cost=max_cost,
+        pessimistic_factors=robust,
+        hbm_utilization=hbm_utilization,
         decode_micro_batches=(1, 2) if decode_microbatch else (1,),
     )
+
+
+def add_bands(outcome: SearchOutcome) -> SearchOutcome:
+    """Every ranked plan re-scored on the machine as shipped, with its band; --robust re-ranks by the low end.
+
+    A --robust search ran on the pessimistic machine (every factor at the slow end of its range), so
+    its plans are already the best at the low end; they are shown at the predicted factors with their band.
+    """
+    from planner.costmodel.evaluate import PlanSpecs
+    from planner.ranking.robust import rank_by_low_end, with_band
+    from planner.specs.catalog import load_hardware
+    from planner.specs.quantization import get_quantization
+
+    req = outcome.request
+    if req.is_mixed:
+        return outcome  # bands are per machine; a mixed plan's phases run on two
+    hw = load_hardware(req.hardware) if req.pessimistic_factors else outcome.hw
+    specs = PlanSpecs(outcome.model, hw, get_quantization(req.quantization))
+    plans = [with_band(p, specs, req.imbalance) for p in outcome.plans]
+    if req.pessimistic_factors:
+        plans = rank_by_low_end(plans)
+    return dataclasses.replace(outcome, plans=plans)
+
+
+def lead_lines(outcome: SearchOutcome) -> list[str]:
+    """Whether rank 1's lead over rank 2 survives the factor ranges, and the term it rests on."""
+    if len(outcome.plans) < 2 or outcome.request.is_mixed:
+        return []
+    from planner.costmodel.evaluate import PlanSpecs
+    from planner.ranking.robust import lead_verdict
+    from planner.specs.catalog import load_hardware
+    from planner.specs.quantization import get_quantization
+
+    req = outcome.request
+    hw = load_hardware(req.hardware) if req.pessimistic_factors else outcome.hw
+    specs = PlanSpecs(outcome.model, hw, get_quantization(req.quantization))
+    return lead_verdict(outcome.plans[0], outcome.plans[1], specs, req.imbalance).lines()
+
+
+def itl_text(slo: SLO) -> str:
+    """How the ITL limit reads in a title: its value and where it comes from."""
+    if slo.max_itl_ms is None:
+        return "no ITL limit"
+    default = default_max_itl_ms(slo.tpot_ms)
+    origin = (
+        f" ({ITL_TPOT_MULTIPLE:g}x TPOT, --max-itl-ms)" if default is not None and slo.max_itl_ms == default else ""
+    )
+    return f"ITL <= {slo.max_itl_ms:g} ms{origin}"
 
 
 def search_with_progress(request: PlanRequest, cache: TableCache | None = None) -> SearchOutcome:
@@ -144,16 +255,29 @@ def search_with_progress(request: PlanRequest, cache: TableCache | None = None) 
         return run_search(request, progress, cache)
 
 
+def outcome_notes(outcome: SearchOutcome) -> list[str]:
+    """Notes of the best plan (announced hardware, mixed hardware, workload percentiles)."""
+    if not outcome.plans:
+        return []
+    return list((outcome.plans[0].predicted or {}).get("notes", []))
+
+
 def print_outcome(outcome: SearchOutcome) -> None:
     """The ranked table, the status line, and the best plan in detail."""
     req = outcome.request
+    where = outcome.hw.name
+    if req.is_mixed:
+        where = f"prefill {req.prefill_hw_name} / decode {req.decode_hw_name}"
     title = (
-        f"{outcome.model.name} on {outcome.hw.name}, {req.workload.input_tokens}+{req.workload.output_tokens} "
-        f"tokens, TPOT <= {req.slo.tpot_ms} ms, TTFT <= {req.slo.ttft_ms} ms, <= {req.max_cards:g} cards"
+        f"{outcome.model.name} on {where}, {req.workload.input_tokens}+{req.workload.output_tokens} "
+        f"tokens, TPOT <= {req.slo.tpot_ms} ms, TTFT <= {req.slo.ttft_ms} ms, {itl_text(req.slo)}, "
+        f"<= {req.max_cards:g} cards"
     )
     console.print(ranked_table(outcome.plans, outcome.hw, title))
     points = sum(s.points_evaluated for s in (outcome.decode_space, outcome.prefill_space) if s)
-    if outcome.optimal:
+    if outcome.optimal and req.is_mixed:
+        verdict = "OPTIMAL: best under the cost model (every candidate pair and instance count enumerated)"
+    elif outcome.optimal:
         verdict = "OPTIMAL: proven best under the cost model (CP-SAT)"
     elif outcome.status == "INTERRUPTED":
         verdict = "INTERRUPTED: best found before the interrupt (not proven optimal)"
@@ -162,13 +286,29 @@ def print_outcome(outcome: SearchOutcome) -> None:
     console.print(
         f"{verdict}; {points:,} configurations costed, {outcome.solves} CP-SAT solves, {outcome.seconds:.2f} s."
     )
+    if outcome.request.pessimistic_factors:
+        console.print(
+            "--robust: searched with every factor at the slow end of its range (the SLOs hold there; 'why' below "
+            "is at that end); ranked by the low end of the band."
+        )
+    for line in lead_lines(outcome):
+        console.print(line)
     console.print(why_line(outcome, index=0))
     best = outcome.plans[0]
     from planner.costmodel.prediction import Prediction
 
     console.print("\n[bold]Best plan (rank 1) in detail[/]")
-    for renderable in evaluate_tables(best, Prediction.model_validate(best.predicted), outcome.hw):
+    prefill_hw = None
+    if req.is_mixed:
+        from planner.specs.catalog import load_hardware
+
+        prefill_hw = load_hardware(req.prefill_hw_name)
+    best_prediction = Prediction.model_validate(best.predicted)
+    for renderable in evaluate_tables(best, best_prediction, outcome.hw, prefill_hw):
         console.print(renderable)
+    band = uncertainty_table(best_prediction)
+    if band is not None:
+        console.print(band)
 
 
 def plan(
@@ -213,12 +353,30 @@ def plan(
     skew_sigma: SkewSigmaOpt = None,
     max_redundant_experts: MaxRedundantOpt = None,
     colocated: ColocatedOpt = True,
+    hbm_utilization: HbmUtilizationOpt = DEFAULT_HBM_UTILIZATION,
+    max_itl_ms: MaxItlOpt = None,
+    prefill_hardware: PrefillHardwareOpt = None,
+    decode_hardware: DecodeHardwareOpt = None,
+    kv_transfer_gbps: KvTransferGbpsOpt = None,
+    max_prefill_cards: MaxPrefillCardsOpt = None,
+    max_decode_cards: MaxDecodeCardsOpt = None,
+    max_cost: MaxCostOpt = None,
+    workload_file: WorkloadFileOpt = None,
+    prefix_hit_rate: PrefixHitRateOpt = None,
+    slo_percentile: SloPercentileOpt = None,
     decode_microbatch: DecodeMicrobatchOpt = True,
     time_limit: Annotated[
         float,
         typer.Option("--time-limit", min=0.1, max=86400.0, help="Solver time limit in seconds."),
     ] = DEFAULT_TIME_LIMIT_S,
     workers: WorkersOpt = 2,
+    robust: Annotated[
+        bool,
+        typer.Option(
+            "--robust",
+            help="Search with every factor at the slow end of its range and rank by the low end of the band.",
+        ),
+    ] = False,
 ) -> None:
     """Search deployments (instance sizes, per-module layouts, expert slots, concurrency, MTP,
     P:D) under HBM and the SLOs, and print them ranked by output tokens/s per card."""
@@ -250,9 +408,30 @@ def plan(
             skew_sigma=skew_sigma,
             max_redundant_experts=max_redundant_experts,
             colocated=colocated,
+            prefill_hardware=prefill_hardware,
+            decode_hardware=decode_hardware,
+            kv_transfer_gbps=kv_transfer_gbps,
+            max_prefill_cards=max_prefill_cards,
+            max_decode_cards=max_decode_cards,
+            max_cost=max_cost,
+            workload_file=workload_file,
+            prefix_hit_rate=prefix_hit_rate,
+            slo_percentile=slo_percentile,
+            robust=robust,
+            hbm_utilization=hbm_utilization,
+            max_itl_ms=max_itl_ms,
             decode_microbatch=decode_microbatch,
         )
-        outcome = search_with_progress(request)
+        try:
+            outcome = add_bands(search_with_progress(request))
+        except InfeasibleError as exc:
+            if json_out is not None:  # scripts read the verdict from the JSON too
+                write_text_atomic(json_out, infeasible_document(str(exc)))
+            raise
+        notes = outcome_notes(outcome)
+        for note in notes:
+            if "announced" in note:
+                err_console.print(f"[bold yellow]warning:[/] {note}", markup=True, highlight=False)
         if outcome.status == "INTERRUPTED":
             print_outcome(outcome)
             err_console.print(
@@ -260,7 +439,7 @@ def plan(
             )
             raise typer.Exit(code=130)
         if json_out is not None:
-            write_text_atomic(json_out, plans_document(outcome.plans, outcome.status))
+            write_text_atomic(json_out, plans_document(outcome.plans, outcome.status, notes))
         if emit is not None:
             from planner.cli.options import loads_array
 

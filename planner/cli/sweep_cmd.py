@@ -21,7 +21,9 @@ from planner.cli.options import (
     ColocatedOpt,
     DecodeDevicesOpt,
     DecodeMicrobatchOpt,
+    HbmUtilizationOpt,
     LoadsOpt,
+    MaxItlOpt,
     MaxRedundantOpt,
     PhaseOpt,
     PrefillDevicesOpt,
@@ -29,6 +31,7 @@ from planner.cli.options import (
     WorkersOpt,
 )
 from planner.cli.plan_cmd import build_request
+from planner.costmodel.context import DEFAULT_HBM_UTILIZATION
 from planner.errors import BadInputError
 from planner.ranking.frontier import published_points, sweep_curves, sweep_metric
 from planner.report.sweep_report import (
@@ -73,7 +76,12 @@ def _title(result: SweepResult, metric: str) -> str:
         return f"{values[0]:g}..{values[-1]:g}"
 
     swept = ", ".join(f"{a.flag} {span(a.values)}" for a in result.axes)
-    note = "; published points are decode-only per card" if metric == "deployment" else ""
+    note = (
+        "\ncurves: whole deployment per card (prefill cards included); published stars: decode cards "
+        "only (the report gives no whole-deployment figure), so a star sits higher than its curve would"
+        if metric == "deployment"
+        else ""
+    )
     return (
         f"{model}, {phase}, {w.input_tokens}+{w.output_tokens} tokens, MTP acceptance "
         f"{w.mtp_acceptance:g}; swept {swept}{note}"
@@ -141,6 +149,8 @@ def sweep(
     skew_sigma: SkewSigmaOpt = None,
     max_redundant_experts: MaxRedundantOpt = None,
     colocated: ColocatedOpt = True,
+    hbm_utilization: HbmUtilizationOpt = DEFAULT_HBM_UTILIZATION,
+    max_itl_ms: MaxItlOpt = None,
     decode_microbatch: DecodeMicrobatchOpt = True,
     csv_out: Annotated[
         Path | None,
@@ -162,8 +172,8 @@ def sweep(
             "--jobs",
             min=1,
             max=64,
-            help="Points searched at once, in threads sharing the cost tables (results do not "
-            "depend on it; default: up to 2 cores).",
+            help="Points searched at once, in worker processes forked after the cost tables are "
+            "built (threads where fork is unavailable); results do not depend on it; default: up to 2 cores.",
         ),
     ] = DEFAULT_JOBS,
 ) -> None:
@@ -232,6 +242,8 @@ def sweep(
                 skew_sigma=skew_sigma,
                 max_redundant_experts=max_redundant_experts,
                 colocated=colocated,
+                hbm_utilization=hbm_utilization,
+                max_itl_ms=max_itl_ms,
                 decode_microbatch=decode_microbatch,
             )
             points.append((shown, request))

@@ -8,14 +8,26 @@ changed where `--base NAME=VALUE` says (NAME is a flag's name without the dashes
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from planner.cli.common import console, run_guarded, write_text_atomic
+from planner.cli.options import (
+    DecodeHardwareOpt,
+    KvTransferGbpsOpt,
+    MaxCostOpt,
+    MaxDecodeCardsOpt,
+    MaxPrefillCardsOpt,
+    PrefillHardwareOpt,
+    PrefixHitRateOpt,
+)
 from planner.cli.plan_cmd import build_request, search_with_progress
+from planner.costmodel.context import DEFAULT_HBM_UTILIZATION
 from planner.costmodel.evaluate import load_plan_specs
+from planner.costmodel.mixed import is_mixed_plan
 from planner.errors import BadInputError
 from planner.ranking.whatif import run_whatif
 from planner.report.whatif_report import whatif_document, whatif_renderables
@@ -52,9 +64,19 @@ ASSUMPTIONS: dict[str, tuple[type, object]] = {
     "loads": (Path, None),
     "max-redundant-experts": (int, None),
     "colocated": (bool, True),
+    "hbm-utilization": (float, DEFAULT_HBM_UTILIZATION),
+    "max-itl-ms": (float, None),
+    "prefill-hardware": (str, None),
+    "decode-hardware": (str, None),
+    "kv-transfer-gbps": (float, None),
+    "max-prefill-cards": (float, None),
+    "max-decode-cards": (float, None),
+    "max-cost": (float, None),
+    "prefix-hit-rate": (float, None),
 }
 BOOLEANS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 NULLABLE = {
+    "max-itl-ms",
     "tpot-ms",
     "ttft-ms",
     "decode-devices",
@@ -64,6 +86,13 @@ NULLABLE = {
     "skew-sigma",
     "loads",
     "max-redundant-experts",
+    "prefill-hardware",
+    "decode-hardware",
+    "kv-transfer-gbps",
+    "max-prefill-cards",
+    "max-decode-cards",
+    "max-cost",
+    "prefix-hit-rate",
 }
 
 
@@ -108,7 +137,9 @@ def _ref(ref: str, base_dir: Path | None) -> str:
 def plan_assumptions(plan: Plan, base_dir: Path | None) -> dict[str, object]:
     """A plan file's assumptions: model, machine, scheme, workload, SLOs; its cards as the "
     "budget."""
-    specs = load_plan_specs(plan, base_dir)
+    specs = load_plan_specs(
+        plan.model_copy(update={"prefill": None}) if is_mixed_plan(plan) and plan.decode else plan, base_dir
+    )
     devices = sum(p.total_devices for p in (plan.decode_phase, plan.prefill_phase) if p is not None)
     out = {k: default for k, (_, default) in ASSUMPTIONS.items()}
     out.update(
@@ -121,10 +152,28 @@ def plan_assumptions(plan: Plan, base_dir: Path | None) -> dict[str, object]:
             "mtp-acceptance": plan.workload.mtp_acceptance,
             "tpot-ms": plan.slo.tpot_ms if plan.slo else None,
             "ttft-ms": plan.slo.ttft_ms if plan.slo else None,
-            "max-cards": specs.hw.cards(devices),
+            "max-cards": math.ceil(specs.hw.cards(devices) - 1e-9),
             "phase": _plan_phase(plan),
+            "hbm-utilization": plan.hbm_utilization,
+            # a plan without an ITL limit is compared without one (0: none; unset: 3x TPOT)
+            "max-itl-ms": (plan.slo.max_itl_ms or 0.0) if plan.slo else 0.0,
+            "prefix-hit-rate": plan.workload.prefix_hit_rate,
         }
     )
+    if is_mixed_plan(plan):
+        from planner.costmodel.evaluate import _resolve_ref
+        from planner.costmodel.mixed import load_mixed_specs
+
+        mixed = load_mixed_specs(plan, base_dir, _resolve_ref)
+        d_cards = mixed.decode_hw.cards(plan.decode.total_devices) if plan.decode else 0.0
+        p_cards = mixed.prefill_hw.cards(plan.prefill.total_devices) if plan.prefill else 0.0
+        out["max-cards"] = d_cards + p_cards
+        if plan.decode is not None and plan.decode.hardware:
+            out["decode-hardware"] = _ref(plan.decode.hardware, base_dir)
+        if plan.prefill is not None and plan.prefill.hardware:
+            out["prefill-hardware"] = _ref(plan.prefill.hardware, base_dir)
+        if plan.prefill is not None and plan.prefill.kv_transfer_bytes_per_s:
+            out["kv-transfer-gbps"] = plan.prefill.kv_transfer_bytes_per_s / 1e9
     return out
 
 
@@ -158,6 +207,15 @@ def request_from(assumptions: dict[str, object], time_limit: float, workers: int
         skew_sigma=_opt(a["skew-sigma"], float),
         max_redundant_experts=_opt(a["max-redundant-experts"], int),
         colocated=bool(a["colocated"]),
+        hbm_utilization=float(a["hbm-utilization"]),  # type: ignore[arg-type]
+        max_itl_ms=_opt(a["max-itl-ms"], float),
+        prefill_hardware=_opt(a["prefill-hardware"], str),
+        decode_hardware=_opt(a["decode-hardware"], str),
+        kv_transfer_gbps=_opt(a["kv-transfer-gbps"], float),
+        max_prefill_cards=_opt(a["max-prefill-cards"], float),
+        max_decode_cards=_opt(a["max-decode-cards"], float),
+        max_cost=_opt(a["max-cost"], float),
+        prefix_hit_rate=_opt(a["prefix-hit-rate"], float),
     )
 
 
@@ -177,6 +235,10 @@ def whatif(
             help="The base: a plan YAML/JSON (e.g. an exported plan) or a shipped plan's name "
             "(a2-d70). Without it the base is `moeplan plan`'s defaults, changed by --base.",
         ),
+    ] = None,
+    rank: Annotated[
+        int | None,
+        typer.Option("--rank", min=1, help="Which plan of a `moeplan plan --json` export is the base (default 1)."),
     ] = None,
     base: Annotated[
         list[str] | None,
@@ -230,6 +292,25 @@ def whatif(
             help="Whether the new plan may use colocated instances (default: as the base).",
         ),
     ] = None,
+    max_itl_ms: Annotated[
+        float | None,
+        typer.Option("--max-itl-ms", help="New limit on the longest gap between two tokens, ms (0: none)."),
+    ] = None,
+    hbm_utilization: Annotated[
+        float | None,
+        typer.Option(
+            "--hbm-utilization",
+            metavar="FRACTION",
+            help="New fraction of each device's HBM a plan may fill (default: the base's; 0.9).",
+        ),
+    ] = None,
+    prefill_hardware: PrefillHardwareOpt = None,
+    decode_hardware: DecodeHardwareOpt = None,
+    kv_transfer_gbps: KvTransferGbpsOpt = None,
+    max_prefill_cards: MaxPrefillCardsOpt = None,
+    max_decode_cards: MaxDecodeCardsOpt = None,
+    max_cost: MaxCostOpt = None,
+    prefix_hit_rate: PrefixHitRateOpt = None,
     json_out: Annotated[
         Path | None,
         typer.Option(
@@ -280,16 +361,33 @@ def whatif(
             "loads": loads,
             "max-redundant-experts": max_redundant_experts,
             "colocated": colocated,
+            "hbm-utilization": hbm_utilization,
+            "max-itl-ms": max_itl_ms,
+            "prefill-hardware": prefill_hardware,
+            "decode-hardware": decode_hardware,
+            "kv-transfer-gbps": kv_transfer_gbps,
+            "max-prefill-cards": max_prefill_cards,
+            "max-decode-cards": max_decode_cards,
+            "max-cost": max_cost,
+            "prefix-hit-rate": prefix_hit_rate,
         }
         changes = {k: v for k, v in changes.items() if v is not None}
         plan = base_dir = None
+        for pair in base or []:
+            name = pair.strip().lstrip("-").replace("_", "-")
+            if "=" not in pair and name in ASSUMPTIONS:
+                # `--base hardware cm384`: the value became BASE_PLAN
+                value = f" {base_plan}" if base_plan is not None else ""
+                raise BadInputError(
+                    f"--base {pair}{value}: write --base {name}={base_plan or 'VALUE'} (NAME=VALUE, no space)."
+                )
         if base_plan is not None:
             if base:
                 raise BadInputError(
                     "--base sets the base when there is no BASE_PLAN; with a plan file the base "
                     "is the file. Drop --base, or drop BASE_PLAN."
                 )
-            plan, _ = load_plan(base_plan)
+            plan, _ = load_plan(base_plan, rank)
             base_dir = plan_base_dir(base_plan)
             base_a = plan_assumptions(plan, base_dir)
             source = base_plan

@@ -1,15 +1,45 @@
-"""A colocated instance: the same devices run prefill forwards and decode steps in turn.
+"""A colocated instance: the same devices run prefill and decode, in one of two schedules.
 
-Per request an instance spends out * step / (n B e) seconds decoding (n devices, B sequences per
-device, e tokens per step per sequence) and forward / R prefilling (R requests per forward), so it
-serves lambda = 1 / (out * step / (n B e) + forward / R) requests per second. A fraction
-f = lambda * forward / R of its time goes to prefill, during which decoding stalls: a sequence
-sees TPOT = (step / e) / (1 - f) on average, but the gap between two of its tokens reaches a
-whole forward plus a step when a prefill comes between them (reported as the longest pause). A
-new request waits for the decode step in flight and the forward in flight (half a forward on
-average), then its own forward: TTFT = step + 1.5 forward; its KV cache stays on the instance
-(no transfer). HBM holds the decode instance's weights, KV and buffers plus the prefill batch's
-KV cache and activations.
+Notation: n devices, B decoding sequences per device (N = n B per instance), e tokens emitted per
+step per sequence (MTP), `in`/`out` prompt and completion lengths, step = the decode step at B.
+
+**Whole forwards** (`chunk_tokens` unset): prefill forwards of R requests take turns with decode
+steps. Per request an instance spends out * step / (N e) seconds decoding and forward / R
+prefilling, so it serves lambda = 1 / (out * step / (N e) + forward / R) requests per second. A
+fraction f = lambda * forward / R of its time goes to prefill, during which decoding stalls: a
+sequence sees TPOT = (step / e) / (1 - f) on average, but the gap between two of its tokens is a
+whole forward plus a step when a prefill comes between them. A new request waits for the decode
+step in flight and the forward in flight (half a forward on average), then its own forward:
+TTFT = step + 1.5 forward. HBM adds the prefill batch's KV cache and activations.
+
+**Chunked prefill** (`chunk_tokens` = C, the prompt tokens one step may carry; vLLM's chunked
+prefill: `max_num_batched_tokens` is the "maximum number of tokens to be processed in a single
+iteration" (vllm.config.scheduler.SchedulerConfig), and with chunked prefill the scheduler puts
+the running decodes first and fills the rest of the budget with prompt chunks (vllm-project/vllm
+PR #7874, "the policy is changed to prioritize decode requests")): every step runs the decode
+batch, and a fraction phi of the steps also carries C prompt tokens, which lengthens it by t_c.
+In steady state the prompts that enter balance the sequences that finish: N e / out requests
+finish per step, so
+
+    phi  = in N e / (out C)            (steps carrying a chunk; phi < 1 or prefill cannot keep up)
+    t    = step + phi t_c              (mean step), lambda = N e / (out t),  TPOT = t / e
+    t_c  = C (F(2X) - F(X)) / X,  X = max(C, in)
+
+where F is the prefill forward of the same layouts (one micro-batch): the marginal time of X more
+prompt tokens at a batch of X (the decode step has already streamed the weights, so only the
+added work counts; X >= in keeps the causal attention term of whole prompts). The inter-token
+latency (ITL: the gap between two steps that emit a sequence's tokens) is `step` on a fraction
+1 - phi of the steps and step + t_c on phi of them, so P50 = step + t_c if phi >= 1/2 else step,
+P99 = step + t_c if phi > 1/100 else step, and the longest gap is step + t_c: with phi near 1
+the gaps are uniform. A new prompt waits for the step in flight, then for the prompt tokens
+queued ahead (deterministic service at C per chunk step, load phi: phi / (2 (1 - phi)) chunk
+steps on average, M/D/1), then its own ceil(in / C) chunk steps:
+TTFT = (step + t_c) (1 + ceil(in / C) + phi / (2 (1 - phi))). HBM adds the KV cache of the
+prompts being prefilled (at most C + in tokens: a chunk and one partly prefilled prompt) and the
+activations of one chunk.
+
+For whole forwards the ITL percentiles follow the same way from the fraction of a sequence's
+gaps that hold a forward (forwards per second over steps per second).
 """
 
 from __future__ import annotations
@@ -33,8 +63,11 @@ class ColocatedFigures:
     prefill_time_fraction: float
     tpot_s: float
     ttft_s: float
-    pause_s: float  # a decoding sequence waits a whole prefill forward (plus its step) now and then
+    pause_s: float  # the longest gap between two tokens of a decoding sequence
     hbm: HbmUse
+    itl_p50_s: float = 0.0
+    itl_p99_s: float = 0.0
+    chunk_step_fraction: float = 0.0  # chunked: steps carrying a chunk (phi); whole forwards: 0
 
 
 def colocated_rate_and_latency(
@@ -50,29 +83,122 @@ def colocated_rate_and_latency(
     return rate, fraction, tpot, ttft
 
 
-def colocated_figures(ctx: CostContext, decode: DecodePlan, prefill: PrefillPlan) -> ColocatedFigures:
-    """Figures of one colocated instance described by the plan's two sections."""
+ITL_P50, ITL_P99 = 0.5, 0.01  # a gap class sets a percentile once it is this common
+
+
+def itl_percentiles(step_s, long_s, long_fraction) -> tuple[np.ndarray, np.ndarray]:
+    """(P50, P99) of gaps that are `step_s`, or `long_s` on a fraction `long_fraction` of them."""
+    step, long, frac = np.asarray(step_s), np.asarray(long_s), np.asarray(long_fraction)
+    return np.where(frac >= ITL_P50, long, step), np.where(frac > ITL_P99, long, step)
+
+
+def whole_forward_long_gap_fraction(step_s, emitted, rate, forward_s, requests_per_forward, fraction) -> np.ndarray:
+    """Fraction of a sequence's gaps with a whole forward in them: forwards per step taken."""
+    forwards_per_s = np.asarray(rate) / np.asarray(requests_per_forward)
+    steps_per_s = (1.0 - np.asarray(fraction)) / np.asarray(step_s)
+    return np.minimum(1.0, forwards_per_s / np.maximum(steps_per_s, 1e-12))
+
+
+def chunk_time_s(forward_x_s, forward_2x_s, chunk_tokens, x_tokens) -> np.ndarray:
+    """t_c: the time C prompt tokens add to a decode step (module docstring)."""
+    slope = np.maximum(np.asarray(forward_2x_s) - np.asarray(forward_x_s), 0.0) / np.asarray(x_tokens)
+    return np.asarray(chunk_tokens) * slope
+
+
+def chunked_reference_tokens(chunk_tokens, input_tokens: int) -> np.ndarray:
+    """X = max(C, in): the prefill batch the chunk's marginal cost is taken at."""
+    return np.maximum(np.asarray(chunk_tokens, dtype=float), float(input_tokens))
+
+
+def chunked_rate_and_latency(
+    step_s, emitted, devices: int, concurrency, chunk_s, chunk_tokens, input_tokens: int, output_tokens: int
+) -> tuple[np.ndarray, ...]:
+    """(requests/s, phi, TPOT s, TTFT s, ITL P50 s, ITL P99 s, longest gap s) of chunked prefill.
+
+    Where phi >= 1 (the chunks cannot keep up with the sequences finishing) rate is 0 and the
+    latencies infinite.
+    """
+    step, c_s = np.asarray(step_s, dtype=float), np.asarray(chunk_s, dtype=float)
+    sequences = devices * np.asarray(concurrency, dtype=float)
+    chunk = np.asarray(chunk_tokens, dtype=float)
+    phi = input_tokens * sequences * emitted / (output_tokens * chunk)
+    ok = phi < 1.0
+    mean_step = step + np.minimum(phi, 1.0) * c_s
+    rate = np.where(ok, sequences * emitted / (output_tokens * mean_step), 0.0)
+    tpot = np.where(ok, mean_step / emitted, np.inf)
+    mixed = step + c_s
+    queue = np.where(ok, phi / (2.0 * np.maximum(1.0 - phi, 1e-12)), np.inf)
+    ttft = mixed * (1.0 + np.ceil(input_tokens / chunk) + queue)
+    p50, p99 = itl_percentiles(step, mixed, phi)
+    return rate, phi, tpot, ttft, p50, p99, mixed
+
+
+def colocated_figures(
+    ctx: CostContext, decode: DecodePlan, prefill: PrefillPlan, chunk_tokens: int | None = None
+) -> ColocatedFigures:
+    """Figures of one colocated instance: its decode and prefill views, and the chunk size if the
+    prefill is chunked (then `prefill` is one chunk's forward)."""
     step = decode_step(ctx, decode)
-    fwd = prefill_forward(ctx, prefill)
+    step_s = float(step.step_s[0])
     emitted = float(step.step_s[0] / step.tpot_s[0])
+    d_use = decode_hbm(ctx, decode)
+    parts = dict(d_use.breakdown_bytes)
+    w = ctx.workload
+    if chunk_tokens is not None:
+        one = prefill.model_copy(update={"micro_batches": 1})
+        x = float(chunked_reference_tokens(chunk_tokens, w.input_tokens))
+        fwd = prefill_forward(ctx, one, np.array([x, 2.0 * x]))
+        chunk_s = float(chunk_time_s(fwd.forward_s[0], fwd.forward_s[1], chunk_tokens, x))
+        rate, phi, tpot, ttft, p50, p99, longest = chunked_rate_and_latency(
+            step_s,
+            emitted,
+            decode.devices,
+            decode.concurrency_per_device,
+            chunk_s,
+            chunk_tokens,
+            w.input_tokens,
+            w.output_tokens,
+        )
+        p_use = prefill_hbm(ctx, one, np.array([chunk_tokens + w.input_tokens, chunk_tokens], dtype=float))
+        parts["prefill_kv_cache"] = p_use.breakdown_bytes["kv_cache"][:1]
+        parts["prefill_activations"] = p_use.breakdown_bytes["activations"][1:]
+        mean_step = step_s + min(float(phi), 1.0) * chunk_s
+        return ColocatedFigures(
+            requests_per_s=float(rate),
+            prefill_time_fraction=min(float(phi), 1.0) * chunk_s / mean_step,
+            tpot_s=float(tpot),
+            ttft_s=float(ttft),
+            pause_s=float(longest),
+            hbm=HbmUse(parts, d_use.role, ctx.hbm_capacity_bytes),
+            itl_p50_s=float(p50),
+            itl_p99_s=float(p99),
+            chunk_step_fraction=float(phi),
+        )
+    fwd = prefill_forward(ctx, prefill)
+    forward_s = float(fwd.forward_s[0])
     rate, fraction, tpot, ttft = colocated_rate_and_latency(
-        step.step_s[0],
+        step_s,
         emitted,
         decode.devices,
         decode.concurrency_per_device,
-        fwd.forward_s[0],
+        forward_s,
         fwd.requests_per_forward[0],
-        ctx.workload.output_tokens,
+        w.output_tokens,
     )
-    d_use, p_use = decode_hbm(ctx, decode), prefill_hbm(ctx, prefill)
-    parts = dict(d_use.breakdown_bytes)
+    p_use = prefill_hbm(ctx, prefill)
     parts["prefill_kv_cache"] = p_use.breakdown_bytes["kv_cache"]
     parts["prefill_activations"] = p_use.breakdown_bytes["activations"]
+    long_share = whole_forward_long_gap_fraction(
+        step_s, emitted, rate, forward_s, fwd.requests_per_forward[0], fraction
+    )
+    p50, p99 = itl_percentiles(step_s, forward_s + step_s, long_share)
     return ColocatedFigures(
         requests_per_s=float(rate),
         prefill_time_fraction=float(fraction),
         tpot_s=float(tpot),
         ttft_s=float(ttft),
-        pause_s=float(fwd.forward_s[0] + step.step_s[0]),
-        hbm=HbmUse(parts, d_use.role, ctx.hw.hbm_bytes),
+        pause_s=forward_s + step_s,
+        hbm=HbmUse(parts, d_use.role, ctx.hbm_capacity_bytes),
+        itl_p50_s=float(p50),
+        itl_p99_s=float(p99),
     )

@@ -24,16 +24,25 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
+from planner.costmodel.attention_kinds import layers_cost
 from planner.costmodel.context import CostContext
 from planner.costmodel.modules import (
     ModuleCost,
-    attention_cost,
     dense_ffn_cost,
     embedding_cost,
     lm_head_cost,
     moe_cost,
 )
 from planner.specs.plan import DecodePlan
+
+
+def hash_routed_saving(ctx: CostContext, router_s: np.ndarray) -> np.ndarray:
+    """Router GEMM time the hash-routed MoE layers skip (DeepSeek-V4: token id -> experts by table)."""
+    m = ctx.model
+    if m.moe is None or not m.moe.hash_layers:
+        return np.zeros_like(router_s)
+    gate_share = m.hidden_size * m.moe.routed_experts / max(m.router_params(), 1)
+    return router_s * gate_share * m.moe.hash_layers
 
 
 def emitted_tokens_per_step(mtp_tokens: int, acceptance: float) -> float:
@@ -93,18 +102,18 @@ def _step_parts(ctx: CostContext, phase: DecodePlan, b: np.ndarray) -> tuple[dic
     m = ctx.model
     k = phase.mtp_tokens
     tokens = b * (1 + k)
-    ctx_len = ctx.mean_decode_context_tokens
     overlap = ctx.hw.overlap.decode_shared_expert_with_dispatch
 
     def attention(t: np.ndarray, seqs: np.ndarray) -> ModuleCost:
-        return attention_cost(ctx, phase.attention, t, seqs, ctx_len, ctx_len, decode=True)
+        return layers_cost(ctx, phase.attention, t, seqs, decode=True, mtp=True)
 
-    att = attention(tokens, b)
+    # every main layer's attention, by kind (MLA, GQA, DSA, V4's SWA/CSA/HCA, linear)
+    att = layers_cost(ctx, phase.attention, tokens, b, decode=True)
     parts: dict[str, np.ndarray] = {}
     fixed_total = 0.0
-    parts["attention"] = att.compute_s * m.num_layers
-    parts["attention_comm"] = att.comm_s * m.num_layers
-    fixed_total += att.fixed_s * m.num_layers
+    parts["attention"] = att.compute_s
+    parts["attention_comm"] = att.comm_s
+    fixed_total += att.fixed_s
 
     imbalance = np.ones_like(b)
     if m.num_dense_layers:
@@ -114,7 +123,7 @@ def _step_parts(ctx: CostContext, phase: DecodePlan, b: np.ndarray) -> tuple[dic
         fixed_total += dense.fixed_s * m.num_dense_layers
     if m.moe is not None and phase.moe is not None:
         moe = moe_cost(ctx, phase.devices, phase.moe, phase.shared_expert, tokens, overlap, 1.0 + k)
-        parts["moe"] = moe.compute_s * m.num_moe_layers
+        parts["moe"] = moe.compute_s * m.num_moe_layers - hash_routed_saving(ctx, moe.router_s)
         parts["moe_comm"] = moe.comm_s * m.num_moe_layers
         fixed_total += moe.fixed_s * m.num_moe_layers
         imbalance = moe.imbalance

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -35,6 +36,9 @@ from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan, check_plan
 from planner.specs.quantization import QuantizationScheme, get_quantization
+
+if TYPE_CHECKING:
+    from planner.costmodel.mixed import MixedSpecs
 
 COST_MODEL_VERSION = "moeplan-roofline-1"
 
@@ -75,13 +79,15 @@ def _ms(parts: dict[str, np.ndarray]) -> dict[str, float]:
     return {k: _r(float(v[0]) * 1e3) for k, v in parts.items()}
 
 
-def _hbm_fields(use: HbmUse) -> dict[str, object]:
+def _hbm_fields(use: HbmUse, ctx: CostContext) -> dict[str, object]:
     total = int(round(float(use.total_bytes[0])))
     cap = int(use.capacity_bytes)
     return {
         "hbm_bytes_per_device": total,
         "hbm_capacity_bytes": cap,
         "hbm_headroom_bytes": cap - total,
+        "hbm_utilization": ctx.hbm_utilization,
+        "hbm_free_bytes": int(ctx.hw.hbm_bytes) - total,
         "hbm_role": use.role,
         "fits_hbm": bool(use.fits[0]),
         "hbm_breakdown_bytes": {k: int(round(float(v[0]))) for k, v in use.breakdown_bytes.items()},
@@ -97,6 +103,7 @@ def predict_decode(ctx: CostContext, plan: Plan) -> DecodePrediction:
     per_dev = float(step.tokens_per_s_per_device[0])
     tpot_ms = float(step.tpot_s[0]) * 1e3
     slo = plan.slo.tpot_ms if plan.slo else None
+    itl = plan.slo.max_itl_ms if plan.slo else None
     return DecodePrediction(
         step_ms=_r(float(step.step_s[0]) * 1e3),
         tpot_ms=_r(tpot_ms),
@@ -108,8 +115,9 @@ def predict_decode(ctx: CostContext, plan: Plan) -> DecodePrediction:
         moe_imbalance=_r(float(step.moe_imbalance[0])),
         max_concurrency_per_device=max_decode_concurrency(ctx, phase),
         meets_tpot_slo=None if slo is None else bool(tpot_ms <= slo),
+        meets_itl_slo=None if itl is None else bool(float(step.step_s[0]) * 1e3 <= itl),
         breakdown_ms=_ms(step.breakdown_s),
-        **_hbm_fields(use),  # type: ignore[arg-type]
+        **_hbm_fields(use, ctx),  # type: ignore[arg-type]
     )
 
 
@@ -132,7 +140,7 @@ def predict_prefill(ctx: CostContext, plan: Plan) -> PrefillPrediction:
         max_batch_tokens=max_prefill_batch_tokens(ctx, phase),
         meets_ttft_slo=None if slo is None else bool(ttft_ms <= slo),
         breakdown_ms=_ms(fwd.breakdown_s),
-        **_hbm_fields(use),  # type: ignore[arg-type]
+        **_hbm_fields(use, ctx),  # type: ignore[arg-type]
     )
 
 
@@ -140,10 +148,10 @@ def predict_colocated(ctx: CostContext, plan: Plan) -> ColocatedPrediction:
     """Figures of one colocated instance of the plan."""
     section = plan.colocated
     assert section is not None
-    fig = colocated_figures(ctx, section.decode_section(), section.prefill_section())
+    fig = colocated_figures(ctx, section.decode_section(), section.prefill_section(), section.chunk_tokens)
     slo = plan.slo
     tpot_ms, ttft_ms = fig.tpot_s * 1e3, fig.ttft_s * 1e3
-    hbm = _hbm_fields(fig.hbm)
+    hbm = _hbm_fields(fig.hbm, ctx)
     hbm.pop("hbm_role")
     out_per_s = fig.requests_per_s * ctx.workload.output_tokens
     return ColocatedPrediction(
@@ -152,9 +160,15 @@ def predict_colocated(ctx: CostContext, plan: Plan) -> ColocatedPrediction:
         tpot_ms=_r(tpot_ms),
         ttft_ms=_r(ttft_ms),
         longest_decode_pause_ms=_r(fig.pause_s * 1e3),
+        itl_p50_ms=_r(fig.itl_p50_s * 1e3),
+        itl_p99_ms=_r(fig.itl_p99_s * 1e3),
+        chunk_tokens=section.chunk_tokens,
+        chunk_step_fraction=_r(fig.chunk_step_fraction, 6),
+        tokens_per_s_per_user=_r(1e3 / tpot_ms) if tpot_ms > 0 else 0.0,
         tokens_per_s_per_card=_r(out_per_s / ctx.hw.cards(section.devices)),
         meets_tpot_slo=None if slo is None or slo.tpot_ms is None else bool(tpot_ms <= slo.tpot_ms),
         meets_ttft_slo=None if slo is None or slo.ttft_ms is None else bool(ttft_ms <= slo.ttft_ms),
+        meets_itl_slo=None if slo is None or slo.max_itl_ms is None else bool(fig.pause_s * 1e3 <= slo.max_itl_ms),
         **hbm,  # type: ignore[arg-type]
     )
 
@@ -204,6 +218,38 @@ def predict_system(
     )
 
 
+def workload_notes(ctx: CostContext) -> list[str]:
+    """What the workload section adds beyond one (input, output) pair, for the report."""
+    w = ctx.workload
+    notes = []
+    if w.has_distribution:
+        s = w.stats
+        notes.append(
+            f"length distribution of {len(w.lengths or [])} bins: mean {s.mean_input:.0f}+{s.mean_output:.0f} tokens, "
+            f"longest request {s.longest_context} tokens; TTFT is judged at the p{w.ttft_percentile:g} prompt "
+            f"({ctx.ttft_input_tokens} tokens), TPOT at the decode pool's output-weighted mean context "
+            f"({ctx.mean_decode_context_tokens:.0f} tokens, std {ctx.decode_context_std_tokens:.0f}) "
+            "for every percentile"
+        )
+    if w.hit_rate:
+        notes.append(
+            f"prefix cache: {w.hit_rate:.0%} of input tokens hit; prefill computes {ctx.prefill_tokens_per_request} "
+            "tokens per request but KV (and the transfer to decode) covers the whole prompt"
+        )
+    return notes
+
+
+def hardware_notes(*machines: HardwareSpec) -> list[str]:
+    """The announced-hardware warning of each distinct machine."""
+    seen, out = set(), []
+    for hw in machines:
+        text = hw.announced_warning()
+        if text and hw.name not in seen:
+            seen.add(hw.name)
+            out.append(text)
+    return out
+
+
 def evaluate_plan(
     plan: Plan,
     base_dir: Path | None = None,
@@ -211,9 +257,13 @@ def evaluate_plan(
     specs: PlanSpecs | None = None,
 ) -> Prediction:
     """Every figure the cost model predicts for `plan` (its own `predicted` block is ignored)."""
+    from planner.costmodel.mixed import is_mixed_plan
+
+    if is_mixed_plan(plan):
+        return evaluate_mixed_plan(plan, base_dir, imbalance)
     specs = specs or load_plan_specs(plan, base_dir)
     imb = imbalance or default_imbalance_model()
-    ctx = CostContext(specs.model, specs.hw, specs.quant, plan.workload, imb)
+    ctx = CostContext(specs.model, specs.hw, specs.quant, plan.workload, imb, plan.hbm_utilization)
     decode = predict_decode(ctx, plan) if plan.decode_phase is not None else None
     prefill = predict_prefill(ctx, plan) if plan.prefill_phase is not None else None
     colocated = predict_colocated(ctx, plan) if plan.is_colocated else None
@@ -229,9 +279,37 @@ def evaluate_plan(
         prefill=prefill,
         colocated=colocated,
         system=system,
+        notes=hardware_notes(specs.hw) + workload_notes(ctx),
+    )
+
+
+def evaluate_mixed_plan(
+    plan: Plan,
+    base_dir: Path | None = None,
+    imbalance: ImbalanceModel | None = None,
+    specs: MixedSpecs | None = None,
+) -> Prediction:
+    """A plan whose phases run on different machines (planner.costmodel.mixed)."""
+    from planner.costmodel.mixed import load_mixed_specs, mixed_contexts, mixed_system
+
+    specs = specs or load_mixed_specs(plan, base_dir, _resolve_ref)
+    d_ctx, p_ctx = mixed_contexts(plan, specs, imbalance)
+    decode = predict_decode(d_ctx, plan) if plan.decode is not None else None
+    prefill = predict_prefill(p_ctx, plan) if plan.prefill is not None else None
+    system: SystemPrediction | None = None
+    notes: list[str] = []
+    if decode is not None and prefill is not None:
+        system, notes = mixed_system(plan, specs.decode_hw, specs.prefill_hw, decode, prefill)
+    return Prediction(
+        cost_model=COST_MODEL_VERSION,
+        imbalance_model=d_ctx.imbalance.describe(),
+        decode=decode,
+        prefill=prefill,
+        system=system,
+        notes=hardware_notes(specs.decode_hw, specs.prefill_hw) + notes + workload_notes(p_ctx),
     )
 
 
 def plan_with_prediction(plan: Plan, prediction: Prediction) -> Plan:
     """The plan with its `predicted` block replaced by `prediction`."""
-    return plan.model_copy(update={"predicted": prediction.model_dump(mode="json")})
+    return plan.model_copy(update={"predicted": prediction.to_json()})

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
+from planner.costmodel.attention_kinds import attention_split_params
 from planner.costmodel.context import CostContext
 from planner.costmodel.imbalance import busiest_over_mean
 from planner.costmodel.modules import BF16_BYTES, LOGIT_BYTES
@@ -66,16 +67,39 @@ def kv_tokens_in_use(ctx: CostContext, sequences: ArrayLike, mtp_tokens: int) ->
     of the sum (each position uniform over the completion: std = output / sqrt(12)).
     """
     s = np.asarray(sequences, dtype=float)
-    w = ctx.workload
-    mean = w.input_tokens + w.output_tokens / 2.0 + mtp_tokens
-    std = w.output_tokens / np.sqrt(12.0)
-    return s * mean + 2.0 * np.sqrt(s) * std
+    mean = ctx.mean_decode_context_tokens + mtp_tokens
+    std = ctx.decode_context_std_tokens
+    # the longest request must fit next to the others (binds only for a long-tailed distribution)
+    longest = np.maximum(s - 1.0, 0.0) * mean + ctx.max_context_tokens + mtp_tokens
+    return np.maximum(s * mean + 2.0 * np.sqrt(s) * std, np.where(s > 0, longest, 0.0))
+
+
+def kv_transfer_bytes_per_request(ctx: CostContext) -> float:
+    """Cache of one prompt sent from prefill to decode: KV entries, compressed entries, linear states
+    (the prompt at the TTFT percentile; cached prefixes are sent too)."""
+    m = ctx.model
+    tokens = float(ctx.ttft_input_tokens)
+    if m.is_plain():
+        return tokens * m.kv_elements_per_token_per_layer() * m.kv_layers() * ctx.quant.kv_bytes_per_element
+    growing, fixed = m.kv_cache_bytes(tokens, ctx.quant.kv_bytes_per_element)
+    return growing + fixed
+
+
+def _kv_fixed_bytes_per_sequence(ctx: CostContext, core_tp: int) -> float:
+    """Cache bytes per sequence on one device that do not grow with its context (sliding windows,
+    compressor blocks, linear-attention states); 0 for plain MLA/GQA models."""
+    m = ctx.model
+    if m.is_plain():
+        return 0.0
+    return m.kv_cache_bytes(float(ctx.max_context_tokens), ctx.quant.kv_bytes_per_element, core_tp)[1]
 
 
 def _kv_bytes_per_token(ctx: CostContext, core_tp: int) -> float:
     """KV bytes per token on one device of a DP rank, all layers (the MLA latent is replicated)."""
     m = ctx.model
     a = m.attention
+    if not m.is_plain():
+        return m.kv_cache_bytes(1.0, ctx.quant.kv_bytes_per_element, core_tp)[0]
     elems = (
         float(a.kv_lora_rank + a.qk_rope_head_dim)
         if a.kind == "mla"
@@ -87,6 +111,15 @@ def _kv_bytes_per_token(ctx: CostContext, core_tp: int) -> float:
 def _attention_weight_bytes(ctx: CostContext, layout: AttentionLayout) -> float:
     m, q = ctx.model, ctx.quant
     a = m.attention
+    if not m.is_plain():
+        total = 0.0
+        for mtp, copies in ((False, 1), (True, m.mtp_layers)):
+            if not copies:
+                continue
+            for kind, ratio, count in m.attention_groups(mtp=mtp):
+                pre, core, out = attention_split_params(m, kind, ratio)
+                total += copies * count * (pre + core / layout.tp + out / layout.post_layout.tp)
+        return total * q.linear_weight_bytes
     p = m.attention_params_per_layer()
     core_tp, post_tp = layout.tp, layout.post_layout.tp
     if a.kind == "mla":
@@ -104,12 +137,19 @@ def attention_hbm(
     layout: AttentionLayout,
     tokens_per_device: ArrayLike,
     kv_tokens_per_device: ArrayLike,
+    kv_sequences_per_device: ArrayLike | None = None,
 ) -> Parts:
-    """Attention weights, the KV cache of the device's DP rank, hidden states and head buffers."""
+    """Attention weights, the KV cache of the device's DP rank, hidden states and head buffers.
+
+    `kv_sequences_per_device` (like the tokens, the DP rank's share per device) carries the
+    cache that does not grow with the context (windows, linear states)."""
     m = ctx.model
     a = m.attention
     t = np.asarray(tokens_per_device, dtype=float)
     kv = np.asarray(kv_tokens_per_device, dtype=float) * layout.tp * _kv_bytes_per_token(ctx, layout.tp)
+    if kv_sequences_per_device is not None and not m.is_plain():
+        fixed = _kv_fixed_bytes_per_sequence(ctx, layout.tp)
+        kv = kv + np.asarray(kv_sequences_per_device, dtype=float) * layout.tp * fixed
     heads_core = a.num_heads / layout.tp
     head_width = 2 * (a.qk_nope_head_dim + a.qk_rope_head_dim) + a.v_head_dim if a.kind == "mla" else 3 * a.head_dim
     acts = t * layout.tp * (m.hidden_size * HIDDEN_STATE_COPIES + heads_core * head_width) * BF16_BYTES
@@ -126,7 +166,7 @@ def dense_ffn_hbm(ctx: CostContext, layout: ParallelLayout, tokens_per_device: A
     t = np.asarray(tokens_per_device, dtype=float)
     if not m.num_dense_layers:
         return {}
-    weights = m.num_dense_layers * m.dense_ffn_params() / layout.tp * q.linear_weight_bytes
+    weights = m.num_dense_layers * m.dense_ffn_params() / layout.tp * q.dense_weight_bytes
     acts = t * layout.tp * (3 * m.dense_intermediate_size / layout.tp) * BF16_BYTES
     return {"dense_ffn_weights": np.full_like(t, weights), "activations": acts}
 
@@ -144,11 +184,11 @@ def moe_hbm(
     if m.moe is None:
         return {}, "routed"
     moe_layers = m.num_moe_layers + m.mtp_layers
-    expert = m.expert_params() * q.expert_weight_bytes
-    shared_bytes = m.moe.shared_experts * expert * moe_layers
+    expert = m.expert_params() * ctx.routed_expert_weight_bytes
+    shared_bytes = m.moe.shared_experts * m.shared_expert_params() * q.expert_weight_bytes * moe_layers
     routed_bytes = moe_layers * moe.slots_per_device * expert
     dedicated = shared.placement == "dedicated" and m.moe.shared_experts > 0
-    per_token = m.hidden_size * (q.dispatch_bytes_per_element + q.combine_bytes_per_element)
+    per_token = m.expert_token_width() * (q.dispatch_bytes_per_element + q.combine_bytes_per_element)
     if moe.comm == "allgather":
         buffers = devices * t * per_token
     else:
@@ -208,26 +248,27 @@ def _phase_hbm(
     tokens: np.ndarray,
     kv_tokens: np.ndarray,
     logit_tokens: np.ndarray,
+    kv_sequences: np.ndarray | None = None,
 ) -> HbmUse:
     moe_parts, role = (
         moe_hbm(ctx, phase.devices, phase.moe, phase.shared_expert, tokens) if phase.moe is not None else ({}, "routed")
     )
     parts = _combine(
         tokens,
-        attention_hbm(ctx, phase.attention, tokens, kv_tokens),
+        attention_hbm(ctx, phase.attention, tokens, kv_tokens, kv_sequences),
         dense_ffn_hbm(ctx, phase.dense_layout, tokens),
         moe_parts,
         lm_head_hbm(ctx, phase.lm_head_layout, logit_tokens),
         fixed=fixed_hbm(ctx),
     )
-    return HbmUse(parts, role, ctx.hw.hbm_bytes)
+    return HbmUse(parts, role, ctx.hbm_capacity_bytes)
 
 
 def decode_hbm(ctx: CostContext, phase: DecodePlan, concurrency: ArrayLike | None = None) -> HbmUse:
     """HBM per device of a decode instance at each concurrency per device."""
     b = np.atleast_1d(np.asarray(phase.concurrency_per_device if concurrency is None else concurrency, dtype=float))
     tokens = b * (1 + phase.mtp_tokens)
-    return _phase_hbm(ctx, phase, tokens, kv_tokens_in_use(ctx, b, phase.mtp_tokens), tokens)
+    return _phase_hbm(ctx, phase, tokens, kv_tokens_in_use(ctx, b, phase.mtp_tokens), tokens, b)
 
 
 def prefill_kv_tokens(batch_tokens: ArrayLike, core_dp: int) -> np.ndarray:
@@ -241,9 +282,11 @@ def prefill_hbm(ctx: CostContext, phase: PrefillPlan, batch_tokens: ArrayLike | 
     # two micro-batches are in flight at once when micro-batching
     in_flight = bt / phase.micro_batches * min(2, phase.micro_batches)
     tokens = in_flight / phase.devices
-    requests = in_flight / ctx.workload.input_tokens
-    kv = prefill_kv_tokens(bt, phase.attention.dp) / phase.attention.tp
-    return _phase_hbm(ctx, phase, tokens, kv, requests / phase.devices)
+    requests = in_flight / ctx.prefill_tokens_per_request
+    # cached prefixes occupy KV too: the KV of whole prompts
+    kv = prefill_kv_tokens(bt * ctx.kv_tokens_per_computed_token, phase.attention.dp) / phase.attention.tp
+    kv_sequences = kv / ctx.workload.input_tokens
+    return _phase_hbm(ctx, phase, tokens, kv, requests / phase.devices, kv_sequences)
 
 
 def _max_fitting(total_at: Callable[[np.ndarray], np.ndarray], capacity: float, lo: float, hi: float) -> int:
@@ -265,9 +308,9 @@ def _max_fitting(total_at: Callable[[np.ndarray], np.ndarray], capacity: float, 
 
 def max_decode_concurrency(ctx: CostContext, phase: DecodePlan) -> int:
     """Most sequences per device a decode instance can hold in HBM (0: the weights alone overflow)."""
-    return _max_fitting(lambda b: decode_hbm(ctx, phase, b).total_bytes, ctx.hw.hbm_bytes, 64.0, 128.0)
+    return _max_fitting(lambda b: decode_hbm(ctx, phase, b).total_bytes, ctx.hbm_capacity_bytes, 64.0, 128.0)
 
 
 def max_prefill_batch_tokens(ctx: CostContext, phase: PrefillPlan) -> int:
     """Most tokens per forward a prefill instance can hold in HBM."""
-    return _max_fitting(lambda t: prefill_hbm(ctx, phase, t).total_bytes, ctx.hw.hbm_bytes, 4096.0, 8192.0)
+    return _max_fitting(lambda t: prefill_hbm(ctx, phase, t).total_bytes, ctx.hbm_capacity_bytes, 4096.0, 8192.0)

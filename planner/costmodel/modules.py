@@ -64,6 +64,44 @@ def _tp_in_out_comm_s(ctx: CostContext, tp: int, tokens_per_device: np.ndarray, 
 # ---- attention ---------------------------------------------------------------------------------
 
 
+def attention_comm(
+    ctx: CostContext, layout: AttentionLayout, t: np.ndarray, latent_width: float, out_width: float
+) -> tuple[np.ndarray, int]:
+    """Collectives of one attention layer under its layout, and how many there are.
+
+    Pre-TP gathers the layer's input; the hybrid layout (the report's prefill) gathers the
+    latent to the core TP group and moves head outputs all-to-all; a plain TP layout gathers
+    the input and reduce-scatters the output.
+    """
+    q = ctx.quant
+    h = ctx.model.hidden_size
+    pre, post = layout.pre_layout, layout.post_layout
+    core = ParallelLayout(dp=layout.dp, tp=layout.tp)
+    comm_s = np.zeros_like(t)
+    collectives = 0
+    if pre.tp > 1:
+        comm_s = comm_s + comm.allgather_s(ctx.hw, pre.tp, t * h * q.dispatch_bytes_per_element)
+        collectives += 1
+    if layout.is_hybrid:
+        if core.tp > pre.tp:
+            comm_s = comm_s + comm.allgather_s(ctx.hw, core.tp, t * latent_width * BF16_BYTES)
+            collectives += 1
+        if core.tp > 1:
+            moved = t * out_width * BF16_BYTES * (core.tp - 1) / core.tp
+            comm_s = comm_s + comm.all_to_all_s(ctx.hw, core.tp, moved)
+            collectives += 1
+        elif post.tp > 1:
+            comm_s = comm_s + comm.allgather_s(ctx.hw, post.tp, t * out_width * BF16_BYTES)
+            collectives += 1
+    elif core.tp > 1 and pre.tp == 1:
+        comm_s = comm_s + comm.allgather_s(ctx.hw, core.tp, t * h * q.dispatch_bytes_per_element)
+        collectives += 1
+    if post.tp > 1:
+        comm_s = comm_s + comm.reduce_scatter_s(ctx.hw, post.tp, t * h * BF16_BYTES)
+        collectives += 1
+    return comm_s, collectives
+
+
 def attention_cost(
     ctx: CostContext,
     layout: AttentionLayout,
@@ -138,8 +176,7 @@ def attention_cost(
     t_att = ctx.roofline_s(att_flops, kv_bytes, ctx.attention_flops_per_s)
     if decode and core.dp > 1:
         # DP ranks wait for the one with the longest contexts (sequences at different positions)
-        w = ctx.workload
-        spread = w.output_tokens / np.sqrt(12.0) / max(ctx.mean_decode_context_tokens, 1.0)
+        spread = ctx.decode_context_std_tokens / max(ctx.mean_decode_context_tokens, 1.0)
         t_att = t_att * (1.0 + straggler_z(core.dp) * spread / np.sqrt(np.maximum(seqs * core.tp, 1)))
     parts.append(t_att)
     # output projection, split by heads over the post-TP group
@@ -147,28 +184,7 @@ def attention_cost(
     parts.append(ctx.roofline_s(2 * t_post * o_params, o_params * wb, lin))
     compute = sum(parts[1:], parts[0])
 
-    comm_s = np.zeros_like(t)
-    collectives = 0
-    if pre.tp > 1:
-        comm_s = comm_s + comm.allgather_s(ctx.hw, pre.tp, t * h * q.dispatch_bytes_per_element)
-        collectives += 1
-    if layout.is_hybrid:
-        if core.tp > pre.tp:
-            comm_s = comm_s + comm.allgather_s(ctx.hw, core.tp, t * latent_width * BF16_BYTES)
-            collectives += 1
-        if core.tp > 1:
-            moved = t * out_width * BF16_BYTES * (core.tp - 1) / core.tp
-            comm_s = comm_s + comm.all_to_all_s(ctx.hw, core.tp, moved)
-            collectives += 1
-        elif post.tp > 1:
-            comm_s = comm_s + comm.allgather_s(ctx.hw, post.tp, t * out_width * BF16_BYTES)
-            collectives += 1
-    elif core.tp > 1 and pre.tp == 1:
-        comm_s = comm_s + comm.allgather_s(ctx.hw, core.tp, t * h * q.dispatch_bytes_per_element)
-        collectives += 1
-    if post.tp > 1:
-        comm_s = comm_s + comm.reduce_scatter_s(ctx.hw, post.tp, t * h * BF16_BYTES)
-        collectives += 1
+    comm_s, collectives = attention_comm(ctx, layout, t, latent_width, out_width)
     return ModuleCost(compute, comm_s, _fixed(ctx, matrix_ops, vector_ops, collectives))
 
 
@@ -179,7 +195,9 @@ def dense_ffn_cost(ctx: CostContext, layout: ParallelLayout, tokens_per_device: 
     """One dense SwiGLU FFN layer on one device."""
     t = np.asarray(tokens_per_device, dtype=float)
     params = ctx.model.dense_ffn_params() / layout.tp
-    compute = ctx.roofline_s(2 * t * layout.tp * params, params * ctx.quant.linear_weight_bytes, ctx.linear_flops_per_s)
+    compute = ctx.roofline_s(
+        2 * t * layout.tp * params, params * ctx.quant.dense_weight_bytes, ctx.module_flops_per_s("dense_ffn")
+    )
     comm_s = _tp_in_out_comm_s(ctx, layout.tp, t, ctx.model.hidden_size)
     return ModuleCost(compute, comm_s, _fixed(ctx, 2, 3, 2 if layout.tp > 1 else 0))
 
@@ -227,10 +245,11 @@ def moe_cost(
     m, q = ctx.model, ctx.quant
     assert m.moe is not None
     t = np.asarray(tokens_per_device, dtype=float)
-    h, k = m.hidden_size, m.moe.experts_per_token
+    # a latent MoE (Kimi-K3) runs and moves its routed tokens at the latent width
+    h, k = m.expert_token_width(), m.moe.experts_per_token
     expert_params = m.expert_params()
-    ew = q.expert_weight_bytes
-    lin = ctx.linear_flops_per_s
+    ew = ctx.routed_expert_weight_bytes
+    lin = ctx.module_flops_per_s("experts")
     inter = m.moe.expert_intermediate_size
     tokens_total = t * devices
     ep, slots = moe.ep, moe.slots_per_device
@@ -250,18 +269,20 @@ def moe_cost(
     # router (BF16 GEMM over every expert, on the device's own tokens)
     router_params = m.router_params()
     router_s = ctx.roofline_s(2 * t * router_params, router_params * BF16_BYTES, ctx.bf16_matmul_flops_per_s)
+    shared_params = m.shared_expert_params()
+    sew = q.expert_weight_bytes
 
     # shared expert
     n_shared = m.moe.shared_experts
     if n_shared == 0:
         shared_s = np.zeros_like(t)
     elif shared.placement == "replicated":
-        p = n_shared * expert_params
-        shared_s = ctx.roofline_s(2 * t * p, p * ew, lin)
+        p = n_shared * shared_params
+        shared_s = ctx.roofline_s(2 * t * p, p * sew, lin)
     else:
-        p = n_shared * expert_params
+        p = n_shared * shared_params
         t_sh = tokens_total / shared.devices
-        shared_s = ctx.roofline_s(2 * t_sh * p, p * ew, lin)
+        shared_s = ctx.roofline_s(2 * t_sh * p, p * sew, lin)
 
     # dispatch and combine
     n_comm = devices

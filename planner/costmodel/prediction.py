@@ -7,7 +7,9 @@ CM384: one 910C package of two dies).
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Out(BaseModel):
@@ -18,8 +20,10 @@ class _HbmFigures(_Out):
     """HBM figures every phase block carries (per device of the fuller role)."""
 
     hbm_bytes_per_device: int
-    hbm_capacity_bytes: int
-    hbm_headroom_bytes: int
+    hbm_capacity_bytes: int  # what the engine may fill: the device's HBM x hbm_utilization
+    hbm_headroom_bytes: int  # capacity - use (>= 0 when the plan fits)
+    hbm_utilization: float
+    hbm_free_bytes: int  # the device's whole HBM - use: what stays free on the device
     fits_hbm: bool
     hbm_breakdown_bytes: dict[str, int]
 
@@ -38,6 +42,7 @@ class DecodePrediction(_HbmFigures):
     hbm_role: str
     max_concurrency_per_device: int
     meets_tpot_slo: bool | None
+    meets_itl_slo: bool | None  # the step (the gap between two emissions) within slo.max_itl_ms
     breakdown_ms: dict[str, float]
 
 
@@ -64,9 +69,15 @@ class ColocatedPrediction(_HbmFigures):
     tpot_ms: float
     ttft_ms: float
     longest_decode_pause_ms: float
+    itl_p50_ms: float  # gap between two steps that emit a sequence's tokens (planner.costmodel.colocated)
+    itl_p99_ms: float
+    chunk_tokens: int | None  # chunked prefill's prompt tokens per step (None: whole forwards)
+    chunk_step_fraction: float  # chunked: share of the steps that carry a chunk
+    tokens_per_s_per_user: float  # 1000 / TPOT, the stalls included: what `plan`, `evaluate`, `whatif` show
     tokens_per_s_per_card: float
     meets_tpot_slo: bool | None
     meets_ttft_slo: bool | None
+    meets_itl_slo: bool | None
 
 
 class SystemPrediction(_Out):
@@ -83,6 +94,22 @@ class SystemPrediction(_Out):
     input_tokens_per_s: float
 
 
+class BandFigure(_Out):
+    """A figure at the pessimistic end of the factor ranges, as predicted, and at the optimistic end."""
+
+    low: float
+    mid: float
+    high: float
+
+
+class Uncertainty(_Out):
+    """How sure the prediction is: bands per block (decode, prefill, colocated, system) and the ranges behind them."""
+
+    method: str
+    factors: dict[str, list[float]]
+    bands: dict[str, dict[str, BandFigure]]
+
+
 class Prediction(_Out):
     """Everything `evaluate` predicts for a plan."""
 
@@ -92,3 +119,16 @@ class Prediction(_Out):
     prefill: PrefillPrediction | None = None
     colocated: ColocatedPrediction | None = None
     system: SystemPrediction | None = None
+    uncertainty: Uncertainty | None = None  # set by `evaluate` and `plan` (costmodel.uncertainty), not by the search
+    notes: list[str] = Field(
+        default_factory=list,
+        description="what the figures rest on beyond the plan: announced hardware (vendor claims), mixed "
+        "hardware, the length percentile the TTFT is judged at, prefix-cache hits (left out when empty)",
+    )
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form for a plan's `predicted` block (`uncertainty` and `notes` only when there are any)."""
+        exclude = {
+            name for name, empty in (("uncertainty", self.uncertainty is None), ("notes", not self.notes)) if empty
+        }
+        return self.model_dump(mode="json", exclude=exclude or None)

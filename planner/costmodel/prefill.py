@@ -12,7 +12,10 @@ compute C and total communication M, the machine's overlap efficiency times
 min(C, M) * (1 - 1/(m L)) is hidden. Launch costs are paid once per micro-batch.
 
 TTFT = the wait for the forward already in flight (half a forward on average when the instance
-is busy) + this request's forward + moving its KV cache to the decode instance.
+is busy) + this request's forward (or forwards, when its prompt is longer than a batch) + moving
+its KV cache to the decode instance. With a length distribution it is the TTFT of the prompt at
+the workload's SLO percentile; with prefix-cache hits only the uncached part of each prompt is
+computed (planner.specs.workload).
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
+from planner.costmodel.attention_kinds import layers_cost
 from planner.costmodel.context import CostContext
+from planner.costmodel.decode import hash_routed_saving
+from planner.costmodel.memory import kv_transfer_bytes_per_request
 from planner.costmodel.modules import (
-    attention_cost,
     dense_ffn_cost,
     embedding_cost,
     lm_head_cost,
@@ -47,10 +52,9 @@ class PrefillForward:
 
 
 def kv_transfer_s(ctx: CostContext) -> float:
-    """Time to send one request's KV cache from the prefill to the decode instance."""
-    m = ctx.model
-    per_token = m.kv_elements_per_token_per_layer() * m.kv_layers() * ctx.quant.kv_bytes_per_element
-    return ctx.workload.input_tokens * per_token / ctx.hw.kv_transfer_bandwidth_bytes_per_s
+    """Time to send one request's cache from the prefill to the decode instance: the whole prompt
+    (cached prefix included) of the request at the TTFT percentile, over the stated KV link."""
+    return kv_transfer_bytes_per_request(ctx) / ctx.kv_link_bytes_per_s
 
 
 def prefill_forward(ctx: CostContext, phase: PrefillPlan, batch_tokens: ArrayLike | None = None) -> PrefillForward:
@@ -59,16 +63,15 @@ def prefill_forward(ctx: CostContext, phase: PrefillPlan, batch_tokens: ArrayLik
     bt = np.atleast_1d(np.asarray(phase.batch_tokens if batch_tokens is None else batch_tokens, dtype=float))
     n = phase.devices
     t = bt / n
-    requests = bt / ctx.workload.input_tokens
-    attended = (ctx.workload.input_tokens + 1) / 2.0
+    requests = bt / ctx.prefill_tokens_per_request
 
     compute: dict[str, np.ndarray] = {}
     comm_parts: dict[str, np.ndarray] = {}
     fixed = 0.0
-    att = attention_cost(ctx, phase.attention, t, requests / n, attended, 0.0, decode=False)
-    compute["attention"] = att.compute_s * m.num_layers
-    comm_parts["attention_comm"] = att.comm_s * m.num_layers
-    fixed += att.fixed_s * m.num_layers
+    att = layers_cost(ctx, phase.attention, t, requests / n, decode=False)
+    compute["attention"] = att.compute_s
+    comm_parts["attention_comm"] = att.comm_s
+    fixed += att.fixed_s
     imbalance = np.ones_like(bt)
     if m.num_dense_layers:
         dense = dense_ffn_cost(ctx, phase.dense_layout, t)
@@ -77,7 +80,7 @@ def prefill_forward(ctx: CostContext, phase: PrefillPlan, batch_tokens: ArrayLik
         fixed += dense.fixed_s * m.num_dense_layers
     if m.moe is not None and phase.moe is not None:
         moe = moe_cost(ctx, n, phase.moe, phase.shared_expert, t, False, float(ctx.workload.input_tokens))
-        compute["moe"] = moe.compute_s * m.num_moe_layers
+        compute["moe"] = moe.compute_s * m.num_moe_layers - hash_routed_saving(ctx, moe.router_s)
         comm_parts["moe_comm"] = moe.comm_s * m.num_moe_layers
         fixed += moe.fixed_s * m.num_moe_layers
         imbalance = moe.imbalance
@@ -98,7 +101,10 @@ def prefill_forward(ctx: CostContext, phase: PrefillPlan, batch_tokens: ArrayLik
         parts["micro_batch_overlap"] = -saving
     parts["launch_overhead"] = np.full_like(bt, fixed * mb)
     forward = sum(parts.values())
-    ttft = 1.5 * forward + kv_transfer_s(ctx)
+    # the TTFT-percentile prompt waits half a forward, then takes as many forwards as its computed
+    # tokens fill (one when the batch holds it whole, as the search sizes batches)
+    own = np.ceil(ctx.ttft_input_tokens * (1.0 - ctx.workload.hit_rate) / bt - 1e-9)
+    ttft = (0.5 + np.maximum(own, 1.0)) * forward + kv_transfer_s(ctx)
     return PrefillForward(
         batch_tokens=bt,
         forward_s=forward,  # type: ignore[arg-type]

@@ -4,11 +4,12 @@ Each row names a shipped plan, the predicted figure to compare (a dotted path in
 the published value and the tolerance. Tests, the calibration script, the README table and
 `moeplan fidelity` all read the rows from that one file.
 
-`role` says whether a row is a calibration row (the report's deployments, in-sample) or a
-validation row (a public figure kept aside, facts.md §9); `fitted_factors` names the factors a
-row determines (a factor fitted to one row is marked so); `known_miss` explains a validation row
-the cost model does not reproduce within its tolerance yet (reported, not hidden; the test of
-tolerances skips only those rows).
+`role` says whether a row is one factors may be fitted to or a validation row (a public figure
+kept aside, facts.md §9); `fitted` names what a row determines (a parameter fitted to one row is
+marked so, e.g. the engine imbalance's); `known_miss` explains a validation row the cost model does
+not reproduce within its tolerance yet (reported, not hidden; the tolerance test skips only those
+rows and checks they still miss). `drift_sigma: 0` says a deployment placed its experts from the
+very distribution it served (no drift between placement windows).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from planner.costmodel.evaluate import evaluate_plan
+from planner.costmodel.fitting import metric_value
 from planner.costmodel.imbalance import EngineImbalance, ImbalanceModel, SkewImbalance
 from planner.costmodel.prediction import Prediction
 from planner.specs.catalog import catalog_dir, load_plan
@@ -39,12 +41,15 @@ class PublishedRow(Strict):
     drift_sigma: float | None = Field(
         default=None, ge=0, description="the deployment placed experts from the served distribution itself: 0"
     )
+    role: Literal["fit", "validation"] = Field(
+        default="fit",
+        description="fit: factors marked fitted_on 'published' are fitted to it; validation: never fitted to",
+    )
     unit: str = ""
     source: str
     note: str = ""
-    role: Literal["calibration", "validation"] = "calibration"
-    fitted_factors: list[str] = Field(default_factory=list)
-    known_miss: str = ""
+    fitted: str = Field(default="", description="the factors fitted to this row ('' : an out-of-sample check)")
+    known_miss: str = Field(default="", description="why a validation row is outside its tolerance today")
 
 
 class PublishedRows(Strict):
@@ -77,14 +82,6 @@ def published_rows() -> list[PublishedRow]:
     path = catalog_dir("plans") / "published.yaml"
     data, text = load_mapping(path, "published figures")
     return validate_model(PublishedRows, data, str(path), "published figures", text).rows
-
-
-def metric_value(prediction: Prediction, metric: str) -> float:
-    """The figure at a dotted path such as 'decode.tokens_per_s_per_card'."""
-    node: Any = prediction.model_dump()
-    for part in metric.split("."):
-        node = node[part]
-    return float(node)
 
 
 def evaluate_row(row: PublishedRow, imbalance: ImbalanceModel | None = None, **plan_specs: Any) -> RowResult:

@@ -56,7 +56,7 @@ ROUNDING_BYTES = 8 * 1024.0**2
 # ... and each module's µs up, which moves TPOT/TTFT by a few µs at most
 ROUNDING_MS = 0.01
 
-Constraint = Literal["hbm", "tpot", "ttft", "card_budget", "rate", "search_space", "none"]
+Constraint = Literal["hbm", "tpot", "ttft", "itl", "card_budget", "rate", "search_space", "none"]
 
 
 @dataclass(frozen=True)
@@ -213,7 +213,7 @@ def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | Non
 
 def _prefill_largest_ok(ctx: CostContext, phase: PrefillPlan, upto: int, slo_ms: float | None) -> int:
     """Most requests per forward (<= upto) that fit HBM and meet the TTFT SLO."""
-    n_in = ctx.workload.input_tokens
+    n_in = ctx.prefill_tokens_per_request  # computed tokens per request (prefix hits are not)
     rs = np.arange(1, max(1, upto) + 1, dtype=float)
     bt = np.maximum(rs * n_in, phase.micro_batches)
     ok = prefill_hbm(ctx, phase, bt).fits
@@ -224,7 +224,7 @@ def _prefill_largest_ok(ctx: CostContext, phase: PrefillPlan, upto: int, slo_ms:
 
 def prefill_binding(ctx: CostContext, phase: PrefillPlan, ttft_slo_ms: float | None) -> Binding:
     """What stops the prefill batch from taking one more request (or which rule it breaks)."""
-    n_in = ctx.workload.input_tokens
+    n_in = ctx.prefill_tokens_per_request  # computed tokens per request (prefix hits are not)
     bt = phase.batch_tokens
     r = max(1, bt // n_in)
     grid_next = _next_on_grid(request_values(MAX_REQUESTS_PER_FORWARD), r)
@@ -344,7 +344,7 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
     tpot_slo = slo.tpot_ms if slo else None
     ttft_slo = slo.ttft_ms if slo else None
     now = _colocated_figures(plan.model_copy(update={"predicted": None}), ctx)
-    b, n_in = d.concurrency_per_device, ctx.workload.input_tokens
+    b, n_in = d.concurrency_per_device, ctx.prefill_tokens_per_request
     r = max(1, p.batch_tokens // n_in)
     broken: list[tuple[Constraint, str]] = []
     if not now.fits_hbm:
@@ -354,6 +354,9 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
         broken.append(("tpot", f"misses the TPOT SLO: {now.tpot_ms:.1f} ms > {tpot_slo:g} ms"))
     if ttft_slo is not None and now.ttft_ms > ttft_slo + 1e-9:
         broken.append(("ttft", f"misses the TTFT SLO: {now.ttft_ms:.0f} ms > {ttft_slo:g} ms"))
+    itl_slo = slo.max_itl_ms if slo else None
+    if itl_slo is not None and now.longest_decode_pause_ms > itl_slo + 1e-9:
+        broken.append(("itl", f"breaks the ITL limit: {now.longest_decode_pause_ms:.0f} ms > {itl_slo:g} ms"))
     if broken:
         kind, text = broken[0]
         return [
@@ -384,6 +387,12 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
             )
         if ttft_slo is not None and f.ttft_ms > ttft_slo - ROUNDING_MS:
             return "ttft", f"TTFT binds: {label} gives {f.ttft_ms:.0f} ms > {ttft_slo:g} ms", "TTFT"
+        if itl_slo is not None and f.longest_decode_pause_ms > itl_slo - ROUNDING_MS:
+            return (
+                "itl",
+                f"ITL binds: {label} gives a {f.longest_decode_pause_ms:.0f} ms gap > {itl_slo:g} ms",
+                "ITL",
+            )
         return "none", f"nothing binds: {label} is still allowed", "nothing binds"
 
     def on_grid(kind: Constraint, text: str, tag: str, grid: np.ndarray, value: int, what: str):
@@ -408,6 +417,13 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
     )
     message = f"colocated decode concurrency ({b} per device): {text}."
     out.append(Binding("decode", kind, message, f"colocated B{b}: {tag}"))
+    if section.chunk_tokens is not None:
+        chunk = section.chunk_tokens
+        bigger = {"chunk_tokens": 2 * chunk, "prefill_batch_tokens": 2 * chunk}
+        kind, text, tag = neighbour(f"{2 * chunk}-token chunks", bigger)
+        message = f"colocated chunked prefill ({chunk} prompt tokens per step): {text}."
+        out.append(Binding("prefill", kind, message, f"colocated chunk {chunk}: {tag}"))
+        return out
     more_requests = {"prefill_batch_tokens": (r + 1) * n_in}
     kind, text, tag = on_grid(
         *neighbour(f"{r + 1} requests per forward", more_requests),
@@ -587,7 +603,9 @@ def deployment_binding(
 
 def plan_context(plan: Plan, specs: PlanSpecs, imbalance=None) -> CostContext:
     """The cost context a plan is evaluated in (its own workload)."""
-    return CostContext(specs.model, specs.hw, specs.quant, plan.workload, imbalance or default_imbalance_model())
+    return CostContext(
+        specs.model, specs.hw, specs.quant, plan.workload, imbalance or default_imbalance_model(), plan.hbm_utilization
+    )
 
 
 def plan_bindings(
@@ -612,14 +630,31 @@ def plan_bindings(
 
 def request_bindings(plan: Plan, req: PlanRequest) -> list[Binding]:
     """Bindings of a plan the search returned for `req` (its budget, rate and imbalance)."""
+    if req.is_mixed:
+        return mixed_request_bindings(plan, req)
     ctx = CostContext(
         load_model(req.model),
         load_hardware(req.hardware),
         get_quantization(req.quantization),
         req.workload,
         req.imbalance or default_imbalance_model(),
+        req.hbm_utilization,
     )
     return plan_bindings(plan, ctx, req.max_cards, req.rate_per_s)
+
+
+def mixed_request_bindings(plan: Plan, req: PlanRequest) -> list[Binding]:
+    """Phase bindings of a plan whose phases run on different machines (each on its own)."""
+    from planner.search.mixed_search import phase_contexts
+
+    d_ctx, p_ctx = phase_contexts(req)
+    slo = plan.slo
+    out = []
+    if plan.decode is not None:
+        out.append(decode_binding(d_ctx, plan.decode, slo.tpot_ms if slo else None))
+    if plan.prefill is not None:
+        out.append(prefill_binding(p_ctx, plan.prefill, slo.ttft_ms if slo else None))
+    return out
 
 
 def outcome_bindings(outcome: SearchOutcome, index: int = 0) -> list[Binding]:
@@ -631,6 +666,7 @@ TAGS = {
     "hbm": "HBM",
     "tpot": "TPOT",
     "ttft": "TTFT",
+    "itl": "ITL",
     "card_budget": "cards",
     "rate": "rate",
     "search_space": "grid",

@@ -8,6 +8,7 @@ its `predicted` block only, so any scored plan can be compared with any other.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from planner.costmodel.prediction import Prediction
 from planner.ranking.binding import cards_for_rate
@@ -94,23 +95,41 @@ def plan_devices(plan: Plan) -> int:
     return sum(p.total_devices for p in (plan.decode_phase, plan.prefill_phase) if p is not None)
 
 
+def pd_cards(plan: Plan, hw: HardwareSpec, sep: str = " : ") -> str:
+    """Instances x cards per instance, prefill then decode ("1x16 : 1x32"), or "colocated 2x24".
+
+    Counted in cards, as the card budget is (a CM384 card is a 910C package of two dies); an
+    instance of an odd number of CM384 dies shows its half card.
+    """
+
+    def each(phase: Any) -> str:
+        return "-" if phase is None else f"{phase.instances}x{hw.cards(phase.devices):g}"
+
+    if plan.is_colocated and plan.decode_phase is not None:
+        return f"colocated {each(plan.decode_phase)}"
+    return each(plan.prefill_phase) + sep + each(plan.decode_phase)
+
+
 def plan_choices(plan: Plan, hw: HardwareSpec, model: ModelSpec | None) -> dict[str, str]:
     """Every choice of a plan: cards, P:D, and each phase's layouts and integers."""
     routed = model.moe.routed_experts if model is not None and model.moe is not None else None
     devices = plan_devices(plan)
-    pd = (
-        (f"{plan.prefill_phase.instances}x{plan.prefill_phase.devices}" if plan.prefill_phase else "-")
-        + " : "
-        + (f"{plan.decode_phase.instances}x{plan.decode_phase.devices}" if plan.decode_phase else "-")
-    )
-    if plan.is_colocated and plan.decode_phase is not None:
-        pd = f"colocated {plan.decode_phase.instances}x{plan.decode_phase.devices}"
-    out = {"hardware": hw.name, "cards": f"{hw.cards(devices):g}", "P:D": pd}
+    out = {"hardware": hw.name, "cards": f"{hw.cards(devices):g}", "P:D cards": pd_cards(plan, hw)}
+    phase_hw = {
+        name: getattr(sec, "hardware", None) for name, sec in (("prefill", plan.prefill), ("decode", plan.decode))
+    }
+    if any(phase_hw.values()):  # mixed hardware: each phase on its own machine
+        out["hardware"] = " / ".join(f"{name} {v or plan.hardware}" for name, v in phase_hw.items())
+        system = (plan.predicted or {}).get("system") or {}
+        if "cards" in system:
+            out["cards"] = f"{system['cards']:g}"
     out.update(phase_choices("decode", plan.decode_phase, routed))
     prefill = phase_choices("prefill", plan.prefill_phase, routed)
     if plan.is_colocated:
         # the prefill section repeats the decode one's instances and layouts
         prefill = {k: v for k, v in prefill.items() if k in ("prefill tokens per forward", "prefill micro-batches")}
+        chunk = plan.colocated.chunk_tokens if plan.colocated is not None else None
+        prefill["prefill schedule"] = f"chunked, {chunk} tokens per step" if chunk else "whole forwards"
     out.update(prefill)
     return out
 
@@ -139,7 +158,7 @@ def plan_figures(plan: Plan, hw: HardwareSpec, rate_per_s: float | None = None) 
         return {
             "output_tokens_per_s_per_card": headline,
             "decode_tokens_per_s_per_card": None,
-            "tokens_per_s_per_user": 1e3 / c.tpot_ms,
+            "tokens_per_s_per_user": c.tokens_per_s_per_user,
             "tpot_ms": c.tpot_ms,
             "ttft_ms": c.ttft_ms,
             "decode_hbm_headroom_gib": c.hbm_headroom_bytes / GIB,  # one instance holds both phases
@@ -157,7 +176,7 @@ def plan_figures(plan: Plan, hw: HardwareSpec, rate_per_s: float | None = None) 
         "decode_hbm_headroom_gib": d.hbm_headroom_bytes / GIB if d else None,
         "prefill_hbm_headroom_gib": p.hbm_headroom_bytes / GIB if p else None,
         "requests_per_s": requests,
-        "cards": hw.cards(devices),
+        "cards": s.cards if s is not None and (plan.decode_phase and plan.decode_phase.hardware) else hw.cards(devices),
         "cards_for_rate": cards_for_rate(plan, pred, hw, rate_per_s) if rate_per_s else None,
     }
 
@@ -172,6 +191,9 @@ class Change:
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
+
+
+NEAR_ZERO_BASE = 0.05  # a base under 5% of the new value (a >20x change) gets no relative change
 
 
 @dataclass(frozen=True)
@@ -191,7 +213,11 @@ class Delta:
 
     @property
     def relative(self) -> float | None:
-        if self.base is None or self.new is None or self.base == 0:
+        """new / base - 1; None where a ratio misleads (a headroom, a sign change, a near-zero base:
+        the absolute change says it then)."""
+        if self.base is None or self.new is None or self.base == 0 or self.name.endswith("_headroom_gib"):
+            return None
+        if self.base * self.new < 0 or abs(self.base) < NEAR_ZERO_BASE * max(abs(self.base), abs(self.new)):
             return None
         return self.new / self.base - 1.0
 

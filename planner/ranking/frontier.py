@@ -130,7 +130,7 @@ def _xy(plan: Plan, metric: str) -> tuple[float, float] | None:
     c = pred.get("colocated") if plan.is_colocated else None
     if c and pred.get("system"):
         # a colocated instance's TPOT includes its decode stalls during prefill
-        return 1e3 / float(c["tpot_ms"]), float(pred["system"]["output_tokens_per_s_per_card"])
+        return float(c["tokens_per_s_per_user"]), float(pred["system"]["output_tokens_per_s_per_card"])
     if metric == "deployment" and pred.get("system"):
         return float(d["tokens_per_s_per_user"]), float(pred["system"]["output_tokens_per_s_per_card"])
     return float(d["tokens_per_s_per_user"]), float(d["tokens_per_s_per_card"])

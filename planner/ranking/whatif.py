@@ -27,8 +27,9 @@ from planner.costmodel.evaluate import (
     plan_with_prediction,
 )
 from planner.costmodel.imbalance import default_imbalance_model
+from planner.costmodel.mixed import is_mixed_plan
 from planner.errors import BadInputError
-from planner.ranking.binding import Binding, plan_bindings, plan_context
+from planner.ranking.binding import Binding, mixed_request_bindings, plan_bindings, plan_context
 from planner.ranking.compare import (
     Change,
     Delta,
@@ -141,7 +142,16 @@ def request_assumptions(req: PlanRequest) -> dict[str, object]:
         "mtp": ",".join(str(k) for k in req.mtp_tokens) if req.mtp_tokens is not None else "all",
         "max-redundant-experts": req.max_redundant_experts,
         "colocated": req.colocated,
+        "hbm-utilization": req.hbm_utilization,
+        "max-itl-ms": s.max_itl_ms,
         "imbalance": (req.imbalance or default_imbalance_model()).describe(),
+        "prefill-hardware": req.prefill_hardware,
+        "decode-hardware": req.decode_hardware,
+        "kv-transfer-gbps": None if req.kv_transfer_bytes_per_s is None else req.kv_transfer_bytes_per_s / 1e9,
+        "max-prefill-cards": req.max_prefill_cards,
+        "max-decode-cards": req.max_decode_cards,
+        "max-cost": req.max_cost,
+        "prefix-hit-rate": req.workload.prefix_hit_rate,
     }
 
 
@@ -168,7 +178,11 @@ def _column(
         hw=specs.hw,
         choices=plan_choices(plan, specs.hw, specs.model),
         figures=plan_figures(plan, specs.hw, rate),
-        bindings=plan_bindings(plan, ctx, max_cards, req.rate_per_s),
+        bindings=(
+            mixed_request_bindings(plan, req)
+            if is_mixed_plan(plan)
+            else plan_bindings(plan, ctx, max_cards, req.rate_per_s)
+        ),
         meets_slo=all(meets) if meets else None,
         fits_hbm=all(fits) if fits else None,
     )
@@ -183,6 +197,11 @@ def _notes(base: PlanRequest, new: PlanRequest, changes: list[Change]) -> list[s
         notes.append("--ttft-ms has no effect on a decode-only plan; add --phase both to plan prefill too.")
     if "tpot-ms" in names and new.phase == "prefill":
         notes.append("--tpot-ms has no effect on a prefill-only plan; add --phase both to plan decode too.")
+    if "prefill-hardware" in names or "decode-hardware" in names:
+        notes.append(
+            "one phase's machine changed: each phase is costed on its own machine and cards of both kinds are "
+            "summed; the re-scored base keeps its layouts on the new machines."
+        )
     if "hardware" in names:
         notes.append(
             "cards differ between machines (a CM384 card is a 910C package of two dies); the "
@@ -203,10 +222,34 @@ def rescore(base: Plan, new_request: PlanRequest, specs: PlanSpecs) -> Plan:
             "quantization": new_request.quantization,
             "workload": new_request.workload,
             "slo": new_request.slo,
+            "hbm_utilization": new_request.hbm_utilization,
             "predicted": None,
             "rank": None,
         }
     )
+    if new_request.is_mixed and new_request.prefill_hw_name != new_request.decode_hw_name and moved.is_colocated:
+        raise BadInputError(
+            "a colocated plan runs both phases on one machine; it cannot be re-scored with prefill on "
+            f"{new_request.prefill_hw_name} and decode on {new_request.decode_hw_name}."
+        )
+    if new_request.is_mixed and moved.decode is not None and moved.prefill is not None:
+        # prefill on one machine, decode on another: each section names its own
+        top = new_request.hardware
+        moved = moved.model_copy(
+            update={
+                "decode": moved.decode.model_copy(
+                    update={"hardware": None if new_request.decode_hw_name == top else new_request.decode_hw_name}
+                ),
+                "prefill": moved.prefill.model_copy(
+                    update={
+                        "hardware": None if new_request.prefill_hw_name == top else new_request.prefill_hw_name,
+                        "kv_transfer_bytes_per_s": new_request.kv_transfer_bytes_per_s,
+                    }
+                ),
+            }
+        )
+        prediction = evaluate_plan(moved, imbalance=new_request.imbalance)
+        return plan_with_prediction(moved, prediction)
     check_plan(moved, specs.model, specs.hw)
     prediction = evaluate_plan(moved, imbalance=new_request.imbalance, specs=specs)
     return plan_with_prediction(moved, prediction)

@@ -6,6 +6,7 @@ import json
 
 from rich.console import RenderableType
 from rich.table import Table
+from rich.text import Text
 
 from planner.costmodel.prediction import DecodePrediction, Prediction, PrefillPrediction
 from planner.specs.hardware import HardwareSpec
@@ -59,7 +60,9 @@ def _breakdown_table(title: str, breakdown_ms: dict[str, float], total_ms: float
     return table
 
 
-def _hbm_table(title: str, breakdown: dict[str, int], capacity: int, role: str) -> Table:
+def _hbm_table(
+    title: str, breakdown: dict[str, int], capacity: int, role: str, utilization: float = 1.0, free: int | None = None
+) -> Table:
     table = Table(title=f"{title} (per device, {role} role)")
     table.add_column("part")
     table.add_column("GiB", justify="right")
@@ -67,10 +70,12 @@ def _hbm_table(title: str, breakdown: dict[str, int], capacity: int, role: str) 
     for key, b in breakdown.items():
         table.add_row(key.replace("_", " "), f"{b / GIB:.2f}")
     table.add_row("[bold]total[/]", f"[bold]{total / GIB:.2f}[/]")
-    table.add_row("capacity", f"{capacity / GIB:.2f}")
+    table.add_row(f"capacity ({utilization:g} of the device's HBM)", f"{capacity / GIB:.2f}")
     headroom = capacity - total
     style = "green" if headroom >= 0 else "red"
     table.add_row("headroom", f"[{style}]{headroom / GIB:.2f}[/]")
+    if free is not None:
+        table.add_row("free on the device", f"{free / GIB:.2f}")
     return table
 
 
@@ -99,11 +104,16 @@ def _decode_summary(phase: DecodePlan, d: DecodePrediction, hw: HardwareSpec, pl
     )
     t.add_row("step", f"{d.step_ms:.2f} ms")
     slo = plan.slo.tpot_ms if plan.slo and plan.slo.tpot_ms else None
-    t.add_row(
-        "TPOT",
-        f"{d.tpot_ms:.2f} ms" + (f" (SLO {slo:g} ms: {_ok(d.meets_tpot_slo)})" if slo else ""),
-    )
-    t.add_row("tokens/s per user", f"{d.tokens_per_s_per_user:.1f}")
+    if plan.is_colocated:
+        # a colocated sequence also waits for prefill: its TPOT and tokens/s per user are the
+        # colocated table's (one figure in plan, evaluate and whatif); this is the step alone
+        t.add_row("TPOT of the decode steps alone", f"{d.tpot_ms:.2f} ms (without prefill: see the colocated table)")
+    else:
+        t.add_row(
+            "TPOT",
+            f"{d.tpot_ms:.2f} ms" + (f" (SLO {slo:g} ms: {_ok(d.meets_tpot_slo)})" if slo else ""),
+        )
+        t.add_row("tokens/s per user", f"{d.tokens_per_s_per_user:.1f}")
     t.add_row(
         "output tokens/s",
         f"{d.tokens_per_s_per_device:.1f} per device, {d.tokens_per_s_per_card:.1f} per card",
@@ -111,7 +121,8 @@ def _decode_summary(phase: DecodePlan, d: DecodePrediction, hw: HardwareSpec, pl
     t.add_row("MoE imbalance (busiest/mean)", f"{d.moe_imbalance:.3f}")
     t.add_row(
         "HBM per device",
-        f"{d.hbm_bytes_per_device / GIB:.2f} of {d.hbm_capacity_bytes / GIB:.1f} GiB, fits: {_ok(d.fits_hbm)}",
+        f"{d.hbm_bytes_per_device / GIB:.2f} of {d.hbm_capacity_bytes / GIB:.1f} GiB "
+        f"({d.hbm_utilization:g} of {hw.hbm_bytes / GIB:.0f}), fits: {_ok(d.fits_hbm)}",
     )
     return t
 
@@ -143,27 +154,53 @@ def _prefill_summary(phase: PrefillPlan, p: PrefillPrediction, hw: HardwareSpec,
     t.add_row("MoE imbalance (busiest/mean)", f"{p.moe_imbalance:.3f}")
     t.add_row(
         "HBM per device",
-        f"{p.hbm_bytes_per_device / GIB:.2f} of {p.hbm_capacity_bytes / GIB:.1f} GiB, fits: {_ok(p.fits_hbm)}",
+        f"{p.hbm_bytes_per_device / GIB:.2f} of {p.hbm_capacity_bytes / GIB:.1f} GiB "
+        f"({p.hbm_utilization:g} of {hw.hbm_bytes / GIB:.0f}), fits: {_ok(p.fits_hbm)}",
     )
     return t
 
 
-def evaluate_tables(plan: Plan, prediction: Prediction, hw: HardwareSpec) -> list[RenderableType]:
-    """Every table `moeplan evaluate` prints."""
+def evaluate_tables(
+    plan: Plan, prediction: Prediction, hw: HardwareSpec, prefill_hw: HardwareSpec | None = None
+) -> list[RenderableType]:
+    """Every table `moeplan evaluate` prints (`prefill_hw`: the prefill machine of a mixed plan)."""
     out: list[RenderableType] = []
     if plan.decode_phase is not None and prediction.decode is not None:
         d = prediction.decode
         out.append(_decode_summary(plan.decode_phase, d, hw, plan))
         out.append(_breakdown_table("Decode step by module", d.breakdown_ms, d.step_ms))
-        out.append(_hbm_table("Decode HBM", d.hbm_breakdown_bytes, d.hbm_capacity_bytes, d.hbm_role))
+        out.append(
+            _hbm_table(
+                "Decode HBM",
+                d.hbm_breakdown_bytes,
+                d.hbm_capacity_bytes,
+                d.hbm_role,
+                d.hbm_utilization,
+                d.hbm_free_bytes,
+            )
+        )
     if plan.prefill_phase is not None and prediction.prefill is not None:
         p = prediction.prefill
-        out.append(_prefill_summary(plan.prefill_phase, p, hw, plan))
+        out.append(_prefill_summary(plan.prefill_phase, p, prefill_hw or hw, plan))
         out.append(_breakdown_table("Prefill forward by module", p.breakdown_ms, p.forward_ms))
-        out.append(_hbm_table("Prefill HBM", p.hbm_breakdown_bytes, p.hbm_capacity_bytes, p.hbm_role))
+        out.append(
+            _hbm_table(
+                "Prefill HBM",
+                p.hbm_breakdown_bytes,
+                p.hbm_capacity_bytes,
+                p.hbm_role,
+                p.hbm_utilization,
+                p.hbm_free_bytes,
+            )
+        )
     if prediction.colocated is not None and plan.decode_phase is not None:
         c = prediction.colocated
-        t = Table(title="Colocated instance (prefill and decode in turn)", show_header=False)
+        chunked = c.chunk_tokens is not None
+        t = Table(
+            title="Colocated instance ("
+            + ("chunked prefill rides along the decode steps)" if chunked else "prefill and decode in turn)"),
+            show_header=False,
+        )
         t.add_column("figure")
         t.add_column("value")
         t.add_row("requests/s per instance", f"{c.requests_per_s_per_instance:.3f}")
@@ -175,20 +212,35 @@ def evaluate_tables(plan: Plan, prediction: Prediction, hw: HardwareSpec) -> lis
             + (f" (SLO {slo.tpot_ms:g} ms: {_ok(c.meets_tpot_slo)})" if slo and slo.tpot_ms else ""),
         )
         t.add_row(
-            "TTFT (step in flight + 1.5 forwards)",
+            "TTFT (step in flight, queue, own chunks)" if chunked else "TTFT (step in flight + 1.5 forwards)",
             f"{c.ttft_ms:.2f} ms"
             + (f" (SLO {slo.ttft_ms:g} ms: {_ok(c.meets_ttft_slo)})" if slo and slo.ttft_ms else ""),
         )
+        t.add_row("tokens/s per user", f"{c.tokens_per_s_per_user:.1f}")
+        if c.chunk_tokens is not None:
+            t.add_row(
+                "prefill schedule",
+                f"chunked: up to {c.chunk_tokens} prompt tokens ride along a decode step; "
+                f"{c.chunk_step_fraction:.0%} of the steps carry a chunk",
+            )
+        else:
+            t.add_row("prefill schedule", "whole forwards between decode steps (decoding stops during each)")
+        itl_slo = slo.max_itl_ms if slo else None
+        t.add_row(
+            "inter-token latency P50 / P99",
+            f"{c.itl_p50_ms:.0f} / {c.itl_p99_ms:.0f} ms (gaps between the steps that emit a sequence's tokens)",
+        )
         t.add_row(
             "longest gap between two tokens",
-            f"{c.longest_decode_pause_ms:.0f} ms (a prefill forward "
-            "comes between them; use --no-colocated if your SLO bounds the worst gap)",
+            f"{c.longest_decode_pause_ms:.0f} ms"
+            + (f" (limit {itl_slo:g} ms: {_ok(c.meets_itl_slo)})" if itl_slo else "")
+            + (" (a whole prefill forward comes between them)" if c.chunk_tokens is None else " (a step with a chunk)"),
         )
         t.add_row("output tokens/s per card", f"{c.tokens_per_s_per_card:.1f}")
         t.add_row(
             "HBM per device",
             f"{c.hbm_bytes_per_device / GIB:.2f} of {c.hbm_capacity_bytes / GIB:.1f} GiB "
-            f"(prefill batch included), fits: {_ok(c.fits_hbm)}",
+            f"({c.hbm_utilization:g} of {hw.hbm_bytes / GIB:.0f}; prefill batch included), fits: {_ok(c.fits_hbm)}",
         )
         out.insert(0, t)
     if prediction.system is not None:
@@ -208,6 +260,8 @@ def evaluate_tables(plan: Plan, prediction: Prediction, hw: HardwareSpec) -> lis
         )
         t.add_row("input tokens/s", f"{s.input_tokens_per_s:.1f}")
         out.append(t)
+    if prediction.notes:
+        out.append(Text("\n".join(f"note: {n}" for n in prediction.notes)))
     return out
 
 

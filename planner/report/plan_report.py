@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from rich.table import Table
 
+from planner.ranking.compare import pd_cards
+from planner.ranking.robust import band_cell, tpot_band_cell
 from planner.specs.hardware import HardwareSpec
 from planner.specs.plan import PhasePlan, Plan
 
@@ -34,7 +37,12 @@ def headline(plan: Plan) -> float:
 
 
 def cards_of(plan: Plan, hw: HardwareSpec) -> float:
-    """Cards the plan occupies (a colocated plan's two sections share their devices)."""
+    """Cards the plan occupies (a colocated plan's two sections share their devices; a mixed plan's
+    phases count their own machine's cards, as its `predicted` system block does)."""
+    mixed = any(getattr(s, "hardware", None) for s in (plan.decode, plan.prefill))
+    cards = _p(plan, "system", "cards")
+    if mixed and cards is not None:
+        return float(cards)
     return hw.cards(plan.total_devices)
 
 
@@ -54,31 +62,41 @@ def compact_layouts(phase: PhasePlan) -> str:
 def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
     """One row per plan: cards, P:D, layouts, concurrency, TPOT, TTFT, tokens/s per card, headroom."""
     caption = (
-        "layouts: attention|dense FFN|experts|LM head; B: sequences per device; K: thousand tokens per "
-        "forward; mb: micro-batches"
+        "P:D cards: prefill : decode instances x cards per instance; layouts: attention|dense FFN|experts|LM "
+        "head over the instance's devices (dies); B: sequences per device (die); K: thousand "
+        "tokens per forward; mb: micro-batches"
     )
     if any(p.is_colocated for p in plans):
         caption += (
-            "\ncolocated: prefill and decode on the same instances; their TPOT is an average, decoding "
-            "pauses for a whole prefill forward now and then (--no-colocated to rank only disaggregated plans)"
+            "\ncolocated: prefill and decode on the same instances, taking turns (whole forwards: decoding "
+            "pauses for each) or chunked (up to N prompt tokens ride along each decode step); TPOT is the mean "
+            "over the stalls, ITL max the longest gap (--no-colocated ranks only disaggregated plans)"
         )
     table = Table(title=title, caption=caption)
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("cards", justify="right", no_wrap=True)
-    table.add_column("P:D", no_wrap=True)
+    table.add_column("P:D cards", no_wrap=True)
     table.add_column("decode")
     table.add_column("prefill")
     table.add_column("TPOT ms", justify="right")
     table.add_column("TTFT ms", justify="right")
+    table.add_column("ITL max ms", justify="right")
     table.add_column("tok/s/card", justify="right")
+    banded = any((p.predicted or {}).get("uncertainty") for p in plans)
+    if banded:
+        caption += "\n(low-high) under TPOT and tok/s/card: the band, every factor at the slow / fast end of its range"
+        table.caption = caption
     table.add_column("HBM free GiB", justify="right")
+    utilizations = sorted({p.hbm_utilization for p in plans})
+    caption += (
+        "\nHBM free: per device, of the device's whole HBM; plans fill at most "
+        + "/".join(f"{u:g}" for u in utilizations)
+        + " of it (--hbm-utilization)"
+    )
+    table.caption = caption
     for plan in plans:
         d, p = plan.decode_phase, plan.prefill_phase
-        if plan.is_colocated and d is not None:
-            pd = f"colocated {d.instances}x{d.devices}"
-        else:
-            pd = f"{p.instances}x{p.devices}" if p else "-"
-            pd += f" : {d.instances}x{d.devices}" if d else " : -"
+        pd = pd_cards(plan, hw)
         dec = "-"
         if d is not None:
             dec = f"{compact_layouts(d)} B{d.concurrency_per_device} MTP{d.mtp_tokens}"
@@ -86,29 +104,61 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
         pre = "-"
         if p is not None:
             pre = "(same instances) " if plan.is_colocated else f"{compact_layouts(p)} "
-            pre += f"{p.batch_tokens // 1024}K mb{p.micro_batches}"
+            chunk = plan.colocated.chunk_tokens if plan.colocated is not None else None
+            if chunk is not None:
+                pre += f"chunk {chunk / 1024:g}K/step"
+            else:
+                pre += f"{p.batch_tokens // 1024}K mb{p.micro_batches}"
         tpot = _p(plan, "colocated", "tpot_ms") if plan.is_colocated else _p(plan, "decode", "tpot_ms")
         ttft = _p(plan, "colocated", "ttft_ms") if plan.is_colocated else _p(plan, "prefill", "ttft_ms")
         sources = ("colocated",) if plan.is_colocated else ("decode", "prefill")
-        heads = [x for x in (_p(plan, src, "hbm_headroom_bytes") for src in sources) if x is not None]
+        heads = [x for x in (_p(plan, src, "hbm_free_bytes") for src in sources) if x is not None]
+        itl = _p(plan, "colocated", "longest_decode_pause_ms") if plan.is_colocated else _p(plan, "decode", "step_ms")
         table.add_row(
             str(plan.rank or ""),
             f"{cards_of(plan, hw):g}",
             pd,
             dec,
             pre,
-            f"{tpot:.1f}" if tpot is not None else "-",
+            (f"{tpot:.1f}" if tpot is not None else "-") + (f"\n({tpot_band_cell(plan)})" if banded else ""),
             f"{ttft:.0f}" if ttft is not None else "-",
-            f"{headline(plan):.1f}",
+            f"{itl:.0f}" if itl is not None else "-",
+            f"{headline(plan):.1f}" + (f"\n({band_cell(plan)})" if banded else ""),
             f"{min(heads) / GIB:.1f}" if heads else "-",
         )
     return table
 
 
-def plans_document(plans: list[Plan], status: str) -> str:
-    """The JSON export: {"status": ..., "plans": [...]}, deterministic byte for byte."""
-    doc = {
-        "status": status,
-        "plans": [p.model_dump(mode="json", exclude_none=True) for p in plans],
-    }
+def plans_document(plans: list[Plan], status: str, notes: list[str] | None = None) -> str:
+    """The JSON export: {"status": ..., ["notes": [...]], "plans": [...]}, deterministic byte for byte.
+
+    `notes` (announced hardware: figures are vendor claims; mixed hardware; workload percentiles)
+    appear only when there are any."""
+    doc: dict[str, Any] = {"status": status}
+    if notes:
+        doc["notes"] = notes
+    doc["plans"] = [p.model_dump(mode="json", exclude_none=True) for p in plans]
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
+_NEAREST = re.compile(r"(--[a-z][a-z-]*) to at least ([0-9][0-9,]*(?:\.[0-9]+)?)")
+_RAISE = re.compile(r"(?:raise|relax|lower) (--[a-z][a-z-]*)", re.IGNORECASE)
+
+
+def infeasible_document(reason: str) -> str:
+    """The JSON `plan --json` writes when nothing is feasible: status, the reason (the message
+    naming the binding constraint), the binding constraint, and the nearest feasible point: the
+    flag to change and, where the diagnosis names it, the value that works."""
+    constraint = reason.split(":", 1)[0].strip() if ":" in reason else None
+    nearest: dict[str, Any] | None = None
+    found = _NEAREST.search(reason)
+    if found:
+        number = found.group(2).replace(",", "")
+        value: float | int = float(number) if "." in number else int(number)
+        nearest = {"flag": found.group(1), "value": value}
+    else:
+        loose = _RAISE.search(reason)
+        if loose:
+            nearest = {"flag": loose.group(1), "value": None}
+    doc = {"status": "INFEASIBLE", "reason": reason, "constraint": constraint, "nearest": nearest}
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"

@@ -9,6 +9,7 @@ overlaid. `render` returns PNG or SVG bytes for an atomic write.
 from __future__ import annotations
 
 import io
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 
 FORMATS = {".png": "png", ".svg": "svg"}
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">"]
+TITLE_WIDTH_CHARS = 100  # at 9 pt, what the 9-inch figure holds on one line
 
 
 def plot_format(path: Path) -> str:
@@ -112,7 +114,9 @@ def frontier_figure(curves: list[Curve], published: list[PublishedPoint], metric
         ax.scatter([], [], marker="*", s=130, color="white", edgecolors="black", label=pub_label)
     ax.set_xlabel("tokens/s per user (1000 / TPOT)")
     ax.set_ylabel(y_label(metric))
-    ax.set_title(title, fontsize=10)
+    # a long title would run past the figure's edges (matplotlib does not wrap): wrap each line
+    lines = [textwrap.fill(line, TITLE_WIDTH_CHARS) for line in title.splitlines()]
+    ax.set_title("\n".join(lines), fontsize=9)
     ax.grid(True, alpha=0.3)
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)

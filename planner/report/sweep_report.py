@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from planner.ranking.binding import binding_tags, request_bindings
-from planner.ranking.compare import plan_devices
+from planner.ranking.compare import pd_cards, plan_devices
 from planner.ranking.frontier import Curve, PublishedPoint
 from planner.report.plan_report import compact_layouts, headline
 from planner.search.sweep import SweepPoint, SweepResult
@@ -54,14 +54,8 @@ def point_row(pt: SweepPoint) -> dict[str, object]:
     pred = plan.predicted or {}
     d, p, s = pred.get("decode") or {}, pred.get("prefill") or {}, pred.get("system") or {}
     row["cards"] = hw.cards(plan_devices(plan))
-    row["pd"] = (
-        (f"{plan.prefill_phase.instances}x{plan.prefill_phase.devices}" if plan.prefill_phase else "-")
-        + ":"
-        + (f"{plan.decode_phase.instances}x{plan.decode_phase.devices}" if plan.decode_phase else "-")
-    )
+    row["pd"] = pd_cards(plan, hw, ":")
     c = pred.get("colocated") if plan.is_colocated else None
-    if c and plan.decode_phase is not None:
-        row["pd"] = f"colocated {plan.decode_phase.instances}x{plan.decode_phase.devices}"
     if plan.decode_phase is not None:
         row["decode_layouts"] = compact_layouts(plan.decode_phase)
         row["decode_concurrency_per_device"] = plan.decode_phase.concurrency_per_device
@@ -77,7 +71,7 @@ def point_row(pt: SweepPoint) -> dict[str, object]:
     if c:
         # the phases' own latencies ignore that they share devices: report the colocated ones
         row["tpot_ms"], row["ttft_ms"] = c["tpot_ms"], c["ttft_ms"]
-        row["tokens_per_s_per_user"] = round(1e3 / c["tpot_ms"], 4)
+        row["tokens_per_s_per_user"] = c["tokens_per_s_per_user"]
         row["decode_tokens_per_s_per_card"] = ""
     row["output_tokens_per_s_per_card"] = round(headline(plan), 4)
     row["requests_per_s"] = s.get("requests_per_s", "")
@@ -127,7 +121,7 @@ def sweep_table(result: SweepResult, rows: list[dict[str, object]] | None = None
     has_d, has_p = phases != {"prefill"}, phases != {"decode"}
     for k in keys:
         table.add_column(k, justify="right", no_wrap=True)
-    cols = [("cards", "right"), ("P:D" if has_d and has_p else "instances", "left")]
+    cols = [("cards", "right"), ("P:D cards" if has_d and has_p else "instances x cards", "left")]
     cols += [("decode", "left")] if has_d else []
     cols += [("prefill", "left")] if has_p else []
     cols += [("TPOT ms", "right")] if has_d else []

@@ -2,10 +2,10 @@
 
 For every phase of a plan it writes `<phase>_instance.json` (data/tensor parallel sizes, expert
 parallel, `additional_config` with the expert map path, the per-module layouts moeplan assumed,
-and a `vllm serve` command line to start from) and `<phase>_expert_map.json` (the vllm-ascend
-expert-map format of facts.md §4). The expert map is moeplan's placement for the measured loads
-(`--loads`) or, without them, for the default skew model's loads. A README.txt says how to use
-the files. Every file is written atomically by the caller-supplied writer.
+and a `vllm serve` command line to start from) and `<phase>_expert_map.json` (the format
+vllm-ascend's `expert_map_path` reads, per its EPLB documentation). The expert map is moeplan's
+placement for the measured loads (`--loads`) or, without them, for the default skew model's
+loads. A README.txt says how to use the files. Every file is written atomically by the caller-supplied writer.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ def _instance_doc(plan: Plan, phase_name: str, phase: PhasePlan, map_file: str |
         "tensor_parallel_size": att.tp,
         "data_parallel_size": att.dp,
         "enable_expert_parallel": phase.moe is not None and phase.moe.ep > 1,
+        "gpu_memory_utilization": plan.hbm_utilization,  # the HBM fraction the plan was sized for
     }
     extra: dict = {}
     if map_file:
@@ -59,6 +60,7 @@ def _instance_doc(plan: Plan, phase_name: str, phase: PhasePlan, map_file: str |
         f"vllm serve {model_id}",
         f"--tensor-parallel-size {att.tp}",
         f"--data-parallel-size {att.dp}",
+        f"--gpu-memory-utilization {plan.hbm_utilization:g}",
     ]
     if args["enable_expert_parallel"]:
         cmd.append("--enable-expert-parallel")
@@ -74,6 +76,16 @@ def _instance_doc(plan: Plan, phase_name: str, phase: PhasePlan, map_file: str |
             )
     elif isinstance(phase, PrefillPlan):
         cmd.append(f"--max-num-batched-tokens {phase.batch_tokens // att.dp}")
+    section = plan.colocated if phase_name == "colocated" else None
+    if section is not None:
+        # one server runs both phases; a DP rank's budget per step is its decode batch plus, with
+        # chunked prefill, its share of the chunk (vLLM: max_num_batched_tokens per iteration)
+        decode_tokens = section.concurrency_per_device * att.tp * (1 + section.mtp_tokens)
+        if section.chunk_tokens is not None:
+            budget = -(-section.chunk_tokens // att.dp) + decode_tokens
+            cmd += ["--enable-chunked-prefill", f"--max-num-batched-tokens {budget}"]
+        else:
+            cmd.append(f"--max-num-batched-tokens {max(decode_tokens, section.prefill_batch_tokens // att.dp)}")
     return {
         "instance": phase_name,
         "instances": phase.instances,
@@ -93,7 +105,13 @@ def emit_vllm_ascend(
 ) -> list[Path]:
     """Write the instance settings and expert maps of `plan` into out_dir; returns the files."""
     written = []
-    for name, phase in (("decode", plan.decode_phase), ("prefill", plan.prefill_phase)):
+    # a colocated plan is one kind of instance serving both phases: one file, its decode view
+    phases = (
+        [("colocated", plan.decode_phase)]
+        if plan.is_colocated
+        else [("decode", plan.decode_phase), ("prefill", plan.prefill_phase)]
+    )
+    for name, phase in phases:
         if phase is None:
             continue
         map_file = None

@@ -12,7 +12,7 @@ from rich.text import Text
 from planner.ranking.compare import LOWER_IS_BETTER, Delta
 from planner.ranking.whatif import WhatIfResult
 
-ALWAYS_SHOWN = ("hardware", "cards", "P:D")
+ALWAYS_SHOWN = ("hardware", "cards", "P:D cards")
 DIGITS = {
     "tpot_ms": 1,
     "ttft_ms": 0,

@@ -143,9 +143,12 @@ def _weights_bytes(ctx: CostContext) -> tuple[float, float]:
     experts = 0.0
     if m.moe is not None:
         layers = m.num_moe_layers + m.mtp_layers
-        experts = layers * (m.moe.routed_experts + m.moe.shared_experts) * m.expert_params() * q.expert_weight_bytes
-    attn = sum(m.attention_params_per_layer().values()) * m.kv_layers() * q.linear_weight_bytes
-    dense = m.num_dense_layers * m.dense_ffn_params() * q.linear_weight_bytes
+        experts = layers * (
+            m.moe.routed_experts * m.expert_params() * ctx.routed_expert_weight_bytes
+            + m.moe.shared_experts * m.shared_expert_params() * q.expert_weight_bytes
+        )
+    attn = m.attention_params_all() * q.linear_weight_bytes
+    dense = m.num_dense_layers * m.dense_ffn_params() * q.dense_weight_bytes
     vocab = (1 if m.tie_word_embeddings else 2) * m.vocab_params() * q.vocab_weight_bytes
     return experts, attn + dense + vocab
 
@@ -154,23 +157,47 @@ def _max_concurrency_guess(ctx: CostContext, devices: int) -> int:
     """Upper bound on decode concurrency per device: HBM over one sequence's KV (no weights)."""
     m = ctx.model
     a = m.attention
-    elems = (
-        (a.kv_lora_rank + a.qk_rope_head_dim)
-        if a.kind == "mla"
-        else 2 * a.head_dim * max(1, a.num_kv_heads // max(1, min(devices, a.num_kv_heads)))
-    )
-    per_seq = float(kv_tokens_in_use(ctx, [1.0], 0)[0]) * elems * m.kv_layers() * ctx.quant.kv_bytes_per_element
+    tokens = float(kv_tokens_in_use(ctx, [1.0], 0)[0])
+    if m.is_plain():
+        elems = (
+            (a.kv_lora_rank + a.qk_rope_head_dim)
+            if a.kind == "mla"
+            else 2 * a.head_dim * max(1, a.num_kv_heads // max(1, min(devices, a.num_kv_heads)))
+        )
+        per_seq = tokens * elems * m.kv_layers() * ctx.quant.kv_bytes_per_element
+    else:
+        growing, fixed = m.kv_cache_bytes(tokens, ctx.quant.kv_bytes_per_element, min(devices, a.num_heads))
+        per_seq = growing + fixed
     return int(max(1, min(MAX_CONCURRENCY, ctx.hw.hbm_bytes // max(per_seq, 1.0))))
 
 
 def _max_requests_guess(ctx: CostContext, devices: int) -> int:
     """Upper bound on requests per forward: HBM over one prompt's KV and hidden states."""
     m = ctx.model
-    per_token = (
-        m.kv_elements_per_token_per_layer() * m.kv_layers() * ctx.quant.kv_bytes_per_element + m.hidden_size * 2 * 8
-    )
+    if m.is_plain():
+        kv_per_token = m.kv_elements_per_token_per_layer() * m.kv_layers() * ctx.quant.kv_bytes_per_element
+    else:
+        # the cache of a prompt, per token (linear states and windows amortised over the prompt)
+        kv_per_token = m.kv_bytes_per_token(float(ctx.workload.input_tokens), ctx.quant.kv_bytes_per_element)
+    per_token = kv_per_token + m.hidden_size * 2 * 8
     fit_tokens = ctx.hw.hbm_bytes * devices / per_token
     return int(max(1, min(MAX_REQUESTS_PER_FORWARD, fit_tokens // ctx.workload.input_tokens)))
+
+
+def min_requests_per_forward(ctx: CostContext) -> int:
+    """Fewest requests per prefill forward whose tokens hold the TTFT-percentile prompt whole."""
+    w = ctx.workload
+    need = ctx.ttft_input_tokens * (1.0 - w.hit_rate)
+    return max(1, math.ceil(need / ctx.prefill_tokens_per_request - 1e-9))
+
+
+def _whole_slo_prompt(ctx: CostContext, xs: np.ndarray) -> np.ndarray:
+    """The requests-per-forward grid from the smallest batch that holds the TTFT-percentile prompt."""
+    lo = min_requests_per_forward(ctx)
+    if lo <= 1:
+        return xs
+    kept = xs[xs >= lo]
+    return kept if kept.size else np.array([lo], dtype=np.int64)
 
 
 def _identity(obj: object) -> object:
@@ -204,8 +231,10 @@ def build_phase_space(
         ctx.hw.model_dump_json(),
         ctx.quant.name,
         ctx.workload.model_dump_json(),
+        ctx.kv_transfer_bytes_per_s,
         ctx.imbalance.describe(),
         _identity(ctx.imbalance),
+        ctx.hbm_utilization,
         request.mtp_tokens,
         limits.max_extra_slots,
         limits.max_redundant_experts,
@@ -220,6 +249,7 @@ def build_phase_space(
             xs = concurrency_values(_max_concurrency_guess(ctx, n))
 
             slo_us = None if slo.tpot_ms is None else int(math.floor(slo.tpot_ms * 1000))
+            itl_us = None if slo.max_itl_ms is None else int(math.floor(slo.max_itl_ms * 1000))
             factor = decode_micro_batch_factor(m.num_layers, ctx.hw.overlap.decode_micro_batch_efficiency.value)
             found = []
             first_tables = None
@@ -227,21 +257,22 @@ def build_phase_space(
 
                 def build_decode(opts=opts, ks=ks, xs=xs, mb=mb):
                     t = decode_tables(ctx, opts, ks, xs, mb)
-                    return t, to_integer_tables(t, ctx.hw.hbm_bytes)
+                    return t, to_integer_tables(t, ctx.hbm_capacity_bytes)
 
                 mb_key = key if mb == 1 else (*key, "micro_batches", mb)
                 t, ints = cache.get(mb_key, build_decode) if cache else build_decode()
                 first_tables = first_tables or (t, ints)
-                found.extend(decode_candidates(t, ints, slo_us, keep, factor))  # type: ignore[arg-type]
+                found.extend(decode_candidates(t, ints, slo_us, keep, itl_us, factor))  # type: ignore[arg-type]
             # the best `keep` over the micro-batch counts (deterministic order among equals)
             found = sorted(found, key=lambda c: (-c.score, c.key()))[:keep]
             t, ints = first_tables  # type: ignore[misc]
         else:
             xs = request_values(_max_requests_guess(ctx, n))
+            xs = _whole_slo_prompt(ctx, xs)
 
             def build_prefill(opts=opts, xs=xs):
                 t = prefill_tables(ctx, opts, [1, 2], xs)
-                return t, to_integer_tables(t, ctx.hw.hbm_bytes)
+                return t, to_integer_tables(t, ctx.hbm_capacity_bytes)
 
             t, ints = cache.get(key, build_prefill) if cache else build_prefill()  # type: ignore[assignment]
             slo_us = None if slo.ttft_ms is None else int(math.floor(slo.ttft_ms * 1000))
@@ -263,7 +294,7 @@ def build_phase_space(
 
 def _phase_sizes(ctx: CostContext, budget_devices: int, pinned: int | None, other_min: int, label: str) -> list[int]:
     experts, other = _weights_bytes(ctx)
-    min_dev = min_devices_for_weights(ctx.model, ctx.hw, experts, other)
+    min_dev = min_devices_for_weights(ctx.model, ctx.hw, experts, other, ctx.hbm_utilization)
     if pinned is not None:
         if pinned < 1:
             raise BadInputError(f"--{label}-devices must be >= 1.")
@@ -318,16 +349,20 @@ def make_context(request: PlanRequest) -> CostContext:
     """Specs loaded and the cost context built for a request."""
     model = load_model(request.model)
     hw = load_hardware(request.hardware)
+    if request.pessimistic_factors:
+        from planner.costmodel.uncertainty import corner
+
+        hw = corner(hw, slow=True)
     quant = get_quantization(request.quantization)
     w = request.workload
-    if w.input_tokens + w.output_tokens > model.max_context_tokens:
+    if w.longest_context_tokens > model.max_context_tokens:
         raise BadInputError(
-            f"--input-tokens + --output-tokens = {w.input_tokens + w.output_tokens} exceeds the model's "
+            f"--input-tokens + --output-tokens = {w.longest_context_tokens} (the longest request) exceeds the model's "
             f"context of {model.max_context_tokens} tokens."
         )
     if request.mtp_tokens and max(request.mtp_tokens) > 0 and model.mtp_layers == 0:
         raise BadInputError(f"--mtp: model '{model.name}' has no MTP layers; use --mtp 0.")
-    return CostContext(model, hw, quant, w, request.imbalance or default_imbalance_model())
+    return CostContext(model, hw, quant, w, request.imbalance or default_imbalance_model(), request.hbm_utilization)
 
 
 def candidate_phase_plan(c: PhaseCandidate, instances: int, input_tokens: int) -> DecodePlan | PrefillPlan:
@@ -354,6 +389,7 @@ def _colocated(
     slo = request.slo
     tpot = None if slo.tpot_ms is None else int(math.floor(slo.tpot_ms * 1000))
     ttft = None if slo.ttft_ms is None else int(math.floor(slo.ttft_ms * 1000))
+    itl = None if slo.max_itl_ms is None else int(math.floor(slo.max_itl_ms * 1000))
     out: list[ColocatedCandidate] = []
     # colocated instances spend most of their time decoding: only sizes whose best decode
     # instance is within 10% (per device) of the best size's are worth costing
@@ -368,7 +404,7 @@ def _colocated(
         competitive = set(best_ratio)
     for n in sorted(set(dspace.tables) & set(pspace.tables) & competitive):
         (dt, di), (pt, pi) = dspace.tables[n], pspace.tables[n]
-        out.extend(colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep))
+        out.extend(colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep, max_itl_us=itl))
     return out
 
 
@@ -385,7 +421,7 @@ def deployment_plan(
     decode: DecodePlan | PrefillPlan | None = None
     prefill: DecodePlan | PrefillPlan | None = None
     colocated: ColocatedPlan | None = None
-    n_in = ctx.workload.input_tokens
+    n_in = ctx.prefill_tokens_per_request
     if dep.colocated is not None and coloc:
         c = coloc[dep.colocated]
         d = candidate_phase_plan(c.decode, dep.colocated_instances, n_in)
@@ -396,8 +432,9 @@ def deployment_plan(
             concurrency_per_device=d.concurrency_per_device,
             mtp_tokens=d.mtp_tokens,
             decode_micro_batches=d.micro_batches,
-            prefill_batch_tokens=c.batch_requests * n_in,
+            prefill_batch_tokens=c.chunk_tokens if c.chunk_tokens is not None else c.batch_requests * n_in,
             prefill_micro_batches=c.micro_batches,
+            chunk_tokens=c.chunk_tokens,
         )
     else:
         if dep.decode is not None and dspace is not None:
@@ -413,6 +450,7 @@ def deployment_plan(
         decode=decode,  # type: ignore[arg-type]
         prefill=prefill,  # type: ignore[arg-type]
         colocated=colocated,
+        hbm_utilization=request.hbm_utilization,
         rank=rank,
     )
 
@@ -424,6 +462,10 @@ def run_search(
     from planner.search.diagnose import diagnose_infeasible
     from planner.search.validate import score_and_validate
 
+    if request.is_mixed:
+        from planner.search.mixed_search import run_mixed_search
+
+        return run_mixed_search(request, progress, cache)
     start = time.perf_counter()
     deadline = start + request.settings.time_limit_s
     ctx = make_context(request)
@@ -438,7 +480,7 @@ def run_search(
     want_prefill = request.phase in ("both", "prefill")
 
     experts, other = _weights_bytes(ctx)
-    min_dev = min_devices_for_weights(ctx.model, hw, experts, other)
+    min_dev = min_devices_for_weights(ctx.model, hw, experts, other, ctx.hbm_utilization)
     need = min_dev * (int(want_decode) + int(want_prefill))
     if need > budget_devices:
         cards = math.ceil(min_dev / hw.devices_per_card)

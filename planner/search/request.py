@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from planner.costmodel.context import DEFAULT_HBM_UTILIZATION
 from planner.costmodel.imbalance import ImbalanceModel
 from planner.search.settings import SolverSettings
 from planner.specs.plan import SLO, Workload
@@ -17,6 +18,12 @@ DEFAULT_MAX_CARDS = 48  # the report's A2 deployment: 32 decode + 16 prefill car
 MAX_CARDS = 1_000_000  # larger budgets are refused (the solver's integers must stay bounded)
 DEFAULT_WORKLOAD = Workload(input_tokens=2048, output_tokens=2048, mtp_acceptance=0.7)
 DEFAULT_SLO = SLO(tpot_ms=100.0, ttft_ms=2000.0)
+ITL_TPOT_MULTIPLE = 3.0  # --max-itl-ms defaults to 3x the TPOT SLO (the longest gap between two tokens)
+
+
+def default_max_itl_ms(tpot_ms: float | None) -> float | None:
+    """The default limit on the longest gap between two tokens: 3x the TPOT SLO (None without one)."""
+    return None if tpot_ms is None else ITL_TPOT_MULTIPLE * tpot_ms
 
 
 @dataclass(frozen=True)
@@ -28,7 +35,7 @@ class PlanRequest:
     quantization: str = "a8w8c16"
     workload: Workload = DEFAULT_WORKLOAD
     slo: SLO = DEFAULT_SLO
-    max_cards: float = DEFAULT_MAX_CARDS
+    max_cards: float = DEFAULT_MAX_CARDS  # a whole number of cards (build_request refuses fractions)
     phase: PhaseChoice = "both"
     decode_devices: int | None = None
     prefill_devices: int | None = None
@@ -42,3 +49,43 @@ class PlanRequest:
     settings: SolverSettings = field(default_factory=SolverSettings)
     imbalance: ImbalanceModel | None = None
     imbalance_label: str = ""
+    pessimistic_factors: bool = False  # --robust: search with every factor at the slow end of its range
+    hbm_utilization: float = DEFAULT_HBM_UTILIZATION  # fraction of each device's HBM a plan may fill
+    # prefill on one machine, decode on another (planner.search.mixed_search); None: `hardware`
+    prefill_hardware: str | None = None
+    decode_hardware: str | None = None
+    kv_transfer_bytes_per_s: float | None = None  # prefill->decode KV link per device (None: the YAMLs')
+    max_prefill_cards: float | None = None  # cards of the prefill machine (replaces max_cards for prefill)
+    max_decode_cards: float | None = None
+    max_cost: float | None = None  # in the YAMLs' price_per_card units
+
+    def __post_init__(self) -> None:
+        # both phases on one other machine: that machine is the plan's (a single-machine search)
+        p, d = self.prefill_hardware, self.decode_hardware
+        if p is not None and p == d and p != self.hardware:
+            object.__setattr__(self, "hardware", p)
+        if self.prefill_hardware == self.hardware:
+            object.__setattr__(self, "prefill_hardware", None)
+        if self.decode_hardware == self.hardware:
+            object.__setattr__(self, "decode_hardware", None)
+
+    @property
+    def prefill_hw_name(self) -> str:
+        """The machine prefill instances run on."""
+        return self.prefill_hardware or self.hardware
+
+    @property
+    def decode_hw_name(self) -> str:
+        """The machine decode instances run on."""
+        return self.decode_hardware or self.hardware
+
+    @property
+    def is_mixed(self) -> bool:
+        """True when the phases run on different machines or are budgeted apart (mixed search)."""
+        return (
+            self.prefill_hw_name != self.decode_hw_name
+            or self.max_prefill_cards is not None
+            or self.max_decode_cards is not None
+            or self.max_cost is not None
+            or self.kv_transfer_bytes_per_s is not None
+        )

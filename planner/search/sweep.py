@@ -226,6 +226,7 @@ def table_group(request: PlanRequest) -> tuple:
         request.decode_devices,
         request.prefill_devices,
         request.phase,
+        request.hbm_utilization,
     )
 
 

@@ -26,6 +26,12 @@ def plan_problems(plan: Plan, prediction: Prediction) -> list[str]:
         ]
     )
     problems = []
+    itl = slo.max_itl_ms if slo else None
+    c, d = prediction.colocated, prediction.decode
+    if itl is not None and c is not None and c.longest_decode_pause_ms > itl + 1e-9:
+        problems.append(f"colocated longest gap {c.longest_decode_pause_ms} ms exceeds {itl} ms")
+    if itl is not None and c is None and d is not None and d.step_ms > itl + 1e-9:
+        problems.append(f"decode step {d.step_ms} ms exceeds the ITL limit {itl} ms")
     for name, block, tpot_slo, ttft_slo in blocks:
         if block is None:
             continue
@@ -42,6 +48,19 @@ def score_and_validate(plan: Plan, ctx: CostContext) -> Plan:
     """The plan with `predicted` filled in; raises AssertionError if it breaks a rule."""
     check_plan(plan, ctx.model, ctx.hw)
     prediction = evaluate_plan(plan, imbalance=ctx.imbalance, specs=PlanSpecs(ctx.model, ctx.hw, ctx.quant))
+    problems = plan_problems(plan, prediction)
+    if problems:
+        raise AssertionError("search returned an invalid plan: " + "; ".join(problems))
+    return plan_with_prediction(plan, prediction)
+
+
+def score_mixed_and_validate(plan: Plan, d_ctx: CostContext, p_ctx: CostContext) -> Plan:
+    """`score_and_validate` for a plan whose phases run on different machines."""
+    from planner.costmodel.evaluate import evaluate_mixed_plan
+    from planner.costmodel.mixed import MixedSpecs
+
+    specs = MixedSpecs(d_ctx.model, d_ctx.hw, p_ctx.hw, d_ctx.quant)
+    prediction = evaluate_mixed_plan(plan, imbalance=d_ctx.imbalance, specs=specs)
     problems = plan_problems(plan, prediction)
     if problems:
         raise AssertionError("search returned an invalid plan: " + "; ".join(problems))

@@ -11,12 +11,13 @@ from __future__ import annotations
 import sys
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from planner.errors import BadInputError
 from planner.specs.files import load_mapping, validate_model
 from planner.specs.hardware import HardwareSpec
-from planner.specs.model import ModelSpec, from_hf_config, looks_like_hf_config
+from planner.specs.hf_config import from_hf_config, looks_like_hf_config
+from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan, migrate_plan_document
 
 CatalogKind = Literal["hardware", "models", "plans"]
@@ -32,16 +33,50 @@ def catalog_dir(kind: CatalogKind) -> Path:
     return here.parent / kind
 
 
+def is_plan_document(data: Any) -> bool:
+    """True for a plan mapping or a `plan --json` document ({"plans": [...]})."""
+    if not isinstance(data, dict):
+        return False
+    if isinstance(data.get("plans"), list):
+        return True
+    return "workload" in data and any(k in data for k in ("decode", "prefill", "colocated"))
+
+
+def plan_files(folder: Path) -> list[Path]:
+    """The plan files of a folder (not the schema, the published rows or anything else), sorted."""
+    out = []
+    for p in sorted(folder.iterdir()):
+        if p.suffix not in _SUFFIXES or p.stem.startswith("_") or not p.is_file():
+            continue
+        try:
+            data, _ = load_mapping(p, "plan")
+        except BadInputError:
+            continue
+        if is_plan_document(data):
+            out.append(p)
+    return out
+
+
 def catalog_names(kind: CatalogKind) -> list[str]:
-    """Names (file stems) of the entries of a catalog, sorted."""
+    """Names (file stems) of the entries of a catalog, sorted (for plans: plan files only)."""
     folder = catalog_dir(kind)
     if not folder.is_dir():
         return []
+    if kind == "plans":
+        return [p.stem for p in plan_files(folder)]
     return sorted(p.stem for p in folder.iterdir() if p.suffix in _SUFFIXES and not p.stem.startswith("_"))
 
 
 def _resolve(kind: CatalogKind, name_or_path: str, what: str) -> Path:
     path = Path(name_or_path)
+    if kind == "models" and path.is_dir():
+        config = path / "config.json"  # a Hugging Face model folder
+        if not config.is_file():
+            raise BadInputError(f"model folder '{name_or_path}' holds no config.json; give a model file or folder.")
+        return config
+    if kind == "plans" and path.is_dir():
+        found = ", ".join(p.name for p in plan_files(path)) or "none"
+        raise BadInputError(f"plan '{name_or_path}' is a folder; give one of its plan files: {found}.")
     looks_like_path = path.suffix in _SUFFIXES or "/" in name_or_path or "\\" in name_or_path
     if looks_like_path:
         if not path.exists():
@@ -77,6 +112,20 @@ def _load_model_path(path: Path) -> ModelSpec:
     return validate_model(ModelSpec, data, str(path), "model", text)
 
 
+@lru_cache(maxsize=1)
+def _model_sources() -> dict[str, dict[str, object]]:
+    path = catalog_dir("models") / "_sources.yaml"
+    if not path.is_file():
+        return {}
+    data, _ = load_mapping(path, "model sources")
+    return {str(k): v for k, v in data.items() if isinstance(v, dict)}
+
+
+def model_source(name: str) -> dict[str, object]:
+    """Where a catalog model comes from and its publisher's parameter counts ({} for user files)."""
+    return dict(_model_sources().get(name, {}))
+
+
 def load_hardware(name_or_path: str) -> HardwareSpec:
     """The machine called `name_or_path` in the catalog, or read from that YAML path."""
     return _load_hardware_path(_resolve("hardware", name_or_path, "hardware").resolve())
@@ -87,11 +136,32 @@ def load_model(name_or_path: str) -> ModelSpec:
     return _load_model_path(_resolve("models", name_or_path, "model").resolve())
 
 
-def load_plan(path_or_name: str) -> tuple[Plan, str]:
-    """A plan from a YAML/JSON path, or one of the shipped plans by name; also its text."""
+def load_plan(path_or_name: str, rank: int | None = None) -> tuple[Plan, str]:
+    """A plan from a YAML/JSON path, or one of the shipped plans by name; also its text.
+
+    The file may also be the document `moeplan plan --json` writes ({"status": ..., "plans":
+    [...]}): `rank` picks its plan (default 1). For a single plan, `rank` must be 1 or None.
+    """
     path = _resolve("plans", path_or_name, "plan")
     data, text = load_mapping(path, "plan")
-    plan = validate_model(Plan, data, str(path), "plan", text)
+    if isinstance(data.get("plans"), list):
+        plans = data["plans"]
+        want = 1 if rank is None else rank
+        if not plans:
+            status = data.get("status", "no status")
+            raise BadInputError(f"plan '{path}' holds no plans (status {status}); export a feasible search.")
+        ranks = [p.get("rank") if isinstance(p, dict) else None for p in plans]
+        index = ranks.index(want) if want in ranks else want - 1
+        if not 0 <= index < len(plans):
+            raise BadInputError(f"--rank {want}: plan '{path}' holds ranks 1 to {len(plans)}; pick one of them.")
+        data, source, text_for_lines = plans[index], f"{path} (rank {want})", None
+    else:
+        if rank not in (None, 1):
+            raise BadInputError(
+                f"--rank {rank}: plan '{path}' holds a single plan; drop --rank or give a plan --json export."
+            )
+        source, text_for_lines = str(path), text
+    plan = validate_model(Plan, data, source, "plan", text_for_lines)
     try:
         _, notes = migrate_plan_document(data)
     except ValueError:  # validation above already accepted it; nothing more to say

@@ -97,24 +97,70 @@ def line_of(text: str, loc: tuple[int | str, ...]) -> int | None:
     return line
 
 
+def _shown(value: Any) -> str:
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _reason(err: Any) -> str:
+    """pydantic's error as moeplan says it: what the field must be, and what it got."""
+    kind, ctx = err["type"], err.get("ctx") or {}
+    got = f"; got {_shown(err['input'])}" if "input" in err and not isinstance(err["input"], dict | list) else ""
+    bounds = {
+        "greater_than_equal": ("must be >=", "ge"),
+        "greater_than": ("must be >", "gt"),
+        "less_than_equal": ("must be <=", "le"),
+        "less_than": ("must be <", "lt"),
+    }
+    if kind in bounds:
+        words, key = bounds[kind]
+        return f"{words} {ctx.get(key)}{got}"
+    fixed = {
+        "extra_forbidden": "unknown field; remove it or check its spelling",
+        "missing": "required field is missing",
+        "int_parsing": f"must be a whole number{got}",
+        "int_type": f"must be a whole number{got}",
+        "int_from_float": f"must be a whole number{got}",
+        "float_parsing": f"must be a number{got}",
+        "float_type": f"must be a number{got}",
+        "finite_number": f"must be a finite number{got}",
+        "bool_parsing": f"must be true or false{got}",
+        "bool_type": f"must be true or false{got}",
+        "string_type": f"must be text{got}",
+        "string_too_short": "must not be empty",
+        "dict_type": f"must be a mapping of fields{got}",
+        "model_type": f"must be a mapping of fields{got}",
+        "list_type": f"must be a list{got}",
+        "too_short": f"needs at least {ctx.get('min_length')} item(s)",
+        "too_long": f"takes at most {ctx.get('max_length')} item(s)",
+    }
+    if kind in fixed:
+        return fixed[kind]
+    if kind == "literal_error":
+        return f"must be {ctx.get('expected', 'one of the allowed values')}{got}"
+    if kind in ("value_error", "assertion_error"):
+        return str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    return f"{str(err['msg'])[:1].lower()}{str(err['msg'])[1:]}"
+
+
 def format_validation_error(exc: ValidationError, source: str, what: str, text: str | None = None) -> str:
-    """One line per problem: field path, line (when known) and pydantic's reason."""
-    lines = [f"{what} '{source}' is invalid:"]
+    """One line: every problem's field path (a flag's name for flags), line when known, and reason."""
+    problems = []
     for err in exc.errors(include_url=False):
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
-        field = ".".join(str(p) for p in loc) or "(top level)"
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field; remove it or check its spelling"
-        elif err["type"] == "missing":
-            msg = "required field is missing"
+        if source == "flags":
+            field = "--" + "-".join(str(p) for p in loc).replace("_", "-") if loc else what
+        else:
+            field = ".".join(str(p) for p in loc) or "(top level)"
         where = ""
         if text is not None and loc:
             ln = line_of(text, loc)
             if ln is not None:
                 where = f" (line {ln})"
-        lines.append(f"  - {field}{where}: {msg}")
-    return "\n".join(lines)
+        problems.append(f"{field}{where}: {_reason(err)}")
+    if source == "flags":
+        return "; ".join(problems) + "."
+    return f"{what} '{source}': " + "; ".join(problems) + "."
 
 
 def validate_model(model: type[ModelT], data: Any, source: str, what: str, text: str | None = None) -> ModelT:

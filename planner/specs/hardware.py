@@ -11,11 +11,17 @@ supernode UB) are both one list. The last level may leave `devices_per_group` un
 spans any number of devices (scale-out networks).
 
 Physical peaks and efficiencies are separate fields; every efficiency carries its source.
+
+Peaks are listed per number format (`peak_flops_per_s.<format>`); a format the chip lacks is
+left out, and a quantisation scheme that needs it is refused naming that field
+(`specs.quantization.check_scheme_on_hardware`). Machines that are announced but not shipping
+carry `status: announced`: their figures are vendor claims, and every command that plans or
+evaluates on them says so.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -29,11 +35,39 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class FactorRange(Strict):
+    """How far a factor may be from its value: the band every prediction carries comes from these."""
+
+    low: NonNegFloat
+    high: NonNegFloat
+    derived: str = Field(min_length=1, description="how the range was derived (leave-one-out spread, source)")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> FactorRange:
+        if self.low > self.high:
+            raise ValueError(f"range low {self.low} exceeds high {self.high}; swap them")
+        return self
+
+
 class Factor(Strict):
     """A dimensionless factor (an efficiency, a fraction of peak) and where its value comes from."""
 
     value: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
     source: str = Field(min_length=1)
+    fitted_on: str | None = Field(
+        default=None,
+        description="'published': fitted to plans/published.yaml (the leave-one-out of `moeplan fidelity` "
+        "refits it); otherwise the measurements file `moeplan calibrate` fitted it to",
+    )
+    range: FactorRange | None = None
+
+    @model_validator(mode="after")
+    def _range_holds_value(self) -> Factor:
+        if self.range is not None and not self.range.low <= self.value <= self.range.high:
+            raise ValueError(f"value {self.value} lies outside its range [{self.range.low}, {self.range.high}]")
+        if self.range is not None and self.range.high > 1:
+            raise ValueError(f"range high {self.range.high} exceeds 1 (a fraction of peak)")
+        return self
 
 
 class Seconds(Strict):
@@ -41,6 +75,14 @@ class Seconds(Strict):
 
     value: NonNegFloat
     source: str = Field(min_length=1)
+    fitted_on: str | None = Field(default=None, description="as for Factor")
+    range: FactorRange | None = None
+
+    @model_validator(mode="after")
+    def _range_holds_value(self) -> Seconds:
+        if self.range is not None and not self.range.low <= self.value <= self.range.high:
+            raise ValueError(f"value {self.value} lies outside its range [{self.range.low}, {self.range.high}]")
+        return self
 
 
 class Bytes(Strict):
@@ -50,12 +92,39 @@ class Bytes(Strict):
     source: str = Field(min_length=1)
 
 
+MATH_FORMATS = ("bf16", "fp16", "int8", "fp8", "mxfp8", "hif8", "mxfp4")
+
+
 class PeakFlops(Strict):
-    """Peak dense math throughput of one device (die), in operations per second."""
+    """Peak dense math throughput of one device (die) per number format, in operations per second.
+
+    Only BF16 is required (the attention core runs in BF16); a format left out is one the chip
+    does not support, and schemes that need it are refused. W4A8 (INT4 weights, INT8
+    activations) runs on the INT8 path after dequantisation, so it uses `int8`.
+    """
 
     bf16: PositiveFloat
-    fp16: PositiveFloat
-    int8: PositiveFloat
+    fp16: PositiveFloat | None = None
+    int8: PositiveFloat | None = None
+    fp8: PositiveFloat | None = Field(default=None, description="FP8 (E4M3/E5M2)")
+    mxfp8: PositiveFloat | None = Field(default=None, description="OCP microscaling FP8 (32-element blocks)")
+    hif8: PositiveFloat | None = Field(default=None, description="Huawei HiFloat8")
+    mxfp4: PositiveFloat | None = Field(default=None, description="OCP microscaling FP4 (32-element blocks)")
+    source: str = Field(min_length=1)
+
+    def get(self, fmt: str) -> float | None:
+        """Peak of math format `fmt` (None when the chip does not list it)."""
+        return getattr(self, fmt, None) if fmt in MATH_FORMATS else None
+
+    def listed(self) -> dict[str, float]:
+        """The formats this chip lists, with their peaks."""
+        return {f: v for f in MATH_FORMATS if (v := getattr(self, f)) is not None}
+
+
+class PricePerCard(Strict):
+    """What one card costs, in the user's cost units (any currency, or per hour), and whence."""
+
+    value: PositiveFloat
     source: str = Field(min_length=1)
 
 
@@ -139,6 +208,28 @@ class HardwareSpec(Strict):
     kv_transfer_bandwidth_bytes_per_s: PositiveFloat = Field(
         description="per device, prefill-to-decode KV-cache transfer bandwidth"
     )
+    status: Literal["shipping", "announced"] = Field(
+        default="shipping", description="announced: figures are vendor claims, not measured parts"
+    )
+    status_source: str = Field(default="", description="where the status (and announcement date) comes from")
+    price_per_card: PricePerCard | None = Field(
+        default=None, description="cost units per card; enables --max-cost and cost-weighted mixed plans"
+    )
+
+    @property
+    def is_announced(self) -> bool:
+        """True when the machine is announced but not shipping (its figures are vendor claims)."""
+        return self.status == "announced"
+
+    def announced_warning(self) -> str | None:
+        """The warning to print when planning on this machine (None when it ships)."""
+        if not self.is_announced:
+            return None
+        src = f" ({self.status_source})" if self.status_source else ""
+        return (
+            f"hardware '{self.name}' is announced, not shipping{src}: its peaks, memory and links are vendor "
+            "claims and its efficiencies are not measured; treat the figures as estimates."
+        )
 
     @model_validator(mode="after")
     def _levels_nest(self) -> HardwareSpec:

@@ -18,6 +18,9 @@ from pydantic import Field, model_validator
 from planner.errors import BadInputError
 from planner.specs.hardware import HardwareSpec, Strict
 from planner.specs.model import ModelSpec
+from planner.specs.workload import Workload
+
+__all__ = ["Workload"]  # the workload section lives in planner.specs.workload (lengths, prefix hits)
 
 # what the decode and prefill sections of a v1 colocated plan had to share (one layout, one set of instances)
 COLOCATED_SHARED_FIELDS = ("devices", "instances", "attention", "dense_ffn", "moe", "shared_expert", "lm_head")
@@ -25,19 +28,18 @@ PLAN_SCHEMA_VERSION = 2
 MAX_DEVICES_PER_INSTANCE = 1_000_000
 
 
-class Workload(Strict):
-    """Request shape: prompt and completion lengths, and the MTP draft acceptance rate."""
-
-    input_tokens: int = Field(ge=1, le=100_000_000)
-    output_tokens: int = Field(ge=1, le=100_000_000)
-    mtp_acceptance: float = Field(default=0.7, ge=0, le=1, allow_inf_nan=False)
-
-
 class SLO(Strict):
     """Latency targets; either may be absent."""
 
     ttft_ms: float | None = Field(default=None, gt=0, le=1e9, allow_inf_nan=False)
     tpot_ms: float | None = Field(default=None, gt=0, le=1e9, allow_inf_nan=False)
+    max_itl_ms: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e9,
+        allow_inf_nan=False,
+        description="longest gap between two steps that emit a sequence's tokens (inter-token latency)",
+    )
 
 
 class ParallelLayout(Strict):
@@ -171,6 +173,10 @@ class DecodePlan(PhasePlan):
         description="1, or 2: two micro-batches whose compute and MoE communication overlap",
     )
 
+    hardware: str | None = Field(
+        default=None, min_length=1, description="machine of the decode instances (overrides the plan's 'hardware')"
+    )
+
     @model_validator(mode="after")
     def _micro_batches_fit_decode(self) -> DecodePlan:
         if self.micro_batches > self.concurrency_per_device:
@@ -183,6 +189,16 @@ class PrefillPlan(PhasePlan):
 
     batch_tokens: int = Field(ge=1, le=1_000_000_000)
     micro_batches: int = Field(default=1, ge=1, le=16)
+    hardware: str | None = Field(
+        default=None, min_length=1, description="machine of the prefill instances (overrides the plan's 'hardware')"
+    )
+    kv_transfer_bytes_per_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e15,
+        allow_inf_nan=False,
+        description="prefill->decode KV link per device (default: the slower machine's kv_transfer_bandwidth)",
+    )
 
     @model_validator(mode="after")
     def _micro_batches_fit(self) -> PrefillPlan:
@@ -207,6 +223,22 @@ class ColocatedPlan(PhasePlan):
         default=1,
         description="1, or 2: decode steps split in two micro-batches whose compute and MoE communication overlap",
     )
+    chunk_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000_000,
+        description="chunked prefill: prompt tokens one step of the instance may carry along with its decode "
+        "batch (vLLM's chunked prefill, a per-step token budget); unset: prefill runs as whole forwards of "
+        "prefill_batch_tokens between decode steps",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _chunk_is_the_batch(cls, data: Any) -> Any:
+        # with chunked prefill a prefill forward is one chunk: prefill_batch_tokens may be left out
+        if isinstance(data, dict) and data.get("chunk_tokens") is not None and "prefill_batch_tokens" not in data:
+            data = {**data, "prefill_batch_tokens": data["chunk_tokens"]}
+        return data
 
     @model_validator(mode="after")
     def _micro_batches_fit(self) -> ColocatedPlan:
@@ -214,6 +246,14 @@ class ColocatedPlan(PhasePlan):
             raise ValueError("prefill_micro_batches cannot exceed prefill_batch_tokens")
         if self.decode_micro_batches > self.concurrency_per_device:
             raise ValueError("decode_micro_batches cannot exceed concurrency_per_device; use decode_micro_batches: 1")
+        if self.chunk_tokens is not None:
+            if self.prefill_batch_tokens != self.chunk_tokens:
+                raise ValueError(
+                    f"chunk_tokens = {self.chunk_tokens} but prefill_batch_tokens = {self.prefill_batch_tokens}: "
+                    "with chunked prefill one forward is one chunk; drop prefill_batch_tokens"
+                )
+            if self.prefill_micro_batches != 1:
+                raise ValueError("a prefill chunk rides along a decode step: set prefill_micro_batches: 1")
         return self
 
     def _layout_fields(self) -> dict[str, Any]:
@@ -294,6 +334,14 @@ class Plan(Strict):
         default=None,
         description="prefill and decode take turns on the same instances (instead of 'decode'/'prefill')",
     )
+    hbm_utilization: float = Field(
+        default=0.9,
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        description="fraction of each device's HBM the engine may fill (vLLM's gpu_memory_utilization; "
+        "default 0.9 as engines default)",
+    )
     rank: int | None = Field(default=None, ge=1, description="position in a ranked export")
     predicted: dict[str, Any] | None = Field(default=None, description="filled in by evaluate/plan; ignored on input")
 
@@ -368,9 +416,11 @@ def check_phase(phase_name: str, phase: PhasePlan, model: ModelSpec, hw: Hardwar
         _tiles(f"{phase_name}.attention.pre", att.pre, n)
     if att.post is not None:
         _tiles(f"{phase_name}.attention.post", att.post, n)
-    heads = model.attention.num_heads
+    heads = model.attention_tp_divisor()
+    # compressed and linear attention split their output groups / key heads over TP as well
+    heads_what = "attention heads" if heads == model.attention.num_heads else "attention head groups"
     for label, lay in (("", att), (".pre", att.pre_layout), (".post", att.post_layout)):
-        _divides(f"{phase_name}.attention{label}", lay.tp, heads, "attention heads")
+        _divides(f"{phase_name}.attention{label}", lay.tp, heads, heads_what)
     if model.num_dense_layers:
         _tiles(f"{phase_name}.dense_ffn", phase.dense_layout, n)
         _divides(
@@ -426,11 +476,12 @@ def check_phase(phase_name: str, phase: PhasePlan, model: ModelSpec, hw: Hardwar
 def check_plan(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> None:
     """Every rule of a plan that needs the model and the machine; raises BadInputError."""
     w = plan.workload
-    context = w.input_tokens + w.output_tokens
+    context = w.longest_context_tokens
     if context > model.max_context_tokens:
+        what = "the longest request of workload.lengths" if w.lengths else "workload: input_tokens + output_tokens"
         raise BadInputError(
-            f"workload: input_tokens + output_tokens = {context} exceeds the model's context of "
-            f"{model.max_context_tokens} tokens; shorten the workload."
+            f"{what} = {context} tokens exceeds the model's context of {model.max_context_tokens} tokens; "
+            "shorten the workload."
         )
     if plan.colocated is not None:
         check_phase("colocated", plan.colocated, model, hw)

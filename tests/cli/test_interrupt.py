@@ -8,7 +8,7 @@ import sys
 import time
 
 from planner.search import deployment_model
-from tests.conftest import run_cli
+from tests.conftest import run_cli, wait_until_it_catches_sigterm
 
 
 def test_interrupt_during_the_solve_prints_the_best_so_far(tmp_path, monkeypatch):
@@ -29,16 +29,6 @@ def test_interrupt_during_the_solve_prints_the_best_so_far(tmp_path, monkeypatch
     assert "Best plan (rank 1) in detail" in r.output
     assert not out.exists()
     assert list(tmp_path.iterdir()) == []
-
-
-def _catches_sigterm(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            status = f.read()
-    except OSError:
-        return False
-    caught = next((line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), "0")
-    return bool(int(caught, 16) >> (signal.SIGTERM - 1) & 1)
 
 
 def test_sigterm_mid_search_leaves_no_file(tmp_path):
@@ -62,11 +52,7 @@ def test_sigterm_mid_search_leaves_no_file(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    # Wait until the CLI has installed its SIGTERM handler (Linux lists caught signals in
-    # /proc/PID/status), however loaded the machine is; a fixed sleep raced with slow imports.
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None and not _catches_sigterm(proc.pid):
-        time.sleep(0.02)
+    wait_until_it_catches_sigterm(proc)
     time.sleep(0.2)  # tables being built or the solve under way
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=60)

@@ -43,7 +43,7 @@ def test_committed_schema_matches_the_code():
 
 
 def test_emit_vllm_ascend_writes_instances_and_expert_maps(tmp_path):
-    r = run_cli("plan", "--top", "1", "--emit", "vllm-ascend", str(tmp_path))
+    r = run_cli("plan", "--top", "1", "--no-colocated", "--emit", "vllm-ascend", str(tmp_path))
     assert r.exit_code == 0, r.output
     decode = json.loads((tmp_path / "decode_instance.json").read_text())
     assert decode["vllm"]["enable_expert_parallel"] is True
@@ -77,3 +77,15 @@ def test_bad_flags_exit_2():
         r = run_cli("plan", *args)
         assert r.exit_code == 2, (args, r.output)
         assert "Traceback" not in r.output
+
+
+def test_emit_of_a_colocated_plan_writes_one_instance_kind(tmp_path):
+    r = run_cli("plan", "--top", "1", "--max-itl-ms", "200", "--emit", "vllm-ascend", str(tmp_path))
+    assert r.exit_code == 0, r.output
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["README.txt", "colocated_expert_map.json", "colocated_instance.json"]
+    doc = json.loads((tmp_path / "colocated_instance.json").read_text())
+    layout = doc["moeplan_layouts"]
+    assert doc["instances"] * doc["devices_per_instance"] == 48  # before: decode + prefill files implied 96 cards
+    assert "--enable-chunked-prefill" in doc["command"] and "--max-num-batched-tokens" in doc["command"]
+    assert f"--max-num-seqs {layout['concurrency_per_device'] * layout['attention']['tp']}" in doc["command"]

@@ -233,9 +233,14 @@ def test_sigterm_stops_a_sweep_cleanly(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(2.0)
+    from tests.conftest import wait_until_it_catches_sigterm
+
+    wait_until_it_catches_sigterm(proc)
+    time.sleep(1.0)  # the sweep under way
     proc.send_signal(signal.SIGTERM)
-    stdout, stderr = proc.communicate(timeout=30)
+    stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
-    assert "no file was written" in stderr and "Traceback" not in stderr + stdout
+    # the points done are shown; under load the signal may come before the first point finishes
+    assert "no file was written" in stderr or "interrupted before any result was found; nothing was written" in stderr
+    assert "Traceback" not in stderr + stdout
     assert not out.exists() and not list(tmp_path.iterdir())

@@ -74,7 +74,7 @@ def test_search_tables_agree_with_the_evaluation():
     t = decode_tables(ctx, opts, [0], xs, 2)
     ints = to_integer_tables(t, ctx.hw.hbm_bytes)
     factor = decode_micro_batch_factor(ctx.model.num_layers, ctx.hw.overlap.decode_micro_batch_efficiency.value)
-    (cand,) = decode_candidates(t, ints, None, 1, factor)
+    (cand,) = decode_candidates(t, ints, None, 1, overlap_factor=factor)
     assert cand.micro_batches == 2
     step_us = decode_step(ctx, d).step_s[0] * 1e6
     # integers round up: never shorter than the float step, and within a few microseconds per module

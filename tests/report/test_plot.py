@@ -127,3 +127,19 @@ def test_terminal_chart_and_exports(figure_parts, decode_sweep):
     assert doc["swept"] == {"hardware": ["a2", "cm384"], "tpot-ms": [10.0, 30.0, 60.0, 100.0]}
     assert doc["points"][0]["status"] == "infeasible" and doc["points"][0]["binds"] == "TPOT"
     assert doc["points"][1]["plan"]["predicted"]["decode"]["tpot_ms"] <= 30.0
+
+
+def test_a_long_title_stays_inside_the_figure(figure_parts):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    curves, published = figure_parts
+    title = (
+        "deepseek-v3, prefill + decode, 2048+2048 tokens, MTP acceptance 0.7; swept hardware a2/cm384, "
+        "tpot-ms 10..150\ncurves: whole deployment per card (prefill cards included); published stars: decode "
+        "cards only (the report gives no whole-deployment figure), so a star sits higher than its curve would"
+    )
+    fig = frontier_figure(curves, published, "deployment", title)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    box = fig.axes[0].title.get_window_extent(canvas.get_renderer())
+    assert box.x0 >= 0 and box.x1 <= fig.bbox.width  # before: one line ~1.6 figure widths long

@@ -1,0 +1,169 @@
+"""Regenerate the README's example outputs from the real commands.
+
+    python benchmarks/update_readme.py           # rewrite the marked blocks of README.md
+    python benchmarks/update_readme.py --check   # exit 1 (and show a diff) if README.md has drifted
+
+Every example of moeplan's output in README.md sits between two marker lines:
+
+    <!-- moeplan-output: plan -->
+    ```
+    ...the output of `moeplan plan`...
+    ```
+    <!-- /moeplan-output -->
+
+`BLOCKS` maps each marker's name to the command it shows (what the README says it runs) and to the
+part of the output shown. The blocks are rewritten from a fresh run of each command, in-process
+and with the console at the 140 columns moeplan uses when its output is not a terminal. Wall
+times in the output ("0.20 s") vary from run to run: `normalized` masks them, so the drift test
+(tests/test_readme.py) compares everything else exactly. Rerun this script after any change
+that moves an output (a merge, a cost-model change) and commit the README.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
+BEGIN = re.compile(r"^<!-- moeplan-output: (?P<name>[\w.-]+) -->$")
+END = "<!-- /moeplan-output -->"
+WALL_TIME = re.compile(r"\b\d[\d,]*\.\d+ s\b")
+
+
+def _until(marker: str) -> Callable[[str], str]:
+    """The output up to (not including) the first line that starts with `marker`."""
+
+    def cut(text: str) -> str:
+        lines = text.splitlines()
+        for i, line in enumerate(lines):
+            if line.startswith(marker):
+                return "\n".join(lines[:i]).rstrip() + "\n"
+        return text
+
+    return cut
+
+
+def _whole(text: str) -> str:
+    return text
+
+
+@dataclass(frozen=True)
+class Block:
+    """A README example: the command (moeplan's arguments) and the part of its output shown."""
+
+    args: tuple[str, ...]
+    part: Callable[[str], str] = _whole
+    fenced: bool = True  # inside ``` (terminal output); False for Markdown (a table)
+
+
+BLOCKS: dict[str, Block] = {
+    # `moeplan plan` with no flags: the ranked table, the status and the why line
+    "plan": Block(("plan",), _until("Best plan (rank 1) in detail")),
+    # `moeplan evaluate plans/a2-d70.yaml`: every table
+    "evaluate-a2-d70": Block(("evaluate", "plans/a2-d70.yaml")),
+    # `moeplan fidelity --markdown`: the README's fidelity table
+    "fidelity": Block(("fidelity", "--markdown"), fenced=False),
+}
+
+
+def run(args: tuple[str, ...]) -> str:
+    """moeplan's output for `args`, run in-process from the repository root."""
+    import os
+
+    sys.path.insert(0, str(REPO))
+    from typer.testing import CliRunner
+
+    from planner.cli.app import app
+
+    cwd = os.getcwd()
+    os.chdir(REPO)
+    try:
+        result = CliRunner().invoke(app, list(args))
+    finally:
+        os.chdir(cwd)
+    if result.exit_code != 0:
+        raise SystemExit(f"moeplan {' '.join(args)} exited {result.exit_code}:\n{result.output}")
+    return result.stdout
+
+
+def render(name: str) -> str:
+    """The lines between a block's markers, from a fresh run of its command."""
+    block = BLOCKS[name]
+    text = block.part(run(block.args)).rstrip("\n")
+    text = "\n".join(line.rstrip() for line in text.splitlines())
+    return f"```\n{text}\n```\n" if block.fenced else text + "\n"
+
+
+def blocks_of(readme: str) -> dict[str, str]:
+    """The marked blocks of a README text: name -> the lines between the markers."""
+    out: dict[str, str] = {}
+    lines = readme.splitlines(keepends=True)
+    i = 0
+    while i < len(lines):
+        begin = BEGIN.match(lines[i].rstrip("\n"))
+        if begin:
+            j = i + 1
+            while j < len(lines) and lines[j].rstrip("\n") != END:
+                j += 1
+            if j == len(lines):
+                raise SystemExit(f"README.md: block '{begin['name']}' has no closing {END}")
+            out[begin["name"]] = "".join(lines[i + 1 : j])
+            i = j
+        i += 1
+    return out
+
+
+def rewritten(readme: str, fresh: dict[str, str]) -> str:
+    """The README with every marked block replaced by its fresh output."""
+    out, name = [], None
+    for line in readme.splitlines(keepends=True):
+        begin = BEGIN.match(line.rstrip("\n"))
+        if name is None:
+            out.append(line)
+            if begin and begin["name"] in fresh:
+                name = begin["name"]
+                out.append(fresh[name])
+        elif line.rstrip("\n") == END:
+            out.append(line)
+            name = None
+    return "".join(out)
+
+
+def normalized(text: str) -> str:
+    """A block with its wall times masked (they differ from run to run)."""
+    return WALL_TIME.sub("<time> s", text)
+
+
+def main(argv: list[str]) -> int:
+    readme = README.read_text(encoding="utf-8")
+    present = blocks_of(readme)
+    unknown = sorted(set(present) - set(BLOCKS))
+    if unknown:
+        raise SystemExit(f"README.md: unknown blocks {unknown}; add them to BLOCKS")
+    fresh = {name: render(name) for name in present}
+    if "--check" in argv:
+        drifted = [n for n in present if normalized(present[n]) != normalized(fresh[n])]
+        for n in drifted:
+            diff = difflib.unified_diff(
+                present[n].splitlines(), fresh[n].splitlines(), f"README.md [{n}]", f"moeplan [{n}]", lineterm=""
+            )
+            print("\n".join(diff))
+        if drifted:
+            print(f"README.md has drifted in {drifted}: run python benchmarks/update_readme.py")
+        return 1 if drifted else 0
+    new = rewritten(readme, fresh)
+    if new != readme:
+        README.write_text(new, encoding="utf-8")
+        print(f"README.md: rewrote {', '.join(present)}")
+    else:
+        print("README.md: up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

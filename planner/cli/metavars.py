@@ -1,0 +1,80 @@
+"""Help that names what an option takes (`--max-cards CARDS`), not typer's type labels (`<float>`).
+
+Every command is registered with `MetavarCommand`, which gives each option that has no metavar of
+its own one from `METAVARS` (by flag), else one from its type.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from typer.core import TyperCommand
+
+METAVARS = {
+    "--model": "MODEL",
+    "--hardware": "MACHINE",
+    "--quantization": "SCHEME",
+    "--input-tokens": "TOKENS",
+    "--output-tokens": "TOKENS",
+    "--mtp-acceptance": "FRACTION",
+    "--tpot-ms": "MS",
+    "--ttft-ms": "MS",
+    "--max-itl-ms": "MS",
+    "--max-cards": "CARDS",
+    "--phase": "PHASE",
+    "--decode-devices": "DEVICES",
+    "--prefill-devices": "DEVICES",
+    "--devices": "DEVICES",
+    "--rate": "REQ_PER_S",
+    "--top": "K",
+    "--rank": "N",
+    "--mtp": "DEPTHS",
+    "--json": "FILE",
+    "--csv": "FILE",
+    "--plot": "FILE",
+    "--out": "FILE",
+    "--loads": "FILE",
+    "--emit": "FORMAT DIR",
+    "--skew-sigma": "SIGMA",
+    "--max-redundant-experts": "COPIES",
+    "--time-limit": "SECONDS",
+    "--workers": "THREADS",
+    "--jobs": "PROCESSES",
+    "--hbm-utilization": "FRACTION",
+    "--seed": "SEED",
+    "--synthetic": "KIND:PARAM",
+}
+# `sweep` takes a value, a list or a range where the other commands take one value
+SWEPT = {"--tpot-ms", "--ttft-ms", "--input-tokens", "--output-tokens", "--mtp-acceptance", "--max-cards", "--rate"}
+# by the option's Python type (typer's `bare_type`)
+BY_TYPE = {"int": "N", "float": "X", "str": "TEXT", "Path": "FILE"}
+
+
+def metavar_for(option: Any) -> str:
+    """The metavar an option (a click Option) is shown with."""
+    flag = max(option.opts, key=len)
+    bare = getattr(option, "bare_type", None)
+    type_name = bare() if callable(bare) else ""
+    if flag in SWEPT and type_name == "str":
+        return "VALUES"
+    if flag in METAVARS:
+        return METAVARS[flag]
+    return BY_TYPE.get(type_name, flag.lstrip("-").upper().replace("-", "_"))
+
+
+def _no_type(ctx: Any = None) -> None:
+    return None
+
+
+class MetavarCommand(TyperCommand):
+    """A typer command whose options all show a metavar naming what they take."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            is_option = getattr(param, "param_type_name", "") == "option"
+            if is_option and not param.is_flag and not param.count and param.metavar is None:  # type: ignore[attr-defined]
+                param.metavar = metavar_for(param)
+            if getattr(param, "param_type_name", "") == "argument":
+                # an argument's name (PLAN, BASE_PLAN) says what it takes; no "<str>" after it
+                setattr(param, "display_type_rich", _no_type)  # noqa: B010

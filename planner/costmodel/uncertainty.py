@@ -1,0 +1,120 @@
+"""Bands on predictions: every figure at the slow and the fast end of the machine's factor ranges.
+
+Each factor of a hardware file may carry a `range` (how it was derived is stored next to it:
+leave-one-out spread of the published-row fit, the source's own spread, or a stated assumption).
+A prediction's band is the plan evaluated twice more: on the *pessimistic* machine (every
+efficiency at the low end of its range, every fixed cost at its high end) and on the *optimistic*
+one (the other way round). Taking every factor at its end together is deliberate: the A2 factors
+were fitted jointly to the same few rows, so their errors need not cancel. The cost model is
+monotone in every factor (a higher efficiency or a lower fixed cost never slows a step), so the
+two machines bound the figure over the ranges.
+
+Two plans compared under the same machine (`FactorScenario`s: the two corners, then each factor
+alone at either end) share their factor errors: `lead_scenarios` is how the ranking says whether
+rank 1's lead survives the uncertainty.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from planner.costmodel.evaluate import PlanSpecs, evaluate_plan
+from planner.costmodel.fitting import factor_names, factor_spec, is_efficiency, with_factors
+from planner.costmodel.imbalance import ImbalanceModel
+from planner.costmodel.prediction import BandFigure, Prediction, Uncertainty
+from planner.specs.hardware import HardwareSpec
+from planner.specs.plan import Plan
+
+BAND_METHOD = (
+    "low/high: every factor at the slow/fast end of its range in the hardware file (ranges: leave-one-out "
+    "spread and sources); the expert-imbalance model is not varied"
+)
+
+# The figures that carry a band, per block of `predicted`.
+BAND_FIGURES: dict[str, tuple[str, ...]] = {
+    "decode": ("tokens_per_s_per_card", "tpot_ms", "step_ms"),
+    "prefill": ("tokens_per_s_per_card", "ttft_ms", "forward_ms"),
+    "colocated": ("tokens_per_s_per_card", "tpot_ms", "ttft_ms"),
+    "system": ("output_tokens_per_s_per_card", "requests_per_s"),
+}
+
+
+@dataclass(frozen=True)
+class FactorScenario:
+    """A machine with some factors moved to an end of their ranges."""
+
+    label: str
+    hw: HardwareSpec
+
+
+def factor_ranges(hw: HardwareSpec) -> dict[str, tuple[float, float]]:
+    """(low, high) of every factor that carries a range."""
+    out = {}
+    for n in factor_names(hw):
+        r = factor_spec(hw, n).range
+        if r is not None and r.high > r.low:
+            out[n] = (float(r.low), float(r.high))
+    return out
+
+
+def _end(hw: HardwareSpec, name: str, slow: bool) -> float:
+    lo, hi = factor_ranges(hw)[name]
+    return (lo if slow else hi) if is_efficiency(hw, name) else (hi if slow else lo)
+
+
+def corner(hw: HardwareSpec, slow: bool) -> HardwareSpec:
+    """Every ranged factor at its slow (pessimistic) or fast (optimistic) end."""
+    return with_factors(hw, {n: _end(hw, n, slow) for n in factor_ranges(hw)})
+
+
+def scenarios(hw: HardwareSpec) -> list[FactorScenario]:
+    """The two corners, then each ranged factor alone at its slow and at its fast end."""
+    out = [FactorScenario("every factor at its slow end", corner(hw, True))]
+    out.append(FactorScenario("every factor at its fast end", corner(hw, False)))
+    for n in factor_ranges(hw):
+        for slow in (True, False):
+            value = _end(hw, n, slow)
+            out.append(
+                FactorScenario(f"{n} at {value:.4g} ({'slow' if slow else 'fast'} end)", with_factors(hw, {n: value}))
+            )
+    return out
+
+
+def _figures(prediction: Prediction) -> dict[str, dict[str, float]]:
+    dump: dict[str, Any] = prediction.model_dump()
+    out: dict[str, dict[str, float]] = {}
+    for block, names in BAND_FIGURES.items():
+        node = dump.get(block)
+        if node:
+            out[block] = {n: float(node[n]) for n in names if node.get(n) is not None}
+    return out
+
+
+def prediction_uncertainty(
+    plan: Plan,
+    specs: PlanSpecs,
+    mid: Prediction,
+    base_dir: Path | None = None,
+    imbalance: ImbalanceModel | None = None,
+) -> Uncertainty:
+    """The band of every banded figure of `mid` (the plan's prediction on `specs.hw`)."""
+    hw = specs.hw
+    figures = {"mid": _figures(mid)}
+    for key, slow in (("slow", True), ("fast", False)):
+        spec = PlanSpecs(specs.model, corner(hw, slow), specs.quant)
+        figures[key] = _figures(evaluate_plan(plan, base_dir, imbalance, specs=spec))
+    bands: dict[str, dict[str, BandFigure]] = {}
+    for block, values in figures["mid"].items():
+        bands[block] = {}
+        for name, m in values.items():
+            a, b = figures["slow"][block][name], figures["fast"][block][name]
+            bands[block][name] = BandFigure(low=round(min(a, b, m), 4), mid=m, high=round(max(a, b, m), 4))
+    ranges = {n: [lo, hi] for n, (lo, hi) in factor_ranges(hw).items()}
+    return Uncertainty(method=BAND_METHOD, factors=ranges, bands=bands)
+
+
+def with_uncertainty(prediction: Prediction, uncertainty: Uncertainty) -> Prediction:
+    """The prediction with its `uncertainty` block set."""
+    return prediction.model_copy(update={"uncertainty": uncertainty})

@@ -1,0 +1,226 @@
+"""How sure the ranking is: bands on ranked plans, whether rank 1's lead survives them, what it rests on.
+
+Bands come from `planner.costmodel.uncertainty` (every factor at an end of its range). Two plans
+share the machine, so their errors are correlated: rank 1's lead over rank 2 is judged under the
+same factor scenarios for both plans (both corners, then each factor alone at either end), not by
+overlapping two independent bands. The lead is *inside the band* when some scenario puts rank 2
+level with or ahead of rank 1.
+
+What the lead rests on: the two plans' costs per output token per card (decode step, or prefill
+forward for prefill-only plans) split by module, with the MoE part split into expert compute and
+expert balance (the MoE time the busiest device adds over the mean one: moe x (1 - 1/imbalance)).
+When one term gives at least `DOMINANT_SHARE` of the lead it is named, with how uncertain that
+term is (its relative spread over the scenarios; expert balance is not covered by the factor
+ranges at all: the imbalance model is the least certain term, see planner/costmodel/imbalance.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from planner.costmodel.evaluate import PlanSpecs, evaluate_plan, plan_with_prediction
+from planner.costmodel.imbalance import ImbalanceModel
+from planner.costmodel.prediction import Prediction
+from planner.costmodel.uncertainty import FactorScenario, prediction_uncertainty, scenarios, with_uncertainty
+from planner.specs.plan import Plan
+
+DOMINANT_SHARE = 0.5
+EXPERT_BALANCE = "expert balance"
+TERM_LABELS = {
+    "attention": "attention compute",
+    "attention_comm": "attention collectives",
+    "dense_ffn": "dense FFN",
+    "dense_ffn_comm": "dense FFN collectives",
+    "moe": "expert compute",
+    "moe_comm": "MoE dispatch/combine",
+    "lm_head": "LM head",
+    "lm_head_comm": "LM head collectives",
+    "mtp": "MTP",
+    "micro_batch_overlap": "micro-batch overlap",
+    "launch_overhead": "launch costs",
+}
+
+
+def headline_of(prediction: Prediction) -> float:
+    """The figure plans are ranked by: output tokens/s per card (system, else decode, else prefill)."""
+    if prediction.system is not None:
+        return prediction.system.output_tokens_per_s_per_card
+    if prediction.decode is not None:
+        return prediction.decode.tokens_per_s_per_card
+    return prediction.prefill.tokens_per_s_per_card if prediction.prefill is not None else 0.0
+
+
+def headline_band(prediction: Prediction) -> tuple[float, float, float] | None:
+    """(low, mid, high) of the headline figure, when the prediction carries a band."""
+    u = prediction.uncertainty
+    if u is None:
+        return None
+    for block, figure in (
+        ("system", "output_tokens_per_s_per_card"),
+        ("decode", "tokens_per_s_per_card"),
+        ("prefill", "tokens_per_s_per_card"),
+    ):
+        b = u.bands.get(block, {}).get(figure)
+        if b is not None:
+            return b.low, b.mid, b.high
+    return None
+
+
+def with_band(plan: Plan, specs: PlanSpecs, imbalance: ImbalanceModel | None) -> Plan:
+    """The plan re-scored on `specs` with its band attached to `predicted`."""
+    mid = evaluate_plan(plan, imbalance=imbalance, specs=specs)
+    return plan_with_prediction(plan, with_uncertainty(mid, prediction_uncertainty(plan, specs, mid, None, imbalance)))
+
+
+def rank_by_low_end(plans: list[Plan]) -> list[Plan]:
+    """Plans re-ranked by the pessimistic end of their headline band (ties: by the mid value)."""
+
+    def key(p: Plan) -> tuple[float, float]:
+        band = headline_band(Prediction.model_validate(p.predicted))
+        return (-(band[0] if band else 0.0), -(band[1] if band else 0.0))
+
+    ordered = sorted(plans, key=key)
+    return [p.model_copy(update={"rank": i + 1}) for i, p in enumerate(ordered)]
+
+
+def per_token_terms(prediction: Prediction, plan: Plan, devices_per_card: int) -> dict[str, float]:
+    """Milliseconds per output (or input) token per card, by term."""
+    # plan format v2 names the phases the cost model uses decode_phase / prefill_phase
+    d, phase = prediction.decode, getattr(plan, "decode_phase", plan.decode)
+    pre = getattr(plan, "prefill_phase", plan.prefill)
+    if d is not None and phase is not None:
+        tokens = phase.concurrency_per_device * d.tokens_per_step_per_sequence * devices_per_card
+        parts, imb = d.breakdown_ms, d.moe_imbalance
+    elif prediction.prefill is not None and pre is not None:
+        tokens = pre.batch_tokens / pre.devices * devices_per_card
+        parts, imb = prediction.prefill.breakdown_ms, prediction.prefill.moe_imbalance
+    else:
+        return {}
+    out: dict[str, float] = {}
+    for key, ms in parts.items():
+        if key == "moe" and imb > 0:
+            out[EXPERT_BALANCE] = ms * (1.0 - 1.0 / imb) / tokens
+            out[TERM_LABELS["moe"]] = ms / imb / tokens
+        else:
+            out[TERM_LABELS.get(key, key)] = ms / tokens
+    return out
+
+
+@dataclass
+class LeadVerdict:
+    """Rank 1 against rank 2 under shared factor scenarios."""
+
+    lead: float  # headline difference at the predicted factors
+    lead_fraction: float
+    worst_lead: float
+    worst_scenario: str
+    inside_band: bool
+    dominant_term: str | None
+    dominant_share: float
+    term_spread: dict[str, float]
+
+    def lines(self) -> list[str]:
+        """What `moeplan plan` prints under the ranked table."""
+        out = []
+        if self.lead < 0:
+            out.append(
+                f"at the predicted factors rank 2 is ahead of rank 1 ({-self.lead:.1f} tok/s/card, "
+                f"{-self.lead_fraction:.1%}): rank 1 leads at the pessimistic end of the band."
+            )
+            return out
+        if self.inside_band:
+            out.append(
+                f"rank 1's lead over rank 2 ({self.lead:+.1f} tok/s/card, {self.lead_fraction:+.1%}) is inside the "
+                f"uncertainty band: with {self.worst_scenario} (same factors for both plans) rank 2 is level or ahead "
+                f"({self.worst_lead:+.1f} tok/s/card)."
+            )
+        else:
+            out.append(
+                f"rank 1's lead over rank 2 ({self.lead:+.1f} tok/s/card, {self.lead_fraction:+.1%}) holds at "
+                "every end "
+                f"of the factor ranges (smallest: {self.worst_lead:+.1f} with {self.worst_scenario})."
+            )
+        if self.dominant_term is not None:
+            if self.dominant_term == EXPERT_BALANCE:
+                certainty = "the least certain term: the imbalance model is not covered by the factor ranges"
+            else:
+                spread = self.term_spread.get(self.dominant_term, 0.0)
+                least = max(self.term_spread, key=lambda k: self.term_spread[k]) if self.term_spread else None
+                # terms that give the lead only: the least certain among them
+                certainty = f"that part of the lead moves by ±{spread:.0%} over the factor ranges" + (
+                    ", the least certain term" if least == self.dominant_term else ""
+                )
+            part = (
+                f"{self.dominant_share:.0%} of it"
+                if self.dominant_share <= 1.0
+                else "more than all of it: other terms favour rank 2"
+            )
+            out.append(f"the lead comes from {self.dominant_term} ({part}; {certainty}).")
+        return out
+
+
+def _evaluate(plan: Plan, sc: FactorScenario, specs: PlanSpecs, imbalance: ImbalanceModel | None) -> Prediction:
+    return evaluate_plan(plan, imbalance=imbalance, specs=PlanSpecs(specs.model, sc.hw, specs.quant))
+
+
+def lead_verdict(first: Plan, second: Plan, specs: PlanSpecs, imbalance: ImbalanceModel | None) -> LeadVerdict:
+    """Does rank 1 stay ahead of rank 2 under every factor scenario, and which term gives its lead."""
+    p1 = evaluate_plan(first, imbalance=imbalance, specs=specs)
+    p2 = evaluate_plan(second, imbalance=imbalance, specs=specs)
+    lead = headline_of(p1) - headline_of(p2)
+    worst, worst_label = lead, "the predicted factors"
+    dpc = specs.hw.devices_per_card
+
+    def savings(a: Prediction, b: Prediction) -> dict[str, float]:
+        ta, tb = per_token_terms(a, first, dpc), per_token_terms(b, second, dpc)
+        return {k: tb.get(k, 0.0) - ta.get(k, 0.0) for k in set(ta) | set(tb)}
+
+    saving = savings(p1, p2)
+    samples: dict[str, list[float]] = {k: [v] for k, v in saving.items()}
+    for sc in scenarios(specs.hw):
+        s1, s2 = _evaluate(first, sc, specs, imbalance), _evaluate(second, sc, specs, imbalance)
+        gap = headline_of(s1) - headline_of(s2)
+        if gap < worst:
+            worst, worst_label = gap, sc.label
+        for k, v in savings(s1, s2).items():
+            samples.setdefault(k, []).append(v)
+    # how far each term's contribution to the lead moves over the scenarios, relative to its predicted size
+    spread = {k: (max(v) - min(v)) / 2 / abs(v[0]) for k, v in samples.items() if v and abs(v[0]) > 0}
+    total = sum(saving.values())
+    dominant, share = None, 0.0
+    if total > 0:
+        k = max(saving, key=lambda x: saving[x])
+        if saving[k] >= DOMINANT_SHARE * total:
+            dominant, share = k, saving[k] / total
+    base = headline_of(p2)
+    return LeadVerdict(
+        lead=lead,
+        lead_fraction=lead / base if base else 0.0,
+        worst_lead=worst,
+        worst_scenario=worst_label,
+        inside_band=worst <= 0.0,
+        dominant_term=dominant,
+        dominant_share=share,
+        term_spread=spread,
+    )
+
+
+def band_cell(plan: Plan) -> str:
+    """'low-high' of the headline for the ranked table."""
+    if not plan.predicted:
+        return "-"
+    band = headline_band(Prediction.model_validate(plan.predicted))
+    return "-" if band is None else f"{band[0]:.0f}-{band[2]:.0f}"
+
+
+def tpot_band_cell(plan: Plan) -> str:
+    """'low-high' of TPOT (decode or colocated) for the ranked table."""
+    u: Any = (plan.predicted or {}).get("uncertainty")
+    if not u:
+        return "-"
+    for block in ("colocated", "decode"):
+        b = u.get("bands", {}).get(block, {}).get("tpot_ms")
+        if b:
+            return f"{b['low']:.1f}-{b['high']:.1f}"
+    return "-"

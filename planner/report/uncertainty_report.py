@@ -1,0 +1,32 @@
+"""The band every prediction carries, as a table, and the ranked list's robustness lines."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from planner.costmodel.prediction import Prediction
+
+FIGURE_LABELS = {
+    "tokens_per_s_per_card": "tokens/s per card",
+    "output_tokens_per_s_per_card": "output tokens/s per card",
+    "tpot_ms": "TPOT ms",
+    "ttft_ms": "TTFT ms",
+    "step_ms": "step ms",
+    "forward_ms": "forward ms",
+    "requests_per_s": "requests/s",
+}
+
+
+def uncertainty_table(prediction: Prediction) -> Table | None:
+    """Low / mid / high of every banded figure (None when the prediction carries no band)."""
+    u = prediction.uncertainty
+    if u is None or not u.bands:
+        return None
+    table = Table(title="Uncertainty: figures at the ends of the factor ranges", caption=u.method)
+    for col in ("block", "figure", "low", "mid", "high", "spread"):
+        table.add_column(col, justify="left" if col in ("block", "figure") else "right")
+    for block, figures in u.bands.items():
+        for name, b in figures.items():
+            spread = f"-{1 - b.low / b.mid:.1%} / +{b.high / b.mid - 1:.1%}" if b.mid else "-"
+            table.add_row(block, FIGURE_LABELS.get(name, name), f"{b.low:.4g}", f"{b.mid:.4g}", f"{b.high:.4g}", spread)
+    return table

@@ -1,0 +1,486 @@
+"""Translate a HuggingFace `config.json` into `ModelSpec` fields, refusing what moeplan does not model.
+
+Families read (each config as published, unchanged):
+- DeepSeek-V2/V3/R1, Kimi-K2/K2.5 (`deepseek_v2`, `deepseek_v3`, `kimi_k2`, `kimi_k25`): MLA + MoE;
+- DeepSeek-V3.2 (`deepseek_v32`) and GLM-5/5.1 (`glm_moe_dsa`): MLA + DSA's lightning indexer
+  (`index_n_heads`, `index_head_dim`, `index_topk`);
+- DeepSeek-V4 (`deepseek_v4`, or `DeepseekV4ForCausalLM` under another model_type):
+  `compress_ratios` per layer, `sliding_window`, one KV head of `head_dim`, grouped low-rank
+  output (`o_lora_rank`, `o_groups`), `num_hash_layers` hash-routed MoE layers, FP4 experts
+  (`expert_dtype`);
+- Qwen3.5 (`qwen3_5_moe`): Gated DeltaNet layers and full GQA layers by `layer_types`;
+- Kimi-K3 (`kimi_k3` / `kimi_linear`): KDA layers and MLA layers by `linear_attn_config`,
+  latent MoE (`routed_expert_hidden_size`);
+- MiniMax-M2/M2.5 (`minimax_m2`), Qwen3-MoE, Mixtral and dense Llama/Qwen style configs: GQA.
+
+A field that shapes attention or the MoE and that moeplan does not model is refused with its
+name (`UnmodelledFieldError`, a ValueError the catalog turns into exit 2): planning it as an
+older model without a word would give wrong figures. Fields that do not change cost or memory
+(norm epsilons, RoPE settings, routing score functions, generation defaults) are accepted.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+KNOWN_MODEL_TYPES = frozenset(
+    {
+        "llama",
+        "mistral",
+        "qwen2",
+        "qwen3",
+        "qwen2_moe",
+        "qwen3_moe",
+        "mixtral",
+        "deepseek_v2",
+        "deepseek_v3",
+        "deepseek_v32",
+        "deepseek_v4",
+        "kimi_k2",
+        "kimi_k25",
+        "kimi_k3",
+        "kimi_linear",
+        "glm_moe_dsa",
+        "qwen3_5_moe",
+        "qwen3_5_moe_text",
+        "minimax_m2",
+    }
+)
+# model_type strings seen on re-publications of a known architecture (e.g. sgl-project's
+# DeepSeek-V4-Flash-FP8 says "deepseek_ref"): accepted when `architectures` names a known class.
+KNOWN_ARCHITECTURES = {"DeepseekV4ForCausalLM": "deepseek_v4"}
+
+# model_types known to be mixture-of-experts, and the config.json keys their experts need (each a
+# tuple of accepted spellings): a missing or misspelled one must not turn the model dense.
+_DEEPSEEK_MOE_KEYS = (("n_routed_experts",), ("num_experts_per_tok",), ("moe_intermediate_size",))
+MOE_MODEL_TYPES: dict[str, tuple[tuple[str, ...], ...]] = {
+    "deepseek_v2": _DEEPSEEK_MOE_KEYS,
+    "deepseek_v3": _DEEPSEEK_MOE_KEYS,
+    "deepseek_v32": _DEEPSEEK_MOE_KEYS,
+    "deepseek_v4": _DEEPSEEK_MOE_KEYS,
+    "kimi_k2": _DEEPSEEK_MOE_KEYS,
+    "kimi_k25": _DEEPSEEK_MOE_KEYS,
+    "glm_moe_dsa": _DEEPSEEK_MOE_KEYS,
+    "kimi_linear": (("num_experts",), ("num_experts_per_token", "num_experts_per_tok")),
+    "kimi_k3": (("num_experts",), ("num_experts_per_token", "num_experts_per_tok")),
+    "qwen2_moe": (("num_experts",), ("num_experts_per_tok",), ("moe_intermediate_size",)),
+    "qwen3_moe": (("num_experts",), ("num_experts_per_tok",), ("moe_intermediate_size",)),
+    "qwen3_5_moe": (("num_experts",), ("num_experts_per_tok",), ("moe_intermediate_size",)),
+    "qwen3_5_moe_text": (("num_experts",), ("num_experts_per_tok",), ("moe_intermediate_size",)),
+    "mixtral": (("num_local_experts",), ("num_experts_per_tok",), ("intermediate_size",)),
+    "minimax_m2": (("num_local_experts",), ("num_experts_per_tok",), ("intermediate_size",)),
+}
+
+
+def _check_moe_keys(cfg: dict[str, Any], model_type: str | None) -> None:
+    """For a model_type known to be MoE, every expert key must be there (ValueError naming it)."""
+    for spellings in MOE_MODEL_TYPES.get(model_type or "", ()):
+        if all(cfg.get(k) is None for k in spellings):
+            raise ValueError(
+                f"model_type '{model_type}' is a mixture-of-experts model but config.json lacks "
+                f"'{spellings[0]}'; add it (check its spelling) or the model would be read as dense"
+            )
+
+
+# Keys whose names say they shape attention, the MoE or the layer stack.
+_STRUCTURAL = re.compile(
+    r"attn|attention|expert|moe|rout|kv_|lora|index|compress|window|linear|heads|head_dim|topk|shared|"
+    r"mtp|nextn|hash|ssm|conv|delta|sparse|layer_types|_layers|group|latent|dense"
+)
+# Structural keys moeplan reads (below) or knows to be irrelevant to time and memory.
+_HANDLED = frozenset(
+    {
+        # read
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "q_lora_rank",
+        "kv_lora_rank",
+        "qk_nope_head_dim",
+        "qk_rope_head_dim",
+        "v_head_dim",
+        "qk_head_dim",
+        "index_n_heads",
+        "index_head_dim",
+        "index_topk",
+        "compress_ratios",
+        "sliding_window",
+        "use_sliding_window",
+        "o_lora_rank",
+        "o_groups",
+        "num_hash_layers",
+        "n_routed_experts",
+        "num_experts",
+        "num_local_experts",
+        "num_experts_per_tok",
+        "num_experts_per_token",
+        "moe_topk",
+        "n_shared_experts",
+        "num_shared_experts",
+        "shared_expert_intermediate_size",
+        "shared_intermediate_size",
+        "moe_intermediate_size",
+        "routed_expert_hidden_size",
+        "first_k_dense_replace",
+        "moe_layer_freq",
+        "decoder_sparse_step",
+        "mlp_only_layers",
+        "n_group",
+        "num_expert_group",
+        "topk_group",
+        "num_nextn_predict_layers",
+        "mtp_num_hidden_layers",
+        "num_mtp_modules",
+        "mtp_transformer_layers",
+        "use_mtp",
+        "num_hidden_layers",
+        "layer_types",
+        "full_attention_interval",
+        "linear_conv_kernel_dim",
+        "linear_key_head_dim",
+        "linear_num_key_heads",
+        "linear_num_value_heads",
+        "linear_value_head_dim",
+        "linear_attn_config",
+        "attn_output_gate",
+        "mla_use_output_gate",
+        "attn_type_list",
+        "expert_dtype",
+        "mamba_ssm_dtype",
+        # no effect on time or memory: routing scores, norms, positions, training-only settings
+        "attention_bias",
+        "attention_dropout",
+        "topk_method",
+        "norm_topk_prob",
+        "routed_scaling_factor",
+        "router_aux_loss_coef",
+        "aux_loss_alpha",
+        "seq_aux",
+        "ep_size",
+        "output_router_logits",
+        "router_jitter_noise",
+        "use_routing_bias",
+        "moe_renormalize",
+        "moe_router_activation_func",
+        "use_grouped_topk",
+        "latent_moe_use_norm",
+        "mla_use_nope",
+        "indexer_rope_interleave",
+        "compress_rope_theta",
+        "mtp_use_dedicated_embeddings",
+        "max_window_layers",
+        "num_beam_groups",
+        "output_attentions",
+        "add_cross_attention",
+        "cross_attention_hidden_size",
+        "pruned_heads",
+        "chunk_size_feed_forward",
+        "_attn_implementation",
+        # Kimi-K3's attention residuals: a softmax mix of block snapshots of the hidden state,
+        # a few hidden-width vectors per layer (negligible next to attention and MoE)
+        "attn_res_block_size",
+        # training-only or activation-shape settings that happen to match the pattern
+        "ignore_index",
+        "activation_situ_beta",
+        "activation_situ_linear_beta",
+    }
+)
+
+
+class UnmodelledFieldError(ValueError):
+    """A config field that changes attention or the MoE in a way moeplan does not model."""
+
+
+def _get(cfg: dict[str, Any], *names: str, default: Any = None) -> Any:
+    for n in names:
+        if n in cfg and cfg[n] is not None:
+            return cfg[n]
+    return default
+
+
+def _refuse(field: str, why: str) -> UnmodelledFieldError:
+    return UnmodelledFieldError(f"field '{field}' {why}; moeplan would have to approximate it, so it refuses")
+
+
+def _check_fields(cfg: dict[str, Any]) -> None:
+    unknown = sorted(k for k in cfg if _STRUCTURAL.search(k) and k not in _HANDLED)
+    if unknown:
+        raise UnmodelledFieldError(
+            "config.json has attention/MoE fields moeplan does not model: "
+            + ", ".join(unknown)
+            + " (remove them only if they do not change the architecture)"
+        )
+    window = cfg.get("sliding_window")
+    if window is not None and "compress_ratios" not in cfg and cfg.get("use_sliding_window", True):
+        raise _refuse("sliding_window", f"= {window} asks for sliding-window attention outside DeepSeek-V4")
+    attn_types = cfg.get("attn_type_list")
+    if isinstance(attn_types, list) and any(t != 1 for t in attn_types):
+        raise _refuse("attn_type_list", "has linear (lightning) attention layers (type 0)")
+    if cfg.get("attention_bias"):
+        raise _refuse("attention_bias", "= true adds biases moeplan does not count")
+
+
+def _model_type(cfg: dict[str, Any], top: dict[str, Any]) -> str | None:
+    kind = top.get("model_type") or cfg.get("model_type")
+    archs = top.get("architectures") or cfg.get("architectures") or []
+    for arch in archs if isinstance(archs, list) else []:
+        if arch in KNOWN_ARCHITECTURES:
+            return KNOWN_ARCHITECTURES[arch]
+    if kind is None:
+        return None
+    if not isinstance(kind, str) or kind not in KNOWN_MODEL_TYPES:
+        known = ", ".join(sorted(KNOWN_MODEL_TYPES))
+        raise UnmodelledFieldError(f"model_type '{kind}' is not one moeplan models; known: {known}")
+    return kind
+
+
+def _expert_format(cfg: dict[str, Any]) -> tuple[str | None, float | None]:
+    """The routed experts' stored format and bits per weight (scales included), if narrower than BF16."""
+    if cfg.get("expert_dtype") is not None:
+        dtype = cfg["expert_dtype"]
+        if dtype == "fp4":
+            # DeepSeek-V4 model card: FP4 (e2m1) MoE experts, one 8-bit power-of-two scale per 32
+            return "fp4 (e2m1, 8-bit scale per 32)", 4.0 + 8.0 / 32
+        if dtype == "fp8":
+            return "fp8 (e4m3)", 8.0
+        raise _refuse("expert_dtype", f"= {dtype!r} is not fp4 or fp8")
+    q = cfg.get("quantization_config")
+    if not isinstance(q, dict):
+        return None, None
+    method = q.get("quant_method")
+    if method == "fp8":
+        # 128x128 blocks, one scale each: 8 bits + negligible
+        return "fp8 (e4m3, 128x128 block scales)", 8.0
+    if method == "modelopt":
+        algo = q.get("quant_algo")
+        if algo == "NVFP4":
+            # NVFP4: e2m1 values, one FP8 (e4m3) scale per 16
+            return "nvfp4 (e2m1, fp8 scale per 16)", 4.0 + 8.0 / 16
+        if algo == "FP8":
+            return "fp8 (e4m3)", 8.0
+        raise _refuse("quantization_config.quant_algo", f"= {algo!r} is not NVFP4 or FP8")
+    if method == "compressed-tensors":
+        groups = q.get("config_groups") or {}
+        if not isinstance(groups, dict) or len(groups) != 1:
+            raise _refuse("quantization_config.config_groups", "does not hold exactly one group")
+        (group,) = groups.values()
+        w = group.get("weights") if isinstance(group, dict) else None
+        if not isinstance(w, dict):
+            raise _refuse("quantization_config.config_groups.*.weights", "is not a mapping")
+        bits, size, kind = w.get("num_bits"), w.get("group_size"), w.get("type")
+        if not isinstance(bits, int) or not isinstance(size, int) or size < 1 or bits < 1:
+            raise _refuse("quantization_config.config_groups.*.weights", "lacks num_bits/group_size")
+        ignore = " ".join(str(x) for x in q.get("ignore") or [])
+        if "self_attn" not in ignore:
+            raise _refuse("quantization_config.ignore", "does not keep attention unquantised (only experts are read)")
+        scale_bits = 8 if "uint8" in str(w.get("scale_dtype")) else 16
+        prefix = "mxfp" if scale_bits == 8 and kind == "float" else str(kind)
+        name = f"{prefix}{bits}, group {size}"
+        return name, bits + scale_bits / size
+    raise _refuse("quantization_config.quant_method", f"= {method!r} is not fp8, modelopt or compressed-tensors")
+
+
+def _linear_layers_qwen(cfg: dict[str, Any], layers: int) -> list[int] | None:
+    types = cfg.get("layer_types")
+    if types is None:
+        return None
+    if not isinstance(types, list) or len(types) != layers:
+        raise _refuse("layer_types", f"must list one type per layer ({layers})")
+    bad = sorted({t for t in types if t not in ("linear_attention", "full_attention")})
+    if bad:
+        raise _refuse("layer_types", f"holds layer types {bad}")
+    return [i for i, t in enumerate(types) if t == "linear_attention"]
+
+
+def _linear_kimi(cfg: dict[str, Any], layers: int) -> dict[str, Any] | None:
+    lin = cfg.get("linear_attn_config")
+    if lin is None:
+        return None
+    if not isinstance(lin, dict):
+        raise _refuse("linear_attn_config", "is not a mapping")
+    kda, full = lin.get("kda_layers") or [], lin.get("full_attn_layers") or []
+    # 1-based layer numbers in Kimi Linear / K3 configs
+    if sorted(list(kda) + list(full)) != list(range(1, layers + 1)):
+        raise _refuse("linear_attn_config.kda_layers", f"and full_attn_layers must number layers 1..{layers} once each")
+    known = {
+        "full_attn_layers",
+        "kda_layers",
+        "num_heads",
+        "head_dim",
+        "short_conv_kernel_size",
+        "use_full_rank_gate",
+        "gate_lower_bound",
+    }
+    extra = sorted(set(lin) - known)
+    if extra:
+        raise _refuse(f"linear_attn_config.{extra[0]}", "is not a KDA field moeplan models")
+    if not lin.get("use_full_rank_gate", False):
+        raise _refuse("linear_attn_config.use_full_rank_gate", "is not true (low-rank output gates are not modelled)")
+    heads, dim = lin.get("num_heads"), lin.get("head_dim")
+    return {
+        "kind": "kda",
+        "layers": [i - 1 for i in kda],
+        "num_key_heads": heads,
+        "num_value_heads": heads,
+        "key_head_dim": dim,
+        "value_head_dim": dim,
+        "conv_kernel": lin.get("short_conv_kernel_size", 4),
+        # KDA's per-channel decay through a low-rank gate of rank head_dim (Kimi Linear, f_a/f_b)
+        "decay_gate_rank": dim,
+        "state_bytes_per_element": 4.0,
+    }
+
+
+def from_hf_config(top: dict[str, Any], name: str) -> dict[str, Any]:
+    """Translate a HuggingFace config.json mapping into ModelSpec fields (validated by the caller).
+
+    Raises ValueError (UnmodelledFieldError for fields moeplan does not model).
+    """
+    cfg = top
+    if "text_config" in top and isinstance(top["text_config"], dict):
+        cfg = {**top, **top["text_config"]}
+    _check_moe_keys(cfg, _model_type(cfg, top))
+    _check_fields(cfg)
+    hidden = _get(cfg, "hidden_size")
+    layers = _get(cfg, "num_hidden_layers")
+    heads = _get(cfg, "num_attention_heads")
+    missing = [
+        n
+        for n, v in (
+            ("hidden_size", hidden),
+            ("num_hidden_layers", layers),
+            ("num_attention_heads", heads),
+            ("vocab_size", _get(cfg, "vocab_size")),
+        )
+        if v is None
+    ]
+    if missing:
+        raise ValueError("config.json lacks " + ", ".join(missing))
+    if not isinstance(layers, int) or not isinstance(hidden, int) or not isinstance(heads, int):
+        raise ValueError("hidden_size, num_hidden_layers and num_attention_heads must be integers")
+
+    indexer = None
+    if _get(cfg, "index_topk") is not None:
+        indexer = {
+            "num_heads": _get(cfg, "index_n_heads"),
+            "head_dim": _get(cfg, "index_head_dim"),
+            "top_k": cfg["index_topk"],
+        }
+    attention: dict[str, Any]
+    if _get(cfg, "compress_ratios") is not None:
+        attention = {
+            "kind": "compressed",
+            "num_heads": heads,
+            "num_kv_heads": _get(cfg, "num_key_value_heads", default=1),
+            "head_dim": _get(cfg, "head_dim"),
+            "q_lora_rank": _get(cfg, "q_lora_rank"),
+            "qk_rope_head_dim": _get(cfg, "qk_rope_head_dim", default=0),
+            "compressed": {
+                "compress_ratios": cfg["compress_ratios"],
+                "sliding_window": _get(cfg, "sliding_window"),
+                "o_lora_rank": _get(cfg, "o_lora_rank"),
+                "o_groups": _get(cfg, "o_groups", default=1),
+            },
+            "indexer": indexer,
+        }
+    elif _get(cfg, "kv_lora_rank") is not None:
+        nope = _get(cfg, "qk_nope_head_dim", default=128)
+        rope = _get(cfg, "qk_rope_head_dim", default=64)
+        qk_head = cfg.get("qk_head_dim")
+        if qk_head is not None and isinstance(nope, int) and isinstance(rope, int) and qk_head != nope + rope:
+            raise _refuse("qk_head_dim", f"= {qk_head} differs from qk_nope_head_dim + qk_rope_head_dim")
+        attention = {
+            "kind": "mla",
+            "num_heads": heads,
+            "q_lora_rank": _get(cfg, "q_lora_rank"),
+            "kv_lora_rank": cfg["kv_lora_rank"],
+            "qk_nope_head_dim": nope,
+            "qk_rope_head_dim": rope,
+            "v_head_dim": _get(cfg, "v_head_dim", default=128),
+            "output_gate": bool(_get(cfg, "mla_use_output_gate", default=False)),
+            "indexer": indexer,
+        }
+    else:
+        if indexer is not None:
+            raise _refuse("index_topk", "on GQA attention (DSA is modelled on MLA and DeepSeek-V4 only)")
+        head_dim = _get(cfg, "head_dim")
+        if head_dim is None and isinstance(hidden, int) and isinstance(heads, int) and heads > 0:
+            head_dim = hidden // heads
+        attention = {
+            "kind": "gqa",
+            "num_heads": heads,
+            "num_kv_heads": _get(cfg, "num_key_value_heads", default=heads),
+            "head_dim": head_dim,
+            "output_gate": bool(_get(cfg, "attn_output_gate", default=False)),
+        }
+
+    linear_layers = _linear_layers_qwen(cfg, layers)
+    if linear_layers is not None and linear_layers:
+        dtype = str(_get(cfg, "mamba_ssm_dtype", default="float32"))
+        attention["linear"] = {
+            "kind": "gated_deltanet",
+            "layers": linear_layers,
+            "num_key_heads": _get(cfg, "linear_num_key_heads"),
+            "num_value_heads": _get(cfg, "linear_num_value_heads"),
+            "key_head_dim": _get(cfg, "linear_key_head_dim"),
+            "value_head_dim": _get(cfg, "linear_value_head_dim"),
+            "conv_kernel": _get(cfg, "linear_conv_kernel_dim", default=4),
+            "decay_gate_rank": 0,
+            "state_bytes_per_element": 4.0 if "32" in dtype else 2.0,
+        }
+    kimi_linear = _linear_kimi(cfg, layers)
+    if kimi_linear is not None and kimi_linear["layers"]:
+        attention["linear"] = kimi_linear
+
+    routed = _get(cfg, "n_routed_experts", "num_experts", "num_local_experts", default=0) or 0
+    moe: dict[str, Any] | None = None
+    dense_layers = layers
+    if routed:
+        shared_inter = _get(cfg, "shared_expert_intermediate_size", "shared_intermediate_size", default=0) or 0
+        n_shared = _get(cfg, "n_shared_experts", "num_shared_experts", default=0) or (1 if shared_inter else 0)
+        moe = {
+            "routed_experts": routed,
+            "experts_per_token": _get(cfg, "num_experts_per_tok", "num_experts_per_token", "moe_topk", default=1),
+            "shared_experts": n_shared,
+            "expert_intermediate_size": _get(cfg, "moe_intermediate_size", "intermediate_size"),
+            "shared_expert_intermediate_size": shared_inter or None,
+            "latent_size": _get(cfg, "routed_expert_hidden_size"),
+            "hash_layers": _get(cfg, "num_hash_layers", default=0),
+            "n_group": _get(cfg, "n_group", "num_expert_group", default=1),
+            "topk_group": _get(cfg, "topk_group", default=1),
+        }
+        dense_layers = _get(cfg, "first_k_dense_replace", default=0)
+        sparse_step = _get(cfg, "decoder_sparse_step", "moe_layer_freq", default=1)
+        if isinstance(sparse_step, int) and sparse_step > 1 and isinstance(layers, int):
+            # Only every sparse_step-th layer is MoE; count the others as dense.
+            dense_layers = layers - layers // sparse_step
+        mlp_only = _get(cfg, "mlp_only_layers", default=[]) or []
+        if isinstance(mlp_only, list):
+            dense_layers += len(mlp_only)
+    mtp = _get(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", default=0)
+    if _get(cfg, "use_mtp", default=False):
+        mtp = _get(cfg, "num_mtp_modules", default=1) * _get(cfg, "mtp_transformer_layers", default=1)
+    fmt, bits = _expert_format(cfg)
+    if routed == 0:
+        fmt, bits = None, None
+    return {
+        "name": name,
+        "hidden_size": hidden,
+        "num_layers": layers,
+        "num_dense_layers": dense_layers,
+        "dense_intermediate_size": _get(cfg, "intermediate_size", default=0) if dense_layers else 0,
+        "attention": attention,
+        "moe": moe,
+        "vocab_size": cfg.get("vocab_size"),
+        "tie_word_embeddings": bool(_get(cfg, "tie_word_embeddings", default=False)),
+        "mtp_layers": mtp,
+        "max_context_tokens": _get(cfg, "max_position_embeddings", "max_sequence_length", default=4096),
+        "expert_weight_format": fmt,
+        "expert_weight_bits": bits if bits is not None and bits < 16 else None,
+    }
+
+
+def looks_like_hf_config(data: dict[str, Any]) -> bool:
+    """True when a mapping is a HuggingFace config.json rather than a ModelSpec."""
+    return "num_hidden_layers" in data or "architectures" in data or "model_type" in data

@@ -1,0 +1,52 @@
+"""`moeplan plan` for every 2026 model of the catalog: a plan, or an infeasible naming its constraint."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import run_cli
+
+NEW_MODELS = [
+    "deepseek-v3.2",
+    "deepseek-v4-pro",
+    "deepseek-v4-flash",
+    "kimi-k2.5",
+    "kimi-k3",
+    "glm-5.1",
+    "qwen3.5-397b-a17b",
+    "minimax-m2.5",
+]
+
+
+@pytest.mark.parametrize("name", NEW_MODELS)
+def test_each_model_plans_on_cm384(tmp_path, name):
+    out = tmp_path / "plan.json"
+    r = run_cli("plan", "--model", name, "--hardware", "cm384", "--top", "1", "--json", str(out))
+    assert r.exit_code == 0, r.output
+    doc = json.loads(out.read_text())
+    plans = doc if isinstance(doc, list) else doc.get("plans", [doc])
+    assert plans, doc
+    # the exported best plan re-evaluates to the same figures (the search and the cost model agree)
+    best = plans[0]
+    best_path = tmp_path / "best.json"
+    best_path.write_text(json.dumps(best))
+    r2 = run_cli("evaluate", str(best_path), "--json")
+    assert r2.exit_code == 0, r2.output
+
+
+def test_kimi_k3_on_a2_is_infeasible_with_the_reason():
+    r = run_cli("plan", "--model", "kimi-k3", "--hardware", "a2", "--top", "1")
+    assert r.exit_code == 1
+    assert "HBM" in r.output and "kimi-k3" in r.output
+
+
+def test_deepseek_v32_no_longer_plans_as_v3():
+    args = ("--hardware", "cm384", "--max-cards", "64", "--top", "1", "--phase", "decode")
+    v3 = run_cli("plan", "--model", "deepseek-v3", *args)
+    v32 = run_cli("plan", "--model", "deepseek-v3.2", *args)
+    assert v3.exit_code == 0 and v32.exit_code == 0
+    row = [line for line in v3.output.splitlines() if line.startswith("│ 1 ")]
+    row32 = [line for line in v32.output.splitlines() if line.startswith("│ 1 ")]
+    assert row and row32 and row[0] != row32[0]

@@ -1,0 +1,252 @@
+"""The CLI in scripts and pipelines: exit codes, JSON on failure, exports as input, readable errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from planner.ranking.compare import Delta
+from tests.conftest import PLANS, REPO, run_cli
+
+
+def _one_line_error(output: str) -> str:
+    lines = [ln for ln in output.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1, output
+    assert "Traceback" not in output
+    return lines[0]
+
+
+# ---- evaluate --check -----------------------------------------------------------------------------
+
+
+def test_check_passes_a_plan_that_fits_and_meets_its_slos():
+    assert run_cli("evaluate", "a2-d70", "--check").exit_code == 0
+
+
+def test_check_fails_a_missed_slo_given_on_the_command_line():
+    r = run_cli("evaluate", "a2-d70", "--check", "--tpot-ms", "50")
+    assert r.exit_code == 1
+    assert "TPOT" in r.output
+    # without --check the same evaluation is a report, not a verdict
+    assert run_cli("evaluate", "a2-d70", "--tpot-ms", "50").exit_code == 0
+
+
+def test_check_fails_the_plans_own_slo_and_hbm(tmp_path):
+    plan = (PLANS / "a2-d70.yaml").read_text()
+    slo = tmp_path / "slo.yaml"
+    slo.write_text(
+        plan.replace("tpot_ms: 100", "tpot_ms: 40") if "tpot_ms: 100" in plan else plan + "slo: {tpot_ms: 40}\n"
+    )
+    r = run_cli("evaluate", str(slo), "--check")
+    assert r.exit_code == 1 and "TPOT" in r.output
+    hbm = tmp_path / "hbm.yaml"
+    hbm.write_text(plan.replace("concurrency_per_device: 72", "concurrency_per_device: 400"))
+    r = run_cli("evaluate", str(hbm), "--check", "--json")
+    assert r.exit_code == 1 and "HBM" in r.output
+    assert run_cli("evaluate", str(hbm)).exit_code == 0
+
+
+# ---- plan --json when nothing is feasible ------------------------------------------------------------
+
+
+def test_infeasible_json_names_reason_and_nearest_point(tmp_path):
+    out = tmp_path / "p.json"
+    r = run_cli("plan", "--tpot-ms", "5", "--json", str(out))
+    assert r.exit_code == 1
+    doc = json.loads(out.read_text())
+    assert doc["status"] == "INFEASIBLE"
+    assert "TPOT" in doc["reason"]
+    assert doc["nearest"]["flag"] == "--tpot-ms" and doc["nearest"]["value"] > 5
+
+
+def test_infeasible_json_to_stdout():
+    r = run_cli("plan", "--max-cards", "4", "--json", "-")
+    assert r.exit_code == 1
+    start = r.stdout.index("{")
+    doc = json.loads(r.stdout[start:])
+    assert doc["status"] == "INFEASIBLE" and doc["nearest"]["flag"] == "--max-cards"
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGPIPE"), reason="POSIX pipes")
+def test_a_closed_pipe_ends_quietly():
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "planner", "plan", "--top", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+        env=env,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader (`head`) is gone before anything is printed
+    err = proc.stderr.read().decode()
+    code = proc.wait(timeout=120)
+    assert err.strip() == ""  # (the progress display leaves a newline on a non-terminal stderr)
+    assert code == -signal.SIGPIPE  # as `cat` does; before: exit 1 (an error code)
+
+
+# ---- exports as input -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory):
+    path = tmp_path_factory.mktemp("export") / "plans.json"
+    r = run_cli("plan", "--top", "3", "--json", str(path))
+    assert r.exit_code == 0, r.output
+    return path
+
+
+def test_evaluate_reads_a_plan_export_by_rank(export):
+    doc = json.loads(export.read_text())
+    for rank in (1, 3):
+        r = run_cli("evaluate", str(export), "--rank", str(rank), "--json")
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.output)["predicted"] == doc["plans"][rank - 1]["predicted"]
+    first = run_cli("evaluate", str(export), "--json")
+    assert json.loads(first.output)["predicted"] == doc["plans"][0]["predicted"]
+    bad = run_cli("evaluate", str(export), "--rank", "9")
+    assert bad.exit_code == 2 and "--rank 9" in bad.output
+
+
+def test_whatif_takes_a_plan_export_as_base(export):
+    r = run_cli("whatif", str(export), "--rank", "2", "--tpot-ms", "80", "--json", "-")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    want = json.loads(export.read_text())["plans"][1]
+    base = doc["base"]["plan"]
+    for key in ("decode", "prefill", "colocated"):
+        assert base.get(key) == want.get(key)
+
+
+def test_evaluate_a_folder_lists_its_plan_files_only():
+    r = run_cli("evaluate", str(PLANS))
+    assert r.exit_code == 2
+    line = _one_line_error(r.output)
+    assert "a2-d70.yaml" in line
+    assert "schema" not in line and "published" not in line
+    unknown = run_cli("evaluate", "no-such-plan")
+    assert "plan.schema" not in unknown.output and "published" not in unknown.output
+
+
+# ---- model configs ------------------------------------------------------------------------------------
+
+
+def _hf_folder(tmp_path, drop: str | None = None, rename: tuple[str, str] | None = None):
+    cfg = json.loads((REPO / "models" / "deepseek-v3.json").read_text())
+    if drop:
+        cfg.pop(drop)
+    if rename:
+        cfg[rename[1]] = cfg.pop(rename[0])
+    folder = tmp_path / "DeepSeek-V3"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("drop", "rename", "key"),
+    [
+        (None, ("n_routed_experts", "n_routed_expert"), "n_routed_experts"),
+        ("moe_intermediate_size", None, "moe_intermediate_size"),
+        ("num_experts_per_tok", None, "num_experts_per_tok"),
+    ],
+)
+def test_moe_model_missing_an_expert_key_is_an_error_naming_it(tmp_path, drop, rename, key):
+    folder = _hf_folder(tmp_path, drop, rename)
+    r = run_cli("models", "show", str(folder))
+    assert r.exit_code == 2
+    assert key in _one_line_error(r.output)
+
+
+def test_a_hugging_face_model_folder_is_a_model(tmp_path):
+    folder = _hf_folder(tmp_path)
+    r = run_cli("plan", "--model", str(folder), "--top", "1", "--json", "-")
+    assert r.exit_code == 0, r.output
+    default = run_cli("plan", "--top", "1", "--json", "-")
+    assert json.loads(r.output)["plans"][0]["predicted"] == json.loads(default.output)["plans"][0]["predicted"]
+
+
+# ---- flags, help and errors -------------------------------------------------------------------------
+
+
+def test_card_counts_are_whole_numbers():
+    r = run_cli("plan", "--max-cards", "12.5")
+    assert r.exit_code == 2
+    assert "--max-cards" in _one_line_error(r.output)
+
+
+@pytest.mark.parametrize("command", ["plan", "evaluate", "whatif", "sweep", "experts"])
+def test_help_shows_metavars_not_type_labels(command):
+    r = run_cli(command, "--help")
+    assert r.exit_code == 0
+    assert "<" not in r.output.replace("<=", "")
+    if command == "plan":
+        assert "--max-cards CARDS" in r.output and "--emit FORMAT DIR" in r.output
+    if command == "sweep":
+        assert "--jobs PROCESSES" in r.output and "processes" in r.output
+
+
+def test_validation_errors_are_one_line_without_pydantic_wording(tmp_path):
+    r = run_cli("plan", "--input-tokens", "0")
+    line = _one_line_error(r.output)
+    assert r.exit_code == 2 and "--input-tokens" in line and "Input should" not in line
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((PLANS / "a2-d70.yaml").read_text().replace("mtp_tokens: 1", "mtp_tokens: 9"))
+    r = run_cli("evaluate", str(bad))
+    line = _one_line_error(r.output)
+    assert r.exit_code == 2 and "decode.mtp_tokens" in line and "<= 4" in line and "Input should" not in line
+
+
+def test_whatif_base_with_a_space_says_name_equals_value():
+    r = run_cli("whatif", "--base", "hardware", "cm384")
+    assert r.exit_code == 2
+    assert "--base hardware=cm384" in _one_line_error(r.output)
+
+
+def test_delta_from_a_near_zero_base_is_absolute():
+    assert Delta("decode_hbm_headroom_gib", "headroom", 0.001, -0.7).relative is None
+    assert Delta("tokens_per_s_per_card", "tok/s", 0.5, 400.0).relative is None
+    assert Delta("tokens_per_s_per_card", "tok/s", 400.0, 500.0).relative == pytest.approx(0.25)
+
+
+# ---- output text ---------------------------------------------------------------------------------------
+
+
+def test_pd_column_counts_cards_on_a_two_die_machine():
+    from planner.ranking.compare import pd_cards
+    from planner.specs.catalog import load_hardware, load_plan
+
+    plan, _ = load_plan("cm-d")  # 288 dies = 144 cards
+    assert pd_cards(plan, load_hardware("cm384")) == "- : 1x144"
+    r = run_cli("plan", "--hardware", "cm384", "--max-cards", "48", "--top", "1", "--no-colocated")
+    assert r.exit_code == 0, r.output
+    assert "P:D cards" in r.output
+
+
+def test_fidelity_marks_the_fitted_rows():
+    r = run_cli("fidelity", "--markdown")
+    assert r.exit_code == 0
+    rows = {ln.split("|")[1].strip(): ln for ln in r.output.splitlines() if ln.startswith("| ") and "%" in ln}
+    assert "hbm_bandwidth" in rows["A2-D70"]  # the A2 factors it determines (fitted to it)
+    assert "skew sigma (chosen on it" in rows["CM-D"] and "(in-sample)" in rows["CM-D"]
+    assert "not fitted to" in rows["CM-D-max"] and "(oos)" in rows["CM 15 ms"]
+
+
+def test_sources_cite_public_documents_not_unshipped_files():
+    texts = [run_cli("hardware", "show", name).output for name in ("a2", "cm384")]
+    texts += [p.read_text() for p in PLANS.glob("*.yaml")]
+    for text in texts:
+        assert "facts.md" not in text
+    assert "msmodeling" in texts[0]
+
+
+def test_check_fails_a_broken_itl_limit():
+    # the report's decode deployment steps every ~168 ms (MTP 1 at 99 ms per token)
+    assert run_cli("evaluate", "a2-d70", "--check", "--max-itl-ms", "300").exit_code == 0
+    r = run_cli("evaluate", "a2-d70", "--check", "--max-itl-ms", "100")
+    assert r.exit_code == 1 and "ITL" in r.output

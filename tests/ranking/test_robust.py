@@ -1,0 +1,84 @@
+"""Bands on predictions and the ranking's verdicts under shared factor scenarios."""
+
+from __future__ import annotations
+
+from planner.costmodel.evaluate import PlanSpecs, evaluate_plan
+from planner.costmodel.fidelity import _plan_and_specs
+from planner.costmodel.fitting import factor_names, factor_spec, with_factors
+from planner.costmodel.uncertainty import corner, factor_ranges, prediction_uncertainty, scenarios
+from planner.ranking.robust import headline_band, lead_verdict, rank_by_low_end, with_band
+from planner.specs.plan import AttentionLayout
+
+
+def _d70():
+    return _plan_and_specs("a2-d70")
+
+
+def _variant(plan, **update):
+    return plan.model_copy(update={"decode": plan.decode.model_copy(update=update)})
+
+
+def test_every_shipped_factor_carries_a_range_that_holds_its_value():
+    _, specs = _d70()
+    ranges = factor_ranges(specs.hw)
+    assert set(ranges) == set(factor_names(specs.hw))
+    for n, (lo, hi) in ranges.items():
+        assert lo <= factor_spec(specs.hw, n).value <= hi
+        assert factor_spec(specs.hw, n).range.derived  # type: ignore[union-attr]
+
+
+def test_band_brackets_the_prediction_and_follows_the_corners():
+    plan, specs = _d70()
+    mid = evaluate_plan(plan, specs=specs)
+    u = prediction_uncertainty(plan, specs, mid)
+    tps, tpot = u.bands["decode"]["tokens_per_s_per_card"], u.bands["decode"]["tpot_ms"]
+    assert tps.low < tps.mid < tps.high
+    assert tpot.low < tpot.mid < tpot.high
+    slow = evaluate_plan(plan, specs=PlanSpecs(specs.model, corner(specs.hw, True), specs.quant))
+    assert slow.decode is not None and tps.low == round(slow.decode.tokens_per_s_per_card, 4)
+    # every single-factor scenario stays inside the corners (the model is monotone in each factor)
+    for sc in scenarios(specs.hw):
+        p = evaluate_plan(plan, specs=PlanSpecs(specs.model, sc.hw, specs.quant))
+        assert p.decode is not None
+        assert tps.low - 1e-6 <= p.decode.tokens_per_s_per_card <= tps.high + 1e-6, sc.label
+
+
+def test_a_machine_without_ranges_has_a_zero_width_band():
+    plan, specs = _d70()
+    bare = with_factors(specs.hw, {}, {n: {"range": None} for n in factor_names(specs.hw)})
+    mid = evaluate_plan(plan, specs=PlanSpecs(specs.model, bare, specs.quant))
+    b = prediction_uncertainty(plan, PlanSpecs(specs.model, bare, specs.quant), mid).bands["decode"]["tpot_ms"]
+    assert b.low == b.mid == b.high
+
+
+def test_a_lead_that_a_factor_end_reverses_is_reported_inside_the_band():
+    plan, specs = _d70()
+    first = _variant(plan, concurrency_per_device=80, attention=AttentionLayout(dp=16, tp=2))
+    verdict = lead_verdict(first, plan, specs, None)
+    assert verdict.lead > 0
+    assert verdict.inside_band and verdict.worst_lead <= 0
+    assert "inside the uncertainty band" in verdict.lines()[0]
+
+
+def test_a_lead_from_one_term_names_that_term_and_holds():
+    plan, specs = _d70()
+    worse = _variant(plan, moe=plan.decode.moe.model_copy(update={"comm": "alltoall"}))  # type: ignore[union-attr]
+    verdict = lead_verdict(plan, worse, specs, None)
+    assert not verdict.inside_band and verdict.worst_lead > 0
+    assert verdict.dominant_term == "MoE dispatch/combine"
+    assert any("the lead comes from MoE dispatch/combine" in line for line in verdict.lines())
+
+
+def test_rank_by_low_end_orders_by_the_pessimistic_figure():
+    plan, specs = _d70()
+    plans = [with_band(_variant(plan, concurrency_per_device=c), specs, None) for c in (40, 72, 60)]
+    ranked = rank_by_low_end(plans)
+    lows = [headline_band(_pred(p))[0] for p in ranked]  # type: ignore[index]
+    assert lows == sorted(lows, reverse=True)
+    assert [p.rank for p in ranked] == [1, 2, 3]
+
+
+def _pred(plan):
+    from planner.costmodel.prediction import Prediction
+
+    return Prediction.model_validate(plan.predicted)

@@ -1,0 +1,142 @@
+"""Machines of 2026 (issue 13, part 2): Atlas 800I A3, Atlas 350, Atlas 950 SuperPoD; number formats."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from planner.costmodel.context import CostContext
+from planner.costmodel.prefill import prefill_forward
+from planner.errors import BadInputError
+from planner.specs.catalog import catalog_names, load_hardware, load_model
+from planner.specs.plan import AttentionLayout, MoELayout, ParallelLayout, PrefillPlan, Workload
+from planner.specs.quantization import FORMAT_BYTES, QUANTIZATION_SCHEMES, check_scheme_on_hardware, get_quantization
+from tests.conftest import run_cli
+
+NEW = ("a3", "atlas350", "atlas950")
+
+
+def test_catalog_lists_the_new_machines_with_status_and_sources():
+    assert set(NEW) <= set(catalog_names("hardware"))
+    r = run_cli("hardware", "list")
+    assert r.exit_code == 0, r.output
+    for name in NEW:
+        assert name in r.output
+    assert "announced" in r.output
+    for name in NEW:
+        hw = load_hardware(name)
+        assert hw.peak_flops_per_s.source and hw.hbm_source and hw.status_source
+        for lvl in hw.levels:
+            assert lvl.source
+    assert load_hardware("a3").status == "shipping"
+    assert load_hardware("atlas350").status == "announced"
+    assert load_hardware("atlas950").status == "announced"
+
+
+def test_a3_is_the_910c_die_of_cm384_with_its_own_links():
+    a3, cm = load_hardware("a3"), load_hardware("cm384")
+    # same silicon: per-die peaks, HBM and the kernel-level factors measured on 910C
+    assert a3.peak_flops_per_s.listed() == cm.peak_flops_per_s.listed()
+    assert (a3.hbm_bytes, a3.hbm_bandwidth_bytes_per_s) == (cm.hbm_bytes, cm.hbm_bandwidth_bytes_per_s)
+    for name in ("matmul", "attention_compute", "hbm_bandwidth", "link_bandwidth"):
+        assert getattr(a3.efficiency, name).value == getattr(cm.efficiency, name).value
+    assert "cm384" in a3.efficiency.matmul.source
+    # 8 packages = 16 dies of 64 GiB; SIO pairs, HCCS in the server, unbounded RoCE between servers
+    assert (a3.devices_per_card, a3.devices_per_node, a3.hbm_bytes) == (2, 16, 64 * 2**30)
+    assert [lvl.devices_per_group for lvl in a3.levels] == [2, 16, None]
+    assert a3.levels[0].bandwidth_bytes_per_s == pytest.approx(224e9)
+    assert a3.levels[1].bandwidth_bytes_per_s == pytest.approx(196e9)
+    assert a3.levels[2].bandwidth_bytes_per_s < 50e9  # RoCE, not UB
+    assert a3.max_devices is None and cm.max_devices == 768
+
+
+def test_announced_figures_are_the_published_claims():
+    pr, dt = load_hardware("atlas350").peak_flops_per_s, load_hardware("atlas950")
+    # msmodeling 950PR profile: BF16 378 / FP8 756 / FP4 1512 TFLOPS (facts.md §6)
+    assert (pr.bf16, pr.fp8, pr.mxfp4) == (378e12, 756e12, 1512e12)
+    assert pr.int8 is None  # no INT8 peak published for 950
+    # keynote: 1 PF FP8, 2 PF MXFP4, 144 GB at 4 TB/s, 8,192 chips
+    assert (dt.peak_flops_per_s.fp8, dt.peak_flops_per_s.mxfp4) == (1e15, 2e15)
+    assert dt.hbm_bytes == 144 * 2**30 and dt.hbm_bandwidth_bytes_per_s == 4e12 and dt.max_devices == 8192
+
+
+def test_scheme_formats_and_bytes():
+    q = get_quantization("w4a8")
+    assert (q.attention.weight, q.attention.activation, q.attention.math) == ("int4", "int8", "int8")
+    assert q.expert_weight_bytes == 0.5 and q.kv_bytes_per_element == 2
+    mx = get_quantization("mxfp4")
+    assert mx.expert_weight_bytes == pytest.approx(0.5 + 1 / 32)  # one E8M0 scale per 32 elements
+    assert mx.math_formats() == {"attention": "mxfp8", "dense_ffn": "mxfp8", "experts": "mxfp8"}
+    assert get_quantization("fp8-c8").kv_bytes_per_element == 1
+    assert set(FORMAT_BYTES) >= {"fp8", "mxfp8", "mxfp4", "hif8", "int4"}
+    # the report's scheme is unchanged
+    a8 = get_quantization("a8w8c16")
+    assert (a8.linear_weight_bytes, a8.expert_weight_bytes, a8.vocab_weight_bytes, a8.kv_bytes_per_element) == (
+        1,
+        1,
+        2,
+        2,
+    )
+
+
+def test_a_format_the_chip_lacks_is_refused_naming_the_field():
+    with pytest.raises(BadInputError, match=r"peak_flops_per_s\.fp8"):
+        check_scheme_on_hardware(get_quantization("fp8"), load_hardware("a3"))
+    with pytest.raises(BadInputError, match=r"peak_flops_per_s\.int8"):
+        check_scheme_on_hardware(get_quantization("a8w8c16"), load_hardware("atlas350"))
+    r = run_cli("plan", "--hardware", "a2", "--quantization", "mxfp4")
+    assert r.exit_code == 2 and "peak_flops_per_s.mxfp8" in r.output
+    # every shipped scheme runs somewhere in the catalog
+    for name, scheme in QUANTIZATION_SCHEMES.items():
+        assert any(
+            all(load_hardware(h).peak_flops_per_s.get(f) for f in scheme.math_formats().values())
+            for h in catalog_names("hardware")
+        ), name
+
+
+def test_the_cost_model_uses_the_matching_peak():
+    m, hw = load_model("deepseek-v3"), load_hardware("atlas350")
+    w = Workload(input_tokens=4096, output_tokens=512)
+    fp4 = CostContext(m, hw, get_quantization("mxfp4-a4"), w)
+    fp8 = CostContext(m, hw, get_quantization("mxfp8"), w)
+    assert fp4.module_flops_per_s("experts") == pytest.approx(1512e12 * hw.efficiency.matmul.value)
+    assert fp8.module_flops_per_s("experts") == pytest.approx(756e12 * hw.efficiency.matmul.value)
+    assert fp4.module_flops_per_s("attention") == fp8.module_flops_per_s("attention")
+    # a compute-bound prefill: expert time halves at twice the peak (weights barely matter at 64K tokens)
+    phase = PrefillPlan(
+        devices=32,
+        attention=AttentionLayout(dp=32, tp=1),
+        dense_ffn=ParallelLayout(dp=32, tp=1),
+        moe=MoELayout(ep=32, slots_per_device=8),
+        batch_tokens=65536,
+    )
+    e4 = prefill_forward(fp4, phase).breakdown_s["moe"][0]
+    e8 = prefill_forward(fp8, phase).breakdown_s["moe"][0]
+    assert 0.45 < e4 / e8 < 0.6
+
+
+def test_planning_on_announced_hardware_warns_and_says_so_in_json(tmp_path):
+    out = tmp_path / "p.json"
+    r = run_cli("plan", "--hardware", "atlas350", "--quantization", "fp8", "--max-cards", "64", "--json", str(out))
+    assert r.exit_code == 0, r.output
+    assert "warning" in r.output and "vendor claims" in r.output
+    doc = json.loads(out.read_text())
+    assert any("announced" in n for n in doc["notes"])
+    assert any("announced" in n for n in doc["plans"][0]["predicted"]["notes"])
+    # and evaluate says it again
+    single = tmp_path / "one.json"
+    single.write_text(json.dumps(doc["plans"][0]))
+    r = run_cli("evaluate", str(single))
+    assert r.exit_code == 0 and "vendor claims" in r.output
+    # shipping machines carry no note: exported plans stay as they were
+    r = run_cli("plan", "--hardware", "a3", "--max-cards", "64", "--json", "-")
+    assert r.exit_code == 0 and "notes" not in json.loads(r.output)
+
+
+def test_plan_on_a3_for_deepseek_v3():
+    r = run_cli("plan", "--model", "deepseek-v3", "--hardware", "a3", "--max-cards", "64", "--json", "-")
+    assert r.exit_code == 0, r.output
+    best = json.loads(r.output)["plans"][0]
+    assert best["hardware"] == "a3"
+    assert best["predicted"]["system"]["output_tokens_per_s_per_card"] > 0

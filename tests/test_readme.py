@@ -1,0 +1,46 @@
+"""The README's example outputs are the real commands' outputs (benchmarks/update_readme.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+SCRIPT = REPO / "benchmarks" / "update_readme.py"
+README = REPO / "README.md"
+
+pytestmark = pytest.mark.skipif(
+    not (SCRIPT.is_file() and README.is_file()), reason="README and benchmarks/ are in the source tree only"
+)
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("update_readme", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # (dataclasses look their module up there)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_marked_block_matches_a_fresh_run_of_its_command():
+    script = _script()
+    present = script.blocks_of(README.read_text(encoding="utf-8"))
+    assert {"plan", "evaluate-a2-d70", "fidelity"} <= set(present)
+    for name, text in present.items():
+        fresh = script.render(name)
+        assert script.normalized(text) == script.normalized(fresh), (
+            f"README block '{name}' has drifted from `moeplan {' '.join(script.BLOCKS[name].args)}`: "
+            "run python benchmarks/update_readme.py"
+        )
+
+
+def test_the_script_rewrites_only_the_marked_blocks():
+    script = _script()
+    readme = "intro\n<!-- moeplan-output: x -->\nold\n<!-- /moeplan-output -->\noutro\n"
+    assert script.blocks_of(readme) == {"x": "old\n"}
+    assert script.rewritten(readme, {"x": "new\n"}) == readme.replace("old", "new")
+    assert script.normalized("OPTIMAL; 10 solves, 0.35 s.") == script.normalized("OPTIMAL; 10 solves, 1.20 s.")
