@@ -220,8 +220,10 @@ def decode_tables(
             )
             const[j] = eh * mb + ctx.hw.fixed_costs.mtp_framework_per_step.value * mb
 
+    # HBM holds every sequence of the step, whatever the micro-batch count
     b_full = b_values.astype(float)
     tokens_all = (b_full[None, :] * (1 + ks[:, None])).reshape(-1)
+    seqs_all = np.tile(b_full, nk)
     kv_all = np.concatenate([kv_tokens_in_use(ctx, b_full, k) for k in k_values])
     hbm = {mod: np.zeros_like(time_s[mod]) for mod in MODULES}
     for i, att_lay in enumerate(opts.attention):
