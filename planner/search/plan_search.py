@@ -27,6 +27,7 @@ from planner.candidates.phase_candidates import (
     EMITTED_SCALE,
     PhaseCandidate,
     decode_candidates,
+    decode_micro_batch_factor,
     prefill_candidates,
 )
 from planner.candidates.space import (
@@ -215,6 +216,25 @@ def mtp_tokens_max(engine: str) -> int:
     return load_profile(engine).capabilities.mtp_tokens_max
 
 
+def engine_decode_micro_batches(engine: str | None, wanted: tuple[int, ...]) -> tuple[int, ...]:
+    """Decode micro-batch counts to search: those wanted that the engine runs (planner.engines)."""
+    if engine is None:
+        return wanted
+    from planner.engines.profiles import load_profile
+
+    runs = load_profile(engine).capabilities.decode_micro_batches
+    return tuple(m for m in wanted if m in runs) or (1,)
+
+
+def _engine_overlaps(engine: str | None, c: PhaseCandidate) -> bool:
+    """Whether the engine overlaps this candidate's decode micro-batches (some need all-to-all MoE)."""
+    if engine is None or c.micro_batches == 1 or c.moe is None:
+        return True
+    from planner.engines.profiles import load_profile, multi_micro_ok
+
+    return multi_micro_ok(load_profile(engine), c.moe.moe)
+
+
 def build_phase_space(
     ctx: CostContext,
     phase: str,
@@ -257,14 +277,26 @@ def build_phase_space(
                 ks = [k for k in ks if k <= mtp_tokens_max(limits.engine)] or [0]
             xs = concurrency_values(_max_concurrency_guess(ctx, n))
 
-            def build_decode(opts=opts, ks=ks, xs=xs):
-                t = decode_tables(ctx, opts, ks, xs)
-                return t, to_integer_tables(t, ctx.hbm_capacity_bytes)
-
-            t, ints = cache.get(key, build_decode) if cache else build_decode()
             slo_us = None if slo.tpot_ms is None else int(math.floor(slo.tpot_ms * 1000))
             itl_us = None if slo.max_itl_ms is None else int(math.floor(slo.max_itl_ms * 1000))
-            found = decode_candidates(t, ints, slo_us, keep, itl_us)  # type: ignore[arg-type]
+            factor = decode_micro_batch_factor(m.num_layers, ctx.hw.overlap.decode_micro_batch_efficiency.value)
+            found = []
+            first_tables = None
+            for mb in engine_decode_micro_batches(limits.engine, request.decode_micro_batches):
+
+                def build_decode(opts=opts, ks=ks, xs=xs, mb=mb):
+                    t = decode_tables(ctx, opts, ks, xs, mb)
+                    return t, to_integer_tables(t, ctx.hbm_capacity_bytes)
+
+                mb_key = key if mb == 1 else (*key, "micro_batches", mb)
+                t, ints = cache.get(mb_key, build_decode) if cache else build_decode()
+                first_tables = first_tables or (t, ints)
+                found.extend(decode_candidates(t, ints, slo_us, keep, itl_us, factor))  # type: ignore[arg-type]
+            # the best `keep` over the micro-batch counts (deterministic order among equals); an engine
+            # that overlaps micro-batches only with all-to-all MoE drops the all-gather ones
+            found = [c for c in found if _engine_overlaps(limits.engine, c)]
+            found = sorted(found, key=lambda c: (-c.score, c.key()))[:keep]
+            t, ints = first_tables  # type: ignore[misc]
         else:
             xs = request_values(_max_requests_guess(ctx, n))
             xs = _whole_slo_prompt(ctx, xs)
@@ -283,7 +315,9 @@ def build_phase_space(
                 m.num_layers,
                 ctx.hw.overlap.prefill_micro_batch_efficiency.value,  # type: ignore[arg-type]
             )
-        points += opts.count * len(t.k_values) * len(xs)
+        points += (
+            opts.count * len(t.k_values) * len(xs) * (len(request.decode_micro_batches) if phase == "decode" else 1)
+        )
         tables_by_size[n] = (t, ints)  # type: ignore[assignment]
         cands.extend(found)
     return PhaseSpace(phase, sizes, cands, points, tables_by_size)
@@ -375,7 +409,7 @@ def candidate_phase_plan(c: PhaseCandidate, instances: int, input_tokens: int) -
     }
     common = {k: v for k, v in common.items() if v is not None}
     if c.phase == "decode":
-        return DecodePlan(concurrency_per_device=c.x, mtp_tokens=c.k, **common)
+        return DecodePlan(concurrency_per_device=c.x, mtp_tokens=c.k, micro_batches=c.micro_batches, **common)  # type: ignore[arg-type]
     return PrefillPlan(batch_tokens=c.x * input_tokens, micro_batches=c.k, **common)
 
 
@@ -395,6 +429,10 @@ def _colocated(
         best_ratio[c.devices] = max(best_ratio.get(c.devices, 0.0), c.num / c.den)
     top = max(best_ratio.values(), default=0.0)
     competitive = {n for n, r in best_ratio.items() if r >= COLOCATED_SIZE_CUTOFF * top}
+    if request.rate_per_s is not None:
+        # fewest cards for a rate: a small instance that is less efficient per device may still
+        # be the cheapest way to serve it, so every size is costed
+        competitive = set(best_ratio)
     for n in sorted(set(dspace.tables) & set(pspace.tables) & competitive):
         (dt, di), (pt, pi) = dspace.tables[n], pspace.tables[n]
         out.extend(colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep, max_itl_us=itl))
@@ -424,6 +462,7 @@ def deployment_plan(
             **shared,
             concurrency_per_device=d.concurrency_per_device,
             mtp_tokens=d.mtp_tokens,
+            decode_micro_batches=d.micro_batches,
             prefill_batch_tokens=c.chunk_tokens if c.chunk_tokens is not None else c.batch_requests * n_in,
             prefill_micro_batches=c.micro_batches,
             chunk_tokens=c.chunk_tokens,
