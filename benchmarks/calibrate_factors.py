@@ -4,6 +4,7 @@
     python benchmarks/calibrate_factors.py cm384     # residuals of cm384's sourced factors
     python benchmarks/calibrate_factors.py ranges    # the factor ranges stored in hardware/*.yaml
     python benchmarks/calibrate_factors.py sigma     # the CM rows against the skew sigma
+    python benchmarks/calibrate_factors.py imbalance # the engine imbalance's three fitted parameters
 
 The factors fitted are those the machine's file marks `fitted_on: published` (A2: matmul, HBM
 and link efficiency; the attention efficiency is published by the report). The fit is the one of
@@ -111,6 +112,45 @@ def scan_sigma() -> None:
         print(f"sigma {sigma:.1f}  " + "  ".join(cells))
 
 
+def scan_imbalance() -> None:
+    """The fits behind planner/costmodel/imbalance.py's defaults, one published figure each.
+
+    popularity sigma: CM-D (one expert per die, no redundancy); request correlation: SGLang's H100
+    prefill price of imbalance (in-distribution EPLB, so no drift); drift: CloudMatrix384's prefill
+    price of imbalance (default EPLB), given the request correlation.
+    """
+    from planner.costmodel.imbalance import (
+        DEFAULT_DRIFT_SIGMA,
+        DEFAULT_POPULARITY_SIGMA,
+        DEFAULT_REQUEST_CORRELATION,
+        EngineImbalance,
+    )
+
+    rows = {r.id: r for r in published_rows()}
+    for sigma in (0.30, 0.33, 0.35, 0.37, 0.40):
+        err = evaluate_row(rows["CM-D"], EngineImbalance(popularity_sigma=sigma)).error
+        print(f"popularity sigma {sigma:.2f}: CM-D {err:+.1%}")
+    s_bal = evaluate_row(rows["SGLang-H100-P balanced"]).predicted
+    c_bal = evaluate_row(rows["CM-P balanced"]).predicted
+    sg_pub = rows["SGLang-H100-P balanced"].published / rows["SGLang-H100-P"].published
+    cm_pub = rows["CM-P balanced"].published / rows["CM-P EPLB"].published
+    for rho in (0.3, 0.5, 0.65, 0.8, 1.0):
+        imb = EngineImbalance(popularity_sigma=DEFAULT_POPULARITY_SIGMA, drift_sigma=0.0, request_correlation=rho)
+        sg = s_bal / evaluate_row(rows["SGLang-H100-P"], imb).predicted
+        cells = []
+        for drift in (0.1, 0.2, 0.25, 0.3):
+            imb = EngineImbalance(DEFAULT_POPULARITY_SIGMA, drift, rho)
+            cells.append(f"drift {drift}: {c_bal / evaluate_row(rows['CM-P EPLB'], imb).predicted:.3f}")
+        print(
+            f"request correlation {rho}: SGLang balanced/default {sg:.3f} (published {sg_pub:.3f}); "
+            f"CM384 balanced/EPLB (published {cm_pub:.3f}) " + ", ".join(cells)
+        )
+    print(
+        f"shipped: sigma {DEFAULT_POPULARITY_SIGMA}, drift {DEFAULT_DRIFT_SIGMA}, "
+        f"request correlation {DEFAULT_REQUEST_CORRELATION}"
+    )
+
+
 if __name__ == "__main__":
     arg = sys.argv[1] if len(sys.argv) > 1 else "a2"
-    {"sigma": scan_sigma, "ranges": ranges}.get(arg, lambda: main(arg))()
+    {"sigma": scan_sigma, "ranges": ranges, "imbalance": scan_imbalance}.get(arg, lambda: main(arg))()

@@ -30,6 +30,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
+# every Markdown file with marked blocks (the README and the docs that show real output)
+DOCS = (README, REPO / "docs" / "whatif.md")
 BEGIN = re.compile(r"^<!-- moeplan-output: (?P<name>[\w.-]+) -->$")
 END = "<!-- /moeplan-output -->"
 WALL_TIME = re.compile(r"\b\d[\d,]*\.\d+ s\b")
@@ -68,6 +70,8 @@ BLOCKS: dict[str, Block] = {
     "evaluate-a2-d70": Block(("evaluate", "plans/a2-d70.yaml")),
     # `moeplan fidelity --markdown`: the README's fidelity table
     "fidelity": Block(("fidelity", "--markdown"), fenced=False),
+    # docs/whatif.md: the report's A2 decode deployment at 30 ms per token
+    "whatif-a2-d70-30ms": Block(("whatif", "plans/a2-d70.yaml", "--tpot-ms", "30")),
 }
 
 
@@ -139,30 +143,37 @@ def normalized(text: str) -> str:
     return WALL_TIME.sub("<time> s", text)
 
 
-def main(argv: list[str]) -> int:
-    readme = README.read_text(encoding="utf-8")
-    present = blocks_of(readme)
+def update(path: Path, check: bool) -> bool:
+    """Rewrite (or with `check`, compare) the marked blocks of one file; True when it had drifted."""
+    text = path.read_text(encoding="utf-8")
+    present = blocks_of(text)
     unknown = sorted(set(present) - set(BLOCKS))
     if unknown:
-        raise SystemExit(f"README.md: unknown blocks {unknown}; add them to BLOCKS")
+        raise SystemExit(f"{path.name}: unknown blocks {unknown}; add them to BLOCKS")
     fresh = {name: render(name) for name in present}
-    if "--check" in argv:
-        drifted = [n for n in present if normalized(present[n]) != normalized(fresh[n])]
+    drifted = [n for n in present if normalized(present[n]) != normalized(fresh[n])]
+    if check:
         for n in drifted:
             diff = difflib.unified_diff(
-                present[n].splitlines(), fresh[n].splitlines(), f"README.md [{n}]", f"moeplan [{n}]", lineterm=""
+                present[n].splitlines(), fresh[n].splitlines(), f"{path.name} [{n}]", f"moeplan [{n}]", lineterm=""
             )
             print("\n".join(diff))
         if drifted:
-            print(f"README.md has drifted in {drifted}: run python benchmarks/update_readme.py")
-        return 1 if drifted else 0
-    new = rewritten(readme, fresh)
-    if new != readme:
-        README.write_text(new, encoding="utf-8")
-        print(f"README.md: rewrote {', '.join(present)}")
+            print(f"{path.name} has drifted in {drifted}: run python benchmarks/update_readme.py")
+        return bool(drifted)
+    new = rewritten(text, fresh)
+    if new != text:
+        path.write_text(new, encoding="utf-8")
+        print(f"{path.relative_to(REPO)}: rewrote {', '.join(present)}")
     else:
-        print("README.md: up to date")
-    return 0
+        print(f"{path.relative_to(REPO)}: up to date")
+    return bool(drifted)
+
+
+def main(argv: list[str]) -> int:
+    check = "--check" in argv
+    drifted = [update(path, check) for path in DOCS if path.is_file()]
+    return 1 if check and any(drifted) else 0
 
 
 if __name__ == "__main__":

@@ -28,14 +28,17 @@ def _script():
 
 def test_every_marked_block_matches_a_fresh_run_of_its_command():
     script = _script()
-    present = script.blocks_of(README.read_text(encoding="utf-8"))
-    assert {"plan", "evaluate-a2-d70", "fidelity"} <= set(present)
-    for name, text in present.items():
-        fresh = script.render(name)
-        assert script.normalized(text) == script.normalized(fresh), (
-            f"README block '{name}' has drifted from `moeplan {' '.join(script.BLOCKS[name].args)}`: "
-            "run python benchmarks/update_readme.py"
-        )
+    seen: set[str] = set()
+    for path in script.DOCS:
+        present = script.blocks_of(path.read_text(encoding="utf-8"))
+        seen |= set(present)
+        for name, text in present.items():
+            fresh = script.render(name)
+            assert script.normalized(text) == script.normalized(fresh), (
+                f"{path.name} block '{name}' has drifted from `moeplan {' '.join(script.BLOCKS[name].args)}`: "
+                "run python benchmarks/update_readme.py"
+            )
+    assert {"plan", "evaluate-a2-d70", "fidelity", "whatif-a2-d70-30ms"} <= seen
 
 
 def test_the_script_rewrites_only_the_marked_blocks():

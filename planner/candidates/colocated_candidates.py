@@ -383,13 +383,15 @@ def colocated_candidates(
     found: list[tuple[float, ColocatedCandidate]] = []
     pos, size = 0, first_round
     while pos < len(order):
-        floor = found[keep - 1][0] if len(found) >= keep else 0.0
-        if prune and flat[order[pos]] * (1 + 1e-9) <= floor:
-            break  # no combination left can beat the `keep`-th best found
+        # ranked as the search ranks them (rate in thousandths, then a fixed key): a combination is
+        # dropped only when even its bound rounds below the `keep`-th rate, so ties are evaluated
+        floor_milli = found[keep - 1][1].rate_milli if len(found) >= keep else 0
+        if prune and math.floor(flat[order[pos]] * 1000 * (1 + 1e-9)) < floor_milli:
+            break  # no combination left can beat or tie the `keep`-th best found
         batch = [np.unravel_index(i, bound.shape) for i in order[pos : pos + size]]
         chosen = [(int(p[0]), tuple(int(v) for v in p[1:])) for p in batch]
         found.extend(_evaluate_memo(ctx, dt, di, pt, pi, tpot_slo_us, ttft_slo_us, chosen, per_k, max_itl_us))
-        found.sort(key=lambda rc: (-rc[0], rc[1].decode.key(), rc[1].chunk_tokens or 0))
+        found.sort(key=lambda rc: (-rc[1].rate_milli, rc[1].decode.key(), rc[1].chunk_tokens or 0))
         pos += size
         size = min(2 * size, 256)
     return [c for _, c in found[:keep]]

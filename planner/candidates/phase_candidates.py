@@ -44,6 +44,12 @@ class PhaseCandidate:
     num: int  # throughput ratio numerator (decode: B * emitted in thousandths; prefill: requests)
     den: int  # ... and denominator (the step or forward, us)
     option_index: tuple[int, ...]  # attention, dense FFN, MoE, LM head option indices
+    micro_batches: int = 1  # decode: 1, or 2 with compute/communication overlap
+
+    @property
+    def score(self) -> float:
+        """Throughput ratio per device used to rank candidates of one size."""
+        return self.num / max(self.den, 1) / self.devices
 
     @property
     def requests_per_s(self) -> float:
@@ -51,8 +57,8 @@ class PhaseCandidate:
         return self.num / self.den * 1e6
 
     def key(self) -> tuple:
-        """Deterministic order among equals: fewer devices, then option indices, k, larger x."""
-        return (self.devices, self.option_index, self.k, -self.x)
+        """Deterministic order among equals: fewer devices, then option indices, k, micro-batches, larger x."""
+        return (self.devices, self.option_index, self.k, self.micro_batches, -self.x)
 
 
 def undominated(arrays: list[np.ndarray]) -> np.ndarray:
@@ -82,6 +88,8 @@ def _pruned(ints: IntTables, names: tuple[str, ...], t: PhaseTables | None = Non
         "comm": ints.comm_us,
         "fixed": ints.fixed_us,
         "hbm": ints.hbm_mib,
+        # more compute to hide communication under is better: dominance on its negation
+        "cover": {mod: -v for mod, v in ints.cover_us.items()},
     }
     out = {}
     for mod in MODULES:
@@ -145,6 +153,7 @@ def _candidate(
 ) -> PhaseCandidate:
     att, dense, moe, head = _option_lists(t)
     return PhaseCandidate(
+        micro_batches=t.micro_batches if t.phase == "decode" else 1,
         phase=t.phase,
         devices=t.devices,
         attention=att[idx[0]],
@@ -173,28 +182,49 @@ def _top(scores: np.ndarray, keep: int) -> list[tuple[int, ...]]:
     return [tuple(int(i) for i in np.unravel_index(j, scores.shape)) for j in order]
 
 
+DECODE_OVERLAP_SCALE = 1_000_000  # the decode overlap factor in millionths (hidden parts are tens of ms)
+
+
+def decode_micro_batch_factor(layers: int, efficiency: float) -> int:
+    """Share (in millionths) of min(compute, communication) two decode micro-batches hide."""
+    return int(np.floor(efficiency * (1.0 - 1.0 / (2 * layers)) * DECODE_OVERLAP_SCALE))
+
+
 def decode_candidates(
     t: PhaseTables,
     ints: IntTables,
     tpot_slo_us: int | None,
     keep: int,
     max_step_us: int | None = None,
+    overlap_factor: int = 0,
     mtp: bool | None = None,
 ) -> list[PhaseCandidate]:
     """The `keep` best decode configurations of one instance size (each at its best concurrency);
     `max_step_us` bounds the step, the gap between two emissions of a sequence (--max-itl-ms);
-    `mtp` True or False keeps only configurations with or without MTP draft tokens."""
+    `mtp` True or False keeps only configurations with or without MTP draft tokens.
+
+    Tables with two micro-batches subtract the hidden part, `overlap_factor` millionths of the
+    shorter of the main layers' communication and compute (`decode_micro_batch_factor`).
+    """
     xs = t.x_values.astype(np.int64)
     out: list[PhaseCandidate] = []
     best_score = []
     per_k = []
-    kept = _pruned(ints, ("time", "hbm"), t)
+    two = t.micro_batches > 1 and bool(ints.cover_us)
+    kept = _pruned(ints, ("time", "hbm", "comm", "cover") if two else ("time", "hbm"), t)
     for j, k in enumerate(t.k_values):
         e = int(np.floor(t.emitted[j] * EMITTED_SCALE + 1e-9))
         step = (
             _combine([ints.time_us[mod][kept[mod], j, :] for mod in MODULES])
             + ints.const_us[j][None, None, None, None, :]
         )
+        if two:
+            comm = _combine([ints.comm_us[mod][kept[mod], j, :] for mod in MODULES])
+            cover = _combine([ints.cover_us[mod][kept[mod], j, :] for mod in MODULES])
+            # every table was rounded up (at most 1 us per module): taking that back before the
+            # factor rounds the hidden part down, so the integer step is never shorter
+            shorter = np.maximum(np.minimum(comm, cover) - len(MODULES), 0)
+            step = step - (overlap_factor * shorter) // DECODE_OVERLAP_SCALE
         hbm = _combine([ints.hbm_mib[mod][kept[mod], j, :] for mod in MODULES])
         ok = hbm <= ints.hbm_capacity_mib
         if tpot_slo_us is not None:

@@ -52,8 +52,10 @@ class PhaseTables:
     decode: axis 1 is the MTP depth (k_values), axis 2 the concurrency per device (x_values);
     prefill: axis 1 is the micro-batch count (k_values), axis 2 requests per forward (x_values).
     `time_s[m]` is the module's time per step (decode) or its compute part (prefill);
-    `comm_s[m]` (prefill only) its communication part, `fixed_s[m]` its launch costs per
-    micro-batch.
+    `comm_s[m]` its communication part (prefill; decode with two micro-batches: the main
+    layers' communication that the other micro-batch's compute can hide), `fixed_s[m]` its launch
+    costs per micro-batch (prefill only). `cover_s[m]` (decode with two micro-batches) is the
+    main layers' compute that hides it; `micro_batches` the decode micro-batch count of the table.
     """
 
     phase: str
@@ -68,6 +70,8 @@ class PhaseTables:
     hbm_bytes: dict[str, np.ndarray]
     hbm_fixed_bytes: float
     emitted: np.ndarray
+    micro_batches: int = 1
+    cover_s: dict[str, np.ndarray] = field(default_factory=dict)
     # derived arrays later stages compute from these tables and may reuse (they live as long as
     # the tables, e.g. across the points of a sweep that shares a TableCache)
     memo: dict = field(default_factory=dict, repr=False, compare=False)
@@ -86,6 +90,7 @@ class IntTables:
     const_us: np.ndarray
     hbm_mib: dict[str, np.ndarray]
     hbm_capacity_mib: int
+    cover_us: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def to_integer_tables(tables: PhaseTables, hbm_capacity_bytes: float) -> IntTables:
@@ -105,6 +110,7 @@ def to_integer_tables(tables: PhaseTables, hbm_capacity_bytes: float) -> IntTabl
         const_us=us(tables.const_s),
         hbm_mib={m: mib(v) for m, v in tables.hbm_bytes.items()},
         hbm_capacity_mib=int(math.floor(hbm_capacity_bytes / MIB)) - fixed_mib,
+        cover_us={m: us(v) for m, v in tables.cover_s.items()},
     )
 
 
@@ -120,14 +126,20 @@ def _decode_pass_tokens(b: np.ndarray, k: int) -> list[np.ndarray]:
     return [b * (1 + k)] + [b] * max(0, k - 1)
 
 
-def decode_tables(ctx: CostContext, opts: SizeOptions, k_values: list[int], b_values: np.ndarray) -> PhaseTables:
+def decode_tables(
+    ctx: CostContext, opts: SizeOptions, k_values: list[int], b_values: np.ndarray, micro_batches: int = 1
+) -> PhaseTables:
     """Float tables of a decode instance of `opts.devices` devices.
 
     Every MTP depth is costed in one vectorised call per option: the tokens of all depths are
-    laid end to end (B * (1 + k) for each k) and the result is cut back into [k, B].
+    laid end to end (B * (1 + k) for each k) and the result is cut back into [k, B]. With two
+    micro-batches every module is costed on half the sequences and counted twice, and the main
+    layers' communication and compute go to `comm_s` / `cover_s` for the overlap term
+    (planner.costmodel.decode).
     """
     m, n = ctx.model, opts.devices
-    b = b_values.astype(float)
+    mb = micro_batches
+    b = b_values.astype(float) / mb
     nk, nb = len(k_values), b.size
     ks = np.array(k_values, dtype=float)
     overlap = ctx.hw.overlap.decode_shared_expert_with_dispatch
@@ -135,26 +147,40 @@ def decode_tables(ctx: CostContext, opts: SizeOptions, k_values: list[int], b_va
     seqs_all = np.tile(b, nk)
     first = (ks >= 1).astype(float)[:, None]
     later = np.maximum(ks - 1, 0)[:, None]
+    comm_tables: dict[str, np.ndarray] = {}
+    cover_tables: dict[str, np.ndarray] = {}
 
-    def stack(fn, options, main_layers: int, mtp_uses: bool, main_fn=None) -> np.ndarray:
-        """Main layers (`main_fn`, or `fn` times `main_layers`) plus the MTP passes (`fn`)."""
-        out = np.zeros((max(1, len(options)), nk, nb))
+    def stack(fn, options, main_layers: int, mtp_uses: bool, name: str, main_fn=None) -> np.ndarray:
+        """Main layers (`main_fn`, or `fn` times `main_layers`) plus the MTP passes (`fn`); the main
+        layers' communication and compute also go to `comm_tables` / `cover_tables`."""
+        size = max(1, len(options))
+        out = np.zeros((size, nk, nb))
+        comm_out, cover_out = np.zeros((size, nk, nb)), np.zeros((size, nk, nb))
+
+        def shaped(v) -> np.ndarray:
+            return np.broadcast_to(np.asarray(v, dtype=float), tokens_all.shape).reshape(nk, nb)
+
         for i, opt in enumerate(options):
-            per_k = fn(opt, tokens_all, seqs_all).total_s.reshape(nk, nb)
-            if main_fn is None:
-                total = per_k * main_layers
-            else:
-                total = np.asarray(main_fn(opt, tokens_all, seqs_all), dtype=float).reshape(nk, nb)
+            per_k = fn(opt, tokens_all, seqs_all)
+            main = per_k if main_fn is None else main_fn(opt, tokens_all, seqs_all)
+            scale = main_layers if main_fn is None else 1
+            total = shaped(main.total_s) * scale
             if mtp_uses and ks.max() >= 1:
-                total = total + first * per_k
+                total = total + first * per_k.total_s.reshape(nk, nb)
                 if ks.max() >= 2:
                     total = total + later * fn(opt, b, b).total_s[None, :]
-            out[i] = total
+            out[i] = total * mb
+            comm_out[i] = shaped(main.comm_s) * scale * mb
+            cover_out[i] = shaped(main.compute_s) * scale * mb
+        comm_tables[name], cover_tables[name] = comm_out, cover_out
         return out
 
-    def moe_main(o, t, q) -> np.ndarray:
-        c = moe_cost(ctx, n, o.moe, o.shared, t, overlap)
-        return c.total_s * m.num_moe_layers - hash_routed_saving(ctx, c.router_s)
+    def moe_main(o, t, q) -> ModuleCost:
+        c = moe_cost(ctx, n, o.moe, o.shared, t, overlap, t / np.maximum(q, 1e-12))
+        layers = m.num_moe_layers
+        return ModuleCost(
+            c.compute_s * layers - hash_routed_saving(ctx, c.router_s), c.comm_s * layers, c.fixed_s * layers
+        )
 
     time_s = {
         "attention": stack(
@@ -162,23 +188,28 @@ def decode_tables(ctx: CostContext, opts: SizeOptions, k_values: list[int], b_va
             opts.attention,
             m.num_layers,
             True,
-            main_fn=lambda o, t, q: layers_cost(ctx, o, t, q, decode=True).total_s,
+            "attention",
+            main_fn=lambda o, t, q: layers_cost(ctx, o, t, q, decode=True),
         ),
         "dense_ffn": stack(
             lambda o, t, q: dense_ffn_cost(ctx, o, t),
             opts.dense_ffn,
             m.num_dense_layers,
             m.moe is None,
+            "dense_ffn",
         ),
         "moe": stack(
-            lambda o, t, q: moe_cost(ctx, n, o.moe, o.shared, t, overlap),
+            lambda o, t, q: moe_cost(ctx, n, o.moe, o.shared, t, overlap, t / np.maximum(q, 1e-12)),
             opts.moe,
             m.num_moe_layers,
             True,
+            "moe",
             main_fn=moe_main,
         ),
-        "lm_head": stack(lambda o, t, q: _head(ctx, o, t), opts.lm_head, 1, True),
+        "lm_head": stack(lambda o, t, q: _head(ctx, o, t), opts.lm_head, 1, True, "lm_head"),
     }
+    comm_tables["lm_head"] = np.zeros_like(comm_tables["lm_head"])
+    cover_tables["lm_head"] = np.zeros_like(cover_tables["lm_head"])
     const = np.zeros((nk, nb))
     proj = 2 * m.hidden_size * m.hidden_size
     for j, k in enumerate(k_values):
@@ -187,9 +218,13 @@ def decode_tables(ctx: CostContext, opts: SizeOptions, k_values: list[int], b_va
                 ctx.roofline_s(2 * t * proj, proj * ctx.quant.linear_weight_bytes, ctx.linear_flops_per_s)
                 for t in _decode_pass_tokens(b, k)
             )
-            const[j] = eh + ctx.hw.fixed_costs.mtp_framework_per_step.value
+            const[j] = eh * mb + ctx.hw.fixed_costs.mtp_framework_per_step.value * mb
 
-    kv_all = np.concatenate([kv_tokens_in_use(ctx, b, k) for k in k_values])
+    # HBM holds every sequence of the step, whatever the micro-batch count
+    b_full = b_values.astype(float)
+    tokens_all = (b_full[None, :] * (1 + ks[:, None])).reshape(-1)
+    seqs_all = np.tile(b_full, nk)
+    kv_all = np.concatenate([kv_tokens_in_use(ctx, b_full, k) for k in k_values])
     hbm = {mod: np.zeros_like(time_s[mod]) for mod in MODULES}
     for i, att_lay in enumerate(opts.attention):
         hbm["attention"][i] = _sum_parts(attention_hbm(ctx, att_lay, tokens_all, kv_all, seqs_all)).reshape(nk, nb)
@@ -208,12 +243,14 @@ def decode_tables(ctx: CostContext, opts: SizeOptions, k_values: list[int], b_va
         k_values=list(k_values),
         x_values=b_values,
         time_s=time_s,
-        comm_s=zeros,
+        comm_s=comm_tables if mb > 1 else zeros,
         fixed_s=zeros,
         const_s=const,
         hbm_bytes=hbm,
         hbm_fixed_bytes=sum(fixed_hbm(ctx).values()),
         emitted=np.array([emitted_tokens_per_step(k, ctx.workload.mtp_acceptance) for k in k_values]),
+        micro_batches=mb,
+        cover_s=cover_tables if mb > 1 else {},
     )
 
 
@@ -291,7 +328,7 @@ def prefill_tables(ctx: CostContext, opts: SizeOptions, micro_batches: list[int]
 
 
 def _prefill_moe(ctx: CostContext, n: int, opt: MoEOption, t: np.ndarray) -> ModuleCost:
-    c = moe_cost(ctx, n, opt.moe, opt.shared, t, overlap_shared=False)
+    c = moe_cost(ctx, n, opt.moe, opt.shared, t, False, float(ctx.workload.input_tokens))
     m = ctx.model
     if m.moe is None or not m.moe.hash_layers or not m.num_moe_layers:
         return c

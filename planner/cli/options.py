@@ -13,7 +13,7 @@ from planner.specs.model import ModelSpec
 
 
 def imbalance_from_options(loads: Path | None, skew_sigma: float | None, model: ModelSpec) -> ImbalanceModel | None:
-    """The imbalance model the flags ask for (None: the default skew model)."""
+    """The imbalance model the flags ask for (None: the default, the engine imbalance model)."""
     if loads is not None and skew_sigma is not None:
         raise BadInputError("--loads and --skew-sigma exclude each other; give one.")
     if loads is not None:
@@ -63,7 +63,12 @@ PrefillDevicesOpt = Annotated[int | None, typer.Option("--prefill-devices", help
 LoadsOpt = Annotated[Path | None, typer.Option("--loads", help="Expert loads: imbalance from the placement for them.")]
 SkewSigmaOpt = Annotated[
     float | None,
-    typer.Option("--skew-sigma", min=0.0, max=5.0, help="Default skew model's log-normal sigma."),
+    typer.Option(
+        "--skew-sigma",
+        min=0.0,
+        max=5.0,
+        help="Oracle skew model with this log-normal sigma (default: engine imbalance with drift).",
+    ),
 ]
 MaxRedundantOpt = Annotated[
     int | None,
@@ -77,6 +82,14 @@ ColocatedOpt = Annotated[
         "--colocated/--no-colocated",
         help="Also consider colocated instances (prefill and decode on the same devices; TPOT is then an "
         "average over prefill stalls).",
+    ),
+]
+DecodeMicrobatchOpt = Annotated[
+    bool,
+    typer.Option(
+        "--decode-microbatch/--no-decode-microbatch",
+        help="Also consider two decode micro-batches overlapping compute with MoE dispatch/combine "
+        "(off: the engine cannot, e.g. no two-batch overlap).",
     ),
 ]
 WorkersOpt = Annotated[

@@ -16,6 +16,7 @@ from planner.cli.options import (
     ColocatedOpt,
     DecodeDevicesOpt,
     DecodeHardwareOpt,
+    DecodeMicrobatchOpt,
     HbmUtilizationOpt,
     KvTransferGbpsOpt,
     LoadsOpt,
@@ -100,6 +101,7 @@ def build_request(
     robust: bool = False,
     hbm_utilization: float = DEFAULT_HBM_UTILIZATION,
     max_itl_ms: float | None = None,
+    decode_microbatch: bool = True,
 ) -> PlanRequest:
     """A PlanRequest from flag values; bad values raise BadInputError naming the flag."""
     extra = workload_fields(workload_file, prefix_hit_rate, slo_percentile)
@@ -187,6 +189,7 @@ def build_request(
         engine=engine,
         pessimistic_factors=robust,
         hbm_utilization=hbm_utilization,
+        decode_micro_batches=(1, 2) if decode_microbatch else (1,),
     )
 
 
@@ -395,6 +398,7 @@ def plan(
     workload_file: WorkloadFileOpt = None,
     prefix_hit_rate: PrefixHitRateOpt = None,
     slo_percentile: SloPercentileOpt = None,
+    decode_microbatch: DecodeMicrobatchOpt = True,
     time_limit: Annotated[
         float,
         typer.Option("--time-limit", min=0.1, max=86400.0, help="Solver time limit in seconds."),
@@ -449,6 +453,7 @@ def plan(
             robust=robust,
             hbm_utilization=hbm_utilization,
             max_itl_ms=max_itl_ms,
+            decode_microbatch=decode_microbatch,
         )
         try:
             outcome = add_bands(search_with_progress(request))

@@ -20,6 +20,7 @@ from planner.cli.common import (
 from planner.cli.options import (
     ColocatedOpt,
     DecodeDevicesOpt,
+    DecodeMicrobatchOpt,
     HbmUtilizationOpt,
     LoadsOpt,
     MaxItlOpt,
@@ -150,6 +151,7 @@ def sweep(
     colocated: ColocatedOpt = True,
     hbm_utilization: HbmUtilizationOpt = DEFAULT_HBM_UTILIZATION,
     max_itl_ms: MaxItlOpt = None,
+    decode_microbatch: DecodeMicrobatchOpt = True,
     csv_out: Annotated[
         Path | None,
         typer.Option("--csv", help="Write one CSV line per point to FILE ('-': stdout)."),
@@ -242,6 +244,7 @@ def sweep(
                 colocated=colocated,
                 hbm_utilization=hbm_utilization,
                 max_itl_ms=max_itl_ms,
+                decode_microbatch=decode_microbatch,
             )
             points.append((shown, request))
         result = _run_with_progress(points, axes, fixed, jobs)

@@ -7,6 +7,14 @@ the LM head; the first pass on every position, later passes on one token per seq
 framework time. A step emits on average
 1 + a + a^2 + ... + a^k tokens per sequence for k draft tokens of acceptance a (a draft counts
 only if every earlier draft of the step was accepted). TPOT = step time / tokens emitted.
+
+Two micro-batches (`micro_batches: 2`, DeepSeek's and SGLang's two-batch overlap): every module
+runs twice on half the sequences, so weights are read twice, launch costs and collective latencies
+are paid twice and GEMMs are half as tall (the roofline prices that), while one half's compute
+runs during the other half's communication. As for prefill, of the shorter of the main layers'
+compute C and communication M, the machine's decode overlap efficiency times
+min(C, M) * (1 - 1/(2 L)) is hidden (the first and last layer of the pipeline stay exposed);
+launch costs, the LM head and the MTP module are not hidden.
 """
 
 from __future__ import annotations
@@ -54,10 +62,44 @@ class DecodeStep:
     moe_imbalance: np.ndarray
 
 
+MICRO_BATCH_COMPUTE = ("attention", "dense_ffn", "moe")
+MICRO_BATCH_COMM = ("attention_comm", "dense_ffn_comm", "moe_comm")
+
+
+def micro_batch_hidden_s(ctx: CostContext, compute_s: ArrayLike, comm_s: ArrayLike) -> np.ndarray:
+    """Seconds two decode micro-batches hide: efficiency x min(C, M) x (1 - 1/(2 L))."""
+    eff = ctx.hw.overlap.decode_micro_batch_efficiency.value
+    factor = eff * (1.0 - 1.0 / (2 * ctx.model.num_layers))
+    return factor * np.minimum(np.asarray(compute_s, dtype=float), np.asarray(comm_s, dtype=float))
+
+
 def decode_step(ctx: CostContext, phase: DecodePlan, concurrency: ArrayLike | None = None) -> DecodeStep:
     """Cost of one decode step at each concurrency per device (default: the plan's)."""
-    m = ctx.model
     b = np.atleast_1d(np.asarray(phase.concurrency_per_device if concurrency is None else concurrency, dtype=float))
+    mb = phase.micro_batches
+    if mb == 1:
+        parts, imbalance = _step_parts(ctx, phase, b)
+    else:
+        half, imbalance = _step_parts(ctx, phase, b / mb)
+        parts = {name: value * mb for name, value in half.items()}
+        compute = np.sum([parts[p] for p in MICRO_BATCH_COMPUTE if p in parts], axis=0)
+        comm_s = np.sum([parts[p] for p in MICRO_BATCH_COMM if p in parts], axis=0)
+        parts["micro_batch_overlap"] = -micro_batch_hidden_s(ctx, compute, comm_s)
+    step: np.ndarray = np.sum(list(parts.values()), axis=0)
+    emitted = emitted_tokens_per_step(phase.mtp_tokens, ctx.workload.mtp_acceptance)
+    return DecodeStep(
+        concurrency_per_device=b,
+        step_s=step,
+        tpot_s=step / emitted,
+        tokens_per_s_per_device=b * emitted / step,
+        breakdown_s=parts,
+        moe_imbalance=imbalance,
+    )
+
+
+def _step_parts(ctx: CostContext, phase: DecodePlan, b: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Seconds of every part of one (micro-)batch of b sequences per device, and the MoE imbalance."""
+    m = ctx.model
     k = phase.mtp_tokens
     tokens = b * (1 + k)
     overlap = ctx.hw.overlap.decode_shared_expert_with_dispatch
@@ -80,7 +122,7 @@ def decode_step(ctx: CostContext, phase: DecodePlan, concurrency: ArrayLike | No
         parts["dense_ffn_comm"] = dense.comm_s * m.num_dense_layers
         fixed_total += dense.fixed_s * m.num_dense_layers
     if m.moe is not None and phase.moe is not None:
-        moe = moe_cost(ctx, phase.devices, phase.moe, phase.shared_expert, tokens, overlap)
+        moe = moe_cost(ctx, phase.devices, phase.moe, phase.shared_expert, tokens, overlap, 1.0 + k)
         parts["moe"] = moe.compute_s * m.num_moe_layers - hash_routed_saving(ctx, moe.router_s)
         parts["moe_comm"] = moe.comm_s * m.num_moe_layers
         fixed_total += moe.fixed_s * m.num_moe_layers
@@ -102,7 +144,11 @@ def decode_step(ctx: CostContext, phase: DecodePlan, concurrency: ArrayLike | No
                 embedding_cost(ctx, phase.lm_head_layout, t_pass),
             ]
             if m.moe is not None and phase.moe is not None:
-                pass_costs.append(moe_cost(ctx, phase.devices, phase.moe, phase.shared_expert, t_pass, overlap))
+                pass_costs.append(
+                    moe_cost(
+                        ctx, phase.devices, phase.moe, phase.shared_expert, t_pass, overlap, 1.0 + k if i == 0 else 1.0
+                    )
+                )
             else:
                 pass_costs.append(dense_ffn_cost(ctx, phase.dense_layout, t_pass))
             proj = 2 * m.hidden_size * m.hidden_size
@@ -110,13 +156,4 @@ def decode_step(ctx: CostContext, phase: DecodePlan, concurrency: ArrayLike | No
             mtp = mtp + eh + sum(c.total_s for c in pass_costs)
         parts["mtp"] = mtp + ctx.hw.fixed_costs.mtp_framework_per_step.value
     parts["launch_overhead"] = np.full_like(b, fixed_total)
-    step: np.ndarray = np.sum(list(parts.values()), axis=0)
-    emitted = emitted_tokens_per_step(k, ctx.workload.mtp_acceptance)
-    return DecodeStep(
-        concurrency_per_device=b,
-        step_s=step,
-        tpot_s=step / emitted,
-        tokens_per_s_per_device=b * emitted / step,
-        breakdown_s=parts,
-        moe_imbalance=imbalance,
-    )
+    return parts, imbalance

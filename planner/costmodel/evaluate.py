@@ -202,19 +202,9 @@ def predict_system(
     decode_out = decode.tokens_per_s_per_device * d_dev
     decode_rps = decode_out / w.output_tokens
     prefill_rps = plan.prefill.instances * prefill.requests_per_forward / (prefill.forward_ms / 1e3)
-    rps = min(decode_rps, prefill_rps)
     devices = d_dev + p_dev
-    cards = hw.cards(devices)
-    return SystemPrediction(
-        devices=devices,
-        cards=_r(cards),
-        prefill_requests_per_s=_r(prefill_rps),
-        decode_requests_per_s=_r(decode_rps),
-        requests_per_s=_r(rps),
-        bottleneck="prefill" if prefill_rps < decode_rps else "decode",
-        output_tokens_per_s=_r(rps * w.output_tokens),
-        output_tokens_per_s_per_card=_r(rps * w.output_tokens / cards),
-        input_tokens_per_s=_r(rps * w.input_tokens),
+    return SystemPrediction.matched(
+        devices, hw.cards(devices), decode_rps, prefill_rps, w.input_tokens, w.output_tokens
     )
 
 

@@ -80,10 +80,6 @@ def mixed_contexts(
     return d_ctx, dataclasses.replace(d_ctx, hw=specs.prefill_hw)
 
 
-def _r(x: float, digits: int = 4) -> float:
-    return float(round(float(x), digits))
-
-
 def mixed_system(
     plan: Plan, d_hw: HardwareSpec, p_hw: HardwareSpec, decode: DecodePrediction, prefill: PrefillPrediction
 ) -> tuple[SystemPrediction, list[str]]:
@@ -106,15 +102,5 @@ def mixed_system(
             f"cost {cost:.6g} units ({d_hw.name} {d_hw.price_per_card.value:g}/card, {p_hw.name} "
             f"{p_hw.price_per_card.value:g}/card): {rps * w.output_tokens / cost:.6g} output tokens/s per cost unit"
         )
-    system = SystemPrediction(
-        devices=d_dev + p_dev,
-        cards=_r(cards),
-        prefill_requests_per_s=_r(prefill_rps),
-        decode_requests_per_s=_r(decode_rps),
-        requests_per_s=_r(rps),
-        bottleneck="prefill" if prefill_rps < decode_rps else "decode",
-        output_tokens_per_s=_r(rps * w.output_tokens),
-        output_tokens_per_s_per_card=_r(rps * w.output_tokens / cards),
-        input_tokens_per_s=_r(rps * w.input_tokens),
-    )
+    system = SystemPrediction.matched(d_dev + p_dev, cards, decode_rps, prefill_rps, w.input_tokens, w.output_tokens)
     return system, notes

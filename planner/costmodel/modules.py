@@ -25,7 +25,7 @@ from numpy.typing import ArrayLike
 
 from planner.costmodel import comm
 from planner.costmodel.context import CostContext
-from planner.costmodel.imbalance import busiest_over_mean, straggler_z
+from planner.costmodel.imbalance import busiest_over_mean, dispersion_of, straggler_z
 from planner.specs.plan import AttentionLayout, MoELayout, ParallelLayout, SharedExpertLayout
 
 BF16_BYTES = 2.0
@@ -230,6 +230,7 @@ def moe_cost(
     shared: SharedExpertLayout,
     tokens_per_device: ArrayLike,
     overlap_shared: bool,
+    tokens_per_request: ArrayLike = 1.0,
 ) -> MoECost:
     """One MoE layer: router, dispatch, routed experts on the busiest device, shared expert, combine.
 
@@ -237,6 +238,9 @@ def moe_cost(
     shared expert and the router's tail run concurrently with dispatch/combine, so the layer
     costs experts + max(dispatch + combine, shared). Dedicated shared-expert devices run in
     parallel with the routed devices: the layer waits for the slower of the two roles.
+    `tokens_per_request`: tokens one request has in this step (decode 1 + MTP drafts, prefill
+    the prompt); with top-k over EP devices a request puts tokens * k / ep assignments on a device,
+    which the imbalance model's per-step overdispersion needs.
     """
     m, q = ctx.model, ctx.quant
     assert m.moe is not None
@@ -253,7 +257,9 @@ def moe_cost(
     # routed experts on the busiest device
     mean_assign = tokens_total * k / ep
     static = ctx.imbalance.static_factor(m.moe.routed_experts, ep, slots)
-    imb = busiest_over_mean(mean_assign, static, ep)
+    # assignments one request puts on one device in this step: its tokens route alike (overdispersion)
+    per_request = np.asarray(tokens_per_request, dtype=float) * k / ep
+    imb = busiest_over_mean(mean_assign, static, ep, dispersion_of(ctx.imbalance, per_request))
     hot_assign = mean_assign * imb
     tokens_per_slot = tokens_total * k / (ep * slots)
     active_slots = slots * (1.0 - np.exp(-tokens_per_slot))

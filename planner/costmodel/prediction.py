@@ -93,6 +93,34 @@ class SystemPrediction(_Out):
     output_tokens_per_s_per_card: float
     input_tokens_per_s: float
 
+    @classmethod
+    def matched(
+        cls,
+        devices: int,
+        cards: float,
+        decode_requests_per_s: float,
+        prefill_requests_per_s: float,
+        input_tokens: float,
+        output_tokens: float,
+    ) -> SystemPrediction:
+        """Disaggregated phases: the request rate is the slower phase's capacity (figures rounded)."""
+        rps = min(decode_requests_per_s, prefill_requests_per_s)
+
+        def r(x: float) -> float:
+            return float(round(float(x), 4))
+
+        return cls(
+            devices=devices,
+            cards=r(cards),
+            prefill_requests_per_s=r(prefill_requests_per_s),
+            decode_requests_per_s=r(decode_requests_per_s),
+            requests_per_s=r(rps),
+            bottleneck="prefill" if prefill_requests_per_s < decode_requests_per_s else "decode",
+            output_tokens_per_s=r(rps * output_tokens),
+            output_tokens_per_s_per_card=r(rps * output_tokens / cards),
+            input_tokens_per_s=r(rps * input_tokens),
+        )
+
 
 class BandFigure(_Out):
     """A figure at the pessimistic end of the factor ranges, as predicted, and at the optimistic end."""

@@ -61,6 +61,8 @@ class Capabilities(Strict):
     moe_comm: dict[str, list[Literal["allgather", "alltoall"]]]
     mtp_tokens_max: int = Field(ge=0, le=16)
     prefill_micro_batches: list[int] = Field(min_length=1)
+    # decode two-batch overlap (plan field decode.micro_batches); engines that do not document it run 1
+    decode_micro_batches: list[int] = Field(default=[1], min_length=1)
     micro_batches_need_alltoall: bool = False
     redundant_experts: bool
     quantization: dict[str, str | None]
@@ -272,6 +274,23 @@ def phase_problems(
     return out
 
 
+def decode_micro_batch_problems(profile: EngineProfile, field: str, micro: int, phase: PhasePlan) -> list[str]:
+    """What the engine cannot run of a decode batch split in `micro` overlapped micro-batches."""
+    cap = profile.capabilities
+    fix = f"re-plan with --engine {profile.engine} (or --no-decode-microbatch)"
+    if micro not in cap.decode_micro_batches:
+        return [
+            f"{field}: {micro} decode micro-batches: {profile.label} runs "
+            f"{', '.join(map(str, cap.decode_micro_batches))} (no decode two-batch overlap); {fix}."
+        ]
+    if micro > 1 and cap.micro_batches_need_alltoall and phase.moe is not None and phase.moe.comm != "alltoall":
+        return [
+            f"{field}: {profile.label} overlaps two micro-batches only with an all-to-all MoE backend "
+            f"(moe.comm is '{phase.moe.comm}'); {fix}."
+        ]
+    return []
+
+
 def plan_problems(plan: Plan, hw: HardwareSpec, engine: str, experts: int | None, has_dense: bool) -> list[str]:
     """Every field of `plan` that `engine` cannot run (empty: it can run the plan)."""
     from planner.engines.plan_view import plan_view
@@ -290,11 +309,14 @@ def plan_problems(plan: Plan, hw: HardwareSpec, engine: str, experts: int | None
             out.append(f"colocated: {profile.label} cannot run prefill and decode on the same instances.")
         c = view.colocated
         out += phase_problems(profile, hw, "colocated.", c.phase, experts, has_dense, c.micro_batches, c.mtp_tokens)
+        decode_mb = getattr(plan.colocated, "decode_micro_batches", 1)
+        out += decode_micro_batch_problems(profile, "colocated.decode_micro_batches", decode_mb, c.phase)
         return out
     if view.decode is not None and view.prefill is not None and not cap.disaggregated:
         out.append(f"prefill/decode: {profile.label} cannot disaggregate prefill and decode.")
     if view.decode is not None:
         out += phase_problems(profile, hw, "decode.", view.decode, experts, has_dense, 1, view.decode.mtp_tokens)
+        out += decode_micro_batch_problems(profile, "decode.micro_batches", view.decode.micro_batches, view.decode)
     if view.prefill is not None:
         p = view.prefill
         out += phase_problems(profile, hw, "prefill.", p, experts, has_dense, p.micro_batches, 0)

@@ -4,6 +4,10 @@ For each window t of the loads, moeplan's placement is made from window t's load
 window t and, when there is one, on window t + 1 (how well a placement made from past traffic
 holds up on the next traffic); the EPLB global greedy made from window t is scored the same way.
 The placement to deploy is the one made from the last window.
+
+Held out (with two windows or more): a placement made from the first half of the windows (their
+loads summed, as an engine would collect them) is scored on that part and on the rest, which it
+was not made from: the gap is what drift costs (planner.costmodel.imbalance, part 2).
 """
 
 from __future__ import annotations
@@ -57,6 +61,16 @@ class WindowStudy:
 
 
 @dataclass(frozen=True)
+class HeldOut:
+    """Placements made from windows [0, fit_windows), scored there (`fitted`) and on the rest (`held_out`)."""
+
+    fit_windows: int
+    total_windows: int
+    fitted: Scores
+    held_out: Scores
+
+
+@dataclass(frozen=True)
 class Study:
     """Everything `moeplan experts` reports."""
 
@@ -68,6 +82,7 @@ class Study:
     windows: list[WindowStudy]
     nodes_per_token: dict[str, np.ndarray] = field(default_factory=dict)  # last window
     total_s: float = 0.0
+    held_out: HeldOut | None = None
 
     @property
     def deployed(self) -> WindowStudy:
@@ -133,6 +148,7 @@ def run_study(
         if last.hierarchical is not None:
             reach["hierarchical"] = nodes_reached(routes, last.hierarchical, nodes)
         reach["greedy"] = nodes_reached(routes, last.greedy, nodes)
+    held = _held_out(loads, devices, slots_per_device, nodes, routing, settings)
     return Study(
         devices,
         slots_per_device,
@@ -142,6 +158,32 @@ def run_study(
         studies,
         reach,
         time.perf_counter() - start,
+        held,
+    )
+
+
+def _held_out(
+    loads: ExpertLoads,
+    devices: int,
+    slots: int,
+    nodes: int,
+    routing: Routing,
+    settings: SearchSettings,
+) -> HeldOut | None:
+    """Fit on the first half of the windows (summed), score on the rest (summed); None for one window."""
+    n = loads.num_windows
+    if n < 2:
+        return None
+    k = (n + 1) // 2
+    fit = np.sum([loads.window(t) for t in range(k)], axis=0)
+    rest = np.sum([loads.window(t) for t in range(k, n)], axis=0)
+    result = optimize_placement(fit, devices, slots, nodes, routing, settings)
+    hier = hierarchical_placement(fit, devices, slots, nodes, routing.n_group) if nodes > 1 else None
+    return HeldOut(
+        k,
+        n,
+        _scores(fit, result.placement, result.baseline, hier, devices, slots),
+        _scores(rest, result.placement, result.baseline, hier, devices, slots),
     )
 
 
@@ -168,6 +210,16 @@ def study_figures(study: Study) -> dict[str, object]:
         "imbalance": imbalance_lists,
         "candidate_per_layer": last.source,
     }
+    if study.held_out is not None:
+        h = study.held_out
+        figures["held_out"] = {
+            "fit_windows": h.fit_windows,
+            "total_windows": h.total_windows,
+            "moeplan_fitted_mean": round(float(np.mean(h.fitted.ours)), 6),
+            "moeplan_held_out_mean": round(float(np.mean(h.held_out.ours)), 6),
+            "eplb_global_greedy_fitted_mean": round(float(np.mean(h.fitted.greedy)), 6),
+            "eplb_global_greedy_held_out_mean": round(float(np.mean(h.held_out.greedy)), 6),
+        }
     if study.nodes_per_token:
         figures["nodes_per_token"] = {k: _rounded(v) for k, v in study.nodes_per_token.items()}
     return figures

@@ -26,6 +26,7 @@ from typing import Literal
 
 import numpy as np
 
+from planner.candidates.colocated_candidates import CHUNK_TOKENS_PER_DEVICE
 from planner.candidates.space import instance_sizes
 from planner.candidates.tables import MAX_CONCURRENCY, MAX_REQUESTS_PER_FORWARD
 from planner.costmodel.context import CostContext
@@ -395,20 +396,49 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
             )
         return "none", f"nothing binds: {label} is still allowed", "nothing binds"
 
+    def on_grid(kind: Constraint, text: str, tag: str, grid: np.ndarray, value: int, what: str):
+        # the search only tries its grid's values: one more is allowed but not on the grid
+        nxt = _next_on_grid(grid, value)
+        if kind == "none" and nxt is not None and nxt != value + 1:
+            return (
+                "search_space",
+                f"search space binds: {value + 1} {what} would be allowed, but the search's grid "
+                f"steps from {value} to {nxt}",
+                "search grid",
+            )
+        return kind, text, tag
+
     out = []
     more_seqs = {"concurrency_per_device": b + 1}
-    kind, text, tag = neighbour(f"{b + 1} sequences per device", more_seqs)
+    kind, text, tag = on_grid(
+        *neighbour(f"{b + 1} sequences per device", more_seqs),
+        concurrency_values(MAX_CONCURRENCY),
+        b,
+        "sequences per device",
+    )
     message = f"colocated decode concurrency ({b} per device): {text}."
     out.append(Binding("decode", kind, message, f"colocated B{b}: {tag}"))
     if section.chunk_tokens is not None:
         chunk = section.chunk_tokens
         bigger = {"chunk_tokens": 2 * chunk, "prefill_batch_tokens": 2 * chunk}
         kind, text, tag = neighbour(f"{2 * chunk}-token chunks", bigger)
+        largest = max(CHUNK_TOKENS_PER_DEVICE) * section.devices
+        if kind == "none" and chunk >= largest:  # the search tries no larger chunk
+            kind, tag = "search_space", "search space"
+            text = (
+                f"search space binds: {2 * chunk}-token chunks would be allowed, but the search tries at most "
+                f"{max(CHUNK_TOKENS_PER_DEVICE)} prompt tokens per device and step"
+            )
         message = f"colocated chunked prefill ({chunk} prompt tokens per step): {text}."
         out.append(Binding("prefill", kind, message, f"colocated chunk {chunk}: {tag}"))
         return out
     more_requests = {"prefill_batch_tokens": (r + 1) * n_in}
-    kind, text, tag = neighbour(f"{r + 1} requests per forward", more_requests)
+    kind, text, tag = on_grid(
+        *neighbour(f"{r + 1} requests per forward", more_requests),
+        request_values(MAX_REQUESTS_PER_FORWARD),
+        r,
+        "requests per forward",
+    )
     message = f"colocated prefill batch ({r} requests per forward): {text}."
     out.append(Binding("prefill", kind, message, f"colocated {r} req/forward: {tag}"))
     return out

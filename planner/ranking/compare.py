@@ -60,7 +60,9 @@ def phase_choices(name: str, phase: PhasePlan | None, routed_experts: int | None
         "redundant expert slots",
     ]
     keys += (
-        ["concurrency per device", "MTP draft tokens"] if name == "decode" else ["tokens per forward", "micro-batches"]
+        ["concurrency per device", "MTP draft tokens", "micro-batches"]
+        if name == "decode"
+        else ["tokens per forward", "micro-batches"]
     )
     if phase is None:
         return {f"{name} {k}": "-" for k in keys}
@@ -79,6 +81,7 @@ def phase_choices(name: str, phase: PhasePlan | None, routed_experts: int | None
     if isinstance(phase, DecodePlan):
         out[f"{name} concurrency per device"] = str(phase.concurrency_per_device)
         out[f"{name} MTP draft tokens"] = str(phase.mtp_tokens)
+        out[f"{name} micro-batches"] = str(phase.micro_batches)
     elif isinstance(phase, PrefillPlan):
         out[f"{name} tokens per forward"] = str(phase.batch_tokens)
         out[f"{name} micro-batches"] = str(phase.micro_batches)

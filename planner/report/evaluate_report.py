@@ -97,6 +97,11 @@ def _decode_summary(phase: DecodePlan, d: DecodePrediction, hw: HardwareSpec, pl
         "MTP",
         f"{phase.mtp_tokens} draft token(s), {d.tokens_per_step_per_sequence:.3f} tokens per step per sequence",
     )
+    t.add_row(
+        "micro-batches",
+        f"{phase.micro_batches}"
+        + (" (compute of one overlaps the other's MoE dispatch/combine)" if phase.micro_batches > 1 else ""),
+    )
     t.add_row("step", f"{d.step_ms:.2f} ms")
     slo = plan.slo.tpot_ms if plan.slo and plan.slo.tpot_ms else None
     if plan.is_colocated:

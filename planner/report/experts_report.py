@@ -88,6 +88,38 @@ def drift_table(study: Study) -> Table | None:
     return table
 
 
+def held_out_table(study: Study) -> Table | Text:
+    """The placement made from the first part of the loads, scored there and on the rest."""
+    h = study.held_out
+    if h is None:
+        return Text(
+            "held out: one window only, so nothing to score a placement on that it was not made from "
+            "(give loads with windows, or --synthetic ... --windows 2 or more)."
+        )
+    rest = (
+        f"windows {h.fit_windows}-{h.total_windows - 1}"
+        if h.total_windows - h.fit_windows > 1
+        else (f"window {h.fit_windows}")
+    )
+    table = Table(
+        title=f"Held out: placement made from windows 0-{h.fit_windows - 1}, scored on them (fitted) and on "
+        f"{rest} (held out); imbalance mean / median / worst layer"
+    )
+    for col in ("placement", "fitted", "held out", "held out / fitted"):
+        table.add_column(col, justify="left" if col == "placement" else "right")
+
+    def cell(values: np.ndarray) -> str:
+        return f"{np.mean(values):.4f} / {np.median(values):.4f} / {values.max():.4f}"
+
+    for name, fitted, held in (
+        ("moeplan", h.fitted.ours, h.held_out.ours),
+        ("EPLB greedy (global)", h.fitted.greedy, h.held_out.greedy),
+    ):
+        table.add_row(name, cell(fitted), cell(held), f"{np.mean(held) / np.mean(fitted):.3f}")
+    table.add_row("lower bound", cell(h.fitted.bound), cell(h.held_out.bound), "")
+    return table
+
+
 def replica_table(study: Study) -> Table:
     """How many (layer, expert) pairs have 1, 2, 3, ... replicas: moeplan vs greedy."""
     ours = study.deployed.placement.replica_counts
@@ -168,6 +200,7 @@ def render(study: Study, what: str, uniform_layers: int, routing_assumed: bool, 
     drift = drift_table(study)
     if drift is not None:
         out.append(drift)
+    out.append(held_out_table(study))
     out.append(replica_table(study))
     reach = nodes_table(study)
     if reach is not None:

@@ -100,6 +100,7 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
         dec = "-"
         if d is not None:
             dec = f"{compact_layouts(d)} B{d.concurrency_per_device} MTP{d.mtp_tokens}"
+            dec += f" mb{d.micro_batches}" if d.micro_batches > 1 else ""
         pre = "-"
         if p is not None:
             pre = "(same instances) " if plan.is_colocated else f"{compact_layouts(p)} "

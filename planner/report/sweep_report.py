@@ -144,7 +144,8 @@ def sweep_table(result: SweepResult, rows: list[dict[str, object]] | None = None
             str(row["pd"]) if has_d and has_p else str(row["pd"]).strip("-:"),
         ]
         if has_d:
-            cells.append(f"{short_layouts(d)} B{d.concurrency_per_device} MTP{d.mtp_tokens}" if d else "-")
+            mb = f" mb{d.micro_batches}" if d and d.micro_batches > 1 else ""
+            cells.append(f"{short_layouts(d)} B{d.concurrency_per_device} MTP{d.mtp_tokens}{mb}" if d else "-")
         if has_p:
             same = "(same) " if pt.plan.is_colocated else (f"{short_layouts(p)} " if p else "")
             cells.append(f"{same}{p.batch_tokens // 1024}K mb{p.micro_batches}" if p else "-")

@@ -32,6 +32,7 @@ from planner.candidates.phase_candidates import (
     EMITTED_SCALE,
     PhaseCandidate,
     decode_candidates,
+    decode_micro_batch_factor,
     prefill_candidates,
 )
 from planner.candidates.space import (
@@ -212,6 +213,25 @@ def mtp_tokens_max(engine: str) -> int:
     return load_profile(engine).capabilities.mtp_tokens_max
 
 
+def engine_decode_micro_batches(engine: str | None, wanted: tuple[int, ...]) -> tuple[int, ...]:
+    """Decode micro-batch counts to search: those wanted that the engine runs (planner.engines)."""
+    if engine is None:
+        return wanted
+    from planner.engines.profiles import load_profile
+
+    runs = load_profile(engine).capabilities.decode_micro_batches
+    return tuple(m for m in wanted if m in runs) or (1,)
+
+
+def _engine_overlaps(engine: str | None, c: PhaseCandidate) -> bool:
+    """Whether the engine overlaps this candidate's decode micro-batches (some need all-to-all MoE)."""
+    if engine is None or c.micro_batches == 1 or c.moe is None:
+        return True
+    from planner.engines.profiles import load_profile, multi_micro_ok
+
+    return multi_micro_ok(load_profile(engine), c.moe.moe)
+
+
 def build_phase_space(
     ctx: CostContext,
     phase: str,
@@ -254,17 +274,30 @@ def build_phase_space(
                 ks = [k for k in ks if k <= mtp_tokens_max(limits.engine)] or [0]
             xs = concurrency_values(_max_concurrency_guess(ctx, n))
 
-            def build_decode(opts=opts, ks=ks, xs=xs):
-                t = decode_tables(ctx, opts, ks, xs)
-                return t, to_integer_tables(t, ctx.hbm_capacity_bytes)
-
-            t, ints = cache.get(key, build_decode) if cache else build_decode()
             slo_us = None if slo.tpot_ms is None else int(math.floor(slo.tpot_ms * 1000))
             itl_us = None if slo.max_itl_ms is None else int(math.floor(slo.max_itl_ms * 1000))
-            memo_key = ("decode_candidates", slo_us, itl_us, keep)
-            if memo_key not in t.memo:  # candidates depend on the SLOs and `keep`, never on the budget
-                t.memo[memo_key] = decode_candidates(t, ints, slo_us, keep, itl_us)  # type: ignore[arg-type]
-            found = t.memo[memo_key]
+            factor = decode_micro_batch_factor(m.num_layers, ctx.hw.overlap.decode_micro_batch_efficiency.value)
+            found = []
+            by_micro_batches = []
+            for mb in engine_decode_micro_batches(limits.engine, request.decode_micro_batches):
+
+                def build_decode(opts=opts, ks=ks, xs=xs, mb=mb):
+                    t = decode_tables(ctx, opts, ks, xs, mb)
+                    return t, to_integer_tables(t, ctx.hbm_capacity_bytes)
+
+                mb_key = key if mb == 1 else (*key, "micro_batches", mb)
+                t, ints = cache.get(mb_key, build_decode) if cache else build_decode()
+                by_micro_batches.append((t, ints))
+                memo_key = ("decode_candidates", slo_us, itl_us, keep, factor)
+                if memo_key not in t.memo:  # candidates depend on the SLOs and `keep`, never on the budget
+                    t.memo[memo_key] = decode_candidates(t, ints, slo_us, keep, itl_us, factor)  # type: ignore[arg-type]
+                found.extend(t.memo[memo_key])
+            # the best `keep` over the micro-batch counts (deterministic order among equals); an engine
+            # that overlaps micro-batches only with all-to-all MoE drops the all-gather ones
+            found = [c for c in found if _engine_overlaps(limits.engine, c)]
+            found = sorted(found, key=lambda c: (-c.score, c.key()))[:keep]
+            t, ints = by_micro_batches[0]
+            t.memo["decode_micro_batch_tables"] = (factor, by_micro_batches)  # for the MTP alternative
         else:
             xs = request_values(_max_requests_guess(ctx, n))
             xs = _whole_slo_prompt(ctx, xs)
@@ -275,7 +308,7 @@ def build_phase_space(
 
             t, ints = cache.get(key, build_prefill) if cache else build_prefill()  # type: ignore[assignment]
             slo_us = None if slo.ttft_ms is None else int(math.floor(slo.ttft_ms * 1000))
-            memo_key = ("prefill_candidates", slo_us, None, keep)
+            memo_key = ("prefill_candidates", slo_us, None, keep, 0)
             if memo_key not in t.memo:
                 t.memo[memo_key] = prefill_candidates(
                     t,
@@ -286,7 +319,9 @@ def build_phase_space(
                     ctx.hw.overlap.prefill_micro_batch_efficiency.value,  # type: ignore[arg-type]
                 )
             found = t.memo[memo_key]
-        points += opts.count * len(t.k_values) * len(xs)
+        points += (
+            opts.count * len(t.k_values) * len(xs) * (len(request.decode_micro_batches) if phase == "decode" else 1)
+        )
         tables_by_size[n] = (t, ints)  # type: ignore[assignment]
         cands.extend(found)
     return PhaseSpace(phase, sizes, cands, points, tables_by_size)
@@ -378,7 +413,7 @@ def candidate_phase_plan(c: PhaseCandidate, instances: int, input_tokens: int) -
     }
     common = {k: v for k, v in common.items() if v is not None}
     if c.phase == "decode":
-        return DecodePlan(concurrency_per_device=c.x, mtp_tokens=c.k, **common)
+        return DecodePlan(concurrency_per_device=c.x, mtp_tokens=c.k, micro_batches=c.micro_batches, **common)  # type: ignore[arg-type]
     return PrefillPlan(batch_tokens=c.x * input_tokens, micro_batches=c.k, **common)
 
 
@@ -412,12 +447,12 @@ def _colocated(
         floor = 0.0
         if per_device and len(out) >= keep:
             floor = sorted((c.rate_milli / 1000 / c.devices for c in out), reverse=True)[keep - 1] * n
-            if rough[n] * (1 + 1e-9) <= floor:
+            if rough[n] * (1 + 1e-9) < floor:  # (ties are costed: the order among equals is by key)
                 continue
             bound = colocated_upper_bounds(ctx, dt, di, pt, pi, tpot, ttft, itl)[0]
             if mtp is not None:
                 bound = bound[[j for j, k in enumerate(dt.k_values) if (k > 0) == mtp]]
-            if float(bound.max(initial=0.0)) * (1 + 1e-9) <= floor:
+            if float(bound.max(initial=0.0)) * (1 + 1e-9) < floor:
                 continue
         key = ("colocated_candidates", tpot, ttft, itl, keep, mtp)
         if key not in pt.memo:  # the same for every budget: kept with the tables
@@ -449,6 +484,7 @@ def deployment_plan(
             **shared,
             concurrency_per_device=d.concurrency_per_device,
             mtp_tokens=d.mtp_tokens,
+            decode_micro_batches=d.micro_batches,
             prefill_batch_tokens=c.chunk_tokens if c.chunk_tokens is not None else c.batch_requests * n_in,
             prefill_micro_batches=c.micro_batches,
             chunk_tokens=c.chunk_tokens,
@@ -685,11 +721,14 @@ def _alternatives(
             slo_us = None if request.slo.tpot_ms is None else int(math.floor(request.slo.tpot_ms * 1000))
             itl_us = None if request.slo.max_itl_ms is None else int(math.floor(request.slo.max_itl_ms * 1000))
             d_pool = []
-            for t, ints in dspace.tables.values():
-                key = ("decode_candidates", slo_us, itl_us, 1, mtp_alternative)
-                if key not in t.memo:
-                    t.memo[key] = decode_candidates(t, ints, slo_us, 1, itl_us, mtp=mtp_alternative)
-                d_pool.extend(t.memo[key])
+            for t0, ints0 in dspace.tables.values():
+                # every decode micro-batch count's tables of the size (build_phase_space keeps them)
+                factor, tables = t0.memo.get("decode_micro_batch_tables", (0, [(t0, ints0)]))
+                for t, ints in tables:
+                    key = ("decode_candidates", slo_us, itl_us, 1, factor, mtp_alternative)
+                    if key not in t.memo:
+                        t.memo[key] = decode_candidates(t, ints, slo_us, 1, itl_us, factor, mtp=mtp_alternative)
+                    d_pool.extend(c for c in t.memo[key] if _engine_overlaps(request.engine, c))
             if coloc and pspace is not None:
                 # (the size bounds then come from the decode candidates with the same MTP choice)
                 c_pool = _colocated(ctx, request, replace(dspace, candidates=d_pool), pspace, 1, mtp=mtp_alternative)

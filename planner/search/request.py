@@ -46,6 +46,8 @@ class PlanRequest:
     colocated: bool = True  # also search colocated instances (prefill and decode on the same devices)
     engine: str | None = None  # only layouts this serving engine can run (planner.engines); None: any
     alternatives: bool = True  # also find the best plan of each other structure (`plan` shows them)
+    # engine capability: decode micro-batch overlap (DeepSeek/SGLang two-batch overlap); --no-decode-microbatch
+    decode_micro_batches: tuple[int, ...] = (1, 2)
     settings: SolverSettings = field(default_factory=SolverSettings)
     imbalance: ImbalanceModel | None = None
     imbalance_label: str = ""

@@ -177,6 +177,20 @@ class Overlap(Strict):
     prefill_micro_batch_efficiency: Factor = Field(
         description="fraction of the shorter of compute/communication hidden by two micro-batches",
     )
+    decode_micro_batch_efficiency: Factor = Field(
+        default=Factor(
+            value=1.0,
+            source="default: ideal two-stream overlap of decode micro-batches (SGLang's two-batch overlap, "
+            "LMSYS blog 2025-05-05)",
+            range=FactorRange(
+                low=0.5,
+                high=1.0,
+                derived="ideal overlap is an assumption: the fast end; the slow end hides half the shorter stream "
+                "(+-50% rule of approximate figures)",
+            ),
+        ),
+        description="fraction of the shorter of compute/MoE communication hidden by two decode micro-batches",
+    )
 
 
 class HardwareSpec(Strict):

@@ -159,13 +159,29 @@ class PhasePlan(Strict):
 
 
 class DecodePlan(PhasePlan):
-    """A decode instance: sequences in flight per device and MTP draft tokens per step."""
+    """A decode instance: sequences in flight per device, MTP draft tokens per step, micro-batches.
+
+    `micro_batches: 2` splits each step's batch in two and overlaps one half's compute with the
+    other half's dispatch/combine (DeepSeek's and SGLang's two-batch overlap, CloudMatrix-Infer's
+    decode micro-batch pipeline).
+    """
 
     concurrency_per_device: int = Field(ge=1, le=10_000_000)
     mtp_tokens: int = Field(default=0, ge=0, le=4)
+    micro_batches: Literal[1, 2] = Field(
+        default=1,
+        description="1, or 2: two micro-batches whose compute and MoE communication overlap",
+    )
+
     hardware: str | None = Field(
         default=None, min_length=1, description="machine of the decode instances (overrides the plan's 'hardware')"
     )
+
+    @model_validator(mode="after")
+    def _micro_batches_fit_decode(self) -> DecodePlan:
+        if self.micro_batches > self.concurrency_per_device:
+            raise ValueError("micro_batches cannot exceed concurrency_per_device; use micro_batches: 1")
+        return self
 
 
 class PrefillPlan(PhasePlan):
@@ -203,6 +219,10 @@ class ColocatedPlan(PhasePlan):
     mtp_tokens: int = Field(default=0, ge=0, le=4)
     prefill_batch_tokens: int = Field(ge=1, le=1_000_000_000, description="tokens of one prefill forward")
     prefill_micro_batches: int = Field(default=1, ge=1, le=16)
+    decode_micro_batches: Literal[1, 2] = Field(
+        default=1,
+        description="1, or 2: decode steps split in two micro-batches whose compute and MoE communication overlap",
+    )
     chunk_tokens: int | None = Field(
         default=None,
         ge=1,
@@ -224,6 +244,8 @@ class ColocatedPlan(PhasePlan):
     def _micro_batches_fit(self) -> ColocatedPlan:
         if self.prefill_micro_batches > self.prefill_batch_tokens:
             raise ValueError("prefill_micro_batches cannot exceed prefill_batch_tokens")
+        if self.decode_micro_batches > self.concurrency_per_device:
+            raise ValueError("decode_micro_batches cannot exceed concurrency_per_device; use decode_micro_batches: 1")
         if self.chunk_tokens is not None:
             if self.prefill_batch_tokens != self.chunk_tokens:
                 raise ValueError(
@@ -240,7 +262,10 @@ class ColocatedPlan(PhasePlan):
     def decode_section(self) -> DecodePlan:
         """The decode phase of these instances, as the cost model scores it."""
         return DecodePlan(
-            concurrency_per_device=self.concurrency_per_device, mtp_tokens=self.mtp_tokens, **self._layout_fields()
+            concurrency_per_device=self.concurrency_per_device,
+            mtp_tokens=self.mtp_tokens,
+            micro_batches=self.decode_micro_batches,
+            **self._layout_fields(),
         )
 
     def prefill_section(self) -> PrefillPlan:
@@ -261,6 +286,7 @@ class ColocatedPlan(PhasePlan):
         return cls(
             concurrency_per_device=decode.concurrency_per_device,
             mtp_tokens=decode.mtp_tokens,
+            decode_micro_batches=decode.micro_batches,
             prefill_batch_tokens=prefill.batch_tokens,
             prefill_micro_batches=prefill.micro_batches,
             **{name: getattr(decode, name) for name in COLOCATED_SHARED_FIELDS},

@@ -121,7 +121,9 @@ def test_bad_flags_exit_2():
 
 def test_emit_of_a_colocated_plan_writes_one_instance_kind(tmp_path):
     out = tmp_path / "v"
-    args = ("plan", "--top", "1", "--max-itl-ms", "200", "--engine", "vllm-ascend", "--json", str(tmp_path / "p.json"))
+    # at 32 cards the best plan under a 200 ms ITL limit is colocated
+    args = ("plan", "--top", "1", "--max-itl-ms", "200", "--max-cards", "32", "--no-decode-microbatch")
+    args += ("--engine", "vllm-ascend", "--json", str(tmp_path / "p.json"))
     r = run_cli(*args, "--emit", "vllm-ascend", str(out))
     assert r.exit_code == 0, r.output
     plan = json.loads((tmp_path / "p.json").read_text())["plans"][0]
@@ -132,7 +134,7 @@ def test_emit_of_a_colocated_plan_writes_one_instance_kind(tmp_path):
     # one kind of server (colocated), every device once: before, decode + prefill files implied 96 cards
     assert {p["role"] for p in serve} == {"colocated"}
     devices = section["devices"] * section["instances"]
-    assert sum(len(p["devices"]) for p in serve) == devices == 48
+    assert sum(len(p["devices"]) for p in serve) == devices <= 32
     argv = serve[0]["argv"]
     seqs = int(argv[argv.index("--max-num-seqs") + 1])
     tokens = int(argv[argv.index("--max-num-batched-tokens") + 1])

@@ -53,7 +53,7 @@ def test_a_machine_without_ranges_has_a_zero_width_band():
 
 def test_a_lead_that_a_factor_end_reverses_is_reported_inside_the_band():
     plan, specs = _d70()
-    first = _variant(plan, concurrency_per_device=80, attention=AttentionLayout(dp=16, tp=2))
+    first = _variant(plan, concurrency_per_device=73, attention=AttentionLayout(dp=16, tp=2))
     verdict = lead_verdict(first, plan, specs, None)
     assert verdict.lead > 0
     assert verdict.inside_band and verdict.worst_lead <= 0

@@ -178,7 +178,8 @@ def _batch_flags(plan: Plan, role: str, phase: PhasePlan, view) -> list[str]:
             out.append("--enable-two-batch-overlap")
     elif role == "decode":
         running = view.decode.concurrency_per_device * n
-        out = []
+        # decode micro-batches: SGLang's two-batch overlap splits the decode batch too
+        out = ["--enable-two-batch-overlap"] if view.decode.micro_batches > 1 else []
     else:
         c = view.colocated
         running = c.concurrency_per_device * n
