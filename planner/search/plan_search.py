@@ -434,9 +434,17 @@ def _colocated(
     # whole forwards or chunks: planner.candidates.colocated_candidates)
     out_tokens = ctx.workload.output_tokens
     rough = {n: 0.0 for n in sizes}
+    # colocated instances decode with the micro-batch count of the size's first tables: when the
+    # kept candidates hold one with that count, the best of them is among those kept (they are
+    # the size's best), else every kept one is at least as good as it
+    same = {n: 0.0 for n in sizes}
     for c in dspace.candidates:
         if c.devices in rough:
-            rough[c.devices] = max(rough[c.devices], c.devices * c.num / c.den * 1e6 / EMITTED_SCALE / out_tokens)
+            rate = c.devices * c.num / c.den * 1e6 / EMITTED_SCALE / out_tokens
+            rough[c.devices] = max(rough[c.devices], rate)
+            if c.micro_batches == dspace.tables[c.devices][0].micro_batches:
+                same[c.devices] = max(same[c.devices], rate)
+    rough = {n: same[n] if same[n] > 0 else rough[n] for n in sizes}
     per_device = request.rate_per_s is None  # with a target rate every size's best counts
     order = sorted(sizes, key=lambda n: (-rough[n] / n, n)) if per_device else sizes
     out: list[ColocatedCandidate] = []
