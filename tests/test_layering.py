@@ -7,7 +7,7 @@ from pathlib import Path
 
 import planner
 
-ORDER = ["specs", "placement", "costmodel", "candidates", "search", "ranking", "report", "cli"]
+ORDER = ["specs", "engines", "placement", "costmodel", "candidates", "search", "ranking", "report", "cli"]
 ROOT = Path(planner.__file__).resolve().parent
 
 

@@ -30,6 +30,7 @@ from planner.candidates.phase_candidates import (
     PhaseCandidate,
     _combine,
     _top,
+    engine_mask,
 )
 from planner.candidates.tables import MODULES, IntTables, PhaseTables
 from planner.costmodel.colocated import (
@@ -213,7 +214,7 @@ def colocated_candidates(
         scores.append(ratio.max(axis=-1))
         per_k.append((e, step, hbm))
     w = ctx.workload
-    chosen = [(pos[0], tuple(pos[1:])) for pos in _top(np.stack(scores), top_combos) if pos[1] < n_att]
+    chosen = [(pos[0], tuple(pos[1:])) for pos in _top(engine_mask(np.stack(scores), dt), top_combos) if pos[1] < n_att]
     if not chosen:
         return []
     # [C, B]: decode step and HBM of each chosen (combination, depth)
@@ -262,6 +263,9 @@ def colocated_candidates(
         if ttft_slo_us is not None:
             ok &= ttft * 1e6 <= ttft_slo_us
         score = np.where(ok, rate, -1.0).reshape(len(chosen), -1)
+        micro_ok = dt.options.moe_micro_ok
+        if mb > 1 and micro_ok is not None:  # an engine that runs several micro-batches only with some MoE layouts
+            score[[not micro_ok[idx[2]] for _, idx in chosen]] = -1.0
         flat = score.argmax(axis=1)
         for c, f in enumerate(flat):
             value = float(score[c, f])

@@ -77,8 +77,12 @@ def undominated(arrays: list[np.ndarray]) -> np.ndarray:
     return np.array(keep, dtype=np.int64)
 
 
-def _pruned(ints: IntTables, names: tuple[str, ...]) -> dict[str, np.ndarray]:
-    """Per module, the option indices that survive dominance over the given tables."""
+def _pruned(ints: IntTables, names: tuple[str, ...], t: PhaseTables | None = None) -> dict[str, np.ndarray]:
+    """Per module, the option indices that survive dominance over the given tables (all of them
+    when an engine restricts which combinations may run: a dominating option may be one the
+    engine cannot combine, so pruning would not be exact)."""
+    if t is not None and t.options.combo_ok is not None:
+        return {mod: np.arange(ints.hbm_mib[mod].shape[0]) for mod in MODULES}
     tables = {
         "time": ints.time_us,
         "comm": ints.comm_us,
@@ -92,6 +96,28 @@ def _pruned(ints: IntTables, names: tuple[str, ...]) -> dict[str, np.ndarray]:
         arrays = [tables[n][mod] for n in names]
         arrays = [a for a in arrays if a.shape[0] == ints.hbm_mib[mod].shape[0]]
         out[mod] = undominated(arrays)
+    return out
+
+
+def engine_mask(
+    scores: np.ndarray, t: PhaseTables, kept: dict[str, np.ndarray] | None = None, micro: bool = False
+) -> np.ndarray:
+    """Scores [K, A, F, M, L] with the combinations the engine cannot run set to -1 (unchanged
+    without an engine); with `micro`, K is the prefill micro-batch axis and MoE options that may
+    not run several micro-batches are masked where K > 1."""
+    mask = t.options.combo_ok
+    if mask is None:
+        return scores
+    if kept is not None:
+        mask = mask[np.ix_(*(kept[mod] for mod in MODULES))]
+    out = np.where(mask[None], scores, -1.0)
+    moe_ok = t.options.moe_micro_ok
+    if micro and moe_ok is not None:
+        if kept is not None:
+            moe_ok = moe_ok[kept["moe"]]
+        for j, k in enumerate(t.k_values):
+            if k > 1:
+                out[j] = np.where(moe_ok[None, None, :, None], out[j], -1.0)
     return out
 
 
@@ -183,7 +209,7 @@ def decode_candidates(
     best_score = []
     per_k = []
     two = t.micro_batches > 1 and bool(ints.cover_us)
-    kept = _pruned(ints, ("time", "hbm", "comm", "cover") if two else ("time", "hbm"))
+    kept = _pruned(ints, ("time", "hbm", "comm", "cover") if two else ("time", "hbm"), t)
     for j, k in enumerate(t.k_values):
         e = int(np.floor(t.emitted[j] * EMITTED_SCALE + 1e-9))
         step = (
@@ -210,7 +236,7 @@ def decode_candidates(
         score = np.take_along_axis(ratio, b_idx[..., None], axis=-1)[..., 0]
         best_score.append(score)
         per_k.append((k, e, step, hbm, b_idx))
-    scores = np.stack(best_score)  # [K, A, F, M, L]
+    scores = engine_mask(np.stack(best_score), t, kept)  # [K, A, F, M, L]
     for pos in _top(scores, keep):
         j, idx = pos[0], pos[1:]
         k, e, step, hbm, b_idx = per_k[j]
@@ -244,7 +270,7 @@ def prefill_candidates(
 ) -> list[PhaseCandidate]:
     """The `keep` best prefill configurations of one instance size (each at its best batch)."""
     xs = t.x_values.astype(np.int64)
-    kept = _pruned(ints, ("time", "comm", "fixed", "hbm"))
+    kept = _pruned(ints, ("time", "comm", "fixed", "hbm"), t)
     comp = _combine([ints.time_us[mod][kept[mod], 0, :] for mod in MODULES])
     comm = _combine([ints.comm_us[mod][kept[mod], 0, :] for mod in MODULES])
     fixed = _combine([ints.fixed_us[mod][kept[mod], 0, :] for mod in MODULES])
@@ -267,7 +293,7 @@ def prefill_candidates(
         r_idx = xs.size - 1 - np.argmax(rev, axis=-1)
         best_score.append(np.take_along_axis(ratio, r_idx[..., None], axis=-1)[..., 0])
         per_mb.append((mb, forward, ttft, hbm, r_idx))
-    scores = np.stack(best_score)
+    scores = engine_mask(np.stack(best_score), t, kept, micro=True)
     out = []
     for pos in _top(scores, keep):
         j, idx = pos[0], pos[1:]

@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
 from planner.specs.plan import AttentionLayout, MoELayout, ParallelLayout, SharedExpertLayout
@@ -58,6 +60,12 @@ class SizeOptions:
     dense_ffn: list[ParallelLayout]
     lm_head: list[ParallelLayout]
     moe: list[MoEOption]
+    # with an engine: which (attention, dense FFN, MoE, LM head) combinations it can run, and its
+    # prefill micro-batch counts (planner.engines); None / (1, 2): every combination, both counts
+    combo_ok: np.ndarray | None = None
+    prefill_micro_batches: tuple[int, ...] = (1, 2)
+    # with an engine: per MoE option, whether it may run more than one prefill micro-batch
+    moe_micro_ok: np.ndarray | None = None
 
     @property
     def count(self) -> int:
@@ -78,6 +86,7 @@ class SpaceLimits:
     allow_allgather: bool = True
     max_extra_slots: int = MAX_EXTRA_SLOTS
     max_redundant_experts: int | None = None  # redundant copies per instance (0: none at all)
+    engine: str | None = None  # restrict layouts to what this serving engine can run (planner.engines)
 
 
 def _pow2_upto(n: int) -> list[int]:
@@ -178,10 +187,39 @@ def moe_options(model: ModelSpec, devices: int, limits: SpaceLimits) -> list[MoE
 def size_options(model: ModelSpec, hw: HardwareSpec, devices: int, phase: Phase, limits: SpaceLimits) -> SizeOptions:
     """Every module's layout options for one instance size."""
     dense = parallel_options(hw, devices, model.dense_intermediate_size) if model.num_dense_layers else []
-    return SizeOptions(
+    opts = SizeOptions(
         devices=devices,
         attention=attention_options(model, hw, devices, phase),
         dense_ffn=dense,
         lm_head=parallel_options(hw, devices, None),
         moe=moe_options(model, devices, limits),
+    )
+    return opts if limits.engine is None else restrict_to_engine(opts, model, hw, limits.engine)
+
+
+def restrict_to_engine(opts: SizeOptions, model: ModelSpec, hw: HardwareSpec, engine: str) -> SizeOptions:
+    """Keep the layouts `engine` can run: per-module options it cannot run at all are dropped, and
+    `combo_ok` marks the combinations whose layouts it can run together (e.g. vLLM-Ascend's LM-head
+    TP must equal the attention TP or split its DP ranks)."""
+    from planner.engines.profiles import attention_ok, combo_ok, load_profile, micro_batches, moe_ok, multi_micro_ok
+
+    profile = load_profile(engine)
+    experts = model.moe.routed_experts if model.moe is not None else 0
+    att = [a for a in opts.attention if attention_ok(profile, a)]
+    moe = [o for o in opts.moe if moe_ok(profile, hw, o.moe, o.shared, experts)]
+    dense: list[ParallelLayout | None] = list(opts.dense_ffn) or [None]
+    mask = np.zeros((len(att), len(dense), max(1, len(moe)), len(opts.lm_head)), dtype=bool)
+    for a, al in enumerate(att):
+        for f, fl in enumerate(dense):
+            for h, hl in enumerate(opts.lm_head):
+                mask[a, f, :, h] = combo_ok(profile, hw, opts.devices, al, fl, hl)
+    return SizeOptions(
+        devices=opts.devices,
+        attention=att,
+        dense_ffn=opts.dense_ffn,
+        lm_head=opts.lm_head,
+        moe=moe,
+        combo_ok=mask,
+        prefill_micro_batches=micro_batches(profile),
+        moe_micro_ok=np.array([multi_micro_ok(profile, o.moe) for o in moe] or [True], dtype=bool),
     )

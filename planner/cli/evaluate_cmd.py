@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from planner.cli.common import console, err_console, run_guarded, write_text_atomic
+from planner.cli.emit_options import EmitOpt, ForceOpt, check_new_folders, parse_emits, write_emits
 from planner.cli.options import check_hbm_utilization, imbalance_from_options
 from planner.costmodel.evaluate import _resolve_ref as resolve_ref
 from planner.costmodel.evaluate import (
@@ -19,7 +20,7 @@ from planner.costmodel.evaluate import (
 from planner.costmodel.mixed import is_mixed_plan, load_mixed_specs
 from planner.costmodel.prediction import Prediction
 from planner.costmodel.uncertainty import prediction_uncertainty, with_uncertainty
-from planner.errors import InfeasibleError
+from planner.errors import BadInputError, InfeasibleError
 from planner.report.evaluate_report import evaluate_tables, plan_json
 from planner.report.uncertainty_report import uncertainty_table
 from planner.specs.catalog import load_plan, plan_base_dir
@@ -75,6 +76,8 @@ def evaluate(
             help="Log-normal expert skew of the default imbalance model.",
         ),
     ] = None,
+    emit: EmitOpt = None,
+    force: ForceOpt = False,
     hardware: Annotated[
         str | None,
         typer.Option(
@@ -115,6 +118,8 @@ def evaluate(
     """Score a plan: step time by module, HBM per device, throughput, and each SLO."""
 
     def body() -> None:
+        emits = parse_emits(emit)
+        check_new_folders(emits, force)
         plan, _ = load_plan(plan_file, rank)
         if hardware is not None:
             plan = plan.model_copy(update={"hardware": hardware})
@@ -146,6 +151,13 @@ def evaluate(
         if out is not None:
             write_text_atomic(out, text)
         problems = check_problems(prediction)
+        if emits:
+            if is_mixed_plan(plan):
+                raise BadInputError(
+                    "--emit: this plan runs prefill and decode on different machines, which no engine "
+                    "export covers yet; export each phase's plan separately or drop --emit."
+                )
+            write_emits(emits, scored, specs.model, specs.hw, loads, force)
         if json_out:
             console.file.write(text)
         else:
@@ -155,6 +167,10 @@ def evaluate(
             if band is not None:
                 console.print(band)
             console.print(f"imbalance model: {prediction.imbalance_model}")
+            if not is_mixed_plan(plan):
+                from planner.report.launch import engines_line
+
+                console.print(engines_line(plan, specs.model, specs.hw))
         if check:
             if problems:
                 raise InfeasibleError("--check: the plan " + "; ".join(problems) + ".")

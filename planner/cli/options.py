@@ -137,10 +137,10 @@ KvTransferGbpsOpt = Annotated[
     ),
 ]
 MaxPrefillCardsOpt = Annotated[
-    float | None, typer.Option("--max-prefill-cards", help="Cards of the prefill machine (replaces --max-cards).")
+    int | None, typer.Option("--max-prefill-cards", help="Cards of the prefill machine (replaces --max-cards).")
 ]
 MaxDecodeCardsOpt = Annotated[
-    float | None, typer.Option("--max-decode-cards", help="Cards of the decode machine (replaces --max-cards).")
+    int | None, typer.Option("--max-decode-cards", help="Cards of the decode machine (replaces --max-cards).")
 ]
 MaxCostOpt = Annotated[
     float | None,

@@ -11,6 +11,7 @@ import typer
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from planner.cli.common import console, err_console, run_guarded, write_text_atomic
+from planner.cli.emit_options import EmitOpt, ForceOpt, check_new_folders, parse_emits, write_emits
 from planner.cli.options import (
     ColocatedOpt,
     DecodeDevicesOpt,
@@ -43,7 +44,6 @@ from planner.ranking.binding import why_line
 from planner.report.evaluate_report import evaluate_tables
 from planner.report.plan_report import infeasible_document, plans_document, ranked_table
 from planner.report.uncertainty_report import uncertainty_table
-from planner.report.vllm_ascend import emit_vllm_ascend
 from planner.search.plan_search import SearchOutcome, TableCache, run_search
 from planner.search.request import (
     DEFAULT_HARDWARE,
@@ -97,6 +97,7 @@ def build_request(
     workload_file: Path | None = None,
     prefix_hit_rate: float | None = None,
     slo_percentile: float | None = None,
+    engine: str | None = None,
     robust: bool = False,
     hbm_utilization: float = DEFAULT_HBM_UTILIZATION,
     max_itl_ms: float | None = None,
@@ -156,6 +157,8 @@ def build_request(
         if value is not None and not 1 <= value <= MAX_DEVICES_PER_INSTANCE:
             raise BadInputError(f"{flag} must be between 1 and {MAX_DEVICES_PER_INSTANCE}; got {value}.")
     mtp_values = parse_int_list(mtp, "--mtp", 0, 4) if mtp else None
+    if engine is not None:
+        engine, mtp_values, colocated = _engine_limits(engine, mtp_values, colocated, model)
     if max_redundant_experts is not None and max_redundant_experts < 0:
         raise BadInputError("--max-redundant-experts must be >= 0.")
     spec = load_model(model)
@@ -183,10 +186,29 @@ def build_request(
         max_prefill_cards=max_prefill_cards,
         max_decode_cards=max_decode_cards,
         max_cost=max_cost,
+        engine=engine,
         pessimistic_factors=robust,
         hbm_utilization=hbm_utilization,
         decode_micro_batches=(1, 2) if decode_microbatch else (1,),
     )
+
+
+def _engine_limits(
+    engine: str, mtp_values: list[int] | None, colocated: bool, model: str
+) -> tuple[str, list[int], bool]:
+    """--engine: its name, the MTP depths it runs (within --mtp), whether it runs colocated instances."""
+    from planner.engines.profiles import engine_name, load_profile
+
+    key = engine_name(engine)
+    cap = load_profile(key).capabilities
+    if mtp_values is None:
+        mtp_values = [0, 1, 2] if load_model(model).mtp_layers else [0]
+    allowed = [k for k in mtp_values if k <= cap.mtp_tokens_max]
+    if not allowed:
+        raise BadInputError(
+            f"--mtp: {key} runs at most {cap.mtp_tokens_max} MTP draft tokens; give depths up to {cap.mtp_tokens_max}."
+        )
+    return key, allowed, colocated and cap.colocated
 
 
 def add_bands(outcome: SearchOutcome) -> SearchOutcome:
@@ -295,6 +317,9 @@ def print_outcome(outcome: SearchOutcome) -> None:
         console.print(line)
     console.print(why_line(outcome, index=0))
     best = outcome.plans[0]
+    from planner.report.launch import engines_line
+
+    console.print(engines_line(best, outcome.model, outcome.hw))
     from planner.costmodel.prediction import Prediction
 
     console.print("\n[bold]Best plan (rank 1) in detail[/]")
@@ -345,9 +370,11 @@ def plan(
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Write {'plans': [...]} to FILE ('-' for stdout).")
     ] = None,
-    emit: Annotated[
-        tuple[str, Path] | None,
-        typer.Option("--emit", help="vllm-ascend DIR: launch settings of the best plan."),
+    emit: EmitOpt = None,
+    force: ForceOpt = False,
+    engine: Annotated[
+        str | None,
+        typer.Option("--engine", help="Only plans this engine can run: vllm-ascend, sglang or mindie."),
     ] = None,
     loads: LoadsOpt = None,
     skew_sigma: SkewSigmaOpt = None,
@@ -382,10 +409,8 @@ def plan(
     P:D) under HBM and the SLOs, and print them ranked by output tokens/s per card."""
 
     def body() -> None:
-        if emit is not None and emit[0] != "vllm-ascend":
-            raise BadInputError(f"--emit supports 'vllm-ascend' only; got '{emit[0]}'.")
-        if emit is not None and not emit[1].is_dir():
-            raise BadInputError(f"--emit: folder '{emit[1]}' does not exist; create it first.")
+        emits = parse_emits(emit)
+        check_new_folders(emits, force)
         request = build_request(
             model=model,
             hardware=hardware,
@@ -417,6 +442,7 @@ def plan(
             workload_file=workload_file,
             prefix_hit_rate=prefix_hit_rate,
             slo_percentile=slo_percentile,
+            engine=engine,
             robust=robust,
             hbm_utilization=hbm_utilization,
             max_itl_ms=max_itl_ms,
@@ -438,19 +464,15 @@ def plan(
                 "interrupted: the plans above are the best found so far (not proven); no file was written."
             )
             raise typer.Exit(code=130)
+        if emits:  # before the JSON: a plan an engine cannot run leaves no file behind
+            if outcome.request.is_mixed:
+                raise BadInputError(
+                    "--emit: this plan runs prefill and decode on different machines, which no engine "
+                    "export covers yet; drop --emit, or plan each machine on its own."
+                )
+            write_emits(emits, outcome.plans[0], outcome.model, outcome.hw, loads, force)
         if json_out is not None:
             write_text_atomic(json_out, plans_document(outcome.plans, outcome.status, notes))
-        if emit is not None:
-            from planner.cli.options import loads_array
-
-            files = emit_vllm_ascend(
-                outcome.plans[0],
-                outcome.model,
-                emit[1],
-                write_text_atomic,
-                loads_array(loads) if loads else None,
-            )
-            err_console.print(f"wrote {len(files)} files to {emit[1]}")
         if json_out is not None and str(json_out) == "-":
             return
         print_outcome(outcome)

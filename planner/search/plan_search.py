@@ -209,6 +209,20 @@ def _identity(obj: object) -> object:
         return id(obj)
 
 
+def engine_decode_micro_batches(engine: str) -> tuple[int, ...]:
+    """Decode micro-batch counts the engine runs (planner.engines profile)."""
+    from planner.engines.profiles import decode_micro_batches, load_profile
+
+    return decode_micro_batches(load_profile(engine))
+
+
+def mtp_tokens_max(engine: str) -> int:
+    """Deepest MTP the engine runs (planner.engines profile)."""
+    from planner.engines.profiles import load_profile
+
+    return load_profile(engine).capabilities.mtp_tokens_max
+
+
 def build_phase_space(
     ctx: CostContext,
     phase: str,
@@ -238,6 +252,7 @@ def build_phase_space(
         request.mtp_tokens,
         limits.max_extra_slots,
         limits.max_redundant_experts,
+        limits.engine,
     )
     for i, n in enumerate(sizes):
         if progress:
@@ -246,6 +261,8 @@ def build_phase_space(
         key = (phase, n, fingerprint)
         if phase == "decode":
             ks = list(request.mtp_tokens) if request.mtp_tokens is not None else ([0, 1, 2] if m.mtp_layers else [0])
+            if limits.engine is not None:  # MTP depths the engine runs
+                ks = [k for k in ks if k <= mtp_tokens_max(limits.engine)] or [0]
             xs = concurrency_values(_max_concurrency_guess(ctx, n))
 
             slo_us = None if slo.tpot_ms is None else int(math.floor(slo.tpot_ms * 1000))
@@ -253,7 +270,10 @@ def build_phase_space(
             factor = decode_micro_batch_factor(m.num_layers, ctx.hw.overlap.decode_micro_batch_efficiency.value)
             found = []
             first_tables = None
-            for mb in request.decode_micro_batches:
+            mbs = request.decode_micro_batches
+            if limits.engine is not None:  # decode micro-batch counts the engine runs
+                mbs = tuple(mb for mb in mbs if mb in engine_decode_micro_batches(limits.engine)) or (1,)
+            for mb in mbs:
 
                 def build_decode(opts=opts, ks=ks, xs=xs, mb=mb):
                     t = decode_tables(ctx, opts, ks, xs, mb)
@@ -271,7 +291,7 @@ def build_phase_space(
             xs = _whole_slo_prompt(ctx, xs)
 
             def build_prefill(opts=opts, xs=xs):
-                t = prefill_tables(ctx, opts, [1, 2], xs)
+                t = prefill_tables(ctx, opts, list(opts.prefill_micro_batches), xs)
                 return t, to_integer_tables(t, ctx.hbm_capacity_bytes)
 
             t, ints = cache.get(key, build_prefill) if cache else build_prefill()  # type: ignore[assignment]
@@ -475,7 +495,9 @@ def run_search(
     budget_devices = int(math.floor(request.max_cards * hw.devices_per_card + 1e-9))
     if budget_devices < 1:
         raise BadInputError("--max-cards must allow at least one device.")
-    limits = SpaceLimits(max_devices=budget_devices, max_redundant_experts=request.max_redundant_experts)
+    limits = SpaceLimits(
+        max_devices=budget_devices, max_redundant_experts=request.max_redundant_experts, engine=request.engine
+    )
     want_decode = request.phase in ("both", "decode")
     want_prefill = request.phase in ("both", "prefill")
 

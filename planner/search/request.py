@@ -46,6 +46,7 @@ class PlanRequest:
     colocated: bool = True  # also search colocated instances (prefill and decode on the same devices)
     # engine capability: decode micro-batch overlap (DeepSeek/SGLang two-batch overlap); --no-decode-microbatch
     decode_micro_batches: tuple[int, ...] = (1, 2)
+    engine: str | None = None  # only layouts this serving engine can run (planner.engines); None: any
     settings: SolverSettings = field(default_factory=SolverSettings)
     imbalance: ImbalanceModel | None = None
     imbalance_label: str = ""

@@ -42,19 +42,59 @@ def test_committed_schema_matches_the_code():
     assert json.loads(r.output) == json.loads((PLANS / "plan.schema.json").read_text())
 
 
-def test_emit_vllm_ascend_writes_instances_and_expert_maps(tmp_path):
-    r = run_cli("plan", "--top", "1", "--no-colocated", "--emit", "vllm-ascend", str(tmp_path))
+def test_emit_vllm_ascend_writes_launch_files_and_expert_maps(tmp_path):
+    out = tmp_path / "v"
+    r = run_cli("plan", "--top", "1", "--engine", "vllm-ascend", "--emit", "vllm-ascend", str(out))
     assert r.exit_code == 0, r.output
-    decode = json.loads((tmp_path / "decode_instance.json").read_text())
-    assert decode["vllm"]["enable_expert_parallel"] is True
-    assert decode["vllm"]["additional_config"]["expert_map_path"] == "decode_expert_map.json"
-    assert "vllm serve deepseek-ai/DeepSeek-V3" in decode["command"]
-    raw = json.loads((tmp_path / "decode_expert_map.json").read_text())
-    lengths = {len(d["device_expert"]) for layer in raw["layer_list"] for d in layer["device_list"]}
-    assert len(lengths) == 1
-    placement = read_expert_map(tmp_path / "decode_expert_map.json", 256)
-    assert placement.device_experts.shape[0] == 58
-    assert (tmp_path / "README.txt").exists()
+    doc = json.loads((out / "launch.json").read_text())
+    assert doc["engine"] == "vllm-ascend" and doc["plan"] == "plan.json"
+    serve = [p for p in doc["processes"] if p["role"] != "router"]
+    assert all(p["argv"][:3] == ["vllm", "serve", "deepseek-ai/DeepSeek-V3"] for p in serve)
+    maps = sorted(out.glob("*_expert_map.json"))
+    assert maps
+    for path in maps:
+        placement = read_expert_map(path, 256)
+        assert placement.device_experts.shape[0] == 58
+    assert (out / "README.md").exists()
+    assert "engines that run this plan: vllm-ascend v0.25.1rc1: yes" in " ".join(r.output.split())
+
+
+def test_emit_refuses_a_plan_the_engine_cannot_run_naming_the_field(tmp_path):
+    # the default winner is colocated with two prefill micro-batches, which vLLM-Ascend switches off
+    r = run_cli("plan", "--top", "1", "--emit", "vllm-ascend", str(tmp_path / "v"))
+    assert r.exit_code == 2
+    assert "micro_batches" in r.output and "--engine vllm-ascend" in r.output
+    assert not (tmp_path / "v").exists()
+
+
+def test_emit_all_writes_one_folder_per_engine_and_refuses_to_overwrite(tmp_path):
+    out = tmp_path / "all"
+    r = run_cli("plan", "--top", "1", "--engine", "mindie", "--emit", "all", str(out), "--no-colocated")
+    # mindie's plan may not run on the other engines: then nothing is written and the field is named
+    if r.exit_code == 2:
+        assert "cannot run this plan" in r.output and not out.exists()
+        r = run_cli("plan", "--top", "1", "--engine", "sglang", "--emit", "sglang,mindie", str(out))
+        assert r.exit_code == 0, r.output
+        assert sorted(p.name for p in out.iterdir()) == ["mindie", "sglang"]
+    else:
+        assert sorted(p.name for p in out.iterdir()) == ["mindie", "sglang", "vllm-ascend"]
+    again = run_cli("plan", "--top", "1", "--engine", "sglang", "--emit", "sglang,mindie", str(out))
+    assert again.exit_code == 2 and "--force" in again.output
+
+
+def test_evaluate_emits_a_written_plan_and_names_what_an_engine_lacks(tmp_path):
+    r = run_cli("evaluate", "cm-d", "--emit", "sglang", str(tmp_path / "s"))
+    assert r.exit_code == 2 and "decode.shared_expert" in r.output
+    r = run_cli("evaluate", "cm-d", "--emit", "mindie", str(tmp_path / "m"))
+    assert r.exit_code == 0, r.output
+    assert "engines that run this plan:" in r.output and "mindie 2.3.0: yes" in " ".join(r.output.split())
+    doc = json.loads((tmp_path / "m" / "launch.json").read_text())
+    assert sum(len(p["devices"]) for p in doc["processes"]) == 288
+
+
+def test_unknown_engine_exits_2():
+    r = run_cli("plan", "--engine", "tensorrt")
+    assert r.exit_code == 2 and "vllm-ascend, sglang, mindie" in r.output
 
 
 def test_infeasible_exits_1_with_the_binding_constraint():
@@ -80,16 +120,24 @@ def test_bad_flags_exit_2():
 
 
 def test_emit_of_a_colocated_plan_writes_one_instance_kind(tmp_path):
-    # at 32 cards the best plan under a 200 ms ITL limit is colocated
-    r = run_cli(
-        "plan", "--top", "1", "--max-itl-ms", "200", "--max-cards", "32", "--no-decode-microbatch",
-        "--emit", "vllm-ascend", str(tmp_path),
-    )  # fmt: skip
+    out = tmp_path / "v"
+    args = ("plan", "--top", "1", "--max-itl-ms", "200", "--engine", "vllm-ascend", "--json", str(tmp_path / "p.json"))
+    r = run_cli(*args, "--emit", "vllm-ascend", str(out))
     assert r.exit_code == 0, r.output
-    names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == ["README.txt", "colocated_expert_map.json", "colocated_instance.json"]
-    doc = json.loads((tmp_path / "colocated_instance.json").read_text())
-    layout = doc["moeplan_layouts"]
-    assert doc["instances"] * doc["devices_per_instance"] == 32  # before: decode + prefill files implied twice that
-    assert "--enable-chunked-prefill" in doc["command"] and "--max-num-batched-tokens" in doc["command"]
-    assert f"--max-num-seqs {layout['concurrency_per_device'] * layout['attention']['tp']}" in doc["command"]
+    plan = json.loads((tmp_path / "p.json").read_text())["plans"][0]
+    section = plan["colocated"]
+    assert section is not None and section["chunk_tokens"], "a 200 ms ITL limit makes the winner chunk its prefill"
+    doc = json.loads((out / "launch.json").read_text())
+    serve = [p for p in doc["processes"] if p["role"] != "router"]
+    # one kind of server (colocated), every device once: before, decode + prefill files implied 96 cards
+    assert {p["role"] for p in serve} == {"colocated"}
+    devices = section["devices"] * section["instances"]
+    assert sum(len(p["devices"]) for p in serve) == devices == 48
+    argv = serve[0]["argv"]
+    seqs = int(argv[argv.index("--max-num-seqs") + 1])
+    tokens = int(argv[argv.index("--max-num-batched-tokens") + 1])
+    tp = section["attention"]["tp"]
+    assert seqs == section["concurrency_per_device"] * tp
+    # the per-step budget holds the rank's decodes and its share of one prompt chunk
+    chunk_share = -(-section["chunk_tokens"] // section["attention"]["dp"])
+    assert tokens == seqs * (1 + section["mtp_tokens"]) + chunk_share

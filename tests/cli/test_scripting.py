@@ -186,7 +186,7 @@ def test_help_shows_metavars_not_type_labels(command):
     assert r.exit_code == 0
     assert "<" not in r.output.replace("<=", "")
     if command == "plan":
-        assert "--max-cards CARDS" in r.output and "--emit FORMAT DIR" in r.output
+        assert "--max-cards CARDS" in r.output and "--emit ENGINE DIR" in r.output
     if command == "sweep":
         assert "--jobs PROCESSES" in r.output and "processes" in r.output
 

@@ -241,6 +241,6 @@ def test_sigterm_stops_a_sweep_cleanly(tmp_path):
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     # the points done are shown; under load the signal may come before the first point finishes
-    assert "no file was written" in stderr or "interrupted before any result was found; nothing was written" in stderr
+    assert any(said in stderr for said in ("no file was written", "nothing was written", "nothing written"))
     assert "Traceback" not in stderr + stdout
     assert not out.exists() and not list(tmp_path.iterdir())

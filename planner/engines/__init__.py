@@ -1,0 +1,1 @@
+"""Serving engines (vLLM-Ascend, SGLang, MindIE): capability profiles read from data files."""

@@ -1,0 +1,52 @@
+"""One view of a plan for the exports: disaggregated phases, or one colocated section.
+
+A colocated plan (plan format v2) has one `colocated:` section: one layout, the decode
+concurrency and MTP depth, the prefill batch and micro-batches; a disaggregated plan has decode
+and/or prefill sections. The exports and the engine checks read both through this view.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.specs.plan import DecodePlan, PhasePlan, Plan, PrefillPlan
+
+
+@dataclass(frozen=True)
+class ColocatedView:
+    """A colocated instance: one layout for both phases and the settings of each."""
+
+    phase: PhasePlan
+    concurrency_per_device: int
+    mtp_tokens: int
+    prefill_batch_tokens: int
+    micro_batches: int
+    chunk_tokens: int | None = None  # chunked prefill: prompt tokens one step of the instance carries
+
+
+@dataclass(frozen=True)
+class PlanView:
+    """Either disaggregated phases (decode and/or prefill) or one colocated section."""
+
+    decode: DecodePlan | None
+    prefill: PrefillPlan | None
+    colocated: ColocatedView | None
+
+
+def plan_view(plan: Plan) -> PlanView:
+    """The view of `plan` (plan format v2: a colocated plan has its own `colocated` section)."""
+    section = plan.colocated
+    if plan.is_colocated and section is not None:
+        return PlanView(
+            None,
+            None,
+            ColocatedView(
+                phase=section,
+                concurrency_per_device=section.concurrency_per_device,
+                mtp_tokens=section.mtp_tokens,
+                prefill_batch_tokens=section.prefill_batch_tokens,
+                micro_batches=section.prefill_micro_batches,
+                chunk_tokens=section.chunk_tokens,
+            ),
+        )
+    return PlanView(plan.decode, plan.prefill, None)

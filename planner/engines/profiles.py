@@ -1,0 +1,338 @@
+"""Engine capability profiles: what vLLM-Ascend, SGLang and MindIE can run, read from data files.
+
+Each engine has one YAML file in `planner/engines/data/` written from reading that engine's
+release (argument parser, config loaders, docs): the flags and config keys it accepts, each with
+where it was read, and its `capabilities` (which shared-expert placements, MoE dispatch schemes,
+MTP depths, prefill micro-batches, per-module TP layouts, colocated/disaggregated serving and
+quantization schemes it can run). This module loads them and answers one question two ways:
+
+- `plan_problems(plan, hw, engine)`: every field of a plan the engine cannot run, each message
+  naming the field, the engine release and the fix (the exports refuse such a plan, exit 2);
+- the per-layout predicates (`attention_ok`, `moe_ok`, `combo_ok`, `micro_batches`) the
+  candidate generator uses to restrict the search to what an engine can run (`plan --engine`).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from planner.errors import BadInputError
+from planner.specs.hardware import HardwareSpec, Strict
+from planner.specs.plan import AttentionLayout, MoELayout, ParallelLayout, PhasePlan, Plan, SharedExpertLayout
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+ENGINES: tuple[str, ...] = ("vllm-ascend", "sglang", "mindie")
+_FILES = {"vllm-ascend": "vllm_ascend.yaml", "sglang": "sglang.yaml", "mindie": "mindie.yaml"}
+
+TpRule = Literal["attention_or_finegrained", "one_or_instance", "attention_or_instance", "local", "any"]
+
+
+class FlagSpec(Strict):
+    """One command-line flag: whether it takes a value (and of which kind) and where it was read."""
+
+    value: Literal["none", "str", "int", "float", "json", "list", "append_list"]
+    choices: list[Any] | None = None
+    source: str = Field(min_length=1)
+
+
+class CommandSpec(Strict):
+    """A program's command line: the launcher words, positional arguments and accepted flags."""
+
+    launcher: list[str] = Field(min_length=1)
+    positionals: int = 0
+    flags: dict[str, FlagSpec] = Field(default_factory=dict)
+
+
+def _one_micro_batch() -> list[Literal[1, 2]]:
+    return [1]
+
+
+class Capabilities(Strict):
+    """What an engine can run (see the YAML files for the source of each entry)."""
+
+    disaggregated: bool
+    colocated: bool
+    shared_expert: list[Literal["replicated", "dedicated"]]
+    dedicated_shared_hardware: list[str] | None = None
+    dedicated_shared_without_redundancy: bool = False
+    attention_hybrid: bool
+    dense_ffn_tp: TpRule
+    lm_head_tp: TpRule
+    moe_comm: dict[str, list[Literal["allgather", "alltoall"]]]
+    mtp_tokens_max: int = Field(ge=0, le=16)
+    prefill_micro_batches: list[int] = Field(min_length=1)
+    decode_micro_batches: list[Literal[1, 2]] = Field(
+        default_factory=_one_micro_batch, min_length=1, description="decode micro-batch counts (two-batch overlap)"
+    )
+    micro_batches_need_alltoall: bool = False
+    redundant_experts: bool
+    quantization: dict[str, str | None]
+    multi_node: bool
+
+
+class EngineProfile(Strict):
+    """One engine's data file."""
+
+    engine: str
+    display: str
+    release: str
+    read_from: str
+    versions: str
+    launcher: list[str]
+    positionals: int = 0
+    flags: dict[str, FlagSpec]
+    env: list[str] | None = None
+    router: CommandSpec
+    config_keys: dict[str, Any]
+    capabilities: Capabilities
+
+    @property
+    def server(self) -> CommandSpec:
+        """The server's command line spec."""
+        return CommandSpec(launcher=self.launcher, positionals=self.positionals, flags=self.flags)
+
+    @property
+    def label(self) -> str:
+        """Engine and release, for messages: 'vllm-ascend v0.25.1rc1'."""
+        return f"{self.engine} {self.release}"
+
+
+def engine_name(name: str) -> str:
+    """Normalise and check an engine name; BadInputError naming the choices otherwise."""
+    key = name.strip().lower().replace("_", "-")
+    if key not in _FILES:
+        raise BadInputError(f"--engine: unknown engine '{name}'; choose one of {', '.join(ENGINES)}.")
+    return key
+
+
+@functools.cache
+def load_profile(name: str) -> EngineProfile:
+    """The profile of `name` (vllm-ascend, sglang or mindie), read from its data file."""
+    import yaml
+
+    key = engine_name(name)
+    with open(DATA_DIR / _FILES[key], encoding="utf-8") as handle:
+        return EngineProfile.model_validate(yaml.safe_load(handle))
+
+
+# ---- per-layout predicates (also used by the candidate generator) ------------------------------
+
+
+def _tp_ok(rule: TpRule, tp: int, att: AttentionLayout, devices: int, devices_per_node: int) -> bool:
+    if rule == "any":
+        return True
+    if rule == "attention_or_finegrained":
+        # vLLM's TP group, or a finegrained group splitting the DP ranks (attention TP 1, divides DP)
+        return tp == att.tp or (att.tp == 1 and att.dp % tp == 0)
+    if rule == "one_or_instance":
+        return tp in (1, devices)
+    if rule == "attention_or_instance":
+        return tp in (att.tp, devices)
+    if rule == "local":
+        return tp <= min(devices, devices_per_node) and devices % tp == 0
+    return False
+
+
+def attention_ok(profile: EngineProfile, att: AttentionLayout) -> bool:
+    """Whether the engine can lay attention out this way."""
+    return profile.capabilities.attention_hybrid or not att.is_hybrid
+
+
+def comm_choices(profile: EngineProfile, hw: HardwareSpec) -> list[str]:
+    """MoE dispatch schemes the engine runs on this machine."""
+    table = profile.capabilities.moe_comm
+    return list(table.get(hw.name, table.get("default", ["allgather", "alltoall"])))
+
+
+def moe_ok(profile: EngineProfile, hw: HardwareSpec, moe: MoELayout, shared: SharedExpertLayout, experts: int) -> bool:
+    """Whether the engine can run this expert layout and shared-expert placement."""
+    return not _moe_problems(profile, hw, "", moe, shared, experts)
+
+
+def combo_ok(
+    profile: EngineProfile,
+    hw: HardwareSpec,
+    devices: int,
+    att: AttentionLayout,
+    dense: ParallelLayout | None,
+    lm_head: ParallelLayout,
+) -> bool:
+    """Whether the dense FFN and LM head layouts can go with this attention layout."""
+    cap = profile.capabilities
+    node = hw.devices_per_node
+    if dense is not None and not _tp_ok(cap.dense_ffn_tp, dense.tp, att, devices, node):
+        return False
+    return _tp_ok(cap.lm_head_tp, lm_head.tp, att, devices, node)
+
+
+def multi_micro_ok(profile: EngineProfile, moe: MoELayout) -> bool:
+    """Whether this expert layout may run more than one prefill micro-batch on the engine."""
+    return not profile.capabilities.micro_batches_need_alltoall or moe.comm == "alltoall"
+
+
+def decode_micro_batches(profile: EngineProfile) -> tuple[int, ...]:
+    """Decode micro-batch counts the engine runs (2: compute/communication overlap of two halves)."""
+    return tuple(sorted(profile.capabilities.decode_micro_batches))
+
+
+def _decode_micro_problems(profile: EngineProfile, field: str, micro: int, moe: MoELayout | None) -> list[str]:
+    cap = profile.capabilities
+    if micro not in cap.decode_micro_batches:
+        return [
+            f"{field}: {micro} decode micro-batches: {profile.label} runs "
+            f"{', '.join(map(str, cap.decode_micro_batches))}; plan with --no-decode-microbatch or set it to 1."
+        ]
+    if micro > 1 and cap.micro_batches_need_alltoall and moe is not None and moe.comm != "alltoall":
+        return [
+            f"{field}: {profile.label} overlaps two decode micro-batches only with an all-to-all MoE backend "
+            f"(moe.comm is '{moe.comm}'); set it to 1."
+        ]
+    return []
+
+
+def micro_batches(profile: EngineProfile) -> tuple[int, ...]:
+    """Prefill micro-batch counts the engine runs."""
+    return tuple(sorted(profile.capabilities.prefill_micro_batches))
+
+
+# ---- whole-plan check -----------------------------------------------------------------------
+
+
+def _moe_problems(
+    profile: EngineProfile, hw: HardwareSpec, field: str, moe: MoELayout, shared: SharedExpertLayout, experts: int
+) -> list[str]:
+    cap = profile.capabilities
+    out = []
+    if shared.placement not in cap.shared_expert:
+        out.append(
+            f"{field}shared_expert: placement 'dedicated' ({shared.devices} devices): {profile.label} has no "
+            "external shared-expert devices (it runs the shared expert on every device); re-plan with "
+            f"--engine {profile.engine}, or export for mindie on cm384."
+        )
+    elif shared.placement == "dedicated":
+        if cap.dedicated_shared_hardware is not None and hw.name not in cap.dedicated_shared_hardware:
+            out.append(
+                f"{field}shared_expert: {profile.label} runs external shared experts only on "
+                f"{', '.join(cap.dedicated_shared_hardware)} (not on {hw.name}); "
+                f"re-plan with --engine {profile.engine}."
+            )
+        if cap.dedicated_shared_without_redundancy and moe.ep * moe.slots_per_device != experts:
+            out.append(
+                f"{field}moe: {profile.label} runs external shared experts only without load balancing, i.e. "
+                f"without redundant experts; ep x slots_per_device = {moe.ep * moe.slots_per_device} is not the "
+                f"{experts} routed experts; re-plan with --engine {profile.engine}."
+            )
+    if moe.comm not in comm_choices(profile, hw):
+        out.append(
+            f"{field}moe.comm: '{moe.comm}' dispatch cannot be run by {profile.label} on {hw.name} (it runs "
+            f"{' or '.join(comm_choices(profile, hw))}); re-plan with --engine {profile.engine}."
+        )
+    if moe.ep * moe.slots_per_device > experts and not cap.redundant_experts:
+        out.append(
+            f"{field}moe: {profile.label} cannot load redundant experts; re-plan with --engine {profile.engine}."
+        )
+    return out
+
+
+def phase_problems(
+    profile: EngineProfile,
+    hw: HardwareSpec,
+    field: str,
+    phase: PhasePlan,
+    experts: int | None,
+    has_dense: bool,
+    micro: int = 1,
+    mtp: int = 0,
+) -> list[str]:
+    """What the engine cannot run of one phase section (`field` like 'decode.')."""
+    cap = profile.capabilities
+    fix = f"re-plan with --engine {profile.engine}"
+    out = []
+    att = phase.attention
+    if not attention_ok(profile, att):
+        out.append(
+            f"{field}attention: the hybrid layout {att.short()} (pre/post differ from the core) has no setting in "
+            f"{profile.label}; {fix}."
+        )
+    dense = phase.dense_layout if has_dense else None
+    node = hw.devices_per_node
+    if dense is not None and not _tp_ok(cap.dense_ffn_tp, dense.tp, att, phase.devices, node):
+        out.append(
+            f"{field}dense_ffn: {dense.short()} with attention {att.short()} cannot be expressed in {profile.label} "
+            f"(rule '{cap.dense_ffn_tp}', see docs/engines.md); {fix}."
+        )
+    head = phase.lm_head_layout
+    if not _tp_ok(cap.lm_head_tp, head.tp, att, phase.devices, node):
+        out.append(
+            f"{field}lm_head: {head.short()} with attention {att.short()} cannot be expressed in {profile.label} "
+            f"(rule '{cap.lm_head_tp}', see docs/engines.md); {fix}."
+        )
+    if experts is not None and phase.moe is not None:
+        out.extend(_moe_problems(profile, hw, field, phase.moe, phase.shared_expert, experts))
+    if micro not in cap.prefill_micro_batches:
+        out.append(
+            f"{field}micro_batches: {micro} micro-batches: {profile.label} runs "
+            f"{', '.join(map(str, cap.prefill_micro_batches))} (the Ascend platform switches dual-batch overlap off); "
+            f"{fix}."
+        )
+    elif micro > 1 and cap.micro_batches_need_alltoall and phase.moe is not None and phase.moe.comm != "alltoall":
+        out.append(
+            f"{field}micro_batches: {profile.label} overlaps two micro-batches only with an all-to-all MoE backend "
+            f"(moe.comm is '{phase.moe.comm}'); {fix}."
+        )
+    if mtp > cap.mtp_tokens_max:
+        out.append(
+            f"{field}mtp_tokens: {mtp} draft tokens; {profile.label} runs at most {cap.mtp_tokens_max}; {fix} "
+            f"or --mtp 0,{cap.mtp_tokens_max}."
+        )
+    if phase.devices > node and not cap.multi_node:
+        out.append(f"{field}devices: {profile.label} cannot span nodes; {fix}.")
+    if phase.devices > node and (phase.devices % node or node % att.tp):
+        out.append(
+            f"{field}devices: an instance of {phase.devices} devices over {node}-device nodes needs whole nodes and an "
+            f"attention TP ({att.tp}) that divides a node; {fix}."
+        )
+    return out
+
+
+def plan_problems(plan: Plan, hw: HardwareSpec, engine: str, experts: int | None, has_dense: bool) -> list[str]:
+    """Every field of `plan` that `engine` cannot run (empty: it can run the plan)."""
+    from planner.engines.plan_view import plan_view
+
+    profile = load_profile(engine)
+    cap = profile.capabilities
+    view = plan_view(plan)
+    out = []
+    if plan.quantization not in cap.quantization:
+        out.append(
+            f"quantization: '{plan.quantization}' has no weights format in {profile.label} "
+            f"(it runs {', '.join(cap.quantization)}); plan with --quantization a8w8c16."
+        )
+    if view.colocated is not None:
+        if not cap.colocated:
+            out.append(f"colocated: {profile.label} cannot run prefill and decode on the same instances.")
+        c = view.colocated
+        out += phase_problems(profile, hw, "colocated.", c.phase, experts, has_dense, c.micro_batches, c.mtp_tokens)
+        if plan.colocated is not None:
+            mb = plan.colocated.decode_micro_batches
+            out += _decode_micro_problems(profile, "colocated.decode_micro_batches", mb, plan.colocated.moe)
+        return out
+    if view.decode is not None and view.prefill is not None and not cap.disaggregated:
+        out.append(f"prefill/decode: {profile.label} cannot disaggregate prefill and decode.")
+    if view.decode is not None:
+        out += phase_problems(profile, hw, "decode.", view.decode, experts, has_dense, 1, view.decode.mtp_tokens)
+        if plan.decode is not None:
+            out += _decode_micro_problems(profile, "decode.micro_batches", plan.decode.micro_batches, plan.decode.moe)
+    if view.prefill is not None:
+        p = view.prefill
+        out += phase_problems(profile, hw, "prefill.", p, experts, has_dense, p.micro_batches, 0)
+    return out
+
+
+def engines_that_run(plan: Plan, hw: HardwareSpec, experts: int | None, has_dense: bool) -> dict[str, list[str]]:
+    """For each engine, the problems it has with `plan` (an empty list: it runs it)."""
+    return {e: plan_problems(plan, hw, e, experts, has_dense) for e in ENGINES}

@@ -1,0 +1,63 @@
+"""Launch files that start a plan on a real engine: vLLM-Ascend, SGLang on Ascend, MindIE.
+
+`emit(engine, plan, model, hw, out_dir)` writes one folder per engine (see `common` for its
+layout and `launch.json`); an engine that cannot run a plan field refuses with a message naming it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from planner.engines.profiles import ENGINES, engine_name
+from planner.report.launch.common import write_export
+from planner.specs.hardware import HardwareSpec
+from planner.specs.model import ModelSpec
+from planner.specs.plan import Plan
+
+
+def _builder(engine: str):
+    if engine == "vllm-ascend":
+        from planner.report.launch.vllm_ascend import build
+    elif engine == "sglang":
+        from planner.report.launch.sglang import build
+    else:
+        from planner.report.launch.mindie import build
+    return build
+
+
+def emit(
+    engine: str,
+    plan: Plan,
+    model: ModelSpec,
+    hw: HardwareSpec,
+    out_dir: Path,
+    force: bool = False,
+    loads: np.ndarray | None = None,
+) -> list[Path]:
+    """Write `engine`'s launch folder for `plan` into `out_dir`; returns the files written."""
+    key = engine_name(engine)
+    build = _builder(key)
+    plan_json = json.dumps(plan.model_dump(mode="json", exclude_none=True), indent=2) + "\n"
+    return write_export(out_dir, force, lambda final: build(plan, model, hw, final, loads), plan_json)
+
+
+__all__ = ["ENGINES", "emit"]
+
+
+def engines_line(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> str:
+    """One line saying which engines can run `plan` and, for the others, the first reason."""
+    from planner.engines.profiles import engines_that_run, load_profile
+
+    experts = model.moe.routed_experts if model.moe is not None else None
+    verdicts = []
+    for engine, problems in engines_that_run(plan, hw, experts, model.num_dense_layers > 0).items():
+        label = load_profile(engine).label
+        if problems:
+            more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+            verdicts.append(f"{label}: no, {problems[0].split(':')[0]}{more}")
+        else:
+            verdicts.append(f"{label}: yes")
+    return "engines that run this plan: " + "; ".join(verdicts)

@@ -1,0 +1,329 @@
+"""What every engine export shares: device allocation, expert maps, memory figures, the folder.
+
+An export turns a plan into the files that start it: one process per node of every instance
+(every device of the plan in exactly one process), the proxy/router of a disaggregated plan, the
+expert maps, and `launch.json`, a machine-readable list of the processes::
+
+    {"engine", "engine_version", "plan": "plan.json", "nodes": [...],
+     "processes": [{"role", "instance", "node", "devices", "argv", "env"}]}
+
+Nodes are numbered from 0 and devices are numbered inside their node. Node addresses are
+placeholders (`NODE0_ADDR`, ...) that a launcher substitutes (README.md in the folder says how).
+The folder is built beside its destination and renamed into place, so a reader never sees a
+half-written export; an existing folder is replaced only with `force`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from planner.engines.plan_view import PlanView
+from planner.engines.profiles import EngineProfile, load_profile, plan_problems
+from planner.errors import BadInputError
+from planner.specs.hardware import HardwareSpec
+from planner.specs.model import ModelSpec
+from planner.specs.plan import PhasePlan, Plan
+
+HF_NAMES = {
+    "deepseek-v3": "deepseek-ai/DeepSeek-V3",
+    "deepseek-r1": "deepseek-ai/DeepSeek-R1",
+    "kimi-k2": "moonshotai/Kimi-K2-Instruct",
+    "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B",
+    "deepseek-v2-lite": "deepseek-ai/DeepSeek-V2-Lite",
+}
+ROUTER_PORT = 8000
+# API ports: 10 apart per instance (engines derive helper ports from the API port)
+SERVER_PORT_BASE = {"prefill": 10000, "decode": 20000, "colocated": 30000}
+PORT_STRIDE = 10
+MAX_INSTANCES_PER_ROLE = 99
+
+
+def node_addr(node: int) -> str:
+    """The placeholder a launcher replaces with node `node`'s address."""
+    return f"NODE{node}_ADDR"
+
+
+@dataclass
+class Process:
+    """One process of the deployment (launch.json's `processes` entries)."""
+
+    role: str
+    instance: int
+    node: int
+    devices: list[int]
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+    def doc(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "instance": self.instance,
+            "node": self.node,
+            "devices": self.devices,
+            "argv": self.argv,
+            "env": self.env,
+        }
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one instance runs: per node it spans, the node and its devices there."""
+
+    role: str  # prefill | decode | colocated
+    instance: int  # index within its role
+    nodes: tuple[tuple[int, tuple[int, ...]], ...]
+
+    @property
+    def head_node(self) -> int:
+        return self.nodes[0][0]
+
+    @property
+    def port(self) -> int:
+        return SERVER_PORT_BASE[self.role] + PORT_STRIDE * self.instance
+
+
+@dataclass
+class Export:
+    """Everything one engine export writes: files (relative path -> text) and the processes."""
+
+    engine: EngineProfile
+    files: dict[str, str]
+    processes: list[Process]
+    readme: str
+
+
+def sections(view: PlanView) -> list[tuple[str, PhasePlan]]:
+    """(role, section) for every kind of instance of the plan, prefill first."""
+    if view.colocated is not None:
+        return [("colocated", view.colocated.phase)]
+    out: list[tuple[str, PhasePlan]] = []
+    if view.prefill is not None:
+        out.append(("prefill", view.prefill))
+    if view.decode is not None:
+        out.append(("decode", view.decode))
+    return out
+
+
+def allocate(view: PlanView, hw: HardwareSpec) -> list[Slot]:
+    """Place every instance on nodes: whole-node instances from a node boundary, smaller ones
+    packed into nodes (their sizes are powers of two dividing a node, so they tile it)."""
+    node = hw.devices_per_node
+    cursor = 0
+    slots = []
+    for role, phase in sections(view):
+        if phase.instances > MAX_INSTANCES_PER_ROLE:
+            raise BadInputError(
+                f"{role}.instances = {phase.instances}: the export numbers ports per instance and supports at most "
+                f"{MAX_INSTANCES_PER_ROLE} instances of a role; export a plan with fewer, larger instances."
+            )
+        n = phase.devices
+        for i in range(phase.instances):
+            if n >= node or cursor % node + n > node:
+                cursor = -(-cursor // node) * node
+            spans = []
+            left, at = n, cursor
+            while left:
+                take = min(left, node - at % node)
+                spans.append((at // node, tuple(range(at % node, at % node + take))))
+                left -= take
+                at += take
+            cursor = at
+            slots.append(Slot(role, i, tuple(spans)))
+    return slots
+
+
+def nodes_used(slots: list[Slot]) -> int:
+    """Nodes the deployment occupies."""
+    return 1 + max(n for s in slots for n, _ in s.nodes)
+
+
+def visible_devices(devices: tuple[int, ...] | list[int]) -> str:
+    return ",".join(str(d) for d in devices)
+
+
+def model_path(plan: Plan) -> str:
+    """The weights the servers load (a HuggingFace id for catalog models, else the plan's path)."""
+    return HF_NAMES.get(plan.model, plan.model)
+
+
+def context_tokens(plan: Plan) -> int:
+    """Longest sequence the plan serves: prompt plus completion."""
+    return plan.workload.input_tokens + plan.workload.output_tokens
+
+
+# ---- memory ----------------------------------------------------------------------------------
+
+
+def _prediction(plan: Plan, role: str) -> dict[str, Any]:
+    pred = plan.predicted or {}
+    block = pred.get("colocated" if role == "colocated" else role)
+    if not block:
+        raise BadInputError(
+            f"the plan has no predicted.{role} block (HBM per device); export plans from `moeplan plan` or "
+            "re-score the file with `moeplan evaluate --json` first."
+        )
+    return block
+
+
+def memory_fraction(plan: Plan, role: str, exclude: tuple[str, ...], profile: EngineProfile, flag: str) -> float:
+    """The fraction of HBM an engine may take for everything but `exclude` (the runtime reserve is
+    always left out), rounded down to thousandths; refused when the plan's own use would not fit."""
+    block = _prediction(plan, role)
+    # the engine's fraction is of the device's whole HBM; the plan may fill hbm_utilization of it
+    # (--hbm-utilization), runtime reserve included, so the engine gets that share less the reserve
+    cap = float(block["hbm_capacity_bytes"])
+    whole = float(block["hbm_bytes_per_device"] + block["hbm_free_bytes"])  # the device's HBM
+    parts = block["hbm_breakdown_bytes"]
+    outside = parts.get("runtime_reserve", 0) + sum(v for k, v in parts.items() if k in exclude)
+    fraction = math.floor((cap - outside) / whole * 1000) / 1000
+    inside = sum(v for k, v in parts.items() if k not in exclude and k != "runtime_reserve")
+    if inside > fraction * whole:
+        raise BadInputError(
+            f"{role}: the plan's HBM per device ({inside / 2**30:.1f} GiB under {flag}) exceeds {flag} "
+            f"{fraction} x {whole / 2**30:.1f} GiB for {profile.label}; plan with more devices per instance or "
+            "lower concurrency."
+        )
+    return fraction
+
+
+def kv_cache_gib(plan: Plan, role: str) -> int:
+    """KV cache the plan gives one device, in whole GiB (rounded up)."""
+    parts = _prediction(plan, role)["hbm_breakdown_bytes"]
+    kv = parts.get("kv_cache", 0) + parts.get("prefill_kv_cache", 0)
+    return max(1, math.ceil(kv / 2**30))
+
+
+# ---- expert maps -----------------------------------------------------------------------------
+
+
+def default_loads(model: ModelSpec) -> np.ndarray:
+    """Per-layer loads of the default skew model: [MoE layers, routed experts]."""
+    from planner.costmodel.imbalance import DEFAULT_SKEW_SIGMA, lognormal_popularity
+
+    assert model.moe is not None
+    pop = lognormal_popularity(model.moe.routed_experts, DEFAULT_SKEW_SIGMA)
+    return np.repeat(pop[None, :] * 1e6, model.num_moe_layers, axis=0)
+
+
+def placement_for(model: ModelSpec, phase: PhasePlan, loads: np.ndarray | None):
+    """moeplan's placement of the phase's expert slots (measured loads, or the default skew model)."""
+    from planner.placement import optimize_placement
+    from planner.placement.optimize import FAST_SEARCH
+
+    assert phase.moe is not None
+    layer_loads = loads if loads is not None else default_loads(model)
+    return optimize_placement(layer_loads, phase.moe.ep, phase.moe.slots_per_device, settings=FAST_SEARCH).placement
+
+
+# ---- the folder ------------------------------------------------------------------------------
+
+
+def check_runnable(plan: Plan, model: ModelSpec, hw: HardwareSpec, engine: str) -> EngineProfile:
+    """The engine's profile; BadInputError listing every plan field the engine cannot run."""
+    profile = load_profile(engine)
+    experts = model.moe.routed_experts if model.moe is not None else None
+    problems = plan_problems(plan, hw, engine, experts, model.num_dense_layers > 0)
+    if problems:
+        raise BadInputError(f"--emit {engine}: {profile.label} cannot run this plan: " + " | ".join(problems))
+    return profile
+
+
+def compact_json(value: Any, depth: int = 0) -> str:
+    """JSON text with every list of scalars (devices, argv) on one line."""
+    pad, inner = "  " * depth, "  " * (depth + 1)
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        items = [f"{inner}{json.dumps(str(k))}: {compact_json(v, depth + 1)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+        return "[\n" + ",\n".join(inner + compact_json(v, depth + 1) for v in value) + "\n" + pad + "]"
+    return json.dumps(value)
+
+
+def launch_document(export: Export, nodes: int) -> str:
+    doc = {
+        "engine": export.engine.engine,
+        "engine_version": export.engine.release,
+        "plan": "plan.json",
+        "nodes": [{"node": n, "address": node_addr(n)} for n in range(nodes)],
+        "processes": [p.doc() for p in export.processes],
+    }
+    return compact_json(doc) + "\n"
+
+
+def write_export(
+    out_dir: Path,
+    force: bool,
+    build: Callable[[Path], tuple[Export, int]],
+    plan_json: str,
+) -> list[Path]:
+    """Build the export in a temporary folder beside `out_dir`, then rename it into place.
+
+    `build(final_dir)` returns the export and the number of nodes; it gets the final absolute
+    path because engines want absolute paths to the files they load (expert maps, configs)."""
+    out_dir = Path(out_dir)
+    final = out_dir.resolve()
+    parent = final.parent
+    if not parent.is_dir():
+        raise BadInputError(f"--emit: folder '{parent}' does not exist; create it first.")
+    if final.exists() and not force:
+        raise BadInputError(f"--emit: '{out_dir}' exists; choose a new folder or add --force to replace it.")
+    if final.exists() and not final.is_dir():
+        raise BadInputError(f"--emit: '{out_dir}' is a file, not a folder; choose another path.")
+    export, nodes = build(final)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=parent))
+    try:
+        files = dict(export.files)
+        files["plan.json"] = plan_json
+        files["launch.json"] = launch_document(export, nodes)
+        files["README.md"] = export.readme
+        for rel, text in files.items():
+            path = tmp / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        os.chmod(tmp, 0o755)
+        old = None
+        if final.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=parent))
+            os.replace(final, old / "x")
+        os.replace(tmp, final)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(tmp)
+        raise
+    return sorted(final / rel for rel in files)
+
+
+def readme_common(export_name: str, profile: EngineProfile, nodes: int, processes: list[Process]) -> str:
+    """The part of every README that says how to start the processes of launch.json."""
+    roles: dict[str, int] = {}
+    for p in processes:
+        roles[p.role] = roles.get(p.role, 0) + 1
+    counts = ", ".join(f"{n} {r}" for r, n in roles.items())
+    return (
+        f"# {export_name} launch files (moeplan)\n\n"
+        f"Engine: {profile.display} {profile.release} (read from {profile.read_from}).\n\n"
+        f"`launch.json` lists every process: {counts} process(es) on {nodes} node(s). For each process, on node "
+        "`node`, set the environment `env` and run `argv`. Replace `NODEi_ADDR` (in argv, env and the config files) "
+        "with the address of node i. Devices are numbered inside each node; `env` pins them "
+        "(ASCEND_RT_VISIBLE_DEVICES). Start the servers first (every node of an instance), the router last.\n\n"
+        "A minimal launcher, once the addresses are substituted:\n\n"
+        "```python\nimport json, os, subprocess\nnode = int(os.environ['NODE'])  # this machine\n"
+        "for p in json.load(open('launch.json'))['processes']:\n    if p['node'] == node:\n"
+        "        subprocess.Popen(p['argv'], env={**os.environ, **p['env']})\n```\n\n"
+        "`plan.json` is the plan these files start (with the cost model's predictions).\n"
+    )

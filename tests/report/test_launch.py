@@ -1,0 +1,363 @@
+"""The launch exports, parsed the way each engine parses them.
+
+Every argv is parsed by an argparse built from the engine's own flag list (planner/engines/data,
+written from the release's argument parser); every JSON the engine would load is loaded and its
+keys checked against the keys the release reads; expert maps are checked against the redundant
+expert count passed with them; and the processes of launch.json must cover every device of the
+plan exactly once. Plans an engine cannot run must be refused, naming the field.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from planner.costmodel.evaluate import evaluate_plan
+from planner.engines.profiles import ENGINES, CommandSpec, load_profile
+from planner.errors import BadInputError
+from planner.report.launch import emit
+from planner.search.plan_search import run_search
+from planner.search.request import PlanRequest
+from planner.specs.catalog import load_hardware, load_model, load_plan
+from planner.specs.plan import Plan
+from tests.conftest import PLANS
+
+TYPES = {"str": str, "int": int, "float": float, "json": json.loads}
+
+
+def parser_for(spec: CommandSpec) -> argparse.ArgumentParser:
+    """An argparse that accepts exactly the flags the engine's data file lists."""
+    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    for i in range(spec.positionals):
+        p.add_argument(f"positional{i}")
+    for name, flag in spec.flags.items():
+        if flag.value == "none":
+            p.add_argument(name, action="store_true")
+        elif flag.value == "list":
+            p.add_argument(name, nargs="+")
+        elif flag.value == "append_list":
+            p.add_argument(name, nargs="+", action="append")
+        else:
+            p.add_argument(name, type=TYPES[flag.value], choices=flag.choices)
+    return p
+
+
+def parse(spec: CommandSpec, argv: list[str]) -> argparse.Namespace:
+    n = len(spec.launcher)
+    assert argv[:n] == spec.launcher, argv[:n]
+    args, extra = parser_for(spec).parse_known_args(argv[n:])
+    assert not extra, f"flags the engine does not accept: {extra}"
+    return args
+
+
+def scored(plan: Plan) -> Plan:
+    """The plan with its `predicted` block (as `moeplan plan` writes it)."""
+    return plan.model_copy(update={"predicted": evaluate_plan(plan).model_dump(mode="json")})
+
+
+def searched(**kw) -> Plan:
+    return run_search(PlanRequest(**kw)).plans[0]
+
+
+def plan_from(doc: dict) -> Plan:
+    return scored(Plan.model_validate(doc))
+
+
+COMMON = {
+    "schema_version": 2,
+    "model": "deepseek-v3",
+    "quantization": "a8w8c16",
+    "workload": {"input_tokens": 2048, "output_tokens": 2048, "mtp_acceptance": 0.7},
+}
+
+
+def colocated_plan(
+    hardware: str, devices: int, instances: int, model: str = "deepseek-v3", experts: int = 256, mtp: int = 1
+) -> Plan:
+    """A colocated plan every engine runs: everything data-parallel, one micro-batch."""
+    layouts = {
+        "attention": {"dp": devices, "tp": 1},
+        "dense_ffn": {"dp": devices, "tp": 1},
+        "lm_head": {"dp": devices, "tp": 1},
+    }
+    slots = -(-experts // devices) + 1
+    return plan_from(
+        {
+            **COMMON,
+            "model": model,
+            "hardware": hardware,
+            "colocated": {
+                "devices": devices,
+                "instances": instances,
+                **layouts,
+                "moe": {"ep": devices, "slots_per_device": slots, "comm": "alltoall"},
+                "concurrency_per_device": 16,
+                "mtp_tokens": mtp,
+                "prefill_batch_tokens": 16384,
+                "prefill_micro_batches": 1,
+            },
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def plans() -> dict[str, Plan]:
+    """The plans of the acceptance list: default, per-engine searches, a2/cm384 disaggregated,
+    colocated and multi-node ones."""
+    out = {"default": searched()}
+    for engine in ENGINES:
+        out[f"a2-{engine}"] = searched(engine=engine)
+        out[f"cm384-{engine}"] = searched(hardware="cm384", max_cards=64, colocated=False, engine=engine)
+    out["a2-colocated"] = colocated_plan("a2", 32, 2)
+    out["cm384-colocated"] = colocated_plan("cm384", 32, 2)
+    return out
+
+
+# ---- every device exactly once ----------------------------------------------------------------
+
+
+def check_devices(plan: Plan, doc: dict, devices_per_node: int) -> None:
+    seen: set[tuple[int, int]] = set()
+    per_instance: dict[tuple[str, int], int] = {}
+    for p in doc["processes"]:
+        if p["role"] == "router":
+            assert p["devices"] == []
+            continue
+        assert p["env"]["ASCEND_RT_VISIBLE_DEVICES"] == ",".join(map(str, p["devices"])) or "MIES" in str(p["env"])
+        for d in p["devices"]:
+            assert 0 <= d < devices_per_node
+            assert (p["node"], d) not in seen, f"device {d} of node {p['node']} in two processes"
+            seen.add((p["node"], d))
+        key = (p["role"], p["instance"])
+        per_instance[key] = per_instance.get(key, 0) + len(p["devices"])
+    assert len(seen) == plan.total_devices
+    sections = {"colocated": plan.colocated} if plan.is_colocated else {"decode": plan.decode, "prefill": plan.prefill}
+    for role, sec in sections.items():
+        if sec is None:
+            continue
+        for i in range(sec.instances):
+            assert per_instance[(role, i)] == sec.devices
+
+
+def export(engine: str, plan: Plan, tmp_path: Path) -> tuple[Path, dict]:
+    out = tmp_path / engine
+    emit(engine, plan, load_model(plan.model), load_hardware(plan.hardware), out)
+    doc = json.loads((out / "launch.json").read_text())
+    assert doc["engine"] == engine and doc["engine_version"] == load_profile(engine).release
+    assert json.loads((out / doc["plan"]).read_text())["model"] == plan.model
+    assert (out / "README.md").read_text().startswith("#")
+    check_devices(plan, doc, load_hardware(plan.hardware).devices_per_node)
+    return out, doc
+
+
+# ---- vLLM-Ascend --------------------------------------------------------------------------------
+
+
+def check_vllm(plan: Plan, out: Path, doc: dict) -> None:
+    profile = load_profile("vllm-ascend")
+    model = load_model(plan.model)
+    keys = profile.config_keys
+    experts = model.moe.routed_experts
+    for p in doc["processes"]:
+        if p["role"] == "router":
+            parse(profile.router, p["argv"])
+            continue
+        a = parse(profile.server, p["argv"])
+        assert "--enable-dbo" not in p["argv"] and "--ubatch-size" not in p["argv"]  # switched off on Ascend
+        assert a.quantization == ("ascend" if plan.quantization == "a8w8c16" else None)
+        assert a.max_model_len == plan.workload.input_tokens + plan.workload.output_tokens
+        assert 0 < a.gpu_memory_utilization < 1
+        extra = a.additional_config or {}
+        assert set(extra) <= {"eplb_config", "finegrained_tp_config"}
+        eplb = extra.get("eplb_config")
+        if eplb:
+            assert set(eplb) <= set(keys["additional_config"]["eplb_config"])
+            path = Path(eplb["expert_map_path"])
+            assert path.is_absolute() and path.parent == out.resolve() and path.suffix == ".json"
+            m = json.loads(path.read_text())
+            assert m["moe_layer_count"] == model.num_moe_layers == len(m["layer_list"])
+            slots = {len(d["device_expert"]) for layer in m["layer_list"] for d in layer["device_list"]}
+            assert len(slots) == 1
+            devices = m["layer_list"][0]["device_count"]
+            # vllm-ascend v0.24+: EPLB local expert capacity mismatch unless these agree
+            assert eplb["num_redundant_experts"] == devices * slots.pop() - experts
+            assert devices == a.data_parallel_size * a.tensor_parallel_size
+        for key in extra.get("finegrained_tp_config", {}):
+            assert key in keys["additional_config"]["finegrained_tp_config"]
+            assert a.data_parallel_size % extra["finegrained_tp_config"][key] == 0
+        kv = a.kv_transfer_config
+        if plan.decode is not None and plan.prefill is not None:
+            assert set(kv) <= set(keys["kv_transfer_config"])
+            assert kv["kv_role"] == {"prefill": "kv_producer", "decode": "kv_consumer"}[p["role"]]
+            assert kv["kv_connector"] == "MooncakeConnectorV1"
+        else:
+            assert kv is None
+        if p["role"] != "prefill":
+            sec = plan.colocated if plan.is_colocated else plan.decode
+            mtp = sec.mtp_tokens
+            assert (a.speculative_config or {}).get("num_speculative_tokens", 0) == mtp
+        elif plan.decode is not None and plan.decode.mtp_tokens:
+            assert a.speculative_config["method"] == "mtp"  # prefill carries the decode's MTP module
+        if a.headless:
+            assert a.data_parallel_start_rank > 0 and a.data_parallel_address.startswith("NODE")
+
+
+# ---- SGLang -----------------------------------------------------------------------------------
+
+
+def check_sglang(plan: Plan, out: Path, doc: dict) -> None:
+    profile = load_profile("sglang")
+    model = load_model(plan.model)
+    for p in doc["processes"]:
+        if p["role"] == "router":
+            r = parse(profile.router, p["argv"])
+            assert r.pd_disaggregation and r.prefill and r.decode
+            continue
+        a = parse(profile.server, p["argv"])
+        assert a.device == "npu" and a.attention_backend == "ascend"
+        assert a.quantization == ("modelslim" if plan.quantization == "a8w8c16" else None)
+        assert 0 < a.mem_fraction_static < 1
+        if a.init_expert_location:
+            m = json.loads(Path(a.init_expert_location).read_text())
+            assert set(m) == {"physical_to_logical_map"}
+            rows = m["physical_to_logical_map"]
+            assert len(rows) == model.num_layers
+            assert {len(r) for r in rows} == {model.moe.routed_experts + a.ep_num_redundant_experts}
+            assert a.ep_size * (len(rows[0]) // a.ep_size) == len(rows[0])
+            assert all(0 <= e < model.moe.routed_experts for r in rows for e in r)
+        if a.enable_two_batch_overlap:
+            assert a.moe_a2a_backend == "deepep"
+        pd = plan.decode is not None and plan.prefill is not None
+        assert (a.disaggregation_mode == p["role"]) if pd else a.disaggregation_mode is None
+        if pd:
+            assert a.disaggregation_transfer_backend == "ascend"
+
+
+# ---- MindIE -----------------------------------------------------------------------------------
+
+
+def _keys(doc: dict, allowed: dict, prefix: str = "") -> None:
+    for k, v in doc.items():
+        path = f"{prefix}{k}"
+        group = allowed.get(prefix.rstrip(".") or "top") or allowed.get(prefix.rstrip(".").split(".")[-1])
+        if group is not None:
+            assert k in group, f"{path} is not a key MindIE reads"
+        if isinstance(v, dict):
+            _keys(v, allowed, f"{path}.")
+
+
+def check_mindie(plan: Plan, out: Path, doc: dict) -> None:
+    profile = load_profile("mindie")
+    model = load_model(plan.model)
+    hw = load_hardware(plan.hardware)
+    allowed = profile.config_keys["config_json"]
+    for p in doc["processes"]:
+        if p["role"] == "router":
+            assert p["argv"] == profile.router.launcher
+            continue
+        assert p["argv"] == profile.launcher
+        cfg = json.loads(Path(p["env"]["MIES_CONFIG_JSON_PATH"]).read_text())
+        _keys(cfg, allowed)
+        mc = cfg["BackendConfig"]["ModelDeployConfig"]["ModelConfig"][0]
+        assert cfg["BackendConfig"]["npuDeviceIds"] == [p["devices"]]
+        ds = mc.get("models", {}).get("deepseekv2", {})
+        for k in ds:
+            assert k in allowed["models.deepseekv2"]
+        if "num_dangling_shared_experts" in ds:
+            assert hw.name in profile.capabilities.dedicated_shared_hardware
+            assert ds["eplb"]["level"] == 0
+        if ds.get("eplb", {}).get("level") == 1:
+            m = json.loads(Path(ds["eplb"]["expert_map_file"]).read_text())
+            assert m["layer_list"][0]["device_count"] == mc["moe_ep"]
+            assert m["moe_layer_count"] == model.num_moe_layers
+        assert mc["dp"] * mc["tp"] == mc["moe_ep"] + ds.get("num_dangling_shared_experts", 0)
+
+
+CHECKS = {"vllm-ascend": check_vllm, "sglang": check_sglang, "mindie": check_mindie}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("name", ["a2", "cm384"])
+def test_engine_searched_plan_exports_and_parses(plans, tmp_path, engine, name):
+    plan = plans[f"{name}-{engine}"]
+    out, doc = export(engine, plan, tmp_path)
+    CHECKS[engine](plan, out, doc)
+    spans: dict[tuple[str, int], set[int]] = {}
+    for p in doc["processes"]:
+        spans.setdefault((p["role"], p["instance"]), set()).add(p["node"])
+    assert max(len(nodes) for nodes in spans.values()) > 1  # multi-node instances: one process per node
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("name", ["a2-colocated", "cm384-colocated"])
+def test_colocated_plan_is_one_server_per_instance(plans, tmp_path, engine, name):
+    plan = plans[name]
+    out, doc = export(engine, plan, tmp_path)
+    CHECKS[engine](plan, out, doc)
+    assert {p["role"] for p in doc["processes"]} == {"colocated"}
+    heads = {(p["instance"]) for p in doc["processes"]}
+    assert heads == set(range(plan.colocated.instances))
+
+
+def test_default_plan_runs_on_mindie_and_is_refused_by_the_others_with_the_field(plans, tmp_path):
+    plan = plans["default"]
+    out, doc = export("mindie", plan, tmp_path)
+    check_mindie(plan, out, doc)
+    for engine, field in (("vllm-ascend", "micro_batches"), ("sglang", "dense_ffn")):
+        with pytest.raises(BadInputError, match=field):
+            emit(engine, plan, load_model(plan.model), load_hardware(plan.hardware), tmp_path / engine)
+        assert not (tmp_path / engine).exists()
+
+
+def test_dedicated_shared_experts_only_on_mindie_cm384(tmp_path):
+    plan, _ = load_plan(str(PLANS / "cm-d.yaml"))
+    plan = scored(plan)
+    for engine in ("vllm-ascend", "sglang"):
+        with pytest.raises(BadInputError, match="decode.shared_expert"):
+            emit(engine, plan, load_model(plan.model), load_hardware(plan.hardware), tmp_path / engine)
+    out, doc = export("mindie", plan, tmp_path)
+    check_mindie(plan, out, doc)
+    cfg = json.loads((out / "decode0_config.json").read_text())
+    ds = cfg["BackendConfig"]["ModelDeployConfig"]["ModelConfig"][0]["models"]["deepseekv2"]
+    assert ds["num_dangling_shared_experts"] == 32
+
+
+def test_hybrid_prefill_attention_is_refused_by_every_engine(tmp_path):
+    plan, _ = load_plan(str(PLANS / "a2-p.yaml"))
+    plan = scored(plan)
+    for engine in ENGINES:
+        with pytest.raises(BadInputError, match="prefill.attention"):
+            emit(engine, plan, load_model(plan.model), load_hardware(plan.hardware), tmp_path / engine)
+
+
+def test_emit_refuses_to_overwrite_without_force(plans, tmp_path):
+    plan = plans["a2-colocated"]
+    model, hw = load_model(plan.model), load_hardware(plan.hardware)
+    out = tmp_path / "v"
+    emit("vllm-ascend", plan, model, hw, out)
+    (out / "marker").write_text("old")
+    with pytest.raises(BadInputError, match="--force"):
+        emit("vllm-ascend", plan, model, hw, out)
+    emit("vllm-ascend", plan, model, hw, out, force=True)
+    assert not (out / "marker").exists() and (out / "launch.json").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["v"]  # no temporary folder left behind
+
+
+def test_sub_node_instances_share_nodes_without_overlap(tmp_path):
+    plan = colocated_plan("a2", 4, 6, "deepseek-v2-lite", 64, 0)  # six 4-device instances: two per node
+    for engine in ENGINES:
+        _, doc = export(engine, plan, tmp_path)
+        assert {p["node"] for p in doc["processes"]} == {0, 1, 2}
+        owner: dict[tuple[int, str], int] = {}  # (node, port) -> instance
+        for p in doc["processes"]:
+            ports = [v for f, v in zip(p["argv"], p["argv"][1:], strict=False) if f.endswith("-port")]
+            if engine == "mindie":
+                cfg = json.loads(Path(p["env"]["MIES_CONFIG_JSON_PATH"]).read_text())
+                server, backend = cfg["ServerConfig"], cfg["BackendConfig"]
+                ports = [server["port"], server["managementPort"], backend["multiNodesInferPort"]]
+            assert ports
+            for port in map(str, ports):
+                assert owner.setdefault((p["node"], port), p["instance"]) == p["instance"], (engine, port)
