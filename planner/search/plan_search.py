@@ -209,30 +209,18 @@ def _identity(obj: object) -> object:
         return id(obj)
 
 
+def engine_decode_micro_batches(engine: str) -> tuple[int, ...]:
+    """Decode micro-batch counts the engine runs (planner.engines profile)."""
+    from planner.engines.profiles import decode_micro_batches, load_profile
+
+    return decode_micro_batches(load_profile(engine))
+
+
 def mtp_tokens_max(engine: str) -> int:
     """Deepest MTP the engine runs (planner.engines profile)."""
     from planner.engines.profiles import load_profile
 
     return load_profile(engine).capabilities.mtp_tokens_max
-
-
-def engine_decode_micro_batches(engine: str | None, wanted: tuple[int, ...]) -> tuple[int, ...]:
-    """Decode micro-batch counts to search: those wanted that the engine runs (planner.engines)."""
-    if engine is None:
-        return wanted
-    from planner.engines.profiles import load_profile
-
-    runs = load_profile(engine).capabilities.decode_micro_batches
-    return tuple(m for m in wanted if m in runs) or (1,)
-
-
-def _engine_overlaps(engine: str | None, c: PhaseCandidate) -> bool:
-    """Whether the engine overlaps this candidate's decode micro-batches (some need all-to-all MoE)."""
-    if engine is None or c.micro_batches == 1 or c.moe is None:
-        return True
-    from planner.engines.profiles import load_profile, multi_micro_ok
-
-    return multi_micro_ok(load_profile(engine), c.moe.moe)
 
 
 def build_phase_space(
@@ -282,7 +270,10 @@ def build_phase_space(
             factor = decode_micro_batch_factor(m.num_layers, ctx.hw.overlap.decode_micro_batch_efficiency.value)
             found = []
             first_tables = None
-            for mb in engine_decode_micro_batches(limits.engine, request.decode_micro_batches):
+            mbs = request.decode_micro_batches
+            if limits.engine is not None:  # decode micro-batch counts the engine runs
+                mbs = tuple(mb for mb in mbs if mb in engine_decode_micro_batches(limits.engine)) or (1,)
+            for mb in mbs:
 
                 def build_decode(opts=opts, ks=ks, xs=xs, mb=mb):
                     t = decode_tables(ctx, opts, ks, xs, mb)
@@ -292,9 +283,7 @@ def build_phase_space(
                 t, ints = cache.get(mb_key, build_decode) if cache else build_decode()
                 first_tables = first_tables or (t, ints)
                 found.extend(decode_candidates(t, ints, slo_us, keep, itl_us, factor))  # type: ignore[arg-type]
-            # the best `keep` over the micro-batch counts (deterministic order among equals); an engine
-            # that overlaps micro-batches only with all-to-all MoE drops the all-gather ones
-            found = [c for c in found if _engine_overlaps(limits.engine, c)]
+            # the best `keep` over the micro-batch counts (deterministic order among equals)
             found = sorted(found, key=lambda c: (-c.score, c.key()))[:keep]
             t, ints = first_tables  # type: ignore[misc]
         else:
