@@ -241,6 +241,10 @@ def decode_candidates(
         best_score.append(score)
         per_k.append((k, e, step, hbm, b_idx))
     scores = engine_mask(np.stack(best_score), t, kept)  # [K, A, F, M, L]
+    moe_ok = t.options.moe_micro_ok
+    if two and t.options.combo_ok is not None and moe_ok is not None:
+        # an engine that overlaps two micro-batches only over all-to-all (SGLang's two-batch overlap)
+        scores = np.where(moe_ok[kept["moe"]][None, None, None, :, None], scores, -1.0)
     for pos in _top(scores, keep):
         j, idx = pos[0], pos[1:]
         k, e, step, hbm, b_idx = per_k[j]

@@ -47,6 +47,10 @@ class CommandSpec(Strict):
     flags: dict[str, FlagSpec] = Field(default_factory=dict)
 
 
+def _one_micro_batch() -> list[Literal[1, 2]]:
+    return [1]
+
+
 class Capabilities(Strict):
     """What an engine can run (see the YAML files for the source of each entry)."""
 
@@ -61,8 +65,9 @@ class Capabilities(Strict):
     moe_comm: dict[str, list[Literal["allgather", "alltoall"]]]
     mtp_tokens_max: int = Field(ge=0, le=16)
     prefill_micro_batches: list[int] = Field(min_length=1)
-    # decode two-batch overlap (plan field decode.micro_batches); engines that do not document it run 1
-    decode_micro_batches: list[int] = Field(default=[1], min_length=1)
+    decode_micro_batches: list[Literal[1, 2]] = Field(
+        default_factory=_one_micro_batch, min_length=1, description="decode micro-batch counts (two-batch overlap)"
+    )
     micro_batches_need_alltoall: bool = False
     redundant_experts: bool
     quantization: dict[str, str | None]
@@ -167,6 +172,26 @@ def combo_ok(
 def multi_micro_ok(profile: EngineProfile, moe: MoELayout) -> bool:
     """Whether this expert layout may run more than one prefill micro-batch on the engine."""
     return not profile.capabilities.micro_batches_need_alltoall or moe.comm == "alltoall"
+
+
+def decode_micro_batches(profile: EngineProfile) -> tuple[int, ...]:
+    """Decode micro-batch counts the engine runs (2: compute/communication overlap of two halves)."""
+    return tuple(sorted(profile.capabilities.decode_micro_batches))
+
+
+def _decode_micro_problems(profile: EngineProfile, field: str, micro: int, moe: MoELayout | None) -> list[str]:
+    cap = profile.capabilities
+    if micro not in cap.decode_micro_batches:
+        return [
+            f"{field}: {micro} decode micro-batches: {profile.label} runs "
+            f"{', '.join(map(str, cap.decode_micro_batches))}; plan with --no-decode-microbatch or set it to 1."
+        ]
+    if micro > 1 and cap.micro_batches_need_alltoall and moe is not None and moe.comm != "alltoall":
+        return [
+            f"{field}: {profile.label} overlaps two decode micro-batches only with an all-to-all MoE backend "
+            f"(moe.comm is '{moe.comm}'); set it to 1."
+        ]
+    return []
 
 
 def micro_batches(profile: EngineProfile) -> tuple[int, ...]:
@@ -274,23 +299,6 @@ def phase_problems(
     return out
 
 
-def decode_micro_batch_problems(profile: EngineProfile, field: str, micro: int, phase: PhasePlan) -> list[str]:
-    """What the engine cannot run of a decode batch split in `micro` overlapped micro-batches."""
-    cap = profile.capabilities
-    fix = f"re-plan with --engine {profile.engine} (or --no-decode-microbatch)"
-    if micro not in cap.decode_micro_batches:
-        return [
-            f"{field}: {micro} decode micro-batches: {profile.label} runs "
-            f"{', '.join(map(str, cap.decode_micro_batches))} (no decode two-batch overlap); {fix}."
-        ]
-    if micro > 1 and cap.micro_batches_need_alltoall and phase.moe is not None and phase.moe.comm != "alltoall":
-        return [
-            f"{field}: {profile.label} overlaps two micro-batches only with an all-to-all MoE backend "
-            f"(moe.comm is '{phase.moe.comm}'); {fix}."
-        ]
-    return []
-
-
 def plan_problems(plan: Plan, hw: HardwareSpec, engine: str, experts: int | None, has_dense: bool) -> list[str]:
     """Every field of `plan` that `engine` cannot run (empty: it can run the plan)."""
     from planner.engines.plan_view import plan_view
@@ -309,14 +317,16 @@ def plan_problems(plan: Plan, hw: HardwareSpec, engine: str, experts: int | None
             out.append(f"colocated: {profile.label} cannot run prefill and decode on the same instances.")
         c = view.colocated
         out += phase_problems(profile, hw, "colocated.", c.phase, experts, has_dense, c.micro_batches, c.mtp_tokens)
-        decode_mb = getattr(plan.colocated, "decode_micro_batches", 1)
-        out += decode_micro_batch_problems(profile, "colocated.decode_micro_batches", decode_mb, c.phase)
+        if plan.colocated is not None:
+            mb = plan.colocated.decode_micro_batches
+            out += _decode_micro_problems(profile, "colocated.decode_micro_batches", mb, plan.colocated.moe)
         return out
     if view.decode is not None and view.prefill is not None and not cap.disaggregated:
         out.append(f"prefill/decode: {profile.label} cannot disaggregate prefill and decode.")
     if view.decode is not None:
         out += phase_problems(profile, hw, "decode.", view.decode, experts, has_dense, 1, view.decode.mtp_tokens)
-        out += decode_micro_batch_problems(profile, "decode.micro_batches", view.decode.micro_batches, view.decode)
+        if plan.decode is not None:
+            out += _decode_micro_problems(profile, "decode.micro_batches", plan.decode.micro_batches, plan.decode.moe)
     if view.prefill is not None:
         p = view.prefill
         out += phase_problems(profile, hw, "prefill.", p, experts, has_dense, p.micro_batches, 0)

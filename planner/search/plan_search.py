@@ -206,30 +206,18 @@ def _identity(obj: object) -> object:
         return id(obj)
 
 
+def engine_decode_micro_batches(engine: str) -> tuple[int, ...]:
+    """Decode micro-batch counts the engine runs (planner.engines profile)."""
+    from planner.engines.profiles import decode_micro_batches, load_profile
+
+    return decode_micro_batches(load_profile(engine))
+
+
 def mtp_tokens_max(engine: str) -> int:
     """Deepest MTP the engine runs (planner.engines profile)."""
     from planner.engines.profiles import load_profile
 
     return load_profile(engine).capabilities.mtp_tokens_max
-
-
-def engine_decode_micro_batches(engine: str | None, wanted: tuple[int, ...]) -> tuple[int, ...]:
-    """Decode micro-batch counts to search: those wanted that the engine runs (planner.engines)."""
-    if engine is None:
-        return wanted
-    from planner.engines.profiles import load_profile
-
-    runs = load_profile(engine).capabilities.decode_micro_batches
-    return tuple(m for m in wanted if m in runs) or (1,)
-
-
-def _engine_overlaps(engine: str | None, c: PhaseCandidate) -> bool:
-    """Whether the engine overlaps this candidate's decode micro-batches (some need all-to-all MoE)."""
-    if engine is None or c.micro_batches == 1 or c.moe is None:
-        return True
-    from planner.engines.profiles import load_profile, multi_micro_ok
-
-    return multi_micro_ok(load_profile(engine), c.moe.moe)
 
 
 def build_phase_space(
@@ -279,7 +267,10 @@ def build_phase_space(
             factor = decode_micro_batch_factor(m.num_layers, ctx.hw.overlap.decode_micro_batch_efficiency.value)
             found = []
             by_micro_batches = []
-            for mb in engine_decode_micro_batches(limits.engine, request.decode_micro_batches):
+            mbs = request.decode_micro_batches
+            if limits.engine is not None:  # decode micro-batch counts the engine runs
+                mbs = tuple(mb for mb in mbs if mb in engine_decode_micro_batches(limits.engine)) or (1,)
+            for mb in mbs:
 
                 def build_decode(opts=opts, ks=ks, xs=xs, mb=mb):
                     t = decode_tables(ctx, opts, ks, xs, mb)
@@ -292,9 +283,7 @@ def build_phase_space(
                 if memo_key not in t.memo:  # candidates depend on the SLOs and `keep`, never on the budget
                     t.memo[memo_key] = decode_candidates(t, ints, slo_us, keep, itl_us, factor)  # type: ignore[arg-type]
                 found.extend(t.memo[memo_key])
-            # the best `keep` over the micro-batch counts (deterministic order among equals); an engine
-            # that overlaps micro-batches only with all-to-all MoE drops the all-gather ones
-            found = [c for c in found if _engine_overlaps(limits.engine, c)]
+            # the best `keep` over the micro-batch counts (deterministic order among equals)
             found = sorted(found, key=lambda c: (-c.score, c.key()))[:keep]
             t, ints = by_micro_batches[0]
             t.memo["decode_micro_batch_tables"] = (factor, by_micro_batches)  # for the MTP alternative
@@ -736,7 +725,7 @@ def _alternatives(
                     key = ("decode_candidates", slo_us, itl_us, 1, factor, mtp_alternative)
                     if key not in t.memo:
                         t.memo[key] = decode_candidates(t, ints, slo_us, 1, itl_us, factor, mtp=mtp_alternative)
-                    d_pool.extend(c for c in t.memo[key] if _engine_overlaps(request.engine, c))
+                    d_pool.extend(t.memo[key])
             if coloc and pspace is not None:
                 # (the size bounds then come from the decode candidates with the same MTP choice)
                 c_pool = _colocated(ctx, request, replace(dspace, candidates=d_pool), pspace, 1, mtp=mtp_alternative)

@@ -44,10 +44,10 @@ class PlanRequest:
     mtp_tokens: tuple[int, ...] | None = None
     max_redundant_experts: int | None = None  # redundant expert copies per instance (0: none)
     colocated: bool = True  # also search colocated instances (prefill and decode on the same devices)
-    engine: str | None = None  # only layouts this serving engine can run (planner.engines); None: any
     alternatives: bool = True  # also find the best plan of each other structure (`plan` shows them)
     # engine capability: decode micro-batch overlap (DeepSeek/SGLang two-batch overlap); --no-decode-microbatch
     decode_micro_batches: tuple[int, ...] = (1, 2)
+    engine: str | None = None  # only layouts this serving engine can run (planner.engines); None: any
     settings: SolverSettings = field(default_factory=SolverSettings)
     imbalance: ImbalanceModel | None = None
     imbalance_label: str = ""

@@ -73,12 +73,17 @@ def test_emit_all_writes_one_folder_per_engine_and_refuses_to_overwrite(tmp_path
     # mindie's plan may not run on the other engines: then nothing is written and the field is named
     if r.exit_code == 2:
         assert "cannot run this plan" in r.output and not out.exists()
-        r = run_cli("plan", "--top", "1", "--engine", "sglang", "--emit", "sglang,mindie", str(out))
+        # MindIE runs one decode micro-batch: the SGLang plan must not use two
+        r = run_cli(
+            "plan", "--top", "1", "--engine", "sglang", "--no-decode-microbatch", "--emit", "sglang,mindie", str(out)
+        )  # fmt: skip
         assert r.exit_code == 0, r.output
         assert sorted(p.name for p in out.iterdir()) == ["mindie", "sglang"]
     else:
         assert sorted(p.name for p in out.iterdir()) == ["mindie", "sglang", "vllm-ascend"]
-    again = run_cli("plan", "--top", "1", "--engine", "sglang", "--emit", "sglang,mindie", str(out))
+    again = run_cli(
+        "plan", "--top", "1", "--engine", "sglang", "--no-decode-microbatch", "--emit", "sglang,mindie", str(out)
+    )  # fmt: skip
     assert again.exit_code == 2 and "--force" in again.output
 
 
@@ -121,9 +126,9 @@ def test_bad_flags_exit_2():
 
 def test_emit_of_a_colocated_plan_writes_one_instance_kind(tmp_path):
     out = tmp_path / "v"
-    # at 32 cards the best plan under a 200 ms ITL limit is colocated
-    args = ("plan", "--top", "1", "--max-itl-ms", "200", "--max-cards", "32", "--no-decode-microbatch")
-    args += ("--engine", "vllm-ascend", "--json", str(tmp_path / "p.json"))
+    # at 32 cards the best vllm-ascend plan under a 200 ms ITL limit is colocated
+    args = ("plan", "--top", "1", "--max-itl-ms", "200", "--engine", "vllm-ascend", "--max-cards", "32")
+    args += ("--json", str(tmp_path / "p.json"))
     r = run_cli(*args, "--emit", "vllm-ascend", str(out))
     assert r.exit_code == 0, r.output
     plan = json.loads((tmp_path / "p.json").read_text())["plans"][0]

@@ -147,3 +147,18 @@ def test_cli_flag_switches_the_capability_off():
     mbs_off = {p["decode"].get("micro_batches", 1) for p in json.loads(off.output)["plans"]}
     assert mbs_off == {1}
     assert 2 in mbs_on  # on A2 at TPOT 100 ms the overlap pays (88 sequences per card, see README)
+
+
+def test_engine_profiles_declare_decode_micro_batches():
+    from planner.engines.profiles import decode_micro_batches, load_profile, plan_problems
+    from planner.specs.catalog import load_hardware
+
+    assert decode_micro_batches(load_profile("sglang")) == (1, 2)
+    assert decode_micro_batches(load_profile("vllm-ascend")) == (1,)
+    plan, _ = load_plan("cm-d")
+    assert plan.decode is not None
+    two = plan.model_copy(update={"decode": plan.decode.model_copy(update={"micro_batches": 2})})
+    hw = load_hardware(plan.hardware)
+    problems = plan_problems(two, hw, "vllm-ascend", 256, True)
+    assert any("decode.micro_batches" in p for p in problems)
+    assert not any("decode.micro_batches" in p for p in plan_problems(plan, hw, "vllm-ascend", 256, True))

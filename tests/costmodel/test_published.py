@@ -91,4 +91,4 @@ def test_validation_rows_cite_a_source_and_fitted_rows_name_their_factor():
     for r in validation:
         assert r.source
     fitted = " ".join(r.fitted for r in ROWS)
-    assert "drift" in fitted and "request routing correlation" in fitted and "expert skew" in fitted
+    assert "drift" in fitted and "request routing correlation" in fitted and "skew sigma" in fitted

@@ -178,15 +178,17 @@ def _batch_flags(plan: Plan, role: str, phase: PhasePlan, view) -> list[str]:
             out.append("--enable-two-batch-overlap")
     elif role == "decode":
         running = view.decode.concurrency_per_device * n
-        # decode micro-batches: SGLang's two-batch overlap splits the decode batch too
-        out = ["--enable-two-batch-overlap"] if view.decode.micro_batches > 1 else []
+        out = []
+        if plan.decode is not None and plan.decode.micro_batches > 1:  # decode two-batch overlap
+            out.append("--enable-two-batch-overlap")
     else:
         c = view.colocated
         running = c.concurrency_per_device * n
         # chunked prefill: one chunk of chunk_tokens rides along each decode step; else whole forwards
         tokens = c.chunk_tokens if c.chunk_tokens is not None else c.prefill_batch_tokens
         out = ["--chunked-prefill-size", str(tokens), "--max-prefill-tokens", str(tokens)]
-        if c.micro_batches > 1:
+        decode_two = plan.colocated is not None and plan.colocated.decode_micro_batches > 1
+        if c.micro_batches > 1 or decode_two:
             out.append("--enable-two-batch-overlap")
     return ["--max-running-requests", str(running), *out]
 
