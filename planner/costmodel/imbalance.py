@@ -200,13 +200,25 @@ def drifted_windows(experts: int, sigma: float, drift: float, layers: int = ENGI
     return np.exp(sigma * z_a) * 1e6, np.exp(sigma * z_b) * 1e6
 
 
+_ENGINE_MEMO = DiskMemo("engine-imbalance")
+
+
 @lru_cache(maxsize=4096)
 def _engine_static(sigma: float, drift: float, experts: int, ep: int, slots: int) -> tuple[float, float]:
+    # a pure function of its arguments (seeded windows, deterministic placement): kept on disk like
+    # the skew model's, since a supernode plan asks for hundreds of (EP, slots) pairs
+    key = f"{sigma!r},{drift!r},{experts},{ep},{slots}"
+    fitted_known, following_known = _ENGINE_MEMO.get(key + ":fitted"), _ENGINE_MEMO.get(key + ":following")
+    if fitted_known is not None and following_known is not None:
+        return fitted_known, following_known
     from planner.placement import FAST_SEARCH, imbalance, optimize_placement
 
     fitted, following = drifted_windows(experts, sigma, drift)
     placement = optimize_placement(fitted, ep, slots, 1, None, FAST_SEARCH).placement
-    return float(np.mean(imbalance(fitted, placement))), float(np.mean(imbalance(following, placement)))
+    out = float(np.mean(imbalance(fitted, placement))), float(np.mean(imbalance(following, placement)))
+    _ENGINE_MEMO.put(key + ":fitted", out[0])
+    _ENGINE_MEMO.put(key + ":following", out[1])
+    return out
 
 
 @dataclass(frozen=True)
