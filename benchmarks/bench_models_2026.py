@@ -10,10 +10,12 @@ and budget, and prints seconds, the best plan's output tokens/s per card, and th
 from __future__ import annotations
 
 import argparse
-import re
+import json
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 MODELS = [
     "deepseek-v3",
@@ -38,13 +40,20 @@ def run(model: str, hardware: str) -> tuple[float, str]:
         return seconds, "infeasible: " + " ".join(proc.stdout.split() + proc.stderr.split())[:140]
     if proc.returncode != 0:
         return seconds, f"exit {proc.returncode}: {proc.stderr.strip()[:140]}"
-    row = next((ln for ln in proc.stdout.splitlines() if ln.startswith("│ 1 ")), "")
-    cells = [c.strip() for c in row.strip("│").split("│")]
-    status = next((ln.split(":")[0] for ln in proc.stdout.splitlines() if "configurations costed" in ln), "?")
-    tok = cells[7] if len(cells) > 7 else "?"
-    cards = cells[1] if len(cells) > 1 else "?"
-    shape = re.sub(r"\s+", " ", cells[2]) if len(cells) > 2 else "?"
-    return seconds, f"{tok:>9} tok/s/card, {cards} cards, {shape}, {status}"
+    # the table's columns move as features arrive: read the figures from the JSON written beside it
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "plans.json"
+        again = subprocess.run([*cmd, "--json", str(out)], capture_output=True, text=True)
+        if again.returncode != 0 or not out.is_file():
+            return seconds, f"exit {again.returncode} on the JSON re-run"
+        doc = json.loads(out.read_text())
+    best = doc["plans"][0]
+    pred = best.get("predicted") or {}
+    system = pred.get("system") or {}
+    tok = system.get("output_tokens_per_s_per_card") or (pred.get("decode") or {}).get("tokens_per_s_per_card")
+    cards = system.get("cards", "?")
+    shape = "colocated" if best.get("colocated") else "disaggregated"
+    return seconds, f"{float(tok):9.1f} tok/s/card, {cards} cards, {shape}, {doc.get('status', '?')}"
 
 
 def main() -> None:
