@@ -99,11 +99,9 @@ def _prefill_phase(dt: PhaseTables, idx: tuple[int, ...], batch_tokens: int, mb:
     return PrefillPlan(devices=dt.devices, batch_tokens=batch_tokens, micro_batches=mb, **layouts)
 
 
-def _forward_us(ctx: CostContext, pi: IntTables, idx: tuple[int, ...], mb: int) -> np.ndarray:
-    """Prefill forward (us) of the layouts `idx` over the requests-per-forward axis."""
-    comp = sum(pi.time_us[mod][i, 0, :] for mod, i in zip(MODULES, idx, strict=True))
-    comm = sum(pi.comm_us[mod][i, 0, :] for mod, i in zip(MODULES, idx, strict=True))
-    fixed = sum(int(pi.fixed_us[mod][i, 0, 0]) for mod, i in zip(MODULES, idx, strict=True))
+def _forward_total_us(ctx: CostContext, comp: np.ndarray, comm: np.ndarray, fixed, mb: int) -> np.ndarray:
+    """A prefill forward (us) from its compute, communication and launch parts: with `mb`
+    micro-batches the launches repeat and the overlap hides part of the shorter stream."""
     hidden: np.ndarray | int = 0
     if mb > 1:
         factor = int(
@@ -114,7 +112,15 @@ def _forward_us(ctx: CostContext, pi: IntTables, idx: tuple[int, ...], mb: int) 
             )
         )
         hidden = (factor * np.minimum(comp, comm)) // OVERLAP_SCALE
-    return (comp + comm + mb * fixed - hidden).astype(float)  # type: ignore[union-attr]
+    return (comp + comm + mb * fixed - hidden).astype(float)
+
+
+def _forward_us(ctx: CostContext, pi: IntTables, idx: tuple[int, ...], mb: int) -> np.ndarray:
+    """Prefill forward (us) of the layouts `idx` over the requests-per-forward axis."""
+    comp = sum(pi.time_us[mod][i, 0, :] for mod, i in zip(MODULES, idx, strict=True))
+    comm = sum(pi.comm_us[mod][i, 0, :] for mod, i in zip(MODULES, idx, strict=True))
+    fixed = sum(int(pi.fixed_us[mod][i, 0, 0]) for mod, i in zip(MODULES, idx, strict=True))
+    return _forward_total_us(ctx, comp, comm, fixed, mb)  # type: ignore[arg-type]
 
 
 def _prefill_extra_mib(ctx: CostContext, dt: PhaseTables, pt: PhaseTables, idx: tuple[int, ...], mb: int) -> np.ndarray:
@@ -224,18 +230,7 @@ def _prefill_forwards_us(ctx: CostContext, pt: PhaseTables, pi: IntTables, n_att
         fixed = [pi.fixed_us[mod][:, 0, :1] for mod in MODULES]
         for arrays in (comp, comm, fixed):
             arrays[0] = arrays[0][:n_att]  # decode's attention options lead the prefill list
-        c, m = _combine(comp), _combine(comm)
-        hidden: np.ndarray | int = 0
-        if mb > 1:
-            factor = int(
-                np.floor(
-                    ctx.hw.overlap.prefill_micro_batch_efficiency.value
-                    * (1.0 - 1.0 / (mb * ctx.model.num_layers))
-                    * OVERLAP_SCALE
-                )
-            )
-            hidden = (factor * np.minimum(c, m)) // OVERLAP_SCALE
-        yield mb, (c + m + mb * _combine(fixed) - hidden).astype(float)
+        yield mb, _forward_total_us(ctx, _combine(comp), _combine(comm), _combine(fixed), mb)
 
 
 def colocated_upper_bounds(
