@@ -10,12 +10,12 @@ import typer
 from planner.cli.common import console, err_console, run_guarded, write_text_atomic
 from planner.cli.emit_options import EmitOpt, ForceOpt, check_new_folders, parse_emits, write_emits
 from planner.cli.options import check_hbm_utilization, imbalance_from_options
-from planner.costmodel.evaluate import _resolve_ref as resolve_ref
 from planner.costmodel.evaluate import (
     evaluate_mixed_plan,
     evaluate_plan,
     load_plan_specs,
     plan_with_prediction,
+    resolve_ref,
 )
 from planner.costmodel.mixed import is_mixed_plan, load_mixed_specs
 from planner.costmodel.prediction import Prediction

@@ -161,10 +161,10 @@ def plan_assumptions(plan: Plan, base_dir: Path | None) -> dict[str, object]:
         }
     )
     if is_mixed_plan(plan):
-        from planner.costmodel.evaluate import _resolve_ref
+        from planner.costmodel.evaluate import resolve_ref
         from planner.costmodel.mixed import load_mixed_specs
 
-        mixed = load_mixed_specs(plan, base_dir, _resolve_ref)
+        mixed = load_mixed_specs(plan, base_dir, resolve_ref)
         d_cards = mixed.decode_hw.cards(plan.decode.total_devices) if plan.decode else 0.0
         p_cards = mixed.prefill_hw.cards(plan.prefill.total_devices) if plan.prefill else 0.0
         out["max-cards"] = d_cards + p_cards

@@ -52,7 +52,7 @@ class PlanSpecs:
     quant: QuantizationScheme
 
 
-def _resolve_ref(ref: str, base_dir: Path | None) -> str:
+def resolve_ref(ref: str, base_dir: Path | None) -> str:
     """A catalog name stays a name; a relative path is tried as given, then beside the plan."""
     p = Path(ref)
     if base_dir is not None and not p.is_absolute() and not p.exists():
@@ -64,8 +64,8 @@ def _resolve_ref(ref: str, base_dir: Path | None) -> str:
 
 def load_plan_specs(plan: Plan, base_dir: Path | None = None) -> PlanSpecs:
     """Load the model, machine and scheme a plan names, and check the plan against them."""
-    model = load_model(_resolve_ref(plan.model, base_dir))
-    hw = load_hardware(_resolve_ref(plan.hardware, base_dir))
+    model = load_model(resolve_ref(plan.model, base_dir))
+    hw = load_hardware(resolve_ref(plan.hardware, base_dir))
     quant = get_quantization(plan.quantization)
     check_plan(plan, model, hw)
     return PlanSpecs(model, hw, quant)
@@ -282,7 +282,7 @@ def evaluate_mixed_plan(
     """A plan whose phases run on different machines (planner.costmodel.mixed)."""
     from planner.costmodel.mixed import load_mixed_specs, mixed_contexts, mixed_system
 
-    specs = specs or load_mixed_specs(plan, base_dir, _resolve_ref)
+    specs = specs or load_mixed_specs(plan, base_dir, resolve_ref)
     d_ctx, p_ctx = mixed_contexts(plan, specs, imbalance)
     decode = predict_decode(d_ctx, plan) if plan.decode is not None else None
     prefill = predict_prefill(p_ctx, plan) if plan.prefill is not None else None
