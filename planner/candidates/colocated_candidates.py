@@ -233,6 +233,133 @@ def _prefill_forwards_us(ctx: CostContext, pt: PhaseTables, pi: IntTables, n_att
         yield mb, _forward_total_us(ctx, _combine(comp), _combine(comm), _combine(fixed), mb)
 
 
+def _kv_one_prompt_mib(ctx: CostContext, dt: PhaseTables, pt: PhaseTables) -> np.ndarray:
+    """MiB of KV cache one prompt leaves on a device, per decode attention layout (memoised with
+    the prefill tables)."""
+    key = ("kv_one_prompt_mib", dt.devices)
+    if key not in pt.memo:
+        pt.memo[key] = np.array(
+            [
+                float(
+                    prefill_hbm(ctx, _prefill_phase(dt, (a, 0, 0, 0), ctx.workload.input_tokens, 1)).breakdown_bytes[
+                        "kv_cache"
+                    ][0]
+                )
+                / MIB
+                for a in range(len(dt.options.attention))
+            ]
+        )
+    return pt.memo[key]
+
+
+def _prefill_seconds_per_request(
+    ctx: CostContext, dt: PhaseTables, pt: PhaseTables, pi: IntTables, ttft_slo_us: int | None, max_itl_us: int | None
+) -> np.ndarray:
+    """Prefill seconds per request [A, F, M, L, R] at the best whole forward of at most R requests
+    (any micro-batch count) whose 1.5 forwards meet the TTFT SLO and whose forward fits in the ITL
+    limit (memoised with the prefill tables)."""
+    key = ("prefill_s_upto", dt.devices, ttft_slo_us, max_itl_us)
+    if key in pt.memo:
+        return pt.memo[key]
+    n_att = len(dt.options.attention)
+    rs = pt.x_values.astype(float)
+    prefill_s = np.full((n_att, *[len(o) or 1 for o in _option_lists(dt)[1:]], rs.size), np.inf)
+    for _, forward in _prefill_forwards_us(ctx, pt, pi, n_att):
+        ok = np.ones(forward.shape, dtype=bool)
+        if ttft_slo_us is not None:
+            ok &= 1.5 * forward <= ttft_slo_us  # TTFT is at least 1.5 forwards
+        if max_itl_us is not None:
+            ok &= forward <= max_itl_us  # the longest gap holds a whole forward (and a step)
+        prefill_s = np.minimum(prefill_s, np.where(ok, forward * 1e-6 / rs, np.inf))
+    pt.memo[key] = np.minimum.accumulate(prefill_s, axis=-1)
+    return pt.memo[key]
+
+
+def colocated_size_bound(
+    ctx: CostContext,
+    dt: PhaseTables,
+    di: IntTables,
+    pt: PhaseTables,
+    pi: IntTables,
+    tpot_slo_us: int | None,
+    ttft_slo_us: int | None,
+    max_itl_us: int | None = None,
+    mtp: bool | None = None,
+) -> float:
+    """An upper bound on the requests/s of any colocated instance of this size, at least the
+    largest `colocated_upper_bounds` entry, for a few thousandths of its cost: the same
+    conditions per concurrency B, with every combination's figures replaced by their least over
+    the layouts. Per B, the decode step and HBM are at least the sum over modules of each
+    module's least (`least_step`, `least_hbm`); a whole-forward batch's prefill seconds per
+    request at least the least over combinations of `_prefill_seconds_per_request` at the largest
+    batch whose KV fits next to `least_hbm`; a chunk's seconds per prompt token at least the least
+    slope over combinations. Every condition (HBM, TPOT stretched by the prefill share, TTFT,
+    ITL) grows with the step, t_c and the prefill time, so what fails with these floors fails for
+    every combination: the bound of the size is 1 / min over B of (decode floor + prefill floor),
+    the larger over the MTP depths (`mtp` True or False: only depths with or without MTP).
+    Memoised with the prefill tables."""
+    key = ("colocated_size_bound", dt.devices, tpot_slo_us, ttft_slo_us, max_itl_us, mtp)
+    if key in pt.memo:
+        return pt.memo[key]
+    n = dt.devices
+    xs = dt.x_values.astype(float)
+    rs = pt.x_values.astype(float)
+    w = ctx.workload
+    cap = di.hbm_capacity_mib
+    prefill_upto = _prefill_seconds_per_request(ctx, dt, pt, pi, ttft_slo_us, max_itl_us)
+    prefill_least = prefill_upto.reshape(-1, rs.size).min(axis=0)  # [R], least over combinations
+    kv_one = float(_kv_one_prompt_mib(ctx, dt, pt).min())
+    chunks = np.array([g * n for g in CHUNK_TOKENS_PER_DEVICE], dtype=float)
+    x_tokens, diff = _chunk_differences(ctx, dt, pt)
+    slope_least = np.array(
+        [float((np.maximum(diff[..., c], 0.0) / x_tokens[c] * (1.0 - 1e-9)).min()) for c in range(chunks.size)]
+    )
+    best = 0.0
+    for j, k in enumerate(dt.k_values):
+        if mtp is not None and (k > 0) != mtp:
+            continue
+        e = int(np.floor(dt.emitted[j] * EMITTED_SCALE + 1e-9))
+        step = sum(di.time_us[mod][:, j, :].min(axis=0) for mod in MODULES) + di.const_us[j]
+        hbm = sum(di.hbm_mib[mod][:, j, :].min(axis=0) for mod in MODULES)
+        step = np.asarray(step, dtype=float)
+        hbm = np.asarray(hbm, dtype=float)
+        ok = hbm <= cap
+        if tpot_slo_us is not None:
+            ok &= step * EMITTED_SCALE <= tpot_slo_us * e
+        if max_itl_us is not None:
+            ok &= step <= max_itl_us
+        if not ok.any():
+            continue
+        decode_s = w.output_tokens * 1e-3 * step / (n * xs * e)
+        # whole forwards: the largest batch whose KV alone fits next to the least decode HBM
+        r_idx = np.searchsorted(rs, np.floor((cap - hbm) / max(kv_one, 1e-9)), side="right") - 1
+        at = np.where(r_idx >= 0, prefill_least[np.clip(r_idx, 0, rs.size - 1)], np.inf)
+        whole_ok = ok & (r_idx >= 0)
+        if tpot_slo_us is not None:
+            whole_ok &= at <= decode_s * (tpot_slo_us * e / (np.maximum(step, 1) * EMITTED_SCALE) - 1.0) * (1 + 1e-9)
+        total = np.where(whole_ok, decode_s + at, np.inf)
+        # chunked prefill, per chunk size: the module docstring's conditions with t_c at its floor
+        sequences_e = n * xs * (e / EMITTED_SCALE)
+        chunk_ok = ok & (hbm + kv_one <= cap)
+        for c, chunk in enumerate(chunks):
+            phi = w.input_tokens * sequences_e / (w.output_tokens * chunk)
+            t_c_us = 1e6 * chunk * slope_least[c]
+            c_ok = chunk_ok & (phi < 1.0)
+            if tpot_slo_us is not None:
+                c_ok &= step + phi * t_c_us <= tpot_slo_us * (e / EMITTED_SCALE) * (1 + 1e-9)
+            if ttft_slo_us is not None:
+                queue = np.where(phi < 1.0, phi / (2.0 * np.maximum(1.0 - phi, 1e-12)), np.inf)
+                c_ok &= (step + t_c_us) * (1.0 + math.ceil(w.input_tokens / chunk) + queue) <= ttft_slo_us * (1 + 1e-9)
+            if max_itl_us is not None:
+                c_ok &= step + t_c_us <= max_itl_us * (1 + 1e-9)
+            total = np.minimum(total, np.where(c_ok, decode_s + w.input_tokens * slope_least[c], np.inf))
+        least = float(total.min())
+        if math.isfinite(least):
+            best = max(best, 1.0 / least)
+    pt.memo[key] = best
+    return best
+
+
 def colocated_upper_bounds(
     ctx: CostContext,
     dt: PhaseTables,
@@ -252,33 +379,14 @@ def colocated_upper_bounds(
     if key in pt.memo:
         return pt.memo[key]
     n = dt.devices
-    n_att = len(dt.options.attention)
     xs = dt.x_values.astype(np.int64)
     rs = pt.x_values.astype(float)
     out_tokens = ctx.workload.output_tokens
     # prefill seconds per request at the best batch of at most R requests [A, F, M, L, R]
-    prefill_s = np.full((n_att, *[len(o) or 1 for o in _option_lists(dt)[1:]], rs.size), np.inf)
-    for _, forward in _prefill_forwards_us(ctx, pt, pi, n_att):
-        ok = np.ones(forward.shape, dtype=bool)
-        if ttft_slo_us is not None:
-            ok &= 1.5 * forward <= ttft_slo_us  # TTFT is at least 1.5 forwards
-        if max_itl_us is not None:
-            ok &= forward <= max_itl_us  # the longest gap holds a whole forward (and a step)
-        prefill_s = np.minimum(prefill_s, np.where(ok, forward * 1e-6 / rs, np.inf))
-    prefill_s = np.minimum.accumulate(prefill_s, axis=-1)
+    prefill_s = _prefill_seconds_per_request(ctx, dt, pt, pi, ttft_slo_us, max_itl_us)
     # MiB of KV cache one prompt leaves on a device, per attention layout: the prefill batch's
     # KV alone (activations come on top) must fit next to the decode instance's HBM
-    kv_one = np.array(
-        [
-            float(
-                prefill_hbm(ctx, _prefill_phase(dt, (a, 0, 0, 0), ctx.workload.input_tokens, 1)).breakdown_bytes[
-                    "kv_cache"
-                ][0]
-            )
-            / MIB
-            for a in range(n_att)
-        ]
-    )
+    kv_one = _kv_one_prompt_mib(ctx, dt, pt)
     in_tokens = ctx.workload.input_tokens
     chunks = np.array([g * n for g in CHUNK_TOKENS_PER_DEVICE], dtype=float)
     x_tokens, diff = _chunk_differences(ctx, dt, pt)

@@ -190,24 +190,17 @@ def decode_micro_batch_factor(layers: int, efficiency: float) -> int:
     return int(np.floor(efficiency * (1.0 - 1.0 / (2 * layers)) * DECODE_OVERLAP_SCALE))
 
 
-def decode_candidates(
-    t: PhaseTables,
-    ints: IntTables,
-    tpot_slo_us: int | None,
-    keep: int,
-    max_step_us: int | None = None,
-    overlap_factor: int = 0,
-    mtp: bool | None = None,
-) -> list[PhaseCandidate]:
-    """The `keep` best decode configurations of one instance size (each at its best concurrency);
-    `max_step_us` bounds the step, the gap between two emissions of a sequence (--max-itl-ms);
-    `mtp` True or False keeps only configurations with or without MTP draft tokens.
-
-    Tables with two micro-batches subtract the hidden part, `overlap_factor` millionths of the
-    shorter of the main layers' communication and compute (`decode_micro_batch_factor`).
-    """
+def _decode_scores(
+    t: PhaseTables, ints: IntTables, tpot_slo_us: int | None, max_step_us: int | None, overlap_factor: int
+) -> tuple[np.ndarray, list[tuple], dict[str, np.ndarray]]:
+    """Per (MTP depth, undominated layout combination) [K, A, F, M, L]: the best throughput ratio
+    over the concurrencies that fit HBM and meet the SLOs (-1 where none does, or the engine cannot
+    run it), with each depth's (k, emitted, step and HBM at the best concurrency, its index) and the kept option
+    indices. Memoised with the tables: the MTP-filtered alternative asks again with the same SLOs."""
+    key = ("decode_scores", tpot_slo_us, max_step_us, overlap_factor)
+    if key in t.memo:
+        return t.memo[key]
     xs = t.x_values.astype(np.int64)
-    out: list[PhaseCandidate] = []
     best_score = []
     per_k = []
     two = t.micro_batches > 1 and bool(ints.cover_us)
@@ -236,20 +229,48 @@ def decode_candidates(
         rev = ratio[..., ::-1]
         b_idx = xs.size - 1 - np.argmax(rev, axis=-1)
         score = np.take_along_axis(ratio, b_idx[..., None], axis=-1)[..., 0]
-        if mtp is not None and (k > 0) != mtp:
-            score = np.full_like(score, -1.0)
         best_score.append(score)
-        per_k.append((k, e, step, hbm, b_idx))
+        # (kept small: the step and HBM at each combination's best concurrency only)
+        at = b_idx[..., None]
+        per_k.append(
+            (k, e, np.take_along_axis(step, at, axis=-1)[..., 0], np.take_along_axis(hbm, at, axis=-1)[..., 0], b_idx)
+        )
     scores = engine_mask(np.stack(best_score), t, kept)  # [K, A, F, M, L]
     moe_ok = t.options.moe_micro_ok
     if two and t.options.combo_ok is not None and moe_ok is not None:
         # an engine that overlaps two micro-batches only over all-to-all (SGLang's two-batch overlap)
         scores = np.where(moe_ok[kept["moe"]][None, None, None, :, None], scores, -1.0)
+    t.memo[key] = (scores, per_k, kept)
+    return t.memo[key]
+
+
+def decode_candidates(
+    t: PhaseTables,
+    ints: IntTables,
+    tpot_slo_us: int | None,
+    keep: int,
+    max_step_us: int | None = None,
+    overlap_factor: int = 0,
+    mtp: bool | None = None,
+) -> list[PhaseCandidate]:
+    """The `keep` best decode configurations of one instance size (each at its best concurrency);
+    `max_step_us` bounds the step, the gap between two emissions of a sequence (--max-itl-ms);
+    `mtp` True or False keeps only configurations with or without MTP draft tokens.
+
+    Tables with two micro-batches subtract the hidden part, `overlap_factor` millionths of the
+    shorter of the main layers' communication and compute (`decode_micro_batch_factor`).
+    """
+    xs = t.x_values.astype(np.int64)
+    out: list[PhaseCandidate] = []
+    scores, per_k, kept = _decode_scores(t, ints, tpot_slo_us, max_step_us, overlap_factor)
+    if mtp is not None:  # only configurations with (True) or without (False) MTP draft tokens
+        keep_k = np.array([(k > 0) == mtp for k in t.k_values])
+        scores = np.where(keep_k[:, None, None, None, None], scores, -1.0)
     for pos in _top(scores, keep):
         j, idx = pos[0], pos[1:]
-        k, e, step, hbm, b_idx = per_k[j]
+        k, e, step_at, hbm_at, b_idx = per_k[j]
         b = int(b_idx[idx])
-        s = int(step[idx + (b,)])
+        s = int(step_at[idx])
         orig = tuple(int(kept[mod][i]) for mod, i in zip(MODULES, idx, strict=True))
         out.append(
             _candidate(
@@ -260,7 +281,7 @@ def decode_candidates(
                 int(xs[b]),
                 s,
                 -(-s * EMITTED_SCALE // e),
-                int(hbm[idx + (b,)]),
+                int(hbm_at[idx]),
                 int(xs[b]) * e,
                 s,
             )

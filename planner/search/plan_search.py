@@ -26,6 +26,7 @@ import numpy as np
 from planner.candidates.colocated_candidates import (
     ColocatedCandidate,
     colocated_candidates,
+    colocated_size_bound,
     colocated_upper_bounds,
 )
 from planner.candidates.phase_candidates import (
@@ -435,6 +436,13 @@ def _colocated(
                 same[c.devices] = max(same[c.devices], rate)
     rough = {n: same[n] if same[n] > 0 else rough[n] for n in sizes}
     per_device = request.rate_per_s is None  # with a target rate every size's best counts
+    if per_device:
+        # a second bound per size, a few thousandths of the combinations' bound: the same
+        # conditions with every figure at its least over the layouts (colocated_size_bound)
+        for n in sizes:
+            if rough[n] > 0:
+                (dt, di), (pt, pi) = dspace.tables[n], pspace.tables[n]
+                rough[n] = min(rough[n], colocated_size_bound(ctx, dt, di, pt, pi, tpot, ttft, itl, mtp))
     order = sorted(sizes, key=lambda n: (-rough[n] / n, n)) if per_device else sizes
     out: list[ColocatedCandidate] = []
     for n in order:

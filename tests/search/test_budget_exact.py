@@ -18,7 +18,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.candidates.colocated_candidates import colocated_candidates, colocated_upper_bounds
+from planner.candidates.colocated_candidates import (
+    colocated_candidates,
+    colocated_size_bound,
+    colocated_upper_bounds,
+)
 from planner.candidates.space import DENSE_NODE_COUNTS, SpaceLimits, instance_sizes, min_devices_for_weights
 from planner.errors import InfeasibleError
 from planner.search.oracle import best_deployment_ratio
@@ -220,3 +224,36 @@ def test_colocated_bound_holds_for_whole_forward_and_chunked_instances(devices, 
         assert [(c.rate_milli, c.chunk_tokens) for c in pruned] == [
             (c.rate_milli, c.chunk_tokens) for c in every[:keep]
         ]
+
+
+@pytest.mark.parametrize(
+    ("hardware", "devices", "tpot_ms", "itl_ms", "mtp"),
+    [
+        ("a2", 16, 100, None, None),
+        ("a2", 24, 50, None, None),
+        ("a2", 24, 100, 250, True),
+        ("a2", 32, 70, None, False),
+        ("cm384", 32, 100, 300, None),
+        ("cm384", 64, 50, None, None),
+    ],
+)
+def test_colocated_size_bound_is_above_every_combinations_bound(hardware, devices, tpot_ms, itl_ms, mtp):
+    """The size-level bound `_colocated` skips whole sizes by holds over every combination's bound
+    (and so over every instance): a size it skips has nothing that could enter the list."""
+    request = _request(hardware, "colocated", 512)
+    ctx = make_context(request)
+    limits = SpaceLimits(max_devices=DENSE_NODE_COUNTS * 8)
+    d = build_phase_space(ctx, "decode", [devices], request, limits, keep=1, cache=CACHE)
+    p = build_phase_space(ctx, "prefill", [devices], request, limits, keep=1, cache=CACHE)
+    (dt, di), (pt, pi) = d.tables[devices], p.tables[devices]
+    tpot, ttft = int(tpot_ms * 1000), int(request.slo.ttft_ms * 1000)
+    itl = None if itl_ms is None else int(itl_ms * 1000)
+    bound, _ = colocated_upper_bounds(ctx, dt, di, pt, pi, tpot, ttft, itl)
+    if mtp is not None:
+        bound = bound[[j for j, k in enumerate(dt.k_values) if (k > 0) == mtp]]
+    size_bound = colocated_size_bound(ctx, dt, di, pt, pi, tpot, ttft, itl, mtp)
+    assert float(bound.max()) > 0, "no colocated combination at all: the comparison would be empty"
+    assert size_bound >= float(bound.max()) * (1 - 1e-12)
+    assert size_bound <= 1.25 * float(bound.max()), "the size bound is too loose to prune sizes"
+    every = colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep=1, mtp=mtp, max_itl_us=itl)
+    assert every and every[0].rate_milli / 1000 <= size_bound
