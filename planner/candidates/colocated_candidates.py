@@ -275,6 +275,19 @@ def _prefill_seconds_per_request(
     return pt.memo[key]
 
 
+def _least_forward_us(ctx: CostContext, dt: PhaseTables, pt: PhaseTables, pi: IntTables) -> np.ndarray:
+    """The shortest whole prefill forward (us) over the decode layouts' combinations and the
+    micro-batch counts, per batch R (memoised with the prefill tables: no SLO in it)."""
+    key = ("least_forward_us", dt.devices)
+    if key not in pt.memo:
+        rows = [
+            forward.reshape(-1, forward.shape[-1]).min(axis=0)
+            for _, forward in _prefill_forwards_us(ctx, pt, pi, len(dt.options.attention))
+        ]
+        pt.memo[key] = np.min(np.stack(rows), axis=0)
+    return pt.memo[key]
+
+
 def colocated_size_bound(
     ctx: CostContext,
     dt: PhaseTables,
@@ -306,8 +319,12 @@ def colocated_size_bound(
     rs = pt.x_values.astype(float)
     w = ctx.workload
     cap = di.hbm_capacity_mib
-    prefill_upto = _prefill_seconds_per_request(ctx, dt, pt, pi, ttft_slo_us, max_itl_us)
-    prefill_least = prefill_upto.reshape(-1, rs.size).min(axis=0)  # [R], least over combinations
+    # prefill seconds per request at the best batch of at most R requests, least over the
+    # combinations: at a given R the least seconds per request is the shortest forward, and if
+    # that one misses the TTFT or ITL limit every forward does
+    forward_least = _least_forward_us(ctx, dt, pt, pi)
+    limit = min(math.inf if ttft_slo_us is None else ttft_slo_us / 1.5, math.inf if max_itl_us is None else max_itl_us)
+    prefill_least = np.minimum.accumulate(np.where(forward_least <= limit, forward_least * 1e-6 / rs, np.inf))
     kv_one = float(_kv_one_prompt_mib(ctx, dt, pt).min())
     chunks = np.array([g * n for g in CHUNK_TOKENS_PER_DEVICE], dtype=float)
     x_tokens, diff = _chunk_differences(ctx, dt, pt)
@@ -472,11 +489,14 @@ def colocated_candidates(
     prune: bool = True,
     mtp: bool | None = None,
     max_itl_us: int | None = None,
+    least_rate_milli: int = 0,
 ) -> list[ColocatedCandidate]:
     """The `keep` best colocated instances of one size (see the module docstring): exact over the
     layouts, depths, concurrencies, batches and micro-batches (`prune=False` evaluates every
     combination the engine can run, even those the bound calls infeasible, for tests; `mtp` True
-    or False keeps only depths with or without MTP)."""
+    or False keeps only depths with or without MTP). With `least_rate_milli`, only instances of at
+    least that many thousandths of a request per second are wanted: combinations whose bound is
+    below it are not evaluated, and the result holds the `keep` best of those that reach it."""
     bound, per_k = colocated_upper_bounds(ctx, dt, di, pt, pi, tpot_slo_us, ttft_slo_us, max_itl_us)
     runnable = engine_mask(np.ones(bound.shape), dt).reshape(-1) > 0
     if mtp is not None:  # only configurations with (True) or without (False) MTP draft tokens
@@ -488,7 +508,7 @@ def colocated_candidates(
     while pos < len(order):
         # ranked as the search ranks them (rate in thousandths, then a fixed key): a combination is
         # dropped only when even its bound rounds below the `keep`-th rate, so ties are evaluated
-        floor_milli = found[keep - 1][1].rate_milli if len(found) >= keep else 0
+        floor_milli = max(least_rate_milli, found[keep - 1][1].rate_milli if len(found) >= keep else 0)
         if prune and math.floor(flat[order[pos]] * 1000 * (1 + 1e-9)) < floor_milli:
             break  # no combination left can beat or tie the `keep`-th best found
         batch = [np.unravel_index(i, bound.shape) for i in order[pos : pos + size]]
@@ -497,7 +517,7 @@ def colocated_candidates(
         found.sort(key=lambda rc: (-rc[1].rate_milli, rc[1].decode.key(), rc[1].chunk_tokens or 0))
         pos += size
         size = min(2 * size, 256)
-    return [c for _, c in found[:keep]]
+    return [c for _, c in found if c.rate_milli >= least_rate_milli][:keep]
 
 
 def _evaluate_memo(

@@ -83,6 +83,11 @@ def _pruned(ints: IntTables, names: tuple[str, ...], t: PhaseTables | None = Non
     engine cannot combine, so pruning would not be exact)."""
     if t is not None and t.options.combo_ok is not None:
         return {mod: np.arange(ints.hbm_mib[mod].shape[0]) for mod in MODULES}
+    if t is not None:  # the same for every SLO: kept with the tables
+        key = ("undominated", names)
+        if key not in t.memo:
+            t.memo[key] = _pruned(ints, names)
+        return t.memo[key]
     tables = {
         "time": ints.time_us,
         "comm": ints.comm_us,
@@ -190,6 +195,34 @@ def decode_micro_batch_factor(layers: int, efficiency: float) -> int:
     return int(np.floor(efficiency * (1.0 - 1.0 / (2 * layers)) * DECODE_OVERLAP_SCALE))
 
 
+def _reachable_concurrencies(
+    t: PhaseTables,
+    ints: IntTables,
+    kept: dict[str, np.ndarray],
+    j: int,
+    e: int,
+    tpot_slo_us: int | None,
+    max_step_us: int | None,
+    overlap_factor: int,
+) -> int:
+    """How many of the smallest concurrencies to cost at depth j (at least 1): beyond them even
+    every module at its least HBM and step (less the most two micro-batches could hide) misses
+    HBM, the TPOT SLO or the step limit, so no combination fits there."""
+    least_hbm = sum(ints.hbm_mib[mod][kept[mod], j, :].min(axis=0) for mod in MODULES)
+    reach = np.asarray(least_hbm <= ints.hbm_capacity_mib)
+    if tpot_slo_us is not None or max_step_us is not None:
+        least_step = sum(ints.time_us[mod][kept[mod], j, :].min(axis=0) for mod in MODULES) + ints.const_us[j]
+        if overlap_factor:
+            most_comm = sum(ints.comm_us[mod][kept[mod], j, :].max(axis=0) for mod in MODULES)
+            most_cover = sum(ints.cover_us[mod][kept[mod], j, :].max(axis=0) for mod in MODULES)
+            least_step = least_step - (overlap_factor * np.minimum(most_comm, most_cover)) // DECODE_OVERLAP_SCALE
+        if tpot_slo_us is not None:
+            reach &= least_step * EMITTED_SCALE <= tpot_slo_us * e
+        if max_step_us is not None:
+            reach &= least_step <= max_step_us
+    return max(1, int(np.flatnonzero(reach).max(initial=-1)) + 1)
+
+
 def _decode_scores(
     t: PhaseTables, ints: IntTables, tpot_slo_us: int | None, max_step_us: int | None, overlap_factor: int
 ) -> tuple[np.ndarray, list[tuple], dict[str, np.ndarray]]:
@@ -207,27 +240,28 @@ def _decode_scores(
     kept = _pruned(ints, ("time", "hbm", "comm", "cover") if two else ("time", "hbm"), t)
     for j, k in enumerate(t.k_values):
         e = int(np.floor(t.emitted[j] * EMITTED_SCALE + 1e-9))
+        nb = _reachable_concurrencies(t, ints, kept, j, e, tpot_slo_us, max_step_us, overlap_factor if two else 0)
         step = (
-            _combine([ints.time_us[mod][kept[mod], j, :] for mod in MODULES])
-            + ints.const_us[j][None, None, None, None, :]
+            _combine([ints.time_us[mod][kept[mod], j, :nb] for mod in MODULES])
+            + ints.const_us[j][None, None, None, None, :nb]
         )
         if two:
-            comm = _combine([ints.comm_us[mod][kept[mod], j, :] for mod in MODULES])
-            cover = _combine([ints.cover_us[mod][kept[mod], j, :] for mod in MODULES])
+            comm = _combine([ints.comm_us[mod][kept[mod], j, :nb] for mod in MODULES])
+            cover = _combine([ints.cover_us[mod][kept[mod], j, :nb] for mod in MODULES])
             # every table was rounded up (at most 1 us per module): taking that back before the
             # factor rounds the hidden part down, so the integer step is never shorter
             shorter = np.maximum(np.minimum(comm, cover) - len(MODULES), 0)
             step = step - (overlap_factor * shorter) // DECODE_OVERLAP_SCALE
-        hbm = _combine([ints.hbm_mib[mod][kept[mod], j, :] for mod in MODULES])
+        hbm = _combine([ints.hbm_mib[mod][kept[mod], j, :nb] for mod in MODULES])
         ok = hbm <= ints.hbm_capacity_mib
         if tpot_slo_us is not None:
             ok &= step * EMITTED_SCALE <= tpot_slo_us * e
         if max_step_us is not None:
             ok &= step <= max_step_us
-        ratio = np.where(ok, (xs * e) / np.maximum(step, 1), -1.0)
+        ratio = np.where(ok, (xs[:nb] * e) / np.maximum(step, 1), -1.0)
         # best concurrency per layout combination: highest ratio, then the larger concurrency
         rev = ratio[..., ::-1]
-        b_idx = xs.size - 1 - np.argmax(rev, axis=-1)
+        b_idx = nb - 1 - np.argmax(rev, axis=-1)
         score = np.take_along_axis(ratio, b_idx[..., None], axis=-1)[..., 0]
         best_score.append(score)
         # (kept small: the step and HBM at each combination's best concurrency only)

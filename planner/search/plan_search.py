@@ -408,12 +408,21 @@ def candidate_phase_plan(c: PhaseCandidate, instances: int, input_tokens: int) -
 
 
 def _colocated(
-    ctx: CostContext, request: PlanRequest, dspace: PhaseSpace, pspace: PhaseSpace, keep: int, mtp: bool | None = None
+    ctx: CostContext,
+    request: PlanRequest,
+    dspace: PhaseSpace,
+    pspace: PhaseSpace,
+    keep: int,
+    mtp: bool | None = None,
+    floor_per_device: Fraction = Fraction(0),
 ) -> list[ColocatedCandidate]:
     """Colocated candidates for the sizes both phases were costed at: per size the `keep` best
     (exact, planner.candidates.colocated_candidates). When the objective is tokens/s per card,
     sizes are visited best bound per device first, and a size whose bound per device cannot
-    reach the `keep`-th best found is skipped: that is exact too, and depends on no budget."""
+    reach the `keep`-th best found is skipped: that is exact too, and depends on no budget.
+    `floor_per_device` (requests/s in thousandths per device) is what a colocated instance must
+    reach to matter at all (the `top`-th best deployment without colocated ones): sizes and
+    combinations whose bound is below it are not costed, and those kept all reach it."""
     slo = request.slo
     tpot = None if slo.tpot_ms is None else int(math.floor(slo.tpot_ms * 1000))
     ttft = None if slo.ttft_ms is None else int(math.floor(slo.ttft_ms * 1000))
@@ -449,9 +458,10 @@ def _colocated(
         if rough[n] <= 0:
             continue  # no decode configuration of this size meets the SLO
         (dt, di), (pt, pi) = dspace.tables[n], pspace.tables[n]
-        floor = 0.0
+        floor = float(floor_per_device) / 1000 * n
         if per_device and len(out) >= keep:
-            floor = sorted((c.rate_milli / 1000 / c.devices for c in out), reverse=True)[keep - 1] * n
+            floor = max(floor, sorted((c.rate_milli / 1000 / c.devices for c in out), reverse=True)[keep - 1] * n)
+        if per_device and floor > 0:
             if rough[n] * (1 + 1e-9) < floor:  # (ties are costed: the order among equals is by key)
                 continue
             bound = colocated_upper_bounds(ctx, dt, di, pt, pi, tpot, ttft, itl)[0]
@@ -459,9 +469,12 @@ def _colocated(
                 bound = bound[[j for j, k in enumerate(dt.k_values) if (k > 0) == mtp]]
             if float(bound.max(initial=0.0)) * (1 + 1e-9) < floor:
                 continue
-        key = ("colocated_candidates", tpot, ttft, itl, keep, mtp)
+        least_milli = math.ceil(floor_per_device * n) if per_device else 0
+        key = ("colocated_candidates", tpot, ttft, itl, keep, mtp, least_milli)
         if key not in pt.memo:  # the same for every budget: kept with the tables
-            pt.memo[key] = colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep, mtp=mtp, max_itl_us=itl)
+            pt.memo[key] = colocated_candidates(
+                ctx, dt, di, pt, pi, tpot, ttft, keep, mtp=mtp, max_itl_us=itl, least_rate_milli=least_milli
+            )
         out.extend(pt.memo[key])
     return sorted(out, key=lambda c: (c.devices, -c.rate_milli, c.decode.key()))
 
@@ -804,7 +817,16 @@ def run_search(
 
     d_cands = dspace.candidates if dspace else []
     p_cands = pspace.candidates if pspace else []
-    coloc = _colocated(ctx, request, dspace, pspace, keep) if dspace and pspace and request.colocated else []
+    coloc: list[ColocatedCandidate] = []
+    if dspace and pspace and request.colocated:
+        floor = Fraction(0)
+        if request.rate_per_s is None and not request.alternatives:
+            # a colocated instance matters only if it reaches the `top`-th best deployment without
+            # colocated ones (the alternatives need the best colocated plan whatever its value)
+            disaggregated = _ranked(request, ctx, d_cands, p_cands, [], request.top)
+            if len(disaggregated) >= request.top:
+                floor = Fraction(disaggregated[-1].rate_milli, disaggregated[-1].devices)
+        coloc = _colocated(ctx, request, dspace, pspace, keep, floor_per_device=floor)
     out = request.workload.output_tokens
     if request.rate_per_s is not None:
         _check_rate_reachable(request, d_cands, p_cands, budget_devices, out)
