@@ -129,17 +129,28 @@ def _decode_pass_tokens(b: np.ndarray, k: int) -> list[np.ndarray]:
 def decode_tables(
     ctx: CostContext, opts: SizeOptions, k_values: list[int], b_values: np.ndarray, micro_batches: int = 1
 ) -> PhaseTables:
-    """Float tables of a decode instance of `opts.devices` devices.
+    """Float tables of a decode instance of `opts.devices` devices (`decode_tables_by_micro_batches`
+    for one micro-batch count)."""
+    return decode_tables_by_micro_batches(ctx, opts, k_values, b_values, (micro_batches,))[0]
 
-    Every MTP depth is costed in one vectorised call per option: the tokens of all depths are
-    laid end to end (B * (1 + k) for each k) and the result is cut back into [k, B]. With two
-    micro-batches every module is costed on half the sequences and counted twice, and the main
-    layers' communication and compute go to `comm_s` / `cover_s` for the overlap term
-    (planner.costmodel.decode).
+
+def decode_tables_by_micro_batches(
+    ctx: CostContext, opts: SizeOptions, k_values: list[int], b_values: np.ndarray, micro_batches: tuple[int, ...]
+) -> list[PhaseTables]:
+    """Float tables of a decode instance of `opts.devices` devices, one per micro-batch count.
+
+    Every MTP depth and micro-batch count is costed in one vectorised call per option: the tokens
+    of all depths are laid end to end (B * (1 + k) for each k, B / mb for each count) and the
+    result is cut back into [k, B] per count. With two micro-batches every module is costed on
+    half the sequences and counted twice, and the main layers' communication and compute go to
+    `comm_s` / `cover_s` for the overlap term (planner.costmodel.decode). HBM holds every sequence
+    of the step whatever the micro-batch count: one HBM table serves every count.
     """
     m, n = ctx.model, opts.devices
-    mb = micro_batches
-    b = b_values.astype(float) / mb
+    mbs = np.array(micro_batches, dtype=float)
+    nb0 = b_values.size
+    b = (b_values.astype(float)[None, :] / mbs[:, None]).reshape(-1)  # [count, B] end to end
+    per_b = np.repeat(mbs, nb0)  # each position's micro-batch count
     nk, nb = len(k_values), b.size
     ks = np.array(k_values, dtype=float)
     overlap = ctx.hw.overlap.decode_shared_expert_with_dispatch
@@ -169,9 +180,9 @@ def decode_tables(
                 total = total + first * per_k.total_s.reshape(nk, nb)
                 if ks.max() >= 2:
                     total = total + later * fn(opt, b, b).total_s[None, :]
-            out[i] = total * mb
-            comm_out[i] = shaped(main.comm_s) * scale * mb
-            cover_out[i] = shaped(main.compute_s) * scale * mb
+            out[i] = total * per_b
+            comm_out[i] = shaped(main.comm_s) * scale * per_b
+            cover_out[i] = shaped(main.compute_s) * scale * per_b
         comm_tables[name], cover_tables[name] = comm_out, cover_out
         return out
 
@@ -218,40 +229,48 @@ def decode_tables(
                 ctx.roofline_s(2 * t * proj, proj * ctx.quant.linear_weight_bytes, ctx.linear_flops_per_s)
                 for t in _decode_pass_tokens(b, k)
             )
-            const[j] = eh * mb + ctx.hw.fixed_costs.mtp_framework_per_step.value * mb
+            const[j] = eh * per_b + ctx.hw.fixed_costs.mtp_framework_per_step.value * per_b
 
     # HBM holds every sequence of the step, whatever the micro-batch count
     b_full = b_values.astype(float)
-    tokens_all = (b_full[None, :] * (1 + ks[:, None])).reshape(-1)
-    seqs_all = np.tile(b_full, nk)
+    tokens_full = (b_full[None, :] * (1 + ks[:, None])).reshape(-1)
+    seqs_full = np.tile(b_full, nk)
     kv_all = np.concatenate([kv_tokens_in_use(ctx, b_full, k) for k in k_values])
-    hbm = {mod: np.zeros_like(time_s[mod]) for mod in MODULES}
+    hbm = {mod: np.zeros((time_s[mod].shape[0], nk, nb0)) for mod in MODULES}
     for i, att_lay in enumerate(opts.attention):
-        hbm["attention"][i] = _sum_parts(attention_hbm(ctx, att_lay, tokens_all, kv_all, seqs_all)).reshape(nk, nb)
+        hbm["attention"][i] = _sum_parts(attention_hbm(ctx, att_lay, tokens_full, kv_all, seqs_full)).reshape(nk, nb0)
     if m.num_dense_layers:
         for i, lay in enumerate(opts.dense_ffn):
-            hbm["dense_ffn"][i] = _sum_parts(dense_ffn_hbm(ctx, lay, tokens_all)).reshape(nk, nb)
+            hbm["dense_ffn"][i] = _sum_parts(dense_ffn_hbm(ctx, lay, tokens_full)).reshape(nk, nb0)
     for i, opt in enumerate(opts.moe):
-        hbm["moe"][i] = _sum_parts(moe_hbm(ctx, n, opt.moe, opt.shared, tokens_all)[0]).reshape(nk, nb)
+        hbm["moe"][i] = _sum_parts(moe_hbm(ctx, n, opt.moe, opt.shared, tokens_full)[0]).reshape(nk, nb0)
     for i, lay in enumerate(opts.lm_head):
-        hbm["lm_head"][i] = _sum_parts(lm_head_hbm(ctx, lay, tokens_all)).reshape(nk, nb)
+        hbm["lm_head"][i] = _sum_parts(lm_head_hbm(ctx, lay, tokens_full)).reshape(nk, nb0)
     zeros = {mod: np.zeros((1, 1, 1)) for mod in MODULES}
-    return PhaseTables(
-        phase="decode",
-        devices=n,
-        options=opts,
-        k_values=list(k_values),
-        x_values=b_values,
-        time_s=time_s,
-        comm_s=comm_tables if mb > 1 else zeros,
-        fixed_s=zeros,
-        const_s=const,
-        hbm_bytes=hbm,
-        hbm_fixed_bytes=sum(fixed_hbm(ctx).values()),
-        emitted=np.array([emitted_tokens_per_step(k, ctx.workload.mtp_acceptance) for k in k_values]),
-        micro_batches=mb,
-        cover_s=cover_tables if mb > 1 else {},
-    )
+    hbm_fixed = sum(fixed_hbm(ctx).values())
+    emitted = np.array([emitted_tokens_per_step(k, ctx.workload.mtp_acceptance) for k in k_values])
+    out = []
+    for c, mb in enumerate(micro_batches):
+        cut = slice(c * nb0, (c + 1) * nb0)
+        out.append(
+            PhaseTables(
+                phase="decode",
+                devices=n,
+                options=opts,
+                k_values=list(k_values),
+                x_values=b_values,
+                time_s={mod: v[:, :, cut].copy() for mod, v in time_s.items()},
+                comm_s={mod: v[:, :, cut].copy() for mod, v in comm_tables.items()} if mb > 1 else zeros,
+                fixed_s=zeros,
+                const_s=const[:, cut].copy(),
+                hbm_bytes=hbm if c == 0 else {mod: v.copy() for mod, v in hbm.items()},
+                hbm_fixed_bytes=hbm_fixed,
+                emitted=emitted,
+                micro_batches=mb,
+                cover_s={mod: v[:, :, cut].copy() for mod, v in cover_tables.items()} if mb > 1 else {},
+            )
+        )
+    return out
 
 
 def _head(ctx: CostContext, layout, tokens: np.ndarray) -> ModuleCost:

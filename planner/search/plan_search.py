@@ -48,7 +48,7 @@ from planner.candidates.tables import (
     MAX_REQUESTS_PER_FORWARD,
     IntTables,
     PhaseTables,
-    decode_tables,
+    decode_tables_by_micro_batches,
     prefill_tables,
     to_integer_tables,
 )
@@ -271,11 +271,15 @@ def build_phase_space(
             mbs = request.decode_micro_batches
             if limits.engine is not None:  # decode micro-batch counts the engine runs
                 mbs = tuple(mb for mb in mbs if mb in engine_decode_micro_batches(limits.engine)) or (1,)
+            joint: dict[int, tuple[PhaseTables, IntTables]] = {}
             for mb in mbs:
 
-                def build_decode(opts=opts, ks=ks, xs=xs, mb=mb):
-                    t = decode_tables(ctx, opts, ks, xs, mb)
-                    return t, to_integer_tables(t, ctx.hbm_capacity_bytes)
+                def build_decode(opts=opts, ks=ks, xs=xs, mb=mb, joint=joint, mbs=mbs):
+                    if not joint:  # every micro-batch count in one pass (planner.candidates.tables)
+                        built = decode_tables_by_micro_batches(ctx, opts, ks, xs, mbs)
+                        for count, t in zip(mbs, built, strict=True):
+                            joint[count] = (t, to_integer_tables(t, ctx.hbm_capacity_bytes))
+                    return joint[mb]
 
                 mb_key = key if mb == 1 else (*key, "micro_batches", mb)
                 t, ints = cache.get(mb_key, build_decode) if cache else build_decode()
