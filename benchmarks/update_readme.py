@@ -22,11 +22,15 @@ that moves an output (a merge, a cost-model change) and commit the README.
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+# the outputs shown are those of a first run: no cost tables or placements from the disk cache
+os.environ.setdefault("MOEPLAN_CACHE_DIR", "off")
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"

@@ -77,7 +77,14 @@ class PhaseTables:
     memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     def n_options(self, module: str) -> int:
-        return int(self.time_s[module].shape[0])
+        """Options of the module (a module the model does not have counts one, as in the tables)."""
+        lists: dict[str, list | None] = {
+            "attention": self.options.attention,
+            "dense_ffn": self.options.dense_ffn,
+            "moe": self.options.moe,
+            "lm_head": self.options.lm_head,
+        }
+        return max(1, len(lists[module] or []))
 
 
 @dataclass

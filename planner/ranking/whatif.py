@@ -94,6 +94,7 @@ class WhatIfResult:
     cache_hits: int
     cache_misses: int
     seconds: float
+    cache_loaded: int = 0  # of `cache_misses`, tables read from the on-disk store (not built)
 
     def as_dict(self) -> dict[str, object]:
         """The JSON document of `moeplan whatif --json`."""
@@ -118,7 +119,7 @@ class WhatIfResult:
                 "rescored": [b.as_dict() for b in self.rescored.bindings],
             },
             "notes": self.notes,
-            "table_cache": {"hits": self.cache_hits, "misses": self.cache_misses},
+            "table_cache": {"hits": self.cache_hits, "misses": self.cache_misses, "read_from_disk": self.cache_loaded},
         }
 
 
@@ -318,4 +319,5 @@ def run_whatif(
         cache_hits=cache.hits,
         cache_misses=cache.misses,
         seconds=time.perf_counter() - start,
+        cache_loaded=cache.loaded,
     )

@@ -15,6 +15,7 @@ from planner.ranking.binding import binding_tags, request_bindings
 from planner.ranking.compare import pd_cards, plan_devices
 from planner.ranking.frontier import Curve, PublishedPoint
 from planner.report.plan_report import compact_layouts, headline
+from planner.report.table_counts import tables_built_text
 from planner.search.sweep import SweepPoint, SweepResult
 from planner.specs.catalog import load_hardware
 from planner.specs.plan import PhasePlan
@@ -197,7 +198,11 @@ def sweep_document(result: SweepResult, rows: list[dict[str, object]] | None = N
         "swept": {a.flag: list(a.values) for a in result.axes},
         "fixed": result.fixed,
         "points": points,
-        "table_cache": {"hits": result.cache_hits, "misses": result.cache_misses},
+        "table_cache": {
+            "hits": result.cache_hits,
+            "misses": result.cache_misses,
+            "read_from_disk": result.cache_loaded,
+        },
     }
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
@@ -209,7 +214,7 @@ def cache_line(result: SweepResult) -> str:
     share = f" ({result.cache_hits / total:.0%} of lookups)" if total else ""
     return (
         f"{len(result.points)} points ({ok} feasible) in {result.seconds:.2f} s; cost tables: "
-        f"{result.cache_misses} built, {result.cache_hits} reused{share}."
+        f"{tables_built_text(result.cache_misses, result.cache_loaded)}, {result.cache_hits} reused{share}."
     )
 
 

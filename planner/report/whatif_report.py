@@ -11,6 +11,7 @@ from rich.text import Text
 
 from planner.ranking.compare import LOWER_IS_BETTER, Delta
 from planner.ranking.whatif import WhatIfResult
+from planner.report.table_counts import tables_built_text
 
 ALWAYS_SHOWN = ("hardware", "cards", "P:D cards")
 DIGITS = {
@@ -178,7 +179,8 @@ def whatif_renderables(result: WhatIfResult) -> list[RenderableType]:
         out.append(Text(f"note: {note}", style="dim"))
     out.append(
         Text(
-            f"{result.seconds:.2f} s; cost tables: {result.cache_misses} built, {result.cache_hits} reused.",
+            f"{result.seconds:.2f} s; cost tables: {tables_built_text(result.cache_misses, result.cache_loaded)}, "
+            f"{result.cache_hits} reused.",
             style="dim",
         )
     )

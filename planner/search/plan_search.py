@@ -84,7 +84,8 @@ class TableCache:
 
     entries: dict[tuple, tuple[PhaseTables, IntTables]] = field(default_factory=dict)
     hits: int = 0
-    misses: int = 0
+    misses: int = 0  # ... of which `loaded` were read from the on-disk store, the rest built
+    loaded: int = 0
 
     def get(self, key: tuple, build: Callable[[], tuple[PhaseTables, IntTables]]) -> tuple[PhaseTables, IntTables]:
         if key in self.entries:
@@ -221,6 +222,27 @@ def mtp_tokens_max(engine: str) -> int:
     return load_profile(engine).capabilities.mtp_tokens_max
 
 
+def _tables(
+    cache: TableCache | None, key: tuple, build: Callable[[], tuple[PhaseTables, IntTables]]
+) -> tuple[PhaseTables, IntTables]:
+    """A size's tables: from `cache`, else from the on-disk store (planner.candidates.table_store),
+    else built (and kept in both)."""
+    from planner.candidates.table_store import table_store
+
+    def load_or_build() -> tuple[PhaseTables, IntTables]:
+        store = table_store()
+        found = store.get(key) if store is not None else None
+        if found is not None and cache is not None:
+            cache.loaded += 1
+        if found is None:
+            found = build()
+            if store is not None:
+                store.put(key, found)
+        return found
+
+    return cache.get(key, load_or_build) if cache else load_or_build()
+
+
 def build_phase_space(
     ctx: CostContext,
     phase: str,
@@ -282,7 +304,7 @@ def build_phase_space(
                     return joint[mb]
 
                 mb_key = key if mb == 1 else (*key, "micro_batches", mb)
-                t, ints = cache.get(mb_key, build_decode) if cache else build_decode()
+                t, ints = _tables(cache, mb_key, build_decode)
                 by_micro_batches.append((t, ints))
                 memo_key = ("decode_candidates", slo_us, itl_us, keep, factor)
                 if memo_key not in t.memo:  # candidates depend on the SLOs and `keep`, never on the budget
@@ -300,7 +322,7 @@ def build_phase_space(
                 t = prefill_tables(ctx, opts, list(opts.prefill_micro_batches), xs)
                 return t, to_integer_tables(t, ctx.hbm_capacity_bytes)
 
-            t, ints = cache.get(key, build_prefill) if cache else build_prefill()  # type: ignore[assignment]
+            t, ints = _tables(cache, key, build_prefill)  # type: ignore[arg-type]
             slo_us = None if slo.ttft_ms is None else int(math.floor(slo.ttft_ms * 1000))
             memo_key = ("prefill_candidates", slo_us, None, keep, 0)
             if memo_key not in t.memo:

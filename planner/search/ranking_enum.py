@@ -124,15 +124,22 @@ def rank_deployments(
     elif prefill_rates and not decode_rates:
         single(prefill_rates, prefill_devices, "prefill")
     elif decode_rates and prefill_rates:
-        bounds = []
-        for i, (rd, sd) in enumerate(zip(decode_rates, decode_devices, strict=True)):
-            for j, (rp, sp) in enumerate(zip(prefill_rates, prefill_devices, strict=True)):
-                if rd > 0 and rp > 0 and sd + sp <= budget and Choice(i, j, None) not in exclude:
-                    bound = (rd * rp) / (sd * rp + sp * rd)
-                    bounds.append((-bound, sd + sp, i, j))
-        bounds.sort()
-        for neg_bound, _, i, j in bounds:
-            if target is None and len(keys) >= k and -neg_bound * (1 + 1e-12) < float(-keys[k - 1][0]):
+        # every pair's bound at once, visited best first (then fewer devices, then index order)
+        rd_a = np.array(decode_rates, dtype=np.int64)[:, None]
+        sd_a = np.array(decode_devices, dtype=np.int64)[:, None]
+        rp_a = np.array(prefill_rates, dtype=np.int64)[None, :]
+        sp_a = np.array(prefill_devices, dtype=np.int64)[None, :]
+        usable = (rd_a > 0) & (rp_a > 0) & (sd_a + sp_a <= budget)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            bound_a = np.where(usable, (rd_a * rp_a) / np.where(usable, sd_a * rp_a + sp_a * rd_a, 1), 0.0)
+        i_a, j_a = np.nonzero(usable)
+        order_a = np.lexsort((j_a, i_a, sd_a[i_a, 0] + sp_a[0, j_a], -bound_a[i_a, j_a]))
+        for pos in order_a:
+            i, j = int(i_a[pos]), int(j_a[pos])
+            bound = float(bound_a[i, j])
+            if Choice(i, j, None) in exclude:
+                continue
+            if target is None and len(keys) >= k and bound * (1 + 1e-12) < float(-keys[k - 1][0]):
                 break  # no pair left can enter the top k
             got = _best_pair(decode_rates[i], decode_devices[i], prefill_rates[j], prefill_devices[j], budget, target)
             if got is not None:

@@ -88,6 +88,7 @@ class SweepResult:
     seconds: float
     fixed: dict[str, Value] = field(default_factory=dict)
     interrupted: bool = False
+    cache_loaded: int = 0  # of `cache_misses`, tables read from the on-disk store (not built)
 
     @property
     def swept(self) -> list[str]:
@@ -269,13 +270,13 @@ def _quiet_worker() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _forked_point(i: int) -> tuple[int, SweepPoint, int, int]:
-    """Search point i in a forked worker: (i, the point, cache hits, cache misses it caused)."""
+def _forked_point(i: int) -> tuple[int, SweepPoint, int, int, int]:
+    """Search point i in a forked worker: (i, the point, cache hits, misses and loads it caused)."""
     assert _FORKED is not None
     points, cache = _FORKED
-    hits, misses = cache.hits, cache.misses
+    hits, misses, loaded = cache.hits, cache.misses, cache.loaded
     point = _search_point(*points[i], cache)
-    return i, point, cache.hits - hits, cache.misses - misses
+    return i, point, cache.hits - hits, cache.misses - misses, cache.loaded - loaded
 
 
 def can_fork() -> bool:
@@ -314,7 +315,7 @@ def run_sweep(
     first, rest = warm_first(points) if jobs > 1 else (list(range(len(points))), [])
     done = 0
     interrupted = False
-    extra_hits = extra_misses = 0
+    extra_hits = extra_misses = extra_loaded = 0
 
     def finished(i: int, point: SweepPoint) -> None:
         nonlocal done
@@ -332,8 +333,8 @@ def run_sweep(
         if rest and can_fork():
             _FORKED = (points, cache)
             pool = multiprocessing.get_context("fork").Pool(min(jobs, len(rest)), _quiet_worker)
-            for i, point, hits, misses in pool.imap_unordered(_forked_point, rest):
-                extra_hits, extra_misses = extra_hits + hits, extra_misses + misses
+            for i, point, hits, misses, loaded in pool.imap_unordered(_forked_point, rest):
+                extra_hits, extra_misses, extra_loaded = extra_hits + hits, extra_misses + misses, extra_loaded + loaded
                 finished(i, point)
         elif rest:
             pool = ThreadPoolExecutor(max_workers=jobs)
@@ -362,4 +363,5 @@ def run_sweep(
         time.perf_counter() - start,
         dict(fixed or {}),
         interrupted,
+        cache.loaded + extra_loaded,
     )

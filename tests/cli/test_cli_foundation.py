@@ -99,7 +99,7 @@ def test_fidelity_lists_every_published_row():
     ("content", "message"),
     [
         ("schema_version: 1\nmodel: deepseek-v3\n", "workload"),
-        ("model: [unclosed\n", "is not valid YAML: expected"),
+        ("model: [unclosed\n", "is not valid YAML: did not find expected ',' or ']' at line 2"),
         ('{"model": 1,,}', "not valid"),
         ("- just\n- a list\n", "mapping"),
         ("", "empty"),

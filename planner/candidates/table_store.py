@@ -1,0 +1,157 @@
+"""Cost tables kept on disk between runs, so a second `moeplan plan` on the same model, machine
+and workload skips costing (about a second of a supernode search).
+
+A phase's cost tables of one instance size depend only on the model, machine, scheme, workload,
+skew model and limits (the key `build_phase_space` gives, which holds all of them as text) and
+on moeplan's code and data. Each key is stored in one file under the cache folder
+(planner.costmodel.disk_memo.cache_folder: $MOEPLAN_CACHE_DIR, else $XDG_CACHE_HOME/moeplan,
+else ~/.cache/moeplan) whose name is a hash of the key and of every code and data file of the
+package: a change of either starts a new file, never a stale answer. What is kept is the
+integer tables the search reads (as 32-bit integers when they fit; read back as 64-bit) and the
+layout options, not the float tables they were rounded from. Files are written atomically
+(temporary file, then rename), read errors count as a miss, the least recently used files go
+once the folder's table files pass `STORE_LIMIT_BYTES`, and MOEPLAN_CACHE_DIR=off disables the
+store. The files are Python pickles: the folder is the user's own, as for any cache.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import hashlib
+import os
+import pickle
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from planner.candidates.tables import IntTables, PhaseTables
+from planner.costmodel.disk_memo import cache_folder
+
+STORE_LIMIT_BYTES = 512 * 1024 * 1024
+FORMAT = 1  # bump when the stored layout changes
+_PREFIX = "tables-"
+
+
+@functools.cache
+def code_digest() -> str:
+    """A hash of every Python, YAML and JSON file of the package (the code the tables come from)."""
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256(str(FORMAT).encode())
+    for path in sorted(root.rglob("*")):
+        if path.suffix in (".py", ".yaml", ".yml", ".json") and "__pycache__" not in path.parts:
+            digest.update(str(path.relative_to(root)).encode())
+            with contextlib.suppress(OSError):
+                digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def stable_key(key: tuple) -> str | None:
+    """The key as text that means the same in every process, or None if part of it is an object
+    known only by its identity (a skew model built from a user's trace, say)."""
+    text = repr(key)
+    return None if " at 0x" in text or "object at" in text else text
+
+
+def _packed(a: np.ndarray) -> np.ndarray:
+    if a.dtype == np.int64 and a.size and int(a.min()) >= -(2**31) and int(a.max()) < 2**31:
+        return a.astype(np.int32)
+    return a
+
+
+def _unpacked(a: np.ndarray) -> np.ndarray:
+    return a.astype(np.int64) if a.dtype == np.int32 else a
+
+
+def _map(ints: IntTables, fn) -> IntTables:
+    def each(d: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {k: fn(v) for k, v in d.items()}
+
+    return IntTables(
+        time_us=each(ints.time_us),
+        comm_us=each(ints.comm_us),
+        fixed_us=each(ints.fixed_us),
+        const_us=fn(ints.const_us),
+        hbm_mib=each(ints.hbm_mib),
+        hbm_capacity_mib=ints.hbm_capacity_mib,
+        cover_us=each(ints.cover_us),
+    )
+
+
+class TableStore:
+    """Tables on disk, one file per key (see the module docstring)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.hits = 0
+        self.misses = 0
+        self._evict_at_exit = False
+
+    def _path(self, text: str) -> Path:
+        digest = hashlib.sha256((code_digest() + "\n" + text).encode()).hexdigest()[:32]
+        return self.folder / f"{_PREFIX}{digest}.pkl"
+
+    def get(self, key: tuple) -> tuple[PhaseTables, IntTables] | None:
+        text = stable_key(key)
+        if text is None:
+            return None
+        path = self._path(text)
+        try:
+            with open(path, "rb") as fh:
+                stored_key, tables, ints = pickle.load(fh)
+            if stored_key != text:
+                raise ValueError("another key")
+            os.utime(path)  # recently used
+        except (OSError, ValueError, EOFError, pickle.UnpicklingError, AttributeError, TypeError, ImportError):
+            self.misses += 1
+            return None
+        self.hits += 1
+        return tables, _map(ints, _unpacked)
+
+    def put(self, key: tuple, value: tuple[PhaseTables, IntTables]) -> None:
+        text = stable_key(key)
+        if text is None:
+            return
+        tables, ints = value
+        # the search reads the integer tables only: the float ones are not kept
+        lean = replace(tables, time_s={}, comm_s={}, fixed_s={}, hbm_bytes={}, cover_s={}, memo={})
+        path = self._path(text)
+        tmp = None
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=f".{path.name}.", suffix=".tmp")
+            with os.fdopen(fd, "wb") as fh:
+                pickle.dump((text, lean, _map(ints, _packed)), fh, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, path)
+        except OSError:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            return  # a read-only or full disk only costs the next run its speed
+        if not self._evict_at_exit:
+            self._evict_at_exit = True
+            atexit.register(self.evict)
+
+    def evict(self, limit_bytes: int = STORE_LIMIT_BYTES) -> None:
+        """Remove the least recently used table files until the rest fit in `limit_bytes`."""
+        try:
+            files = [(p.stat().st_mtime, p.stat().st_size, p) for p in self.folder.glob(f"{_PREFIX}*.pkl")]
+        except OSError:
+            return
+        total = sum(size for _, size, _ in files)
+        for _, size, path in sorted(files):
+            if total <= limit_bytes:
+                break
+            with contextlib.suppress(OSError):
+                path.unlink()
+                total -= size
+
+
+@functools.cache
+def table_store() -> TableStore | None:
+    """The process's store (None when MOEPLAN_CACHE_DIR=off)."""
+    folder = cache_folder()
+    return None if folder is None else TableStore(folder)
