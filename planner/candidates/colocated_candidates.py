@@ -52,6 +52,7 @@ from planner.candidates.phase_candidates import (
     _option_lists,
     engine_mask,
 )
+from planner.candidates.table_store import derived
 from planner.candidates.tables import MODULES, IntTables, PhaseTables, prefill_tables
 from planner.costmodel.colocated import (
     chunk_time_s,
@@ -142,16 +143,17 @@ def _chunk_differences(ctx: CostContext, dt: PhaseTables, pt: PhaseTables) -> tu
     With one micro-batch a forward F is the sum over modules of compute and communication plus
     launch costs that cancel in the difference, so F(2X) - F(X) of a combination is the sum of its
     modules' differences, from one set of float tables (as planner.costmodel.prefill sums them).
-    Memoised with the prefill tables."""
-    key = ("chunk_differences", dt.devices)
-    if key not in pt.memo:
+    Memoised with the prefill tables (and kept on disk with them: planner.candidates.table_store)."""
+
+    def compute() -> tuple[np.ndarray, np.ndarray]:
         w = ctx.workload
         chunks = np.array([g * dt.devices for g in CHUNK_TOKENS_PER_DEVICE], dtype=float)
         x = chunked_reference_tokens(chunks, w.input_tokens)
         t = prefill_tables(ctx, dt.options, [1], np.concatenate([x, 2.0 * x]) / ctx.prefill_tokens_per_request)
         g = [t.time_s[mod][:, 0, :] + t.comm_s[mod][:, 0, :] for mod in MODULES]
-        pt.memo[key] = (x, _combine([a[:, x.size :] - a[:, : x.size] for a in g]))
-    return pt.memo[key]
+        return x, _combine([a[:, x.size :] - a[:, : x.size] for a in g])
+
+    return derived(pt, ("chunk_differences", dt.devices), compute)
 
 
 def _chunk_figures(
@@ -235,10 +237,10 @@ def _prefill_forwards_us(ctx: CostContext, pt: PhaseTables, pi: IntTables, n_att
 
 def _kv_one_prompt_mib(ctx: CostContext, dt: PhaseTables, pt: PhaseTables) -> np.ndarray:
     """MiB of KV cache one prompt leaves on a device, per decode attention layout (memoised with
-    the prefill tables)."""
-    key = ("kv_one_prompt_mib", dt.devices)
-    if key not in pt.memo:
-        pt.memo[key] = np.array(
+    the prefill tables, and kept on disk with them)."""
+
+    def compute() -> np.ndarray:
+        return np.array(
             [
                 float(
                     prefill_hbm(ctx, _prefill_phase(dt, (a, 0, 0, 0), ctx.workload.input_tokens, 1)).breakdown_bytes[
@@ -249,7 +251,8 @@ def _kv_one_prompt_mib(ctx: CostContext, dt: PhaseTables, pt: PhaseTables) -> np
                 for a in range(len(dt.options.attention))
             ]
         )
-    return pt.memo[key]
+
+    return derived(pt, ("kv_one_prompt_mib", dt.devices), compute)
 
 
 def _prefill_seconds_per_request(

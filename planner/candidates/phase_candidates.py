@@ -84,10 +84,9 @@ def _pruned(ints: IntTables, names: tuple[str, ...], t: PhaseTables | None = Non
     if t is not None and t.options.combo_ok is not None:
         return {mod: np.arange(ints.hbm_mib[mod].shape[0]) for mod in MODULES}
     if t is not None:  # the same for every SLO: kept with the tables
-        key = ("undominated", names)
-        if key not in t.memo:
-            t.memo[key] = _pruned(ints, names)
-        return t.memo[key]
+        from planner.candidates.table_store import derived
+
+        return derived(t, ("undominated", names), lambda: _pruned(ints, names))
     tables = {
         "time": ints.time_us,
         "comm": ints.comm_us,

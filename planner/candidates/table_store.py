@@ -23,8 +23,10 @@ import hashlib
 import os
 import pickle
 import tempfile
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -32,7 +34,7 @@ from planner.candidates.tables import IntTables, PhaseTables
 from planner.costmodel.disk_memo import cache_folder
 
 STORE_LIMIT_BYTES = 512 * 1024 * 1024
-FORMAT = 1  # bump when the stored layout changes
+FORMAT = 2  # bump when the stored layout changes
 _PREFIX = "tables-"
 
 
@@ -96,19 +98,10 @@ class TableStore:
 
     def get(self, key: tuple) -> tuple[PhaseTables, IntTables] | None:
         text = stable_key(key)
-        if text is None:
+        found = None if text is None else self.get_value(text)
+        if found is None:
             return None
-        path = self._path(text)
-        try:
-            with open(path, "rb") as fh:
-                stored_key, tables, ints = pickle.load(fh)
-            if stored_key != text:
-                raise ValueError("another key")
-            os.utime(path)  # recently used
-        except (OSError, ValueError, EOFError, pickle.UnpicklingError, AttributeError, TypeError, ImportError):
-            self.misses += 1
-            return None
-        self.hits += 1
+        tables, ints = found
         return tables, _map(ints, _unpacked)
 
     def put(self, key: tuple, value: tuple[PhaseTables, IntTables]) -> None:
@@ -118,13 +111,32 @@ class TableStore:
         tables, ints = value
         # the search reads the integer tables only: the float ones are not kept
         lean = replace(tables, time_s={}, comm_s={}, fixed_s={}, hbm_bytes={}, cover_s={}, memo={})
+        self.put_value(text, (lean, _map(ints, _packed)))
+
+    def get_value(self, text: str) -> Any:
+        """What `put_value` stored under `text`, or None."""
+        path = self._path(text)
+        try:
+            with open(path, "rb") as fh:
+                stored_key, value = pickle.load(fh)
+            if stored_key != text:
+                raise ValueError("another key")
+            os.utime(path)  # recently used
+        except (OSError, ValueError, EOFError, pickle.UnpicklingError, AttributeError, TypeError, ImportError):
+            self.misses += 1
+            return None
+        self.hits += 1
+        return value
+
+    def put_value(self, text: str, value: Any) -> None:
+        """Keep `value` (picklable) under the key `text`."""
         path = self._path(text)
         tmp = None
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=f".{path.name}.", suffix=".tmp")
             with os.fdopen(fd, "wb") as fh:
-                pickle.dump((text, lean, _map(ints, _packed)), fh, protocol=pickle.HIGHEST_PROTOCOL)
+                pickle.dump((text, value), fh, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(tmp, path)
         except OSError:
             if tmp is not None:
@@ -148,6 +160,23 @@ class TableStore:
             with contextlib.suppress(OSError):
                 path.unlink()
                 total -= size
+
+
+def derived(t: PhaseTables, name: tuple, compute: Callable[[], Any]) -> Any:
+    """`t.memo[name]` for something computed from the tables alone (no SLO, no budget): from the
+    memo, else from the disk store when the tables have a store key, else computed and kept in
+    both."""
+    if name in t.memo:
+        return t.memo[name]
+    store = table_store()
+    text = None if store is None or t.store_key is None else stable_key((t.store_key, name))
+    value = None if text is None or store is None else store.get_value(text)
+    if value is None:
+        value = compute()
+        if text is not None and store is not None:
+            store.put_value(text, value)
+    t.memo[name] = value
+    return value
 
 
 @functools.cache

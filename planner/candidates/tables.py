@@ -75,6 +75,8 @@ class PhaseTables:
     # derived arrays later stages compute from these tables and may reuse (they live as long as
     # the tables, e.g. across the points of a sweep that shares a TableCache)
     memo: dict = field(default_factory=dict, repr=False, compare=False)
+    # the tables' key in the on-disk store (planner.candidates.table_store), if they have one
+    store_key: str | None = field(default=None, repr=False, compare=False)
 
     def n_options(self, module: str) -> int:
         """Options of the module (a module the model does not have counts one, as in the tables)."""

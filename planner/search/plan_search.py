@@ -227,7 +227,7 @@ def _tables(
 ) -> tuple[PhaseTables, IntTables]:
     """A size's tables: from `cache`, else from the on-disk store (planner.candidates.table_store),
     else built (and kept in both)."""
-    from planner.candidates.table_store import table_store
+    from planner.candidates.table_store import stable_key, table_store
 
     def load_or_build() -> tuple[PhaseTables, IntTables]:
         store = table_store()
@@ -238,6 +238,8 @@ def _tables(
             found = build()
             if store is not None:
                 store.put(key, found)
+        if store is not None:  # what is derived from the tables alone is kept too
+            found[0].store_key = stable_key(key)
         return found
 
     return cache.get(key, load_or_build) if cache else load_or_build()

@@ -38,10 +38,16 @@ def test_a_second_run_reads_every_table_and_plans_the_same(store_dir):
     first_cache = TableCache()
     first = run_search(REQUEST, cache=first_cache)
     assert first_cache.misses > 0 and first_cache.loaded == 0
-    assert len(_tables_files(store_dir)) == first_cache.misses
+    # one file per table, and more for what is derived from a table alone (dominance, chunk costs)
+    assert len(_tables_files(store_dir)) > first_cache.misses
+    files = len(_tables_files(store_dir))
+    store = table_store.table_store()
+    hits = store.hits
     again_cache = TableCache()
     again = run_search(REQUEST, cache=again_cache)
     assert again_cache.loaded == again_cache.misses == first_cache.misses
+    assert store.hits - hits == files  # every table and every derived array read back
+    assert len(_tables_files(store_dir)) == files  # nothing built again
     assert [p.predicted for p in again.plans] == [p.predicted for p in first.plans]
     assert [p.model_dump() for p in again.plans] == [p.model_dump() for p in first.plans]
     # the stored tables are the integer ones, exactly
@@ -61,7 +67,7 @@ def test_a_damaged_or_foreign_file_is_a_miss(store_dir):
     files[0].write_bytes(b"not a pickle")
     cache = TableCache()
     run_search(REQUEST, cache=cache)
-    assert cache.loaded == cache.misses - 1  # that one was built again (and stored again)
+    assert cache.loaded >= cache.misses - 1  # a damaged table was built again (and stored again)
     store = table_store.table_store()
     assert store.get(("no such", "key")) is None
 
