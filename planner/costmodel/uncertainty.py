@@ -104,7 +104,7 @@ def prediction_uncertainty(
     figures = {"mid": _figures(mid)}
     for key, slow in (("slow", True), ("fast", False)):
         spec = PlanSpecs(specs.model, corner(hw, slow), specs.quant)
-        figures[key] = _figures(evaluate_plan(plan, base_dir, imbalance, specs=spec))
+        figures[key] = _figures(evaluate_plan(plan, base_dir, imbalance, specs=spec, hbm_from=mid))
     bands: dict[str, dict[str, BandFigure]] = {}
     for block, values in figures["mid"].items():
         bands[block] = {}
