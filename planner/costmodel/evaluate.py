@@ -6,9 +6,12 @@ it exports, so an exported plan evaluates to the same figures (the round trip).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -41,6 +44,8 @@ if TYPE_CHECKING:
     from planner.costmodel.mixed import MixedSpecs
 
 COST_MODEL_VERSION = "moeplan-roofline-1"
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -278,6 +283,52 @@ def hardware_notes(*machines: HardwareSpec) -> list[str]:
     return out
 
 
+# ---- one command's predictions, each made once ---------------------------------------------------
+
+# key -> (value, the objects whose ids are in the key: held so that no other object takes an id over)
+_MEMO: ContextVar[dict[Hashable, tuple[Any, tuple[object, ...]]] | None] = ContextVar("evaluation_memo", default=None)
+
+
+@contextmanager
+def evaluation_memo() -> Iterator[None]:
+    """Inside the block, `evaluate_plan` answers a question it was asked before from memory.
+
+    A question is the plan's content (`predicted` and `rank` aside), the spec objects it is scored
+    on and the imbalance model: `moeplan plan` asks for a ranked plan's prediction in the search, in
+    its band and in the lead check, and for the corners of the factor ranges in the band and the lead
+    check. The memo lives as long as the block (one command): nothing outlives the run.
+    """
+    token = _MEMO.set({})
+    try:
+        yield
+    finally:
+        _MEMO.reset(token)
+
+
+def remembered(key: Hashable, held: tuple[object, ...], make: Callable[[], T]) -> T:
+    """`make()`, or inside `evaluation_memo` the value it gave for `key` before.
+
+    `held`: the objects whose ids `key` uses (kept alive with the value, so the ids stay theirs).
+    """
+    memo = _MEMO.get()
+    if memo is None:
+        return make()
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = (make(), held)
+    return hit[0]  # type: ignore[no-any-return]
+
+
+def _imbalance_key(imb: ImbalanceModel) -> Hashable:
+    """An equal model gives an equal key (the default is made afresh by each caller)."""
+    try:
+        hash(imb)
+    except TypeError:  # measured loads (an array): the object itself
+        return ("id", id(imb))
+    key: Hashable = imb  # type: ignore[assignment]
+    return key
+
+
 def evaluate_plan(
     plan: Plan,
     base_dir: Path | None = None,
@@ -297,8 +348,22 @@ def evaluate_plan(
 
     if is_mixed_plan(plan):
         return evaluate_mixed_plan(plan, base_dir, imbalance)
-    specs = specs or load_plan_specs(plan, base_dir)
     imb = imbalance or default_imbalance_model()
+    if specs is not None and _MEMO.get() is not None:
+        given = specs
+        key = (
+            "prediction",
+            plan.model_dump_json(exclude={"predicted", "rank"}),
+            id(given.model),
+            id(given.hw),
+            id(given.quant),
+            _imbalance_key(imb),
+        )
+        return remembered(key, (given, imb), lambda: _evaluate_single(plan, given, imb, hbm_from))
+    return _evaluate_single(plan, specs or load_plan_specs(plan, base_dir), imb, hbm_from)
+
+
+def _evaluate_single(plan: Plan, specs: PlanSpecs, imb: ImbalanceModel, hbm_from: Prediction | None) -> Prediction:
     ctx = CostContext(specs.model, specs.hw, specs.quant, plan.workload, imb, plan.hbm_utilization)
     if hbm_from is not None and hbm_from.imbalance_model != imb.describe():
         hbm_from = None
