@@ -115,13 +115,18 @@ HBM_FIELDS = (
 
 
 def _hbm_taken_over(block: DecodePrediction | PrefillPrediction | None, ctx: CostContext) -> dict[str, object] | None:
-    """`block`'s HBM fields, when it was computed for the same capacity (else None: compute them)."""
+    """`block`'s HBM fields, when it was computed for the same device memory: capacity, HBM and reserves
+    (else None: compute them; a safety net, `evaluate_plan`'s caller vouches for the rest)."""
     if block is None:
         return None
     if block.hbm_capacity_bytes != int(ctx.hbm_capacity_bytes) or block.hbm_utilization != ctx.hbm_utilization:
         return None
     if block.hbm_free_bytes + block.hbm_bytes_per_device != int(ctx.hw.hbm_bytes):
         return None
+    reserve = ctx.hw.memory
+    for key, spec in (("comm_buffers", reserve.comm_buffers), ("runtime_reserve", reserve.runtime_reserve)):
+        if block.hbm_breakdown_bytes.get(key) != int(round(float(spec.value))):
+            return None
     return {k: getattr(block, k) for k in HBM_FIELDS}
 
 

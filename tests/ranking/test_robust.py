@@ -108,13 +108,24 @@ def test_hbm_taken_over_from_the_mid_prediction_gives_the_same_prediction_as_a_f
     assert checked >= 10
 
 
-def test_hbm_is_recomputed_when_the_mid_prediction_is_for_another_capacity_or_imbalance():
+def test_hbm_is_recomputed_when_the_mid_prediction_is_for_other_memory_or_imbalance():
     from planner.costmodel.imbalance import SkewImbalance
 
     plan, specs = _d70()
     mid = evaluate_plan(plan, specs=specs)
     fuller = plan.model_copy(update={"hbm_utilization": 0.95})
     assert evaluate_plan(fuller, specs=specs, hbm_from=mid) == evaluate_plan(fuller, specs=specs)
+    reserve = specs.hw.memory.runtime_reserve
+    bigger = specs.hw.model_copy(
+        update={
+            "memory": specs.hw.memory.model_copy(
+                update={"runtime_reserve": reserve.model_copy(update={"value": reserve.value * 2})}
+            )
+        }
+    )
+    other = PlanSpecs(specs.model, bigger, specs.quant)
+    assert evaluate_plan(plan, specs=other, hbm_from=mid) == evaluate_plan(plan, specs=other)
+    assert evaluate_plan(plan, specs=other).decode != mid.decode
     skew = SkewImbalance(sigma=1.5)
     assert evaluate_plan(plan, specs=specs, imbalance=skew, hbm_from=mid) == evaluate_plan(
         plan, specs=specs, imbalance=skew
