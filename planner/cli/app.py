@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -58,6 +59,11 @@ def load_command(name: str) -> Any:
         sys.stderr.write(INTERRUPTED_EARLY)
         raise SystemExit(130) from None
     _LOADED["command"] = True  # from here SIGTERM interrupts the command (see main)
+    if _LOADED["main"]:
+        # moeplan's own process: what the imports made lives until it ends. Frozen, it is left out
+        # of the full garbage collections the command's allocations trigger (~20 ms each). (Not
+        # when the app runs inside another program, e.g. a test: its objects are not ours to freeze.)
+        gc.freeze()
     return command
 
 
@@ -99,7 +105,7 @@ def _root(
     """Plan deployments of large mixture-of-experts models on Huawei Ascend clusters."""
 
 
-_LOADED = {"command": False}
+_LOADED = {"command": False, "main": False}
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -125,6 +131,7 @@ def main() -> None:
             # `moeplan plan | head`: when the reader goes away, stop as `cat` does (killed by
             # SIGPIPE, status 141 in the shell), with no message, instead of an error exit
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    _LOADED["main"] = True
     try:
         keep_freed_memory()  # (inside: it may take a moment, and SIGTERM is already caught)
         app()
@@ -141,3 +148,9 @@ def main() -> None:
             "rerun with MOEPLAN_DEBUG=1 to see the traceback\n"
         )
         raise SystemExit(70) from None
+    finally:
+        # The process ends next, and every object alive now ends with it. Frozen, they are left out
+        # of the garbage collections of the interpreter's shutdown, which would otherwise walk every
+        # object the imports made (~60 ms of `moeplan evaluate`'s 0.4 s). Module teardown, atexit
+        # handlers (the disk memo's flush) and the closing of files run as before.
+        gc.freeze()

@@ -105,11 +105,11 @@ def keep_freed_memory() -> None:
     musl) it does nothing.
     """
     import ctypes
-    import ctypes.util
 
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        # the symbols the process already has (libc among them): no ctypes.util.find_library, which
+        # runs `ldconfig -p` in a subprocess on Linux
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return
     m_trim_threshold, m_mmap_threshold = -1, -3

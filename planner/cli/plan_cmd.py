@@ -39,6 +39,7 @@ from planner.cli.options import (
     workload_fields,
 )
 from planner.costmodel.context import DEFAULT_HBM_UTILIZATION
+from planner.costmodel.evaluate import evaluation_memo
 from planner.errors import BadInputError, InfeasibleError
 from planner.ranking.binding import why_line
 from planner.report.evaluate_report import evaluate_tables
@@ -416,6 +417,10 @@ def plan(
     P:D) under HBM and the SLOs, and print them ranked by output tokens/s per card."""
 
     def body() -> None:
+        with evaluation_memo():  # the search, the bands and the lead check ask for some predictions twice
+            _body()
+
+    def _body() -> None:
         emits = parse_emits(emit)
         check_new_folders(emits, force)
         request = build_request(

@@ -6,9 +6,12 @@ it exports, so an exported plan evaluates to the same figures (the round trip).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -41,6 +44,8 @@ if TYPE_CHECKING:
     from planner.costmodel.mixed import MixedSpecs
 
 COST_MODEL_VERSION = "moeplan-roofline-1"
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -94,12 +99,49 @@ def _hbm_fields(use: HbmUse, ctx: CostContext) -> dict[str, object]:
     }
 
 
-def predict_decode(ctx: CostContext, plan: Plan) -> DecodePrediction:
-    """Decode figures of the plan's decode phase."""
+# The HBM figures of a decode or prefill block: they depend on the model, the scheme, the workload,
+# the layout, the imbalance model and the machine's memory, never on its factors (efficiency,
+# fixed costs, overlap), so a re-evaluation on other factors may take them over (`hbm_from`).
+HBM_FIELDS = (
+    "hbm_bytes_per_device",
+    "hbm_capacity_bytes",
+    "hbm_headroom_bytes",
+    "hbm_utilization",
+    "hbm_free_bytes",
+    "hbm_role",
+    "fits_hbm",
+    "hbm_breakdown_bytes",
+)
+
+
+def _hbm_taken_over(block: DecodePrediction | PrefillPrediction | None, ctx: CostContext) -> dict[str, object] | None:
+    """`block`'s HBM fields, when it was computed for the same device memory: capacity, HBM and reserves
+    (else None: compute them; a safety net, `evaluate_plan`'s caller vouches for the rest)."""
+    if block is None:
+        return None
+    if block.hbm_capacity_bytes != int(ctx.hbm_capacity_bytes) or block.hbm_utilization != ctx.hbm_utilization:
+        return None
+    if block.hbm_free_bytes + block.hbm_bytes_per_device != int(ctx.hw.hbm_bytes):
+        return None
+    reserve = ctx.hw.memory
+    for key, spec in (("comm_buffers", reserve.comm_buffers), ("runtime_reserve", reserve.runtime_reserve)):
+        if block.hbm_breakdown_bytes.get(key) != int(round(float(spec.value))):
+            return None
+    return {k: getattr(block, k) for k in HBM_FIELDS}
+
+
+def predict_decode(ctx: CostContext, plan: Plan, hbm_from: DecodePrediction | None = None) -> DecodePrediction:
+    """Decode figures of the plan's decode phase (HBM figures from `hbm_from`, see `evaluate_plan`)."""
     phase = plan.decode_phase
     assert phase is not None
     step = decode_step(ctx, phase)
-    use = decode_hbm(ctx, phase)
+    hbm = _hbm_taken_over(hbm_from, ctx)
+    if hbm is None:
+        hbm = _hbm_fields(decode_hbm(ctx, phase), ctx)
+        max_concurrency = max_decode_concurrency(ctx, phase)
+    else:
+        assert hbm_from is not None
+        max_concurrency = hbm_from.max_concurrency_per_device
     per_dev = float(step.tokens_per_s_per_device[0])
     tpot_ms = float(step.tpot_s[0]) * 1e3
     slo = plan.slo.tpot_ms if plan.slo else None
@@ -113,20 +155,26 @@ def predict_decode(ctx: CostContext, plan: Plan) -> DecodePrediction:
         tokens_per_s_per_user=_r(1e3 / tpot_ms),
         sequences_per_instance=phase.concurrency_per_device * phase.devices,
         moe_imbalance=_r(float(step.moe_imbalance[0])),
-        max_concurrency_per_device=max_decode_concurrency(ctx, phase),
+        max_concurrency_per_device=max_concurrency,
         meets_tpot_slo=None if slo is None else bool(tpot_ms <= slo),
         meets_itl_slo=None if itl is None else bool(float(step.step_s[0]) * 1e3 <= itl),
         breakdown_ms=_ms(step.breakdown_s),
-        **_hbm_fields(use, ctx),  # type: ignore[arg-type]
+        **hbm,  # type: ignore[arg-type]
     )
 
 
-def predict_prefill(ctx: CostContext, plan: Plan) -> PrefillPrediction:
-    """Prefill figures of the plan's prefill phase."""
+def predict_prefill(ctx: CostContext, plan: Plan, hbm_from: PrefillPrediction | None = None) -> PrefillPrediction:
+    """Prefill figures of the plan's prefill phase (HBM figures from `hbm_from`, see `evaluate_plan`)."""
     phase = plan.prefill_phase
     assert phase is not None
     fwd = prefill_forward(ctx, phase)
-    use = prefill_hbm(ctx, phase)
+    hbm = _hbm_taken_over(hbm_from, ctx)
+    if hbm is None:
+        hbm = _hbm_fields(prefill_hbm(ctx, phase), ctx)
+        max_batch_tokens = max_prefill_batch_tokens(ctx, phase)
+    else:
+        assert hbm_from is not None
+        max_batch_tokens = hbm_from.max_batch_tokens
     per_dev = float(fwd.tokens_per_s_per_device[0])
     ttft_ms = float(fwd.ttft_s[0]) * 1e3
     slo = plan.slo.ttft_ms if plan.slo else None
@@ -137,10 +185,10 @@ def predict_prefill(ctx: CostContext, plan: Plan) -> PrefillPrediction:
         tokens_per_s_per_device=_r(per_dev),
         tokens_per_s_per_card=_r(per_dev * ctx.hw.devices_per_card),
         moe_imbalance=_r(float(fwd.moe_imbalance[0])),
-        max_batch_tokens=max_prefill_batch_tokens(ctx, phase),
+        max_batch_tokens=max_batch_tokens,
         meets_ttft_slo=None if slo is None else bool(ttft_ms <= slo),
         breakdown_ms=_ms(fwd.breakdown_s),
-        **_hbm_fields(use, ctx),  # type: ignore[arg-type]
+        **hbm,  # type: ignore[arg-type]
     )
 
 
@@ -240,22 +288,93 @@ def hardware_notes(*machines: HardwareSpec) -> list[str]:
     return out
 
 
+# ---- one command's predictions, each made once ---------------------------------------------------
+
+# key -> (value, the objects whose ids are in the key: held so that no other object takes an id over)
+_MEMO: ContextVar[dict[Hashable, tuple[Any, tuple[object, ...]]] | None] = ContextVar("evaluation_memo", default=None)
+
+
+@contextmanager
+def evaluation_memo() -> Iterator[None]:
+    """Inside the block, `evaluate_plan` answers a question it was asked before from memory.
+
+    A question is the plan's content (`predicted` and `rank` aside), the spec objects it is scored
+    on and the imbalance model: `moeplan plan` asks for a ranked plan's prediction in the search, in
+    its band and in the lead check, and for the corners of the factor ranges in the band and the lead
+    check. The memo lives as long as the block (one command): nothing outlives the run.
+    """
+    token = _MEMO.set({})
+    try:
+        yield
+    finally:
+        _MEMO.reset(token)
+
+
+def remembered(key: Hashable, held: tuple[object, ...], make: Callable[[], T]) -> T:
+    """`make()`, or inside `evaluation_memo` the value it gave for `key` before.
+
+    `held`: the objects whose ids `key` uses (kept alive with the value, so the ids stay theirs).
+    """
+    memo = _MEMO.get()
+    if memo is None:
+        return make()
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = (make(), held)
+    return hit[0]  # type: ignore[no-any-return]
+
+
+def _imbalance_key(imb: ImbalanceModel) -> Hashable:
+    """An equal model gives an equal key (the default is made afresh by each caller)."""
+    try:
+        hash(imb)
+    except TypeError:  # measured loads (an array): the object itself
+        return ("id", id(imb))
+    key: Hashable = imb  # type: ignore[assignment]
+    return key
+
+
 def evaluate_plan(
     plan: Plan,
     base_dir: Path | None = None,
     imbalance: ImbalanceModel | None = None,
     specs: PlanSpecs | None = None,
+    *,
+    hbm_from: Prediction | None = None,
 ) -> Prediction:
-    """Every figure the cost model predicts for `plan` (its own `predicted` block is ignored)."""
+    """Every figure the cost model predicts for `plan` (its own `predicted` block is ignored).
+
+    `hbm_from`: this plan's prediction, with the same imbalance model, on a machine that differs
+    from `specs.hw` in its factors only (`planner.costmodel.fitting.with_factors`: efficiency, fixed
+    costs, overlap). HBM figures do not depend on factors, so its decode and prefill HBM figures are
+    taken over instead of recomputed (the factor scenarios of the uncertainty band and of the lead).
+    """
     from planner.costmodel.mixed import is_mixed_plan
 
     if is_mixed_plan(plan):
         return evaluate_mixed_plan(plan, base_dir, imbalance)
-    specs = specs or load_plan_specs(plan, base_dir)
     imb = imbalance or default_imbalance_model()
+    if specs is not None and _MEMO.get() is not None:
+        given = specs
+        key = (
+            "prediction",
+            plan.model_dump_json(exclude={"predicted", "rank"}),
+            id(given.model),
+            id(given.hw),
+            id(given.quant),
+            _imbalance_key(imb),
+        )
+        return remembered(key, (given, imb), lambda: _evaluate_single(plan, given, imb, hbm_from))
+    return _evaluate_single(plan, specs or load_plan_specs(plan, base_dir), imb, hbm_from)
+
+
+def _evaluate_single(plan: Plan, specs: PlanSpecs, imb: ImbalanceModel, hbm_from: Prediction | None) -> Prediction:
     ctx = CostContext(specs.model, specs.hw, specs.quant, plan.workload, imb, plan.hbm_utilization)
-    decode = predict_decode(ctx, plan) if plan.decode_phase is not None else None
-    prefill = predict_prefill(ctx, plan) if plan.prefill_phase is not None else None
+    if hbm_from is not None and hbm_from.imbalance_model != imb.describe():
+        hbm_from = None
+    d_from, p_from = (hbm_from.decode, hbm_from.prefill) if hbm_from is not None else (None, None)
+    decode = predict_decode(ctx, plan, d_from) if plan.decode_phase is not None else None
+    prefill = predict_prefill(ctx, plan, p_from) if plan.prefill_phase is not None else None
     colocated = predict_colocated(ctx, plan) if plan.is_colocated else None
     system = (
         predict_system(plan, specs.hw, decode, prefill, colocated)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.costmodel.evaluate import PlanSpecs, evaluate_plan
+from planner.costmodel.evaluate import PlanSpecs, evaluate_plan, remembered
 from planner.costmodel.fitting import factor_names, factor_spec, is_efficiency, with_factors
 from planner.costmodel.imbalance import ImbalanceModel
 from planner.costmodel.prediction import BandFigure, Prediction, Uncertainty
@@ -59,23 +59,33 @@ def factor_ranges(hw: HardwareSpec) -> dict[str, tuple[float, float]]:
     return out
 
 
-def _end(hw: HardwareSpec, name: str, slow: bool) -> float:
-    lo, hi = factor_ranges(hw)[name]
+def _end(hw: HardwareSpec, name: str, slow: bool, ranges: dict[str, tuple[float, float]]) -> float:
+    lo, hi = ranges[name]
     return (lo if slow else hi) if is_efficiency(hw, name) else (hi if slow else lo)
 
 
 def corner(hw: HardwareSpec, slow: bool) -> HardwareSpec:
-    """Every ranged factor at its slow (pessimistic) or fast (optimistic) end."""
-    return with_factors(hw, {n: _end(hw, n, slow) for n in factor_ranges(hw)})
+    """Every ranged factor at its slow (pessimistic) or fast (optimistic) end.
+
+    Inside `evaluation_memo` a machine's corner is built once, so that the band and the lead check
+    score plans on the same corner object (and the memo answers the second asking).
+    """
+
+    def make() -> HardwareSpec:
+        ranges = factor_ranges(hw)
+        return with_factors(hw, {n: _end(hw, n, slow, ranges) for n in ranges})
+
+    return remembered(("corner", id(hw), slow), (hw,), make)
 
 
 def scenarios(hw: HardwareSpec) -> list[FactorScenario]:
     """The two corners, then each ranged factor alone at its slow and at its fast end."""
     out = [FactorScenario("every factor at its slow end", corner(hw, True))]
     out.append(FactorScenario("every factor at its fast end", corner(hw, False)))
-    for n in factor_ranges(hw):
+    ranges = factor_ranges(hw)
+    for n in ranges:
         for slow in (True, False):
-            value = _end(hw, n, slow)
+            value = _end(hw, n, slow, ranges)
             out.append(
                 FactorScenario(f"{n} at {value:.4g} ({'slow' if slow else 'fast'} end)", with_factors(hw, {n: value}))
             )
@@ -104,7 +114,7 @@ def prediction_uncertainty(
     figures = {"mid": _figures(mid)}
     for key, slow in (("slow", True), ("fast", False)):
         spec = PlanSpecs(specs.model, corner(hw, slow), specs.quant)
-        figures[key] = _figures(evaluate_plan(plan, base_dir, imbalance, specs=spec))
+        figures[key] = _figures(evaluate_plan(plan, base_dir, imbalance, specs=spec, hbm_from=mid))
     bands: dict[str, dict[str, BandFigure]] = {}
     for block, values in figures["mid"].items():
         bands[block] = {}

@@ -112,11 +112,11 @@ def engine_name(name: str) -> str:
 @functools.cache
 def load_profile(name: str) -> EngineProfile:
     """The profile of `name` (vllm-ascend, sglang or mindie), read from its data file."""
-    from planner.specs.files import yaml_safe_load
+    from planner.specs.files import load_yaml
 
     key = engine_name(name)
-    with open(DATA_DIR / _FILES[key], encoding="utf-8") as handle:
-        return EngineProfile.model_validate(yaml_safe_load(handle))
+    text = (DATA_DIR / _FILES[key]).read_text(encoding="utf-8")
+    return EngineProfile.model_validate(load_yaml(text))
 
 
 # ---- per-layout predicates (also used by the candidate generator) ------------------------------

@@ -160,8 +160,11 @@ class LeadVerdict:
         return out
 
 
-def _evaluate(plan: Plan, sc: FactorScenario, specs: PlanSpecs, imbalance: ImbalanceModel | None) -> Prediction:
-    return evaluate_plan(plan, imbalance=imbalance, specs=PlanSpecs(specs.model, sc.hw, specs.quant))
+def _evaluate(
+    plan: Plan, sc: FactorScenario, specs: PlanSpecs, imbalance: ImbalanceModel | None, mid: Prediction
+) -> Prediction:
+    """`plan` under the scenario; `mid` is its prediction on `specs` (HBM figures are taken over)."""
+    return evaluate_plan(plan, imbalance=imbalance, specs=PlanSpecs(specs.model, sc.hw, specs.quant), hbm_from=mid)
 
 
 def lead_verdict(first: Plan, second: Plan, specs: PlanSpecs, imbalance: ImbalanceModel | None) -> LeadVerdict:
@@ -179,7 +182,7 @@ def lead_verdict(first: Plan, second: Plan, specs: PlanSpecs, imbalance: Imbalan
     saving = savings(p1, p2)
     samples: dict[str, list[float]] = {k: [v] for k, v in saving.items()}
     for sc in scenarios(specs.hw):
-        s1, s2 = _evaluate(first, sc, specs, imbalance), _evaluate(second, sc, specs, imbalance)
+        s1, s2 = _evaluate(first, sc, specs, imbalance, p1), _evaluate(second, sc, specs, imbalance, p2)
         gap = headline_of(s1) - headline_of(s2)
         if gap < worst:
             worst, worst_label = gap, sc.label

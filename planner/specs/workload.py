@@ -219,11 +219,11 @@ def load_workload_file(path: Path) -> WorkloadFile:
     """Read a `--workload` YAML/JSON file (a top-level list is read as pairs)."""
     import yaml
 
-    from planner.specs.files import parse_mapping, read_text, validate_model, yaml_safe_load
+    from planner.specs.files import load_yaml, parse_mapping, read_text, validate_model
 
     text = read_text(path, "workload")
     try:
-        data: Any = yaml_safe_load(text)
+        data: Any = load_yaml(text)
     except yaml.YAMLError:
         data = None
     data = {"pairs": data} if isinstance(data, list) else parse_mapping(text, str(path), "workload")

@@ -82,3 +82,51 @@ def _pred(plan):
     from planner.costmodel.prediction import Prediction
 
     return Prediction.model_validate(plan.predicted)
+
+
+def test_hbm_taken_over_from_the_mid_prediction_gives_the_same_prediction_as_a_fresh_evaluation():
+    # every shipped single-machine plan (decode, prefill, colocated) under every factor scenario of its
+    # machine: HBM figures do not depend on factors, so taking them over changes no figure
+    from planner.costmodel.evaluate import load_plan_specs
+    from planner.costmodel.mixed import is_mixed_plan
+    from planner.specs.catalog import catalog_dir, load_plan
+
+    checked = 0
+    for path in sorted(catalog_dir("plans").glob("*.yaml")):
+        if path.stem == "published":
+            continue
+        plan, _ = load_plan(str(path))
+        if is_mixed_plan(plan):
+            continue
+        specs = load_plan_specs(plan, path.parent)
+        mid = evaluate_plan(plan, specs=specs)
+        for sc in scenarios(specs.hw):
+            on = PlanSpecs(specs.model, sc.hw, specs.quant)
+            fresh = evaluate_plan(plan, specs=on)
+            assert evaluate_plan(plan, specs=on, hbm_from=mid) == fresh, (path.stem, sc.label)
+        checked += 1
+    assert checked >= 10
+
+
+def test_hbm_is_recomputed_when_the_mid_prediction_is_for_other_memory_or_imbalance():
+    from planner.costmodel.imbalance import SkewImbalance
+
+    plan, specs = _d70()
+    mid = evaluate_plan(plan, specs=specs)
+    fuller = plan.model_copy(update={"hbm_utilization": 0.95})
+    assert evaluate_plan(fuller, specs=specs, hbm_from=mid) == evaluate_plan(fuller, specs=specs)
+    reserve = specs.hw.memory.runtime_reserve
+    bigger = specs.hw.model_copy(
+        update={
+            "memory": specs.hw.memory.model_copy(
+                update={"runtime_reserve": reserve.model_copy(update={"value": reserve.value * 2})}
+            )
+        }
+    )
+    other = PlanSpecs(specs.model, bigger, specs.quant)
+    assert evaluate_plan(plan, specs=other, hbm_from=mid) == evaluate_plan(plan, specs=other)
+    assert evaluate_plan(plan, specs=other).decode != mid.decode
+    skew = SkewImbalance(sigma=1.5)
+    assert evaluate_plan(plan, specs=specs, imbalance=skew, hbm_from=mid) == evaluate_plan(
+        plan, specs=specs, imbalance=skew
+    )

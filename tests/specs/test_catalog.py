@@ -118,3 +118,33 @@ def test_invalid_hardware_field_is_named(tmp_path):
     path.write_text(text)
     with pytest.raises(BadInputError, match=r"devices_per_node \(line \d+\)"):
         load_hardware(str(path))
+
+
+def test_the_fast_yaml_loader_reads_every_shipped_file_as_the_pure_python_one_does():
+    import yaml
+
+    from planner.specs.files import load_yaml
+
+    files = [p for d in ("hardware", "plans", "models") for p in (REPO / d).glob("*.yaml")]
+    files += list((REPO / "planner" / "engines" / "data").glob("*.yaml"))
+    assert len(files) > 20
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        assert load_yaml(text) == yaml.safe_load(text), path
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["a: [1, 2\nb: 3\n", "a: 1\n  b: 2\n", "key: 'open\n", "a: !!python/object:os.system x\n", "\tx: 1\n", "- [\n"],
+)
+def test_the_fast_yaml_loader_fails_as_the_pure_python_one_does(text):
+    import yaml
+
+    from planner.specs.files import load_yaml
+
+    with pytest.raises(yaml.YAMLError) as pure:
+        yaml.safe_load(text)
+    with pytest.raises(yaml.YAMLError) as fast:
+        load_yaml(text)
+    assert str(fast.value) == str(pure.value)
+    assert type(fast.value) is type(pure.value)
