@@ -22,6 +22,18 @@ from pathlib import Path
 _SOURCES = ("costmodel/imbalance.py", "placement/optimize.py", "placement/replicas.py", "placement/metrics.py")
 
 
+def placement_code_digest() -> str | None:
+    """A hash of the code the memoised values come from (None if a source cannot be read)."""
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for rel in _SOURCES:
+        try:
+            digest.update((root / rel).read_bytes())
+        except OSError:
+            return None
+    return digest.hexdigest()[:16]
+
+
 def cache_folder() -> Path | None:
     """Where memo files live, or None when disabled."""
     env = os.environ.get("MOEPLAN_CACHE_DIR")
@@ -42,16 +54,10 @@ class DiskMemo:
 
     def _file(self) -> Path | None:
         folder = cache_folder()
-        if folder is None:
+        digest = placement_code_digest()
+        if folder is None or digest is None:
             return None
-        root = Path(__file__).resolve().parent.parent
-        digest = hashlib.sha256()
-        for rel in _SOURCES:
-            try:
-                digest.update((root / rel).read_bytes())
-            except OSError:
-                return None
-        return folder / f"{self.name}-{digest.hexdigest()[:16]}.json"
+        return folder / f"{self.name}-{digest}.json"
 
     def _load(self) -> dict[str, float]:
         if self._values is None:
