@@ -280,15 +280,17 @@ def _prefill_seconds_per_request(
 
 def _least_forward_us(ctx: CostContext, dt: PhaseTables, pt: PhaseTables, pi: IntTables) -> np.ndarray:
     """The shortest whole prefill forward (us) over the decode layouts' combinations and the
-    micro-batch counts, per batch R (memoised with the prefill tables: no SLO in it)."""
-    key = ("least_forward_us", dt.devices)
-    if key not in pt.memo:
+    micro-batch counts, per batch R (memoised with the prefill tables, and kept on disk with them:
+    no SLO in it)."""
+
+    def compute() -> np.ndarray:
         rows = [
             forward.reshape(-1, forward.shape[-1]).min(axis=0)
             for _, forward in _prefill_forwards_us(ctx, pt, pi, len(dt.options.attention))
         ]
-        pt.memo[key] = np.min(np.stack(rows), axis=0)
-    return pt.memo[key]
+        return np.min(np.stack(rows), axis=0)
+
+    return derived(pt, ("least_forward_us", dt.devices), compute)
 
 
 def colocated_size_bound(
@@ -488,7 +490,7 @@ def colocated_candidates(
     tpot_slo_us: int | None,
     ttft_slo_us: int | None,
     keep: int,
-    first_round: int = 16,
+    first_round: int = 8,
     prune: bool = True,
     mtp: bool | None = None,
     max_itl_us: int | None = None,
