@@ -277,6 +277,73 @@ def _decode_scores(
     return t.memo[key]
 
 
+def _decode_bound(t: PhaseTables, ints: IntTables, overlap_factor: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Per (MTP depth, undominated layout combination) [K, A, F, M, L]: the best throughput ratio
+    over the concurrencies that fit HBM, whatever the SLOs (-1 where none fits or the engine cannot
+    run it), and the kept option indices. With SLOs the feasible concurrencies are fewer, so the
+    score is never above this: the bound `decode_candidates` visits combinations by. Memoised with
+    the tables and kept on disk with them (no SLO in it)."""
+    from planner.candidates.table_store import derived
+
+    def compute() -> np.ndarray:
+        scores, _, _ = _decode_scores(t, ints, None, None, overlap_factor)
+        return scores
+
+    kept = _pruned(ints, _dominance_tables(t, ints), t)
+    return derived(t, ("decode_bound", overlap_factor), compute), kept
+
+
+def _dominance_tables(t: PhaseTables, ints: IntTables) -> tuple[str, ...]:
+    two = t.micro_batches > 1 and bool(ints.cover_us)
+    return ("time", "hbm", "comm", "cover") if two else ("time", "hbm")
+
+
+def _decode_scores_of(
+    t: PhaseTables,
+    ints: IntTables,
+    kept: dict[str, np.ndarray],
+    combos: np.ndarray,
+    tpot_slo_us: int | None,
+    max_step_us: int | None,
+    overlap_factor: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(score, step and HBM at the best concurrency, its index) of some combinations, `combos`
+    [C, 5] as (depth, A, F, M, L) over the kept options: what `_decode_scores` computes for them."""
+    xs = t.x_values.astype(np.int64)
+    two = t.micro_batches > 1 and bool(ints.cover_us)
+    score = np.full(len(combos), -1.0)
+    step_at = np.zeros(len(combos), dtype=np.int64)
+    hbm_at = np.zeros(len(combos), dtype=np.int64)
+    b_at = np.zeros(len(combos), dtype=np.int64)
+    for j in np.unique(combos[:, 0]):
+        rows = np.flatnonzero(combos[:, 0] == j)
+        c = combos[rows]
+        e = int(np.floor(t.emitted[j] * EMITTED_SCALE + 1e-9))
+        nb = _reachable_concurrencies(t, ints, kept, int(j), e, tpot_slo_us, max_step_us, overlap_factor if two else 0)
+
+        def gathered(tables: dict[str, np.ndarray], j: int = int(j), c: np.ndarray = c, nb: int = nb) -> np.ndarray:
+            return sum(tables[mod][kept[mod][c[:, 1 + m]], j, :nb] for m, mod in enumerate(MODULES))  # type: ignore[return-value]
+
+        step = gathered(ints.time_us) + ints.const_us[j][None, :nb]
+        if two:
+            shorter = np.maximum(np.minimum(gathered(ints.comm_us), gathered(ints.cover_us)) - len(MODULES), 0)
+            step = step - (overlap_factor * shorter) // DECODE_OVERLAP_SCALE
+        hbm = gathered(ints.hbm_mib)
+        ok = hbm <= ints.hbm_capacity_mib
+        if tpot_slo_us is not None:
+            ok &= step * EMITTED_SCALE <= tpot_slo_us * e
+        if max_step_us is not None:
+            ok &= step <= max_step_us
+        ratio = np.where(ok, (xs[:nb] * e) / np.maximum(step, 1), -1.0)
+        b_idx = nb - 1 - np.argmax(ratio[:, ::-1], axis=-1)  # highest ratio, then the larger concurrency
+        at = b_idx[:, None]
+        score[rows] = np.take_along_axis(ratio, at, axis=-1)[:, 0]
+        step_at[rows] = np.take_along_axis(step, at, axis=-1)[:, 0]
+        hbm_at[rows] = np.take_along_axis(hbm, at, axis=-1)[:, 0]
+        b_at[rows] = b_idx
+    return score, step_at, hbm_at, b_at
+
+
 def decode_candidates(
     t: PhaseTables,
     ints: IntTables,
@@ -285,6 +352,7 @@ def decode_candidates(
     max_step_us: int | None = None,
     overlap_factor: int = 0,
     mtp: bool | None = None,
+    first_round: int = 64,
 ) -> list[PhaseCandidate]:
     """The `keep` best decode configurations of one instance size (each at its best concurrency);
     `max_step_us` bounds the step, the gap between two emissions of a sequence (--max-itl-ms);
@@ -292,33 +360,76 @@ def decode_candidates(
 
     Tables with two micro-batches subtract the hidden part, `overlap_factor` millionths of the
     shorter of the main layers' communication and compute (`decode_micro_batch_factor`).
+
+    Exact by branch and bound: combinations are scored best bound first (`_decode_bound`, their
+    best ratio under HBM alone), in rounds, until no combination left can reach the `keep`-th
+    best score found; the result is what scoring every combination gives (ties by index order).
     """
+    memo_key = ("decode_top", tpot_slo_us, max_step_us, overlap_factor, keep, mtp)
+    if memo_key in t.memo:
+        return t.memo[memo_key]
     xs = t.x_values.astype(np.int64)
-    out: list[PhaseCandidate] = []
-    scores, per_k, kept = _decode_scores(t, ints, tpot_slo_us, max_step_us, overlap_factor)
+    bound, kept = _decode_bound(t, ints, overlap_factor)
     if mtp is not None:  # only configurations with (True) or without (False) MTP draft tokens
         keep_k = np.array([(k > 0) == mtp for k in t.k_values])
-        scores = np.where(keep_k[:, None, None, None, None], scores, -1.0)
-    for pos in _top(scores, keep):
-        j, idx = pos[0], pos[1:]
-        k, e, step_at, hbm_at, b_idx = per_k[j]
-        b = int(b_idx[idx])
-        s = int(step_at[idx])
-        orig = tuple(int(kept[mod][i]) for mod, i in zip(MODULES, idx, strict=True))
-        out.append(
-            _candidate(
-                t,
-                ints,
-                orig,
-                k,
-                int(xs[b]),
-                s,
-                -(-s * EMITTED_SCALE // e),
-                int(hbm_at[idx]),
-                int(xs[b]) * e,
-                s,
-            )
+        bound = np.where(keep_k[:, None, None, None, None], bound, -1.0)
+    flat = bound.reshape(-1)
+    valid = np.flatnonzero(flat > 0)
+    order = valid[np.lexsort((valid, -flat[valid]))]
+    found_flat: list[np.ndarray] = []
+    found: list[np.ndarray] = []
+    scored: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    kth = -np.inf
+    pos, size = 0, first_round
+    while pos < order.size:
+        if flat[order[pos]] < kth:
+            break  # no combination left can reach the keep-th best score (its score <= its bound)
+        batch = order[pos : pos + size]
+        combos = np.stack(np.unravel_index(batch, bound.shape), axis=1)
+        score, step_at, hbm_at, b_at = _decode_scores_of(
+            t, ints, kept, combos, tpot_slo_us, max_step_us, overlap_factor
         )
+        found_flat.append(batch)
+        found.append(score)
+        scored.append((step_at, hbm_at, b_at))
+        every = np.concatenate(found)
+        good = every[every > 0]
+        if good.size >= keep:
+            kth = float(np.sort(good)[-keep])
+        pos += size
+        size = min(2 * size, 4096)
+    out: list[PhaseCandidate] = []
+    if found:
+        idx_all = np.concatenate(found_flat)
+        score_all = np.concatenate(found)
+        step_all = np.concatenate([s[0] for s in scored])
+        hbm_all = np.concatenate([s[1] for s in scored])
+        b_all = np.concatenate([s[2] for s in scored])
+        ok = np.flatnonzero(score_all > 0)
+        best = ok[np.lexsort((idx_all[ok], -score_all[ok]))][:keep]  # (as `_top`: ties by index order)
+        for r in best:
+            pos5 = tuple(int(v) for v in np.unravel_index(int(idx_all[r]), bound.shape))
+            j, idx = pos5[0], pos5[1:]
+            k = t.k_values[j]
+            e = int(np.floor(t.emitted[j] * EMITTED_SCALE + 1e-9))
+            b = int(b_all[r])
+            s_us = int(step_all[r])
+            orig = tuple(int(kept[mod][i]) for mod, i in zip(MODULES, idx, strict=True))
+            out.append(
+                _candidate(
+                    t,
+                    ints,
+                    orig,
+                    k,
+                    int(xs[b]),
+                    s_us,
+                    -(-s_us * EMITTED_SCALE // e),
+                    int(hbm_all[r]),
+                    int(xs[b]) * e,
+                    s_us,
+                )
+            )
+    t.memo[memo_key] = out
     return out
 
 
