@@ -776,8 +776,22 @@ def _alternatives(
                         t.memo[key] = decode_candidates(t, ints, slo_us, 1, itl_us, factor, mtp=mtp_alternative)
                     d_pool.extend(t.memo[key])
             if coloc and pspace is not None:
-                # (the size bounds then come from the decode candidates with the same MTP choice)
-                c_pool = _colocated(ctx, request, replace(dspace, candidates=d_pool), pspace, 1, mtp=mtp_alternative)
+                # (the size bounds then come from the decode candidates with the same MTP choice);
+                # a colocated instance is the answer only if it reaches the best disaggregated one
+                floor = Fraction(0)
+                if request.rate_per_s is None:
+                    best_disaggregated = _ranked(request, ctx, [c for c in d_pool if keep_decode(c)], p_all, [], 1)
+                    if best_disaggregated:
+                        floor = Fraction(best_disaggregated[0].rate_milli, best_disaggregated[0].devices)
+                c_pool = _colocated(
+                    ctx,
+                    request,
+                    replace(dspace, candidates=d_pool),
+                    pspace,
+                    1,
+                    mtp=mtp_alternative,
+                    floor_per_device=floor,
+                )
         d = [c for c in d_pool if keep_decode(c)] if disagg else []
         p = list(p_all) if disagg else []
         cc = [c for c in c_pool if keep_decode(c.decode)] if colocated else []
