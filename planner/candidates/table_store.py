@@ -6,7 +6,8 @@ skew model and limits (the key `build_phase_space` gives, which holds all of the
 on moeplan's code and data. Each key is stored in one file under the cache folder
 (planner.costmodel.disk_memo.cache_folder: $MOEPLAN_CACHE_DIR, else $XDG_CACHE_HOME/moeplan,
 else ~/.cache/moeplan) whose name is a hash of the key and of every code and data file of the
-package: a change of either starts a new file, never a stale answer. What is kept is the
+package: a change of either starts a new file, never a stale answer (and the files of an older
+version of the code are removed once a run has written new ones). What is kept is the
 integer tables the search reads (as 32-bit integers when they fit; read back as 64-bit) and the
 layout options, not the float tables they were rounded from. Files are written atomically
 (temporary file, then rename), read errors count as a miss, the least recently used files go
@@ -94,7 +95,7 @@ class TableStore:
 
     def _path(self, text: str) -> Path:
         digest = hashlib.sha256((code_digest() + "\n" + text).encode()).hexdigest()[:32]
-        return self.folder / f"{_PREFIX}{digest}.pkl"
+        return self.folder / f"{_PREFIX}{code_digest()[:12]}-{digest}.pkl"
 
     def get(self, key: tuple) -> tuple[PhaseTables, IntTables] | None:
         text = stable_key(key)
@@ -148,9 +149,17 @@ class TableStore:
             atexit.register(self.evict)
 
     def evict(self, limit_bytes: int = STORE_LIMIT_BYTES) -> None:
-        """Remove the least recently used table files until the rest fit in `limit_bytes`."""
+        """Remove the files another version of the code wrote (they can never be read again),
+        then the least recently used ones until the rest fit in `limit_bytes`."""
+        current = f"{_PREFIX}{code_digest()[:12]}-"
         try:
-            files = [(p.stat().st_mtime, p.stat().st_size, p) for p in self.folder.glob(f"{_PREFIX}*.pkl")]
+            files = []
+            for p in self.folder.glob(f"{_PREFIX}*.pkl"):
+                if not p.name.startswith(current):
+                    with contextlib.suppress(OSError):
+                        p.unlink()
+                    continue
+                files.append((p.stat().st_mtime, p.stat().st_size, p))
         except OSError:
             return
         total = sum(size for _, size, _ in files)

@@ -92,13 +92,15 @@ def test_keys_known_only_by_identity_are_not_stored(store_dir):
     assert not _tables_files(store_dir)
 
 
-def test_least_recently_used_files_go_past_the_limit(store_dir):
+def test_least_recently_used_files_go_past_the_limit_and_other_versions_at_once(store_dir):
+    current = f"tables-{table_store.code_digest()[:12]}-"
     for i in range(4):
-        path = store_dir / f"tables-{i}.pkl"
+        path = store_dir / f"{current}{i}.pkl"
         path.write_bytes(b"x" * 1000)
         os.utime(path, (1000 + i, 1000 + i))
+    (store_dir / "tables-0123456789ab-old.pkl").write_bytes(b"x")
     table_store.table_store().evict(limit_bytes=2500)
-    assert [p.name for p in _tables_files(store_dir)] == ["tables-2.pkl", "tables-3.pkl"]
+    assert [p.name for p in _tables_files(store_dir)] == [f"{current}2.pkl", f"{current}3.pkl"]
 
 
 def test_off_disables_the_store(monkeypatch):
