@@ -207,14 +207,18 @@ def _reachable_concurrencies(
     """How many of the smallest concurrencies to cost at depth j (at least 1): beyond them even
     every module at its least HBM and step (less the most two micro-batches could hide) misses
     HBM, the TPOT SLO or the step limit, so no combination fits there."""
-    least_hbm = sum(ints.hbm_mib[mod][kept[mod], j, :].min(axis=0) for mod in MODULES)
-    reach = np.asarray(least_hbm <= ints.hbm_capacity_mib)
-    if tpot_slo_us is not None or max_step_us is not None:
+    key = ("least_per_concurrency", j, overlap_factor, tuple(len(v) for v in kept.values()))
+    if key not in t.memo:  # no SLO in these: kept with the tables
+        least_hbm = sum(ints.hbm_mib[mod][kept[mod], j, :].min(axis=0) for mod in MODULES)
         least_step = sum(ints.time_us[mod][kept[mod], j, :].min(axis=0) for mod in MODULES) + ints.const_us[j]
         if overlap_factor:
             most_comm = sum(ints.comm_us[mod][kept[mod], j, :].max(axis=0) for mod in MODULES)
             most_cover = sum(ints.cover_us[mod][kept[mod], j, :].max(axis=0) for mod in MODULES)
             least_step = least_step - (overlap_factor * np.minimum(most_comm, most_cover)) // DECODE_OVERLAP_SCALE
+        t.memo[key] = (np.asarray(least_hbm), np.asarray(least_step))
+    least_hbm, least_step = t.memo[key]
+    reach = least_hbm <= ints.hbm_capacity_mib
+    if tpot_slo_us is not None or max_step_us is not None:
         if tpot_slo_us is not None:
             reach &= least_step * EMITTED_SCALE <= tpot_slo_us * e
         if max_step_us is not None:
