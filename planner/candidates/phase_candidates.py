@@ -13,6 +13,7 @@ among them, together with instance counts, under the card budget.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -207,8 +208,8 @@ def _reachable_concurrencies(
     """How many of the smallest concurrencies to cost at depth j (at least 1): beyond them even
     every module at its least HBM and step (less the most two micro-batches could hide) misses
     HBM, the TPOT SLO or the step limit, so no combination fits there."""
-    key = ("least_per_concurrency", j, overlap_factor, tuple(len(v) for v in kept.values()))
-    if key not in t.memo:  # no SLO in these: kept with the tables
+    key = ("least_per_concurrency", j, overlap_factor)
+    if key not in t.memo:  # no SLO in these (and `kept` is the table's own): kept with the tables
         least_hbm = sum(ints.hbm_mib[mod][kept[mod], j, :].min(axis=0) for mod in MODULES)
         least_step = sum(ints.time_us[mod][kept[mod], j, :].min(axis=0) for mod in MODULES) + ints.const_us[j]
         if overlap_factor:
@@ -226,6 +227,40 @@ def _reachable_concurrencies(
     return max(1, int(np.flatnonzero(reach).max(initial=-1)) + 1)
 
 
+def _best_concurrency(
+    summed: Callable[[dict[str, np.ndarray]], np.ndarray],
+    ints: IntTables,
+    j: int,
+    xs: np.ndarray,
+    e: int,
+    overlap_factor: int | None,
+    tpot_slo_us: int | None,
+    max_step_us: int | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(best throughput ratio, step and HBM there, its concurrency index) per layout combination at
+    depth j over the concurrencies `xs` (the last axis), -1 where none fits HBM and the SLOs.
+    `summed(tables)` adds the combinations' module rows of a table (by broadcasting or gathering);
+    `overlap_factor` (two micro-batches) subtracts the hidden part."""
+    step = summed(ints.time_us) + ints.const_us[j][: xs.size]
+    if overlap_factor is not None:
+        # every table was rounded up (at most 1 us per module): taking that back before the
+        # factor rounds the hidden part down, so the integer step is never shorter
+        shorter = np.maximum(np.minimum(summed(ints.comm_us), summed(ints.cover_us)) - len(MODULES), 0)
+        step = step - (overlap_factor * shorter) // DECODE_OVERLAP_SCALE
+    hbm = summed(ints.hbm_mib)
+    ok = hbm <= ints.hbm_capacity_mib
+    if tpot_slo_us is not None:
+        ok &= step * EMITTED_SCALE <= tpot_slo_us * e
+    if max_step_us is not None:
+        ok &= step <= max_step_us
+    ratio = np.where(ok, (xs * e) / np.maximum(step, 1), -1.0)
+    # best concurrency per layout combination: highest ratio, then the larger concurrency
+    b_idx = xs.size - 1 - np.argmax(ratio[..., ::-1], axis=-1)
+    at = b_idx[..., None]
+    take = [np.take_along_axis(a, at, axis=-1)[..., 0] for a in (ratio, step, hbm)]
+    return take[0], take[1], take[2], b_idx
+
+
 def _decode_scores(
     t: PhaseTables, ints: IntTables, tpot_slo_us: int | None, max_step_us: int | None, overlap_factor: int
 ) -> tuple[np.ndarray, list[tuple], dict[str, np.ndarray]]:
@@ -240,38 +275,19 @@ def _decode_scores(
     best_score = []
     per_k = []
     two = t.micro_batches > 1 and bool(ints.cover_us)
-    kept = _pruned(ints, ("time", "hbm", "comm", "cover") if two else ("time", "hbm"), t)
+    kept = _pruned(ints, _dominance_tables(t, ints), t)
     for j, k in enumerate(t.k_values):
         e = int(np.floor(t.emitted[j] * EMITTED_SCALE + 1e-9))
         nb = _reachable_concurrencies(t, ints, kept, j, e, tpot_slo_us, max_step_us, overlap_factor if two else 0)
-        step = (
-            _combine([ints.time_us[mod][kept[mod], j, :nb] for mod in MODULES])
-            + ints.const_us[j][None, None, None, None, :nb]
+
+        def combined(tables: dict[str, np.ndarray], j: int = j, nb: int = nb) -> np.ndarray:
+            return _combine([tables[mod][kept[mod], j, :nb] for mod in MODULES])
+
+        score, step_at, hbm_at, b_idx = _best_concurrency(
+            combined, ints, j, xs[:nb], e, overlap_factor if two else None, tpot_slo_us, max_step_us
         )
-        if two:
-            comm = _combine([ints.comm_us[mod][kept[mod], j, :nb] for mod in MODULES])
-            cover = _combine([ints.cover_us[mod][kept[mod], j, :nb] for mod in MODULES])
-            # every table was rounded up (at most 1 us per module): taking that back before the
-            # factor rounds the hidden part down, so the integer step is never shorter
-            shorter = np.maximum(np.minimum(comm, cover) - len(MODULES), 0)
-            step = step - (overlap_factor * shorter) // DECODE_OVERLAP_SCALE
-        hbm = _combine([ints.hbm_mib[mod][kept[mod], j, :nb] for mod in MODULES])
-        ok = hbm <= ints.hbm_capacity_mib
-        if tpot_slo_us is not None:
-            ok &= step * EMITTED_SCALE <= tpot_slo_us * e
-        if max_step_us is not None:
-            ok &= step <= max_step_us
-        ratio = np.where(ok, (xs[:nb] * e) / np.maximum(step, 1), -1.0)
-        # best concurrency per layout combination: highest ratio, then the larger concurrency
-        rev = ratio[..., ::-1]
-        b_idx = nb - 1 - np.argmax(rev, axis=-1)
-        score = np.take_along_axis(ratio, b_idx[..., None], axis=-1)[..., 0]
         best_score.append(score)
-        # (kept small: the step and HBM at each combination's best concurrency only)
-        at = b_idx[..., None]
-        per_k.append(
-            (k, e, np.take_along_axis(step, at, axis=-1)[..., 0], np.take_along_axis(hbm, at, axis=-1)[..., 0], b_idx)
-        )
+        per_k.append((k, e, step_at, hbm_at, b_idx))
     scores = engine_mask(np.stack(best_score), t, kept)  # [K, A, F, M, L]
     moe_ok = t.options.moe_micro_ok
     if two and t.options.combo_ok is not None and moe_ok is not None:
@@ -328,23 +344,9 @@ def _decode_scores_of(
         def gathered(tables: dict[str, np.ndarray], j: int = int(j), c: np.ndarray = c, nb: int = nb) -> np.ndarray:
             return sum(tables[mod][kept[mod][c[:, 1 + m]], j, :nb] for m, mod in enumerate(MODULES))  # type: ignore[return-value]
 
-        step = gathered(ints.time_us) + ints.const_us[j][None, :nb]
-        if two:
-            shorter = np.maximum(np.minimum(gathered(ints.comm_us), gathered(ints.cover_us)) - len(MODULES), 0)
-            step = step - (overlap_factor * shorter) // DECODE_OVERLAP_SCALE
-        hbm = gathered(ints.hbm_mib)
-        ok = hbm <= ints.hbm_capacity_mib
-        if tpot_slo_us is not None:
-            ok &= step * EMITTED_SCALE <= tpot_slo_us * e
-        if max_step_us is not None:
-            ok &= step <= max_step_us
-        ratio = np.where(ok, (xs[:nb] * e) / np.maximum(step, 1), -1.0)
-        b_idx = nb - 1 - np.argmax(ratio[:, ::-1], axis=-1)  # highest ratio, then the larger concurrency
-        at = b_idx[:, None]
-        score[rows] = np.take_along_axis(ratio, at, axis=-1)[:, 0]
-        step_at[rows] = np.take_along_axis(step, at, axis=-1)[:, 0]
-        hbm_at[rows] = np.take_along_axis(hbm, at, axis=-1)[:, 0]
-        b_at[rows] = b_idx
+        score[rows], step_at[rows], hbm_at[rows], b_at[rows] = _best_concurrency(
+            gathered, ints, int(j), xs[:nb], e, overlap_factor if two else None, tpot_slo_us, max_step_us
+        )
     return score, step_at, hbm_at, b_at
 
 

@@ -715,6 +715,18 @@ def _distinct_plans(
         want *= 2
 
 
+def _colocated_floor(
+    request: PlanRequest, ctx: CostContext, d: list[PhaseCandidate], p: list[PhaseCandidate], k: int
+) -> Fraction:
+    """Requests/s (thousandths) per device of the k-th best deployment of these disaggregated
+    candidates: below it a colocated instance cannot enter the k best (0 when fewer than k exist,
+    or with a target rate, where deployments are ranked by devices)."""
+    if request.rate_per_s is not None:
+        return Fraction(0)
+    found = _ranked(request, ctx, d, p, [], k)
+    return Fraction(found[-1].rate_milli, found[-1].devices) if len(found) >= k else Fraction(0)
+
+
 def _alternatives(
     request: PlanRequest,
     ctx: CostContext,
@@ -778,11 +790,7 @@ def _alternatives(
             if coloc and pspace is not None:
                 # (the size bounds then come from the decode candidates with the same MTP choice);
                 # a colocated instance is the answer only if it reaches the best disaggregated one
-                floor = Fraction(0)
-                if request.rate_per_s is None:
-                    best_disaggregated = _ranked(request, ctx, [c for c in d_pool if keep_decode(c)], p_all, [], 1)
-                    if best_disaggregated:
-                        floor = Fraction(best_disaggregated[0].rate_milli, best_disaggregated[0].devices)
+                floor = _colocated_floor(request, ctx, [c for c in d_pool if keep_decode(c)], p_all, 1)
                 c_pool = _colocated(
                     ctx,
                     request,
@@ -861,13 +869,9 @@ def run_search(
     p_cands = pspace.candidates if pspace else []
     coloc: list[ColocatedCandidate] = []
     if dspace and pspace and request.colocated:
-        floor = Fraction(0)
-        if request.rate_per_s is None and not request.alternatives:
-            # a colocated instance matters only if it reaches the `top`-th best deployment without
-            # colocated ones (the alternatives need the best colocated plan whatever its value)
-            disaggregated = _ranked(request, ctx, d_cands, p_cands, [], request.top)
-            if len(disaggregated) >= request.top:
-                floor = Fraction(disaggregated[-1].rate_milli, disaggregated[-1].devices)
+        # a colocated instance matters only if it reaches the `top`-th best deployment without
+        # colocated ones (the alternatives need the best colocated plan whatever its value)
+        floor = Fraction(0) if request.alternatives else _colocated_floor(request, ctx, d_cands, p_cands, request.top)
         coloc = _colocated(ctx, request, dspace, pspace, keep, floor_per_device=floor)
     out = request.workload.output_tokens
     if request.rate_per_s is not None:
