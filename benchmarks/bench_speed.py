@@ -65,6 +65,19 @@ def _run(repo: Path, args: list[str], cache_dir: Path) -> tuple[float, str]:
     return seconds, status
 
 
+def machine_reference_ms() -> float:
+    """Milliseconds a fixed pure-Python workload takes here (best of 5): a yardstick for comparing
+    figures taken on different machines or in different windows of a shared VM."""
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        total = 0
+        for i in range(1_000_000):
+            total += i * i % 7
+        best = min(best, time.perf_counter() - start)
+    return best * 1000
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=5)
@@ -81,6 +94,7 @@ def main() -> None:
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(repo / "planner")], check=True)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"moeplan end to end, median of {opts.repeat} runs, {os.cpu_count()} cores, load average {load:.2f}")
+    print(f"machine reference: a 10^6-step Python loop takes {machine_reference_ms():.0f} ms here (best of 5)")
     with tempfile.TemporaryDirectory() as tmp:
         loads = Path(tmp) / "loads.npy"
         np.save(loads, generate_loads("lognormal:1.0", 58, 256, seed=0))

@@ -3,14 +3,17 @@ and workload skips costing (about a second of a supernode search).
 
 A phase's cost tables of one instance size depend only on the model, machine, scheme, workload,
 skew model and limits (the key `build_phase_space` gives, which holds all of them as text) and
-on moeplan's code and data. Each key is stored in one file under the cache folder
+on moeplan's code and data. Each key is stored in one file, with what was derived from those
+tables alone (`derived`: dominance sets, chunk-cost differences, the decode bound), under the cache folder
 (planner.costmodel.disk_memo.cache_folder: $MOEPLAN_CACHE_DIR, else $XDG_CACHE_HOME/moeplan,
 else ~/.cache/moeplan) whose name is a hash of the key and of every code and data file of the
 package: a change of either starts a new file, never a stale answer (and the files of an older
 version of the code are removed once a run has written new ones). What is kept is the
 integer tables the search reads (as 32-bit integers when they fit; read back as 64-bit) and the
-layout options, not the float tables they were rounded from. Files are written atomically
-(temporary file, then rename), read errors count as a miss, the least recently used files go
+layout options, not the float tables they were rounded from. Files are written at exit (or
+`flush`), one per table however many values were derived from it (on the 2-core VM creating a
+file costs about 0.4 ms, and a cold supernode plan derives about 380 values from 150 tables),
+atomically (temporary file, then rename); read errors count as a miss, the least recently used files go
 once the folder's table files pass `STORE_LIMIT_BYTES`, and MOEPLAN_CACHE_DIR=off disables the
 store. The files are Python pickles: the folder is the user's own, as for any cache.
 """
@@ -35,7 +38,7 @@ from planner.candidates.tables import IntTables, PhaseTables
 from planner.costmodel.disk_memo import cache_folder
 
 STORE_LIMIT_BYTES = 512 * 1024 * 1024
-FORMAT = 2  # bump when the stored layout changes
+FORMAT = 3  # bump when the stored layout changes
 _PREFIX = "tables-"
 
 
@@ -85,13 +88,19 @@ def _map(ints: IntTables, fn) -> IntTables:
 
 
 class TableStore:
-    """Tables on disk, one file per key (see the module docstring)."""
+    """Tables on disk, one file per key, holding the tables and what was derived from them (see
+    the module docstring). Writes wait for `flush` (at exit, or called): a table and every value
+    derived from it in one run cost one file, not one each (creating a file is the slow part)."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.hits = 0
         self.misses = 0
-        self._evict_at_exit = False
+        # key text -> [lean tables, packed integer tables, {derived name: value}], for the tables
+        # this process has read or built; `_dirty` holds the keys whose file is behind
+        self._entries: dict[str, list] = {}
+        self._dirty: set[str] = set()
+        self._flush_at_exit = False
 
     def _path(self, text: str) -> Path:
         digest = hashlib.sha256((code_digest() + "\n" + text).encode()).hexdigest()[:32]
@@ -99,11 +108,11 @@ class TableStore:
 
     def get(self, key: tuple) -> tuple[PhaseTables, IntTables] | None:
         text = stable_key(key)
-        found = None if text is None else self.get_value(text)
-        if found is None:
+        entry = None if text is None else self._entry(text)
+        if entry is None:
             return None
-        tables, ints = found
-        return tables, _map(ints, _unpacked)
+        tables, ints, _ = entry
+        return replace(tables, memo={}), _map(ints, _unpacked)
 
     def put(self, key: tuple, value: tuple[PhaseTables, IntTables]) -> None:
         text = stable_key(key)
@@ -112,41 +121,77 @@ class TableStore:
         tables, ints = value
         # the search reads the integer tables only: the float ones are not kept
         lean = replace(tables, time_s={}, comm_s={}, fixed_s={}, hbm_bytes={}, cover_s={}, memo={})
-        self.put_value(text, (lean, _map(ints, _packed)))
+        self._entries[text] = [lean, _map(ints, _packed), {}]
+        self._mark(text)
 
-    def get_value(self, text: str) -> Any:
-        """What `put_value` stored under `text`, or None."""
+    @property
+    def pending(self) -> int:
+        """Tables whose file the next flush writes."""
+        return len(self._dirty)
+
+    def derived_value(self, text: str, name: tuple) -> Any:
+        """The value derived under `name` from the tables stored as `text`, or None."""
+        entry = self._entry(text)
+        return None if entry is None else entry[2].get(name)
+
+    def put_derived(self, text: str, name: tuple, value: Any) -> None:
+        """Keep `value` with the tables stored as `text` (if this process read or built them)."""
+        entry = self._entries.get(text)
+        if entry is not None:
+            entry[2][name] = value
+            self._mark(text)
+
+    def _entry(self, text: str) -> list | None:
+        if text in self._entries:
+            return self._entries[text]
         path = self._path(text)
         try:
             with open(path, "rb") as fh:
                 stored_key, value = pickle.load(fh)
             if stored_key != text:
                 raise ValueError("another key")
+            tables, ints, values = value
+            if not isinstance(values, dict):
+                raise TypeError("no derived values")
             os.utime(path)  # recently used
         except (OSError, ValueError, EOFError, pickle.UnpicklingError, AttributeError, TypeError, ImportError):
             self.misses += 1
             return None
         self.hits += 1
-        return value
+        entry = self._entries[text] = [tables, ints, values]
+        return entry
 
-    def put_value(self, text: str, value: Any) -> None:
-        """Keep `value` (picklable) under the key `text`."""
-        path = self._path(text)
-        tmp = None
+    def _mark(self, text: str) -> None:
+        self._dirty.add(text)
+        if not self._flush_at_exit:
+            self._flush_at_exit = True
+            atexit.register(self.flush)
+
+    def flush(self) -> None:
+        """Write every table whose file is behind (built, or with new derived values), then evict."""
+        dirty, self._dirty = sorted(self._dirty), set()
+        if not dirty:
+            return
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=f".{path.name}.", suffix=".tmp")
+        except OSError:
+            return  # a read-only or full disk only costs the next run its speed
+        for text in dirty:
+            self._write(self._path(text), (text, tuple(self._entries[text])))
+        self.evict()
+
+    @staticmethod
+    def _write(path: Path, value: Any) -> None:
+        tmp = None
+        try:
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
             with os.fdopen(fd, "wb") as fh:
-                pickle.dump((text, value), fh, protocol=pickle.HIGHEST_PROTOCOL)
+                pickle.dump(value, fh, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(tmp, path)
         except OSError:
             if tmp is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
-            return  # a read-only or full disk only costs the next run its speed
-        if not self._evict_at_exit:
-            self._evict_at_exit = True
-            atexit.register(self.evict)
 
     def evict(self, limit_bytes: int = STORE_LIMIT_BYTES) -> None:
         """Remove the files another version of the code wrote (they can never be read again),
@@ -173,17 +218,17 @@ class TableStore:
 
 def derived(t: PhaseTables, name: tuple, compute: Callable[[], Any]) -> Any:
     """`t.memo[name]` for something computed from the tables alone (no SLO, no budget): from the
-    memo, else from the disk store when the tables have a store key, else computed and kept in
-    both."""
+    memo, else from the disk store's file of the tables when they have a store key, else computed
+    and kept in both (written with the tables at the store's next flush)."""
     if name in t.memo:
         return t.memo[name]
     store = table_store()
-    text = None if store is None or t.store_key is None else stable_key((t.store_key, name))
-    value = None if text is None or store is None else store.get_value(text)
+    text = t.store_key if store is not None else None
+    value = None if text is None or store is None else store.derived_value(text, name)
     if value is None:
         value = compute()
         if text is not None and store is not None:
-            store.put_value(text, value)
+            store.put_derived(text, name, value)
     t.memo[name] = value
     return value
 

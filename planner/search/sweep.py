@@ -276,7 +276,16 @@ def _forked_point(i: int) -> tuple[int, SweepPoint, int, int, int]:
     points, cache = _FORKED
     hits, misses, loaded = cache.hits, cache.misses, cache.loaded
     point = _search_point(*points[i], cache)
+    _flush_table_store()  # a pool worker ends without running exit handlers
     return i, point, cache.hits - hits, cache.misses - misses, cache.loaded - loaded
+
+
+def _flush_table_store() -> None:
+    from planner.candidates.table_store import table_store
+
+    store = table_store()
+    if store is not None:
+        store.flush()
 
 
 def can_fork() -> bool:
@@ -331,6 +340,7 @@ def run_sweep(
         for i in first:
             finished(i, _search_point(*points[i], cache))
         if rest and can_fork():
+            _flush_table_store()  # written once here, not again by every worker
             _FORKED = (points, cache)
             pool = multiprocessing.get_context("fork").Pool(min(jobs, len(rest)), _quiet_worker)
             for i, point, hits, misses, loaded in pool.imap_unordered(_forked_point, rest):
