@@ -495,17 +495,21 @@ def colocated_candidates(
     mtp: bool | None = None,
     max_itl_us: int | None = None,
     least_rate_milli: int = 0,
+    ep_not: int | None = None,
 ) -> list[ColocatedCandidate]:
     """The `keep` best colocated instances of one size (see the module docstring): exact over the
     layouts, depths, concurrencies, batches and micro-batches (`prune=False` evaluates every
     combination the engine can run, even those the bound calls infeasible, for tests; `mtp` True
-    or False keeps only depths with or without MTP). With `least_rate_milli`, only instances of at
+    or False keeps only depths with or without MTP, `ep_not` only expert layouts over another
+    device count than that). With `least_rate_milli`, only instances of at
     least that many thousandths of a request per second are wanted: combinations whose bound is
     below it are not evaluated, and the result holds the `keep` best of those that reach it."""
     bound, per_k = colocated_upper_bounds(ctx, dt, di, pt, pi, tpot_slo_us, ttft_slo_us, max_itl_us)
     runnable = engine_mask(np.ones(bound.shape), dt).reshape(-1) > 0
     if mtp is not None:  # only configurations with (True) or without (False) MTP draft tokens
         bound = bound * np.array([(k > 0) == mtp for k in dt.k_values], dtype=float)[:, None, None, None, None]
+    if ep_not is not None and dt.options.moe:  # only expert layouts over another device count
+        bound = bound * np.array([o.moe.ep != ep_not for o in dt.options.moe], dtype=float)[:, None]
     flat = bound.reshape(-1)
     order = [int(i) for i in np.lexsort((np.arange(flat.size), -flat)) if flat[i] > 0 or (runnable[i] and not prune)]
     found: list[tuple[float, ColocatedCandidate]] = []

@@ -359,10 +359,12 @@ def decode_candidates(
     overlap_factor: int = 0,
     mtp: bool | None = None,
     first_round: int = 64,
+    ep_not: int | None = None,
 ) -> list[PhaseCandidate]:
     """The `keep` best decode configurations of one instance size (each at its best concurrency);
     `max_step_us` bounds the step, the gap between two emissions of a sequence (--max-itl-ms);
-    `mtp` True or False keeps only configurations with or without MTP draft tokens.
+    `mtp` True or False keeps only configurations with or without MTP draft tokens; `ep_not`
+    only those whose experts are not spread over that many devices.
 
     Tables with two micro-batches subtract the hidden part, `overlap_factor` millionths of the
     shorter of the main layers' communication and compute (`decode_micro_batch_factor`).
@@ -371,7 +373,7 @@ def decode_candidates(
     best ratio under HBM alone), in rounds, until no combination left can reach the `keep`-th
     best score found; the result is what scoring every combination gives (ties by index order).
     """
-    memo_key = ("decode_top", tpot_slo_us, max_step_us, overlap_factor, keep, mtp)
+    memo_key = ("decode_top", tpot_slo_us, max_step_us, overlap_factor, keep, mtp, ep_not)
     if memo_key in t.memo:
         return t.memo[memo_key]
     xs = t.x_values.astype(np.int64)
@@ -379,6 +381,9 @@ def decode_candidates(
     if mtp is not None:  # only configurations with (True) or without (False) MTP draft tokens
         keep_k = np.array([(k > 0) == mtp for k in t.k_values])
         bound = np.where(keep_k[:, None, None, None, None], bound, -1.0)
+    if ep_not is not None and t.options.moe:  # only expert layouts over another device count
+        other = np.array([t.options.moe[i].moe.ep != ep_not for i in kept["moe"]])
+        bound = np.where(other[None, None, None, :, None], bound, -1.0)
     flat = bound.reshape(-1)
     valid = np.flatnonzero(flat > 0)
     order = valid[np.lexsort((valid, -flat[valid]))]

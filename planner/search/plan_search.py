@@ -443,11 +443,13 @@ def _colocated(
     keep: int,
     mtp: bool | None = None,
     floor_per_device: Fraction = Fraction(0),
+    ep_not: int | None = None,
 ) -> list[ColocatedCandidate]:
     """Colocated candidates for the sizes both phases were costed at: per size the `keep` best
-    (exact, planner.candidates.colocated_candidates). When the objective is tokens/s per card,
-    sizes are visited best bound per device first, and a size whose bound per device cannot
-    reach the `keep`-th best found is skipped: that is exact too, and depends on no budget.
+    (exact, planner.candidates.colocated_candidates; `mtp` and `ep_not` filter as there). When the
+    objective is tokens/s per card, sizes are visited best bound per device first, and a size
+    whose bound per device cannot reach the `keep`-th best found is skipped: that is exact too,
+    and depends on no budget.
     `floor_per_device` (requests/s in thousandths per device) is what a colocated instance must
     reach to matter at all (the `top`-th best deployment without colocated ones): sizes and
     combinations whose bound is below it are not costed, and those kept all reach it."""
@@ -495,13 +497,26 @@ def _colocated(
             bound = colocated_upper_bounds(ctx, dt, di, pt, pi, tpot, ttft, itl)[0]
             if mtp is not None:
                 bound = bound[[j for j, k in enumerate(dt.k_values) if (k > 0) == mtp]]
+            if ep_not is not None and dt.options.moe:
+                bound = bound[:, :, :, [i for i, o in enumerate(dt.options.moe) if o.moe.ep != ep_not]]
             if float(bound.max(initial=0.0)) * (1 + 1e-9) < floor:
                 continue
         least_milli = math.ceil(floor_per_device * n) if per_device else 0
-        key = ("colocated_candidates", tpot, ttft, itl, keep, mtp, least_milli)
+        key = ("colocated_candidates", tpot, ttft, itl, keep, mtp, least_milli, ep_not)
         if key not in pt.memo:  # the same for every budget: kept with the tables
             pt.memo[key] = colocated_candidates(
-                ctx, dt, di, pt, pi, tpot, ttft, keep, mtp=mtp, max_itl_us=itl, least_rate_milli=least_milli
+                ctx,
+                dt,
+                di,
+                pt,
+                pi,
+                tpot,
+                ttft,
+                keep,
+                mtp=mtp,
+                max_itl_us=itl,
+                least_rate_milli=least_milli,
+                ep_not=ep_not,
             )
         out.extend(pt.memo[key])
     return sorted(out, key=lambda c: (c.devices, -c.rate_milli, c.decode.key()))
@@ -727,6 +742,20 @@ def _colocated_floor(
     return Fraction(found[-1].rate_milli, found[-1].devices) if len(found) >= k else Fraction(0)
 
 
+def _decode_pool(request: PlanRequest, dspace: PhaseSpace, drawn: dict) -> list[PhaseCandidate]:
+    """The best decode candidate of each size and micro-batch count among those `drawn` allows
+    (`decode_candidates`' filters `mtp`, `ep_not`), from the tables again."""
+    slo_us = None if request.slo.tpot_ms is None else int(math.floor(request.slo.tpot_ms * 1000))
+    itl_us = None if request.slo.max_itl_ms is None else int(math.floor(request.slo.max_itl_ms * 1000))
+    pool: list[PhaseCandidate] = []
+    for t0, ints0 in dspace.tables.values():
+        # every decode micro-batch count's tables of the size (build_phase_space keeps them)
+        factor, tables = t0.memo.get("decode_micro_batch_tables", (0, [(t0, ints0)]))
+        for t, ints in tables:
+            pool.extend(decode_candidates(t, ints, slo_us, 1, itl_us, factor, **drawn))
+    return pool
+
+
 def _alternatives(
     request: PlanRequest,
     ctx: CostContext,
@@ -748,13 +777,15 @@ def _alternatives(
     def anything(c: PhaseCandidate) -> bool:
         return True
 
-    structures: list[tuple[str, Callable[[PhaseCandidate], bool], bool, bool]] = []
+    # (label, which decode candidates belong, disaggregated plans?, colocated ones?, and for a
+    # structure the kept candidates may not hold the best of (the best of each size is kept over
+    # every MTP depth and EP size): the filter to draw its candidates from the tables again)
+    structures: list[tuple[str, Callable[[PhaseCandidate], bool], bool, bool, dict | None]] = []
     if dspace and pspace and coloc:
         if best_dep.colocated is not None:
-            structures.append(("disaggregated", anything, True, False))
+            structures.append(("disaggregated", anything, True, False, None))
         else:
-            structures.append(("colocated", anything, False, True))
-    mtp_alternative = None
+            structures.append(("colocated", anything, False, True, None))
     depths = request.mtp_tokens if request.mtp_tokens is not None else (0, 1)
     if head is not None and ctx.model.mtp_layers and any((k > 0) != (head.k > 0) for k in depths):
         mtp_alternative = not head.k > 0
@@ -762,43 +793,26 @@ def _alternatives(
         def other_mtp(c: PhaseCandidate, mtp: bool = mtp_alternative) -> bool:
             return (c.k > 0) == mtp
 
-        structures.append(("with MTP" if mtp_alternative else "without MTP", other_mtp, True, True))
+        label = "with MTP" if mtp_alternative else "without MTP"
+        structures.append((label, other_mtp, True, True, {"mtp": mtp_alternative}))
     if head is not None and head.moe is not None:
         ep = head.moe.moe.ep
 
         def other_ep(c: PhaseCandidate, ep: int = ep) -> bool:
             return c.moe is not None and c.moe.moe.ep != ep
 
-        structures.append((f"decode EP other than {ep}", other_ep, True, True))
+        structures.append((f"decode EP other than {ep}", other_ep, True, True, {"ep_not": ep}))
     out: list[Alternative] = []
-    for label, keep_decode, disagg, colocated in structures:
+    for label, keep_decode, disagg, colocated, drawn in structures:
         d_pool, c_pool = d_all, coloc
-        if keep_decode.__name__ == "other_mtp" and dspace is not None:
-            # the kept candidates are the best of each size over every MTP depth: the best of each
-            # size with (or without) MTP comes from the tables again
-            slo_us = None if request.slo.tpot_ms is None else int(math.floor(request.slo.tpot_ms * 1000))
-            itl_us = None if request.slo.max_itl_ms is None else int(math.floor(request.slo.max_itl_ms * 1000))
-            d_pool = []
-            for t0, ints0 in dspace.tables.values():
-                # every decode micro-batch count's tables of the size (build_phase_space keeps them)
-                factor, tables = t0.memo.get("decode_micro_batch_tables", (0, [(t0, ints0)]))
-                for t, ints in tables:
-                    key = ("decode_candidates", slo_us, itl_us, 1, factor, mtp_alternative)
-                    if key not in t.memo:
-                        t.memo[key] = decode_candidates(t, ints, slo_us, 1, itl_us, factor, mtp=mtp_alternative)
-                    d_pool.extend(t.memo[key])
+        if drawn is not None and dspace is not None:
+            d_pool = _decode_pool(request, dspace, drawn)
             if coloc and pspace is not None:
-                # (the size bounds then come from the decode candidates with the same MTP choice);
+                # (the size bounds then come from the decode candidates of the same structure);
                 # a colocated instance is the answer only if it reaches the best disaggregated one
                 floor = _colocated_floor(request, ctx, [c for c in d_pool if keep_decode(c)], p_all, 1)
                 c_pool = _colocated(
-                    ctx,
-                    request,
-                    replace(dspace, candidates=d_pool),
-                    pspace,
-                    1,
-                    mtp=mtp_alternative,
-                    floor_per_device=floor,
+                    ctx, request, replace(dspace, candidates=d_pool), pspace, 1, floor_per_device=floor, **drawn
                 )
         d = [c for c in d_pool if keep_decode(c)] if disagg else []
         p = list(p_all) if disagg else []

@@ -224,6 +224,14 @@ def test_colocated_bound_holds_for_whole_forward_and_chunked_instances(devices, 
         assert [(c.rate_milli, c.chunk_tokens) for c in pruned] == [
             (c.rate_milli, c.chunk_tokens) for c in every[:keep]
         ]
+    # the "decode EP other than N" alternative's filter keeps the best of the other expert layouts
+    ep = every[0].decode.moe.moe.ep
+    others = [c for c in every if c.decode.moe.moe.ep != ep]
+    assert others, "one expert layout only: the filter would not be tested"
+    other = colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep=2, max_itl_us=itl, ep_not=ep)
+    assert [(c.rate_milli, c.decode.key(), c.chunk_tokens) for c in other] == [
+        (c.rate_milli, c.decode.key(), c.chunk_tokens) for c in others[:2]
+    ]
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from planner.search.request import PlanRequest
 CACHE = TableCache()
 
 
-def _every_combination(t, ints, tpot, keep, itl, factor, mtp):
+def _every_combination(t, ints, tpot, keep, itl, factor, mtp, ep_not=None):
     """The `keep` best by scoring every combination (what the search did before branch and bound)."""
     scores, per_k, kept = _decode_scores(t, ints, tpot, itl, factor)
     scores = scores.copy()  # (memoised with the tables)
@@ -29,6 +29,10 @@ def _every_combination(t, ints, tpot, keep, itl, factor, mtp):
         for j, k in enumerate(t.k_values):
             if (k > 0) != mtp:
                 scores[j] = -1.0
+    if ep_not is not None:
+        for m, i in enumerate(kept["moe"]):
+            if t.options.moe[i].moe.ep == ep_not:
+                scores[:, :, :, m, :] = -1.0
     out = []
     for pos in _top(scores, keep):
         j, idx = pos[0], pos[1:]
@@ -61,4 +65,12 @@ def test_branch_and_bound_keeps_what_scoring_every_combination_keeps(hardware, d
                 every = _every_combination(t, ints, tpot, keep, itl, factor, mtp)
                 assert fast == every
                 compared += len(every)
+        # the "decode EP other than N" alternative: configurations whose experts span another count
+        best = decode_candidates(t, ints, tpot, 1, itl, factor)
+        if best and best[0].moe is not None:
+            ep = best[0].moe.moe.ep
+            for keep in (1, 3):
+                other = decode_candidates(t, ints, tpot, keep, itl, factor, ep_not=ep)
+                assert other == _every_combination(t, ints, tpot, keep, itl, factor, None, ep_not=ep)
+                assert all(c.moe is not None and c.moe.moe.ep != ep for c in other)
     assert compared > 0, "no feasible decode configuration: the comparison would be empty"

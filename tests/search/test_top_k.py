@@ -5,15 +5,26 @@ structure with its price."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from fractions import Fraction
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from planner.candidates.colocated_candidates import colocated_candidates
+from planner.candidates.phase_candidates import decode_candidates
 from planner.report.plan_report import headline
 from planner.search.oracle import best_deployment_ratio
-from planner.search.plan_search import TableCache, _plan_signature, run_search
+from planner.search.plan_search import (
+    TableCache,
+    _plan_signature,
+    _ranked,
+    deployment_plan,
+    make_context,
+    run_search,
+    score_and_validate,
+)
 from planner.search.ranking_enum import rank_deployments
 from planner.search.request import PlanRequest
 from planner.specs.plan import SLO, Workload
@@ -136,3 +147,43 @@ def test_cli_prints_the_note_and_the_other_structures():
     assert "Best plan of each other structure" in full.output
     # the other structure than rank 1's (disaggregated or colocated), and MTP the other way
     assert ("│ disaggregated " in full.output or "│ colocated " in full.output) and "without MTP" in full.output
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        PlanRequest(hardware="cm384", max_cards=16, top=3),
+        PlanRequest(max_cards=16, top=3),
+        PlanRequest(max_cards=32, top=3, slo=SLO(tpot_ms=50, ttft_ms=2000, max_itl_ms=150)),
+    ],
+    ids=["cm384-16", "a2-16", "a2-32-tight"],
+)
+def test_the_other_ep_alternative_is_the_best_plan_with_another_ep(request_):
+    """The alternative must be the best deployment whose decode experts span another device count
+    than rank 1's. Before, it was drawn from the few configurations kept per size for the list: on
+    cm384 at 16 cards those held no other EP but a disaggregated plan at 481.6 tok/s/card while a
+    colocated EP28 instance reaches about 2290, and on a2 there was no row at all. The oracle: every
+    decode configuration and every colocated instance of every size, filtered afterwards."""
+    outcome = run_search(request_, cache=CACHE)
+    ep = outcome.plans[0].decode_phase.moe.ep
+    alt = next(a for a in outcome.alternatives if a.label == f"decode EP other than {ep}")
+    assert alt.plan.decode_phase.moe.ep != ep
+    ctx = make_context(request_)
+    slo = request_.slo
+    tpot, ttft = int(slo.tpot_ms * 1000), int(slo.ttft_ms * 1000)
+    itl = None if slo.max_itl_ms is None else int(slo.max_itl_ms * 1000)
+    dspace, pspace = outcome.decode_space, outcome.prefill_space
+    every_decode = []
+    for first, _ in dspace.tables.values():
+        factor, tables = first.memo["decode_micro_batch_tables"]
+        for t, ints in tables:
+            every_decode += decode_candidates(t, ints, tpot, 10**6, itl, factor)
+    every_colocated = []
+    for n in sorted(set(dspace.tables) & set(pspace.tables)):
+        (dt, di), (pt, pi) = dspace.tables[n], pspace.tables[n]
+        every_colocated += colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, 10**6, max_itl_us=itl)
+    d = [c for c in every_decode if c.moe.moe.ep != ep]
+    cc = [c for c in every_colocated if c.decode.moe.moe.ep != ep]
+    best = _ranked(request_, ctx, d, pspace.candidates, cc, 1)[0]
+    plan = score_and_validate(deployment_plan(request_, ctx, best, replace(dspace, candidates=d), pspace, 1, cc), ctx)
+    assert headline(alt.plan) == pytest.approx(headline(plan), rel=1e-9)
