@@ -28,8 +28,9 @@ from planner.cli.plan_cmd import build_request, search_with_progress
 from planner.costmodel.context import DEFAULT_HBM_UTILIZATION
 from planner.costmodel.evaluate import load_plan_specs
 from planner.costmodel.mixed import is_mixed_plan
-from planner.errors import BadInputError
+from planner.errors import BadInputError, InfeasibleError
 from planner.ranking.whatif import run_whatif
+from planner.report.plan_report import infeasible_document
 from planner.report.whatif_report import whatif_document, whatif_renderables
 from planner.search.plan_search import SearchOutcome, TableCache
 from planner.search.request import (
@@ -140,7 +141,7 @@ def plan_assumptions(plan: Plan, base_dir: Path | None) -> dict[str, object]:
     specs = load_plan_specs(
         plan.model_copy(update={"prefill": None}) if is_mixed_plan(plan) and plan.decode else plan, base_dir
     )
-    devices = sum(p.total_devices for p in (plan.decode_phase, plan.prefill_phase) if p is not None)
+    devices = plan.total_devices  # (a colocated plan's instances serve both phases: counted once)
     out = {k: default for k, (_, default) in ASSUMPTIONS.items()}
     out.update(
         {
@@ -401,7 +402,12 @@ def whatif(
         new_a = {**base_a, **changes}
         base_request = request_from(base_a, time_limit, workers)
         new_request = request_from(new_a, time_limit, workers)
-        result = run_whatif(base_request, new_request, plan, base_dir, source, _search_with_progress)
+        try:
+            result = run_whatif(base_request, new_request, plan, base_dir, source, _search_with_progress)
+        except InfeasibleError as exc:
+            if json_out is not None:  # as `plan --json`: the status, the reason and the nearest point
+                write_text_atomic(json_out, infeasible_document(str(exc)))
+            raise
         if json_out is not None:
             write_text_atomic(json_out, whatif_document(result))
             if str(json_out) == "-":

@@ -103,10 +103,16 @@ def comparison_table(result: WhatIfResult) -> Table:
     table.add_column("base re-scored", justify="right")
     changed = {c.name for c in result.choice_changes}
     rows = [k for k in base.choices if k in changed or k in ALWAYS_SHOWN]
+    # a colocated plan's one layout and concurrency serve both phases: its rows are not decode's
+    colocated = any(c.plan is not None and c.plan.is_colocated for c in (base, new, res))
     for key in rows:
         style = "bold" if key in changed else ""
+        label = key
+        if colocated and key.startswith(("decode ", "prefill ")):
+            phase, rest = key.split(" ", 1)
+            label = f"{phase} (or colocated) {rest}" if phase == "decode" else f"{phase} (or colocated prefill) {rest}"
         table.add_row(
-            Text(key, style=style),
+            Text(label, style=style),
             base.choices.get(key, "-"),
             Text(new.choices.get(key, "-"), style=style),
             "changed" if key in changed else "=",

@@ -84,6 +84,32 @@ def test_whatif_infeasible_exits_1_with_the_binding_constraint():
     assert "TPOT: the lowest TPOT reachable" in r.output and "Traceback" not in r.output
 
 
+def test_whatif_infeasible_json_writes_the_status_and_the_nearest_point(tmp_path):
+    out = tmp_path / "w.json"
+    r = run_cli("whatif", "a2-d70", "--tpot-ms", "5", "--json", str(out))
+    assert r.exit_code == 1
+    doc = json.loads(out.read_text())
+    assert doc["status"] == "INFEASIBLE" and doc["constraint"] == "TPOT"
+    assert doc["nearest"]["flag"] == "--tpot-ms" and doc["nearest"]["value"] > 5
+
+
+def test_whatif_of_a_colocated_plan_keeps_its_card_count_as_the_budget(tmp_path):
+    """A colocated plan's instances serve both phases: its budget is its cards, once (it was
+    counted for each phase, so a 24-card base was re-planned with 48 cards)."""
+    base = tmp_path / "p.json"
+    r = run_cli("plan", "--max-cards", "24", "--top", "1", "--json", str(base))
+    assert r.exit_code == 0, r.output
+    plan = json.loads(base.read_text())["plans"][0]
+    assert plan.get("colocated"), "the a2 24-card plan is no longer colocated: pick another base"
+    r = run_cli("whatif", str(base), "--tpot-ms", "90", "--json", "-")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["assumptions"]["base"]["max-cards"] == 24
+    assert doc["new"]["plan"]["predicted"]["system"]["cards"] <= 24
+    text = run_cli("whatif", str(base), "--tpot-ms", "90").output
+    assert "decode (or colocated) concurrency per device" in text
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
