@@ -53,21 +53,38 @@ KNOWN_ARCHITECTURES = {"DeepseekV4ForCausalLM": "deepseek_v4"}
 
 # model_types known to be mixture-of-experts, and the config.json keys their experts need (each a
 # tuple of accepted spellings): a missing or misspelled one must not turn the model dense.
-_DEEPSEEK_MOE_KEYS = (("n_routed_experts",), ("num_experts_per_tok",), ("moe_intermediate_size",))
+# The shared-expert count and the number of leading dense layers are read as 0 when absent, which
+# changes the model (DeepSeek-V3 without `first_k_dense_replace`: 61 MoE layers, 704 B parameters
+# instead of 671 B; transformers' own defaults differ again), so the families whose every public
+# config.json holds them must hold them. DeepSeek-V4 has no dense layers (hash-routed ones instead).
+_DEEPSEEK_MOE_KEYS = (
+    ("n_routed_experts",),
+    ("num_experts_per_tok",),
+    ("moe_intermediate_size",),
+    ("n_shared_experts",),
+    ("first_k_dense_replace",),
+)
+_QWEN_MOE_KEYS = (("num_experts",), ("num_experts_per_tok",), ("moe_intermediate_size",))
+_KIMI_LINEAR_KEYS = (
+    ("num_experts",),
+    ("num_experts_per_token", "num_experts_per_tok"),
+    ("num_shared_experts", "n_shared_experts"),
+    ("first_k_dense_replace",),
+)
 MOE_MODEL_TYPES: dict[str, tuple[tuple[str, ...], ...]] = {
     "deepseek_v2": _DEEPSEEK_MOE_KEYS,
     "deepseek_v3": _DEEPSEEK_MOE_KEYS,
     "deepseek_v32": _DEEPSEEK_MOE_KEYS,
-    "deepseek_v4": _DEEPSEEK_MOE_KEYS,
+    "deepseek_v4": _DEEPSEEK_MOE_KEYS[:4],
     "kimi_k2": _DEEPSEEK_MOE_KEYS,
     "kimi_k25": _DEEPSEEK_MOE_KEYS,
     "glm_moe_dsa": _DEEPSEEK_MOE_KEYS,
-    "kimi_linear": (("num_experts",), ("num_experts_per_token", "num_experts_per_tok")),
-    "kimi_k3": (("num_experts",), ("num_experts_per_token", "num_experts_per_tok")),
-    "qwen2_moe": (("num_experts",), ("num_experts_per_tok",), ("moe_intermediate_size",)),
-    "qwen3_moe": (("num_experts",), ("num_experts_per_tok",), ("moe_intermediate_size",)),
-    "qwen3_5_moe": (("num_experts",), ("num_experts_per_tok",), ("moe_intermediate_size",)),
-    "qwen3_5_moe_text": (("num_experts",), ("num_experts_per_tok",), ("moe_intermediate_size",)),
+    "kimi_linear": _KIMI_LINEAR_KEYS,
+    "kimi_k3": _KIMI_LINEAR_KEYS,
+    "qwen2_moe": _QWEN_MOE_KEYS + (("shared_expert_intermediate_size",),),
+    "qwen3_moe": _QWEN_MOE_KEYS,  # (no shared expert)
+    "qwen3_5_moe": _QWEN_MOE_KEYS + (("shared_expert_intermediate_size",),),
+    "qwen3_5_moe_text": _QWEN_MOE_KEYS + (("shared_expert_intermediate_size",),),
     "mixtral": (("num_local_experts",), ("num_experts_per_tok",), ("intermediate_size",)),
     "minimax_m2": (("num_local_experts",), ("num_experts_per_tok",), ("intermediate_size",)),
 }
@@ -79,7 +96,8 @@ def _check_moe_keys(cfg: dict[str, Any], model_type: str | None) -> None:
         if all(cfg.get(k) is None for k in spellings):
             raise ValueError(
                 f"model_type '{model_type}' is a mixture-of-experts model but config.json lacks "
-                f"'{spellings[0]}'; add it (check its spelling) or the model would be read as dense"
+                f"'{spellings[0]}'; add it (check its spelling): without it the model would be read "
+                "wrongly (as dense, or without its shared experts or dense layers)"
             )
 
 

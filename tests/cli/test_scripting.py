@@ -154,6 +154,9 @@ def _hf_folder(tmp_path, drop: str | None = None, rename: tuple[str, str] | None
         (None, ("n_routed_experts", "n_routed_expert"), "n_routed_experts"),
         ("moe_intermediate_size", None, "moe_intermediate_size"),
         ("num_experts_per_tok", None, "num_experts_per_tok"),
+        # read as 0 they changed the model silently (no shared expert; 61 MoE layers, 704 B params)
+        ("n_shared_experts", None, "n_shared_experts"),
+        (None, ("first_k_dense_replace", "first_k_dense"), "first_k_dense_replace"),
     ],
 )
 def test_moe_model_missing_an_expert_key_is_an_error_naming_it(tmp_path, drop, rename, key):
