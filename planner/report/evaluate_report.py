@@ -79,19 +79,27 @@ def _hbm_table(
     return table
 
 
+def _instances_row(phase: PhasePlan, hw: HardwareSpec) -> str:
+    return f"{phase.instances} x {phase.devices} ({hw.cards(phase.total_devices):g} x {hw.card_name})"
+
+
 def _decode_summary(phase: DecodePlan, d: DecodePrediction, hw: HardwareSpec, plan: Plan) -> Table:
-    t = Table(title="Decode", show_header=False)
+    colocated = plan.is_colocated
+    # a colocated instance's layouts, TPOT, tokens/s and HBM are the colocated table's (one figure
+    # in plan, evaluate and whatif); this table is its decode steps alone, prefill left out
+    t = Table(
+        title="Decode steps of the colocated instance (alone: prefill left out)" if colocated else "Decode",
+        show_header=False,
+    )
     t.add_column("figure")
     t.add_column("value")
-    t.add_row(
-        "instances x devices",
-        f"{phase.instances} x {phase.devices} ({hw.cards(phase.total_devices):g} {hw.card_name} cards)",
-    )
-    t.add_row("layouts", layout_summary(phase))
+    if not colocated:
+        t.add_row("instances x devices", _instances_row(phase, hw))
+        t.add_row("layouts", layout_summary(phase))
     t.add_row(
         "concurrency",
-        f"{phase.concurrency_per_device} per device, "
-        f"{d.sequences_per_instance} per instance (HBM allows {d.max_concurrency_per_device})",
+        f"{phase.concurrency_per_device} per device, {d.sequences_per_instance} per instance "
+        f"(HBM allows {d.max_concurrency_per_device}" + (" without the prefill batch)" if colocated else ")"),
     )
     t.add_row(
         "MTP",
@@ -104,59 +112,62 @@ def _decode_summary(phase: DecodePlan, d: DecodePrediction, hw: HardwareSpec, pl
     )
     t.add_row("step", f"{d.step_ms:.2f} ms")
     slo = plan.slo.tpot_ms if plan.slo and plan.slo.tpot_ms else None
-    if plan.is_colocated:
-        # a colocated sequence also waits for prefill: its TPOT and tokens/s per user are the
-        # colocated table's (one figure in plan, evaluate and whatif); this is the step alone
-        t.add_row("TPOT of the decode steps alone", f"{d.tpot_ms:.2f} ms (without prefill: see the colocated table)")
+    if colocated:
+        t.add_row("TPOT of the decode steps alone", f"{d.tpot_ms:.2f} ms (with prefill: the colocated table)")
     else:
         t.add_row(
             "TPOT",
             f"{d.tpot_ms:.2f} ms" + (f" (SLO {slo:g} ms: {_ok(d.meets_tpot_slo)})" if slo else ""),
         )
         t.add_row("tokens/s per user", f"{d.tokens_per_s_per_user:.1f}")
-    t.add_row(
-        "output tokens/s",
-        f"{d.tokens_per_s_per_device:.1f} per device, {d.tokens_per_s_per_card:.1f} per card",
-    )
+        t.add_row(
+            "output tokens/s",
+            f"{d.tokens_per_s_per_device:.1f} per device, {d.tokens_per_s_per_card:.1f} per card",
+        )
     t.add_row("MoE imbalance (busiest/mean)", f"{d.moe_imbalance:.3f}")
-    t.add_row(
-        "HBM per device",
-        f"{d.hbm_bytes_per_device / GIB:.2f} of {d.hbm_capacity_bytes / GIB:.1f} GiB "
-        f"({d.hbm_utilization:g} of {hw.hbm_bytes / GIB:.0f}), fits: {_ok(d.fits_hbm)}",
-    )
+    if not colocated:
+        t.add_row(
+            "HBM per device",
+            f"{d.hbm_bytes_per_device / GIB:.2f} of {d.hbm_capacity_bytes / GIB:.1f} GiB "
+            f"({d.hbm_utilization:g} of {hw.hbm_bytes / GIB:.0f}), fits: {_ok(d.fits_hbm)}",
+        )
     return t
 
 
 def _prefill_summary(phase: PrefillPlan, p: PrefillPrediction, hw: HardwareSpec, plan: Plan) -> Table:
-    t = Table(title="Prefill", show_header=False)
+    colocated = plan.is_colocated
+    t = Table(
+        title="Prefill forwards of the colocated instance (alone: decode left out)" if colocated else "Prefill",
+        show_header=False,
+    )
     t.add_column("figure")
     t.add_column("value")
-    t.add_row(
-        "instances x devices",
-        f"{phase.instances} x {phase.devices} ({hw.cards(phase.total_devices):g} {hw.card_name} cards)",
-    )
-    t.add_row("layouts", layout_summary(phase))
+    if not colocated:
+        t.add_row("instances x devices", _instances_row(phase, hw))
+        t.add_row("layouts", layout_summary(phase))
     t.add_row(
         "batch",
         f"{phase.batch_tokens} tokens per forward ({p.requests_per_forward:g} requests), "
-        f"{phase.micro_batches} micro-batch(es); HBM allows {p.max_batch_tokens} tokens",
+        f"{phase.micro_batches} micro-batch(es)" + ("" if colocated else f"; HBM allows {p.max_batch_tokens} tokens"),
     )
     t.add_row("forward", f"{p.forward_ms:.2f} ms")
     slo = plan.slo.ttft_ms if plan.slo and plan.slo.ttft_ms else None
-    t.add_row(
-        "TTFT (wait + forward + KV transfer)",
-        f"{p.ttft_ms:.2f} ms" + (f" (SLO {slo:g} ms: {_ok(p.meets_ttft_slo)})" if slo else ""),
-    )
-    t.add_row(
-        "input tokens/s",
-        f"{p.tokens_per_s_per_device:.1f} per device, {p.tokens_per_s_per_card:.1f} per card",
-    )
+    if not colocated:  # (a colocated instance's TTFT, throughput and HBM: the colocated table)
+        t.add_row(
+            "TTFT (wait + forward + KV transfer)",
+            f"{p.ttft_ms:.2f} ms" + (f" (SLO {slo:g} ms: {_ok(p.meets_ttft_slo)})" if slo else ""),
+        )
+        t.add_row(
+            "input tokens/s",
+            f"{p.tokens_per_s_per_device:.1f} per device, {p.tokens_per_s_per_card:.1f} per card",
+        )
     t.add_row("MoE imbalance (busiest/mean)", f"{p.moe_imbalance:.3f}")
-    t.add_row(
-        "HBM per device",
-        f"{p.hbm_bytes_per_device / GIB:.2f} of {p.hbm_capacity_bytes / GIB:.1f} GiB "
-        f"({p.hbm_utilization:g} of {hw.hbm_bytes / GIB:.0f}), fits: {_ok(p.fits_hbm)}",
-    )
+    if not colocated:
+        t.add_row(
+            "HBM per device",
+            f"{p.hbm_bytes_per_device / GIB:.2f} of {p.hbm_capacity_bytes / GIB:.1f} GiB "
+            f"({p.hbm_utilization:g} of {hw.hbm_bytes / GIB:.0f}), fits: {_ok(p.fits_hbm)}",
+        )
     return t
 
 
@@ -165,34 +176,39 @@ def evaluate_tables(
 ) -> list[RenderableType]:
     """Every table `moeplan evaluate` prints (`prefill_hw`: the prefill machine of a mixed plan)."""
     out: list[RenderableType] = []
+    colocated = prediction.colocated
     if plan.decode_phase is not None and prediction.decode is not None:
         d = prediction.decode
         out.append(_decode_summary(plan.decode_phase, d, hw, plan))
         out.append(_breakdown_table("Decode step by module", d.breakdown_ms, d.step_ms))
+        # a colocated instance holds its decode state and one prefill batch's KV cache and
+        # activations: its HBM is the colocated figures' (the decode block's leaves the batch out)
+        use = colocated if colocated is not None else d
         out.append(
             _hbm_table(
-                "Decode HBM",
-                d.hbm_breakdown_bytes,
-                d.hbm_capacity_bytes,
+                "Colocated HBM" if colocated is not None else "Decode HBM",
+                use.hbm_breakdown_bytes,
+                use.hbm_capacity_bytes,
                 d.hbm_role,
-                d.hbm_utilization,
-                d.hbm_free_bytes,
+                use.hbm_utilization,
+                use.hbm_free_bytes,
             )
         )
     if plan.prefill_phase is not None and prediction.prefill is not None:
         p = prediction.prefill
         out.append(_prefill_summary(plan.prefill_phase, p, prefill_hw or hw, plan))
         out.append(_breakdown_table("Prefill forward by module", p.breakdown_ms, p.forward_ms))
-        out.append(
-            _hbm_table(
-                "Prefill HBM",
-                p.hbm_breakdown_bytes,
-                p.hbm_capacity_bytes,
-                p.hbm_role,
-                p.hbm_utilization,
-                p.hbm_free_bytes,
+        if colocated is None:
+            out.append(
+                _hbm_table(
+                    "Prefill HBM",
+                    p.hbm_breakdown_bytes,
+                    p.hbm_capacity_bytes,
+                    p.hbm_role,
+                    p.hbm_utilization,
+                    p.hbm_free_bytes,
+                )
             )
-        )
     if prediction.colocated is not None and plan.decode_phase is not None:
         c = prediction.colocated
         chunked = c.chunk_tokens is not None
@@ -203,6 +219,8 @@ def evaluate_tables(
         )
         t.add_column("figure")
         t.add_column("value")
+        t.add_row("instances x devices", _instances_row(plan.decode_phase, hw))
+        t.add_row("layouts (both phases)", layout_summary(plan.decode_phase))
         t.add_row("requests/s per instance", f"{c.requests_per_s_per_instance:.3f}")
         t.add_row("time spent in prefill", f"{c.prefill_time_fraction:.1%}")
         slo = plan.slo
@@ -245,13 +263,18 @@ def evaluate_tables(
         out.insert(0, t)
     if prediction.system is not None:
         s = prediction.system
-        t = Table(title="System (prefill and decode matched)", show_header=False)
+        t = Table(
+            title="System (colocated instances)" if colocated is not None else "System (prefill and decode matched)",
+            show_header=False,
+        )
         t.add_column("figure")
         t.add_column("value")
         t.add_row("devices / cards", f"{s.devices} / {s.cards:g}")
         t.add_row(
             "requests/s",
-            f"{s.requests_per_s:.3f} (prefill can serve {s.prefill_requests_per_s:.3f}, "
+            f"{s.requests_per_s:.3f} (each instance prefills and decodes its own requests)"
+            if colocated is not None
+            else f"{s.requests_per_s:.3f} (prefill can serve {s.prefill_requests_per_s:.3f}, "
             f"decode {s.decode_requests_per_s:.3f}; {s.bottleneck} binds)",
         )
         t.add_row(

@@ -25,8 +25,13 @@ def uncertainty_table(prediction: Prediction) -> Table | None:
     table = Table(title="Uncertainty: figures at the ends of the factor ranges", caption=u.method)
     for col in ("block", "figure", "low", "mid", "high", "spread"):
         table.add_column(col, justify="left" if col in ("block", "figure") else "right")
+    # a colocated instance's throughput, TPOT and TTFT are the colocated block's: the decode and
+    # prefill blocks are its steps and forwards alone (their own tokens/s, TPOT, TTFT mean nothing)
+    alone = {"decode": ("step_ms",), "prefill": ("forward_ms",)} if prediction.colocated is not None else {}
     for block, figures in u.bands.items():
         for name, b in figures.items():
+            if block in alone and name not in alone[block]:
+                continue
             spread = f"-{1 - b.low / b.mid:.1%} / +{b.high / b.mid - 1:.1%}" if b.mid else "-"
             table.add_row(block, FIGURE_LABELS.get(name, name), f"{b.low:.4g}", f"{b.mid:.4g}", f"{b.high:.4g}", spread)
     return table

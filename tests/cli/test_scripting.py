@@ -253,3 +253,24 @@ def test_check_fails_a_broken_itl_limit():
     assert run_cli("evaluate", "a2-d70", "--check", "--max-itl-ms", "300").exit_code == 0
     r = run_cli("evaluate", "a2-d70", "--check", "--max-itl-ms", "100")
     assert r.exit_code == 1 and "ITL" in r.output
+
+
+def test_evaluate_shows_a_colocated_plan_once_with_its_own_figures(tmp_path):
+    """A colocated plan's layouts, TTFT, tokens/s and HBM are the colocated instance's: the decode
+    and prefill tables are its steps and forwards alone, without figures of their own that
+    contradict it (a prefill TTFT with a KV transfer, a prefill HBM 12 GiB below the real one)."""
+    base = tmp_path / "p.json"
+    assert run_cli("plan", "--max-cards", "24", "--top", "1", "--json", str(base)).exit_code == 0
+    doc = json.loads(base.read_text())
+    assert doc["plans"][0].get("colocated"), "the a2 24-card plan is no longer colocated: pick another"
+    r = run_cli("evaluate", str(base), "--json")
+    predicted = json.loads(r.output)["predicted"]
+    hbm_gib = predicted["colocated"]["hbm_bytes_per_device"] / 1024**3
+    text = run_cli("evaluate", str(base)).output
+    assert text.count("HBM per device") == 1 and f"{hbm_gib:.2f} of" in text
+    assert "KV transfer" not in text and "Prefill HBM" not in text and "Decode HBM" not in text
+    assert "Colocated HBM" in text and "prefill kv cache" in text
+    assert text.count("layouts") == 1  # one layout, in the colocated table
+    assert "alone: prefill left out" in text and "alone: decode left out" in text
+    band_rows = [ln for ln in text.splitlines() if ln.startswith(("│ decode    │", "│ prefill   │"))]
+    assert band_rows and all("step ms" in ln or "forward ms" in ln for ln in band_rows)
