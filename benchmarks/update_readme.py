@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # the outputs shown are those of a first run: no cost tables or placements from the disk cache
-os.environ.setdefault("MOEPLAN_CACHE_DIR", "off")
+os.environ["MOEPLAN_CACHE_DIR"] = "off"
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 # tests never read or write the user's cache folder (planner.costmodel.disk_memo has its own test)
-os.environ.setdefault("MOEPLAN_CACHE_DIR", "off")
+os.environ["MOEPLAN_CACHE_DIR"] = "off"
 
 import pytest
 from typer.testing import CliRunner
