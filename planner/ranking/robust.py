@@ -119,10 +119,18 @@ class LeadVerdict:
     dominant_term: str | None
     dominant_share: float
     term_spread: dict[str, float]
+    ranged: bool = True  # some factor range of the machine file moves either plan's headline
 
     def lines(self) -> list[str]:
         """What `moeplan plan` prints under the ranked table."""
         out = []
+        if not self.ranged:
+            out.append(
+                f"rank 1's lead over rank 2 ({self.lead:+.1f} tok/s/card, {self.lead_fraction:+.1%}) is not tested "
+                "against factor ranges: no range in the machine file moves either plan's figures, so they carry "
+                "no uncertainty band."
+            )
+            return out
         if self.lead < 0:
             out.append(
                 f"at the predicted factors rank 2 is ahead of rank 1 ({-self.lead:.1f} tok/s/card, "
@@ -181,8 +189,10 @@ def lead_verdict(first: Plan, second: Plan, specs: PlanSpecs, imbalance: Imbalan
 
     saving = savings(p1, p2)
     samples: dict[str, list[float]] = {k: [v] for k, v in saving.items()}
+    moved = False
     for sc in scenarios(specs.hw):
         s1, s2 = _evaluate(first, sc, specs, imbalance, p1), _evaluate(second, sc, specs, imbalance, p2)
+        moved = moved or headline_of(s1) != headline_of(p1) or headline_of(s2) != headline_of(p2)
         gap = headline_of(s1) - headline_of(s2)
         if gap < worst:
             worst, worst_label = gap, sc.label
@@ -206,6 +216,7 @@ def lead_verdict(first: Plan, second: Plan, specs: PlanSpecs, imbalance: Imbalan
         dominant_term=dominant,
         dominant_share=share,
         term_spread=spread,
+        ranged=moved,
     )
 
 
@@ -214,7 +225,9 @@ def band_cell(plan: Plan) -> str:
     if not plan.predicted:
         return "-"
     band = headline_band(Prediction.model_validate(plan.predicted))
-    return "-" if band is None else f"{band[0]:.0f}-{band[2]:.0f}"
+    if band is None or band[0] == band[2]:  # (no factor has a range: no band)
+        return "-"
+    return f"{band[0]:.0f}-{band[2]:.0f}"
 
 
 def tpot_band_cell(plan: Plan) -> str:
@@ -225,5 +238,5 @@ def tpot_band_cell(plan: Plan) -> str:
     for block in ("colocated", "decode"):
         b = u.get("bands", {}).get(block, {}).get("tpot_ms")
         if b:
-            return f"{b['low']:.1f}-{b['high']:.1f}"
+            return "-" if b["low"] == b["high"] else f"{b['low']:.1f}-{b['high']:.1f}"
     return "-"

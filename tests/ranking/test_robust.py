@@ -51,6 +51,18 @@ def test_a_machine_without_ranges_has_a_zero_width_band():
     assert b.low == b.mid == b.high
 
 
+def test_a_lead_no_factor_range_moves_is_not_said_to_hold_at_the_ends():
+    """On a machine without ranges the band is zero-wide: the lead was not tested, and is not said
+    to hold "at every end of the factor ranges" (the a3-node example printed that)."""
+    plan, specs = _d70()
+    bare = with_factors(specs.hw, {}, {n: {"range": None} for n in factor_names(specs.hw)})
+    worse = _variant(plan, moe=plan.decode.moe.model_copy(update={"comm": "alltoall"}))  # type: ignore[union-attr]
+    verdict = lead_verdict(plan, worse, PlanSpecs(specs.model, bare, specs.quant), None)
+    assert not verdict.ranged
+    assert verdict.lines() == [verdict.lines()[0]] and "is not tested against factor ranges" in verdict.lines()[0]
+    assert lead_verdict(plan, worse, specs, None).ranged
+
+
 def test_a_lead_that_a_factor_end_reverses_is_reported_inside_the_band():
     plan, specs = _d70()
     first = _variant(plan, concurrency_per_device=73, attention=AttentionLayout(dp=16, tp=2))
