@@ -5,8 +5,9 @@ the published value and the tolerance. Tests, the calibration script, the README
 `moeplan fidelity` all read the rows from that one file.
 
 `role` says whether a row is one factors may be fitted to or a validation row (a public figure
-kept aside, facts.md §9); `fitted` names what a row determines (a parameter fitted to one row is
-marked so, e.g. the engine imbalance's); `known_miss` explains a validation row the cost model does
+from another document, e.g. arXiv 2506.12708 or 2508.02520, named in the row's `source` and kept
+aside); `fitted` names what a row determines (a parameter fitted to one row is marked so, e.g.
+the engine imbalance's); `known_miss` explains a validation row the cost model does
 not reproduce within its tolerance yet (reported, not hidden; the tolerance test skips only those
 rows and checks they still miss). `drift_sigma: 0` says a deployment placed its experts from the
 very distribution it served (no drift between placement windows).

@@ -13,9 +13,9 @@ runs in BF16 in all schemes.
 
 Formats: INT8/INT4 (910B/910C); FP8 (E4M3), MXFP8 and MXFP4 (OCP Microscaling v1.0: 32-element
 blocks sharing one 8-bit E8M0 scale, so 8.25 and 4.25 bits per element) and HiF8 (Huawei's
-HiFloat8, 8 bits, arXiv 2409.16626) on Ascend 950 (facts.md §6). W4A8 (INT4 weights, INT8
-activations) dequantises the weights and runs the INT8 cube path, so its math is `int8`; MXFP4
-weights with MXFP8 activations likewise run the MXFP8 path.
+HiFloat8, 8 bits, arXiv 2409.16626) on Ascend 950 (Huawei Connect 2025 keynote, Ascend
+roadmap). W4A8 (INT4 weights, INT8 activations) dequantises the weights and runs the INT8 cube
+path, so its math is `int8`; MXFP4 weights with MXFP8 activations likewise run the MXFP8 path.
 """
 
 from __future__ import annotations

@@ -240,12 +240,34 @@ def test_fidelity_marks_the_fitted_rows():
     assert "not fitted to" in rows["CM-D-max"] and "(oos)" in rows["CM 15 ms"]
 
 
+# Where a figure comes from is a public document (a paper, a vendor page or repository, a blog post);
+# never a notes file that does not ship with the tool, nor a path outside the repository.
+_UNSHIPPED_MARKERS = ("facts.md", "../shared", "/shared/reference", "seeds/", "/work/")
+
+
+def _shipped_files() -> list:
+    files = [REPO / "README.md"]
+    for folder in ("hardware", "models", "plans", "docs"):
+        files += [p for p in sorted((REPO / folder).rglob("*")) if p.is_file()]
+    files += [p for p in sorted((REPO / "planner").rglob("*")) if p.suffix in (".py", ".yaml", ".yml", ".json")]
+    return files
+
+
 def test_sources_cite_public_documents_not_unshipped_files():
-    texts = [run_cli("hardware", "show", name).output for name in ("a2", "cm384")]
-    texts += [p.read_text() for p in PLANS.glob("*.yaml")]
-    for text in texts:
-        assert "facts.md" not in text
-    assert "msmodeling" in texts[0]
+    from planner.specs.catalog import catalog_names
+
+    machines = catalog_names("hardware")
+    assert {"a2", "a3", "cm384", "atlas350", "atlas950"} <= set(machines)
+    shown = {name: run_cli("hardware", "show", name) for name in machines}
+    assert all(r.exit_code == 0 for r in shown.values())
+    texts = {f"hardware show {name}": r.output for name, r in shown.items()}
+    texts["hardware list"] = run_cli("hardware", "list").output
+    for path in _shipped_files():
+        texts[str(path.relative_to(REPO))] = path.read_bytes().decode("utf-8", errors="replace")
+    assert len(texts) > len(machines) + 20
+    cited = {where: marker for where, text in texts.items() for marker in _UNSHIPPED_MARKERS if marker in text}
+    assert not cited, cited
+    assert all("msmodeling" in texts[f"hardware show {name}"] for name in ("a2", "a3", "cm384", "atlas350"))
 
 
 def test_check_fails_a_broken_itl_limit():

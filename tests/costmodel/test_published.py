@@ -1,4 +1,5 @@
-"""Reference tests: `evaluate` reproduces the report's published figures (facts.md §1).
+"""Reference tests: `evaluate` reproduces the report's published figures (Huawei's DeepSeek-on-Ascend
+deployment report, GitCode 2025; the validation rows name their own public sources).
 
 One set of factors serves every row (hardware/*.yaml); tolerances come from plans/published.yaml
 (±10% for the measured rows, ±25% for estimates and low-latency points).

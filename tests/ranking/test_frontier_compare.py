@@ -51,7 +51,7 @@ def test_published_points_for_deepseek_v3():
     assert a2["A2 30 ms"].y_tokens_per_s_per_card == pytest.approx(4 / 0.030)
     cm = {p.id: p for p in published_points(model, {"cm384"})}
     # CM-D is DeepSeek-R1: the same architecture; CM-D-max has no latency and is left out;
-    # xDeepServe-D is a validation row (facts.md §9), a published deployment all the same
+    # xDeepServe-D is a validation row (arXiv 2508.02520), a published deployment all the same
     assert set(cm) == {"CM-D", "CM 15 ms", "xDeepServe-D"}
     assert cm["xDeepServe-D"].y_tokens_per_s_per_card == 2400
     assert cm["CM 15 ms"].y_tokens_per_s_per_card == pytest.approx(8 / 0.015)

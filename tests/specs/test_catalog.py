@@ -42,7 +42,7 @@ def test_models_match_their_configs(name, billions, layers, dense, experts, top_
 
 def test_deepseek_kv_cache_per_token():
     m = load_model("deepseek-v3")
-    # (512 + 64) x 61 layers x 2 bytes = 68.6 KiB (facts.md §3); the MTP layer adds one more
+    # (512 + 64) x 61 layers x 2 bytes = 68.6 KiB (DeepSeek-V3 config.json); the MTP layer adds one more
     assert m.kv_elements_per_token_per_layer() * m.num_layers * 2 / 1024 == pytest.approx(68.6, abs=0.05)
     assert m.attention.kind == "mla" and m.mtp_layers == 1
 

@@ -53,7 +53,7 @@ def test_a3_is_the_910c_die_of_cm384_with_its_own_links():
 
 def test_announced_figures_are_the_published_claims():
     pr, dt = load_hardware("atlas350").peak_flops_per_s, load_hardware("atlas950")
-    # msmodeling 950PR profile: BF16 378 / FP8 756 / FP4 1512 TFLOPS (facts.md §6)
+    # msmodeling 950PR profile: BF16 378 / FP8 756 / FP4 1512 TFLOPS (Ascend/msmodeling tensor_cast/device.py)
     assert (pr.bf16, pr.fp8, pr.mxfp4) == (378e12, 756e12, 1512e12)
     assert pr.int8 is None  # no INT8 peak published for 950
     # keynote: 1 PF FP8, 2 PF MXFP4, 144 GB at 4 TB/s, 8,192 chips

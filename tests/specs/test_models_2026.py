@@ -1,9 +1,9 @@
 """The 2026 models from their unchanged config.json: parameters, cache per token, refusals.
 
-Published parameter counts are in models/_sources.yaml with their sources (facts.md §7; the
-DeepSeek-V4 model card; Kimi-K3's model page). Cache sizes are checked against hand
-computations written out here, BF16 entries (2 bytes), FP32 linear-attention states, main
-layers only.
+Published parameter counts are in models/_sources.yaml with their sources (each model's Hugging
+Face model card; the DeepSeek-V4 model card; Kimi-K3's model page). Cache sizes are checked
+against hand computations written out here, BF16 entries (2 bytes), FP32 linear-attention
+states, main layers only.
 """
 
 from __future__ import annotations
