@@ -120,6 +120,7 @@ class LeadVerdict:
     dominant_share: float
     term_spread: dict[str, float]
     ranged: bool = True  # some factor range of the machine file moves either plan's headline
+    ranked_pessimistic: bool = False  # the plans were ranked at the slow end of the band (--robust)
 
     def lines(self) -> list[str]:
         """What `moeplan plan` prints under the ranked table."""
@@ -132,9 +133,15 @@ class LeadVerdict:
             )
             return out
         if self.lead < 0:
+            why = (
+                "rank 1 leads at the pessimistic end of the band (--robust ranks by it)."
+                if self.ranked_pessimistic
+                else "the search ranks by its integer cost tables (every time rounded up to whole microseconds), "
+                "so plans this close are a tie."
+            )
             out.append(
                 f"at the predicted factors rank 2 is ahead of rank 1 ({-self.lead:.1f} tok/s/card, "
-                f"{-self.lead_fraction:.1%}): rank 1 leads at the pessimistic end of the band."
+                f"{-self.lead_fraction:.2%}): {why}"
             )
             return out
         if self.inside_band:

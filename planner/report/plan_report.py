@@ -93,6 +93,12 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
         + "/".join(f"{u:g}" for u in utilizations)
         + " of it (--hbm-utilization)"
     )
+    heads_tps = [headline(p) for p in plans]
+    if any(b > a for a, b in zip(heads_tps, heads_tps[1:], strict=False)):
+        caption += (
+            "\nranks follow the search's integer cost tables (every time rounded up to whole microseconds; with "
+            "--robust, the slow end of the band): a row may show a hair more tok/s/card than the one above it"
+        )
     table.caption = caption
     for plan in plans:
         d, p = plan.decode_phase, plan.prefill_phase

@@ -142,3 +142,14 @@ def test_hbm_is_recomputed_when_the_mid_prediction_is_for_other_memory_or_imbala
     assert evaluate_plan(plan, specs=specs, imbalance=skew, hbm_from=mid) == evaluate_plan(
         plan, specs=specs, imbalance=skew
     )
+
+
+def test_rank_2_ahead_at_the_predicted_factors_is_explained_by_how_the_list_was_ranked():
+    """A negative lead comes from the integer tables' rounding, unless --robust ranked at the slow
+    end: "rank 1 leads at the pessimistic end" is said only then (it was said always)."""
+    from planner.ranking.robust import LeadVerdict
+
+    v = LeadVerdict(-0.01, -0.00002, -0.01, "the predicted factors", True, None, 0.0, {})
+    assert "integer cost tables" in v.lines()[0] and "pessimistic" not in v.lines()[0]
+    v.ranked_pessimistic = True
+    assert "rank 1 leads at the pessimistic end of the band" in v.lines()[0]
