@@ -183,6 +183,9 @@ def alternatives_table(alternatives: list[Any], best: Plan, hw: HardwareSpec) ->
     top = headline(best)
     for alt in alternatives:
         plan = alt.plan
+        if plan is None:
+            table.add_row(alt.label, "-", "-", alt.reason or "none fits", "-", "-")
+            continue
         d = plan.decode_phase
         dec = f"{compact_layouts(d)} B{d.concurrency_per_device} MTP{d.mtp_tokens}" if d is not None else "-"
         value = headline(plan)

@@ -122,8 +122,9 @@ class Alternative:
     """The best plan of another structure than rank 1's (e.g. disaggregated instead of colocated)."""
 
     label: str
-    plan: Plan
+    plan: Plan | None  # None: no deployment of that structure fits (`reason` says what)
     rank: int | None  # its rank in the list above, if it is there
+    reason: str | None = None
 
 
 def _grid(cap: int, every_upto: int, step: float) -> np.ndarray:
@@ -781,7 +782,7 @@ def _alternatives(
     # structure the kept candidates may not hold the best of (the best of each size is kept over
     # every MTP depth and EP size): the filter to draw its candidates from the tables again)
     structures: list[tuple[str, Callable[[PhaseCandidate], bool], bool, bool, dict | None]] = []
-    if dspace and pspace and coloc:
+    if dspace and pspace and (coloc or request.colocated):
         if best_dep.colocated is not None:
             structures.append(("disaggregated", anything, True, False, None))
         else:
@@ -817,10 +818,13 @@ def _alternatives(
         d = [c for c in d_pool if keep_decode(c)] if disagg else []
         p = list(p_all) if disagg else []
         cc = [c for c in c_pool if keep_decode(c.decode)] if colocated else []
+        none_fits = "none fits: no configuration of it meets the SLOs and HBM"
         if (dspace and not d and not cc) or (pspace and not p and not cc):
+            out.append(Alternative(label, None, None, none_fits))
             continue
         found = _ranked(request, ctx, d, p, cc, 1)
         if not found:
+            out.append(Alternative(label, None, None, "none fits: no deployment of it within the card budget"))
             continue
         ds = replace(dspace, candidates=d) if dspace else None
         ps = replace(pspace, candidates=p) if pspace else None
@@ -931,7 +935,7 @@ def run_search(
             _alternatives(request, ctx, deployments[0], dspace, pspace, coloc) if request.alternatives else []
         )
         for alt in alternatives:
-            alt.rank = _rank_in(plans, alt.plan)
+            alt.rank = None if alt.plan is None else _rank_in(plans, alt.plan)
     return SearchOutcome(
         plans=plans,
         status=result.status,

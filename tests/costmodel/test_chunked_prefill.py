@@ -52,7 +52,7 @@ def default_outcome():
 
 def _colocated(outcome):
     """The colocated plans ranked, and the best colocated plan of the other-structures table."""
-    return [p for p in outcome.plans + [a.plan for a in outcome.alternatives] if p.is_colocated]
+    return [p for p in outcome.plans + [a.plan for a in outcome.alternatives if a.plan is not None] if p.is_colocated]
 
 
 def test_default_limit_bounds_the_longest_gap(default_outcome):

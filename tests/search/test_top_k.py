@@ -187,3 +187,13 @@ def test_the_other_ep_alternative_is_the_best_plan_with_another_ep(request_):
     best = _ranked(request_, ctx, d, pspace.candidates, cc, 1)[0]
     plan = score_and_validate(deployment_plan(request_, ctx, best, replace(dspace, candidates=d), pspace, 1, cc), ctx)
     assert headline(alt.plan) == pytest.approx(headline(plan), rel=1e-9)
+
+
+def test_a_structure_that_does_not_fit_is_shown_as_such():
+    """On the H800 example at 16 cards (two 8-card nodes) no disaggregated deployment fits the budget:
+    its row says so instead of disappearing."""
+    request = PlanRequest(hardware="docs/examples/h800-node.yaml", max_cards=16, top=3)
+    outcome = run_search(request, cache=CACHE)
+    assert outcome.plans[0].is_colocated
+    alt = next(a for a in outcome.alternatives if a.label == "disaggregated")
+    assert alt.plan is None and alt.rank is None and "none fits" in (alt.reason or "")
