@@ -78,6 +78,34 @@ class LazyGroup(TyperGroup):
             self.commands[cmd_name] = load_command(cmd_name)
         return super().get_command(ctx, cmd_name)
 
+    # Parsing the command line (the root's options here, a command's inside `invoke`) is where click
+    # raises its usage errors: each becomes one line naming the flag and the fix (planner.cli.usage_errors).
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().make_context(*args, **kwargs)
+        except Exception as exc:
+            _raise_one_line(exc, "moeplan")
+            raise
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:
+            _raise_one_line(exc, " ".join(["moeplan", *filter(None, [ctx.invoked_subcommand])]))
+            raise
+
+
+def _raise_one_line(exc: Exception, command: str) -> None:
+    """Raise the one-line form of a click usage error (`command`: the command being parsed, when
+    the error does not say); return for anything else."""
+    if type(exc).__name__ in ("Exit", "NoArgsIsHelpError") or not hasattr(exc, "format_message"):
+        return  # not a usage error: no import on the common path (a command's exit code)
+    from planner.cli.usage_errors import one_line
+
+    short = one_line(exc, command)
+    if short is not None:
+        raise short from None
+
 
 app = typer.Typer(
     name="moeplan",

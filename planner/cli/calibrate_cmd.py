@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.common import console, err_console, run_guarded, write_text_atomic
+from planner.cli.common import check_output, console, err_console, run_guarded, write_text_atomic
 from planner.costmodel.calibration import calibrate, hardware_yaml, read_measurements
 from planner.errors import BadInputError
 from planner.report.calibrate_report import calibration_tables, calibration_warnings
@@ -30,9 +30,7 @@ def calibrate_cmd(
     squares), print each factor with its interval and each row's residual, and write a hardware YAML."""
 
     def body() -> None:
-        folder = out.parent if str(out.parent) else Path(".")
-        if not folder.is_dir():
-            raise BadInputError(f"--out: folder '{folder}' does not exist; create it first or write elsewhere.")
+        check_output("--out", out)  # before the fit: a path it cannot write fails at once
         hw = load_hardware(hardware)
         names = [f.strip() for f in factors.split(",") if f.strip()] if factors else None
         if factors is not None and not names:

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from planner.cli.common import console, run_guarded
+from planner.cli.metavars import MetavarCommand
 from planner.errors import BadInputError
 from planner.report import catalog_report
 from planner.specs.catalog import catalog_names, load_hardware, load_model, model_source
@@ -16,14 +17,14 @@ hardware_app = typer.Typer(help="The hardware catalog.", no_args_is_help=True)
 models_app = typer.Typer(help="The model catalog.", no_args_is_help=True)
 
 
-@hardware_app.command("list")
+@hardware_app.command("list", cls=MetavarCommand)
 def hardware_list() -> None:
     """List the machines in the catalog."""
     specs = run_guarded(lambda: [load_hardware(n) for n in catalog_names("hardware")])
     console.print(catalog_report.hardware_list_table(specs))
 
 
-@hardware_app.command("show")
+@hardware_app.command("show", cls=MetavarCommand)
 def hardware_show(name: str = typer.Argument(..., help="Catalog name or path to a YAML.")) -> None:
     """Show one machine: peaks, memory, links and every efficiency with its source."""
     spec = run_guarded(lambda: load_hardware(name))
@@ -31,7 +32,7 @@ def hardware_show(name: str = typer.Argument(..., help="Catalog name or path to 
         console.print(renderable)
 
 
-@models_app.command("list")
+@models_app.command("list", cls=MetavarCommand)
 def models_list() -> None:
     """List the models in the catalog."""
     names = catalog_names("models")
@@ -40,7 +41,7 @@ def models_list() -> None:
     console.print(catalog_report.model_list_table(specs, sources))
 
 
-@models_app.command("show")
+@models_app.command("show", cls=MetavarCommand)
 def models_show(
     name: str = typer.Argument(..., help="Catalog name, or path to a YAML or config.json."),
     json_out: Annotated[

@@ -6,16 +6,15 @@ import contextlib
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from planner.errors import PlannerError
+from planner.errors import BadInputError, PlannerError
 
 T = TypeVar("T")
 
@@ -48,51 +47,145 @@ def run_guarded(action: Callable[[], T]) -> T:
         raise typer.Exit(code=INTERRUPTED_EXIT_CODE) from None
 
 
-@contextmanager
-def atomic_writer(path: Path, mode: str = "w") -> Iterator[object]:
-    """Write to a temporary file beside `path`, then rename: readers never see a partial file."""
-    path = Path(path)
-    directory = path.parent if str(path.parent) else Path(".")
-    if not directory.is_dir():
-        raise PlannerError(f"cannot write '{path}': folder '{directory}' does not exist.")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as handle:
-            yield handle
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` atomically (stdout when path is '-')."""
+    outputs = Outputs()
+    outputs.text(path, text)
+    outputs.commit()
+
+
+def check_output(flag: str, path: Path | None, stdout_ok: bool = True) -> None:
+    """Refuse, before any work, a destination the command could not write.
+
+    A file is written by renaming a temporary file beside it, so what matters is the folder: it
+    must exist and be writable; the path itself must not be a folder or a device ('-' is stdout).
+    """
+    if path is None:
+        return
+    if str(path) == "-":
+        if not stdout_ok:
+            raise BadInputError(f"{flag}: '-' (stdout) is not accepted here; give a file name.")
+        return
+    if path.is_dir():
+        raise BadInputError(f"{flag}: '{path}' is a folder; give a file name (e.g. '{path / 'out'}').")
+    if path.exists() and not path.is_file():
+        raise BadInputError(f"{flag}: '{path}' is not a regular file; give a file name ('-' for stdout).")
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        what = f"'{folder}' is a file, not a folder" if folder.exists() else f"folder '{folder}' does not exist"
+        raise BadInputError(f"{flag}: {what}; create the folder first or write elsewhere.")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise BadInputError(f"{flag}: folder '{folder}' is not writable; write elsewhere.")
+
+
+def check_outputs(destinations: dict[str, Path | None], stdout_ok: bool = True) -> None:
+    """`check_output` for every flag, and no two flags writing the same file or both to stdout."""
+    seen: dict[str, str] = {}
+    for flag, path in destinations.items():
+        check_output(flag, path, stdout_ok)
+        if path is None:
+            continue
+        key = "-" if str(path) == "-" else os.path.realpath(path)
+        if key in seen:
+            where = "stdout" if key == "-" else f"'{path}'"
+            raise BadInputError(f"{seen[key]} and {flag} both write {where}; give each its own file.")
+        seen[key] = flag
+
+
+class Staged(Protocol):
+    """An output written in two steps: `stage` beside its destination, then `commit` (rename)."""
+
+    def stage(self) -> None: ...
+
+    def commit(self) -> None: ...
+
+    def discard(self) -> None: ...
+
+
+class _StagedFile:
+    """A file's contents, staged beside it as a hidden temporary file, then renamed into place."""
+
+    def __init__(self, path: Path, data: str | bytes) -> None:
+        self.path, self.data = path, data
+        self.destination = path
+        self._tmp: str | None = None
+
+    def stage(self) -> None:
+        directory = self.path.parent if str(self.path.parent) else Path(".")
+        if not directory.is_dir():
+            raise PlannerError(f"cannot write '{self.path}': folder '{directory}' does not exist.")
+        fd, self._tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=directory)
+        binary = isinstance(self.data, bytes)
+        with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8") as handle:
+            handle.write(self.data)
             handle.flush()
             os.fsync(handle.fileno())
         # mkstemp makes the file private (0600); give it the mode a plain open() would have
         umask = os.umask(0)
         os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+        os.chmod(self._tmp, 0o666 & ~umask)
+
+    def commit(self) -> None:
+        assert self._tmp is not None, "stage() first"
+        os.replace(self._tmp, self.path)
+        self._tmp = None
+
+    def discard(self) -> None:
+        if self._tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self._tmp)
+            self._tmp = None
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` atomically (stdout when path is '-')."""
-    if str(path) == "-":
-        sys.stdout.write(text)
-        if not text.endswith("\n"):
-            sys.stdout.write("\n")
-        return
-    try:
-        with atomic_writer(path) as handle:
-            handle.write(text)  # type: ignore[attr-defined]
-    except OSError as exc:
-        raise PlannerError(f"cannot write '{path}': {exc.strerror}.") from None
+class Outputs:
+    """Every file (and launch folder) one command run writes, written together once all are ready.
 
+    Each is first staged beside its destination; only when every one is staged are they renamed
+    into place, and text for stdout ('-') is printed last. If anything fails first, the staged
+    copies are removed and no destination is created or changed.
+    """
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to `path` atomically."""
-    try:
-        with atomic_writer(path, "wb") as handle:
-            handle.write(data)  # type: ignore[attr-defined]
-    except OSError as exc:
-        raise PlannerError(f"cannot write '{path}': {exc.strerror}.") from None
+    def __init__(self) -> None:
+        self._items: list[Staged] = []
+        self._stdout: list[str] = []
+
+    def text(self, path: Path, text: str) -> None:
+        """Write `text` to `path` ('-': stdout)."""
+        if str(path) == "-":
+            self._stdout.append(text if text.endswith("\n") else text + "\n")
+        else:
+            self._items.append(_StagedFile(Path(path), text))
+
+    def data(self, path: Path, data: bytes) -> None:
+        """Write `data` to `path`."""
+        self._items.append(_StagedFile(Path(path), data))
+
+    def folder(self, prepared: Staged) -> None:
+        """A folder with stage(), commit() and discard() (planner.report.launch.PreparedExport)."""
+        self._items.append(prepared)
+
+    def commit(self) -> None:
+        """Stage everything, then rename everything into place, then print what goes to stdout."""
+        staged: list[Staged] = []
+        renaming = False
+        current: Staged | None = None  # the item being staged or renamed (named in an error)
+        try:
+            for current in self._items:
+                staged.append(current)
+                current.stage()
+            renaming = True
+            for current in self._items:
+                current.commit()
+        except OSError as exc:
+            where = getattr(current, "destination", "an output")
+            done = "" if renaming else "; nothing was written"
+            raise PlannerError(f"cannot write '{where}': {exc.strerror or exc}{done}.") from None
+        finally:
+            for item in staged:
+                item.discard()  # (a committed item has nothing left to discard)
+        for text in self._stdout:
+            sys.stdout.write(text)
+        self._items, self._stdout = [], []
 
 
 def keep_freed_memory() -> None:

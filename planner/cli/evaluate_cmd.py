@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from planner.cli.common import console, err_console, run_guarded, write_text_atomic
-from planner.cli.emit_options import EmitOpt, ForceOpt, check_new_folders, parse_emits, write_emits
+from planner.cli.common import Outputs, check_output, console, err_console, run_guarded
+from planner.cli.emit_options import EmitOpt, ForceOpt, check_new_folders, parse_emits, stage_emits
 from planner.cli.options import check_hbm_utilization, imbalance_from_options
 from planner.costmodel.evaluate import (
     evaluate_mixed_plan,
@@ -23,13 +24,42 @@ from planner.costmodel.uncertainty import prediction_uncertainty, with_uncertain
 from planner.errors import BadInputError, InfeasibleError
 from planner.report.evaluate_report import evaluate_tables, plan_json
 from planner.report.uncertainty_report import uncertainty_table
+from planner.search.request import ITL_TPOT_MULTIPLE, default_max_itl_ms
 from planner.specs.catalog import load_plan, plan_base_dir
 from planner.specs.files import validate_model
-from planner.specs.plan import SLO
+from planner.specs.plan import SLO, Plan
 
 
-def check_problems(prediction: Prediction) -> list[str]:
-    """What `--check` fails a plan for: HBM overflow or a missed SLO, per section."""
+def judged_slo(plan: Plan, tpot_ms: float | None, ttft_ms: float | None, max_itl_ms: float | None) -> tuple[Plan, str]:
+    """The plan with the SLOs it is judged against, and a line saying where the ITL limit comes from
+    when it is the default ('' otherwise).
+
+    --tpot-ms/--ttft-ms/--max-itl-ms replace the plan's (--max-itl-ms 0: no ITL limit). A plan
+    without max_itl_ms is judged as `moeplan plan` would have searched it: the longest gap between
+    two tokens within 3x the TPOT SLO.
+    """
+    slo = plan.slo.model_dump() if plan.slo else {}
+    given = (("tpot_ms", tpot_ms), ("ttft_ms", ttft_ms))
+    slo.update({k: v for k, v in given if v is not None})
+    note = ""
+    if max_itl_ms is not None:
+        slo["max_itl_ms"] = max_itl_ms or None
+    elif slo.get("max_itl_ms") is None and slo.get("tpot_ms") is not None:
+        tpot = slo["tpot_ms"]
+        if math.isfinite(tpot) and tpot > 0:  # (a bad --tpot-ms is reported by the validation below)
+            slo["max_itl_ms"] = default_max_itl_ms(tpot)
+            note = (
+                f"ITL limit: {slo['max_itl_ms']:g} ms ({ITL_TPOT_MULTIPLE:g}x TPOT, the default `moeplan plan` "
+                "searches with; the plan sets no max_itl_ms): --max-itl-ms sets another, 0 none."
+            )
+    if slo == (plan.slo.model_dump() if plan.slo else {}):
+        return plan, note
+    return plan.model_copy(update={"slo": validate_model(SLO, slo, "flags", "SLO flags")}), note
+
+
+def check_problems(prediction: Prediction, default_itl_ms: float | None = None) -> list[str]:
+    """What `--check` fails a plan for: HBM overflow or a missed SLO, per section
+    (`default_itl_ms`: the ITL limit when it is the default one, which the message then says)."""
     out = []
     sections = (("colocated", prediction.colocated), ("decode", prediction.decode), ("prefill", prediction.prefill))
     for name, block in sections:
@@ -44,7 +74,13 @@ def check_problems(prediction: Prediction) -> list[str]:
             out.append(f"misses the TTFT SLO in {name} ({block.ttft_ms:.0f} ms)")  # type: ignore[union-attr]
         if getattr(block, "meets_itl_slo", None) is False:
             gap = getattr(block, "longest_decode_pause_ms", None) or getattr(block, "step_ms", 0.0)
-            out.append(f"breaks the ITL limit in {name} (a {gap:.0f} ms gap between two tokens)")
+            limit = (
+                f"; limit {default_itl_ms:g} ms, {ITL_TPOT_MULTIPLE:g}x the TPOT SLO by default: --max-itl-ms sets "
+                "another, 0 none"
+                if default_itl_ms is not None
+                else ""
+            )
+            out.append(f"breaks the ITL limit in {name} (a {gap:.0f} ms gap between two tokens{limit})")
     return out
 
 
@@ -97,7 +133,11 @@ def evaluate(
     ] = None,
     max_itl_ms: Annotated[
         float | None,
-        typer.Option("--max-itl-ms", help="Judge the longest gap between two tokens against this limit, ms."),
+        typer.Option(
+            "--max-itl-ms",
+            help="Judge the longest gap between two tokens against this limit, ms (default: the plan's "
+            "max_itl_ms, else 3x the TPOT SLO as `moeplan plan` searches; 0: no limit).",
+        ),
     ] = None,
     check: Annotated[
         bool,
@@ -120,14 +160,13 @@ def evaluate(
     def body() -> None:
         emits = parse_emits(emit)
         check_new_folders(emits, force)
+        check_output("--out", out)
+        if max_itl_ms is not None and not (math.isfinite(max_itl_ms) and max_itl_ms >= 0):
+            raise BadInputError(f"--max-itl-ms must be >= 0 ms (0 disables it); got {max_itl_ms:g}.")
         plan, _ = load_plan(plan_file, rank)
         if hardware is not None:
             plan = plan.model_copy(update={"hardware": hardware})
-        if tpot_ms is not None or ttft_ms is not None or max_itl_ms is not None:
-            slo = plan.slo.model_dump() if plan.slo else {}
-            given = (("tpot_ms", tpot_ms), ("ttft_ms", ttft_ms), ("max_itl_ms", max_itl_ms))
-            slo.update({k: v for k, v in given if v is not None})
-            plan = plan.model_copy(update={"slo": validate_model(SLO, slo, "flags", "SLO flags")})
+        plan, itl_note = judged_slo(plan, tpot_ms, ttft_ms, max_itl_ms)
         if hbm_utilization is not None:
             plan = plan.model_copy(update={"hbm_utilization": check_hbm_utilization(hbm_utilization)})
         base = plan_base_dir(plan_file)
@@ -148,16 +187,20 @@ def evaluate(
                 err_console.print(f"[bold yellow]warning:[/] {note}", markup=True, highlight=False)
         scored = plan_with_prediction(plan, prediction)
         text = plan_json(scored)
-        if out is not None:
-            write_text_atomic(out, text)
-        problems = check_problems(prediction)
+        default_itl = plan.slo.max_itl_ms if itl_note and plan.slo else None
+        problems = check_problems(prediction, default_itl)
+        # every output is checked and built before any is written: an engine that cannot run the
+        # plan, or a plan that fails --check, leaves no file behind
+        outputs, wrote = Outputs(), []
         if emits:
             if is_mixed_plan(plan):
                 raise BadInputError(
                     "--emit: this plan runs prefill and decode on different machines, which no engine "
                     "export covers yet; export each phase's plan separately or drop --emit."
                 )
-            write_emits(emits, scored, specs.model, specs.hw, loads, force)
+            wrote = stage_emits(outputs, emits, scored, specs.model, specs.hw, loads, force)
+        if out is not None:
+            outputs.text(out, text)
         if json_out:
             console.file.write(text)
         else:
@@ -167,13 +210,20 @@ def evaluate(
             if band is not None:
                 console.print(band)
             console.print(f"imbalance model: {prediction.imbalance_model}")
+            if itl_note:
+                console.print(itl_note)
             if not is_mixed_plan(plan):
                 from planner.report.launch import engines_line
 
                 console.print(engines_line(plan, specs.model, specs.hw))
+        if check and problems:
+            unwritten = [str(p) for p in (out, *(f for _, f in emits)) if p is not None and str(p) != "-"]
+            nothing = f" Not written: {', '.join(unwritten)}." if unwritten else ""
+            raise InfeasibleError("--check: the plan " + "; ".join(problems) + "." + nothing)
+        outputs.commit()
+        for line in wrote:
+            err_console.print(line)
         if check:
-            if problems:
-                raise InfeasibleError("--check: the plan " + "; ".join(problems) + ".")
             err_console.print("check: fits HBM and meets every SLO it has.")
 
     run_guarded(body)

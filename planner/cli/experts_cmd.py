@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.common import console, err_console, run_guarded, write_text_atomic
+from planner.cli.common import check_output, console, err_console, run_guarded, write_text_atomic
 from planner.errors import BadInputError
 from planner.placement.expert_map import moeplan_json, vllm_ascend_json
 from planner.placement.loads import ExpertLoads, check_experts, from_array, read_expert_loads
@@ -109,6 +109,7 @@ def experts(
 
     def body() -> None:
         start = time.perf_counter()
+        check_output("--out", out)  # before the placement: a path it cannot write fails at once
         spec = load_model(model) if model else None
         if spec is not None and spec.moe is None:
             raise BadInputError(f"--model {model}: '{spec.name}' has no MoE layers to place.")

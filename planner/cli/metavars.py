@@ -53,6 +53,7 @@ METAVARS = {
     "--hbm-utilization": "FRACTION",
     "--seed": "SEED",
     "--synthetic": "KIND:PARAM",
+    "--context": "TOKENS",
 }
 # `sweep` takes a value, a list or a range where the other commands take one value
 SWEPT = {"--tpot-ms", "--ttft-ms", "--input-tokens", "--output-tokens", "--mtp-acceptance", "--max-cards", "--rate"}
@@ -76,6 +77,14 @@ def _no_type(ctx: Any = None) -> None:
     return None
 
 
+def _usage_pieces(argument: Any) -> Any:
+    def pieces(ctx: Any = None) -> list[str]:
+        name = argument.metavar if argument.required else f"[{argument.metavar}]"
+        return [name + ("..." if argument.nargs != 1 else "")]
+
+    return pieces
+
+
 class MetavarCommand(TyperCommand):
     """A typer command whose options all show a metavar naming what they take."""
 
@@ -86,5 +95,9 @@ class MetavarCommand(TyperCommand):
             if is_option and not param.is_flag and not param.count and param.metavar is None:  # type: ignore[attr-defined]
                 param.metavar = metavar_for(param)
             if getattr(param, "param_type_name", "") == "argument":
-                # an argument's name (PLAN, BASE_PLAN) says what it takes; no "<str>" after it
+                # an argument's name (PLAN, BASE_PLAN) says what it takes; no "<str>" after it, and
+                # the usage line shows it as PLAN (required) or [PLAN], not typer's {PLAN}
+                if param.metavar is None:
+                    param.metavar = (param.name or "value").upper()
                 setattr(param, "display_type_rich", _no_type)  # noqa: B010
+                setattr(param, "get_usage_pieces", _usage_pieces(param))  # noqa: B010

@@ -10,6 +10,7 @@ import typer
 from planner.costmodel.imbalance import ImbalanceModel, LoadsImbalance, SkewImbalance
 from planner.errors import BadInputError
 from planner.specs.model import ModelSpec
+from planner.specs.quantization import QUANTIZATION_SCHEMES
 
 
 def imbalance_from_options(loads: Path | None, skew_sigma: float | None, model: ModelSpec) -> ImbalanceModel | None:
@@ -57,6 +58,17 @@ def loads_array(path: Path):
 
 
 # ---- option types shared by `plan` and `sweep` ---------------------------------------------------
+QuantizationOpt = Annotated[
+    str,
+    typer.Option(
+        "--quantization",
+        help="Number formats of weights, activations and KV cache: "
+        + ", ".join(QUANTIZATION_SCHEMES)
+        + " (planner/specs/quantization.py describes each; FP8, MX and HiF8 need a machine whose YAML lists "
+        "that format's peak_flops_per_s).",
+    ),
+]
+TopOpt = Annotated[int, typer.Option("--top", help="How many ranked plans, 1 to 50.")]
 PhaseOpt = Annotated[str, typer.Option(help="both, decode or prefill.")]
 DecodeDevicesOpt = Annotated[int | None, typer.Option("--decode-devices", help="Pin the decode instance size.")]
 PrefillDevicesOpt = Annotated[int | None, typer.Option("--prefill-devices", help="Pin the prefill instance size.")]

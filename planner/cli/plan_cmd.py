@@ -10,8 +10,8 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from planner.cli.common import console, err_console, run_guarded, write_text_atomic
-from planner.cli.emit_options import EmitOpt, ForceOpt, check_new_folders, parse_emits, write_emits
+from planner.cli.common import Outputs, check_output, console, err_console, run_guarded, write_text_atomic
+from planner.cli.emit_options import EmitOpt, ForceOpt, check_new_folders, parse_emits, stage_emits
 from planner.cli.options import (
     ColocatedOpt,
     DecodeDevicesOpt,
@@ -29,8 +29,10 @@ from planner.cli.options import (
     PrefillDevicesOpt,
     PrefillHardwareOpt,
     PrefixHitRateOpt,
+    QuantizationOpt,
     SkewSigmaOpt,
     SloPercentileOpt,
+    TopOpt,
     WorkersOpt,
     WorkloadFileOpt,
     check_hbm_utilization,
@@ -61,6 +63,7 @@ from planner.search.settings import DEFAULT_TIME_LIMIT_S, SolverSettings
 from planner.specs.catalog import load_model
 from planner.specs.files import validate_model
 from planner.specs.plan import MAX_DEVICES_PER_INSTANCE, SLO, Workload
+from planner.specs.quantization import DEFAULT_QUANTIZATION
 
 ModelOpt = Annotated[str, typer.Option("--model", help="Catalog name or path to a YAML / config.json.")]
 HardwareOpt = Annotated[str, typer.Option("--hardware", help="Catalog name or path to a hardware YAML.")]
@@ -131,7 +134,10 @@ def build_request(
             raise BadInputError(f"{flag} must be a finite number > 0; got {value:g}.")
     if max_itl_ms is not None and not (max_itl_ms >= 0 and math.isfinite(max_itl_ms)):
         raise BadInputError(f"--max-itl-ms must be >= 0 ms (0 disables it); got {max_itl_ms:g}.")
-    itl = default_max_itl_ms(tpot_ms) if max_itl_ms is None else (max_itl_ms or None)
+    # the default ITL limit follows a valid TPOT SLO only: a bad --tpot-ms is reported alone, not
+    # again as a --max-itl-ms the user never gave
+    tpot_valid = tpot_ms is not None and math.isfinite(tpot_ms) and tpot_ms > 0
+    itl = (default_max_itl_ms(tpot_ms) if tpot_valid else None) if max_itl_ms is None else (max_itl_ms or None)
     slo = validate_model(
         SLO,
         {"tpot_ms": tpot_ms, "ttft_ms": ttft_ms, "max_itl_ms": itl},
@@ -349,7 +355,7 @@ def print_outcome(outcome: SearchOutcome) -> None:
 def plan(
     model: ModelOpt = DEFAULT_MODEL,
     hardware: HardwareOpt = DEFAULT_HARDWARE,
-    quantization: Annotated[str, typer.Option(help="a8w8c16 (default), bf16 or a8w4c16.")] = "a8w8c16",
+    quantization: QuantizationOpt = DEFAULT_QUANTIZATION,
     input_tokens: Annotated[int, typer.Option("--input-tokens", help="Prompt length.")] = DEFAULT_WORKLOAD.input_tokens,
     output_tokens: Annotated[
         int, typer.Option("--output-tokens", help="Completion length.")
@@ -372,7 +378,7 @@ def plan(
         float | None,
         typer.Option("--rate", help="Serve this many requests/s with the fewest cards."),
     ] = None,
-    top: Annotated[int, typer.Option(help="How many ranked plans.")] = 5,
+    top: TopOpt = 5,
     mtp: Annotated[
         str | None,
         typer.Option(help="MTP depths to consider, e.g. '0,1,2' (default: all the model allows)."),
@@ -425,6 +431,7 @@ def plan(
     def _body() -> None:
         emits = parse_emits(emit)
         check_new_folders(emits, force)
+        check_output("--json", json_out)
         request = build_request(
             model=model,
             hardware=hardware,
@@ -478,15 +485,21 @@ def plan(
                 "interrupted: the plans above are the best found so far (not proven); no file was written."
             )
             raise typer.Exit(code=130)
-        if emits:  # before the JSON: a plan an engine cannot run leaves no file behind
+        # every output is checked and built before any is written: a plan an engine cannot run
+        # leaves no file behind, the JSON included
+        outputs, wrote = Outputs(), []
+        if emits:
             if outcome.request.is_mixed:
                 raise BadInputError(
                     "--emit: this plan runs prefill and decode on different machines, which no engine "
                     "export covers yet; drop --emit, or plan each machine on its own."
                 )
-            write_emits(emits, outcome.plans[0], outcome.model, outcome.hw, loads, force)
+            wrote = stage_emits(outputs, emits, outcome.plans[0], outcome.model, outcome.hw, loads, force)
         if json_out is not None:
-            write_text_atomic(json_out, plans_document(outcome.plans, outcome.status, notes))
+            outputs.text(json_out, plans_document(outcome.plans, outcome.status, notes))
+        outputs.commit()
+        for line in wrote:
+            err_console.print(line)
         if json_out is not None and str(json_out) == "-":
             return
         print_outcome(outcome)

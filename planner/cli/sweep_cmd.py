@@ -8,14 +8,16 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from planner.cli.common import (
+    Outputs,
+    check_output,
+    check_outputs,
     console,
     err_console,
     run_guarded,
-    write_bytes_atomic,
-    write_text_atomic,
 )
 from planner.cli.options import (
     ColocatedOpt,
@@ -27,12 +29,13 @@ from planner.cli.options import (
     MaxRedundantOpt,
     PhaseOpt,
     PrefillDevicesOpt,
+    QuantizationOpt,
     SkewSigmaOpt,
     WorkersOpt,
 )
 from planner.cli.plan_cmd import build_request
 from planner.costmodel.context import DEFAULT_HBM_UTILIZATION
-from planner.errors import BadInputError
+from planner.errors import BadInputError, InfeasibleError
 from planner.ranking.frontier import published_points, sweep_curves, sweep_metric
 from planner.report.sweep_report import (
     cache_line,
@@ -59,6 +62,7 @@ from planner.search.sweep import (
     run_sweep,
 )
 from planner.specs.catalog import load_model
+from planner.specs.quantization import DEFAULT_QUANTIZATION
 
 SWEEP_HELP = "A value, a list a,b,c or a range start:stop:step (both ends included)."
 DEFAULT_JOBS = max(1, min(2, os.cpu_count() or 1))
@@ -86,6 +90,26 @@ def _title(result: SweepResult, metric: str) -> str:
         f"{model}, {phase}, {w.input_tokens}+{w.output_tokens} tokens, MTP acceptance "
         f"{w.mtp_acceptance:g}; swept {swept}{note}"
     )
+
+
+def no_feasible_point(result: SweepResult, asked: list[Path | None]) -> str:
+    """Why a sweep with no feasible point fails: what bound the points, and how many each."""
+    tags: dict[str, list[str]] = {}
+    for pt in result.points:
+        tags.setdefault(pt.binding_tag or "infeasible", []).append(pt.message.strip().rstrip("."))
+    n = len(result.points)
+    if len(tags) == 1:
+        [(tag, messages)] = tags.items()
+        detail = messages[0].removeprefix(f"{tag}:").strip()
+        first = "" if len(set(messages)) == 1 else "at the first: "
+        where = f"at every one of the {n} points" if n > 1 else "at its only point"
+        why = f"{tag} binds {where} ({first}{detail})"
+    else:
+        counts = sorted(((len(m), tag) for tag, m in tags.items()), reverse=True)
+        why = ", ".join(f"{tag} binds at {k}" for k, tag in counts) + " (the table says why at each point)"
+    files = [str(p) for p in asked if p is not None and str(p) != "-"]
+    unwritten = f" Not written: {', '.join(files)}." if files else ""
+    return f"no point of the sweep is feasible: {why}.{unwritten}"
 
 
 def _run_with_progress(points, axes, fixed, jobs: int) -> SweepResult:
@@ -140,7 +164,7 @@ def sweep(
     model: Annotated[
         str, typer.Option("--model", help="Catalog name or path to a YAML / config.json.")
     ] = DEFAULT_MODEL,
-    quantization: Annotated[str, typer.Option(help="a8w8c16 (default), bf16 or a8w4c16.")] = "a8w8c16",
+    quantization: QuantizationOpt = DEFAULT_QUANTIZATION,
     phase: PhaseOpt = "both",
     decode_devices: DecodeDevicesOpt = None,
     prefill_devices: PrefillDevicesOpt = None,
@@ -197,6 +221,8 @@ def sweep(
         fmt = plot_format(plot) if plot is not None else None
         if sum(1 for o in (csv_out, json_out) if o is not None and str(o) == "-") > 1:
             raise BadInputError("--csv - and --json - both want stdout; send one of them to a file.")
+        check_outputs({"--csv": csv_out, "--json": json_out})
+        check_output("--plot", plot, stdout_ok=False)
         texts = {
             "hardware": hardware,
             "tpot-ms": tpot_ms,
@@ -256,10 +282,19 @@ def sweep(
                 f"interrupted: {len(result.points)} of {len(points)} points done (above); no file was written."
             )
             raise typer.Exit(code=130)
+        to_stdout = any(o is not None and str(o) == "-" for o in (csv_out, json_out))
+        if not any(pt.status == "ok" for pt in result.points):
+            # the table says why at each point (on stderr, as wide as on stdout, when stdout was to
+            # carry the CSV/JSON)
+            screen = Console(stderr=True, highlight=False, width=console.width) if to_stdout else console
+            screen.print(sweep_table(result, rows))
+            raise InfeasibleError(no_feasible_point(result, [csv_out, json_out, plot]))
+        # every output is built before any is written: a plot that fails leaves no CSV behind
+        outputs = Outputs()
         if csv_out is not None:
-            write_text_atomic(csv_out, sweep_csv(result, rows))
+            outputs.text(csv_out, sweep_csv(result, rows))
         if json_out is not None:
-            write_text_atomic(json_out, sweep_document(result, rows))
+            outputs.text(json_out, sweep_document(result, rows))
         metric = sweep_metric(result)
         curves = published = None
         if metric != "prefill":
@@ -270,7 +305,8 @@ def sweep(
             from planner.report.plot import frontier_figure, render
 
             fig = frontier_figure(curves, published, metric, _title(result, metric))
-            write_bytes_atomic(plot, render(fig, fmt))
+            outputs.data(plot, render(fig, fmt))
+        outputs.commit()
         if any(o is not None and str(o) == "-" for o in (csv_out, json_out)):
             return
         console.print(sweep_table(result, rows))

@@ -144,12 +144,23 @@ def load_plan(path_or_name: str, rank: int | None = None) -> tuple[Plan, str]:
     """
     path = _resolve("plans", path_or_name, "plan")
     data, text = load_mapping(path, "plan")
+    if "plans" not in data and str(data.get("status", "")).upper() == "INFEASIBLE":
+        # what `moeplan plan --json` writes when nothing is feasible: a verdict, not a plan
+        reason = str(data.get("reason") or "no reason given").rstrip(".")
+        raise BadInputError(
+            f"plan '{path}' holds no plan: the search it was exported from was infeasible ({reason}). "
+            "Re-run `moeplan plan` with the change it names, or give a plan file."
+        )
     if isinstance(data.get("plans"), list):
         plans = data["plans"]
         want = 1 if rank is None else rank
         if not plans:
-            status = data.get("status", "no status")
-            raise BadInputError(f"plan '{path}' holds no plans (status {status}); export a feasible search.")
+            status = data.get("status")
+            found = f"the search ended {status}" if status else "the document has no status"
+            raise BadInputError(
+                f"plan '{path}' holds no plans (its 'plans' list is empty; {found}); give a `moeplan plan --json` "
+                "export of a search that found plans, or a plan file."
+            )
         ranks = [p.get("rank") if isinstance(p, dict) else None for p in plans]
         index = ranks.index(want) if want in ranks else want - 1
         if not 0 <= index < len(plans):

@@ -2,6 +2,8 @@
 
 `emit(engine, plan, model, hw, out_dir)` writes one folder per engine (see `common` for its
 layout and `launch.json`); an engine that cannot run a plan field refuses with a message naming it.
+`prepare(...)` builds the same folder without writing it, for a command that writes it together
+with its other outputs.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from planner.engines.profiles import ENGINES, engine_name
-from planner.report.launch.common import write_export
+from planner.report.launch.common import PreparedExport, prepare_export
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
@@ -38,13 +40,27 @@ def emit(
     loads: np.ndarray | None = None,
 ) -> list[Path]:
     """Write `engine`'s launch folder for `plan` into `out_dir`; returns the files written."""
+    return prepare(engine, plan, model, hw, out_dir, force, loads).write()
+
+
+def prepare(
+    engine: str,
+    plan: Plan,
+    model: ModelSpec,
+    hw: HardwareSpec,
+    out_dir: Path,
+    force: bool = False,
+    loads: np.ndarray | None = None,
+    create_parent: bool = False,
+) -> PreparedExport:
+    """`engine`'s launch folder for `plan`, built in memory and not yet written (see PreparedExport)."""
     key = engine_name(engine)
     build = _builder(key)
     plan_json = json.dumps(plan.model_dump(mode="json", exclude_none=True), indent=2) + "\n"
-    return write_export(out_dir, force, lambda final: build(plan, model, hw, final, loads), plan_json)
+    return prepare_export(out_dir, force, lambda final: build(plan, model, hw, final, loads), plan_json, create_parent)
 
 
-__all__ = ["ENGINES", "emit"]
+__all__ = ["ENGINES", "PreparedExport", "emit", "prepare"]
 
 
 def engines_line(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> str:

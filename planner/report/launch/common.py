@@ -263,49 +263,95 @@ def launch_document(export: Export, nodes: int) -> str:
     return compact_json(doc) + "\n"
 
 
-def write_export(
+class PreparedExport:
+    """An export built in memory for its destination, written in two steps so that a command
+    writing several outputs can stage all of them before it renames any into place.
+
+    `stage()` writes the folder beside its destination (a hidden temporary folder), `commit()`
+    renames it into place (replacing an existing folder), `discard()` removes what `stage()` wrote.
+    """
+
+    def __init__(self, final: Path, files: dict[str, str], create_parent: bool = False) -> None:
+        self.final = final
+        self.destination = final  # (named in a write error)
+        self.files = files
+        self.create_parent = create_parent
+        self._tmp: Path | None = None
+
+    @property
+    def paths(self) -> list[Path]:
+        """The files the export holds once committed."""
+        return sorted(self.final / rel for rel in self.files)
+
+    def stage(self) -> None:
+        parent = self.final.parent
+        where = parent if parent.is_dir() else parent.parent  # (`create_parent`: made at commit)
+        self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.final.name}.", dir=where))
+        for rel, text in self.files.items():
+            path = self._tmp / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        os.chmod(self._tmp, 0o755)
+
+    def commit(self) -> None:
+        assert self._tmp is not None, "stage() first"
+        final = self.final
+        if self.create_parent:
+            final.parent.mkdir(exist_ok=True)
+        old = None
+        if final.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=final.parent))
+            os.replace(final, old / "x")
+        os.replace(self._tmp, final)
+        self._tmp = None
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def discard(self) -> None:
+        if self._tmp is not None:
+            with contextlib.suppress(OSError):
+                shutil.rmtree(self._tmp)
+            self._tmp = None
+
+    def write(self) -> list[Path]:
+        """Stage and commit at once; returns the files written."""
+        try:
+            self.stage()
+            self.commit()
+        except BaseException:
+            self.discard()
+            raise
+        return self.paths
+
+
+def prepare_export(
     out_dir: Path,
     force: bool,
     build: Callable[[Path], tuple[Export, int]],
     plan_json: str,
-) -> list[Path]:
-    """Build the export in a temporary folder beside `out_dir`, then rename it into place.
+    create_parent: bool = False,
+) -> PreparedExport:
+    """Check the destination and build the export's files in memory (nothing is written).
 
     `build(final_dir)` returns the export and the number of nodes; it gets the final absolute
-    path because engines want absolute paths to the files they load (expert maps, configs)."""
+    path because engines want absolute paths to the files they load (expert maps, configs).
+    `create_parent`: the destination's folder may be missing (made at commit) if its own parent
+    exists: the DIR of `--emit all DIR`."""
     out_dir = Path(out_dir)
     final = out_dir.resolve()
     parent = final.parent
-    if not parent.is_dir():
+    if not (parent.is_dir() or (create_parent and not parent.exists() and parent.parent.is_dir())):
         raise BadInputError(f"--emit: folder '{parent}' does not exist; create it first.")
     if final.exists() and not force:
         raise BadInputError(f"--emit: '{out_dir}' exists; choose a new folder or add --force to replace it.")
     if final.exists() and not final.is_dir():
         raise BadInputError(f"--emit: '{out_dir}' is a file, not a folder; choose another path.")
     export, nodes = build(final)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=parent))
-    try:
-        files = dict(export.files)
-        files["plan.json"] = plan_json
-        files["launch.json"] = launch_document(export, nodes)
-        files["README.md"] = export.readme
-        for rel, text in files.items():
-            path = tmp / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-        os.chmod(tmp, 0o755)
-        old = None
-        if final.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=parent))
-            os.replace(final, old / "x")
-        os.replace(tmp, final)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            shutil.rmtree(tmp)
-        raise
-    return sorted(final / rel for rel in files)
+    files = dict(export.files)
+    files["plan.json"] = plan_json
+    files["launch.json"] = launch_document(export, nodes)
+    files["README.md"] = export.readme
+    return PreparedExport(final, files, create_parent)
 
 
 def readme_common(export_name: str, profile: EngineProfile, nodes: int, processes: list[Process]) -> str:
