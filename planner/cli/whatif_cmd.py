@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from planner.cli.common import console, run_guarded, write_text_atomic
+from planner.cli.common import check_output, console, run_guarded, write_text_atomic
 from planner.cli.options import (
     DecodeHardwareOpt,
     KvTransferGbpsOpt,
@@ -44,6 +44,7 @@ from planner.search.request import (
 from planner.search.settings import DEFAULT_TIME_LIMIT_S
 from planner.specs.catalog import load_plan, plan_base_dir
 from planner.specs.plan import Plan
+from planner.specs.quantization import QUANTIZATION_SCHEMES
 
 # assumption name (the flag without dashes) -> (type, `moeplan plan` default)
 ASSUMPTIONS: dict[str, tuple[type, object]] = {
@@ -253,7 +254,10 @@ def whatif(
     ] = None,
     model: Annotated[str | None, typer.Option("--model", help="New model (catalog name or path).")] = None,
     hardware: Annotated[str | None, typer.Option("--hardware", help="New machine (catalog name or path).")] = None,
-    quantization: Annotated[str | None, typer.Option(help="New scheme: a8w8c16, bf16 or a8w4c16.")] = None,
+    quantization: Annotated[
+        str | None,
+        typer.Option(help="New scheme: " + ", ".join(QUANTIZATION_SCHEMES) + " (planner/specs/quantization.py)."),
+    ] = None,
     input_tokens: Annotated[int | None, typer.Option("--input-tokens", help="New prompt length.")] = None,
     output_tokens: Annotated[int | None, typer.Option("--output-tokens", help="New completion length.")] = None,
     mtp_acceptance: Annotated[float | None, typer.Option("--mtp-acceptance", help="New MTP acceptance.")] = None,
@@ -399,6 +403,7 @@ def whatif(
             source = "moeplan plan defaults" + (
                 " with " + ", ".join(f"{k}={v}" for k, v in overrides.items()) if overrides else ""
             )
+        check_output("--json", json_out)  # (before the searches: a path it cannot write fails now)
         new_a = {**base_a, **changes}
         base_request = request_from(base_a, time_limit, workers)
         new_request = request_from(new_a, time_limit, workers)

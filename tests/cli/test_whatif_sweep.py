@@ -270,3 +270,9 @@ def test_sigterm_stops_a_sweep_cleanly(tmp_path):
     assert any(said in stderr for said in ("no file was written", "nothing was written", "nothing written"))
     assert "Traceback" not in stderr + stdout
     assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_whatif_refuses_a_json_path_it_cannot_write_before_searching(tmp_path):
+    r = run_cli("whatif", "a2-d70", "--tpot-ms", "50", "--json", str(tmp_path / "missing" / "w.json"))
+    assert r.exit_code == 2 and "--json" in r.output
+    assert not (tmp_path / "missing").exists()
