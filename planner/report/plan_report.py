@@ -93,7 +93,7 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
         + "/".join(f"{u:g}" for u in utilizations)
         + " of it (--hbm-utilization)"
     )
-    heads_tps = [headline(p) for p in plans]
+    heads_tps = [round(headline(p), 1) for p in plans]  # (as shown)
     if any(b > a for a, b in zip(heads_tps, heads_tps[1:], strict=False)):
         caption += (
             "\nranks follow the search's integer cost tables (every time rounded up to whole microseconds; with "
