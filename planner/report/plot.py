@@ -48,6 +48,30 @@ def frontier_figure(curves: list[Curve], published: list[PublishedPoint], metric
 
     fig = Figure(figsize=(9.0, 6.0), dpi=110, layout="constrained")
     ax = fig.subplots()
+    every = [p for c in curves for p in c.points] + list(published)
+    x_max = max((p.x_tokens_per_s_per_user for p in every), default=1.0) or 1.0
+    y_max = max((p.y_tokens_per_s_per_card for p in every), default=1.0) or 1.0
+    # what is drawn where, as fractions of the axes: labels are placed away from it
+    x_span, y_span = x_max * 1.22, y_max * 1.12
+    taken: list[tuple[float, float]] = [
+        (p.x_tokens_per_s_per_user / x_span, p.y_tokens_per_s_per_card / y_span) for p in every
+    ]
+    for k, pub in enumerate(sorted(published, key=lambda q: q.x_tokens_per_s_per_user)):  # their labels (below)
+        x, y = pub.x_tokens_per_s_per_user / x_span, pub.y_tokens_per_s_per_card / y_span
+        taken += [(x + dx, y + (-0.025 if k % 2 == 0 else 0.02)) for dx in (0.05, 0.1, 0.15)]
+
+    def place(x: float, y: float, text: str) -> tuple[tuple[int, int], int]:
+        """The label offset (points) and rotation that keep the label farthest from what is drawn."""
+        # a 6.5 pt label is about 0.0045 of the axes' width per character, drawn from its anchor
+        length = 0.0045 * len(text)
+        best, best_gap = ((4, 6), 20), -1.0
+        for offset, rotation, dy in (((4, 6), 20, 0.025), ((6, -12), -20, -0.035), ((6, 14), 20, 0.05)):
+            centre = (x + 0.01 + length / 2, y + dy + (length / 2 * 0.36 if rotation > 0 else -length / 2 * 0.36))
+            gap = min((abs(centre[0] - q[0]) * 0.5 + abs(centre[1] - q[1]) for q in taken), default=1.0)
+            if gap > best_gap + 1e-9:
+                best, best_gap = (offset, rotation), gap
+        return best
+
     colors = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     hw_color: dict[str, str] = {}
     for i, curve in enumerate(curves):
@@ -78,14 +102,19 @@ def frontier_figure(curves: list[Curve], published: list[PublishedPoint], metric
             )
         for j, text in curve.changes:
             p = curve.points[j]
+            x, y = p.x_tokens_per_s_per_user / x_span, p.y_tokens_per_s_per_card / y_span
+            offset, rotation = place(x, y, text)
+            length = 0.0045 * len(text)
+            slope = 0.36 if rotation > 0 else -0.36
+            taken += [(x + 0.01 + length * f, y + offset[1] / 300 + slope * length * f) for f in (0.2, 0.5, 0.8)]
             ax.annotate(
                 text,
                 (p.x_tokens_per_s_per_user, p.y_tokens_per_s_per_card),
-                xytext=(4, 6),
+                xytext=offset,
                 textcoords="offset points",
                 fontsize=6.5,
                 color=color,
-                rotation=20,
+                rotation=rotation,
             )
     if published:
         # neighbouring published points (A2-D70 and A2-D90) would print their labels on top of
@@ -118,8 +147,9 @@ def frontier_figure(curves: list[Curve], published: list[PublishedPoint], metric
     lines = [textwrap.fill(line, TITLE_WIDTH_CHARS) for line in title.splitlines()]
     ax.set_title("\n".join(lines), fontsize=9)
     ax.grid(True, alpha=0.3)
-    ax.set_xlim(left=0)
-    ax.set_ylim(bottom=0)
+    # room above the highest point and right of the rightmost one for their labels
+    ax.set_xlim(0, x_span)
+    ax.set_ylim(0, y_span)
     if curves or published:
         ax.legend(fontsize=8, loc="upper right")
     return fig

@@ -143,3 +143,26 @@ def test_a_long_title_stays_inside_the_figure(figure_parts):
     canvas.draw()
     box = fig.axes[0].title.get_window_extent(canvas.get_renderer())
     assert box.x0 >= 0 and box.x1 <= fig.bbox.width  # before: one line ~1.6 figure widths long
+
+
+def test_the_structure_labels_stay_in_the_axes_clear_of_each_other(figure_parts):
+    """Labels of where the plan's structure changes: inside the axes (the top one ran into the
+    title) and not on top of one another (the first points of a curve sit close together)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    curves, published = figure_parts
+    fig = frontier_figure(curves, published, "decode", "title")
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    ax = fig.axes[0]
+    frame = ax.get_window_extent(renderer)
+    labels = [t.get_window_extent(renderer) for t in ax.texts if "(published)" not in t.get_text()]
+    assert labels, "no structure change annotated: the test would check nothing"
+    for box in labels:
+        assert frame.x0 - 1 <= box.x0 and box.x1 <= frame.x1 + 1 and box.y1 <= frame.y1 + 1
+    for i, a in enumerate(labels):
+        for b in labels[i + 1 :]:
+            overlap_x = min(a.x1, b.x1) - max(a.x0, b.x0)
+            overlap_y = min(a.y1, b.y1) - max(a.y0, b.y0)
+            assert overlap_x <= 2 or overlap_y <= 2, "two labels drawn over each other"
