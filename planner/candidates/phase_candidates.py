@@ -236,11 +236,13 @@ def _best_concurrency(
     overlap_factor: int | None,
     tpot_slo_us: int | None,
     max_step_us: int | None,
+    micro_batches: int = 1,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(best throughput ratio, step and HBM there, its concurrency index) per layout combination at
     depth j over the concurrencies `xs` (the last axis), -1 where none fits HBM and the SLOs.
     `summed(tables)` adds the combinations' module rows of a table (by broadcasting or gathering);
-    `overlap_factor` (two micro-batches) subtracts the hidden part."""
+    `overlap_factor` (two micro-batches) subtracts the hidden part. A concurrency below
+    `micro_batches` is not a layout (each micro-batch holds at least one sequence per device)."""
     step = summed(ints.time_us) + ints.const_us[j][: xs.size]
     if overlap_factor is not None:
         # every table was rounded up (at most 1 us per module): taking that back before the
@@ -248,7 +250,7 @@ def _best_concurrency(
         shorter = np.maximum(np.minimum(summed(ints.comm_us), summed(ints.cover_us)) - len(MODULES), 0)
         step = step - (overlap_factor * shorter) // DECODE_OVERLAP_SCALE
     hbm = summed(ints.hbm_mib)
-    ok = hbm <= ints.hbm_capacity_mib
+    ok = (hbm <= ints.hbm_capacity_mib) & (xs >= micro_batches)
     if tpot_slo_us is not None:
         ok &= step * EMITTED_SCALE <= tpot_slo_us * e
     if max_step_us is not None:
@@ -284,7 +286,7 @@ def _decode_scores(
             return _combine([tables[mod][kept[mod], j, :nb] for mod in MODULES])
 
         score, step_at, hbm_at, b_idx = _best_concurrency(
-            combined, ints, j, xs[:nb], e, overlap_factor if two else None, tpot_slo_us, max_step_us
+            combined, ints, j, xs[:nb], e, overlap_factor if two else None, tpot_slo_us, max_step_us, t.micro_batches
         )
         best_score.append(score)
         per_k.append((k, e, step_at, hbm_at, b_idx))
@@ -345,7 +347,15 @@ def _decode_scores_of(
             return sum(tables[mod][kept[mod][c[:, 1 + m]], j, :nb] for m, mod in enumerate(MODULES))  # type: ignore[return-value]
 
         score[rows], step_at[rows], hbm_at[rows], b_at[rows] = _best_concurrency(
-            gathered, ints, int(j), xs[:nb], e, overlap_factor if two else None, tpot_slo_us, max_step_us
+            gathered,
+            ints,
+            int(j),
+            xs[:nb],
+            e,
+            overlap_factor if two else None,
+            tpot_slo_us,
+            max_step_us,
+            t.micro_batches,
         )
     return score, step_at, hbm_at, b_at
 

@@ -196,6 +196,7 @@ def build_request(
         engine=engine,
         pessimistic_factors=robust,
         hbm_utilization=hbm_utilization,
+        itl_from_tpot=max_itl_ms is None and tpot_ms is not None,
         decode_micro_batches=(1, 2) if decode_microbatch else (1,),
     )
 

@@ -6,8 +6,18 @@ import math
 
 from planner.candidates.phase_candidates import lowest_latency_us
 from planner.costmodel.context import CostContext
+from planner.search.nearest import (
+    Feasible,
+    Nearest,
+    largest_rate,
+    smallest_cards,
+    smallest_slo,
+    tenths,
+    thousandths,
+    with_slo,
+)
 from planner.search.phase_space import PhaseSpace, weights_bytes
-from planner.search.request import PlanRequest
+from planner.search.request import ITL_TPOT_MULTIPLE, MAX_CARDS, PlanRequest
 
 
 def _lowest(ctx: CostContext, space: PhaseSpace) -> tuple[int | None, int | None]:
@@ -26,8 +36,12 @@ def diagnose_infeasible(
     dspace: PhaseSpace | None,
     pspace: PhaseSpace | None,
     budget_devices: int,
+    feasible: Feasible,
 ) -> str:
-    """A sentence naming the binding constraint and the nearest feasible point."""
+    """A sentence naming the binding constraint and the nearest feasible point.
+
+    `feasible` (the search's feasibility check, planner.search.plan_search.is_feasible) finds the
+    value of the binding flag that works (planner.search.nearest)."""
     hw, m = ctx.hw, ctx.model
     where = f"{m.name} on {hw.name} with <= {request.max_cards:g} cards"
     for space, slo_name, flag, value in (
@@ -43,22 +57,26 @@ def diagnose_infeasible(
             context = _context_binds(ctx, space.phase, max(space.sizes))
             if context:
                 return context
-            return (
+            hbm = (
                 f"HBM: no {space.phase} configuration of {where} fits in "
                 f"{ctx.hbm_capacity_bytes / 2**30:.1f} GiB per device ({ctx.hbm_utilization:g} of "
-                f"{hw.hbm_bytes / 2**30:.0f} GiB; tried instance sizes {space.sizes}); raise --max-cards, "
-                "--hbm-utilization, or use a smaller quantization."
+                f"{hw.hbm_bytes / 2**30:.0f} GiB; tried instance sizes {space.sizes})"
             )
-        return (
-            f"{slo_name}: the lowest {slo_name} reachable for {where} is {lowest / 1000:.1f} ms "
-            f"(instances of {at} devices); the SLO asks for {value:g} ms. Relax {flag} to at least "
-            f"{math.ceil(lowest / 100) / 10:.1f}."
-        )
+            cards = smallest_cards(request, feasible)
+            if cards is None:
+                return f"{hbm}; raise --hbm-utilization or use a smaller quantization."
+            return f"{hbm}. {_raise_cards(cards)}, or raise --hbm-utilization, or use a smaller quantization."
+        reason = _slo_message(request, space.phase, slo_name, flag, value, lowest, at, where, feasible)
+        if " to at least " in reason:
+            return reason
+        if space is dspace and pspace is not None and not pspace.candidates:
+            both = _both_slos(ctx, request, lowest, pspace, feasible)
+            if both:
+                return f"{reason} {both}"
+        cards = smallest_cards(request, feasible)  # no value of the SLO flags alone: the budget
+        return reason if cards is None else f"{reason} {_raise_cards(cards)}."
     if request.rate_per_s is not None:
-        return (
-            f"rate: {where} cannot serve {request.rate_per_s:g} requests/s under the SLOs; raise "
-            "--max-cards or lower --rate."
-        )
+        return _rate_message(request, where, feasible)
     smallest = []
     for space in (dspace, pspace):
         if space is not None and space.candidates:
@@ -69,6 +87,103 @@ def diagnose_infeasible(
         f"({math.ceil(need / hw.devices_per_card)} cards) but --max-cards {request.max_cards:g} allows "
         f"{budget_devices} devices; raise --max-cards."
     )
+
+
+def _slo_message(
+    request: PlanRequest,
+    phase: str,
+    slo_name: str,
+    flag: str,
+    value: float | None,
+    lowest: int,
+    at: int | None,
+    where: str,
+    feasible: Feasible,
+) -> str:
+    """No instance of a phase meets its SLO: the value of the SLO flag (or of the ITL limit) from
+    which a whole deployment within the budget works, checked."""
+    alone = f"one {phase} instance alone reaches {lowest / 1000:.1f} ms, with {at} devices"
+    asks = "no limit" if value is None else f"{value:g} ms"
+    head = f"{slo_name}: the SLO asks for {asks}; {alone}"
+    near = smallest_slo(request, flag, feasible, lowest) if value is not None else None
+    if near is not None:
+        notes = []
+        if flag == "--tpot-ms" and request.itl_from_tpot and request.slo.max_itl_ms is not None:
+            notes.append(f"the ITL limit at its default, {ITL_TPOT_MULTIPLE:g}x TPOT")
+        if math.ceil(lowest / 100) / 10 < near.value:  # the phase's own bound is not the deployment's
+            notes.append(f"{alone}, but no deployment within the budget does")
+        note = f" ({'; '.join(notes)})" if notes else ""
+        return (
+            f"{slo_name}: the lowest {slo_name} reachable for {where} is {tenths(near.value)} ms, rounded up to "
+            f"0.1 ms{note}; the SLO asks for {asks}. Relax {flag} to at least {tenths(near.value)}" + _still(near)
+        )
+    itl = request.slo.max_itl_ms
+    if phase == "decode" and itl is not None and not request.itl_from_tpot:
+        near = smallest_slo(request, "--max-itl-ms", feasible)
+        if near is not None:
+            relax = "" if value is None else f" (no --tpot-ms alone makes {where} feasible)"
+            return (
+                f"ITL: the lowest ITL limit a deployment of {where} meets is {tenths(near.value)} ms, rounded up to "
+                f"0.1 ms; --max-itl-ms asks for {itl:g} ms{relax}. Relax --max-itl-ms to at least "
+                f"{tenths(near.value)}" + _still(near)
+            )
+    return f"{head}; no {flag} alone makes a deployment of {where} feasible."
+
+
+def _both_slos(
+    ctx: CostContext, request: PlanRequest, lowest_tpot_us: int, pspace: PhaseSpace, feasible: Feasible
+) -> str:
+    """TTFT binds too (neither SLO alone can be relaxed into a deployment): a pair of values that
+    works, checked, each the smallest given the other (the TPOT with no TTFT limit, then the TTFT
+    at that TPOT)."""
+    lowest, at = _lowest(ctx, pspace)
+    if lowest is None or request.slo.ttft_ms is None:
+        return ""
+    tpot = smallest_slo(with_slo(request, "--ttft-ms", None), "--tpot-ms", feasible, lowest_tpot_us)
+    if tpot is None:
+        return ""
+    ttft = smallest_slo(with_slo(request, "--tpot-ms", tpot.value), "--ttft-ms", feasible, lowest)
+    if ttft is None:
+        return ""
+    below = "" if ttft.next_value is None else f"; with --ttft-ms {tenths(ttft.next_value)} it does not"
+    return (
+        f"TTFT binds too: the SLO asks for {request.slo.ttft_ms:g} ms; one prefill instance alone reaches "
+        f"{lowest / 1000:.1f} ms, with {at} devices. Together: --tpot-ms {tenths(tpot.value)} with --ttft-ms "
+        f"{tenths(ttft.value)} works{below}."
+    )
+
+
+def _raise_cards(cards: Nearest) -> str:
+    """Advice naming the smallest budget that works (one card fewer checked infeasible)."""
+    return f"Raise --max-cards to at least {cards.value:.0f} ({cards.next_value:.0f} cards are still infeasible)"
+
+
+def _still(near: Nearest) -> str:
+    """The end of an advice: the value one step below, checked infeasible."""
+    if near.next_value is None:
+        return "."
+    return f" ({tenths(near.next_value)} is still infeasible)."
+
+
+def _rate_message(request: PlanRequest, where: str, feasible: Feasible) -> str:
+    """--rate is more than the budget serves: the smallest budget that serves it and the largest
+    rate the budget serves, each checked."""
+    assert request.rate_per_s is not None
+    head = f"rate: {where} cannot serve {request.rate_per_s:g} requests/s under the SLOs"
+    cards = smallest_cards(request, feasible)
+    rate = largest_rate(request, feasible)
+    if rate is not None:
+        more = "" if rate.next_value is None else f"; {thousandths(rate.next_value)} is too many"
+        head += f" (the most it serves is {thousandths(rate.value)} requests/s{more})"
+    advice = []
+    if cards is not None:
+        advice.append(_raise_cards(cards))
+    if rate is not None:
+        advice.append(f"lower --rate to at most {thousandths(rate.value)}")
+    if not advice:
+        return f"{head}, and no budget up to {MAX_CARDS:,} cards does."
+    advice[0] = advice[0][0].upper() + advice[0][1:]
+    return f"{head}. " + " or ".join(advice) + "."
 
 
 def _context_binds(ctx: CostContext, phase: str, devices: int) -> str | None:

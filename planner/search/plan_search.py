@@ -9,7 +9,8 @@
    validator (planner.search.validate), which does not use the solver.
 
 When nothing is feasible, `diagnose_infeasible` names the constraint that binds and the nearest
-feasible point.
+feasible point, which it finds by re-checking the request with one flag changed (`is_feasible`:
+the steps 1-2 above and the exact enumeration of deployments, planner.search.nearest).
 """
 
 from __future__ import annotations
@@ -376,14 +377,15 @@ def _prefill_rate_milli(c: PhaseCandidate) -> int:
     return int(math.floor(c.num / c.den * 1e6 * RATE_SCALE))
 
 
-def _check_rate_reachable(
+def _rate_reachable(
     request: PlanRequest,
     d_cands: list[PhaseCandidate],
     p_cands: list[PhaseCandidate],
     budget_devices: int,
     output_tokens: int,
-) -> None:
-    """Refuse a --rate that no deployment within the budget could serve (names the most)."""
+) -> bool:
+    """False when no deployment within the budget could serve --rate even with every device on
+    one phase (a quick bound: the diagnosis then names what works)."""
     caps = []
     if d_cands:
         caps.append(max(_decode_rate_milli(c, output_tokens) * (budget_devices // c.devices) for c in d_cands))
@@ -391,12 +393,77 @@ def _check_rate_reachable(
         caps.append(max(_prefill_rate_milli(c) * (budget_devices // c.devices) for c in p_cands))
     most = min(caps) / RATE_SCALE if caps else 0.0
     assert request.rate_per_s is not None
-    if request.rate_per_s > most:
-        raise InfeasibleError(
-            f"rate: {request.rate_per_s:g} requests/s is more than {request.max_cards:g} cards can serve under "
-            f"the SLOs (at most {most:.3g} requests/s even with every card on one phase); raise --max-cards or "
-            "lower --rate."
-        )
+    return request.rate_per_s <= most
+
+
+def _budget_devices(request: PlanRequest, hw: HardwareSpec) -> int:
+    """Devices --max-cards allows (refusing budgets out of range)."""
+    if not (math.isfinite(request.max_cards) and 0 < request.max_cards <= MAX_CARDS):
+        raise BadInputError(f"--max-cards must be between 0 and {MAX_CARDS:,}.")
+    budget_devices = int(math.floor(request.max_cards * hw.devices_per_card + 1e-9))
+    if budget_devices < 1:
+        raise BadInputError("--max-cards must allow at least one device.")
+    return budget_devices
+
+
+def _candidate_spaces(
+    ctx: CostContext,
+    request: PlanRequest,
+    budget_devices: int,
+    keep: int,
+    progress: Progress | None,
+    cache: TableCache | None,
+) -> tuple[PhaseSpace | None, PhaseSpace | None] | None:
+    """The decode and prefill spaces of the phases searched (None for a phase not searched), with
+    `keep` candidates per size; None when the budget cannot hold the weights of the instances the
+    request needs."""
+    limits = SpaceLimits(
+        max_devices=budget_devices, max_redundant_experts=request.max_redundant_experts, engine=request.engine
+    )
+    want_decode = request.phase in ("both", "decode")
+    want_prefill = request.phase in ("both", "prefill")
+    experts, other = _weights_bytes(ctx)
+    min_dev = min_devices_for_weights(ctx.model, ctx.hw, experts, other, ctx.hbm_utilization)
+    # a colocated instance serves both phases alone: every size up to the whole budget is one
+    coloc_ok = want_decode and want_prefill and request.colocated
+    need = min_dev if coloc_ok else min_dev * (int(want_decode) + int(want_prefill))
+    if need > budget_devices:
+        return None
+    other_min_d = min_dev if want_prefill and not coloc_ok else 0
+    other_min_p = min_dev if want_decode and not coloc_ok else 0
+    dspace = pspace = None
+    d_sizes = _phase_sizes(ctx, budget_devices, request.decode_devices, other_min_d, "decode") if want_decode else []
+    p_sizes = _phase_sizes(ctx, budget_devices, request.prefill_devices, other_min_p, "prefill") if want_prefill else []
+    if want_decode:
+        dspace = build_phase_space(ctx, "decode", d_sizes, request, limits, progress, keep, cache)
+    if want_prefill:
+        pspace = build_phase_space(ctx, "prefill", p_sizes, request, limits, progress, keep, cache)
+    return dspace, pspace
+
+
+def is_feasible(request: PlanRequest, cache: TableCache | None = None) -> bool:
+    """Whether `run_search` finds a deployment for `request`, without the solver or the plans:
+    the same candidate spaces (one configuration per size is enough to exist) and the exact
+    enumeration of deployments (planner.search.ranking_enum), which has a deployment exactly when
+    the CP-SAT model has one. The diagnosis re-checks a request with one flag changed this way.
+    Single-machine requests only (a mixed request's search is planner.search.mixed_search)."""
+    if request.is_mixed:
+        raise ValueError("is_feasible: a mixed-hardware request is searched by planner.search.mixed_search")
+    ctx = make_context(request)
+    budget_devices = _budget_devices(request, ctx.hw)
+    spaces = _candidate_spaces(ctx, request, budget_devices, 1, None, cache)
+    if spaces is None:
+        return False
+    dspace, pspace = spaces
+    if (dspace and not dspace.candidates) or (pspace and not pspace.candidates):
+        return False
+    d = dspace.candidates if dspace else []
+    p = pspace.candidates if pspace else []
+    if _ranked(request, ctx, d, p, [], 1):
+        return True
+    if not (dspace and pspace and request.colocated):
+        return False
+    return bool(_ranked(request, ctx, [], [], _colocated(ctx, request, dspace, pspace, 1), 1))
 
 
 def make_context(request: PlanRequest) -> CostContext:
@@ -637,8 +704,11 @@ def _diagnose(
     budget_devices: int,
     cache: TableCache | None,
 ) -> str:
-    """`diagnose_infeasible`, with the card-budget case naming the smallest budget that works."""
-    reason = diagnose_infeasible(ctx, request, dspace, pspace, budget_devices)
+    """`diagnose_infeasible` (which re-checks the request with one flag changed, with the tables of
+    `cache`), with the card-budget case naming the smallest budget that works."""
+    reason = diagnose_infeasible(
+        ctx, request, dspace, pspace, budget_devices, lambda changed: is_feasible(changed, cache)
+    )
     if reason.startswith("card budget") and request.rate_per_s is None:
         return _budget_message(ctx, request, budget_devices, cache)
     return reason
@@ -851,35 +921,15 @@ def run_search(
     deadline = start + request.settings.time_limit_s
     ctx = make_context(request)
     hw = ctx.hw
-    if not (math.isfinite(request.max_cards) and 0 < request.max_cards <= MAX_CARDS):
-        raise BadInputError(f"--max-cards must be between 0 and {MAX_CARDS:,}.")
-    budget_devices = int(math.floor(request.max_cards * hw.devices_per_card + 1e-9))
-    if budget_devices < 1:
-        raise BadInputError("--max-cards must allow at least one device.")
-    limits = SpaceLimits(
-        max_devices=budget_devices, max_redundant_experts=request.max_redundant_experts, engine=request.engine
-    )
-    want_decode = request.phase in ("both", "decode")
-    want_prefill = request.phase in ("both", "prefill")
-
-    experts, other = _weights_bytes(ctx)
-    min_dev = min_devices_for_weights(ctx.model, hw, experts, other, ctx.hbm_utilization)
-    # a colocated instance serves both phases alone: every size up to the whole budget is one
-    coloc_ok = want_decode and want_prefill and request.colocated
-    need = min_dev if coloc_ok else min_dev * (int(want_decode) + int(want_prefill))
-    if need > budget_devices:
-        raise InfeasibleError(_budget_message(ctx, request, budget_devices, cache))
-    other_min_d = min_dev if want_prefill and not coloc_ok else 0
-    other_min_p = min_dev if want_decode and not coloc_ok else 0
-    dspace = pspace = None
-    d_sizes = _phase_sizes(ctx, budget_devices, request.decode_devices, other_min_d, "decode") if want_decode else []
-    p_sizes = _phase_sizes(ctx, budget_devices, request.prefill_devices, other_min_p, "prefill") if want_prefill else []
+    budget_devices = _budget_devices(request, hw)
+    # the diagnosis of an infeasible request re-checks it with one flag changed: its tables are
+    # these (a cache for this search when the caller gave none)
+    cache = cache if cache is not None else TableCache()
     # the K best distinct deployments use at most K configurations of any one instance size
-    keep = request.top
-    if want_decode:
-        dspace = build_phase_space(ctx, "decode", d_sizes, request, limits, progress, keep, cache)
-    if want_prefill:
-        pspace = build_phase_space(ctx, "prefill", p_sizes, request, limits, progress, keep, cache)
+    spaces = _candidate_spaces(ctx, request, budget_devices, request.top, progress, cache)
+    if spaces is None:
+        raise InfeasibleError(_budget_message(ctx, request, budget_devices, cache))
+    dspace, pspace = spaces
     if (dspace and not dspace.candidates) or (pspace and not pspace.candidates):
         raise InfeasibleError(_diagnose(ctx, request, dspace, pspace, budget_devices, cache))
 
@@ -890,10 +940,10 @@ def run_search(
         # a colocated instance matters only if it reaches the `top`-th best deployment without
         # colocated ones (the alternatives need the best colocated plan whatever its value)
         floor = Fraction(0) if request.alternatives else _colocated_floor(request, ctx, d_cands, p_cands, request.top)
-        coloc = _colocated(ctx, request, dspace, pspace, keep, floor_per_device=floor)
+        coloc = _colocated(ctx, request, dspace, pspace, request.top, floor_per_device=floor)
     out = request.workload.output_tokens
-    if request.rate_per_s is not None:
-        _check_rate_reachable(request, d_cands, p_cands, budget_devices, out)
+    if request.rate_per_s is not None and not _rate_reachable(request, d_cands, p_cands, budget_devices, out):
+        raise InfeasibleError(_diagnose(ctx, request, dspace, pspace, budget_devices, cache))
     # CP-SAT needs only the best configuration of each size (it dominates the others of that
     # size: same devices, more throughput); the others serve the exact runner-up enumeration
     d_pick, p_pick, c_pick = _best_per_size(d_cands), _best_per_size(p_cands), _best_per_size(coloc)

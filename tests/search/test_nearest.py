@@ -1,0 +1,163 @@
+"""An infeasible plan names the nearest value of one flag that works, and it is the nearest.
+
+For an SLO the value is the smallest, to the 0.1 ms it is printed with, at which the same command
+with only that flag changed is feasible; for --rate infeasibility, the smallest --max-cards that
+serves the rate and the largest --rate the budget serves. Each case runs the whole search (top 5,
+alternatives: what `moeplan plan` runs) at the value named, and at the value one step nearer the
+request's, which must stay infeasible. The cases are the audit's: a phase's own lowest latency was
+named though the budget must also hold the other phase, the ITL limit (3x TPOT by default) and a
+colocated instance's prefill.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from planner.candidates.phase_candidates import decode_candidates
+from planner.candidates.space import SpaceLimits
+from planner.cli.plan_cmd import build_request
+from planner.errors import InfeasibleError
+from planner.report.plan_report import infeasible_document
+from planner.search.plan_search import TableCache, build_phase_space, make_context, run_search
+from planner.search.request import PlanRequest
+
+CACHE = TableCache()
+FLAGS = dict(
+    model="deepseek-v3",
+    hardware="a2",
+    quantization="a8w8c16",
+    input_tokens=2048,
+    output_tokens=2048,
+    mtp_acceptance=0.7,
+    tpot_ms=100.0,
+    ttft_ms=2000.0,
+    max_cards=48.0,
+    phase="both",
+    decode_devices=None,
+    prefill_devices=None,
+    rate=None,
+    top=5,
+    mtp=None,
+    time_limit=60.0,
+    workers=1,
+    loads=None,
+    skew_sigma=None,
+)
+FIELD = {"--tpot-ms": "tpot_ms", "--ttft-ms": "ttft_ms", "--max-cards": "max_cards", "--max-itl-ms": "max_itl_ms"}
+
+
+def _request(**flags: object) -> PlanRequest:
+    """The request `moeplan plan` builds from these flags (the ITL limit 3x TPOT unless given)."""
+    return build_request(**{**FLAGS, **flags})  # type: ignore[arg-type]
+
+
+def _feasible(**flags: object) -> bool:
+    try:
+        return bool(run_search(_request(**flags), cache=CACHE).plans)
+    except InfeasibleError:
+        return False
+
+
+def _reason(**flags: object) -> str:
+    with pytest.raises(InfeasibleError) as info:
+        run_search(_request(**flags), cache=CACHE)
+    return str(info.value)
+
+
+def _nearest(reason: str) -> tuple[str, float]:
+    """The flag and value `plan --json` reports as the nearest feasible point."""
+    near = json.loads(infeasible_document(reason))["nearest"]
+    assert near is not None and near["value"] is not None, reason
+    return near["flag"], near["value"]
+
+
+def _one_step_nearer(flag: str, value: float) -> float:
+    return value - 1 if flag == "--max-cards" else round(value - 0.1, 1)
+
+
+@pytest.mark.parametrize(
+    ("flags", "flag"),
+    [
+        # a2 (the default): a 16-device decode instance reaches 26.1 ms, but 16 cards must also prefill
+        ({"max_cards": 16.0, "tpot_ms": 26.1}, "--tpot-ms"),
+        # cm384: the 18.6 ms decode instance is 8 cards; with prefill the deployment needs 16
+        ({"hardware": "cm384", "max_cards": 8.0, "tpot_ms": 15.0}, "--tpot-ms"),
+        # a 128K prompt: the 48-device prefill instance leaves no room for decode
+        ({"input_tokens": 131072}, "--ttft-ms"),
+        # more than 48 cards serve: the answer is a budget (it was none)
+        ({"rate": 20.0}, "--max-cards"),
+        # an explicit ITL limit stays where it is when --tpot-ms moves (here: none at all)
+        ({"max_cards": 16.0, "tpot_ms": 26.1, "max_itl_ms": 0.0}, "--tpot-ms"),
+    ],
+)
+def test_the_value_named_works_and_one_step_nearer_does_not(flags, flag):
+    reason = _reason(**flags)
+    named, value = _nearest(reason)
+    assert named == flag, reason
+    field = FIELD[flag]
+    assert _feasible(**{**flags, field: value}), f"{flag} {value} was named but is infeasible: {reason}"
+    nearer = _one_step_nearer(flag, value)
+    assert not _feasible(**{**flags, field: nearer}), f"{flag} {nearer} also works: {value} is not the nearest"
+    assert f"{nearer:.1f} is still infeasible" in reason or f"{nearer:.0f} cards are still infeasible" in reason
+
+
+def test_a_rate_beyond_the_budget_names_the_most_it_serves():
+    reason = _reason(rate=20.0)
+    found = re.search(r"lower --rate to at most ([0-9]+(?:\.[0-9]+)?)", reason)
+    assert found, reason
+    most = float(found.group(1))
+    assert 0 < most < 20
+    assert _feasible(rate=most)
+    assert not _feasible(rate=round(most + 0.001, 3))
+
+
+def test_an_explicit_itl_limit_that_binds_is_named():
+    """With --max-itl-ms 30 no --tpot-ms helps (the limit stays 30): the advice is the ITL limit."""
+    flags = {"max_cards": 16.0, "tpot_ms": 40.0, "max_itl_ms": 30.0}
+    reason = _reason(**flags)
+    assert reason.startswith("ITL:"), reason
+    flag, value = _nearest(reason)
+    assert flag == "--max-itl-ms"
+    assert _feasible(**{**flags, "max_itl_ms": value})
+    assert not _feasible(**{**flags, "max_itl_ms": round(value - 0.1, 1)})
+
+
+def test_two_binding_slos_name_a_pair_that_works():
+    reason = _reason(tpot_ms=5.0, ttft_ms=50.0)
+    assert "no --tpot-ms alone" in reason and "TTFT binds too" in reason, reason
+    found = re.search(
+        r"--tpot-ms ([0-9.]+) with --ttft-ms ([0-9.]+) works; with --ttft-ms ([0-9.]+) it does not", reason
+    )
+    assert found, reason
+    tpot, ttft, below = (float(g) for g in found.groups())
+    assert _feasible(tpot_ms=tpot, ttft_ms=ttft)
+    assert not _feasible(tpot_ms=tpot, ttft_ms=below)
+    assert not _feasible(tpot_ms=1e6, ttft_ms=50.0)  # "alone": no TPOT makes 50 ms TTFT feasible
+    assert json.loads(infeasible_document(reason))["nearest"] is None  # one flag cannot say it
+
+
+def test_two_micro_batches_never_hold_fewer_sequences_per_device_than_batches():
+    """A plan with micro_batches 2 at concurrency 1 is refused by the plan format (DecodePlan): the
+    128K-prompt plan at the TTFT the diagnosis names crashed building such a decode alternative.
+    Here one sequence per device is what fits, so the rule decides what is kept."""
+    request = _request(input_tokens=131072, ttft_ms=30000.0)
+    ctx = make_context(request)
+    slo_us, itl_us = int(request.slo.tpot_ms * 1000), int(request.slo.max_itl_ms * 1000)
+    space = build_phase_space(
+        ctx, "decode", [16, 24, 32, 48], request, SpaceLimits(max_devices=48), keep=1, cache=CACHE
+    )
+    one_sequence = 0
+    for n in space.sizes:
+        factor, tables = space.tables[n][0].memo["decode_micro_batch_tables"]
+        for t, ints in tables:
+            found = decode_candidates(t, ints, slo_us, 50, itl_us, factor)
+            if t.micro_batches == 1:
+                one_sequence += sum(c.x == 1 for c in found)
+            assert all(c.x >= t.micro_batches for c in found), (n, [(c.x, c.micro_batches) for c in found])
+            if found and found[0].moe is not None:
+                other = decode_candidates(t, ints, slo_us, 50, itl_us, factor, ep_not=found[0].moe.moe.ep)
+                assert all(c.x >= t.micro_batches for c in other)
+    assert one_sequence, "no configuration at one sequence per device: the rule was not exercised"
