@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from planner.candidates.phase_candidates import lowest_latency_us
+from planner.candidates.space import instance_sizes, min_devices_for_weights
 from planner.costmodel.context import CostContext
 from planner.search.nearest import (
     Feasible,
@@ -53,6 +55,11 @@ def diagnose_infeasible(
         if not space.sizes:
             return f"card budget: no {space.phase} instance size fits {where}; raise --max-cards."
         lowest, at = _lowest(ctx, space)
+        pinned = request.decode_devices if space.phase == "decode" else request.prefill_devices
+        if lowest is None and pinned is not None:
+            too_few = _pinned_too_small(ctx, request, space.phase, pinned, budget_devices, feasible)
+            if too_few:
+                return too_few
         if lowest is None:
             context = _context_binds(ctx, space.phase, max(space.sizes))
             if context:
@@ -184,6 +191,33 @@ def _rate_message(request: PlanRequest, where: str, feasible: Feasible) -> str:
         return f"{head}, and no budget up to {MAX_CARDS:,} cards does."
     advice[0] = advice[0][0].upper() + advice[0][1:]
     return f"{head}. " + " or ".join(advice) + "."
+
+
+def _pinned_too_small(
+    ctx: CostContext, request: PlanRequest, phase: str, devices: int, budget_devices: int, feasible: Feasible
+) -> str | None:
+    """The instance size the user pinned cannot hold the weights once (with the reserves and the
+    --hbm-utilization share), whatever the KV cache: the fix is a larger size, not a shorter
+    context. The smallest larger size of the search's own that makes the request feasible (checked)
+    is named when there is one within the budget."""
+    experts, other = weights_bytes(ctx)
+    need = min_devices_for_weights(ctx.model, ctx.hw, experts, other, ctx.hbm_utilization)
+    if devices >= need:
+        return None
+    head = (
+        f"HBM: the {phase} instance size pinned by --{phase}-devices ({devices} devices) cannot hold "
+        f"{ctx.model.name}'s weights ({(experts + other) / 2**30:,.0f} GiB) in "
+        f"{ctx.hbm_capacity_bytes / 2**30:.1f} GiB per device less the reserves: one instance needs at least "
+        f"{need} devices for them alone."
+    )
+    field = "decode_devices" if phase == "decode" else "prefill_devices"
+    for n in instance_sizes(ctx.hw, budget_devices, need):
+        if feasible(replace(request, **{field: n})):
+            return (
+                f"{head} Pin --{phase}-devices {n} (checked: the smallest of the search's instance sizes "
+                f"from {need} devices up that works), or leave the size to the search."
+            )
+    return f"{head} No larger {phase} instance size works within the budget: leave the size to the search."
 
 
 def _context_binds(ctx: CostContext, phase: str, devices: int) -> str | None:

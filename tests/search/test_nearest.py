@@ -161,3 +161,16 @@ def test_two_micro_batches_never_hold_fewer_sequences_per_device_than_batches():
                 other = decode_candidates(t, ints, slo_us, 50, itl_us, factor, ep_not=found[0].moe.moe.ep)
                 assert all(c.x >= t.micro_batches for c in other)
     assert one_sequence, "no configuration at one sequence per device: the rule was not exercised"
+
+
+def test_a_pinned_instance_too_small_for_the_weights_names_a_size_that_works():
+    """--decode-devices 7 on a2 was told to shorten the context; the weights alone need 12 devices,
+    and the message names the smallest size the search tries that works (checked here)."""
+    from tests.conftest import run_cli
+
+    r = run_cli("plan", "--decode-devices", "7", "--top", "1")
+    assert r.exit_code == 1
+    text = " ".join(r.output.split())
+    assert "Shorten the context" not in text and "at least 12 devices" in text
+    assert "Pin --decode-devices 16" in text
+    assert run_cli("plan", "--decode-devices", "16", "--top", "1").exit_code == 0
