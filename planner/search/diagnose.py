@@ -210,9 +210,9 @@ def _pinned_too_small(
         f"{ctx.hbm_capacity_bytes / 2**30:.1f} GiB per device less the reserves: one instance needs at least "
         f"{need} devices for them alone."
     )
-    field = "decode_devices" if phase == "decode" else "prefill_devices"
     for n in instance_sizes(ctx.hw, budget_devices, need):
-        if feasible(replace(request, **{field: n})):
+        pinned = replace(request, decode_devices=n) if phase == "decode" else replace(request, prefill_devices=n)
+        if feasible(pinned):
             return (
                 f"{head} Pin --{phase}-devices {n} (checked: the smallest of the search's instance sizes "
                 f"from {need} devices up that works), or leave the size to the search."
