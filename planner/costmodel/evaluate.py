@@ -388,7 +388,16 @@ def _evaluate_single(plan: Plan, specs: PlanSpecs, imb: ImbalanceModel, hbm_from
         prefill=prefill,
         colocated=colocated,
         system=system,
-        notes=hardware_notes(specs.hw) + workload_notes(ctx),
+        notes=hardware_notes(specs.hw)
+        + workload_notes(ctx)
+        + (
+            [
+                "colocated plan: its decode and prefill blocks are the instance's decode steps and prefill "
+                "forwards alone; its TPOT, TTFT, tokens/s per user, throughput and HBM are the colocated block's"
+            ]
+            if colocated is not None
+            else []
+        ),
     )
 
 
