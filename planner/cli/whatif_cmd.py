@@ -107,7 +107,8 @@ def parse_base_pairs(pairs: list[str]) -> dict[str, object]:
         text = text.strip()
         if not sep or name not in ASSUMPTIONS:
             known = ", ".join(ASSUMPTIONS)
-            raise BadInputError(f"--base '{pair}': give NAME=VALUE with NAME one of {known}.")
+            hint = "" if sep else " (a plan file is the base as itself: moeplan whatif PLAN_FILE ..., or --base FILE)"
+            raise BadInputError(f"--base '{pair}': give NAME=VALUE with NAME one of {known}{hint}.")
         kind = ASSUMPTIONS[name][0]
         if text.lower() == "none" and name in NULLABLE:
             out[name] = None
@@ -378,27 +379,31 @@ def whatif(
         }
         changes = {k: v for k, v in changes.items() if v is not None}
         plan = base_dir = None
-        for pair in base or []:
+        base_ref, pairs = base_plan, list(base or [])
+        if base_ref is None and len(pairs) == 1 and "=" not in pairs[0] and Path(pairs[0]).is_file():
+            # `--base plan.json`: a plan file (or a `plan --json` export) as the base, as BASE_PLAN
+            base_ref, pairs = pairs[0], []
+        for pair in pairs:
             name = pair.strip().lstrip("-").replace("_", "-")
             if "=" not in pair and name in ASSUMPTIONS:
                 # `--base hardware cm384`: the value became BASE_PLAN
-                value = f" {base_plan}" if base_plan is not None else ""
+                value = f" {base_ref}" if base_ref is not None else ""
                 raise BadInputError(
-                    f"--base {pair}{value}: write --base {name}={base_plan or 'VALUE'} (NAME=VALUE, no space)."
+                    f"--base {pair}{value}: write --base {name}={base_ref or 'VALUE'} (NAME=VALUE, no space)."
                 )
-        if base_plan is not None:
-            if base:
+        if base_ref is not None:
+            if pairs:
                 raise BadInputError(
                     "--base sets the base when there is no BASE_PLAN; with a plan file the base "
                     "is the file. Drop --base, or drop BASE_PLAN."
                 )
-            plan, _ = load_plan(base_plan, rank)
-            base_dir = plan_base_dir(base_plan)
+            plan, _ = load_plan(base_ref, rank)
+            base_dir = plan_base_dir(base_ref)
             base_a = plan_assumptions(plan, base_dir)
-            source = base_plan
+            source = base_ref
         else:
             base_a = {k: default for k, (_, default) in ASSUMPTIONS.items()}
-            overrides = parse_base_pairs(base or [])
+            overrides = parse_base_pairs(pairs)
             base_a.update(overrides)
             source = "moeplan plan defaults" + (
                 " with " + ", ".join(f"{k}={v}" for k, v in overrides.items()) if overrides else ""

@@ -276,3 +276,15 @@ def test_whatif_refuses_a_json_path_it_cannot_write_before_searching(tmp_path):
     r = run_cli("whatif", "a2-d70", "--tpot-ms", "50", "--json", str(tmp_path / "missing" / "w.json"))
     assert r.exit_code == 2 and "--json" in r.output
     assert not (tmp_path / "missing").exists()
+
+
+def test_whatif_base_may_be_a_plan_json_export(tmp_path):
+    """The issue's own words: `whatif --base FILE` with the document `plan --json` writes."""
+    base = tmp_path / "p.json"
+    assert run_cli("plan", "--max-cards", "32", "--top", "2", "--json", str(base)).exit_code == 0
+    by_flag = run_cli("whatif", "--base", str(base), "--rank", "2", "--tpot-ms", "90", "--json", "-")
+    by_argument = run_cli("whatif", str(base), "--rank", "2", "--tpot-ms", "90", "--json", "-")
+    assert by_flag.exit_code == 0, by_flag.output
+    assert json.loads(by_flag.output)["base"] == json.loads(by_argument.output)["base"]
+    r = run_cli("whatif", "--base", str(tmp_path / "missing.json"))
+    assert r.exit_code == 2 and "moeplan whatif PLAN_FILE" in r.output
