@@ -293,6 +293,32 @@ def _least_forward_us(ctx: CostContext, dt: PhaseTables, pt: PhaseTables, pi: In
     return derived(pt, ("least_forward_us", dt.devices), compute)
 
 
+def _chunked_meets(
+    step: np.ndarray,
+    t_c_us: np.ndarray | float,
+    phi: np.ndarray,
+    e: int,
+    in_tokens: int,
+    chunk: float,
+    tpot_slo_us: int | None,
+    ttft_slo_us: int | None,
+    max_itl_us: int | None,
+) -> np.ndarray:
+    """Where a chunked-prefill instance meets its limits with chunks of `chunk` prompt tokens taking
+    `t_c_us` (the module docstring): phi < 1, the mean step (TPOT), the TTFT (the step in flight,
+    the queue and the prompt's own chunks) and the longest gap (a step with a chunk). Every
+    condition grows with the step and t_c, so the bounds may pass floors of both."""
+    ok = phi < 1.0
+    if tpot_slo_us is not None:
+        ok = ok & (step + phi * t_c_us <= tpot_slo_us * (e / EMITTED_SCALE) * (1 + 1e-9))
+    if ttft_slo_us is not None:
+        queue = np.where(phi < 1.0, phi / (2.0 * np.maximum(1.0 - phi, 1e-12)), np.inf)
+        ok = ok & ((step + t_c_us) * (1.0 + math.ceil(in_tokens / chunk) + queue) <= ttft_slo_us * (1 + 1e-9))
+    if max_itl_us is not None:
+        ok = ok & (step + t_c_us <= max_itl_us * (1 + 1e-9))
+    return ok
+
+
 def colocated_size_bound(
     ctx: CostContext,
     dt: PhaseTables,
@@ -366,14 +392,9 @@ def colocated_size_bound(
         for c, chunk in enumerate(chunks):
             phi = w.input_tokens * sequences_e / (w.output_tokens * chunk)
             t_c_us = 1e6 * chunk * slope_least[c]
-            c_ok = chunk_ok & (phi < 1.0)
-            if tpot_slo_us is not None:
-                c_ok &= step + phi * t_c_us <= tpot_slo_us * (e / EMITTED_SCALE) * (1 + 1e-9)
-            if ttft_slo_us is not None:
-                queue = np.where(phi < 1.0, phi / (2.0 * np.maximum(1.0 - phi, 1e-12)), np.inf)
-                c_ok &= (step + t_c_us) * (1.0 + math.ceil(w.input_tokens / chunk) + queue) <= ttft_slo_us * (1 + 1e-9)
-            if max_itl_us is not None:
-                c_ok &= step + t_c_us <= max_itl_us * (1 + 1e-9)
+            c_ok = chunk_ok & _chunked_meets(
+                step, t_c_us, phi, e, w.input_tokens, chunk, tpot_slo_us, ttft_slo_us, max_itl_us
+            )
             total = np.minimum(total, np.where(c_ok, decode_s + w.input_tokens * slope_least[c], np.inf))
         least = float(total.min())
         if math.isfinite(least):
@@ -453,14 +474,9 @@ def colocated_upper_bounds(
             if not (phi < 1.0).any():
                 continue
             t_c_us = 1e6 * chunk * slopes[c]
-            c_ok = chunk_ok & (phi < 1.0)
-            if tpot_slo_us is not None:
-                c_ok &= step + phi * t_c_us <= tpot_slo_us * (e / EMITTED_SCALE) * (1 + 1e-9)
-            if ttft_slo_us is not None:
-                queue = np.where(phi < 1.0, phi / (2.0 * np.maximum(1.0 - phi, 1e-12)), np.inf)
-                c_ok &= (step + t_c_us) * (1.0 + math.ceil(in_tokens / chunk) + queue) <= ttft_slo_us * (1 + 1e-9)
-            if max_itl_us is not None:
-                c_ok &= step + t_c_us <= max_itl_us * (1 + 1e-9)
+            c_ok = chunk_ok & _chunked_meets(
+                step, t_c_us, phi, e, in_tokens, chunk, tpot_slo_us, ttft_slo_us, max_itl_us
+            )
             chunked = np.minimum(chunked, np.where(c_ok, decode_s + in_tokens * slopes[c], np.inf).min(axis=-1))
         chunked_totals.append(chunked)
         room = (di.hbm_capacity_mib - hbm) / np.maximum(kv_one, 1e-9)[:, None, None, None, None]

@@ -26,7 +26,6 @@ import functools
 import hashlib
 import os
 import pickle
-import tempfile
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -35,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from planner.candidates.tables import IntTables, PhaseTables
-from planner.costmodel.disk_memo import cache_folder
+from planner.costmodel.disk_memo import cache_folder, write_cache_file
 
 STORE_LIMIT_BYTES = 512 * 1024 * 1024
 FORMAT = 3  # bump when the stored layout changes
@@ -177,21 +176,9 @@ class TableStore:
         except OSError:
             return  # a read-only or full disk only costs the next run its speed
         for text in dirty:
-            self._write(self._path(text), (text, tuple(self._entries[text])))
+            data = pickle.dumps((text, tuple(self._entries[text])), protocol=pickle.HIGHEST_PROTOCOL)
+            write_cache_file(self._path(text), data)
         self.evict()
-
-    @staticmethod
-    def _write(path: Path, value: Any) -> None:
-        tmp = None
-        try:
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-            with os.fdopen(fd, "wb") as fh:
-                pickle.dump(value, fh, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, path)
-        except OSError:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
 
     def evict(self, limit_bytes: int = STORE_LIMIT_BYTES) -> None:
         """Remove the files another version of the code wrote (they can never be read again),

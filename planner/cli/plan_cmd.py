@@ -253,9 +253,7 @@ def lead_lines(outcome: SearchOutcome) -> list[str]:
     req = outcome.request
     hw = load_hardware(req.hardware) if req.pessimistic_factors else outcome.hw
     specs = PlanSpecs(outcome.model, hw, get_quantization(req.quantization))
-    verdict = lead_verdict(outcome.plans[0], outcome.plans[1], specs, req.imbalance)
-    verdict.ranked_pessimistic = req.pessimistic_factors
-    return verdict.lines()
+    return lead_verdict(outcome.plans[0], outcome.plans[1], specs, req.imbalance, req.pessimistic_factors).lines()
 
 
 def itl_text(slo: SLO) -> str:

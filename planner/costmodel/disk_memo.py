@@ -22,6 +22,21 @@ from pathlib import Path
 _SOURCES = ("costmodel/imbalance.py", "placement/optimize.py", "placement/replicas.py", "placement/metrics.py")
 
 
+def write_cache_file(path: Path, data: bytes) -> None:
+    """Write a cache file atomically (a temporary file beside it, then a rename); a failure leaves
+    no temporary file and is ignored: a read-only or full disk only costs the next run its speed."""
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
 def placement_code_digest() -> str | None:
     """A hash of the code the memoised values come from (None if a source cannot be read)."""
     root = Path(__file__).resolve().parent.parent
@@ -92,9 +107,6 @@ class DiskMemo:
             with contextlib.suppress(OSError, ValueError, AttributeError):
                 merged = {str(k): float(v) for k, v in json.loads(self._path.read_text()).items()}
             merged.update(self._values)
-            fd, tmp = tempfile.mkstemp(dir=self._path.parent, prefix=f".{self._path.name}.", suffix=".tmp")
-            with os.fdopen(fd, "w") as fh:
-                json.dump(merged, fh, sort_keys=True)
-            os.replace(tmp, self._path)
         except OSError:
-            pass  # a read-only or full disk only costs the next run its speed
+            return  # a read-only or full disk only costs the next run its speed
+        write_cache_file(self._path, json.dumps(merged, sort_keys=True).encode())

@@ -182,8 +182,11 @@ def _evaluate(
     return evaluate_plan(plan, imbalance=imbalance, specs=PlanSpecs(specs.model, sc.hw, specs.quant), hbm_from=mid)
 
 
-def lead_verdict(first: Plan, second: Plan, specs: PlanSpecs, imbalance: ImbalanceModel | None) -> LeadVerdict:
-    """Does rank 1 stay ahead of rank 2 under every factor scenario, and which term gives its lead."""
+def lead_verdict(
+    first: Plan, second: Plan, specs: PlanSpecs, imbalance: ImbalanceModel | None, ranked_pessimistic: bool = False
+) -> LeadVerdict:
+    """Does rank 1 stay ahead of rank 2 under every factor scenario, and which term gives its lead
+    (`ranked_pessimistic`: the list was ranked at the slow end of the band, --robust)."""
     p1 = evaluate_plan(first, imbalance=imbalance, specs=specs)
     p2 = evaluate_plan(second, imbalance=imbalance, specs=specs)
     lead = headline_of(p1) - headline_of(p2)
@@ -224,6 +227,7 @@ def lead_verdict(first: Plan, second: Plan, specs: PlanSpecs, imbalance: Imbalan
         dominant_share=share,
         term_spread=spread,
         ranged=moved,
+        ranked_pessimistic=ranked_pessimistic,
     )
 
 

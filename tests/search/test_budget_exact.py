@@ -54,6 +54,16 @@ def _request(hardware: str, mode: str, cards: float) -> PlanRequest:
     return PlanRequest(hardware=hardware, workload=WORKLOAD, max_cards=cards, top=1, settings=SETTINGS, **MODES[mode])
 
 
+def _size_tables(hardware: str, cards: float, devices: int) -> tuple:
+    """(request, context, decode tables, prefill tables) of one instance size, colocated mode."""
+    request = _request(hardware, "colocated", cards)
+    ctx = make_context(request)
+    limits = SpaceLimits(max_devices=DENSE_NODE_COUNTS * 8)
+    d = build_phase_space(ctx, "decode", [devices], request, limits, keep=1, cache=CACHE)
+    p = build_phase_space(ctx, "prefill", [devices], request, limits, keep=1, cache=CACHE)
+    return request, ctx, d.tables[devices], p.tables[devices]
+
+
 _ORACLES: dict[tuple[str, str, int], tuple] = {}
 
 
@@ -180,12 +190,7 @@ def test_a2_at_32_cards_finds_the_24_card_plan_a_larger_budget_finds():
 
 @pytest.mark.parametrize(("devices", "tpot_ms"), [(16, 100), (24, 100), (24, 50), (32, 70)])
 def test_colocated_branch_and_bound_equals_evaluating_every_combination(devices, tpot_ms):
-    request = _request("a2", "colocated", 64)
-    ctx = make_context(request)
-    limits = SpaceLimits(max_devices=DENSE_NODE_COUNTS * 8)
-    d = build_phase_space(ctx, "decode", [devices], request, limits, keep=1, cache=CACHE)
-    p = build_phase_space(ctx, "prefill", [devices], request, limits, keep=1, cache=CACHE)
-    (dt, di), (pt, pi) = d.tables[devices], p.tables[devices]
+    request, ctx, (dt, di), (pt, pi) = _size_tables("a2", 64, devices)
     tpot, ttft = int(tpot_ms * 1000), int(request.slo.ttft_ms * 1000)
     pruned = colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep=2)
     every = colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep=2, prune=False)
@@ -201,12 +206,7 @@ def test_colocated_bound_holds_for_whole_forward_and_chunked_instances(devices, 
     """Every instance of every combination, whole forwards and chunked prefill alike, stays within
     the bound the branch and bound orders and prunes by; and the pruned search keeps the same best
     instances (chunk sizes included) as evaluating every combination."""
-    request = _request("a2", "colocated", 64)
-    ctx = make_context(request)
-    limits = SpaceLimits(max_devices=DENSE_NODE_COUNTS * 8)
-    d = build_phase_space(ctx, "decode", [devices], request, limits, keep=1, cache=CACHE)
-    p = build_phase_space(ctx, "prefill", [devices], request, limits, keep=1, cache=CACHE)
-    (dt, di), (pt, pi) = d.tables[devices], p.tables[devices]
+    request, ctx, (dt, di), (pt, pi) = _size_tables("a2", 64, devices)
     tpot, ttft = int(tpot_ms * 1000), int(request.slo.ttft_ms * 1000)
     itl = None if itl_ms is None else int(itl_ms * 1000)
     every = colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep=10**6, prune=False, max_itl_us=itl)
@@ -248,12 +248,7 @@ def test_colocated_bound_holds_for_whole_forward_and_chunked_instances(devices, 
 def test_colocated_size_bound_is_above_every_combinations_bound(hardware, devices, tpot_ms, itl_ms, mtp):
     """The size-level bound `_colocated` skips whole sizes by holds over every combination's bound
     (and so over every instance): a size it skips has nothing that could enter the list."""
-    request = _request(hardware, "colocated", 512)
-    ctx = make_context(request)
-    limits = SpaceLimits(max_devices=DENSE_NODE_COUNTS * 8)
-    d = build_phase_space(ctx, "decode", [devices], request, limits, keep=1, cache=CACHE)
-    p = build_phase_space(ctx, "prefill", [devices], request, limits, keep=1, cache=CACHE)
-    (dt, di), (pt, pi) = d.tables[devices], p.tables[devices]
+    request, ctx, (dt, di), (pt, pi) = _size_tables(hardware, 512, devices)
     tpot, ttft = int(tpot_ms * 1000), int(request.slo.ttft_ms * 1000)
     itl = None if itl_ms is None else int(itl_ms * 1000)
     bound, _ = colocated_upper_bounds(ctx, dt, di, pt, pi, tpot, ttft, itl)
