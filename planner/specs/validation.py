@@ -107,6 +107,11 @@ class Figure(Strict):
     tolerance: float = Field(gt=0, lt=1, description="relative")
     weight: float = Field(default=1.0, gt=0, description="weight in fits (estimates and low-latency points: 0.25)")
     compare: Compare = "static"
+    ratio_to: str = Field(
+        default="",
+        description="the value is this figure over the figure with this id (a ratio of two runs of one source, "
+        "compared as the ratio of the two predictions); its own id stays unique",
+    )
     derived: str = Field(default="", description="how the value was derived from the source's numbers, if it was")
     excluded: str = Field(default="", description="why this figure cannot be used (then it is not)")
     known_miss: str = Field(default="", description="why the model misses this figure today (reported, not hidden)")
@@ -257,6 +262,13 @@ def _load_store(folder: Path) -> tuple[tuple[str, ValidationFile], ...]:
                     raise BadInputError(f"{path.name}: figure id '{fid}' is also used in {seen[fid]}; ids are unique.")
                 seen[fid] = path.name
         out.append((path.name, doc))
+    for name, doc in out:
+        for row in doc.rows:
+            for fig in row.figures:
+                if fig.ratio_to and fig.ratio_to not in seen:
+                    raise BadInputError(
+                        f"{name}: figure '{fig.id or row.id}' is a ratio to unknown figure '{fig.ratio_to}'."
+                    )
     return tuple(out)
 
 
