@@ -60,14 +60,23 @@ def _keys() -> set[tuple[int, int, int]]:
                 print(f"{model} on {hardware} ({scheme}): {len(keys)} keys so far", file=sys.stderr, flush=True)
                 break  # the first scheme the machine runs
     for path in plan_files(REPO / "plans"):
-        evaluate_plan(load_plan(str(path))[0])
+        evaluate_plan(load_plan(str(path))[0], path.parent)
     return keys
 
 
-def _value(key: tuple[int, int, int]) -> tuple[tuple[int, int, int], tuple[float, float]]:
-    from planner.costmodel.imbalance import DEFAULT_DRIFT_SIGMA, DEFAULT_POPULARITY_SIGMA, engine_static_computed
+def _parameter_sets() -> list[tuple[float, float]]:
+    """(sigma, drift) of the shipped fit and of the two ends of the prediction band (uncertainty.imbalance_corner)."""
+    from planner.costmodel.imbalance import fitted_parameters
 
-    return key, engine_static_computed(DEFAULT_POPULARITY_SIGMA, DEFAULT_DRIFT_SIGMA, *key)
+    r = fitted_parameters()
+    s, d = r["popularity_sigma"], r["drift_sigma"]
+    return list(dict.fromkeys([(s["value"], d["value"]), (s["high"], d["high"]), (s["low"], d["low"])]))
+
+
+def _value(key: tuple[float, float, int, int, int]) -> tuple[tuple[float, float, int, int, int], tuple[float, float]]:
+    from planner.costmodel.imbalance import engine_static_computed
+
+    return key, engine_static_computed(*key)
 
 
 def main() -> None:
@@ -79,26 +88,19 @@ def main() -> None:
 
     os.environ["MOEPLAN_CACHE_DIR"] = "off"
     from planner.costmodel.disk_memo import placement_code_digest
-    from planner.costmodel.imbalance import (
-        DEFAULT_DRIFT_SIGMA,
-        DEFAULT_POPULARITY_SIGMA,
-        SHIPPED_TABLE,
-        engine_key,
-    )
+    from planner.costmodel.imbalance import SHIPPED_TABLE, engine_key
 
     start = time.perf_counter()
     keys = sorted(_keys())
     print(f"{len(keys)} keys in {time.perf_counter() - start:.1f} s; placing experts ...", file=sys.stderr)
+    full_keys = [(s, d, *key) for s, d in _parameter_sets() for key in keys]
     with multiprocessing.get_context("spawn").Pool(opts.jobs) as pool:
-        values = dict(pool.map(_value, keys, chunksize=16))
+        values = dict(pool.map(_value, full_keys, chunksize=16))
     doc = {
-        "about": "engine imbalance (fitted, following) per 'sigma,drift,experts,ep,slots'; "
-        "made by benchmarks/build_imbalance_table.py",
+        "about": "engine imbalance (fitted, following) per 'sigma,drift,experts,ep,slots', for the shipped "
+        "parameters and the ends of their ranges; made by benchmarks/build_imbalance_table.py",
         "code_digest": placement_code_digest(),
-        "values": {
-            engine_key(DEFAULT_POPULARITY_SIGMA, DEFAULT_DRIFT_SIGMA, *key): [values[key][0], values[key][1]]
-            for key in keys
-        },
+        "values": {engine_key(*key): [values[key][0], values[key][1]] for key in full_keys},
     }
     SHIPPED_TABLE.parent.mkdir(parents=True, exist_ok=True)
     SHIPPED_TABLE.write_text(json.dumps(doc, indent=0, sort_keys=True) + "\n")

@@ -277,6 +277,23 @@ def workload_notes(ctx: CostContext) -> list[str]:
     return notes
 
 
+def known_miss_notes(machine: str, phases: tuple[str, ...]) -> list[str]:
+    """One note per phase on which the cost model misses measured rows of `machine` (validation/'s
+    `known_miss` marks, each checked by tests/costmodel/test_published.py to really miss)."""
+    from planner.specs.validation import known_misses
+
+    notes = []
+    for phase in phases:
+        misses = [(fid, why) for m, ph, fid, why in known_misses() if m == machine and ph == phase]
+        if misses:
+            notes.append(
+                f"known miss: on {machine} the cost model misses measured {phase} rows outside their tolerance "
+                f"({', '.join(fid for fid, _ in misses)}: {misses[0][1]}); read this plan's {phase} figures "
+                "with that error in mind (moeplan fidelity, docs/fidelity.md)"
+            )
+    return notes
+
+
 def hardware_notes(*machines: HardwareSpec) -> list[str]:
     """The announced-hardware warning of each distinct machine."""
     seen, out = set(), []
@@ -389,6 +406,10 @@ def _evaluate_single(plan: Plan, specs: PlanSpecs, imb: ImbalanceModel, hbm_from
         colocated=colocated,
         system=system,
         notes=hardware_notes(specs.hw)
+        + known_miss_notes(
+            specs.hw.name,
+            tuple(p for p, present in (("decode", decode or colocated), ("prefill", prefill or colocated)) if present),
+        )
         + workload_notes(ctx)
         + (
             [
