@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 from planner.costmodel.evaluate import PlanSpecs, evaluate_plan
 from planner.costmodel.fidelity import _plan_and_specs
 from planner.costmodel.fitting import factor_names, factor_spec, with_factors
-import pytest
-
 from planner.costmodel.imbalance import SkewImbalance
 from planner.costmodel.store_fit import heldout_error
 from planner.costmodel.uncertainty import corner, factor_ranges, imbalance_corner, prediction_uncertainty, scenarios
 from planner.ranking.robust import headline_band, lead_verdict, rank_by_low_end, with_band
-from planner.specs.plan import AttentionLayout, ParallelLayout
+from planner.specs.plan import ParallelLayout
 
 
 def _d70():
