@@ -129,12 +129,23 @@ def fidelity_markdown(report: FidelityReport) -> str:
         "|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in report.rows:
-        lines.append(
-            f"| {r.row.id} | {r.row.unit} | {r.row.published:g} | {r.predicted:.1f} | "
-            f"{r.error:+.1%} | {_loo(r)} | {_band(r).replace('[red]misses[/]', '(misses)')} | "
-            f"±{r.row.tolerance:.0%} | {_determines(r)} |"
-        )
+        lines.append("| " + " | ".join(row_cells(r).values()) + " |")
     return "\n".join(lines) + "\n"
+
+
+def row_cells(r: FidelityRow) -> dict[str, str]:
+    """One row's cells as plain text, by column (the Markdown table's and the HTML report's)."""
+    return {
+        "row": r.row.id,
+        "figure": r.row.unit,
+        "published": f"{r.row.published:g}",
+        "predicted": f"{r.predicted:.1f}",
+        "error": f"{r.error:+.1%}",
+        "leave-one-out": _loo(r),
+        "band": _band(r).replace("[red]misses[/]", "(misses)"),
+        "tolerance": f"±{r.row.tolerance:.0%}",
+        "determines": _determines(r),
+    }
 
 
 def fidelity_json(report: FidelityReport) -> str:
