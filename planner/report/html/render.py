@@ -8,6 +8,7 @@ matplotlib drew (their XML prolog and DOCTYPE removed, which inline SVG must not
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 PAGE_TEMPLATE = "page.html.j2"
+_METADATA = re.compile(r"\s*<metadata>.*?</metadata>", re.DOTALL)
 _JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
 
@@ -46,14 +48,15 @@ def script_json(text: str) -> Markup:
 
 
 def inline_svg(svg: bytes | str) -> Markup:
-    """An SVG document as an element to put in HTML (from `<svg` on)."""
+    """An SVG document as an element to put in HTML: from `<svg` on, without the RDF metadata
+    matplotlib writes (the creator's name, under namespaces the page has no use for)."""
     from markupsafe import Markup
 
     text = svg.decode("utf-8") if isinstance(svg, bytes) else svg
     start = text.find("<svg")
     if start < 0:
         raise ValueError("not an SVG document")
-    return Markup(text[start:].strip())
+    return Markup(_METADATA.sub("", text[start:]).strip())
 
 
 @lru_cache(maxsize=1)

@@ -10,13 +10,19 @@ fitted on its own rows, so the subset gives the same figures as `moeplan fidelit
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 
 from planner.costmodel.prediction import Prediction
 from planner.report.uncertainty_report import band_rows
 from planner.specs.hardware import HardwareSpec
 
+_CACHE_PREFIX = "fidelity-"
 FIDELITY_COLUMNS = (
     "row",
     "figure",
@@ -67,8 +73,17 @@ def bands(prediction: Prediction) -> tuple[list[BandRow], str]:
 
 @lru_cache(maxsize=8)
 def _machine_rows(name: str) -> tuple[tuple[dict[str, str], ...], tuple[str, ...]]:
-    """The cells and fit lines of the published rows on the catalog machine `name` (the leave-one-out
-    refits take a second or two: a sweep's or a test session's pages share them)."""
+    """The cells and fit lines of the published rows on the catalog machine `name`.
+
+    The leave-one-out refits take a second or two (A2's), and their result depends only on the
+    package's code and catalogs: it is kept in the cache folder under a hash of both (a change of
+    either starts a new file; the files of other versions are removed), and in memory for the
+    pages of one process."""
+    path = _cache_file(name)
+    if path is not None:
+        with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return tuple(dict(r) for r in data["rows"]), tuple(str(x) for x in data["lines"])
     from planner.costmodel.fidelity import fidelity_report
     from planner.costmodel.reference import published_rows
     from planner.report.fidelity_report import fit_lines, row_cells
@@ -78,7 +93,45 @@ def _machine_rows(name: str) -> tuple[tuple[dict[str, str], ...], tuple[str, ...
     if not rows:
         return (), ()
     report = fidelity_report(rows)
-    return tuple(row_cells(r) for r in report.rows), tuple(fit_lines(report))
+    cells, lines = tuple(row_cells(r) for r in report.rows), tuple(fit_lines(report))
+    if path is not None:
+        _store(path, {"rows": cells, "lines": lines})
+    return cells, lines
+
+
+def _cache_file(name: str) -> Path | None:
+    from planner.candidates.table_store import code_digest
+    from planner.costmodel.disk_memo import cache_folder
+    from planner.specs.catalog import catalog_dir
+
+    folder = cache_folder()
+    if folder is None:
+        return None
+    digest = hashlib.sha256(code_digest().encode())
+    for kind in ("plans", "hardware", "models"):  # the catalogs sit outside the package in a checkout
+        for file in sorted(catalog_dir(kind).rglob("*")):
+            if file.is_file():
+                digest.update(file.name.encode())
+                with contextlib.suppress(OSError):
+                    digest.update(file.read_bytes())
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+    return folder / f"{_CACHE_PREFIX}{digest.hexdigest()[:16]}-{safe}.json"
+
+
+def _store(path: Path, data: dict[str, object]) -> None:
+    """Write the cache file, and remove those another version of the code or catalogs wrote."""
+    from planner.costmodel.disk_memo import write_cache_file
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        version = path.name[: len(_CACHE_PREFIX) + 16]
+        for old in path.parent.glob(f"{_CACHE_PREFIX}*.json"):
+            if not old.name.startswith(version):
+                with contextlib.suppress(OSError):
+                    old.unlink()
+    except OSError:
+        return  # a read-only or full disk only costs the next page its speed
+    write_cache_file(path, json.dumps(data, ensure_ascii=False).encode())
 
 
 def fidelity_for(hw: HardwareSpec) -> Fidelity:
