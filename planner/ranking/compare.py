@@ -12,6 +12,7 @@ from typing import Any
 
 from planner.costmodel.prediction import Prediction
 from planner.ranking.binding import cards_for_rate
+from planner.specs.catalog import load_hardware
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
 from planner.specs.plan import DecodePlan, PhasePlan, Plan, PrefillPlan
@@ -102,8 +103,14 @@ def pd_cards(plan: Plan, hw: HardwareSpec, sep: str = " : ") -> str:
     instance of an odd number of CM384 dies shows its half card.
     """
 
+    mixed = any(getattr(section, "hardware", None) for section in (plan.prefill, plan.decode))
+
     def each(phase: Any) -> str:
-        return "-" if phase is None else f"{phase.instances}x{hw.cards(phase.devices):g}"
+        if phase is None:
+            return "-"
+        # prefill on one machine, decode on another: each phase counts its own machine's cards
+        machine = load_hardware(getattr(phase, "hardware", None) or plan.hardware) if mixed else hw
+        return f"{phase.instances}x{machine.cards(phase.devices):g}"
 
     if plan.is_colocated and plan.decode_phase is not None:
         return f"colocated {each(plan.decode_phase)}"

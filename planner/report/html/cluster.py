@@ -364,7 +364,7 @@ def _facts(
             f"{hw.cards(budget_devices - used):g} of them free{shown}."
         )
     lines.append(
-        "Instances are placed on nodes as `--emit` places them: instances of a node or more from a node boundary, "
+        "Instances are placed on nodes as --emit places them: instances of a node or more from a node boundary, "
         "smaller ones packed into nodes. Hover a device for its place in every module's layout (TP groups are "
         "consecutive devices)."
     )

@@ -144,7 +144,7 @@ def fidelity_for(hw: HardwareSpec) -> Fidelity:
     if not cells:
         out.note = (
             f"No published measurement runs on '{hw.name}': its figures are checked against none "
-            "(plans/published.yaml; `moeplan fidelity` lists every row)."
+            "(plans/published.yaml; moeplan fidelity lists every row)."
         )
         return out
     try:
