@@ -513,6 +513,8 @@ def plan(
         except InfeasibleError as exc:
             if json_out is not None:  # scripts read the verdict from the JSON too
                 write_text_atomic(json_out, infeasible_document(str(exc)))
+            if html is not None and str(html) != "-":  # a page shows a plan: with none, none is written
+                raise InfeasibleError(f"{exc} Not written: {html}.") from None
             raise
         notes = outcome_notes(outcome)
         for note in notes:

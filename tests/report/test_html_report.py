@@ -186,6 +186,14 @@ def test_a_bad_html_destination_is_one_line_and_exit_2_before_any_work(tmp_path,
     assert [p.name for p in tmp_path.iterdir()] == ["page.html"]
 
 
+def test_nothing_feasible_writes_no_page_and_says_so(tmp_path):
+    html = tmp_path / "plan.html"
+    r = run_cli("plan", "--max-cards", "1", "--html", str(html))
+    assert r.exit_code == 1
+    assert f"Not written: {html}." in " ".join(r.output.split())
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_sweep_page_numbers_its_plans_by_point(tmp_path):
     html = tmp_path / "sweep.html"
     r = run_cli(

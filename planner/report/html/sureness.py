@@ -108,8 +108,10 @@ def _cache_file(name: str) -> Path | None:
     if folder is None:
         return None
     digest = hashlib.sha256(code_digest().encode())
-    for kind in ("plans", "hardware", "models"):  # the catalogs sit outside the package in a checkout
-        for file in sorted(catalog_dir(kind).rglob("*")):
+    # the catalogs (and the store of measured rows beside them) sit outside the package in a checkout
+    catalogs = catalog_dir("plans").parent
+    for kind in ("plans", "hardware", "models", "validation"):
+        for file in sorted((catalogs / kind).rglob("*")):
             if file.is_file():
                 digest.update(file.name.encode())
                 with contextlib.suppress(OSError):
