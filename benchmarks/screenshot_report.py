@@ -14,27 +14,19 @@ and the time `moeplan` took to write it.
 from __future__ import annotations
 
 import argparse
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from planner.report.html.browser import CHROMIUM_FLAGS, chromium_path
+
 REPO = Path(__file__).resolve().parent.parent
 PAGES = {
     "a2": ["plan"],
     "cm384": ["plan", "--hardware", "cm384", "--max-cards", "384"],
 }
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 WIDTH = 1280
 
 
@@ -54,12 +46,12 @@ def photograph(pages: dict[str, Path], out: Path) -> list[Path]:
     """The top of each page and its cluster drawing, as PNG files in `out`."""
     from playwright.sync_api import sync_playwright
 
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    chromium = chromium_path()
     if chromium is None:
         raise SystemExit("no Chromium: apt-get install chromium")
     written = []
     with sync_playwright() as driver:
-        browser = driver.chromium.launch(executable_path=chromium, headless=True, args=FLAGS)
+        browser = driver.chromium.launch(executable_path=chromium, headless=True, args=list(CHROMIUM_FLAGS))
         for name, html in pages.items():
             page = browser.new_page(viewport={"width": WIDTH, "height": 1150})
             errors: list[str] = []

@@ -8,6 +8,10 @@ from rich.table import Table
 
 from planner.costmodel.fidelity import FidelityReport, FidelityRow
 
+# the columns of the Markdown table and the HTML report (row_cells), and those aligned right
+COLUMNS = ("row", "figure", "published", "predicted", "error", "leave-one-out", "band", "tolerance", "determines")
+NUMERIC_COLUMNS = ("published", "predicted", "error", "leave-one-out", "tolerance")
+
 
 def _short(name: str) -> str:
     return name.split(".", 1)[1]
@@ -49,20 +53,9 @@ def fidelity_table(report: FidelityReport) -> Table:
         "is the leave-one-out error; (in-sample): not refitted here, but a parameter was chosen on it; "
         "*: a factor only this deployment determines was kept (see below)",
     )
-    cols = (
-        "row",
-        "figure",
-        "published",
-        "predicted",
-        "error",
-        "leave-one-out",
-        "band",
-        "tolerance",
-        "within",
-        "determines",
-    )
+    cols = (*COLUMNS[:-1], "within", COLUMNS[-1])
     for col in cols:
-        right = col in ("published", "predicted", "error", "leave-one-out", "tolerance")
+        right = col in NUMERIC_COLUMNS
         table.add_column(col, justify="right" if right else "left")
     for r in report.rows:
         ok = "[green]yes[/]" if abs(r.error) <= r.row.tolerance else "[red]NO[/]"
@@ -125,7 +118,7 @@ def fit_lines(report: FidelityReport) -> list[str]:
 def fidelity_markdown(report: FidelityReport) -> str:
     """The same as a Markdown table (the README's)."""
     lines = [
-        "| row | figure | published | predicted | error | leave-one-out | band | tolerance | determines |",
+        "| " + " | ".join(COLUMNS) + " |",
         "|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in report.rows:

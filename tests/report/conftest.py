@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from planner.report.html.browser import CHROMIUM_FLAGS, chromium_path
 from tests.conftest import run_cli
 
 
@@ -28,24 +29,6 @@ def default_report(tmp_path_factory) -> Report:
     return Report(html, doc)
 
 
-CHROMIUM_FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-def chromium_path() -> str | None:
-    """Debian's Chromium (`apt-get install chromium`), if this machine has it."""
-    import shutil
-
-    return shutil.which("chromium") or shutil.which("chromium-browser")
-
-
 @pytest.fixture(scope="session")
 def browser():
     """Headless Chromium driven by Playwright, launched once per session (the system's browser: no
@@ -58,6 +41,6 @@ def browser():
     except ImportError:
         pytest.skip("Playwright is not installed (pip install '.[browser]'; .ci/run installs it)")
     with sync_playwright() as driver:
-        launched = driver.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_FLAGS)
+        launched = driver.chromium.launch(executable_path=executable, headless=True, args=list(CHROMIUM_FLAGS))
         yield launched
         launched.close()

@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from planner.costmodel.prediction import Prediction
 from planner.ranking.compare import pd_cards
+from planner.report.fidelity_report import COLUMNS as FIDELITY_COLUMNS
+from planner.report.fidelity_report import NUMERIC_COLUMNS as FIDELITY_NUMERIC
 from planner.report.html.cluster import ROLES, ClusterDrawing, cluster_drawing, instance_colour
 from planner.report.html.experts import ExpertDrawing, ExpertLayer, expert_drawing, expert_layer
 from planner.report.html.plans_table import Figure, RowGroup, grouped_rows, plan_row, plan_sections
-from planner.report.html.sureness import FIDELITY_COLUMNS, BandRow, Fidelity, bands, fidelity_for
+from planner.report.html.sureness import BandRow, Fidelity, bands, fidelity_for
 from planner.report.plan_report import cards_of, headline
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
@@ -365,6 +367,7 @@ def _common(kind: str, title: str, command: str, plans_json: str) -> dict[str, A
         "roles": ROLES,
         "role_colour": lambda role: instance_colour(role, 0, 1) if role in ROLES else "#8c959f",
         "fidelity_columns": FIDELITY_COLUMNS,
+        "fidelity_numeric": FIDELITY_NUMERIC,
         "groups": [],
         "alternatives": [],
         "detail": None,

@@ -23,17 +23,6 @@ from planner.report.uncertainty_report import band_rows
 from planner.specs.hardware import HardwareSpec
 
 _CACHE_PREFIX = "fidelity-"
-FIDELITY_COLUMNS = (
-    "row",
-    "figure",
-    "published",
-    "predicted",
-    "error",
-    "leave-one-out",
-    "band",
-    "tolerance",
-    "determines",
-)
 
 
 @dataclass
