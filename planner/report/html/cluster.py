@@ -373,11 +373,7 @@ def _facts(
 
 def plan_cluster_sections(plan: Plan) -> list[tuple[str, PhasePlan]]:
     """(role, section) of every kind of instance of the plan, prefill first (as they are placed)."""
-    if plan.colocated is not None:
-        return [("colocated", plan.colocated)]
-    out: list[tuple[str, PhasePlan]] = []
-    if plan.prefill is not None:
-        out.append(("prefill", plan.prefill))
-    if plan.decode is not None:
-        out.append(("decode", plan.decode))
-    return out
+    from planner.engines.plan_view import plan_view
+    from planner.report.launch.common import sections
+
+    return sections(plan_view(plan))
