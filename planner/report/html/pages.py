@@ -149,7 +149,8 @@ def request_question(req: PlanRequest, model: ModelSpec, hw: HardwareSpec) -> li
     if req.rate_per_s is not None:
         budget = f"the fewest cards that serve {req.rate_per_s:g} requests/s (within {req.max_cards:g} cards)"
     else:
-        budget = f"at most {req.max_cards:g} cards ({hw.card_name}); the plan with the most output tokens/s per card"
+        figure = "input" if req.phase == "prefill" else "output"
+        budget = f"at most {req.max_cards:g} cards ({hw.card_name}); the plan with the most {figure} tokens/s per card"
     if req.max_prefill_cards is not None or req.max_decode_cards is not None:
         budget = f"prefill ≤ {req.max_prefill_cards or '-'} cards, decode ≤ {req.max_decode_cards or '-'} cards"
     if req.max_cost is not None:
@@ -202,14 +203,21 @@ def instances_text(plan: Plan, hw: HardwareSpec, prefill_hw: HardwareSpec | None
     return " and ".join(parts)
 
 
+def headline_label(plan: Plan) -> str:
+    """What the headline figure counts: output tokens per card, or input tokens for prefill alone."""
+    return "output tokens/s per card" if plan.decode_phase is not None else "input tokens/s per card"
+
+
 def answer_sentence(plan: Plan, hw: HardwareSpec, prefill_hw: HardwareSpec | None = None) -> str:
     """The plan and its figures in one sentence (each figure with its band where it has one)."""
     row = plan_row(plan, hw, None, prefill_hw)
-    text = f"{instances_text(plan, hw, prefill_hw)} ({row.cards:g} cards)"
+    text = instances_text(plan, hw, prefill_hw)
+    if len(row.sections) > 1 or row.sections[0].instances > 1:
+        text += f" ({row.cards:g} cards in all)"
     figures = []
     if row.requests_per_s.value is not None:
         figures.append(f"{row.requests_per_s.value:,.2f} requests/s")
-    head = f"{row.headline.text} output tokens/s per card"
+    head = f"{row.headline.text} {headline_label(plan)}"
     if row.headline.band_text:
         head += f" (band {row.headline.band_text})"
     figures.append(head)
@@ -217,7 +225,9 @@ def answer_sentence(plan: Plan, hw: HardwareSpec, prefill_hw: HardwareSpec | Non
         figures.append(f"TPOT {row.tpot_ms.text} ms")
     if row.ttft_ms.value is not None:
         figures.append(f"TTFT {row.ttft_ms.text} ms")
-    text += " serve " + ", ".join(figures) if plan.decode_phase is not None else " process " + ", ".join(figures)
+    single = len(row.sections) == 1 and row.sections[0].instances == 1
+    verb = ("serve" if plan.decode_phase is not None else "process") + ("s" if single else "")
+    text += f" {verb} " + ", ".join(figures)
     if not row.fits:
         text += "; it overflows HBM"
     elif row.meets_slos is True:
@@ -231,7 +241,7 @@ def tiles(plan: Plan, hw: HardwareSpec, prefill_hw: HardwareSpec | None = None) 
     """The headline figures as tiles: (label, figure, unit)."""
     row = plan_row(plan, hw, None, prefill_hw)
     out = [("cards", Figure(row.cards, digits=0), row.pd)]
-    out.append(("output tokens/s per card", row.headline, "whole deployment"))
+    out.append((headline_label(plan), row.headline, "whole deployment"))
     if row.requests_per_s.value is not None:
         out.append(("requests/s", row.requests_per_s, ""))
     if row.tpot_ms.value is not None:
@@ -378,6 +388,7 @@ def _common(kind: str, title: str, command: str, plans_json: str) -> dict[str, A
         "tiles": [],
         "problems": [],
         "evaluate_hint": "",
+        "headline_label": "output tokens/s per card",
     }
 
 
@@ -416,6 +427,7 @@ def plan_html(page: PlanPage) -> str:
     ctx["question"] = request_question(req, model, hw)
     ctx["answer"] = "Best plan (rank 1): " + answer_sentence(best, hw, prefill_hw)
     ctx["tiles"] = tiles(best, hw, prefill_hw)
+    ctx["headline_label"] = headline_label(best)
     ctx["groups"] = grouped_rows(outcome.plans, hw, model, prefill_hw)
     ctx["alternatives"] = _alternatives(outcome, hw)
     ctx["lines"] = [page.verdict, page.why, page.engines, *[f"note: {n}" for n in page.notes]]
@@ -478,6 +490,7 @@ def evaluate_html(page: EvaluatePage) -> str:
     ctx["question"] = plan_question(plan, page.model, hw, page.source)
     ctx["answer"] = "This plan: " + answer_sentence(plan, hw, page.prefill_hw)
     ctx["tiles"] = tiles(plan, hw, page.prefill_hw)
+    ctx["headline_label"] = headline_label(plan)
     ctx["groups"] = [RowGroup(plan_row(plan, hw, page.model, page.prefill_hw), [])]
     ctx["lines"] = page.lines
     ctx["problems"] = page.problems
@@ -549,11 +562,13 @@ def sweep_html(page: SweepPage) -> str:
             )
         )
     ok = len(feasible)
+    label = "input tokens/s per card" if first.phase == "prefill" else "output tokens/s per card"
+    ctx["headline_label"] = label
     answer = f"{ok} of {len(rows)} points are feasible"
     if feasible:
         best, number, values = max(feasible)
         at = ", ".join(f"{k} {v}" for k, v in zip(keys, values, strict=True))
-        answer += f"; the most output tokens/s per card is {best:,.1f}, at point {number}" + (f" ({at})" if at else "")
+        answer += f"; the most {label} is {best:,.1f}, at point {number}" + (f" ({at})" if at else "")
     ctx["answer"] = answer + "."
     ctx["sweep"] = {"columns": keys, "rows": rows, "title": page.title, "status": page.status_line}
     ctx["frontier_svg"] = inline_svg(page.frontier_svg) if page.frontier_svg else None
