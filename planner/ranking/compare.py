@@ -12,7 +12,6 @@ from typing import Any
 
 from planner.costmodel.prediction import Prediction
 from planner.ranking.binding import cards_for_rate
-from planner.specs.catalog import load_hardware
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
 from planner.specs.plan import DecodePlan, PhasePlan, Plan, PrefillPlan
@@ -100,16 +99,19 @@ def pd_cards(plan: Plan, hw: HardwareSpec, sep: str = " : ") -> str:
     """Instances x cards per instance, prefill then decode ("1x16 : 1x32"), or "colocated 2x24".
 
     Counted in cards, as the card budget is (a CM384 card is a 910C package of two dies); an
-    instance of an odd number of CM384 dies shows its half card.
+    instance of an odd number of CM384 dies shows its half card. A phase on another machine than
+    `hw` (prefill and decode on two machines) counts its own machine's cards.
     """
-
-    mixed = any(getattr(section, "hardware", None) for section in (plan.prefill, plan.decode))
+    mixed = any(getattr(p, "hardware", None) for p in (plan.prefill, plan.decode))
 
     def each(phase: Any) -> str:
         if phase is None:
             return "-"
-        # prefill on one machine, decode on another: each phase counts its own machine's cards
-        machine = load_hardware(getattr(phase, "hardware", None) or plan.hardware) if mixed else hw
+        machine = hw
+        if mixed:
+            from planner.specs.catalog import load_hardware
+
+            machine = load_hardware(getattr(phase, "hardware", None) or plan.hardware)
         return f"{phase.instances}x{machine.cards(phase.devices):g}"
 
     if plan.is_colocated and plan.decode_phase is not None:

@@ -30,7 +30,7 @@ def band_rows(prediction: Prediction) -> list[tuple[str, str, BandFigure, str]]:
         for name, b in figures.items():
             if block in alone and name not in alone[block]:
                 continue
-            spread = f"-{1 - b.low / b.mid:.1%} / +{b.high / b.mid - 1:.1%}" if b.mid else "-"
+            spread = f"-{max(0.0, 1 - b.low / b.mid):.1%} / +{max(0.0, b.high / b.mid - 1):.1%}" if b.mid else "-"
             rows.append((block, FIGURE_LABELS.get(name, name), b, spread))
     return rows
 
