@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "whatif": ("planner.cli.whatif_cmd", "whatif"),
     "sweep": ("planner.cli.sweep_cmd", "sweep"),
     "experts": ("planner.cli.experts_cmd", "experts"),
+    "simulate": ("planner.cli.simulate_cmd", "simulate"),
 }
 
 
