@@ -58,7 +58,7 @@ def simulate_figure(result: SimResult) -> Figure:
     kv_ax.legend(fontsize=7)
 
     table = sim.table
-    measured = np.arange(table.count) >= sim.warmup
+    measured = sim.measured()
     done = measured & np.isfinite(table.end_s)
     ttft = (table.first_token_s - table.sent_s)[done] * 1e3
     e2el = (table.end_s - table.sent_s)[done] * 1e3

@@ -35,7 +35,14 @@ def title(result: SimResult) -> str:
     plan = b.plan
     return (
         f"simulated: {plan.model} on {plan.hardware}, {b.structure}, {b.cards:g} cards; {b.traffic.describe()}; "
-        f"{b.sim.table.count:,} requests ({b.lengths_source}), warm-up {b.sim.warmup}, seed {b.traffic.seed}"
+        f"{b.sim.table.clients:,} requests ({b.lengths_source}), warm-up {b.sim.warmup}"
+        + (f", cool-down {b.sim.cooldown}" if b.sim.cooldown else "")
+        + (
+            f", warm start {b.sim.table.count - b.sim.table.clients:,} sequences"
+            if b.sim.table.count > b.sim.table.clients
+            else ""
+        )
+        + f", seed {b.traffic.seed}"
     )
 
 
@@ -199,7 +206,8 @@ def _plain(x: Any) -> Any:
 def records_jsonl(result: SimResult) -> str:
     """One JSON object per request: its lengths, timings (seconds from the start), latencies and placement."""
     t = result.built.sim.table
-    warm = result.built.sim.warmup
+    sim = result.built.sim
+    measured = sim.measured()
     ttft = (t.first_token_s - t.sent_s) * 1e3
     e2el = (t.end_s - t.sent_s) * 1e3
     out = t.delivered_tokens
@@ -226,9 +234,55 @@ def records_jsonl(result: SimResult) -> str:
     lists = {k: v.tolist() for k, v in cols.items()}
     lines = []
     for i in range(t.count):
-        row: dict[str, Any] = {"request": i, "warmup": i < warm}
+        row: dict[str, Any] = {"request": i, "measured": bool(measured[i]), "preloaded": i >= t.clients}
         for k, v in lists.items():
             x = v[i]
             row[k] = None if isinstance(x, float) and math.isnan(x) else (round(x, 6) if isinstance(x, float) else x)
         lines.append(json.dumps(row, separators=(",", ":")))
     return "\n".join(lines) + "\n"
+
+
+def checks_table(checks: list[Any], title_text: str) -> Table:
+    """Plans checked by simulation (planner.ranking.simulated): percentiles next to the static figures."""
+    pct = checks[0].verdict.percentile if checks else 90.0
+    word = _pword(pct)
+    t = Table(title=title_text, title_justify="left")
+    t.add_column("#", justify="right")
+    t.add_column("rate req/s", justify="right")
+    t.add_column("TTFT ms p50 / p90 / p99", justify="right")
+    t.add_column("static TTFT", justify="right")
+    t.add_column("TPOT ms p50 / p90 / p99", justify="right")
+    t.add_column("static TPOT", justify="right")
+    t.add_column(f"meets SLOs at p{word}")
+    for c in checks:
+        f = c.figures
+
+        def trio(name: str, fig: dict[str, float] = f) -> str:
+            return " / ".join(
+                _f(fig.get(f"{k}_{name}_ms"), 0 if name == "ttft" else 1) for k in ("median", "p90", "p99")
+            )
+
+        met = c.verdict.met
+        verdict = "-" if met is None else ("yes" if met else "NO: " + "; ".join(c.verdict.misses()))
+        t.add_row(
+            str(c.rank or ""),
+            f"{c.rate_per_s:.3g} ({c.rate_source})",
+            trio("ttft"),
+            _f(c.static.get("ttft_ms"), 0),
+            trio("tpot"),
+            _f(c.static.get("tpot_ms")),
+            verdict,
+        )
+    return t
+
+
+def checks_caption(checks: list[Any]) -> str:
+    """How the plans were simulated, in one line."""
+    if not checks:
+        return ""
+    n = min(c.measured for c in checks)
+    return (
+        "simulated: Poisson arrivals at each plan's rate, decode warm-started full at that rate, "
+        f">= {n:,} measured requests per plan (a cool-down keeps the load on until the last of them ends), seed 0; "
+        f"p{_pword(checks[0].verdict.percentile)} of simulated TTFT and TPOT judged against the SLOs (--slo-percentile)"
+    )

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -75,6 +77,8 @@ class Traffic:
     random: RandomDataset | None = None
     seed: int = 0
     warmup: int = 0
+    cooldown: int = 0
+    warm_start: bool = False
 
     def describe(self) -> str:
         """The traffic in words, for the report's title."""
@@ -118,29 +122,39 @@ def plan_structure(plan: Plan) -> str:
     return "decode-only" if plan.decode is not None else "prefill-only"
 
 
+def length_sampler(plan: Plan, traffic: Traffic, rng: np.random.Generator) -> tuple[Callable[[int], Any], str]:
+    """A function drawing `count` (input, output) pairs as the traffic says, and where they come from."""
+    if traffic.random is not None:
+        r = traffic.random
+
+        def draw_random(count: int) -> Any:
+            return random_dataset_lengths(r.input_tokens, r.output_tokens, r.range_ratio, r.convention, count, rng)
+
+        return (
+            draw_random,
+            f"{r.convention} random dataset {r.input_tokens}+{r.output_tokens}, range ratio {r.range_ratio:g}",
+        )
+    if traffic.workload is not None:
+        bins = traffic.workload.bins()
+        source = f"--workload ({len(bins)} bins{', ' + traffic.workload.source if traffic.workload.source else ''})"
+    else:
+        w = plan.workload
+        bins = w.lengths or [_one_bin(w.input_tokens, w.output_tokens)]
+        source = f"the plan's workload ({w.input_tokens}+{w.output_tokens}" + (
+            f", {len(bins)} bins)" if w.lengths else ")"
+        )
+    return (lambda count: lengths_from_bins(bins, count, rng)), source
+
+
 def _lengths(plan: Plan, traffic: Traffic, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
     """(input, output, ready seconds, where the lengths come from)."""
     if traffic.trace is not None:
         arrival, inp, out = load_trace(traffic.trace)
         n = min(traffic.requests, inp.size) if traffic.requests else inp.size
         return inp[:n], out[:n], arrival[:n], f"trace {traffic.trace} ({n:,} requests)"
-    count = traffic.requests
-    if traffic.random is not None:
-        r = traffic.random
-        inp, out = random_dataset_lengths(r.input_tokens, r.output_tokens, r.range_ratio, r.convention, count, rng)
-        source = f"{r.convention} random dataset {r.input_tokens}+{r.output_tokens}, range ratio {r.range_ratio:g}"
-    elif traffic.workload is not None:
-        bins = traffic.workload.bins()
-        inp, out = lengths_from_bins(bins, count, rng)
-        source = f"--workload ({len(bins)} bins{', ' + traffic.workload.source if traffic.workload.source else ''})"
-    else:
-        w = plan.workload
-        bins = w.lengths or [_one_bin(w.input_tokens, w.output_tokens)]
-        inp, out = lengths_from_bins(bins, count, rng)
-        source = f"the plan's workload ({w.input_tokens}+{w.output_tokens}" + (
-            f", {len(bins)} bins)" if w.lengths else ")"
-        )
-    ready = arrival_times(count, traffic.rate_per_s, traffic.burstiness, rng)
+    draw, source = length_sampler(plan, traffic, rng)
+    inp, out = draw(traffic.requests)
+    ready = arrival_times(traffic.requests, traffic.rate_per_s, traffic.burstiness, rng)
     return inp, out, ready, source
 
 
@@ -165,6 +179,13 @@ def _check_traffic(traffic: Traffic) -> None:
         raise BadInputError(f"--warmup must be >= 0 requests; got {traffic.warmup}.")
     if traffic.trace is not None and (traffic.rate_per_s is not None or traffic.random is not None):
         raise BadInputError("--trace gives arrival times and lengths; drop --rate and --random-* with it.")
+    if traffic.cooldown < 0 or traffic.warmup + traffic.cooldown >= max(traffic.requests, 1) and traffic.trace is None:
+        raise BadInputError(
+            f"--warmup {traffic.warmup} and cool-down {traffic.cooldown} leave no measured request of "
+            f"{traffic.requests}; send more requests or warm up less."
+        )
+    if traffic.warm_start and (traffic.rate_per_s is None or traffic.trace is not None):
+        raise BadInputError("a warm start needs an open loop at a --rate (it fills decode as that rate would).")
 
 
 def with_decode_concurrency(plan: Plan, per_device: int | None) -> Plan:
@@ -231,6 +252,7 @@ def build_simulation(
     imbalance: ImbalanceModel | None = None,
     decode_concurrency: int | None = None,
     prediction: Prediction | None = None,
+    series_points: int = SERIES_POINTS,
 ) -> Built:
     """Everything `run` needs; bad input raises BadInputError naming the field or flag."""
     _check_traffic(traffic)
@@ -277,10 +299,11 @@ def build_simulation(
         rng,
         traffic.concurrency,
         min(traffic.warmup, inp.size - 1),
+        traffic.cooldown,
         routing.instances,
         1.0,
         lambda n: 0.0,
-        duration / SERIES_POINTS,
+        duration / series_points,
     )
     notes: list[str] = []
     max_prompt = float(inp.max())
@@ -357,6 +380,12 @@ def build_simulation(
                 for k in range(instances)
             ]
         seats = seats_per_rank * dp * instances
+    if traffic.warm_start and sim.decode:
+        preloaded = _preload(plan, prediction, traffic, sim, rng)
+        notes.append(
+            f"warm start: {preloaded:,} sequences decoding at time 0, at random points of their outputs (as the "
+            f"rate fills decode at steady state); not measured"
+        )
     if structure == "decode-only":
         notes.append(
             "decode-only plan: prompts arrive as if prefilled elsewhere at no cost; TTFT is the wait for a seat "
@@ -398,3 +427,34 @@ def _size(plan: Plan, d_hw: HardwareSpec, p_hw: HardwareSpec) -> tuple[int, floa
 def with_seed(traffic: Traffic, seed: int) -> Traffic:
     """The same traffic drawn with another seed."""
     return dataclasses.replace(traffic, seed=seed)
+
+
+def _preload(plan: Plan, prediction: Prediction, traffic: Traffic, sim: Simulation, rng: np.random.Generator) -> int:
+    """Fill the decode instances as the traffic's rate fills them at steady state: rate x the time a request
+    decodes (its output at the static TPOT) sequences, at most the seats, each at a random point of its
+    output; lengths drawn as the traffic's, weighted by output length (a long request stays longer)."""
+    tpot_ms = (
+        prediction.colocated.tpot_ms
+        if prediction.colocated is not None
+        else (prediction.decode.tpot_ms if prediction.decode is not None else 0.0)
+    )
+    draw, _ = length_sampler(plan, traffic, rng)
+    probe_in, probe_out = draw(4096)
+    mean_out = float(np.mean(probe_out))
+    seats = sum(d.seats * d.dp for d in sim.decode)
+    count = int(min(seats, round((traffic.rate_per_s or 0.0) * mean_out * tpot_ms / 1e3)))
+    if count <= 0:
+        return 0
+    pick = rng.choice(probe_in.size, size=count, p=probe_out / probe_out.sum())
+    inp, out = probe_in[pick], probe_out[pick]
+    rows = sim.table.add_preloaded(inp, out)
+    done = np.minimum((rng.random(count) * out).astype(np.int64), out - 1)
+    slots = [(d, r) for d in sim.decode for r in range(d.dp) for _ in range(d.seats)]
+    order = rng.permutation(len(slots))[:count]
+    for row, k, made in zip(rows.tolist(), order.tolist(), done.tolist(), strict=True):
+        inst, r = slots[k]
+        sim.table.decode_instance[row] = inst.index
+        sim.table.dp_rank[row] = r
+        inst.preload(row, r, float(sim.table.input_tokens[row] + made), int(sim.table.output_tokens[row]) - made)
+        sim.table.delivered_tokens[row] = made
+    return count

@@ -58,7 +58,6 @@ class ColocatedInstance(DecodeInstance):
         self.prefilling: deque[list[int]] = deque()  # [request, rank, tokens computed so far]
         self.completing: list[list[int]] = []  # prompts the step or forward in flight completes
         self.in_forward = False  # a whole forward is in flight (decoding stalls)
-        self.stepped = 0  # decoding sequences in the step in flight
         self.prefill_busy_s = 0.0
 
     def _admit(self, now: float) -> None:
@@ -112,7 +111,7 @@ class ColocatedInstance(DecodeInstance):
             tokens, attended, _, _ = self._take_prompt_tokens(self.batch_tokens)
             duration = self.forward_times.forward_s(tokens, attended / tokens)
             self.in_forward = True
-            self.stepped = 0
+            self.in_step = 0
             self.prefill_busy_s += duration
             self._launch(now, duration)
             return
@@ -129,7 +128,7 @@ class ColocatedInstance(DecodeInstance):
             self.busy = False
             return
         self.in_forward = False
-        self.stepped = self.n
+        self.in_step = self.n
         duration = (self.decode_step_s() if self.n else 0.0) + chunk_s + self.extra_s
         self.extra_s = 0.0
         self._launch(now, duration)
@@ -137,7 +136,7 @@ class ColocatedInstance(DecodeInstance):
     def on_event(self, now: float) -> None:
         """The step or forward in flight ends: decoders emit (not after a whole forward), completed
         prompts deliver their first token and join the decode batch, the next step starts."""
-        if not self.in_forward and self.stepped:
+        if not self.in_forward:
             self._finish_step(now)
         table = self.sim.table
         for rid, r, _ in self.completing:
@@ -151,7 +150,7 @@ class ColocatedInstance(DecodeInstance):
             if remaining <= 0:
                 self.sim.complete([rid], now)
                 continue
-            self._place(rid, r, tokens + 1, remaining, now, first_done=True)
+            self._place(rid, r, tokens + 1, remaining, first=False, last_s=now)
         self.completing = []
         self.in_forward = False
         self._start(now)

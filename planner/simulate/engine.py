@@ -34,7 +34,7 @@ class Snapshot:
     """Counters at one instant."""
 
     time_s: float
-    tokens: int
+    tokens: float
     completed: int
     area: float  # time integral of the requests in the system up to time_s
 
@@ -43,12 +43,12 @@ class Snapshot:
 class Counters:
     """Exact running totals."""
 
-    tokens: int = 0
+    tokens: float = 0.0
     completed: int = 0
     in_system: int = 0
     area: float = 0.0
     last_change_s: float = 0.0
-    per_second: dict[int, int] = field(default_factory=dict)  # tokens delivered in each second
+    per_second: dict[int, float] = field(default_factory=dict)  # tokens delivered in each second
     peak_in_system: int = 0
 
     def snapshot(self, now: float) -> Snapshot:
@@ -70,6 +70,7 @@ class Simulation:
         rng: np.random.Generator,
         concurrency: int | None,
         warmup: int,
+        cooldown: int,
         instance_policy: str,
         kv_link_bytes_per_s: float,
         kv_bytes: Any,
@@ -79,6 +80,8 @@ class Simulation:
         self.rng = rng
         self.cap = math.inf if concurrency is None else concurrency
         self.warmup = warmup
+        self.cooldown = cooldown  # the last requests keep the load on and are not measured: the run stops first
+        self.measured_left = max(0, table.clients - cooldown - warmup)
         self.instance_policy = instance_policy
         self.kv_link_bytes_per_s = kv_link_bytes_per_s
         self.kv_bytes = kv_bytes  # prompt tokens -> bytes sent to decode
@@ -108,13 +111,21 @@ class Simulation:
         self._seq += 1
         heapq.heappush(self._heap, (time_s, self._seq, kind, payload))
 
+    def measured(self) -> np.ndarray:
+        """Which rows the figures are over: client requests after the warm-up and before the cool-down."""
+        t = self.table
+        mask = np.zeros(t.count, dtype=bool)
+        mask[self.warmup : t.clients - self.cooldown] = True
+        return mask
+
     def run(self) -> None:
-        """Send every request and run until the last one finishes."""
-        self._decode_outstanding = [0] * len(self.decode)
+        """Send the requests and run until every one finishes (with a cool-down: every measured one)."""
+        if len(self._decode_outstanding) != len(self.decode):
+            self._decode_outstanding = [0] * len(self.decode)
         self._pump(0.0)
         heap = self._heap
         series = self.series
-        while heap:
+        while heap and not (self.cooldown and self.measured_left == 0):
             now, _, kind, payload = heapq.heappop(heap)
             self.now = now
             if series.due(now):
@@ -132,7 +143,7 @@ class Simulation:
     # ---- the client -----------------------------------------------------------------------
     def _pump(self, now: float) -> None:
         ready = self.table.ready_s
-        count = self.table.count
+        count = self.table.clients
         while self._next < count and self.counters.in_system < self.cap:
             i = self._next
             if ready[i] > now:
@@ -149,7 +160,7 @@ class Simulation:
         self.counters.change_in_system(now, +1)
         if i == self.warmup:
             self.window_start = self.counters.snapshot(now)
-        if i == t.count - 1:
+        if i == t.clients - self.cooldown - 1:
             self.window_end = self.counters.snapshot(now)
         if self.colocated or not self.prefill:
             d = self._choose_decode()
@@ -193,35 +204,39 @@ class Simulation:
             self.tokens_emitted(1, now)
             self.complete([rid], now)
             return
-        seconds = float(self.kv_bytes(float(t.input_tokens[rid]))) / self.kv_link_bytes_per_s
+        seconds = self.kv_bytes(float(t.input_tokens[rid])) / self.kv_link_bytes_per_s
         self._push(now + seconds, _KV_ARRIVAL, rid)
 
     def first_tokens(self, rids: Any, now: float) -> None:
         """The first token of each of `rids` reaches the client."""
         self.table.first_token_s[np.asarray(rids, dtype=np.int64)] = now
 
-    def tokens_emitted(self, count: int, now: float) -> None:
-        """`count` tokens reach clients at `now`."""
+    def tokens_emitted(self, count: float, now: float) -> None:
+        """`count` tokens reach clients at `now` (a step's mean; the exact count when a sequence ends)."""
         c = self.counters
         c.tokens += count
         second = int(now)
-        c.per_second[second] = c.per_second.get(second, 0) + count
+        c.per_second[second] = c.per_second.get(second, 0.0) + count
 
     def complete(self, rids: Any, now: float) -> None:
         """Requests whose last token reached the client: the client may send more."""
         ids = np.asarray(rids, dtype=np.int64)
-        self.table.end_s[ids] = now
-        self.counters.completed += int(ids.size)
-        self.counters.change_in_system(now, -int(ids.size))
-        if self._decode_outstanding:
-            for d in self.table.decode_instance[ids]:
+        t = self.table
+        t.end_s[ids] = now
+        sent = ids[ids < t.clients]  # not the sequences of a warm start
+        if sent.size:
+            self.counters.completed += int(sent.size)
+            self.counters.change_in_system(now, -int(sent.size))
+            self.measured_left -= int(np.count_nonzero((sent >= self.warmup) & (sent < t.clients - self.cooldown)))
+        if self._decode_outstanding and sent.size:
+            for d in t.decode_instance[sent]:
                 if d >= 0:
                     self._decode_outstanding[d] -= 1
         self._pump(now)
 
     # ---- the time series --------------------------------------------------------------------
     def _sample(self, now: float) -> None:
-        ready = int(np.searchsorted(self.table.ready_s, now, side="right"))
+        ready = int(np.searchsorted(self.table.ready_s[: self.table.clients], now, side="right"))
         kv = [inst.kv_fraction() for inst in self.decode]
         self.series.add(
             now,

@@ -148,10 +148,8 @@ def summarize(
 ) -> dict[str, Any]:
     """The run's figures: vLLM's keys at the top level, moeplan's under 'moeplan'."""
     sim, t, traffic = built.sim, built.sim.table, built.traffic
-    first = sim.warmup
     done = ~np.isnan(t.end_s)
-    measured = np.zeros(t.count, dtype=bool)
-    measured[first:] = True
+    measured = sim.measured()
     ok = measured & done
     sent, end, start = t.sent_s[ok], t.end_s[ok], t.first_token_s[ok]
     out_len = t.delivered_tokens[ok]
@@ -180,7 +178,7 @@ def summarize(
         "date": datetime.now().strftime("%Y%m%d-%H%M%S"),
         "backend": "moeplan-simulate",
         "model_id": built.plan.model,
-        "num_prompts": t.count,
+        "num_prompts": int(measured.sum()),
         "request_rate": "inf" if traffic.rate_per_s is None else traffic.rate_per_s,
         "burstiness": traffic.burstiness,
         "max_concurrency": traffic.concurrency,
@@ -237,6 +235,8 @@ def _moeplan_block(
         "lengths": built.lengths_source,
         "seed": built.traffic.seed,
         "warmup_requests": sim.warmup,
+        "cooldown_requests": sim.cooldown,
+        "warm_start_sequences": t.count - t.clients,
         "routing": built.routing.describe(),
         "cards": built.cards,
         "devices": built.devices,

@@ -71,6 +71,27 @@ def bilinear(x_grid: np.ndarray, y_grid: np.ndarray, table: np.ndarray, x, y) ->
     return low * (1 - fy) + high * fy
 
 
+def bilinear_scalar(x_grid: list[float], y_grid: list[float], table: list[list[float]], x: float, y: float) -> float:
+    """table[y][x] at one point by bilinear interpolation, in plain Python (clamped to the grid): a step or
+    a forward asks a handful of points, where numpy's per-call cost would dominate."""
+    x = min(max(x, x_grid[0]), x_grid[-1])
+    y = min(max(y, y_grid[0]), y_grid[-1])
+    i = min(bisect_right(x_grid, x) - 1, len(x_grid) - 2)
+    j = min(bisect_right(y_grid, y) - 1, len(y_grid) - 2)
+    fx = (x - x_grid[i]) / (x_grid[i + 1] - x_grid[i])
+    fy = (y - y_grid[j]) / (y_grid[j + 1] - y_grid[j])
+    lo, hi = table[j], table[j + 1]
+    return (lo[i] * (1 - fx) + lo[i + 1] * fx) * (1 - fy) + (hi[i] * (1 - fx) + hi[i + 1] * fx) * fy
+
+
+def interp_scalar(x_grid: list[float], values: list[float], x: float) -> float:
+    """values at x by linear interpolation, in plain Python (clamped to the grid)."""
+    x = min(max(x, x_grid[0]), x_grid[-1])
+    i = min(bisect_right(x_grid, x) - 1, len(x_grid) - 2)
+    f = (x - x_grid[i]) / (x_grid[i + 1] - x_grid[i])
+    return values[i] * (1 - f) + values[i + 1] * f
+
+
 def _decode_workload(context: float, w: Workload) -> tuple[Workload, float]:
     """A workload whose decode pool sits at `context` (to half a token), and that exact context."""
     twice = max(3, int(round(2.0 * context)))
@@ -116,16 +137,7 @@ class DecodeTimes:
         object.__setattr__(self, "_att", self.attention.tolist())
 
     def _at(self, table: list[list[float]], b: float, c: float) -> float:
-        """table[c][b] by bilinear interpolation, in plain Python."""
-        bg, cg = self._b, self._c  # type: ignore[attr-defined]
-        b = min(max(b, bg[0]), bg[-1])
-        c = min(max(c, cg[0]), cg[-1])
-        i = min(bisect_right(bg, b) - 1, len(bg) - 2)
-        j = min(bisect_right(cg, c) - 1, len(cg) - 2)
-        fx = (b - bg[i]) / (bg[i + 1] - bg[i])
-        fy = (c - cg[j]) / (cg[j + 1] - cg[j])
-        lo, hi = table[j], table[j + 1]
-        return (lo[i] * (1 - fx) + lo[i + 1] * fx) * (1 - fy) + (hi[i] * (1 - fx) + hi[i + 1] * fx) * fy
+        return bilinear_scalar(self._b, self._c, table, b, c)  # type: ignore[attr-defined]
 
     def step_at(self, batch_per_device: float, mean_context: float) -> float:
         """The step with every rank at the mean batch and context."""
@@ -198,14 +210,20 @@ class PrefillTimes:
     kv_bytes: np.ndarray
     hit_rate: float
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_t", self.token_grid.tolist())
+        object.__setattr__(self, "_x", self.length_grid.tolist())
+        object.__setattr__(self, "_f", self.forward.tolist())
+        object.__setattr__(self, "_kv", self.kv_bytes.tolist())
+
     def forward_s(self, tokens: float, attended_mean: float) -> float:
         """A forward of `tokens` computed tokens whose mean attended position is `attended_mean`."""
         x = 2.0 * attended_mean / (1.0 + self.hit_rate)
-        return float(bilinear(self.token_grid, self.length_grid, self.forward, tokens, x))
+        return bilinear_scalar(self._t, self._x, self._f, tokens, x)  # type: ignore[attr-defined]
 
-    def prompt_kv_bytes(self, prompt_tokens) -> np.ndarray:
-        """Cache bytes of whole prompts (cached prefixes included), by linear interpolation in length."""
-        return np.interp(np.asarray(prompt_tokens, dtype=float), self.length_grid, self.kv_bytes)
+    def prompt_kv_bytes(self, prompt_tokens: float) -> float:
+        """Cache bytes of a whole prompt (cached prefix included), by linear interpolation in length."""
+        return interp_scalar(self._x, self._kv, prompt_tokens)  # type: ignore[attr-defined]
 
 
 def prefill_times(ctx: CostContext, phase: PrefillPlan, max_prompt: float, static_prompt: float) -> PrefillTimes:
@@ -231,10 +249,14 @@ class ChunkTimes:
     length_grid: np.ndarray
     seconds_per_token: np.ndarray
 
-    def chunk_s(self, tokens, prompt_tokens) -> float:
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_x", self.length_grid.tolist())
+        object.__setattr__(self, "_s", self.seconds_per_token.tolist())
+
+    def chunk_s(self, tokens: list[int], prompt_tokens: list[int]) -> float:
         """What chunks of `tokens` prompt tokens (of prompts of `prompt_tokens`) add to a step."""
-        slope = np.interp(np.asarray(prompt_tokens, dtype=float), self.length_grid, self.seconds_per_token)
-        return float(np.sum(np.asarray(tokens, dtype=float) * slope))
+        xs, ss = self._x, self._s  # type: ignore[attr-defined]
+        return sum(t * interp_scalar(xs, ss, p) for t, p in zip(tokens, prompt_tokens, strict=True))
 
 
 def chunk_times(ctx: CostContext, prefill: PrefillPlan, chunk_tokens: int, max_prompt: float) -> ChunkTimes:

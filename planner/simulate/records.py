@@ -22,10 +22,14 @@ MAX_SAMPLES = 4000
 
 
 class RequestTable:
-    """Per-request timings and placement (NaN: not reached)."""
+    """Per-request timings and placement (NaN: not reached).
+
+    The first `clients` rows are the client's requests, in sending order; rows after them are
+    sequences a warm start put in the decode instances at time 0 (never sent, never measured)."""
 
     def __init__(self, input_tokens: np.ndarray, output_tokens: np.ndarray, ready_s: np.ndarray) -> None:
         n = int(input_tokens.size)
+        self.clients = n
         self.input_tokens = np.asarray(input_tokens, dtype=np.int64)
         self.output_tokens = np.asarray(output_tokens, dtype=np.int64)
         self.ready_s = np.asarray(ready_s, dtype=float)
@@ -43,8 +47,25 @@ class RequestTable:
 
     @property
     def count(self) -> int:
-        """Number of requests."""
+        """Number of rows (client requests and preloaded sequences)."""
         return int(self.input_tokens.size)
+
+    def add_preloaded(self, input_tokens: np.ndarray, output_tokens: np.ndarray) -> np.ndarray:
+        """Rows for sequences already decoding at time 0 (a warm start); their row numbers."""
+        first = self.count
+        k = int(input_tokens.size)
+        grow_float = ("ready_s", "sent_s", "prefill_done_s", "kv_ready_s", "first_token_s", "end_s")
+        for name in grow_float:
+            setattr(self, name, np.concatenate([getattr(self, name), np.full(k, np.nan)]))
+        self.ready_s[first:] = np.inf
+        self.input_tokens = np.concatenate([self.input_tokens, np.asarray(input_tokens, dtype=np.int64)])
+        self.output_tokens = np.concatenate([self.output_tokens, np.asarray(output_tokens, dtype=np.int64)])
+        for name in ("cached_tokens", "delivered_tokens"):
+            setattr(self, name, np.concatenate([getattr(self, name), np.zeros(k, dtype=np.int64)]))
+        for name in ("prefill_instance", "decode_instance", "dp_rank"):
+            setattr(self, name, np.concatenate([getattr(self, name), np.full(k, -1, dtype=np.int32)]))
+        self.preemptions = np.concatenate([self.preemptions, np.zeros(k, dtype=np.int32)])
+        return np.arange(first, first + k)
 
 
 @dataclass
