@@ -32,6 +32,17 @@ def parse_percentiles(text: str) -> tuple[float, ...]:
     return tuple(sorted(set(out)))
 
 
+def goodput_values(given: list[str] | None, extra: list[str]) -> list[str]:
+    """--goodput's pairs: vLLM writes them after one flag (`--goodput ttft:2000 tpot:100`), so the pairs
+    after the first arrive as extra arguments; anything else extra is refused as click would."""
+    pairs = list(given or [])
+    for arg in extra:
+        if ":" not in arg or not pairs:
+            raise BadInputError(f"unexpected extra argument '{arg}'; see 'moeplan simulate --help'.")
+        pairs.append(arg)
+    return pairs
+
+
 def check_slo_percentile(value: float | None) -> float | None:
     """--slo-percentile in (0, 100]."""
     if value is not None and not (0 < value <= 100 and math.isfinite(value)):
@@ -40,6 +51,7 @@ def check_slo_percentile(value: float | None) -> float | None:
 
 
 def simulate(
+    ctx: typer.Context,
     plan_file: Annotated[
         str,
         typer.Argument(
@@ -148,7 +160,7 @@ def simulate(
         from planner.simulate.build import RandomDataset, Traffic
         from planner.simulate.metrics import parse_goodput
         from planner.simulate.routing import engine_routing
-        from planner.simulate.run import claimed_rate, simulate_plan
+        from planner.simulate.run import auto_requests, claimed_rate, simulate_plan
         from planner.specs.catalog import load_plan, plan_base_dir
         from planner.specs.workload import load_workload_file
 
@@ -158,7 +170,8 @@ def simulate(
         fmt = plot_format(plot) if plot is not None else None
         pcts = parse_percentiles(percentiles)
         check_slo_percentile(slo_percentile)
-        bounds = parse_goodput(goodput) if goodput else None
+        pairs = goodput_values(goodput, ctx.args)
+        bounds = parse_goodput(pairs) if pairs else None
         routing = engine_routing(engine).with_overrides(route_instances, route_dp)
         plan, _ = load_plan(plan_file, rank)
         base = plan_base_dir(plan_file)
@@ -184,20 +197,30 @@ def simulate(
             if (loads or skew_sigma is not None)
             else None
         )
-        count = requests if requests is not None else (0 if trace is not None else 1000)
-        traffic_rate = rate
-        note = ""
-        if trace is None and rate is None and concurrency is None:
-            from planner.costmodel.evaluate import evaluate_plan
+        from planner.costmodel.evaluate import evaluate_mixed_plan, evaluate_plan
+        from planner.costmodel.mixed import is_mixed_plan
+        from planner.simulate.build import with_decode_concurrency
 
-            claim = claimed_rate(plan, evaluate_plan(plan, base, imbalance))
+        sized = with_decode_concurrency(plan, decode_concurrency)
+        evaluate = evaluate_mixed_plan if is_mixed_plan(sized) else evaluate_plan
+        prediction = evaluate(sized, base, imbalance)
+        count = requests if requests is not None else 0
+        warm = warmup
+        traffic_rate = rate
+        notes = []
+        if trace is None and rate is None and concurrency is None:
+            claim = claimed_rate(sized, prediction)
             if claim is None or claim <= 0:
                 raise BadInputError("the plan claims no request rate; give --rate, --concurrency or --trace.")
             traffic_rate = claim
-            note = (
+            notes.append(
                 f"traffic: Poisson at {claim:.4g} req/s, the rate the plan's static prediction claims "
                 "(--rate sets another)"
             )
+        if requests is None and trace is None:
+            count, auto_warm, why = auto_requests(sized, prediction, traffic_rate, concurrency)
+            warm = warmup if warmup else auto_warm
+            notes.append(f"requests: {count:,} ({why}; --requests and --warmup set them)")
         traffic = Traffic(
             requests=count,
             concurrency=concurrency,
@@ -207,7 +230,7 @@ def simulate(
             workload=workload,
             random=random,
             seed=seed,
-            warmup=warmup,
+            warmup=warm,
         )
         result = simulate_plan(
             plan,
@@ -220,10 +243,10 @@ def simulate(
             routing=routing,
             imbalance=imbalance,
             decode_concurrency=decode_concurrency,
+            prediction=prediction,
         )
-        if note:
-            result.built.notes.insert(0, note)
-            result.summary["moeplan"]["notes"].insert(0, note)
+        result.built.notes[:0] = notes
+        result.summary["moeplan"]["notes"][:0] = notes
         outputs = Outputs()
         if json_out is not None:
             outputs.text(json_out, result_json(result))
@@ -243,3 +266,8 @@ def simulate(
                 err_console.print(f"{flag}: wrote {path}")
 
     run_guarded(body)
+
+
+# vLLM's `--goodput ttft:2000 tpot:100` puts several values after one flag: the ones after the first reach
+# the command as extra arguments (see `goodput_values`)
+simulate.context_settings = {"allow_extra_args": True}  # type: ignore[attr-defined]

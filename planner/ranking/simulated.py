@@ -28,7 +28,7 @@ from planner.costmodel.imbalance import ImbalanceModel
 from planner.costmodel.prediction import Prediction
 from planner.simulate.build import Traffic
 from planner.simulate.routing import Routing
-from planner.simulate.run import SimResult, SloVerdict, claimed_rate, simulate_plan
+from planner.simulate.run import SimResult, SloVerdict, claimed_rate, simulate_plan, static_e2e_s
 from planner.specs.plan import Plan
 
 MEASURED_SPAN = 0.3  # measured requests arrive over this share of a request's static end-to-end time
@@ -68,17 +68,6 @@ class SimulatedCheck:
             "figures": self.figures,
             "static": self.static,
         }
-
-
-def static_e2e_s(plan: Plan, prediction: Prediction) -> float:
-    """A request's end-to-end time by the static figures: TTFT + (output - 1) x TPOT."""
-    out = plan.workload.output_tokens
-    if prediction.colocated is not None:
-        return (prediction.colocated.ttft_ms + (out - 1) * prediction.colocated.tpot_ms) / 1e3
-    ttft = prediction.prefill.ttft_ms if prediction.prefill is not None else 0.0
-    tpot = prediction.decode.tpot_ms if prediction.decode is not None else 0.0
-    step = prediction.decode.step_ms if prediction.decode is not None else 0.0
-    return (ttft + step + (out - 1) * tpot) / 1e3
 
 
 def check_traffic(plan: Plan, prediction: Prediction, rate_per_s: float, seed: int = CHECK_SEED) -> Traffic:

@@ -203,18 +203,25 @@ def with_decode_concurrency(plan: Plan, per_device: int | None) -> Plan:
     return plan.model_copy(update={"decode": plan.decode.model_copy(update={"concurrency_per_device": per_device})})
 
 
-def _check_holds(ctx: CostContext, phase: DecodePlan, section: str, override: bool, prediction: Prediction) -> None:
-    """A decode phase whose concurrency HBM cannot hold is refused (exit 2) naming the most it holds."""
+def _check_holds(
+    ctx: CostContext, phase: DecodePlan, section: str, override: bool, prediction: Prediction
+) -> str | None:
+    """A `--decode-concurrency` HBM cannot hold is refused (exit 2) naming the most it holds; a plan's own
+    concurrency past it is simulated (its KV cache then binds admission) and a note says so."""
     block = prediction.colocated if section == "colocated" else prediction.decode
     fits = block.fits_hbm if block is not None else True
     if fits:
-        return
+        return None
     most = max_decode_concurrency(ctx, phase)
-    field = "--decode-concurrency" if override else f"{section}.concurrency_per_device"
-    raise BadInputError(
-        f"{field} = {phase.concurrency_per_device}: the plan cannot hold it; HBM per device holds at most {most} "
-        f"sequences per device at this workload ({ctx.hbm_utilization:g} of {ctx.hw.hbm_bytes / 2**30:.0f} GiB); "
-        f"give {max(most, 1)} or fewer."
+    where = f"({ctx.hbm_utilization:g} of {ctx.hw.hbm_bytes / 2**30:.0f} GiB)"
+    if override:
+        raise BadInputError(
+            f"--decode-concurrency = {phase.concurrency_per_device}: the plan cannot hold it; HBM per device holds "
+            f"at most {most} sequences per device at this workload {where}; give {max(most, 1)} or fewer."
+        )
+    return (
+        f"{section}.concurrency_per_device = {phase.concurrency_per_device} is more than HBM holds at the cost "
+        f"model's steady-state KV estimate ({most} per device {where}): the KV cache, not the seats, binds admission"
     )
 
 
@@ -321,7 +328,9 @@ def build_simulation(
         sim.kv_link_bytes_per_s = d_ctx.kv_link_bytes_per_s
     if decode_phase is not None:
         section = "colocated" if plan.colocated is not None else "decode"
-        _check_holds(d_ctx, decode_phase, section, decode_concurrency is not None, prediction)
+        over = _check_holds(d_ctx, decode_phase, section, decode_concurrency is not None, prediction)
+        if over:
+            notes.append(over)
         dt = decode_times(d_ctx, decode_phase, max_context, d_ctx.mean_decode_context_tokens)
         other: dict[str, float] = {}
         if plan.colocated is not None and prediction.colocated is not None:

@@ -8,6 +8,7 @@ simulated TTFT and of the simulated TPOT are within them (`SloVerdict`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,3 +115,45 @@ def claimed_rate(plan: Plan, prediction: Any) -> float | None:
     if prediction.prefill is not None and plan.prefill is not None:
         return plan.prefill.instances * prediction.prefill.requests_per_forward / (prediction.prefill.forward_ms / 1e3)
     return None
+
+
+AUTO_MIN_REQUESTS = 1000
+AUTO_MAX_REQUESTS = 50_000
+AUTO_SPANS = 5.0  # requests arriving over this many static end-to-end times
+AUTO_CLOSED_MULTIPLE = 6  # a closed loop: this many times its concurrency
+
+
+def auto_requests(
+    plan: Plan, prediction: Any, rate_per_s: float | None, concurrency: int | None
+) -> tuple[int, int, str]:
+    """(requests, warm-up, why) when `--requests` is not given: long enough to reach steady state.
+
+    Open loop: requests arriving over `AUTO_SPANS` static end-to-end times, the first such time of them
+    the warm-up; closed loop: `AUTO_CLOSED_MULTIPLE` times the concurrency, two times it the warm-up.
+    Within [AUTO_MIN_REQUESTS, AUTO_MAX_REQUESTS]."""
+    e2e = max(static_e2e_s(plan, prediction), 1e-3)
+    if concurrency is not None and rate_per_s is None:
+        n = min(max(AUTO_CLOSED_MULTIPLE * concurrency, AUTO_MIN_REQUESTS), AUTO_MAX_REQUESTS)
+        warm = min(2 * concurrency, n // 2)
+        return n, warm, f"auto: {AUTO_CLOSED_MULTIPLE} x the concurrency, the first {warm:,} a warm-up"
+    rate = rate_per_s if rate_per_s is not None else 1.0
+    if concurrency is not None:
+        rate = min(rate, concurrency / e2e)
+    n = int(min(max(math.ceil(AUTO_SPANS * rate * e2e), AUTO_MIN_REQUESTS), AUTO_MAX_REQUESTS))
+    warm = int(min(math.ceil(rate * e2e), n // 2))
+    return (
+        n,
+        warm,
+        (f"auto: arriving over {AUTO_SPANS:g} static end-to-end times of {e2e:,.1f} s, the first {warm:,} a warm-up"),
+    )
+
+
+def static_e2e_s(plan: Plan, prediction: Any) -> float:
+    """A request's end-to-end time by the static figures: TTFT + first step + (output - 1) x TPOT."""
+    out = plan.workload.output_tokens
+    if prediction.colocated is not None:
+        return float(prediction.colocated.ttft_ms + (out - 1) * prediction.colocated.tpot_ms) / 1e3
+    ttft = prediction.prefill.ttft_ms if prediction.prefill is not None else 0.0
+    tpot = prediction.decode.tpot_ms if prediction.decode is not None else 0.0
+    step = prediction.decode.step_ms if prediction.decode is not None else 0.0
+    return float(ttft + step + (out - 1) * tpot) / 1e3
