@@ -242,19 +242,20 @@ def records_jsonl(result: SimResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def checks_table(checks: list[Any], title_text: str) -> Table:
-    """Plans checked by simulation (planner.ranking.simulated): percentiles next to the static figures."""
+def checks_table(checks: list[Any], title_text: str, labels: list[str] | None = None) -> Table:
+    """Plans checked by simulation (planner.ranking.simulated): percentiles next to the static figures.
+    `labels`: what each row is (default: the plan's rank)."""
     pct = checks[0].verdict.percentile if checks else 90.0
     word = _pword(pct)
     t = Table(title=title_text, title_justify="left")
-    t.add_column("#", justify="right")
+    t.add_column("#" if labels is None else "plan", justify="right")
     t.add_column("rate req/s", justify="right")
     t.add_column("TTFT ms p50 / p90 / p99", justify="right")
     t.add_column("static TTFT", justify="right")
     t.add_column("TPOT ms p50 / p90 / p99", justify="right")
     t.add_column("static TPOT", justify="right")
     t.add_column(f"meets SLOs at p{word}")
-    for c in checks:
+    for k, c in enumerate(checks):
         f = c.figures
 
         def trio(name: str, fig: dict[str, float] = f) -> str:
@@ -265,7 +266,7 @@ def checks_table(checks: list[Any], title_text: str) -> Table:
         met = c.verdict.met
         verdict = "-" if met is None else ("yes" if met else "NO: " + "; ".join(c.verdict.misses()))
         t.add_row(
-            str(c.rank or ""),
+            str(c.rank or "") if labels is None else labels[k],
             f"{c.rate_per_s:.3g} ({c.rate_source})",
             trio("ttft"),
             _f(c.static.get("ttft_ms"), 0),

@@ -179,3 +179,24 @@ def test_plan_simulate_reports_each_ranked_plan_simulated(tmp_path):
     assert first["rate_source"] == "claimed" and first["slo_percentile"] == 90.0
     assert first["rate_per_s"] == pytest.approx(doc["plans"][0]["predicted"]["system"]["requests_per_s"])
     assert {"p90_ttft_ms", "p90_tpot_ms", "median_ttft_ms"} <= set(first["figures"])
+
+
+def test_whatif_simulate_checks_every_column():
+    r = run_cli("whatif", "a2-d70", "--tpot-ms", "50", "--simulate", "--json", "-")
+    assert r.exit_code == 0, r.output
+    sims = json.loads(r.output)["simulated"]
+    assert set(sims) == {"base", "new (re-planned)", "base re-scored"}
+    # the deployment as it runs misses 50 ms; the re-planned one meets it
+    assert sims["base re-scored"]["meets_slo"] is False and sims["new (re-planned)"]["meets_slo"] is True
+
+
+def test_sweep_simulate_adds_the_simulated_percentiles_per_point():
+    r = run_cli("sweep", "--tpot-ms", "50,100", "--phase", "decode", "--max-cards", "32", "--jobs", "1",
+                "--simulate", "--csv", "-")
+    assert r.exit_code == 0, r.output
+    lines = r.output.strip().splitlines()
+    header = lines[0].split(",")
+    assert header[-5:] == ["sim_rate_per_s", "sim_ttft_ms", "sim_tpot_ms", "sim_slo_percentile", "sim_meets_slo"]
+    for line in lines[1:]:
+        row = dict(zip(header, line.split(","), strict=False))
+        assert float(row["sim_tpot_ms"]) <= float(row["tpot-ms"]) * 1.05
