@@ -117,10 +117,11 @@ def simulate(
         typer.Option("--engine", help="Route requests as this engine does: vllm-ascend (default), sglang or mindie."),
     ] = None,
     route_instances: Annotated[
-        str | None, typer.Option("--route-instances", help="Override: round-robin or least-loaded over instances.")
+        str | None,
+        typer.Option("--route-instances", help="Override: round-robin, least-loaded or random over instances."),
     ] = None,
     route_dp: Annotated[
-        str | None, typer.Option("--route-dp", help="Override: round-robin or least-loaded over DP ranks.")
+        str | None, typer.Option("--route-dp", help="Override: round-robin, least-loaded or random over DP ranks.")
     ] = None,
     decode_concurrency: Annotated[
         int | None,

@@ -287,3 +287,62 @@ def checks_caption(checks: list[Any]) -> str:
         f">= {n:,} measured requests per plan (a cool-down keeps the load on until the last of them ends), seed 0; "
         f"p{_pword(checks[0].verdict.percentile)} of simulated TTFT and TPOT judged against the SLOs (--slo-percentile)"
     )
+
+
+def _sim_error(r: Any) -> str:
+    return "-" if r.error is None else f"{r.error:+.1%}"
+
+
+def simulated_fidelity_table(rows: list[Any]) -> Table:
+    """`moeplan fidelity`: the store's queueing-dominated figures against the simulated runs."""
+    t = Table(
+        title="Queueing-dominated figures against the serving simulator (compare: simulated)",
+        caption="each run simulated as the benchmark client ran it (planner/simulate/validation.py), mean of "
+        "seeds 0-2 (their range beside it); every step and forward timed by the cost model as shipped",
+        title_justify="left",
+    )
+    for col in ("row", "figure", "published", "simulated", "error", "seeds", "tolerance", "within"):
+        t.add_column(col, justify="right" if col in ("published", "simulated", "error", "tolerance") else "left")
+    for r in rows:
+        ok = "-" if r.within_tolerance is None else ("[green]yes[/]" if r.within_tolerance else "[red]NO[/]")
+        seeds = f"{min(r.per_seed):.4g}-{max(r.per_seed):.4g}" if r.per_seed else (r.reason or "-")
+        t.add_row(
+            r.figure.id,
+            r.figure.unit,
+            f"{r.figure.published:g}",
+            "-" if r.predicted is None else f"{r.predicted:.4g}",
+            _sim_error(r),
+            seeds,
+            f"±{r.figure.tolerance:.0%}",
+            ok,
+        )
+    return t
+
+
+def simulated_fidelity_lines(rows: list[Any]) -> list[str]:
+    """Counts, and the figures that could not be simulated with why."""
+    judged = [r for r in rows if r.within_tolerance is not None]
+    lines = []
+    if judged:
+        inside = sum(1 for r in judged if r.within_tolerance)
+        lines.append(f"simulated figures within their tolerance: {inside} of {len(judged)}")
+    for r in rows:
+        if r.reason:
+            lines.append(f"not simulated: {r.figure.id}: {r.reason}")
+    return lines
+
+
+def simulated_fidelity_markdown(rows: list[Any]) -> str:
+    """The same as a Markdown table."""
+    lines = [
+        "| simulated run | figure | published | simulated | error | seeds | tolerance |",
+        "|---|---|---:|---:|---:|---|---:|",
+    ]
+    for r in rows:
+        seeds = f"{min(r.per_seed):.4g}-{max(r.per_seed):.4g}" if r.per_seed else (r.reason or "-")
+        sim = "-" if r.predicted is None else f"{r.predicted:.4g}"
+        lines.append(
+            f"| {r.figure.id} | {r.figure.unit} | {r.figure.published:g} | {sim} | {_sim_error(r)} | {seeds} | "
+            f"±{r.figure.tolerance:.0%} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -108,6 +108,8 @@ class DecodeInstance:
         """The DP rank a new request joins (round robin, or vLLM's least waiting x 4 + running)."""
         if self.dp == 1:
             return 0
+        if self.dp_policy == "random":
+            return int(self.sim.rng.integers(self.dp))
         if self.dp_policy == "round-robin":
             r = self._rr
             self._rr = (r + 1) % self.dp

@@ -179,6 +179,8 @@ class Simulation:
     def _choose_prefill(self) -> int:
         if len(self.prefill) == 1:
             return 0
+        if self.instance_policy == "random":
+            return int(self.rng.integers(len(self.prefill)))
         if self.instance_policy == "round-robin":
             self._rr_prefill = (self._rr_prefill + 1) % len(self.prefill)
             return self._rr_prefill
@@ -187,6 +189,8 @@ class Simulation:
     def _choose_decode(self) -> int:
         if len(self.decode) == 1:
             return 0
+        if self.instance_policy == "random":
+            return int(self.rng.integers(len(self.decode)))
         if self.instance_policy == "round-robin":
             self._rr_decode = (self._rr_decode + 1) % len(self.decode)
             return self._rr_decode

@@ -1,7 +1,7 @@
 """How each engine spreads requests over instances and over the DP ranks of an instance.
 
-Two decisions, each `round-robin` or `least-loaded`, as the engines make them (read from their
-source or documentation, cited per entry):
+Two decisions, each `round-robin`, `least-loaded` or `random`, as the engines make them (read from
+their source or documentation, cited per entry):
 
 - instances (the PD proxy or router in front of the prefill and decode instances): which prefill
   instance and which decode instance a request goes to, decided when it arrives;
@@ -11,7 +11,9 @@ source or documentation, cited per entry):
   told apart: a prefill instance forms its batches from one queue.
 
 `least-loaded` counts what the engine counts: vLLM's DP balancer scores a rank by waiting x 4 +
-running; the PD proxies by the tokens they have in flight on an instance.
+running; the PD proxies by the tokens they have in flight on an instance. `random` is SGLang's
+`--mini-lb` router (python/sglang/srt/disaggregation/mini_lb.py, `MiniLoadBalancer.select_pair`:
+`random.choice` of a prefill and a decode server), which its Ascend best-practice runs use.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from typing import Literal
 
 from planner.errors import BadInputError
 
-Policy = Literal["round-robin", "least-loaded"]
-POLICIES: tuple[Policy, ...] = ("round-robin", "least-loaded")
+Policy = Literal["round-robin", "least-loaded", "random"]
+POLICIES: tuple[Policy, ...] = ("round-robin", "least-loaded", "random")
 
 
 @dataclass(frozen=True)

@@ -191,8 +191,20 @@ def test_whatif_simulate_checks_every_column():
 
 
 def test_sweep_simulate_adds_the_simulated_percentiles_per_point():
-    r = run_cli("sweep", "--tpot-ms", "50,100", "--phase", "decode", "--max-cards", "32", "--jobs", "1",
-                "--simulate", "--csv", "-")
+    r = run_cli(
+        "sweep",
+        "--tpot-ms",
+        "50,100",
+        "--phase",
+        "decode",
+        "--max-cards",
+        "32",
+        "--jobs",
+        "1",
+        "--simulate",
+        "--csv",
+        "-",
+    )
     assert r.exit_code == 0, r.output
     lines = r.output.strip().splitlines()
     header = lines[0].split(",")
