@@ -38,6 +38,13 @@ rows:
         per: card
         tolerance: 0.2
         compare: simulated
+      - id: fixture throughput
+        metric: output_throughput
+        value: 4000
+        unit: tokens/s per deployment
+        per: deployment
+        tolerance: 0.2
+        compare: simulated
   - id: decode-only run
     plan: a2-d70
     measures: "a decode-only plan"
@@ -61,17 +68,17 @@ def judged(tmp_path_factory):
 
 
 def test_a_run_is_simulated_once_per_row_with_the_rows_traffic(judged):
-    ttft, per_card = judged["fixture TTFT"], judged["fixture throughput per card"]
+    ttft = judged["fixture TTFT"]
     assert len(ttft.per_seed) == 3 and ttft.predicted == pytest.approx(sum(ttft.per_seed) / 3)
     assert "concurrency 40, 120 prompts, 1024+64 (sglang random, range ratio 1)" in ttft.traffic
     assert ttft.error == pytest.approx(ttft.predicted / 1000 - 1)
 
 
 def test_a_per_card_figure_is_divided_by_the_deployments_cards(judged):
-    # small-pd: 32 decode + 16 prefill A2 cards
-    r = judged["fixture throughput per card"]
-    assert r.predicted == pytest.approx(r.predicted)  # a number
-    assert 0 < r.predicted < 4000 / 48 * 10
+    # small-pd: 32 decode + 16 prefill A2 cards; the same runs give both figures
+    per_card, whole = judged["fixture throughput per card"], judged["fixture throughput"]
+    assert per_card.predicted * 48 == pytest.approx(whole.predicted)
+    assert whole.predicted > 0
 
 
 def test_a_ttft_on_a_plan_without_prefill_is_not_simulated(judged):
