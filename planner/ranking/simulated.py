@@ -5,7 +5,7 @@ when the request gives one, else at the rate the plan's static prediction claims
 The check is a steady-state one: decode starts full, as that rate fills it (a warm start), the
 first `measured` requests sent are measured, and the requests after them keep the load on until
 the last measured one ends (a cool-down, not measured). Its length follows the static figures: the
-measured requests arrive over 0.3 of a request's static end-to-end time, the cool-down over one
+measured requests arrive over 0.25 of a request's static end-to-end time, the cool-down over one
 more. The verdict: the `--slo-percentile`-th percentile of the simulated TTFT and TPOT against the
 plan's SLOs (`planner.simulate.run`).
 
@@ -31,7 +31,7 @@ from planner.simulate.routing import Routing
 from planner.simulate.run import SimResult, SloVerdict, claimed_rate, simulate_plan, static_e2e_s
 from planner.specs.plan import Plan
 
-MEASURED_SPAN = 0.3  # measured requests arrive over this share of a request's static end-to-end time
+MEASURED_SPAN = 0.25  # measured requests arrive over this share of a request's static end-to-end time
 COOLDOWN_SPAN = 1.0  # the load is kept on for this much longer
 MIN_MEASURED = 200
 MAX_REQUESTS = 60_000

@@ -458,12 +458,15 @@ def _preload(plan: Plan, prediction: Prediction, traffic: Traffic, sim: Simulati
     inp, out = probe_in[pick], probe_out[pick]
     rows = sim.table.add_preloaded(inp, out)
     done = np.minimum((rng.random(count) * out).astype(np.int64), out - 1)
-    slots = [(d, r) for d in sim.decode for r in range(d.dp) for _ in range(d.seats)]
-    order = rng.permutation(len(slots))[:count]
-    for row, k, made in zip(rows.tolist(), order.tolist(), done.tolist(), strict=True):
-        inst, r = slots[k]
-        sim.table.decode_instance[row] = inst.index
-        sim.table.dp_rank[row] = r
-        inst.preload(row, r, float(sim.table.input_tokens[row] + made), int(sim.table.output_tokens[row]) - made)
-        sim.table.delivered_tokens[row] = made
+    # each seat of each rank of each instance, in a random order: the first `count` are taken
+    seat_inst = np.concatenate([np.full(d.seats * d.dp, k) for k, d in enumerate(sim.decode)])
+    seat_rank = np.concatenate([np.repeat(np.arange(d.dp), d.seats) for d in sim.decode])
+    order = rng.permutation(seat_inst.size)[:count]
+    inst_of, rank_of = seat_inst[order], seat_rank[order]
+    sim.table.decode_instance[rows] = inst_of
+    sim.table.dp_rank[rows] = rank_of
+    sim.table.delivered_tokens[rows] = done
+    for k, inst in enumerate(sim.decode):
+        mine = inst_of == k
+        inst.preload(rows[mine], rank_of[mine], (inp + done)[mine].astype(float), (out - done)[mine])
     return count

@@ -87,7 +87,6 @@ class DecodeInstance:
         self.prev_end = -1.0  # end of the previous decode step
         self.extra_s = 0.0  # recompute time added to the next step
         self._rr = 0
-        self._lb_start = 0
         # what the report says of this instance
         self.steps = 0
         self.busy_s = 0.0
@@ -114,15 +113,9 @@ class DecodeInstance:
             r = self._rr
             self._rr = (r + 1) % self.dp
             return r
-        # vLLM scans from a rotating start and keeps the first rank of the lowest score
-        score = 4 * self.queued + self.rank_n + self.reserved_n
-        start = self._lb_start
-        self._lb_start = (start + 1) % self.dp
-        a = int(np.argmin(score[start:])) + start
-        if start == 0:
-            return a
-        b = int(np.argmin(score[:start]))
-        return a if score[a] <= score[b] else b
+        # vLLM keeps the first rank of the lowest score from its client's start index (0 for one API
+        # server); the request then counts as waiting there, which spreads ties
+        return int(np.argmin(4 * self.queued + self.rank_n + self.reserved_n))
 
     def add(self, rid: int, now: float) -> None:
         """A request whose KV cache is here joins a rank's queue; an idle instance steps at once."""
@@ -197,9 +190,18 @@ class DecodeInstance:
         elif last_s is not None:
             self.odd[rid] = last_s
 
-    def preload(self, rid: int, r: int, tokens: float, to_generate: int) -> None:
-        """A sequence already decoding at time 0 (a warm start): it emitted its last token then."""
-        self._place(rid, r, tokens, to_generate, first=False, last_s=0.0)
+    def preload(self, rids: np.ndarray, ranks: np.ndarray, tokens: np.ndarray, to_generate: np.ndarray) -> None:
+        """Sequences already decoding at time 0 (a warm start): each emitted its last token then."""
+        steps = self.sampler.steps_many(to_generate)
+        for rid, r, t, s, g in zip(
+            rids.tolist(), ranks.tolist(), tokens.tolist(), steps.tolist(), to_generate.tolist(), strict=True
+        ):
+            self.running[rid] = [r, self.step_no, t, s, g, self.admitted]
+            self.admitted += 1
+            self.finishing.setdefault(self.step_no + s - 1, []).append(rid)
+            self.odd[rid] = 0.0
+        self.rank_n += np.bincount(ranks, minlength=self.dp)
+        self.rank_tokens += np.bincount(ranks, weights=tokens, minlength=self.dp)
 
     # ---- steps ------------------------------------------------------------------------------
     def decode_step_s(self) -> float:

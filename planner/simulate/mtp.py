@@ -59,3 +59,24 @@ class StepSampler:
             self._normals = self.rng.standard_normal(4096).tolist()
         s = math.ceil(mean + std * self._normals.pop())
         return int(min(max(s, math.ceil(tokens / (1 + self.k)), 1), tokens))
+
+    def steps_many(self, tokens: np.ndarray) -> np.ndarray:
+        """`steps` for many sequences at once (the normal limit for all but short ones, drawn one by one)."""
+        tokens = np.asarray(tokens, dtype=np.int64)
+        out = np.empty(tokens.size, dtype=np.int64)
+        short = tokens <= EXACT_TOKENS
+        for i in np.flatnonzero(short):
+            out[i] = self.steps(int(tokens[i]))
+        long = ~short
+        if long.any():
+            t = tokens[long].astype(float)
+            if self.k == 0 or self.a <= 0.0:
+                s = t
+            elif self.a >= 1.0:
+                s = np.ceil(t / (1 + self.k))
+            else:
+                z = self.rng.standard_normal(t.size)
+                s = np.ceil(t / self.mean + z * np.sqrt(t * self.var / self.mean**3))
+                s = np.minimum(np.maximum(s, np.ceil(t / (1 + self.k))), t)
+            out[long] = np.maximum(s, 1).astype(np.int64)
+        return out

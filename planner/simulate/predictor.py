@@ -39,9 +39,9 @@ from planner.specs.plan import DecodePlan, PrefillPlan
 from planner.specs.workload import Workload
 
 DECODE_BATCH_POINTS = 40  # geometric points of the batch grid (per device), plus the top quarter linearly
-DECODE_CONTEXT_POINTS = 28
+DECODE_CONTEXT_POINTS = 20
 PREFILL_TOKEN_POINTS = 40
-PREFILL_LENGTH_POINTS = 28
+PREFILL_LENGTH_POINTS = 20
 
 
 def _grid(lo: float, hi: float, points: int, exact: tuple[float, ...] = (), linear_top: int = 0) -> np.ndarray:
@@ -109,6 +109,35 @@ def prefill_workload(length: int, w: Workload) -> Workload:
     )
 
 
+_TABLES: dict[tuple, tuple[object, object]] = {}  # key -> (table, the context whose objects the key names by id)
+TABLE_MEMO_SIZE = 32
+
+
+def _ctx_key(ctx: CostContext) -> tuple:
+    """What a table depends on besides the phase and the grid: model, machine, scheme, imbalance, workload
+    (by content; the catalog hands out one object per model and machine, kept alive with the table)."""
+    return (
+        id(ctx.model),
+        id(ctx.hw),
+        ctx.quant.name,
+        ctx.imbalance.describe(),
+        ctx.hbm_utilization,
+        ctx.kv_transfer_bytes_per_s,
+        ctx.workload.model_dump_json(),
+    )
+
+
+def _memo(key: tuple, ctx: CostContext, make):  # type: ignore[no-untyped-def]
+    """`make()`, or the table made before for the same key in this process (plan --simulate checks
+    several plans that share a phase; sweeps and the fidelity runs repeat plans)."""
+    hit = _TABLES.get(key)
+    if hit is None:
+        if len(_TABLES) >= TABLE_MEMO_SIZE:
+            _TABLES.pop(next(iter(_TABLES)))
+        hit = _TABLES[key] = (make(), ctx)
+    return hit[0]
+
+
 def with_workload(ctx: CostContext, w: Workload) -> CostContext:
     return dataclasses.replace(ctx, workload=w)
 
@@ -170,6 +199,11 @@ class DecodeTimes:
 
 def decode_times(ctx: CostContext, phase: DecodePlan, max_context: float, static_context: float) -> DecodeTimes:
     """The decode tables of `phase` for contexts up to `max_context` (the plan's own mean context exact)."""
+    key = ("decode", _ctx_key(ctx), phase.model_dump_json(), max_context, static_context)
+    return _memo(key, ctx, lambda: _decode_times(ctx, phase, max_context, static_context))  # type: ignore[no-any-return]
+
+
+def _decode_times(ctx: CostContext, phase: DecodePlan, max_context: float, static_context: float) -> DecodeTimes:
     tp = phase.attention.tp
     cap = float(phase.concurrency_per_device)
     lo = min(1.0 / phase.devices, 1.0 / tp) * 0.5
@@ -229,6 +263,11 @@ class PrefillTimes:
 def prefill_times(ctx: CostContext, phase: PrefillPlan, max_prompt: float, static_prompt: float) -> PrefillTimes:
     """The prefill tables of `phase`: token counts up to its batch, prompt lengths up to twice the longest
     prompt (a chunk late in a long prompt attends like a longer whole prompt)."""
+    key = ("prefill", _ctx_key(ctx), phase.model_dump_json(), max_prompt, static_prompt)
+    return _memo(key, ctx, lambda: _prefill_times(ctx, phase, max_prompt, static_prompt))  # type: ignore[no-any-return]
+
+
+def _prefill_times(ctx: CostContext, phase: PrefillPlan, max_prompt: float, static_prompt: float) -> PrefillTimes:
     budget = float(phase.batch_tokens)
     tokens = _grid(1.0, budget, PREFILL_TOKEN_POINTS, (budget, static_prompt), linear_top=5)
     lengths = np.unique(
