@@ -31,7 +31,7 @@ from planner.costmodel.prediction import Prediction
 from planner.costmodel.prefill import prefill_forward
 from planner.errors import BadInputError
 from planner.simulate.colocated_instance import ColocatedInstance
-from planner.simulate.decode_instance import DecodeInstance
+from planner.simulate.decode_instance import DecodeInstance, DecodeSetup
 from planner.simulate.engine import Simulation
 from planner.simulate.predictor import (
     chunk_times,
@@ -350,8 +350,16 @@ def build_simulation(
                 f"concurrency_per_device = {decode_phase.concurrency_per_device}); shorten the lengths or lower "
                 "the concurrency."
             )
-        recompute = _recompute(d_ctx, decode_phase)
-        acceptance = plan.workload.mtp_acceptance
+        setup = DecodeSetup(
+            dt,
+            pool,
+            dp,
+            seats_per_rank,
+            mtp,
+            plan.workload.mtp_acceptance,
+            routing.dp_ranks,
+            _recompute(d_ctx, decode_phase),
+        )
         instances = decode_phase.instances if plan.colocated is None else plan.colocated.instances
         if plan.colocated is not None:
             co = plan.colocated
@@ -365,29 +373,11 @@ def build_simulation(
                 forward = prefill_times(p_ctx, prefill_section, max_prompt, float(plan.workload.input_tokens))
             sim.colocated = True
             sim.decode = [
-                ColocatedInstance(
-                    k,
-                    sim,
-                    dt,
-                    pool,
-                    dp,
-                    seats_per_rank,
-                    mtp,
-                    acceptance,
-                    routing.dp_ranks,
-                    recompute,
-                    forward,
-                    co.prefill_batch_tokens,
-                    chunk,
-                    co.chunk_tokens,
-                )
+                ColocatedInstance(k, sim, setup, forward, co.prefill_batch_tokens, chunk, co.chunk_tokens)
                 for k in range(instances)
             ]
         else:
-            sim.decode = [
-                DecodeInstance(k, sim, dt, pool, dp, seats_per_rank, mtp, acceptance, routing.dp_ranks, recompute)
-                for k in range(instances)
-            ]
+            sim.decode = [DecodeInstance(k, sim, setup) for k in range(instances)]
         seats = seats_per_rank * dp * instances
     if traffic.warm_start and sim.decode:
         preloaded = _preload(plan, prediction, traffic, sim, rng)

@@ -20,11 +20,10 @@ engines' running set). Then, with the plan's `chunk_tokens` C:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from planner.simulate.decode_instance import DecodeInstance
-from planner.simulate.predictor import ChunkTimes, DecodeTimes, KvPool, PrefillTimes
+from planner.simulate.decode_instance import DecodeInstance, DecodeSetup
+from planner.simulate.predictor import ChunkTimes, PrefillTimes
 
 if TYPE_CHECKING:
     from planner.simulate.engine import Simulation
@@ -37,20 +36,13 @@ class ColocatedInstance(DecodeInstance):
         self,
         index: int,
         sim: Simulation,
-        times: DecodeTimes,
-        pool: KvPool,
-        dp: int,
-        seats_per_rank: int,
-        mtp_tokens: int,
-        acceptance: float,
-        dp_policy: str,
-        recompute_s: Callable[[float], float],
+        setup: DecodeSetup,
         forward_times: PrefillTimes,
         batch_tokens: int,
         chunk: ChunkTimes | None,
         chunk_tokens: int | None,
     ) -> None:
-        super().__init__(index, sim, times, pool, dp, seats_per_rank, mtp_tokens, acceptance, dp_policy, recompute_s)
+        super().__init__(index, sim, setup)
         self.forward_times = forward_times
         self.batch_tokens = int(batch_tokens)
         self.chunk = chunk

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -38,35 +39,38 @@ if TYPE_CHECKING:
 RANK, START, CTX0, STEPS, TOKENS, ORDER = range(6)
 
 
+@dataclass(frozen=True)
+class DecodeSetup:
+    """What every decode (or colocated) instance of a plan shares: its step times, its KV pool, its DP
+    ranks and their seats, MTP, the DP routing, and the time to recompute a preempted sequence."""
+
+    times: DecodeTimes
+    pool: KvPool
+    dp: int
+    seats_per_rank: int
+    mtp_tokens: int
+    acceptance: float
+    dp_policy: str
+    recompute_s: Callable[[float], float]
+
+
 class DecodeInstance:
     """One decode instance: DP ranks with their queues and their running sequences."""
 
-    def __init__(
-        self,
-        index: int,
-        sim: Simulation,
-        times: DecodeTimes,
-        pool: KvPool,
-        dp: int,
-        seats_per_rank: int,
-        mtp_tokens: int,
-        acceptance: float,
-        dp_policy: str,
-        recompute_s: Callable[[float], float],
-    ) -> None:
+    def __init__(self, index: int, sim: Simulation, setup: DecodeSetup) -> None:
         self.index = index
         self.sim = sim
-        self.times = times
-        self.pool = pool
-        self.dp = dp
-        self.tp = times.attention_tp
-        self.devices = times.devices
-        self.seats = seats_per_rank
-        self.mtp = mtp_tokens
-        self.sampler = StepSampler(mtp_tokens, acceptance, sim.rng)
+        self.times = setup.times
+        self.pool = setup.pool
+        self.dp = dp = setup.dp
+        self.tp = setup.times.attention_tp
+        self.devices = setup.times.devices
+        self.seats = setup.seats_per_rank
+        self.mtp = setup.mtp_tokens
+        self.sampler = StepSampler(setup.mtp_tokens, setup.acceptance, sim.rng)
         self.per_step = self.sampler.mean  # tokens a sequence generates per step, on average
-        self.dp_policy = dp_policy
-        self.recompute_s = recompute_s
+        self.dp_policy = setup.dp_policy
+        self.recompute_s = setup.recompute_s
         self.running: dict[int, list[float]] = {}
         self.finishing: dict[int, list[int]] = {}  # step number -> sequences whose last step it is
         self.new: list[int] = []  # admitted for the next step: their first token comes with it

@@ -212,3 +212,34 @@ def test_sweep_simulate_adds_the_simulated_percentiles_per_point():
     for line in lines[1:]:
         row = dict(zip(header, line.split(","), strict=False))
         assert float(row["sim_tpot_ms"]) <= float(row["tpot-ms"]) * 1.05
+
+
+def test_plan_simulate_with_a_rate_checks_the_plans_at_that_rate(tmp_path):
+    out = tmp_path / "plans.json"
+    r = run_cli(
+        "plan",
+        "--model",
+        "deepseek-v2-lite",
+        "--max-cards",
+        "8",
+        "--input-tokens",
+        "1024",
+        "--output-tokens",
+        "128",
+        "--tpot-ms",
+        "30",
+        "--ttft-ms",
+        "1000",
+        "--no-colocated",
+        "--top",
+        "1",
+        "--rate",
+        "20",
+        "--simulate",
+        "--json",
+        str(out),
+    )
+    assert r.exit_code == 0, r.output
+    first = json.loads(out.read_text())["simulated"][0]
+    assert first["rate_source"] == "--rate" and first["rate_per_s"] == 20.0
+    assert first["meets_slo"] is True  # the plan kept meets its SLOs at p90 of simulated requests at 20 req/s
