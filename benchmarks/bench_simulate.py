@@ -44,9 +44,10 @@ traffic = Traffic(requests={requests}, rate_per_s=rate, concurrency={concurrency
 start, cpu = time.perf_counter(), time.process_time()
 result = simulate_plan(plan, traffic)
 wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-print(json.dumps({{"wall_s": wall, "cpu_s": cpu, "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                   "completed": result.summary["completed"], "steps": result.summary["moeplan"]["bound"]["decode_steps"],
-                   "rate": rate}}))
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+steps = result.summary["moeplan"]["bound"]["decode_steps"]
+print(json.dumps({{"wall_s": wall, "cpu_s": cpu, "max_rss_mib": rss, "completed": result.summary["completed"],
+                   "steps": steps, "rate": rate}}))
 """
 
 
