@@ -83,12 +83,21 @@ def simulate(
         ),
     ] = None,
     requests: Annotated[
-        int | None, typer.Option("--requests", help="Requests to send (default 1000; a trace: all).")
+        int | None,
+        typer.Option(
+            "--requests",
+            help="Requests to send (default: enough for a steady state, 1,000 to 50,000, see docs/simulate.md; "
+            "a trace: all of it).",
+        ),
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of lengths, arrivals and MTP acceptance draws.")] = 0,
     warmup: Annotated[
         int,
-        typer.Option("--warmup", help="Leave the first N requests out of every figure (steady state starts after)."),
+        typer.Option(
+            "--warmup",
+            help="Leave the first N requests out of every figure; the steady state starts after them (default: "
+            "0, or with the default --requests the first static end-to-end time's worth).",
+        ),
     ] = 0,
     workload_file: Annotated[
         Path | None,
