@@ -148,29 +148,15 @@ def test_a_trace_with_a_negative_length_is_refused(tmp_path):
     )
 
 
+def _small_plan(*extra: str):
+    """`plan --simulate` for DeepSeek-V2-Lite on A2, 1K + 128 tokens: a search of a second or so."""
+    small = ("--model", "deepseek-v2-lite", "--input-tokens", "1024", "--output-tokens", "128", "--tpot-ms", "30")
+    return run_cli("plan", *small, "--ttft-ms", "1000", "--no-colocated", "--simulate", *extra)
+
+
 def test_plan_simulate_reports_each_ranked_plan_simulated(tmp_path):
     out = tmp_path / "plans.json"
-    r = run_cli(
-        "plan",
-        "--model",
-        "deepseek-v2-lite",
-        "--max-cards",
-        "4",
-        "--input-tokens",
-        "1024",
-        "--output-tokens",
-        "128",
-        "--tpot-ms",
-        "30",
-        "--ttft-ms",
-        "1000",
-        "--no-colocated",
-        "--top",
-        "2",
-        "--simulate",
-        "--json",
-        str(out),
-    )
+    r = _small_plan("--max-cards", "4", "--top", "2", "--json", str(out))
     assert r.exit_code == 0, r.output
     assert "Checked by simulation" in r.output and "meets SLOs at p90" in r.output
     doc = json.loads(out.read_text())
@@ -216,29 +202,7 @@ def test_sweep_simulate_adds_the_simulated_percentiles_per_point():
 
 def test_plan_simulate_with_a_rate_checks_the_plans_at_that_rate(tmp_path):
     out = tmp_path / "plans.json"
-    r = run_cli(
-        "plan",
-        "--model",
-        "deepseek-v2-lite",
-        "--max-cards",
-        "8",
-        "--input-tokens",
-        "1024",
-        "--output-tokens",
-        "128",
-        "--tpot-ms",
-        "30",
-        "--ttft-ms",
-        "1000",
-        "--no-colocated",
-        "--top",
-        "1",
-        "--rate",
-        "20",
-        "--simulate",
-        "--json",
-        str(out),
-    )
+    r = _small_plan("--max-cards", "8", "--top", "1", "--rate", "20", "--json", str(out))
     assert r.exit_code == 0, r.output
     first = json.loads(out.read_text())["simulated"][0]
     assert first["rate_source"] == "--rate" and first["rate_per_s"] == 20.0
