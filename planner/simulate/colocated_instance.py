@@ -26,7 +26,7 @@ from planner.simulate.decode_instance import DecodeInstance, DecodeSetup
 from planner.simulate.predictor import ChunkTimes, PrefillTimes
 
 if TYPE_CHECKING:
-    from planner.simulate.engine import Simulation
+    from planner.simulate.host import SimulationHost
 
 
 class ColocatedInstance(DecodeInstance):
@@ -35,7 +35,7 @@ class ColocatedInstance(DecodeInstance):
     def __init__(
         self,
         index: int,
-        sim: Simulation,
+        sim: SimulationHost,
         setup: DecodeSetup,
         forward_times: PrefillTimes,
         batch_tokens: int,

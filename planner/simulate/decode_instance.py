@@ -33,7 +33,7 @@ from planner.simulate.mtp import StepSampler
 from planner.simulate.predictor import DecodeTimes, KvPool
 
 if TYPE_CHECKING:
-    from planner.simulate.engine import Simulation
+    from planner.simulate.host import SimulationHost
 
 # a running sequence: [rank, first step, KV tokens at admission, steps, tokens to generate, admission order]
 RANK, START, CTX0, STEPS, TOKENS, ORDER = range(6)
@@ -57,7 +57,7 @@ class DecodeSetup:
 class DecodeInstance:
     """One decode instance: DP ranks with their queues and their running sequences."""
 
-    def __init__(self, index: int, sim: Simulation, setup: DecodeSetup) -> None:
+    def __init__(self, index: int, sim: SimulationHost, setup: DecodeSetup) -> None:
         self.index = index
         self.sim = sim
         self.times = setup.times

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 from planner.simulate.predictor import PrefillTimes
 
 if TYPE_CHECKING:
-    from planner.simulate.engine import Simulation
+    from planner.simulate.host import SimulationHost
 
 
 class PrefillInstance:
     """One prefill instance (the forward in flight, the queue behind it)."""
 
-    def __init__(self, index: int, sim: Simulation, times: PrefillTimes, batch_tokens: int) -> None:
+    def __init__(self, index: int, sim: SimulationHost, times: PrefillTimes, batch_tokens: int) -> None:
         self.index = index
         self.sim = sim
         self.times = times
