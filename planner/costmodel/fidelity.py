@@ -156,8 +156,9 @@ def _band(fig: StoredFigure) -> tuple[float, float] | None:
     return None if b is None else (b.low, b.high)
 
 
-def fidelity_report() -> FidelityReport:
-    """Every usable static row with its in-sample and leave-one-out figures (see the module docstring)."""
+def fidelity_report(subset: list[StoredFigure] | None = None) -> FidelityReport:
+    """Every usable static row (or those of `subset`) with its in-sample and leave-one-out figures (see the
+    module docstring); the fit always covers every row."""
     from planner.costmodel.store_fit import (
         Model,
         fit,
@@ -197,7 +198,10 @@ def fidelity_report() -> FidelityReport:
     values = model.values(x)
     out = []
     all_model = Model(config, rows, params)
+    wanted = None if subset is None else {f.id for f in subset}
     for r in rows:
+        if wanted is not None and r.id not in wanted:
+            continue
         predicted = all_model.predict(r, x)
         sens = {k: v for k, v in elasticity.get(r.id, {}).items() if abs(v) >= 1e-3}
         in_fit = r.figure.role == "fit" and config.group_of(r.machine) is not None

@@ -8,6 +8,10 @@ from rich.table import Table
 
 from planner.costmodel.fidelity import FidelityReport, FidelityRow
 
+# the columns of the tables (rich, Markdown) and of the HTML report (row_cells), and those aligned right
+COLUMNS = ("row", "machine", "figure", "measured", "predicted", "error", "leave-one-out", "band", "tolerance", "fitted to")
+NUMERIC_COLUMNS = ("measured", "predicted", "error", "leave-one-out", "tolerance")
+
 TABLE_CAPTION = (
     "error: under the shipped factors and imbalance parameters (one joint fit of every machine group on the rows "
     "marked fit); leave-one-out: every parameter refitted without the row's deployment; (oos): nothing was "
@@ -45,25 +49,31 @@ def _value(x: float) -> str:
 def fidelity_table(report: FidelityReport) -> Table:
     """One row per measured figure."""
     table = Table(title="Cost model vs measured deployments (validation/)", caption=TABLE_CAPTION)
-    cols = ("row", "machine", "figure", "measured", "predicted", "error", "leave-one-out", "band", "tol.", "fitted to")
-    for col in cols:
-        right = col in ("measured", "predicted", "error", "leave-one-out", "tol.")
-        table.add_column(col, justify="right" if right else "left")
+    for col in COLUMNS:
+        table.add_column(col, justify="right" if col in NUMERIC_COLUMNS else "left")
     for r in report.rows:
-        within = abs(r.loo_error) <= r.row.tolerance
-        table.add_row(
-            r.row.id,
-            r.hardware,
-            r.row.unit,
-            f"{r.row.published:g}",
-            _value(r.predicted),
-            f"{r.error:+.1%}",
-            _loo(r) if within else f"[red]{_loo(r)}[/]",
-            _band(r),
-            f"±{r.row.tolerance:.0%}",
-            _fitted(r),
-        )
+        cells = row_cells(r)
+        if abs(r.loo_error) > r.row.tolerance:
+            cells["leave-one-out"] = f"[red]{cells['leave-one-out']}[/]"
+        cells["band"] = _band(r)
+        table.add_row(*cells.values())
     return table
+
+
+def row_cells(r: FidelityRow) -> dict[str, str]:
+    """One row's cells as plain text, by column (the Markdown table's and the HTML report's)."""
+    return {
+        "row": r.row.id,
+        "machine": r.hardware,
+        "figure": r.row.unit,
+        "measured": f"{r.row.published:g}",
+        "predicted": _value(r.predicted),
+        "error": f"{r.error:+.1%}",
+        "leave-one-out": _loo(r),
+        "band": _band(r, markup=False),
+        "tolerance": f"±{r.row.tolerance:.0%}",
+        "fitted to": _fitted(r),
+    }
 
 
 def summary_lines(report: FidelityReport) -> list[str]:
@@ -118,14 +128,11 @@ def fidelity_markdown(report: FidelityReport) -> str:
     lines = [f"- {ln}" for ln in summary_lines(report) if not ln.startswith("*")]
     lines += [
         "",
-        "| row | machine | figure | measured | predicted | error | leave-one-out | band | tolerance | fitted to |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---|",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "|".join("---:" if c in NUMERIC_COLUMNS else "---" for c in COLUMNS) + "|",
     ]
     for r in report.rows:
-        lines.append(
-            f"| {r.row.id} | {r.hardware} | {r.row.unit} | {r.row.published:g} | {_value(r.predicted)} | "
-            f"{r.error:+.1%} | {_loo(r)} | {_band(r, markup=False)} | ±{r.row.tolerance:.0%} | {_fitted(r)} |"
-        )
+        lines.append("| " + " | ".join(row_cells(r).values()) + " |")
     if report.not_compared:
         lines += ["", "| not compared | figure | measured | why |", "|---|---|---:|---|"]
         for fig, why in report.not_compared:
