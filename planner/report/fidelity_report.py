@@ -9,7 +9,18 @@ from rich.table import Table
 from planner.costmodel.fidelity import FidelityReport, FidelityRow
 
 # the columns of the tables (rich, Markdown) and of the HTML report (row_cells), and those aligned right
-COLUMNS = ("row", "machine", "figure", "measured", "predicted", "error", "leave-one-out", "band", "tolerance", "fitted to")
+COLUMNS = (
+    "row",
+    "machine",
+    "figure",
+    "measured",
+    "predicted",
+    "error",
+    "leave-one-out",
+    "band",
+    "tolerance",
+    "fitted to",
+)
 NUMERIC_COLUMNS = ("measured", "predicted", "error", "leave-one-out", "tolerance")
 
 TABLE_CAPTION = (

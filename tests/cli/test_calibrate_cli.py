@@ -14,7 +14,7 @@ EXAMPLE = REPO / "docs" / "examples" / "calibration"
 
 
 def test_fidelity_json_has_every_row_with_loo():
-    r = run_cli("fidelity", "--json")
+    r = run_cli("fidelity", "--json", "--no-simulated")
     assert r.exit_code == 0, r.output
     rows = json.loads(r.output)["rows"]
     keys = {"name", "metric", "published", "predicted", "error", "loo_predicted", "loo_error", "fitted_to"}
