@@ -5,10 +5,11 @@ Cartesian product of the module options (attention x dense FFN x MoE x LM head),
 or micro-batch count, and the concurrency or batch. `phase_candidates` evaluates the whole
 product on the integer tables at once (numpy broadcasting: about 1.5 million points per size in
 tens of milliseconds), applies HBM and the phase's SLO, and keeps, for every instance size, the
-configurations with the highest throughput per device. For a fixed set of layouts throughput
-grows with concurrency, so a configuration's concurrency is the largest that fits HBM and meets
-the SLO. These candidates go to the CP-SAT deployment model (planner.search), which chooses
-among them, together with instance counts, under the card budget.
+configurations with the highest throughput per device. A configuration's concurrency or batch
+is its best over every value of the tables' axis (every integer from the smallest to past what
+HBM holds, planner.search.candidate_spaces), not assumed to be the largest that fits: the
+argmax is taken over all of them. These candidates go to the deployment question (planner.
+search), which chooses among them, together with instance counts, under the card budget.
 """
 
 from __future__ import annotations
@@ -93,8 +94,9 @@ def _pruned(ints: IntTables, names: tuple[str, ...], t: PhaseTables | None = Non
         "comm": ints.comm_us,
         "fixed": ints.fixed_us,
         "hbm": ints.hbm_mib,
-        # more compute to hide communication under is better: dominance on its negation
-        "cover": {mod: -v for mod, v in ints.cover_us.items()},
+        # two decode micro-batches (see `_dominance_tables`)
+        "time_less_comm": {mod: ints.time_us[mod] - v for mod, v in ints.comm_us.items() if mod in ints.cover_us},
+        "time_less_cover": {mod: ints.time_us[mod] - v for mod, v in ints.cover_us.items()},
     }
     out = {}
     for mod in MODULES:
@@ -209,6 +211,15 @@ def prefill_ttft_us(forward_us, kv_transfer_us: int):
 DECODE_OVERLAP_SCALE = 1_000_000  # the decode overlap factor in millionths (hidden parts are tens of ms)
 
 
+def overlapped_step_us(step_us, comm_us, cover_us, factor: int):
+    """The integer decode step (us) with two micro-batches: the step less the hidden part,
+    `factor` millionths of the shorter of the main layers' communication and compute (ints or
+    arrays). Every table was rounded up (at most 1 us per module): taking that back before the
+    factor rounds the hidden part down, so the integer step is never shorter than the float one."""
+    shorter = np.maximum(np.minimum(comm_us, cover_us) - len(MODULES), 0)
+    return step_us - (factor * shorter) // DECODE_OVERLAP_SCALE
+
+
 def decode_micro_batch_factor(layers: int, efficiency: float) -> int:
     """Share (in millionths) of min(compute, communication) two decode micro-batches hide."""
     return int(np.floor(efficiency * (1.0 - 1.0 / (2 * layers)) * DECODE_OVERLAP_SCALE))
@@ -264,10 +275,7 @@ def _best_concurrency(
     `micro_batches` is not a layout (each micro-batch holds at least one sequence per device)."""
     step = summed(ints.time_us) + ints.const_us[j][: xs.size]
     if overlap_factor is not None:
-        # every table was rounded up (at most 1 us per module): taking that back before the
-        # factor rounds the hidden part down, so the integer step is never shorter
-        shorter = np.maximum(np.minimum(summed(ints.comm_us), summed(ints.cover_us)) - len(MODULES), 0)
-        step = step - (overlap_factor * shorter) // DECODE_OVERLAP_SCALE
+        step = overlapped_step_us(step, summed(ints.comm_us), summed(ints.cover_us), overlap_factor)
     hbm = summed(ints.hbm_mib)
     ok = (hbm <= ints.hbm_capacity_mib) & (xs >= micro_batches)
     if tpot_slo_us is not None:
@@ -335,8 +343,18 @@ def _decode_bound(t: PhaseTables, ints: IntTables, overlap_factor: int) -> tuple
 
 
 def _dominance_tables(t: PhaseTables, ints: IntTables) -> tuple[str, ...]:
+    """The tables a decode option must not exceed anywhere to dominate another.
+
+    One micro-batch: the step is the sum of the options' times, so less time and less HBM is
+    better. Two micro-batches: the step is T - hidden, T the sum of the options' times (which
+    include their communication C and compute V) and hidden = h(min(sum C, sum V)), h rounding
+    a share below 1 down and nondecreasing, so one more microsecond under the min hides at most
+    one more. Less communication is then not always better: with more of it the other
+    micro-batch may hide more. Option A's step is at most B's, whatever the other modules, when
+    T_A + max(0, C_B - C_A, V_B - V_A) <= T_B, which is T_A <= T_B, T_A - C_A <= T_B - C_B and
+    T_A - V_A <= T_B - V_B: dominance over those three tables (and HBM) is exact."""
     two = t.micro_batches > 1 and bool(ints.cover_us)
-    return ("time", "hbm", "comm", "cover") if two else ("time", "hbm")
+    return ("time", "hbm", "time_less_comm", "time_less_cover") if two else ("time", "hbm")
 
 
 def _decode_scores_of(
@@ -473,6 +491,32 @@ def decode_candidates(
     return out
 
 
+def _reachable_batches(
+    t: PhaseTables,
+    ints: IntTables,
+    kept: dict[str, np.ndarray],
+    ttft_slo_us: int | None,
+    layers: int,
+    efficiency: float,
+    kv_us: int,
+) -> int:
+    """How many of the smallest batches to combine (at least 1): beyond them even every module at
+    its least HBM and its least compute, communication and launch time (a forward grows with
+    each) misses HBM or the TTFT SLO at every micro-batch count, so no combination runs there."""
+    reach = np.zeros(t.x_values.size, dtype=bool)
+    least = {
+        name: sum(table[mod][kept[mod], 0, :].min(axis=0) for mod in MODULES)
+        for name, table in (("comp", ints.time_us), ("comm", ints.comm_us), ("fixed", ints.fixed_us))
+    }
+    for j, mb in enumerate(t.k_values):
+        ok = sum(ints.hbm_mib[mod][kept[mod], j, :].min(axis=0) for mod in MODULES) <= ints.hbm_capacity_mib
+        if ttft_slo_us is not None:
+            forward = prefill_forward_us(least["comp"], least["comm"], least["fixed"], mb, layers, efficiency)
+            ok = ok & (prefill_ttft_us(forward, kv_us) <= ttft_slo_us)
+        reach |= ok
+    return max(1, int(np.flatnonzero(reach).max(initial=-1)) + 1)
+
+
 def prefill_candidates(
     t: PhaseTables,
     ints: IntTables,
@@ -481,17 +525,20 @@ def prefill_candidates(
     layers: int,
     overlap_efficiency: float,
 ) -> list[PhaseCandidate]:
-    """The `keep` best prefill configurations of one instance size (each at its best batch)."""
-    xs = t.x_values.astype(np.int64)
+    """The `keep` best prefill configurations of one instance size (each at its best batch, over
+    every batch of the axis; batches beyond the last one that even every module at its least
+    time and HBM could run are not combined)."""
     kept = _pruned(ints, ("time", "comm", "fixed", "hbm"), t)
-    comp = _combine([ints.time_us[mod][kept[mod], 0, :] for mod in MODULES])
-    comm = _combine([ints.comm_us[mod][kept[mod], 0, :] for mod in MODULES])
-    fixed = _combine([ints.fixed_us[mod][kept[mod], 0, :] for mod in MODULES])
     kv_us = int(ints.const_us.reshape(-1)[0])
+    nr = _reachable_batches(t, ints, kept, ttft_slo_us, layers, overlap_efficiency, kv_us)
+    xs = t.x_values.astype(np.int64)[:nr]
+    comp = _combine([ints.time_us[mod][kept[mod], 0, :nr] for mod in MODULES])
+    comm = _combine([ints.comm_us[mod][kept[mod], 0, :nr] for mod in MODULES])
+    fixed = _combine([ints.fixed_us[mod][kept[mod], 0, :] for mod in MODULES])
     best_score, per_mb = [], []
     for j, mb in enumerate(t.k_values):
         forward = prefill_forward_us(comp, comm, fixed, mb, layers, overlap_efficiency)
-        hbm = _combine([ints.hbm_mib[mod][kept[mod], j, :] for mod in MODULES])
+        hbm = _combine([ints.hbm_mib[mod][kept[mod], j, :nr] for mod in MODULES])
         ttft = prefill_ttft_us(forward, kv_us)
         ok = hbm <= ints.hbm_capacity_mib
         if ttft_slo_us is not None:

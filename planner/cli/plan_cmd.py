@@ -13,6 +13,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from planner.cli.common import Outputs, check_output, console, err_console, run_guarded, write_text_atomic
 from planner.cli.emit_options import EmitOpt, ForceOpt, check_new_folders, parse_emits, stage_emits
 from planner.cli.options import (
+    AnyTpOpt,
     ColocatedOpt,
     DecodeDevicesOpt,
     DecodeHardwareOpt,
@@ -22,6 +23,7 @@ from planner.cli.options import (
     LoadsOpt,
     MaxCostOpt,
     MaxDecodeCardsOpt,
+    MaxExtraSlotsOpt,
     MaxItlOpt,
     MaxPrefillCardsOpt,
     MaxRedundantOpt,
@@ -45,7 +47,14 @@ from planner.costmodel.evaluate import evaluation_memo
 from planner.errors import BadInputError, InfeasibleError
 from planner.ranking.binding import why_line
 from planner.report.evaluate_report import evaluate_tables
-from planner.report.plan_report import alternatives_table, infeasible_document, plans_document, ranked_table
+from planner.report.plan_report import (
+    alternatives_table,
+    infeasible_document,
+    plans_document,
+    ranked_table,
+    space_line,
+    space_table,
+)
 from planner.report.uncertainty_report import uncertainty_table
 from planner.search.plan_search import SearchOutcome, TableCache, run_search
 from planner.search.request import (
@@ -93,6 +102,8 @@ def build_request(
     max_redundant_experts: int | None = None,
     colocated: bool = True,
     prefill_hardware: str | None = None,
+    max_extra_slots: int | None = None,
+    any_tp: bool = False,
     decode_hardware: str | None = None,
     kv_transfer_gbps: float | None = None,
     max_prefill_cards: float | None = None,
@@ -168,6 +179,8 @@ def build_request(
         engine, mtp_values, colocated = _engine_limits(engine, mtp_values, colocated, model)
     if max_redundant_experts is not None and max_redundant_experts < 0:
         raise BadInputError("--max-redundant-experts must be >= 0.")
+    if max_extra_slots is not None and not 0 <= max_extra_slots <= 64:
+        raise BadInputError(f"--max-extra-slots must be between 0 and 64; got {max_extra_slots}.")
     spec = load_model(model)
     imbalance = imbalance_from_options(loads, skew_sigma, spec)
     return PlanRequest(
@@ -186,6 +199,8 @@ def build_request(
         settings=SolverSettings(time_limit_s=time_limit, workers=workers),
         imbalance=imbalance,
         max_redundant_experts=max_redundant_experts,
+        max_extra_slots=max_extra_slots,
+        any_tp=any_tp,
         colocated=colocated,
         prefill_hardware=prefill_hardware,
         decode_hardware=decode_hardware,
@@ -296,7 +311,7 @@ def outcome_notes(outcome: SearchOutcome) -> list[str]:
     return list((outcome.plans[0].predicted or {}).get("notes", []))
 
 
-def print_outcome(outcome: SearchOutcome) -> None:
+def print_outcome(outcome: SearchOutcome, explain_space: bool = False) -> None:
     """The ranked table, the status line, and the best plan in detail."""
     req = outcome.request
     where = outcome.hw.name
@@ -325,6 +340,10 @@ def print_outcome(outcome: SearchOutcome) -> None:
     console.print(
         f"{verdict}; {points:,} configurations costed, {outcome.solves} CP-SAT solves, {outcome.seconds:.2f} s."
     )
+    if explain_space:
+        console.print(space_table(outcome.space))
+    else:
+        console.print(space_line(outcome.space))
     if outcome.request.pessimistic_factors:
         console.print(
             "--robust: searched with every factor at the slow end of its range (the SLOs hold there; 'why' below "
@@ -396,6 +415,8 @@ def plan(
     loads: LoadsOpt = None,
     skew_sigma: SkewSigmaOpt = None,
     max_redundant_experts: MaxRedundantOpt = None,
+    max_extra_slots: MaxExtraSlotsOpt = None,
+    any_tp: AnyTpOpt = False,
     colocated: ColocatedOpt = True,
     hbm_utilization: HbmUtilizationOpt = DEFAULT_HBM_UTILIZATION,
     max_itl_ms: MaxItlOpt = None,
@@ -419,6 +440,14 @@ def plan(
         typer.Option(
             "--robust",
             help="Search with every factor at the slow end of its range and rank by the low end of the band.",
+        ),
+    ] = False,
+    explain_space: Annotated[
+        bool,
+        typer.Option(
+            "--explain-space",
+            help="List the named limits of the search space the verdict holds over: what each keeps out, why, "
+            "and the flag that lifts it.",
         ),
     ] = False,
 ) -> None:
@@ -454,6 +483,8 @@ def plan(
             loads=loads,
             skew_sigma=skew_sigma,
             max_redundant_experts=max_redundant_experts,
+            max_extra_slots=max_extra_slots,
+            any_tp=any_tp,
             colocated=colocated,
             prefill_hardware=prefill_hardware,
             decode_hardware=decode_hardware,
@@ -481,7 +512,7 @@ def plan(
             if "announced" in note:
                 err_console.print(f"[bold yellow]warning:[/] {note}", markup=True, highlight=False)
         if outcome.status == "INTERRUPTED":
-            print_outcome(outcome)
+            print_outcome(outcome, explain_space)
             err_console.print(
                 "interrupted: the plans above are the best found so far (not proven); no file was written."
             )
@@ -497,12 +528,12 @@ def plan(
                 )
             wrote = stage_emits(outputs, emits, outcome.plans[0], outcome.model, outcome.hw, loads, force)
         if json_out is not None:
-            outputs.text(json_out, plans_document(outcome.plans, outcome.status, notes))
+            outputs.text(json_out, plans_document(outcome.plans, outcome.status, notes, outcome.space))
         outputs.commit()
         for line in wrote:
             err_console.print(line)
         if json_out is not None and str(json_out) == "-":
             return
-        print_outcome(outcome)
+        print_outcome(outcome, explain_space)
 
     run_guarded(body)
