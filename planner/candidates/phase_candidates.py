@@ -517,6 +517,79 @@ def _reachable_batches(
     return max(1, int(np.flatnonzero(reach).max(initial=-1)) + 1)
 
 
+def _prefill_scores_of(
+    t: PhaseTables,
+    ints: IntTables,
+    kept: dict[str, np.ndarray],
+    combos: np.ndarray,
+    ttft_slo_us: int | None,
+    layers: int,
+    efficiency: float,
+    nr: int,
+) -> tuple[np.ndarray, ...]:
+    """(best throughput ratio, forward, TTFT and HBM there, its batch index) of some combinations,
+    `combos` [C, 5] as (micro-batch index, A, F, M, L) over the kept options, over the first `nr`
+    batches (-1 where none fits HBM and the TTFT SLO)."""
+    xs = t.x_values.astype(np.int64)[:nr]
+    kv_us = int(ints.const_us.reshape(-1)[0])
+    out = [np.full(len(combos), -1.0), *(np.zeros(len(combos), dtype=np.int64) for _ in range(4))]
+    for j in np.unique(combos[:, 0]):
+        rows = np.flatnonzero(combos[:, 0] == j)
+        c = combos[rows]
+
+        def gathered(table: dict[str, np.ndarray], k: int, c: np.ndarray = c, cut: int = nr) -> np.ndarray:
+            return sum(table[mod][kept[mod][c[:, 1 + m]], k, :cut] for m, mod in enumerate(MODULES))  # type: ignore[return-value]
+
+        mb = t.k_values[int(j)]
+        forward = prefill_forward_us(
+            gathered(ints.time_us, 0),
+            gathered(ints.comm_us, 0),
+            gathered(ints.fixed_us, 0, cut=1),
+            mb,
+            layers,
+            efficiency,
+        )
+        hbm = gathered(ints.hbm_mib, int(j))
+        ttft = prefill_ttft_us(forward, kv_us)
+        ok = hbm <= ints.hbm_capacity_mib
+        if ttft_slo_us is not None:
+            ok &= ttft <= ttft_slo_us
+        ratio = np.where(ok, xs / np.maximum(forward, 1), -1.0)
+        r_idx = xs.size - 1 - np.argmax(ratio[:, ::-1], axis=-1)  # the best, then the larger batch
+        at = r_idx[:, None]
+        for k, a in enumerate((ratio, forward, ttft, hbm)):
+            out[k][rows] = np.take_along_axis(a, at, axis=-1)[:, 0]
+        out[4][rows] = r_idx
+    return tuple(out)
+
+
+def _prefill_bound(
+    t: PhaseTables, ints: IntTables, layers: int, efficiency: float
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Per (micro-batch count, undominated layout combination) [K, A, F, M, L]: the best throughput
+    ratio over the batches that fit HBM, whatever the TTFT SLO (-1 where none fits or the engine
+    cannot run it), and the kept option indices: with an SLO the feasible batches are fewer, so
+    the score is never above it. Kept on disk with the tables (no SLO in it)."""
+    from planner.candidates.table_store import derived
+
+    kept = _pruned(ints, ("time", "comm", "fixed", "hbm"), t)
+
+    def compute() -> np.ndarray:
+        nr = _reachable_batches(t, ints, kept, None, layers, efficiency, int(ints.const_us.reshape(-1)[0]))
+        xs = t.x_values.astype(np.int64)[:nr]
+        comp = _combine([ints.time_us[mod][kept[mod], 0, :nr] for mod in MODULES])
+        comm = _combine([ints.comm_us[mod][kept[mod], 0, :nr] for mod in MODULES])
+        fixed = _combine([ints.fixed_us[mod][kept[mod], 0, :] for mod in MODULES])
+        best = []
+        for j, mb in enumerate(t.k_values):
+            forward = prefill_forward_us(comp, comm, fixed, mb, layers, efficiency)
+            hbm = _combine([ints.hbm_mib[mod][kept[mod], j, :nr] for mod in MODULES])
+            best.append(np.where(hbm <= ints.hbm_capacity_mib, xs / np.maximum(forward, 1), -1.0).max(axis=-1))
+        return engine_mask(np.stack(best), t, kept, micro=True)
+
+    return derived(t, ("prefill_bound", layers, efficiency), compute), kept
+
+
 def prefill_candidates(
     t: PhaseTables,
     ints: IntTables,
@@ -524,52 +597,49 @@ def prefill_candidates(
     keep: int,
     layers: int,
     overlap_efficiency: float,
+    first_round: int = 64,
 ) -> list[PhaseCandidate]:
-    """The `keep` best prefill configurations of one instance size (each at its best batch, over
-    every batch of the axis; batches beyond the last one that even every module at its least
-    time and HBM could run are not combined)."""
-    kept = _pruned(ints, ("time", "comm", "fixed", "hbm"), t)
+    """The `keep` best prefill configurations of one instance size, each at its best batch over
+    every batch of the axis (batches beyond the last one that even every module at its least
+    time and HBM could run are not costed).
+
+    Exact by branch and bound, as `decode_candidates`: combinations are scored best bound first
+    (`_prefill_bound`, their best ratio under HBM alone), in rounds, until no combination left
+    can reach the `keep`-th best score found (ties by index order)."""
+    bound, kept = _prefill_bound(t, ints, layers, overlap_efficiency)
     kv_us = int(ints.const_us.reshape(-1)[0])
     nr = _reachable_batches(t, ints, kept, ttft_slo_us, layers, overlap_efficiency, kv_us)
-    xs = t.x_values.astype(np.int64)[:nr]
-    comp = _combine([ints.time_us[mod][kept[mod], 0, :nr] for mod in MODULES])
-    comm = _combine([ints.comm_us[mod][kept[mod], 0, :nr] for mod in MODULES])
-    fixed = _combine([ints.fixed_us[mod][kept[mod], 0, :] for mod in MODULES])
-    best_score, per_mb = [], []
-    for j, mb in enumerate(t.k_values):
-        forward = prefill_forward_us(comp, comm, fixed, mb, layers, overlap_efficiency)
-        hbm = _combine([ints.hbm_mib[mod][kept[mod], j, :nr] for mod in MODULES])
-        ttft = prefill_ttft_us(forward, kv_us)
-        ok = hbm <= ints.hbm_capacity_mib
-        if ttft_slo_us is not None:
-            ok &= ttft <= ttft_slo_us
-        ratio = np.where(ok, xs / np.maximum(forward, 1), -1.0)
-        rev = ratio[..., ::-1]
-        r_idx = xs.size - 1 - np.argmax(rev, axis=-1)
-        best_score.append(np.take_along_axis(ratio, r_idx[..., None], axis=-1)[..., 0])
-        per_mb.append((mb, forward, ttft, hbm, r_idx))
-    scores = engine_mask(np.stack(best_score), t, kept, micro=True)
+    flat = bound.reshape(-1)
+    valid = np.flatnonzero(flat > 0)
+    order = valid[np.lexsort((valid, -flat[valid]))]
+    found: list[tuple[np.ndarray, tuple[np.ndarray, ...]]] = []
+    kth = -np.inf
+    pos, size = 0, first_round
+    while pos < order.size:
+        if flat[order[pos]] < kth:
+            break  # no combination left can reach the keep-th best score (its score <= its bound)
+        batch = order[pos : pos + size]
+        combos = np.stack(np.unravel_index(batch, bound.shape), axis=1)
+        found.append((batch, _prefill_scores_of(t, ints, kept, combos, ttft_slo_us, layers, overlap_efficiency, nr)))
+        every = np.concatenate([f[1][0] for f in found])
+        good = every[every > 0]
+        if good.size >= keep:
+            kth = float(np.sort(good)[-keep])
+        pos += size
+        size = min(2 * size, 4096)
+    if not found:
+        return []
+    idx_all = np.concatenate([f[0] for f in found])
+    score, forward, ttft, hbm, r_idx = (np.concatenate([f[1][k] for f in found]) for k in range(5))
+    ok = np.flatnonzero(score > 0)
+    xs = t.x_values.astype(np.int64)
     out = []
-    for pos in _top(scores, keep):
-        j, idx = pos[0], pos[1:]
-        mb, forward, ttft, hbm, r_idx = per_mb[j]
-        r = int(r_idx[idx])
-        f = int(forward[idx + (r,)])
+    for r in ok[np.lexsort((idx_all[ok], -score[ok]))][:keep]:  # (as `_top`: ties by index order)
+        pos5 = tuple(int(v) for v in np.unravel_index(int(idx_all[r]), bound.shape))
+        j, idx = pos5[0], pos5[1:]
         orig = tuple(int(kept[mod][i]) for mod, i in zip(MODULES, idx, strict=True))
-        out.append(
-            _candidate(
-                t,
-                ints,
-                orig,
-                mb,
-                int(xs[r]),
-                f,
-                int(ttft[idx + (r,)]),
-                int(hbm[idx + (r,)]),
-                int(xs[r]),
-                f,
-            )
-        )
+        x, f = int(xs[int(r_idx[r])]), int(forward[r])
+        out.append(_candidate(t, ints, orig, t.k_values[j], x, f, int(ttft[r]), int(hbm[r]), x, f))
     return out
 
 

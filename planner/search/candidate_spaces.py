@@ -6,9 +6,13 @@
 2. For every size: the module layout options, their cost tables (float, then the integer tables
    of `to_integer_tables`; from the table cache when it has them, planner.search.table_cache),
    and the phase candidates: the best configurations of the size (planner.candidates.
-   phase_candidates), each at its best concurrency or batch.
+   phase_candidates), each at its best concurrency or batch. The tables hold every integer
+   concurrency and batch from the smallest to past what HBM allows (`concurrency_axis`,
+   `batch_axis`, checked on the tables): no value between two others is skipped.
 3. Colocated candidates for the sizes both phases were costed at (planner.candidates.
    colocated_candidates), on one machine only.
+4. The named limits of that space that apply to the request (`space_restrictions`,
+   planner.candidates.restrictions): what the verdict's proof holds over.
 
 The candidates depend on the SLOs and the number kept per size, never on the card budget or the
 rate: what a deployment of them can reach is the next steps' question.

@@ -125,3 +125,10 @@ def test_the_verdict_names_its_space_and_explain_space_lists_it(tmp_path):
     assert lifted.exit_code == 0, lifted.output
     named = {s["limit"] for s in json.loads(lifted.output)["space"]}
     assert "tp-powers" not in named and "extra-slots" not in named and "ep-instance" in named
+
+
+def test_micro_batches_are_one_or_two():
+    from planner.search.request import PlanRequest
+
+    assert size_options(V3, A2, 16, "prefill", SpaceLimits(1024)).prefill_micro_batches == (1, 2)
+    assert PlanRequest().decode_micro_batches == (1, 2)
