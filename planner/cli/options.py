@@ -142,6 +142,14 @@ def check_hbm_utilization(value: float) -> float:
     return value
 
 
+HtmlOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--html",
+        help="Also write a self-contained HTML report to FILE: the plans with every layout, the cluster drawn, "
+        "where the time and HBM go, how sure each figure is; `moeplan evaluate FILE --rank N` reads its plans.",
+    ),
+]
 MaxItlOpt = Annotated[
     float | None,
     typer.Option(
@@ -192,7 +200,11 @@ WorkloadFileOpt = Annotated[
 ]
 SloPercentileOpt = Annotated[
     float | None,
-    typer.Option("--slo-percentile", help="Prompt-length percentile the TTFT SLO is judged at (default 90)."),
+    typer.Option(
+        "--slo-percentile",
+        help="Share of requests, %, whose TTFT and TPOT must meet the SLOs (default 90): the cost model judges "
+        "the TTFT of that percentile's prompt; with --simulate the simulated TTFT and TPOT percentiles are judged.",
+    ),
 ]
 
 

@@ -10,7 +10,16 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from planner.cli.common import Outputs, check_output, console, err_console, run_guarded, write_text_atomic
+from planner.cli.common import (
+    Outputs,
+    check_output,
+    check_outputs,
+    command_line,
+    console,
+    err_console,
+    run_guarded,
+    write_text_atomic,
+)
 from planner.cli.emit_options import EmitOpt, ForceOpt, check_new_folders, parse_emits, stage_emits
 from planner.cli.options import (
     AnyTpOpt,
@@ -19,6 +28,7 @@ from planner.cli.options import (
     DecodeHardwareOpt,
     DecodeMicrobatchOpt,
     HbmUtilizationOpt,
+    HtmlOpt,
     KvTransferGbpsOpt,
     LoadsOpt,
     MaxCostOpt,
@@ -311,6 +321,42 @@ def outcome_notes(outcome: SearchOutcome) -> list[str]:
     return list((outcome.plans[0].predicted or {}).get("notes", []))
 
 
+def verdict_line(outcome: SearchOutcome) -> str:
+    """What the search proved or found, and what it cost (the line under the ranked table)."""
+    points = sum(s.points_evaluated for s in (outcome.decode_space, outcome.prefill_space) if s)
+    if outcome.optimal:
+        verdict = "OPTIMAL: proven best under the cost model (CP-SAT)"
+    elif outcome.status == "INTERRUPTED":
+        verdict = "INTERRUPTED: best found before the interrupt (not proven optimal)"
+    else:
+        verdict = f"{outcome.status}: best found in {outcome.seconds:.1f} s (not proven optimal)"
+    return f"{verdict}; {points:,} configurations costed, {outcome.solves} CP-SAT solves, {outcome.seconds:.2f} s."
+
+
+def plan_page_html(
+    outcome: SearchOutcome, document: str, notes: list[str], loads: Path | None, html: Path, command: str
+) -> str:
+    """The HTML report of a search (--html): the terminal's lines about it, and what it cannot draw."""
+    from planner.cli.options import loads_array
+    from planner.report.html import PlanPage, plan_html
+    from planner.report.launch import engines_line
+
+    page = PlanPage(
+        outcome=outcome,
+        command=command,
+        plans_json=document,
+        verdict=verdict_line(outcome),
+        space=space_line(outcome.space),
+        lead=lead_lines(outcome),
+        why=why_line(outcome, index=0),
+        engines="" if outcome.request.is_mixed else engines_line(outcome.plans[0], outcome.model, outcome.hw),
+        notes=notes,
+        loads=loads_array(loads) if loads else None,
+        html_name=str(html),
+    )
+    return plan_html(page)
+
+
 def print_outcome(outcome: SearchOutcome, explain_space: bool = False) -> None:
     """The ranked table, the status line, and the best plan in detail."""
     req = outcome.request
@@ -330,16 +376,7 @@ def print_outcome(outcome: SearchOutcome, explain_space: bool = False) -> None:
         )
     if outcome.alternatives:
         console.print(alternatives_table(outcome.alternatives, outcome.plans[0], outcome.hw))
-    points = sum(s.points_evaluated for s in (outcome.decode_space, outcome.prefill_space) if s)
-    if outcome.optimal:
-        verdict = "OPTIMAL: proven best under the cost model (CP-SAT)"
-    elif outcome.status == "INTERRUPTED":
-        verdict = "INTERRUPTED: best found before the interrupt (not proven optimal)"
-    else:
-        verdict = f"{outcome.status}: best found in {outcome.seconds:.1f} s (not proven optimal)"
-    console.print(
-        f"{verdict}; {points:,} configurations costed, {outcome.solves} CP-SAT solves, {outcome.seconds:.2f} s."
-    )
+    console.print(verdict_line(outcome))
     if explain_space:
         console.print(space_table(outcome.space))
     else:
@@ -372,7 +409,46 @@ def print_outcome(outcome: SearchOutcome, explain_space: bool = False) -> None:
         console.print(band)
 
 
+def simulated_checks(outcome: SearchOutcome, engine: str | None) -> tuple[SearchOutcome, tuple[list, list[str]]]:
+    """`--simulate`: the ranked plans checked by simulation; with `--rate`, sized until one meets the SLOs at
+    the simulated percentile (planner.ranking.simulated). Returns the outcome kept, its checks and lines."""
+    from planner.ranking.simulated import check_plans, size_for_rate
+    from planner.simulate.routing import engine_routing
+
+    req = outcome.request
+    routing = engine_routing(engine)
+    pct = req.workload.slo_percentile
+    if req.rate_per_s is None:
+        return outcome, (check_plans(outcome.plans, None, pct, routing, req.imbalance), [])
+    sized = size_for_rate(req, lambda r: add_bands(search_with_progress(r)), pct, routing, first=outcome)
+    lines = []
+    if len(sized.attempts) > 1:
+        tried = ", ".join(f"{r:.4g} ({'met' if ok else 'missed'})" for r, ok in sized.attempts)
+        lines.append(
+            f"--rate {req.rate_per_s:g} sized by simulation: searched for {tried} req/s; the plans below are "
+            f"sized for {sized.searched_rate_per_s:.4g} req/s and simulated at {req.rate_per_s:g} req/s"
+        )
+    return sized.outcome, (sized.checks, lines)
+
+
+def print_checks(checks: list, lines: list[str]) -> None:
+    """The plans' simulated percentiles next to their static figures, and what misses."""
+    from planner.report.simulate_report import checks_caption, checks_table
+
+    console.print(checks_table(checks, "Checked by simulation"))
+    console.print(checks_caption(checks))
+    for line in lines:
+        console.print(line)
+    for c in checks:
+        if c.verdict.met is False:
+            console.print(
+                f"rank {c.rank} misses its SLOs at p{c.verdict.percentile:g} of simulated requests: "
+                + "; ".join(c.verdict.misses())
+            )
+
+
 def plan(
+    ctx: typer.Context,
     model: ModelOpt = DEFAULT_MODEL,
     hardware: HardwareOpt = DEFAULT_HARDWARE,
     quantization: QuantizationOpt = DEFAULT_QUANTIZATION,
@@ -406,6 +482,7 @@ def plan(
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Write {'plans': [...]} to FILE ('-' for stdout).")
     ] = None,
+    html: HtmlOpt = None,
     emit: EmitOpt = None,
     force: ForceOpt = False,
     engine: Annotated[
@@ -450,6 +527,14 @@ def plan(
             "and the flag that lifts it.",
         ),
     ] = False,
+    simulate: Annotated[
+        bool,
+        typer.Option(
+            "--simulate",
+            help="Check the ranked plans by simulation at the rate each claims (--rate: at that rate, sizing "
+            "until the simulated --slo-percentile of TTFT and TPOT meets the SLOs); see docs/simulate.md.",
+        ),
+    ] = False,
 ) -> None:
     """Search deployments (instance sizes, per-module layouts, expert slots, concurrency, MTP,
     P:D) under HBM and the SLOs, and print them ranked by output tokens/s per card."""
@@ -461,7 +546,8 @@ def plan(
     def _body() -> None:
         emits = parse_emits(emit)
         check_new_folders(emits, force)
-        check_output("--json", json_out)
+        check_outputs({"--json": json_out, "--html": html})
+        check_output("--html", html, stdout_ok=False)
         request = build_request(
             model=model,
             hardware=hardware,
@@ -503,9 +589,14 @@ def plan(
         )
         try:
             outcome = add_bands(search_with_progress(request))
+            checks: tuple[list, list[str]] | None = None
+            if simulate:
+                outcome, checks = simulated_checks(outcome, engine)
         except InfeasibleError as exc:
             if json_out is not None:  # scripts read the verdict from the JSON too
                 write_text_atomic(json_out, infeasible_document(str(exc)))
+            if html is not None and str(html) != "-":  # a page shows a plan: with none, none is written
+                raise InfeasibleError(f"{exc} Not written: {html}.") from None
             raise
         notes = outcome_notes(outcome)
         for note in notes:
@@ -527,13 +618,19 @@ def plan(
                     "export covers yet; drop --emit, or plan each machine on its own."
                 )
             wrote = stage_emits(outputs, emits, outcome.plans[0], outcome.model, outcome.hw, loads, force)
+        simulated = [c.as_dict() for c in checks[0]] if checks is not None else None
+        document = plans_document(outcome.plans, outcome.status, notes, simulated, outcome.space)
         if json_out is not None:
-            outputs.text(json_out, plans_document(outcome.plans, outcome.status, notes, outcome.space))
+            outputs.text(json_out, document)
+        if html is not None:
+            outputs.text(html, plan_page_html(outcome, document, notes, loads, html, command_line(ctx)))
         outputs.commit()
         for line in wrote:
             err_console.print(line)
         if json_out is not None and str(json_out) == "-":
             return
         print_outcome(outcome, explain_space)
+        if checks is not None:
+            print_checks(*checks)
 
     run_guarded(body)

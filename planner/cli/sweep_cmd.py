@@ -15,6 +15,7 @@ from planner.cli.common import (
     Outputs,
     check_output,
     check_outputs,
+    command_line,
     console,
     err_console,
     run_guarded,
@@ -25,6 +26,7 @@ from planner.cli.options import (
     DecodeDevicesOpt,
     DecodeMicrobatchOpt,
     HbmUtilizationOpt,
+    HtmlOpt,
     LoadsOpt,
     MaxExtraSlotsOpt,
     MaxItlOpt,
@@ -33,6 +35,7 @@ from planner.cli.options import (
     PrefillDevicesOpt,
     QuantizationOpt,
     SkewSigmaOpt,
+    SloPercentileOpt,
     WorkersOpt,
 )
 from planner.cli.plan_cmd import build_request
@@ -68,6 +71,31 @@ from planner.specs.quantization import DEFAULT_QUANTIZATION
 
 SWEEP_HELP = "A value, a list a,b,c or a range start:stop:step (both ends included)."
 DEFAULT_JOBS = max(1, min(2, os.cpu_count() or 1))
+
+
+def simulate_points(result: SweepResult, rows: list[dict[str, object]]) -> list:
+    """`--simulate`: each feasible point's plan simulated at its rate (planner.ranking.simulated); the
+    simulated percentiles go into the point's row (CSV, JSON) as sim_* columns."""
+    from planner.ranking.simulated import simulate_check
+
+    checks = []
+    for pt, row in zip(result.points, rows, strict=True):
+        if pt.plan is None:
+            continue
+        pct = pt.request.workload.slo_percentile  # --slo-percentile, as the point was searched with
+        check, _ = simulate_check(pt.plan, pt.request.rate_per_s, pct, imbalance=pt.request.imbalance)
+        word = f"{check.verdict.percentile:g}"
+        row.update(
+            {
+                "sim_rate_per_s": round(check.rate_per_s, 6),
+                "sim_ttft_ms": round(check.figures.get(f"p{word}_ttft_ms", 0.0), 3),
+                "sim_tpot_ms": round(check.figures.get(f"p{word}_tpot_ms", 0.0), 3),
+                "sim_slo_percentile": check.verdict.percentile,
+                "sim_meets_slo": check.verdict.met,
+            }
+        )
+        checks.append((pt, check))
+    return checks
 
 
 def _title(result: SweepResult, metric: str) -> str:
@@ -114,6 +142,29 @@ def no_feasible_point(result: SweepResult, asked: list[Path | None]) -> str:
     return f"no point of the sweep is feasible: {why}.{unwritten}"
 
 
+def _sweep_page(result: SweepResult, rows, metric: str, curves, published, command: str, html: Path) -> str:
+    """The HTML report of a sweep (--html): the frontier (drawn always), the points, their plans."""
+    from planner.report.html import SweepPage, sweep_html
+    from planner.report.plot import frontier_figure, render
+    from planner.report.sweep_report import sweep_plans_document
+
+    title = _title(result, metric)
+    svg = None
+    if curves is not None and published is not None:
+        svg = render(frontier_figure(curves, published, metric, title), "svg", salt="moeplan-frontier")
+    page = SweepPage(
+        result=result,
+        rows=rows,
+        title=title,
+        frontier_svg=svg,
+        command=command,
+        plans_json=sweep_plans_document(result),
+        status_line=cache_line(result),
+        html_name=str(html),
+    )
+    return sweep_html(page)
+
+
 def _run_with_progress(points, axes, fixed, jobs: int) -> SweepResult:
     # No refresh thread (auto_refresh=False, refreshed on every point): the sweep forks worker
     # processes, and a fork while another thread holds the console's lock could hang a worker.
@@ -142,6 +193,7 @@ def _run_with_progress(points, axes, fixed, jobs: int) -> SweepResult:
 
 
 def sweep(
+    ctx: typer.Context,
     tpot_ms: Annotated[str, typer.Option("--tpot-ms", help=f"TPOT SLO, ms. {SWEEP_HELP}")] = f"{DEFAULT_SLO.tpot_ms:g}",
     ttft_ms: Annotated[str, typer.Option("--ttft-ms", help=f"TTFT SLO, ms. {SWEEP_HELP}")] = f"{DEFAULT_SLO.ttft_ms:g}",
     input_tokens: Annotated[str, typer.Option("--input-tokens", help=f"Prompt length. {SWEEP_HELP}")] = str(
@@ -193,6 +245,7 @@ def sweep(
         typer.Option("--json", help="Write every point (with its plan) as JSON to FILE ('-': stdout)."),
     ] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Draw the frontier to FILE.png or FILE.svg.")] = None,
+    html: HtmlOpt = None,
     time_limit: Annotated[
         float,
         typer.Option("--time-limit", min=0.1, max=86400.0, help="Solver time limit per point, s."),
@@ -208,6 +261,15 @@ def sweep(
             "built (threads where fork is unavailable); results do not depend on it; default: up to 2 cores.",
         ),
     ] = DEFAULT_JOBS,
+    simulate: Annotated[
+        bool,
+        typer.Option(
+            "--simulate",
+            help="Check each point's plan by simulation at its rate (--rate, else the rate it claims): "
+            "simulated p90 TTFT and TPOT (--slo-percentile) and whether they meet the SLOs.",
+        ),
+    ] = False,
+    slo_percentile: SloPercentileOpt = None,
 ) -> None:
     """Sweep one or two parameters (SLOs, workload, budget, rate, machine) and print the best plan
     per point; infeasible points are rows naming what binds.
@@ -220,7 +282,7 @@ def sweep(
 
     The plot (and, without --plot, a terminal chart) shows output tokens/s per card against
     tokens/s per user, one curve per machine or per value of the second parameter, with the
-    published deployments of plans/published.yaml (decode-only per card) overlaid.
+    published deployments of the validation/ store (decode-only per card) overlaid.
     """
 
     def body() -> None:
@@ -229,8 +291,9 @@ def sweep(
         fmt = plot_format(plot) if plot is not None else None
         if sum(1 for o in (csv_out, json_out) if o is not None and str(o) == "-") > 1:
             raise BadInputError("--csv - and --json - both want stdout; send one of them to a file.")
-        check_outputs({"--csv": csv_out, "--json": json_out})
+        check_outputs({"--csv": csv_out, "--json": json_out, "--plot": plot, "--html": html})
         check_output("--plot", plot, stdout_ok=False)
+        check_output("--html", html, stdout_ok=False)
         texts = {
             "hardware": hardware,
             "tpot-ms": tpot_ms,
@@ -281,10 +344,12 @@ def sweep(
                 hbm_utilization=hbm_utilization,
                 max_itl_ms=max_itl_ms,
                 decode_microbatch=decode_microbatch,
+                slo_percentile=slo_percentile,
             )
             points.append((shown, request))
         result = _run_with_progress(points, axes, fixed, jobs)
         rows = sweep_rows(result)
+        checks = simulate_points(result, rows) if simulate else None
         if result.interrupted:
             if result.points:
                 console.print(sweep_table(result, rows))
@@ -298,7 +363,7 @@ def sweep(
             # carry the CSV/JSON)
             screen = Console(stderr=True, highlight=False, width=console.width) if to_stdout else console
             screen.print(sweep_table(result, rows))
-            raise InfeasibleError(no_feasible_point(result, [csv_out, json_out, plot]))
+            raise InfeasibleError(no_feasible_point(result, [csv_out, json_out, plot, html]))
         # every output is built before any is written: a plot that fails leaves no CSV behind
         outputs = Outputs()
         if csv_out is not None:
@@ -316,11 +381,19 @@ def sweep(
 
             fig = frontier_figure(curves, published, metric, _title(result, metric))
             outputs.data(plot, render(fig, fmt))
+        if html is not None:
+            outputs.text(html, _sweep_page(result, rows, metric, curves, published, command_line(ctx), html))
         outputs.commit()
         if any(o is not None and str(o) == "-" for o in (csv_out, json_out)):
             return
         console.print(sweep_table(result, rows))
         console.print(cache_line(result))
+        if checks:
+            from planner.report.simulate_report import checks_caption, checks_table
+
+            labels = [", ".join(f"{k}={v}" for k, v in pt.values.items()) for pt, _ in checks]
+            console.print(checks_table([c for _, c in checks], "Checked by simulation", labels))
+            console.print(checks_caption([c for _, c in checks]))
         if plot is not None:
             console.print(f"frontier plot written to {plot}")
         elif curves is not None and published is not None:

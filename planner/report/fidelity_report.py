@@ -8,6 +8,10 @@ from rich.table import Table
 
 from planner.costmodel.fidelity import FidelityReport, FidelityRow
 
+# the columns of the Markdown table and the HTML report (row_cells), and those aligned right
+COLUMNS = ("row", "figure", "published", "predicted", "error", "leave-one-out", "band", "tolerance", "determines")
+NUMERIC_COLUMNS = ("published", "predicted", "error", "leave-one-out", "tolerance")
+
 
 def _short(name: str) -> str:
     return name.split(".", 1)[1]
@@ -18,7 +22,7 @@ def _loo(r: FidelityRow) -> str:
         return "-"
     if r.used_for_fit:
         mark = ""
-    elif r.row.fitted:  # not refitted here, but a parameter (the skew sigma) was chosen on this row
+    elif r.chosen:  # not refitted here, but a parameter (the skew sigma) was chosen on this row
         mark = " (in-sample)"
     else:
         mark = " (oos)"
@@ -34,8 +38,8 @@ def _band(r: FidelityRow) -> str:
 
 def _determines(r: FidelityRow) -> str:
     if not r.used_for_fit:
-        if r.row.fitted:
-            return f"{r.row.fitted.split(' (')[0]} (chosen on it; not refitted here)"
+        if r.chosen:
+            return f"{r.chosen} (chosen on it; not refitted here)"
         return "(validation: not fitted to)"
     return ", ".join(_short(n) for n in r.fitted_factors) or "none"
 
@@ -49,20 +53,9 @@ def fidelity_table(report: FidelityReport) -> Table:
         "is the leave-one-out error; (in-sample): not refitted here, but a parameter was chosen on it; "
         "*: a factor only this deployment determines was kept (see below)",
     )
-    cols = (
-        "row",
-        "figure",
-        "published",
-        "predicted",
-        "error",
-        "leave-one-out",
-        "band",
-        "tolerance",
-        "within",
-        "determines",
-    )
+    cols = (*COLUMNS[:-1], "within", COLUMNS[-1])
     for col in cols:
-        right = col in ("published", "predicted", "error", "leave-one-out", "tolerance")
+        right = col in NUMERIC_COLUMNS
         table.add_column(col, justify="right" if right else "left")
     for r in report.rows:
         ok = "[green]yes[/]" if abs(r.error) <= r.row.tolerance else "[red]NO[/]"
@@ -119,22 +112,39 @@ def fit_lines(report: FidelityReport) -> list[str]:
     worst = report.worst_loo()
     if worst is not None and worst.loo_error is not None:
         lines.append(f"worst leave-one-out error: {worst.row.id} {worst.loo_error:+.1%}")
+    for fig, why in report.not_compared:
+        lines.append(f"not compared: {fig.id} ({fig.published:g} {fig.unit}): {why}")
     return lines
 
 
 def fidelity_markdown(report: FidelityReport) -> str:
     """The same as a Markdown table (the README's)."""
     lines = [
-        "| row | figure | published | predicted | error | leave-one-out | band | tolerance | determines |",
+        "| " + " | ".join(COLUMNS) + " |",
         "|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in report.rows:
-        lines.append(
-            f"| {r.row.id} | {r.row.unit} | {r.row.published:g} | {r.predicted:.1f} | "
-            f"{r.error:+.1%} | {_loo(r)} | {_band(r).replace('[red]misses[/]', '(misses)')} | "
-            f"±{r.row.tolerance:.0%} | {_determines(r)} |"
-        )
+        lines.append("| " + " | ".join(row_cells(r).values()) + " |")
+    if report.not_compared:
+        lines += ["", "| not compared | figure | published | why |", "|---|---|---:|---|"]
+        for fig, why in report.not_compared:
+            lines.append(f"| {fig.id} | {fig.unit} | {fig.published:g} | {why} |")
     return "\n".join(lines) + "\n"
+
+
+def row_cells(r: FidelityRow) -> dict[str, str]:
+    """One row's cells as plain text, by column (the Markdown table's and the HTML report's)."""
+    return {
+        "row": r.row.id,
+        "figure": r.row.unit,
+        "published": f"{r.row.published:g}",
+        "predicted": f"{r.predicted:.1f}",
+        "error": f"{r.error:+.1%}",
+        "leave-one-out": _loo(r),
+        "band": _band(r).replace("[red]misses[/]", "(misses)"),
+        "tolerance": f"±{r.row.tolerance:.0%}",
+        "determines": _determines(r),
+    }
 
 
 def fidelity_json(report: FidelityReport) -> str:
@@ -154,5 +164,9 @@ def fidelity_json(report: FidelityReport) -> str:
             }
             for n in m.names
         }
-    doc = {"rows": [r.as_json() for r in report.rows], "fits": fits}
+    not_compared = [
+        {"name": f.id, "metric": f.metric, "published": f.published, "unit": f.unit, "why": why}
+        for f, why in report.not_compared
+    ]
+    doc = {"rows": [r.as_json() for r in report.rows], "fits": fits, "not_compared": not_compared}
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"

@@ -136,20 +136,28 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
 
 
 def plans_document(
-    plans: list[Plan], status: str, notes: list[str] | None = None, space: list[Any] | None = None
+    plans: list[Plan],
+    status: str,
+    notes: list[str] | None = None,
+    simulated: list[dict[str, Any]] | None = None,
+    space: list[Any] | None = None,
 ) -> str:
-    """The JSON export: {"status": ..., ["space": [...]], ["notes": [...]], "plans": [...]},
-    deterministic byte for byte.
+    """The JSON export: {"status": ..., ["space": [...]], ["notes": [...]], "plans": [...],
+    ["simulated": [...]]}, deterministic byte for byte.
 
     `space`: the named limits of the space the status holds over (planner.candidates.
-    restrictions: key and what each keeps out). `notes` (announced hardware: figures are vendor
-    claims; mixed hardware; workload percentiles) appear only when there are any."""
+    restrictions: key, what each keeps out, how to lift it). `notes` (announced hardware: figures
+    are vendor claims; mixed hardware; workload percentiles) appear only when there are any;
+    `simulated` (`plan --simulate`: each plan's simulated percentiles and verdict, by rank) only
+    when asked for."""
     doc: dict[str, Any] = {"status": status}
     if space:
         doc["space"] = [{"limit": r.key, "keeps_out": r.keeps_out, "lift": r.lift} for r in space]
     if notes:
         doc["notes"] = notes
     doc["plans"] = [p.model_dump(mode="json", exclude_none=True) for p in plans]
+    if simulated is not None:
+        doc["simulated"] = simulated
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 

@@ -14,7 +14,7 @@ from rich.text import Text
 from planner.ranking.binding import binding_tags, request_bindings
 from planner.ranking.compare import pd_cards, plan_devices
 from planner.ranking.frontier import Curve, PublishedPoint
-from planner.report.plan_report import compact_layouts, headline
+from planner.report.plan_report import compact_layouts, headline, plans_document
 from planner.report.table_counts import tables_built_text
 from planner.search.sweep import SweepPoint, SweepResult
 from planner.specs.catalog import load_hardware
@@ -40,6 +40,14 @@ CSV_COLUMNS = [
     "binds",
     "message",
 ]
+
+
+SIM_COLUMNS = ["sim_rate_per_s", "sim_ttft_ms", "sim_tpot_ms", "sim_slo_percentile", "sim_meets_slo"]
+
+
+def _columns(rows: list[dict[str, object]]) -> list[str]:
+    """The CSV columns, with `sweep --simulate`'s when the rows carry them."""
+    return CSV_COLUMNS + [c for c in SIM_COLUMNS if any(c in row for row in rows)]
 
 
 def point_row(pt: SweepPoint) -> dict[str, object]:
@@ -174,7 +182,7 @@ def sweep_csv(result: SweepResult, rows: list[dict[str, object]] | None = None) 
     rows = rows if rows is not None else sweep_rows(result)
     keys = list(result.points[0].values) if result.points else []
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=keys + CSV_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=keys + _columns(rows), lineterminator="\n")
     writer.writeheader()
     for row in rows:
         writer.writerow(row)
@@ -188,7 +196,8 @@ def sweep_document(result: SweepResult, rows: list[dict[str, object]] | None = N
     for pt, row in zip(result.points, rows, strict=True):
         entry: dict[str, object] = {"values": pt.values, "status": pt.status}
         if pt.plan is not None:
-            entry["summary"] = {k: v for k, v in row.items() if k in CSV_COLUMNS and k not in ("status", "message")}
+            columns = _columns(rows)
+            entry["summary"] = {k: v for k, v in row.items() if k in columns and k not in ("status", "message")}
             entry["plan"] = pt.plan.model_dump(mode="json", exclude_none=True)
         else:
             entry["binds"] = pt.binding_tag
@@ -205,6 +214,17 @@ def sweep_document(result: SweepResult, rows: list[dict[str, object]] | None = N
         },
     }
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
+def sweep_plans_document(result: SweepResult) -> str:
+    """The sweep's plans as a `plan --json` document, each numbered by its point (1 = the first
+    point; infeasible points have no plan), so `evaluate FILE --rank N` reads point N's plan."""
+    plans = [
+        pt.plan.model_copy(update={"rank": number})
+        for number, pt in enumerate(result.points, start=1)
+        if pt.plan is not None
+    ]
+    return plans_document(plans, "SWEEP")
 
 
 def cache_line(result: SweepResult) -> str:
