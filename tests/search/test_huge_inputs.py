@@ -62,7 +62,7 @@ def test_a_4096_expert_model_plans(tmp_path):
     )
     path = tmp_path / "e4096.json"
     path.write_text(json.dumps(cfg))
-    outcome = run_search(PlanRequest(model=str(path), max_cards=64, top=1))
+    outcome = run_search(PlanRequest(model=str(path), max_cards=16, top=1))
     assert outcome.plans[0].decode_phase.moe.ep * outcome.plans[0].decode_phase.moe.slots_per_device >= 4096
 
 
