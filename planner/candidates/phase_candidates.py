@@ -397,6 +397,46 @@ def _decode_scores_of(
     return score, step_at, hbm_at, b_at
 
 
+def _branch_and_bound(
+    bound: np.ndarray,
+    keep: int,
+    score_of: Callable[[np.ndarray], tuple[np.ndarray, ...]],
+    first_round: int,
+) -> list[tuple[tuple[int, ...], tuple]]:
+    """The `keep` best combinations of `bound`'s shape [K, A, F, M, L] by their exact score, and
+    what `score_of` says of each: combinations are scored (`score_of(combos [C, 5])`, whose first
+    array is the score, -1 where nothing fits) best bound first, in rounds of doubling size, until
+    no combination left can reach the `keep`-th best score found (a score never exceeds its
+    bound). The result is what scoring every combination gives, ties by index order."""
+    flat = bound.reshape(-1)
+    valid = np.flatnonzero(flat > 0)
+    order = valid[np.lexsort((valid, -flat[valid]))]
+    found: list[tuple[np.ndarray, tuple[np.ndarray, ...]]] = []
+    kth = -np.inf
+    pos, size = 0, first_round
+    while pos < order.size:
+        if flat[order[pos]] < kth:
+            break  # no combination left can reach the keep-th best score (its score <= its bound)
+        batch = order[pos : pos + size]
+        found.append((batch, score_of(np.stack(np.unravel_index(batch, bound.shape), axis=1))))
+        every = np.concatenate([f[1][0] for f in found])
+        good = every[every > 0]
+        if good.size >= keep:
+            kth = float(np.sort(good)[-keep])
+        pos += size
+        size = min(2 * size, 4096)
+    if not found:
+        return []
+    idx_all = np.concatenate([f[0] for f in found])
+    results = [np.concatenate([f[1][k] for f in found]) for k in range(len(found[0][1]))]
+    ok = np.flatnonzero(results[0] > 0)
+    best = ok[np.lexsort((idx_all[ok], -results[0][ok]))][:keep]  # (as `_top`: ties by index order)
+    return [
+        (tuple(int(v) for v in np.unravel_index(int(idx_all[r]), bound.shape)), tuple(a[r] for a in results))
+        for r in best
+    ]
+
+
 def decode_candidates(
     t: PhaseTables,
     ints: IntTables,
@@ -431,62 +471,18 @@ def decode_candidates(
     if ep_not is not None and t.options.moe:  # only expert layouts over another device count
         other = np.array([t.options.moe[i].moe.ep != ep_not for i in kept["moe"]])
         bound = np.where(other[None, None, None, :, None], bound, -1.0)
-    flat = bound.reshape(-1)
-    valid = np.flatnonzero(flat > 0)
-    order = valid[np.lexsort((valid, -flat[valid]))]
-    found_flat: list[np.ndarray] = []
-    found: list[np.ndarray] = []
-    scored: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    kth = -np.inf
-    pos, size = 0, first_round
-    while pos < order.size:
-        if flat[order[pos]] < kth:
-            break  # no combination left can reach the keep-th best score (its score <= its bound)
-        batch = order[pos : pos + size]
-        combos = np.stack(np.unravel_index(batch, bound.shape), axis=1)
-        score, step_at, hbm_at, b_at = _decode_scores_of(
-            t, ints, kept, combos, tpot_slo_us, max_step_us, overlap_factor
-        )
-        found_flat.append(batch)
-        found.append(score)
-        scored.append((step_at, hbm_at, b_at))
-        every = np.concatenate(found)
-        good = every[every > 0]
-        if good.size >= keep:
-            kth = float(np.sort(good)[-keep])
-        pos += size
-        size = min(2 * size, 4096)
+
+    def score_of(combos: np.ndarray) -> tuple[np.ndarray, ...]:
+        return _decode_scores_of(t, ints, kept, combos, tpot_slo_us, max_step_us, overlap_factor)
+
     out: list[PhaseCandidate] = []
-    if found:
-        idx_all = np.concatenate(found_flat)
-        score_all = np.concatenate(found)
-        step_all = np.concatenate([s[0] for s in scored])
-        hbm_all = np.concatenate([s[1] for s in scored])
-        b_all = np.concatenate([s[2] for s in scored])
-        ok = np.flatnonzero(score_all > 0)
-        best = ok[np.lexsort((idx_all[ok], -score_all[ok]))][:keep]  # (as `_top`: ties by index order)
-        for r in best:
-            pos5 = tuple(int(v) for v in np.unravel_index(int(idx_all[r]), bound.shape))
-            j, idx = pos5[0], pos5[1:]
-            k = t.k_values[j]
-            e = int(np.floor(t.emitted[j] * EMITTED_SCALE + 1e-9))
-            b = int(b_all[r])
-            s_us = int(step_all[r])
-            orig = tuple(int(kept[mod][i]) for mod, i in zip(MODULES, idx, strict=True))
-            out.append(
-                _candidate(
-                    t,
-                    ints,
-                    orig,
-                    k,
-                    int(xs[b]),
-                    s_us,
-                    -(-s_us * EMITTED_SCALE // e),
-                    int(hbm_all[r]),
-                    int(xs[b]) * e,
-                    s_us,
-                )
-            )
+    for (j, *idx), (_, step_at, hbm_at, b_at) in _branch_and_bound(bound, keep, score_of, first_round):
+        e = int(np.floor(t.emitted[j] * EMITTED_SCALE + 1e-9))
+        x, s_us = int(xs[int(b_at)]), int(step_at)
+        orig = tuple(int(kept[mod][i]) for mod, i in zip(MODULES, idx, strict=True))
+        out.append(
+            _candidate(t, ints, orig, t.k_values[j], x, s_us, -(-s_us * EMITTED_SCALE // e), int(hbm_at), x * e, s_us)
+        )
     t.memo[memo_key] = out
     return out
 
@@ -609,37 +605,16 @@ def prefill_candidates(
     bound, kept = _prefill_bound(t, ints, layers, overlap_efficiency)
     kv_us = int(ints.const_us.reshape(-1)[0])
     nr = _reachable_batches(t, ints, kept, ttft_slo_us, layers, overlap_efficiency, kv_us)
-    flat = bound.reshape(-1)
-    valid = np.flatnonzero(flat > 0)
-    order = valid[np.lexsort((valid, -flat[valid]))]
-    found: list[tuple[np.ndarray, tuple[np.ndarray, ...]]] = []
-    kth = -np.inf
-    pos, size = 0, first_round
-    while pos < order.size:
-        if flat[order[pos]] < kth:
-            break  # no combination left can reach the keep-th best score (its score <= its bound)
-        batch = order[pos : pos + size]
-        combos = np.stack(np.unravel_index(batch, bound.shape), axis=1)
-        found.append((batch, _prefill_scores_of(t, ints, kept, combos, ttft_slo_us, layers, overlap_efficiency, nr)))
-        every = np.concatenate([f[1][0] for f in found])
-        good = every[every > 0]
-        if good.size >= keep:
-            kth = float(np.sort(good)[-keep])
-        pos += size
-        size = min(2 * size, 4096)
-    if not found:
-        return []
-    idx_all = np.concatenate([f[0] for f in found])
-    score, forward, ttft, hbm, r_idx = (np.concatenate([f[1][k] for f in found]) for k in range(5))
-    ok = np.flatnonzero(score > 0)
+
+    def score_of(combos: np.ndarray) -> tuple[np.ndarray, ...]:
+        return _prefill_scores_of(t, ints, kept, combos, ttft_slo_us, layers, overlap_efficiency, nr)
+
     xs = t.x_values.astype(np.int64)
     out = []
-    for r in ok[np.lexsort((idx_all[ok], -score[ok]))][:keep]:  # (as `_top`: ties by index order)
-        pos5 = tuple(int(v) for v in np.unravel_index(int(idx_all[r]), bound.shape))
-        j, idx = pos5[0], pos5[1:]
+    for (j, *idx), (_, forward, ttft, hbm, r_idx) in _branch_and_bound(bound, keep, score_of, first_round):
         orig = tuple(int(kept[mod][i]) for mod, i in zip(MODULES, idx, strict=True))
-        x, f = int(xs[int(r_idx[r])]), int(forward[r])
-        out.append(_candidate(t, ints, orig, t.k_values[j], x, f, int(ttft[r]), int(hbm[r]), x, f))
+        x, f = int(xs[int(r_idx)]), int(forward)
+        out.append(_candidate(t, ints, orig, t.k_values[j], x, f, int(ttft), int(hbm), x, f))
     return out
 
 
