@@ -1,6 +1,6 @@
 """Compute the shipped engine-imbalance table (planner/costmodel/data/engine_imbalance.json).
 
-    python benchmarks/build_imbalance_table.py [--jobs 2]
+    python benchmarks/build_imbalance_table.py [--jobs 2] [--fresh]
 
 The default imbalance model (planner.costmodel.imbalance.EngineImbalance) places experts with
 moeplan's own optimiser for every (routed experts, EP, slots per device) a layout asks for:
@@ -10,7 +10,10 @@ every key the catalog's models ask for on the catalog's machines and docs/exampl
 phases, the default scheme or, where a machine has no INT8, its FP8 one, and the shipped plans),
 and shipped. The file records the hash of the placement code; moeplan uses it only while that
 hash matches, and tests/costmodel/test_shipped_imbalance.py fails once it does not: rerun this
-script after changing planner/costmodel/imbalance.py or planner/placement/.
+script after changing planner/costmodel/imbalance.py or planner/placement/, or the layouts the
+search considers. Values the shipped table already holds are taken over when it was made from the
+same placement code (they are what that code computes; the test recomputes a sample of them);
+--fresh computes every value again.
 """
 
 from __future__ import annotations
@@ -83,6 +86,7 @@ def _value(key: tuple[float, float, int, int, int]) -> tuple[tuple[float, float,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--fresh", action="store_true", help="compute every value, even those the table holds")
     opts = parser.parse_args()
     sys.path.insert(0, str(REPO))
     import os
@@ -93,10 +97,23 @@ def main() -> None:
 
     start = time.perf_counter()
     keys = sorted(_keys())
-    print(f"{len(keys)} keys in {time.perf_counter() - start:.1f} s; placing experts ...", file=sys.stderr)
     full_keys = [(s, d, *key) for s, d in _parameter_sets() for key in keys]
+    values: dict[tuple[float, float, int, int, int], tuple[float, float]] = {}
+    if not opts.fresh and SHIPPED_TABLE.is_file():
+        shipped = json.loads(SHIPPED_TABLE.read_text())
+        if shipped.get("code_digest") == placement_code_digest():
+            for key in full_keys:
+                known = shipped["values"].get(engine_key(*key))
+                if known is not None:
+                    values[key] = (known[0], known[1])
+    todo = [key for key in full_keys if key not in values]
+    print(
+        f"{len(full_keys)} keys in {time.perf_counter() - start:.1f} s ({len(full_keys) - len(todo)} from the table, "
+        "made from the same placement code); placing experts ...",
+        file=sys.stderr,
+    )
     with multiprocessing.get_context("spawn").Pool(opts.jobs) as pool:
-        values = dict(pool.map(_value, full_keys, chunksize=16))
+        values.update(pool.map(_value, todo, chunksize=16))
     doc = {
         "about": "engine imbalance (fitted, following) per 'sigma,drift,experts,ep,slots', for the shipped "
         "parameters and the ends of their ranges; made by benchmarks/build_imbalance_table.py",

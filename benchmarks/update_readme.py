@@ -35,7 +35,9 @@ os.environ["MOEPLAN_CACHE_DIR"] = "off"
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
 # every Markdown file with marked blocks (the README and the docs that show real output)
-DOCS = (README, REPO / "docs" / "whatif.md", REPO / "docs" / "simulate.md", REPO / "docs" / "fidelity.md")
+DOCS = tuple(
+    [README, *(REPO / "docs" / name for name in ("whatif.md", "simulate.md", "fidelity.md", "search.md"))]
+)
 BEGIN = re.compile(r"^<!-- moeplan-output: (?P<name>[\w.-]+) -->$")
 END = "<!-- /moeplan-output -->"
 WALL_TIME = re.compile(r"\b\d[\d,]*\.\d+ s\b")
@@ -50,6 +52,18 @@ def _until(marker: str) -> Callable[[str], str]:
             if line.startswith(marker):
                 return "\n".join(lines[:i]).rstrip() + "\n"
         return text
+
+    return cut
+
+
+def _between(first: str, marker: str) -> Callable[[str], str]:
+    """The output from the first line that starts with `first` up to (not including) the first
+    line after it that starts with `marker`."""
+
+    def cut(text: str) -> str:
+        lines = text.splitlines()
+        start = next((i for i, line in enumerate(lines) if line.startswith(first)), 0)
+        return _until(marker)("\n".join(lines[start:]) + "\n")
 
     return cut
 
@@ -141,6 +155,24 @@ BLOCKS: dict[str, Block] = {
     "evaluate-a2-d70": Block(("evaluate", "plans/a2-d70.yaml")),
     # `moeplan fidelity --markdown`: the README's fidelity table (the static figures)
     "fidelity": Block(("fidelity", "--markdown"), _until("| simulated run"), fenced=False),
+    # docs/search.md: the verdict and the named limits of the space, deepseek-v2-lite on 8 A2 cards
+    "explain-space-v2-lite": Block(
+        (
+            "plan",
+            "--model",
+            "deepseek-v2-lite",
+            "--hardware",
+            "a2",
+            "--max-cards",
+            "8",
+            "--tpot-ms",
+            "50",
+            "--top",
+            "1",
+            "--explain-space",
+        ),
+        _between("OPTIMAL", "why:"),
+    ),
     # docs/whatif.md: the report's A2 decode deployment at 30 ms per token
     "whatif-a2-d70-30ms": Block(("whatif", "plans/a2-d70.yaml", "--tpot-ms", "30")),
     # docs/simulate.md: the default plan served at the rate it claims, from empty (simulate's defaults)

@@ -342,10 +342,14 @@ def remembered(key: Hashable, held: tuple[object, ...], make: Callable[[], T]) -
 
 
 def _imbalance_key(imb: ImbalanceModel) -> Hashable:
-    """An equal model gives an equal key (the default is made afresh by each caller)."""
+    """An equal model gives an equal key (the default is made afresh by each caller); measured
+    loads (an array, not hashable) are keyed by a digest of their content."""
+    content = getattr(imb, "cache_key", None)
+    if callable(content):
+        return (type(imb).__name__, content())
     try:
         hash(imb)
-    except TypeError:  # measured loads (an array): the object itself
+    except TypeError:  # a model of another kind without a content key: the object itself (held alive)
         return ("id", id(imb))
     key: Hashable = imb  # type: ignore[assignment]
     return key
