@@ -35,9 +35,7 @@ os.environ["MOEPLAN_CACHE_DIR"] = "off"
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
 # every Markdown file with marked blocks (the README and the docs that show real output)
-DOCS = tuple(
-    [README, *(REPO / "docs" / name for name in ("whatif.md", "simulate.md", "fidelity.md", "search.md"))]
-)
+DOCS = tuple([README, *(REPO / "docs" / name for name in ("whatif.md", "simulate.md", "fidelity.md", "search.md"))])
 BEGIN = re.compile(r"^<!-- moeplan-output: (?P<name>[\w.-]+) -->$")
 END = "<!-- /moeplan-output -->"
 WALL_TIME = re.compile(r"\b\d[\d,]*\.\d+ s\b")
