@@ -1,0 +1,144 @@
+"""Run SGLang launch commands through SGLang's own code (inside its venv).
+
+    <venv>/bin/python check_sglang.py CASES.json RESULTS.json
+
+Runs in the conformance venv (sglang and sglang-router from PyPI), never in moeplan's. For every
+case it does what `python -m sglang.launch_server` does before it touches a device:
+`prepare_server_args(argv)` (sglang/srt/server_args.py: the real parser and `ServerArgs`),
+`ServerArgs.resolve_once()` (the resolution pipeline of sglang/srt/arg_groups: every hook that
+derives and checks settings, among them the attention-DP division of --chunked-prefill-size) and
+`ServerArgs.check_server_args()` (arg_groups/validation_hook.py). Deprecation warnings are
+collected: a launch file that leans on a deprecated flag fails the check. Router command lines go
+through `sglang_router.launch_router.parse_router_args`.
+
+The device is an Ascend NPU, which this machine lacks; SGLang reads the NPU's page size and
+memory only in hooks that the record marks, so the case's own environment is applied and the
+resolution runs on the CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import os
+import sys
+import traceback
+import warnings
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def _where(exc: BaseException) -> str:
+    tb = traceback.extract_tb(exc.__traceback__)
+    frames = [f for f in tb if "sglang" in f.filename] or tb
+    f = frames[-1]
+    return f"{f.filename.split('site-packages/')[-1]}:{f.lineno}"
+
+
+def _as_npu(hbm_mib: int) -> None:
+    """Stand in for the facts an Ascend NPU would report: the platform is an NPU (SGLang's own
+    `override_platform`, sglang/srt/runtime_context.py) and its HBM is `hbm_mib` (what
+    `get_npu_memory_capacity` reads from torch_npu; sglang/srt/utils/common.py)."""
+    import sglang.srt.hardware_backend.npu.utils as npu_utils
+    import sglang.srt.utils.common as common
+    from sglang.srt.runtime_context import override_platform
+
+    override_platform(is_npu=True, is_cuda=False, is_hip=False, is_xpu=False, is_musa=False, is_mps=False).install()
+    common.is_npu.cache_clear()
+    for module in (common, npu_utils):
+        module.get_npu_memory_capacity = lambda: hbm_mib
+
+
+def check_server(argv: list[str], env: dict[str, str]) -> dict:
+    from sglang.srt.server_args import prepare_server_args
+
+    assert argv[:3] == ["python", "-m", "sglang.launch_server"], argv[:3]
+    collect = _Collect()
+    logging.getLogger().addHandler(collect)
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                args = prepare_server_args(argv[3:])
+            except SystemExit:
+                return {"ok": False, "stage": "parse", "error": err.getvalue().strip().splitlines()[-1]}
+            args.resolve_once()
+            args.check_server_args()
+        deprecated = [m for m in collect.messages + [str(w.message) for w in caught] if "eprecated" in m]
+        deprecated += [line for line in err.getvalue().splitlines() if "eprecated" in line]
+        if deprecated:
+            return {"ok": False, "stage": "deprecated", "error": deprecated[0]}
+        from sglang.srt.arg_groups.overrides import resolving_view
+
+        cfg = resolving_view(args)
+        return {
+            "ok": True,
+            "tp": cfg.tp_size,
+            "attn_dp": cfg.attn_dp_size,
+            "dp": cfg.dp_size,
+            "ep": cfg.ep_size,
+            "page_size": cfg.page_size,
+            "chunked_prefill_size": cfg.chunked_prefill_size,
+            "max_running_requests": cfg.max_running_requests,
+            "disaggregation_mode": cfg.disaggregation_mode,
+        }
+    except Exception as exc:  # the engine's refusal, reported
+        return {"ok": False, "stage": "resolve", "error": f"{type(exc).__name__}: {exc}", "where": _where(exc)}
+    finally:
+        logging.getLogger().removeHandler(collect)
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def check_router(argv: list[str]) -> dict:
+    from sglang_router.launch_router import parse_router_args
+
+    assert argv[:3] == ["python", "-m", "sglang_router.launch_router"], argv[:3]
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            args = parse_router_args(argv[3:])
+    except SystemExit:
+        return {"ok": False, "stage": "parse", "error": err.getvalue().strip().splitlines()[-1]}
+    except Exception as exc:
+        return {"ok": False, "stage": "router", "error": f"{type(exc).__name__}: {exc}", "where": _where(exc)}
+    return {
+        "ok": True,
+        "pd_disaggregation": args.pd_disaggregation,
+        "prefill": [list(map(str, u)) if isinstance(u, tuple) else u for u in args.prefill_urls],
+        "decode": list(args.decode_urls),
+    }
+
+
+def main() -> None:
+    cases = json.loads(open(sys.argv[1], encoding="utf-8").read())
+    _as_npu(int(sys.argv[3]) if len(sys.argv) > 3 else 65536)
+    out = []
+    for case in cases:
+        with contextlib.redirect_stdout(io.StringIO()):
+            if case["argv"][2] == "sglang_router.launch_router":
+                result = check_router(case["argv"])
+            else:
+                result = check_server(case["argv"], case.get("env", {}))
+        out.append({"id": case["id"], **result})
+    with open(sys.argv[2], "w", encoding="utf-8") as f:
+        json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
