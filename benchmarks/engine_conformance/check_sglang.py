@@ -23,9 +23,13 @@ import io
 import json
 import logging
 import os
+import re
 import sys
 import traceback
 import warnings
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class _Collect(logging.Handler):
@@ -76,10 +80,12 @@ def check_server(argv: list[str], env: dict[str, str]) -> dict:
                 return {"ok": False, "stage": "parse", "error": err.getvalue().strip().splitlines()[-1]}
             args.resolve_once()
             args.check_server_args()
-        deprecated = [m for m in collect.messages + [str(w.message) for w in caught] if "eprecated" in m]
-        deprecated += [line for line in err.getvalue().splitlines() if "eprecated" in line]
+        # a deprecation about a flag of this command line (others come from SGLang's own defaults)
+        flags = {a.split("=")[0] for a in argv if a.startswith("--")}
+        messages = collect.messages + [str(w.message) for w in caught] + err.getvalue().splitlines()
+        deprecated = [m for m in messages if "eprecated" in m and any(f"'{f}'" in m or f" {f} " in m for f in flags)]
         if deprecated:
-            return {"ok": False, "stage": "deprecated", "error": deprecated[0]}
+            return {"ok": False, "stage": "deprecated", "error": ANSI.sub("", deprecated[0])}
         from sglang.srt.arg_groups.overrides import resolving_view
 
         cfg = resolving_view(args)
