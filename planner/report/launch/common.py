@@ -352,13 +352,27 @@ def prepare_export(
         raise BadInputError(f"--emit: '{out_dir}' exists; choose a new folder or add --force to replace it.")
     if final.exists() and not final.is_dir():
         raise BadInputError(f"--emit: '{out_dir}' is a file, not a folder; choose another path.")
+    from planner.report.launch.bench import bench_files
+    from planner.specs.plan import Plan
+
     export, nodes = build(final)
     files = dict(export.files)
     files["plan.json"] = plan_json
     files["launch.json"] = launch_document(export, nodes)
-    files["README.md"] = export.readme
+    files["README.md"] = export.readme + BENCH_NOTE
     check_conformance(export)
-    return PreparedExport(final, files, create_parent, export.modes)
+    bench = bench_files(Plan.model_validate_json(plan_json))
+    files.update(bench)
+    modes = {**export.modes, **{rel: 0o755 for rel in bench if rel.endswith(".sh")}}
+    return PreparedExport(final, files, create_parent, modes)
+
+
+BENCH_NOTE = """
+## Benchmark and calibrate
+
+`bench/` holds the benchmark commands of vLLM, SGLang and AISBench with this plan's workload, and `bench/README.md`
+says how to run them against the entry point and hand the result back (`moeplan calibrate --bench`).
+"""
 
 
 def check_conformance(export: Export) -> None:
