@@ -27,7 +27,7 @@ import re
 import sys
 import traceback
 import warnings
-
+from pathlib import Path
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -132,7 +132,7 @@ def check_router(argv: list[str]) -> dict:
 
 
 def main() -> None:
-    cases = json.loads(open(sys.argv[1], encoding="utf-8").read())
+    cases = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
     _as_npu(int(sys.argv[3]) if len(sys.argv) > 3 else 65536)
     out = []
     for case in cases:

@@ -36,6 +36,7 @@ import os
 import sys
 import traceback
 import types
+from pathlib import Path
 
 os.environ["VLLM_PLUGINS"] = ""  # the Ascend entry points import torch_npu; registered by hand below
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
@@ -64,6 +65,7 @@ def _import_plugin_modules() -> None:
         import vllm_ascend.utils  # noqa: F401
     finally:
         del sys.modules["torch_npu"]
+
 
 ASCEND_QUANTIZATION = "ascend"
 
@@ -223,7 +225,7 @@ def check(argv: list[str], env: dict[str, str]) -> dict:
 
 
 def main() -> None:
-    cases = json.loads(open(sys.argv[1], encoding="utf-8").read())
+    cases = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
     _register_ascend_names()
     _import_plugin_modules()
     out = []

@@ -207,9 +207,6 @@ def ensure(spec: EnvSpec, cache: Path, log=print) -> Path:
 
 def installed_versions(python: Path, packages: tuple[str, ...]) -> dict[str, str]:
     """The versions actually installed in a venv (recorded with the result)."""
-    code = (
-        "import importlib.metadata as m, json, sys; "
-        "print(json.dumps({p: m.version(p) for p in sys.argv[1:]}))"
-    )
+    code = "import importlib.metadata as m, json, sys; print(json.dumps({p: m.version(p) for p in sys.argv[1:]}))"
     out = subprocess.run([str(python), "-c", code, *packages], capture_output=True, text=True, check=True)
     return json.loads(out.stdout)

@@ -233,8 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-search", action="store_true", help="only the written-out plans (faster)")
     args = parser.parse_args(argv)
     if os.environ.get("MOEPLAN_CONFORMANCE") != "1":
-        print("engine conformance: opt-in; run with MOEPLAN_CONFORMANCE=1 (installs vLLM and SGLang once into "
-              f"{envs.cache_dir(args.cache)})")
+        print(
+            "engine conformance: opt-in; run with MOEPLAN_CONFORMANCE=1 (installs vLLM and SGLang once into "
+            f"{envs.cache_dir(args.cache)})"
+        )
         return 0
     os.environ.setdefault("MOEPLAN_CACHE_DIR", "off")
     engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())

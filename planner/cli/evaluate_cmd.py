@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.common import Outputs, check_output, console, err_console, run_guarded
+from planner.cli.common import Outputs, check_outputs, console, err_console, run_guarded
 from planner.cli.emit_options import EmitOpt, ForceOpt, check_new_folders, parse_emits, stage_emits
 from planner.cli.options import check_hbm_utilization, imbalance_from_options
 from planner.costmodel.evaluate import (
@@ -93,8 +93,13 @@ def evaluate(
         ),
     ],
     json_out: Annotated[
-        bool, typer.Option("--json", help="Print the plan with its 'predicted' block as JSON.")
-    ] = False,
+        Path | None,
+        typer.Option(
+            "--json",
+            metavar="FILE",
+            help="Write the plan with its 'predicted' block as JSON to FILE ('-' for stdout, instead of the tables).",
+        ),
+    ] = None,
     out: Annotated[
         Path | None,
         typer.Option("--out", help="Also write the plan with 'predicted' to this JSON file."),
@@ -160,7 +165,7 @@ def evaluate(
     def body() -> None:
         emits = parse_emits(emit)
         check_new_folders(emits, force)
-        check_output("--out", out)
+        check_outputs({"--out": out, "--json": json_out})
         if max_itl_ms is not None and not (math.isfinite(max_itl_ms) and max_itl_ms >= 0):
             raise BadInputError(f"--max-itl-ms must be >= 0 ms (0 disables it); got {max_itl_ms:g}.")
         plan, _ = load_plan(plan_file, rank)
@@ -201,7 +206,10 @@ def evaluate(
             wrote = stage_emits(outputs, emits, scored, specs.model, specs.hw, loads, force)
         if out is not None:
             outputs.text(out, text)
-        if json_out:
+        to_stdout = json_out is not None and str(json_out) == "-"
+        if json_out is not None and not to_stdout:
+            outputs.text(json_out, text)
+        if to_stdout:
             console.file.write(text)
         else:
             for renderable in evaluate_tables(plan, prediction, hw, prefill_hw):
@@ -217,7 +225,7 @@ def evaluate(
 
                 console.print(engines_line(plan, specs.model, specs.hw))
         if check and problems:
-            unwritten = [str(p) for p in (out, *(f for _, f in emits)) if p is not None and str(p) != "-"]
+            unwritten = [str(p) for p in (out, json_out, *(f for _, f in emits)) if p is not None and str(p) != "-"]
             nothing = f" Not written: {', '.join(unwritten)}." if unwritten else ""
             raise InfeasibleError("--check: the plan " + "; ".join(problems) + "." + nothing)
         outputs.commit()

@@ -156,6 +156,100 @@ def read_measurements(path: Path, hw: HardwareSpec) -> Measurements:
     return Measurements(path, observations)
 
 
+# a benchmark run measures the plan's own workload when its lengths and concurrency are the plan's
+BENCH_MATCH = 0.05
+
+
+def acceptance_from_tokens_per_step(tokens_per_step: float, mtp_tokens: int) -> float:
+    """The draft acceptance a with 1 + a + ... + a^k = tokens per step (the cost model's
+    `emitted_tokens_per_step`), solved by bisection on [0, 1]."""
+    from planner.costmodel.decode import emitted_tokens_per_step
+
+    low, high = 0.0, 1.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        if emitted_tokens_per_step(mtp_tokens, mid) < tokens_per_step:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
+
+
+def _bench_rows(plan: Plan, result: Any, where: str) -> tuple[Plan, list[tuple[str, float]], list[str]]:
+    """The plan as measured (a measured MTP acceptance replaces its own), its (metric, value) rows,
+    and the reasons the run does not measure the plan's workload."""
+    from planner.engines.plan_view import decode_slots, plan_view
+
+    w = plan.workload
+    problems = []
+    for name, measured, planned in (
+        ("prompt length", result.mean_input_tokens, w.input_tokens),
+        ("completion length", result.mean_output_tokens, w.output_tokens),
+        ("concurrency", result.max_concurrency, decode_slots(plan)),
+    ):
+        if measured is not None and abs(measured / planned - 1) > BENCH_MATCH:
+            problems.append(
+                f"{where}: the run's {name} is {measured:g}, the plan's {planned:g}; run the plan's bench/ command "
+                "(its workload) or give the plan that was measured"
+            )
+    view = plan_view(plan)
+    mtp = view.colocated.mtp_tokens if view.colocated is not None else (view.decode.mtp_tokens if view.decode else 0)
+    if mtp and result.tokens_per_step is not None and result.tokens_per_step > 1:
+        a = acceptance_from_tokens_per_step(result.tokens_per_step, mtp)
+        plan = plan.model_copy(update={"workload": w.model_copy(update={"mtp_acceptance": round(a, 4)})})
+    rows = []
+    if view.colocated is not None:
+        rows = [("colocated.tpot_ms", result.mean_tpot_ms), ("colocated.ttft_ms", result.mean_ttft_ms)]
+    else:
+        if view.decode is not None:
+            rows.append(("decode.tpot_ms", result.mean_tpot_ms))
+        if view.prefill is not None:
+            rows.append(("prefill.ttft_ms", result.mean_ttft_ms))
+    return plan, rows, problems
+
+
+def read_bench(pairs: list[str], hw: HardwareSpec) -> Measurements:
+    """Measurements from benchmark result files, each paired with the plan it measured
+    (`PLAN=RESULT`: a plan file or `plan --json` export, and a client's result file). Every pair is
+    checked before anything is fitted; all problems are raised together."""
+    from planner.specs.bench_results import read_bench_result
+
+    errors: list[str] = []
+    observations: list[Observation] = []
+    for pair in pairs:
+        if "=" not in pair:
+            errors.append(f"--bench {pair!r}: give PLAN=RESULT (a plan file and the result file that measured it).")
+            continue
+        ref, result_path = (part.strip() for part in pair.split("=", 1))
+        where = f"--bench {ref}={result_path}"
+        try:
+            result = read_bench_result(Path(result_path))
+            plan, _ = load_plan(ref)
+            base = plan_base_dir(ref)
+            specs = load_plan_specs(plan, base)
+            if specs.hw.device_name != hw.device_name:
+                raise BadInputError(
+                    f"the plan runs on '{specs.hw.name}' ({specs.hw.device_name}), not on {hw.device_name}; "
+                    "calibrate one machine at a time"
+                )
+            check_plan(plan, specs.model, hw)
+        except PlannerError as exc:
+            errors.append(f"{where}: {str(exc).rstrip('.')}.")
+            continue
+        plan, rows, problems = _bench_rows(plan, result, where)
+        errors += problems
+        if problems:
+            continue
+        specs = PlanSpecs(specs.model, hw, specs.quant)
+        label = f"{Path(ref).name} ({result.client})"
+        for metric, value in rows:
+            observations.append(Observation(f"{label} {metric}", plan, specs, metric, value, 1.0, None, base))
+    if errors:
+        raise BadInputError("\n".join(errors))
+    name = Path(pairs[0].split("=", 1)[-1]).name if len(pairs) == 1 else f"{len(pairs)} benchmark runs"
+    return Measurements(Path(name), observations)
+
+
 @dataclass
 class Calibration:
     """The fit, the factors left alone, and the machine written."""

@@ -134,18 +134,24 @@ def _mindie_cross_problems(name: str, server: dict, backend: dict, deploy: dict,
     ids = backend["npuDeviceIds"]
     models = deploy["ModelConfig"]
     if len(ids) != backend["modelInstanceNumber"]:
-        out.append(f"{name}: npuDeviceIds has {len(ids)} sets for modelInstanceNumber {backend['modelInstanceNumber']} "
-                   "(backend_config.cpp:156-159)")
+        out.append(
+            f"{name}: npuDeviceIds has {len(ids)} sets for modelInstanceNumber {backend['modelInstanceNumber']} "
+            "(backend_config.cpp:156-159)"
+        )
     world = models[0]["worldSize"] if models else 0
     for group in ids:
         if len(group) != world or len(set(group)) != len(group):
-            out.append(f"{name}: npuDeviceIds {group} must be {world} distinct devices, the worldSize "
-                       "(backend_config.cpp:160-165, 210-215)")
+            out.append(
+                f"{name}: npuDeviceIds {group} must be {world} distinct devices, the worldSize "
+                "(backend_config.cpp:160-165, 210-215)"
+            )
     if schedule["templateType"] == "Standard" and len(models) != 1:
         out.append(f"{name}: a Standard template takes exactly one ModelConfig (model_deploy_config.cpp:48-51)")
     if schedule["templateType"] != "Mix" and schedule["maxPrefillTokens"] < deploy["maxInputTokenLen"]:
-        out.append(f"{name}: maxPrefillTokens {schedule['maxPrefillTokens']} < maxInputTokenLen "
-                   f"{deploy['maxInputTokenLen']} (config_manager_impl.cpp:324-327)")
+        out.append(
+            f"{name}: maxPrefillTokens {schedule['maxPrefillTokens']} < maxInputTokenLen "
+            f"{deploy['maxInputTokenLen']} (config_manager_impl.cpp:324-327)"
+        )
     if not 1 <= schedule["maxPrefillBatchSize"] <= schedule["maxBatchSize"]:
         out.append(f"{name}: maxPrefillBatchSize must be in [1, maxBatchSize] (schedule_config.cpp:284-286)")
     if schedule["maxPreemptCount"] > schedule["maxBatchSize"]:
@@ -188,9 +194,12 @@ def mindie_mapping_problems(name: str, model: dict, nodes: int, env: dict[str, s
         if head > local:
             out.append(f"{name}: lm_head_local_tp {head} exceeds a node ({src['lm_head_local_tp_within_node']})")
         if tp > 1:
-            out.append(f"{name}: lm_head_local_tp with attention tp {tp} > 1 ({src['lm_head_local_tp_needs_attention_tp_1']})")
+            out.append(
+                f"{name}: lm_head_local_tp with attention tp {tp} > 1 ({src['lm_head_local_tp_needs_attention_tp_1']})"
+            )
         if env.get("DP_PARTITION_UP_ENABLE") != "1":
-            out.append(f"{name}: lm_head_local_tp needs DP_PARTITION_UP_ENABLE=1 ({src['lm_head_local_tp_needs_dp_partition_up']})")
+            why = src["lm_head_local_tp_needs_dp_partition_up"]
+            out.append(f"{name}: lm_head_local_tp needs DP_PARTITION_UP_ENABLE=1 ({why})")
     dense = parallel.get("dense_mlp_local_tp", -1)
     if dense > 1:
         if dense > local and dense != world:
@@ -198,7 +207,9 @@ def mindie_mapping_problems(name: str, model: dict, nodes: int, env: dict[str, s
         if world % dense:
             out.append(f"{name}: dense_mlp_local_tp {dense} does not divide {world} ({src['dense_tp_divides_world']})")
         if tp > 1 and tp >= dense:
-            out.append(f"{name}: dense_mlp_local_tp {dense} <= attention tp {tp} ({src['dense_tp_above_attention_tp']})")
+            out.append(
+                f"{name}: dense_mlp_local_tp {dense} <= attention tp {tp} ({src['dense_tp_above_attention_tp']})"
+            )
     stream = ds.get("stream_options", {})
     if stream.get("micro_batch") and ds.get("ccl", {}).get("enable_mc2", True):
         out.append(f"{name}: stream_options.micro_batch needs ccl.enable_mc2 false ({src['micro_batch_without_mc2']})")
@@ -228,7 +239,9 @@ def ranktable_problems(name: str, table: dict, world: int, local: int) -> list[s
                 out.append(f"{name}: device_id {d['device_id']} outside {r['device_id']} ({r['source']})")
             ranks.append(int(d["rank_id"]))
     if sorted(ranks) != list(range(world)) or world - 1 > r["rank_id"][1]:
-        out.append(f"{name}: rank_id must number the {world} devices from 0 (at most {r['rank_id'][1]}) ({r['source']})")
+        out.append(
+            f"{name}: rank_id must number the {world} devices from 0 (at most {r['rank_id'][1]}) ({r['source']})"
+        )
     return out
 
 
@@ -283,7 +296,7 @@ def _mindie_problems(files: dict[str, str], processes: list[dict], modes: dict[s
             out += coordinator_problems(json.loads(with_addresses(files[rel])), rel)
             continue
         by_instance.setdefault((p["role"], p["instance"]), []).append(p)
-    for (role, i), procs in by_instance.items():
+    for procs in by_instance.values():
         env = procs[0]["env"]
         rel = Path(env[rules["config_json"]["env"]]).name
         name = f"{rel}"
@@ -359,7 +372,9 @@ def _sglang_problems(processes: list[dict]) -> list[str]:
         if pd:
             url = p["env"].get("ASCEND_MF_STORE_URL")
             if not url:
-                out.append(f"{where}: PD on Ascend needs ASCEND_MF_STORE_URL (disaggregation/ascend/transfer_engine.py:44)")
+                out.append(
+                    f"{where}: PD on Ascend needs ASCEND_MF_STORE_URL (disaggregation/ascend/transfer_engine.py:44)"
+                )
             stores.add(url)
     if len(stores) > 1:
         out.append(f"ASCEND_MF_STORE_URL differs between processes: {sorted(map(str, stores))}")
@@ -385,10 +400,12 @@ def _vllm_problems(files: dict[str, str], processes: list[dict]) -> list[str]:
         f = _flags(p["argv"])
         graph = profile.compilation_config or {}
         want = graph.get(p["role"])
-        got = json.loads(f["--compilation-config"]) if f.get("--compilation-config") else None
+        graph_text = f.get("--compilation-config")
+        got = json.loads(graph_text) if graph_text else None
         if want is not None and got != want:
             out.append(f"{where}: --compilation-config {json.dumps(want)} (the release's DeepSeek tutorial) is not set")
-        extra = json.loads(f["--additional-config"]) if f.get("--additional-config") else {}
+        extra_text = f.get("--additional-config")
+        extra = json.loads(extra_text) if extra_text else {}
         eplb = extra.get("eplb_config", {})
         if eplb.get("expert_map_path"):
             out += _vllm_map_problems(where, files, eplb)

@@ -29,7 +29,13 @@ ENGINES: tuple[str, ...] = ("vllm-ascend", "sglang", "mindie")
 _FILES = {"vllm-ascend": "vllm_ascend.yaml", "sglang": "sglang.yaml", "mindie": "mindie.yaml"}
 
 TpRule = Literal[
-    "attention_or_finegrained", "one_or_instance", "attention_or_instance", "local", "mindie_lm_head", "mindie_dense", "any"
+    "attention_or_finegrained",
+    "one_or_instance",
+    "attention_or_instance",
+    "local",
+    "mindie_lm_head",
+    "mindie_dense",
+    "any",
 ]
 
 
@@ -152,7 +158,7 @@ def _tp_ok(rule: TpRule, tp: int, att: AttentionLayout, devices: int, devices_pe
     if rule == "mindie_dense":
         # atb_llm Mapping: the attention TP (its default), or dense_mlp_local_tp > 1 within a node (or the
         # whole instance), dividing it, and above an attention TP > 1 (mapping.py:460-479)
-        local = 1 < tp and (tp <= devices_per_node or tp == devices) and devices % tp == 0
+        local = tp > 1 and (tp <= devices_per_node or tp == devices) and devices % tp == 0
         return tp == att.tp or (local and (att.tp == 1 or tp > att.tp))
     return False
 

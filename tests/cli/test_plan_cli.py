@@ -25,7 +25,7 @@ def test_json_export_round_trips_through_evaluate(tmp_path):
         assert plan["rank"] == i + 1
         single = tmp_path / f"plan{i}.json"
         single.write_text(json.dumps(plan))
-        again = run_cli("evaluate", str(single), "--json")
+        again = run_cli("evaluate", str(single), "--json", "-")
         assert again.exit_code == 0, again.output
         assert json.loads(again.output)["predicted"] == plan["predicted"]
 
@@ -68,22 +68,25 @@ def test_emit_refuses_a_plan_the_engine_cannot_run_naming_the_field(tmp_path):
 
 
 def test_emit_all_writes_one_folder_per_engine_and_refuses_to_overwrite(tmp_path):
+    # a plan every engine runs: everything data-parallel, one micro-batch, no chunked prefill
+    flat = {"dp": 32, "tp": 1}
+    plan = {
+        "schema_version": 2, "model": "deepseek-v3", "hardware": "a2", "quantization": "a8w8c16",
+        "workload": {"input_tokens": 2048, "output_tokens": 2048, "mtp_acceptance": 0.7},
+        "colocated": {
+            "devices": 32, "instances": 1, "attention": flat, "dense_ffn": flat, "lm_head": flat,
+            "moe": {"ep": 32, "slots_per_device": 9, "comm": "alltoall"}, "concurrency_per_device": 16,
+            "mtp_tokens": 1, "prefill_batch_tokens": 16384,
+        },
+    }  # fmt: skip
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
     out = tmp_path / "all"
-    r = run_cli("plan", "--top", "1", "--engine", "mindie", "--emit", "all", str(out), "--no-colocated")
-    # mindie's plan may not run on the other engines: then nothing is written and the field is named
-    if r.exit_code == 2:
-        assert "cannot run this plan" in r.output and not out.exists()
-        # MindIE runs one decode micro-batch: the SGLang plan must not use two
-        r = run_cli(
-            "plan", "--top", "1", "--engine", "sglang", "--no-decode-microbatch", "--emit", "sglang,mindie", str(out)
-        )  # fmt: skip
-        assert r.exit_code == 0, r.output
-        assert sorted(p.name for p in out.iterdir()) == ["mindie", "sglang"]
-    else:
-        assert sorted(p.name for p in out.iterdir()) == ["mindie", "sglang", "vllm-ascend"]
-    again = run_cli(
-        "plan", "--top", "1", "--engine", "sglang", "--no-decode-microbatch", "--emit", "sglang,mindie", str(out)
-    )  # fmt: skip
+    r = run_cli("evaluate", str(path), "--emit", "all", str(out))
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in out.iterdir()) == ["mindie", "sglang", "vllm-ascend"]
+    assert all((out / e / "bench" / "README.md").is_file() for e in ("mindie", "sglang", "vllm-ascend"))
+    again = run_cli("evaluate", str(path), "--emit", "sglang,mindie", str(out))
     assert again.exit_code == 2 and "--force" in again.output
 
 
@@ -92,7 +95,9 @@ def test_evaluate_emits_a_written_plan_and_names_what_an_engine_lacks(tmp_path):
     assert r.exit_code == 2 and "decode.shared_expert" in r.output
     r = run_cli("evaluate", "cm-d", "--emit", "mindie", str(tmp_path / "m"))
     assert r.exit_code == 0, r.output
-    assert "engines that run this plan:" in r.output and "mindie 2.3.0: yes" in " ".join(r.output.split())
+    assert "engines that run this plan:" in r.output and "mindie 3.0.0.beta.1+8b4871ad: yes" in " ".join(
+        r.output.split()
+    )
     doc = json.loads((tmp_path / "m" / "launch.json").read_text())
     assert sum(len(p["devices"]) for p in doc["processes"]) == 288
 

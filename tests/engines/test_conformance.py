@@ -136,8 +136,10 @@ def test_mindie_world_size_is_moe_ep_times_moe_tp_with_the_shared_expert_dies(ex
     assert model["moe_ep"] == 288 and model["models"]["deepseekv2"]["num_dangling_shared_experts"] == 32
     model["moe_ep"] = 256  # the routed-expert dies alone: atb_llm's Mapping refuses the world size
     files["decode0_config.json"] = json.dumps(cfg)
-    assert any("moe_ep x moe_tp = 256 x 1 is not the world size 288" in p
-               for p in export_problems("mindie", files, processes, modes))
+    assert any(
+        "moe_ep x moe_tp = 256 x 1 is not the world size 288" in p
+        for p in export_problems("mindie", files, processes, modes)
+    )
 
 
 def test_mindie_lm_head_local_tp_needs_dp_partition_up_and_attention_tp_1(exports):
@@ -179,8 +181,10 @@ def test_sglang_chunk_is_whole_pages_per_attention_dp_rank(exports):
     dp = int(argv[argv.index("--attn-dp-size") + 1])
     assert chunk // dp % 128 == 0 and chunk // dp > 0
     argv[argv.index("--chunked-prefill-size") + 1] = str(chunk + dp * 64)  # half a page more per rank
-    assert any("is not a positive multiple of the page size 128" in p
-               for p in export_problems("sglang", files, processes, modes))
+    assert any(
+        "is not a positive multiple of the page size 128" in p
+        for p in export_problems("sglang", files, processes, modes)
+    )
 
 
 def test_sglang_attention_dp_uses_the_current_flag(exports):

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import shlex
 
-from planner.engines.plan_view import plan_view
+from planner.engines.plan_view import decode_slots
 from planner.report.launch.common import ROUTER_PORT, model_path, node_addr
 from planner.specs.plan import Plan
 
@@ -32,20 +32,6 @@ PROMPTS_PER_SLOT = 4  # four waves of the closed loop: the first and last are pa
 VLLM_RESULT = "vllm_bench_serve.json"
 SGLANG_RESULT = "sglang_bench_serving.jsonl"
 AISBENCH_DIR = "aisbench"
-
-
-def decode_slots(plan: Plan) -> int:
-    """Sequences the plan keeps in flight: every decode slot of every instance."""
-    view = plan_view(plan)
-    if view.colocated is not None:
-        c = view.colocated
-        return c.concurrency_per_device * c.phase.devices * c.phase.instances
-    if view.decode is not None:
-        d = view.decode
-        return d.concurrency_per_device * d.devices * d.instances
-    assert view.prefill is not None
-    p = view.prefill  # a prefill-only plan: the prompts of one forward per instance
-    return max(1, p.batch_tokens // plan.workload.input_tokens) * p.instances
 
 
 def _quote(word: str) -> str:
@@ -57,7 +43,7 @@ def _script(argv: list[str], note: str) -> str:
     head = [a for a in argv if not a.startswith("--")][: argv.index(next(a for a in argv if a.startswith("--")))]
     rows = [" ".join(_quote(a) for a in head)]
     rest = argv[len(head) :]
-    for i, word in enumerate(rest):
+    for word in rest:
         if word.startswith("--"):
             rows.append(_quote(word))
         else:
@@ -112,7 +98,9 @@ def bench_files(plan: Plan) -> dict[str, str]:
 
 def _aisbench_config(plan: Plan, slots: int, prompts: int) -> str:
     w = plan.workload
-    return f'''"""AISBench configuration for this plan (ais-bench-benchmark 3.1): `ais_bench bench/aisbench_config.py --mode perf`.
+    return f'''"""AISBench configuration for this plan (ais-bench-benchmark 3.1).
+
+Run it with `ais_bench bench/aisbench_config.py --mode perf` (bench/aisbench.sh).
 
 The dataset is AISBench's synthetic token-id set ({w.input_tokens}-token prompts, {prompts} requests); the model entry
 is its OpenAI-compatible streaming client (VLLMCustomAPIChat) at the deployment's entry point with
@@ -153,7 +141,9 @@ datasets = [
             retriever=dict(type=ZeroRetriever),
             inferencer=dict(type=GenInferencer),
         ),
-        eval_cfg=dict(evaluator=dict(type=MATHEvaluator, version="v2"), pred_postprocessor=dict(type=math_postprocess_v2)),
+        eval_cfg=dict(
+            evaluator=dict(type=MATHEvaluator, version="v2"), pred_postprocessor=dict(type=math_postprocess_v2)
+        ),
     )
 ]
 

@@ -318,11 +318,13 @@ def build(
         }
         files[name] = compact_json(config) + "\n"
         env_instance: dict[str, str] = {"MIES_CONFIG_JSON_PATH": str(final_dir / name)}
-        if "lm_head_local_tp" in ds.get("parallel_options", {}) or phase.lm_head_layout.tp == phase.attention.tp:
+        head = phase.lm_head_layout.tp
+        if (
+            "lm_head_local_tp" in ds.get("parallel_options", {}) or head == phase.attention.tp
+        ) and head != phase.devices:
             # the LM head follows the attention's DP layout (or its local TP) only with DP partition-up
             # (mapping.py:300-309; flash_causal_deepseekv2.py:1080-1085 pairs it with DP_MOVE_UP_ENABLE)
-            if phase.lm_head_layout.tp != phase.devices:
-                env_instance.update({"DP_PARTITION_UP_ENABLE": "1", "DP_MOVE_UP_ENABLE": "1"})
+            env_instance.update({"DP_PARTITION_UP_ENABLE": "1", "DP_MOVE_UP_ENABLE": "1"})
         if len(slot.nodes) > 1:
             table = f"ranktable_{slot.role}{slot.instance}.json"
             files[table] = ranktable(slot, hw)

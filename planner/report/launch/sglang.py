@@ -40,7 +40,9 @@ from planner.specs.plan import PhasePlan, Plan
 
 ENGINE = "sglang"
 DIST_PORT_BASE = 5000
-MF_STORE_PORT = 24666  # SGLang's own multi-node PD tests: tcp://<first prefill node>:24666 (test_npu_multi_node_utils.py)
+MF_STORE_PORT = (
+    24666  # SGLang's own multi-node PD tests: tcp://<first prefill node>:24666 (test_npu_multi_node_utils.py)
+)
 PAGE_SIZE = 128  # NPU default page size (hardware_backend/npu/utils.py:96-101)
 BOOTSTRAP_PORT_BASE = 8998
 ENGINE_INFO_PORT_BASE = 6789

@@ -141,7 +141,10 @@ def build(
                 if i:
                     argv += ["--data-parallel-start-rank", str(rank), "--headless"]
             rank += len(devices) // att.tp
-            env = {**(profile.recommended_env or {}).get(slot.role, {}), "ASCEND_RT_VISIBLE_DEVICES": visible_devices(devices)}
+            env = {
+                **(profile.recommended_env or {}).get(slot.role, {}),
+                "ASCEND_RT_VISIBLE_DEVICES": visible_devices(devices),
+            }
             processes.append(Process(slot.role, slot.instance, node, list(devices), argv, env))
     if pd:
         processes.append(_proxy(slots))

@@ -1,0 +1,179 @@
+"""How well `moeplan calibrate --bench` recovers a known machine from benchmark result files.
+
+    python benchmarks/calibrate_bench_recovery.py
+
+A "true" A2 (a2.yaml with TRUTH's factors) serves a set of disaggregated and colocated plans; each
+plan's benchmark run (the closed loop its bench/ command runs) is written as the result file of
+one of the three clients (benchmarks/bench_files.py: records from the static model's predicted
+TTFT and TPOT, +-5% spread between requests, the mean kept; mean figures perturbed by +-noise).
+`calibrate --bench` fits the shipped a2.yaml to the FIT plans' files; the fitted machine then
+predicts the HELD_OUT plans, which it never saw, against the truth. Prints each factor (true,
+fitted) and each held-out figure's error; the test (tests/costmodel/test_bench_calibration.py)
+asserts the held-out figures within 3%.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from bench_files import simulated_run, write_aisbench, write_sglang, write_vllm  # noqa: E402
+
+from planner.costmodel.calibration import calibrate, read_bench  # noqa: E402
+from planner.costmodel.decode import emitted_tokens_per_step  # noqa: E402
+from planner.costmodel.evaluate import PlanSpecs, evaluate_plan, load_plan_specs  # noqa: E402
+from planner.costmodel.fitting import factor_value, metric_value, with_factors  # noqa: E402
+from planner.engines.plan_view import decode_slots  # noqa: E402
+from planner.specs.catalog import load_hardware  # noqa: E402
+from planner.specs.hardware import HardwareSpec  # noqa: E402
+from planner.specs.plan import Plan  # noqa: E402
+
+TRUTH = {
+    "efficiency.matmul": 0.62,
+    "efficiency.attention_compute": 0.50,
+    "efficiency.hbm_bandwidth": 0.60,
+    "efficiency.link_bandwidth": 0.58,
+    "fixed_costs.matrix_op": 7.0e-6,
+}
+WORKLOAD = {"input_tokens": 2048, "output_tokens": 1024, "mtp_acceptance": 0.7}
+RECORDS = 16  # per simulated run (the summary fields are what calibrate reads)
+
+
+def _flat(devices: int, tp: int = 1) -> dict:
+    lay = {"dp": devices // tp, "tp": tp}
+    return {"attention": lay, "dense_ffn": lay, "lm_head": lay}
+
+
+def pd(decode_conc: int, mtp: int, batch_tokens: int, comm: str = "alltoall", decode_devices: int = 32) -> dict:
+    return {
+        "schema_version": 2,
+        "model": "deepseek-v3",
+        "hardware": "a2",
+        "quantization": "a8w8c16",
+        "workload": WORKLOAD,
+        "prefill": {
+            "devices": 16,
+            "instances": 1,
+            **_flat(16, 2),
+            "moe": {"ep": 16, "slots_per_device": 16, "comm": "allgather"},
+            "batch_tokens": batch_tokens,
+        },
+        "decode": {
+            "devices": decode_devices,
+            "instances": 1,
+            **_flat(decode_devices),
+            "moe": {"ep": decode_devices, "slots_per_device": 256 // decode_devices, "comm": comm},
+            "concurrency_per_device": decode_conc,
+            "mtp_tokens": mtp,
+        },
+    }
+
+
+def colocated(conc: int, mtp: int, batch_tokens: int) -> dict:
+    return {
+        "schema_version": 2,
+        "model": "deepseek-v3",
+        "hardware": "a2",
+        "quantization": "a8w8c16",
+        "workload": WORKLOAD,
+        "colocated": {
+            "devices": 32,
+            "instances": 1,
+            **_flat(32),
+            "moe": {"ep": 32, "slots_per_device": 8, "comm": "alltoall"},
+            "concurrency_per_device": conc,
+            "mtp_tokens": mtp,
+            "prefill_batch_tokens": batch_tokens,
+        },
+    }
+
+
+FIT = {
+    "pd-c8-mtp0": pd(8, 0, 8192),
+    "pd-c64-mtp1": pd(64, 1, 16384),
+    "pd-c32-mtp1-allgather": pd(32, 1, 32768, "allgather"),
+    "colo-c16-mtp1": colocated(16, 1, 16384),
+    "pd-c48-mtp0-d16": pd(48, 0, 16384, decode_devices=16),
+}
+HELD_OUT = {
+    "pd-c24-mtp1": pd(24, 1, 8192),
+    "pd-c72-mtp1-allgather": pd(72, 1, 16384, "allgather"),
+    "colo-c32-mtp0": colocated(32, 0, 8192),
+}
+WRITERS = ("vllm", "sglang", "aisbench")
+
+
+def figures(plan: Plan, hw: HardwareSpec) -> dict[str, float]:
+    """The figures a benchmark of the plan measures: TPOT and TTFT (and tokens/s per card)."""
+    specs = load_plan_specs(plan, None)
+    pred = evaluate_plan(plan, specs=PlanSpecs(specs.model, hw, specs.quant))
+    block = "colocated" if plan.is_colocated else None
+    tpot = metric_value(pred, f"{block or 'decode'}.tpot_ms")
+    ttft = metric_value(pred, f"{block or 'prefill'}.ttft_ms")
+    return {"tpot_ms": tpot, "ttft_ms": ttft, "output_tokens_per_s_per_card": metric_value(
+        pred, "system.output_tokens_per_s_per_card")}  # fmt: skip
+
+
+def write_runs(folder: Path, truth: HardwareSpec, noise: float) -> list[str]:
+    """The FIT plans and their result files; returns the PLAN=RESULT pairs."""
+    pairs = []
+    for i, (name, doc) in enumerate(FIT.items()):
+        plan = Plan.model_validate(doc)
+        f = figures(plan, truth)
+        sign = (-1) ** i
+        section = plan.colocated if plan.is_colocated else plan.decode
+        mtp = section.mtp_tokens if section is not None else 0
+        run = simulated_run(
+            plan.model, WORKLOAD["input_tokens"], WORKLOAD["output_tokens"], decode_slots(plan),
+            f["ttft_ms"] * (1 + noise * sign), f["tpot_ms"] * (1 - noise * sign),
+            emitted_tokens_per_step(mtp, WORKLOAD["mtp_acceptance"]), RECORDS, spread=0.05,
+        )  # fmt: skip
+        plan_path = folder / f"{name}.json"
+        plan_path.write_text(json.dumps(doc))
+        writer = WRITERS[i % len(WRITERS)]
+        if writer == "vllm":
+            result = folder / f"{name}-vllm.json"
+            write_vllm(result, run)
+        elif writer == "sglang":
+            result = folder / f"{name}-sglang.jsonl"
+            write_sglang(result, run)
+        else:
+            result = write_aisbench(folder / f"{name}-ais" / "performances" / "moeplan", run)
+        pairs.append(f"{plan_path}={result}")
+    return pairs
+
+
+def recover(noise: float = 0.0, log=print) -> dict[str, float]:
+    """Fit from simulated files; returns each held-out figure's relative error."""
+    a2 = load_hardware("a2")
+    truth = with_factors(a2, TRUTH)
+    with tempfile.TemporaryDirectory() as tmp:
+        pairs = write_runs(Path(tmp), truth, noise)
+        t0 = time.perf_counter()
+        result = calibrate(read_bench(pairs, a2), a2, list(TRUTH))
+        seconds = time.perf_counter() - t0
+    log(f"noise +-{noise:.0%}: {len(pairs)} runs ({', '.join(WRITERS)}), {result.rows} rows, fitted in {seconds:.1f} s")
+    for n, v in TRUTH.items():
+        got = factor_value(result.hw, n)
+        log(f"  {n:32s} true {v:.4g}  fitted {got:.4g} ({got / v - 1:+.2%})")
+    errors = {}
+    for name, doc in HELD_OUT.items():
+        plan = Plan.model_validate(doc)
+        want, got = figures(plan, truth), figures(plan, result.hw)
+        for key in want:
+            errors[f"{name} {key}"] = got[key] / want[key] - 1
+            log(f"  not seen: {name:24s} {key:30s} truth {want[key]:9.2f}  fitted {got[key]:9.2f} "
+                f"({got[key] / want[key] - 1:+.2%})")  # fmt: skip
+    log(f"  largest held-out error {max(abs(e) for e in errors.values()):.2%}")
+    return errors
+
+
+if __name__ == "__main__":
+    recover(0.0)
+    recover(0.01)
