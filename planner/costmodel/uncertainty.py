@@ -28,8 +28,9 @@ from planner.specs.hardware import HardwareSpec
 from planner.specs.plan import Plan
 
 BAND_METHOD = (
-    "low/high: every factor at the slow/fast end of its range in the hardware file (ranges: leave-one-out "
-    "spread and sources); the expert-imbalance model is not varied"
+    "slow/fast end: every factor at the end of its range that makes the figure slower/faster (a time larger, "
+    "a rate smaller; ranges in the hardware file: leave-one-out spread and sources); the expert-imbalance "
+    "model is not varied"
 )
 
 # The figures that carry a band, per block of `predicted`.

@@ -94,7 +94,8 @@ def _resolve(kind: CatalogKind, name_or_path: str, what: str) -> Path:
     known = ", ".join(catalog_names(kind)) or "(none)"
     hint = did_you_mean(kind, name_or_path)
     raise BadInputError(
-        f"unknown {what} '{name_or_path}'" + (f": {hint} Known" if hint else "; known")
+        f"unknown {what} '{name_or_path}'"
+        + (f": {hint} Known" if hint else "; known")
         + f" names: {known}. Or give a path to a {'YAML or config.json' if kind == 'models' else 'YAML'} file."
     )
 
