@@ -137,12 +137,12 @@ class LeadVerdict:
         tied = round(self.lead, 1) == 0
         if not self.ranged:
             head = (
-                "rank 1 and rank 2 are tied (0.0 tok/s/card)"
+                "rank 1 and rank 2 are tied (0.0 tok/s/card); the tie"
                 if tied
                 else f"rank 1's lead over rank 2 ({self.lead:+.1f} tok/s/card, {self.lead_fraction:+.1%})"
             )
             out.append(
-                f"{head}; not tested against factor ranges: no range in the machine file moves either plan's "
+                f"{head} is not tested against factor ranges: no range in the machine file moves either plan's "
                 "figures, so they carry no uncertainty band."
             )
             return out

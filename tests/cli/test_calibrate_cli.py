@@ -106,7 +106,8 @@ def test_plan_robust_ranks_by_the_low_end_and_meets_the_slo_at_the_slow_end(tmp_
         assert p["predicted"]["uncertainty"]["bands"]["decode"]["tpot_ms"]["high"] <= 100.0 + 0.05
     r = run_cli(*args)
     assert r.exit_code == 0
-    assert "rank 1's lead over rank 2" in r.output
+    text = " ".join(r.output.split())
+    assert "rank 1's lead over rank 2" in text or "rank 1 and rank 2 are tied" in text
 
 
 def test_a_missing_output_folder_is_refused_before_fitting(tmp_path):
