@@ -167,17 +167,16 @@ def test_a_lead_that_rounds_to_zero_is_a_tie_and_a_gap_is_never_a_negative_ahead
     level = LeadVerdict(5.0, 0.01, -0.01, "efficiency.matmul at 0.869 (fast end)", True, None, 0.0, {})
     assert "the two are tied" in level.lines()[0]
     for v in (tie, behind, inside, level):
-        assert not any(f"ahead (-" in line or "ahead by -" in line for line in v.lines())
+        assert not any("ahead (-" in line or "ahead by -" in line for line in v.lines())
     untested = LeadVerdict(0.0, 0.0, 0.0, "the predicted factors", False, None, 0.0, {}, ranged=False)
     assert untested.lines()[0].startswith("rank 1 and rank 2 are tied (0.0 tok/s/card); the tie is not tested")
 
 
 def test_the_band_table_names_its_columns_by_slow_and_fast_end():
-    from planner.report.uncertainty_report import band_rows, uncertainty_table
-    from planner.specs.catalog import load_plan
-
     from planner.costmodel.evaluate import load_plan_specs
     from planner.costmodel.uncertainty import with_uncertainty
+    from planner.report.uncertainty_report import band_rows, uncertainty_table
+    from planner.specs.catalog import load_plan
 
     plan, _ = load_plan("a2-d70")
     s = load_plan_specs(plan, None)
