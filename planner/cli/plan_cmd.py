@@ -278,7 +278,11 @@ def itl_text(slo: SLO) -> str:
 
 
 def search_with_progress(request: PlanRequest, cache: TableCache | None = None) -> SearchOutcome:
-    """Run the search with a progress display on stderr (cost tables from `cache` if given)."""
+    """Run the search with a progress display on stderr (cost tables from `cache` if given); when
+    stderr is not a terminal there is nothing to redraw, and no display (rich would still end it
+    with an empty line)."""
+    if not err_console.is_terminal:
+        return run_search(request, None, cache)
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -304,11 +308,8 @@ def outcome_notes(outcome: SearchOutcome) -> list[str]:
 
 def verdict_line(outcome: SearchOutcome) -> str:
     """What the search proved or found, and what it cost (the line under the ranked table)."""
-    req = outcome.request
     points = sum(s.points_evaluated for s in (outcome.decode_space, outcome.prefill_space) if s)
-    if outcome.optimal and req.is_mixed:
-        verdict = "OPTIMAL: best under the cost model (every candidate pair and instance count enumerated)"
-    elif outcome.optimal:
+    if outcome.optimal:
         verdict = "OPTIMAL: proven best under the cost model (CP-SAT)"
     elif outcome.status == "INTERRUPTED":
         verdict = "INTERRUPTED: best found before the interrupt (not proven optimal)"

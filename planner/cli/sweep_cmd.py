@@ -140,6 +140,10 @@ def _sweep_page(result: SweepResult, rows, metric: str, curves, published, comma
 def _run_with_progress(points, axes, fixed, jobs: int) -> SweepResult:
     # No refresh thread (auto_refresh=False, refreshed on every point): the sweep forks worker
     # processes, and a fork while another thread holds the console's lock could hang a worker.
+    # Without a terminal on stderr there is nothing to redraw, and no display (rich would still
+    # end it with an empty line).
+    if not err_console.is_terminal:
+        return run_sweep(points, axes, fixed, None, jobs=jobs)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),

@@ -18,8 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-import numpy as np
-
 from planner.costmodel.evaluate import PlanSpecs, load_plan_specs
 from planner.costmodel.fitting import (
     SENSITIVE_ELASTICITY,
@@ -198,9 +196,3 @@ def fidelity_report(rows: list[PublishedRow] | None = None) -> FidelityReport:
                 band=None if fig is None else (fig.low, fig.high),
             )
     return FidelityReport([r for r in out if r is not None], machines)
-
-
-def loo_rms(report: FidelityReport) -> float:
-    """Root mean square of the leave-one-out errors (NaN when there are none)."""
-    errs = [r.loo_error for r in report.rows if r.loo_error is not None]
-    return float(np.sqrt(np.mean(np.square(errs)))) if errs else float("nan")
