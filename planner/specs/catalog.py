@@ -208,6 +208,10 @@ def load_model(name_or_path: str) -> ModelSpec:
     return _load_model_path(_resolve("models", name_or_path, "model").resolve())
 
 
+# keys `plan --json` writes beside each plan's own fields: the engines that run it and its variants
+EXPORT_ONLY_KEYS = frozenset({"runs_on", "cannot_run", "variants"})
+
+
 def load_plan(path_or_name: str, rank: int | None = None) -> tuple[Plan, str]:
     """A plan from a YAML/JSON path, or one of the shipped plans by name; also its text.
 
@@ -243,6 +247,8 @@ def load_plan(path_or_name: str, rank: int | None = None) -> tuple[Plan, str]:
         if not 0 <= index < len(plans):
             raise BadInputError(f"--rank {want}: plan '{path}' holds ranks 1 to {len(plans)}; pick one of them.")
         data, source, text_for_lines = plans[index], f"{path} (rank {want})", None
+        if isinstance(data, dict):  # what the export adds beside the plan (plan --json): not plan fields
+            data = {k: v for k, v in data.items() if k not in EXPORT_ONLY_KEYS}
     else:
         if rank not in (None, 1):
             raise BadInputError(

@@ -63,6 +63,19 @@ def prepare(
 __all__ = ["ENGINES", "PreparedExport", "emit", "prepare"]
 
 
+def engine_verdicts(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> dict:
+    """`runs_on` (the engines that run `plan`) and `cannot_run` (per other engine, the first field it
+    lacks, as its message says), for the JSON export."""
+    from planner.engines.profiles import engines_that_run
+
+    experts = model.moe.routed_experts if model.moe is not None else None
+    found = engines_that_run(plan, hw, experts, model.num_dense_layers > 0)
+    return {
+        "runs_on": [e for e, problems in found.items() if not problems],
+        "cannot_run": {e: problems[0] for e, problems in found.items() if problems},
+    }
+
+
 def engines_line(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> str:
     """One line saying which engines can run `plan` and, for the others, the first reason."""
     from planner.engines.profiles import engines_that_run, load_profile
