@@ -131,6 +131,33 @@ def check_router(argv: list[str]) -> dict:
     }
 
 
+def check_bench(argv: list[str]) -> dict:
+    """`python -m sglang.benchmark.serving` (a bench/ script's command): SGLang's own `cli_main`
+    parses it and its checks run; the benchmark itself (`run_benchmark`) is replaced by a recorder."""
+    import sglang.benchmark.serving as serving
+
+    assert argv[:3] == ["python", "-m", "sglang.benchmark.serving"], argv[:3]
+    seen: dict = {}
+    real_run, real_argv = serving.run_benchmark, sys.argv
+    serving.run_benchmark = lambda args: seen.setdefault("args", args)
+    sys.argv = ["sglang.benchmark.serving", *argv[3:]]
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            serving.cli_main()
+    except SystemExit:
+        return {"ok": False, "stage": "parse", "error": err.getvalue().strip().splitlines()[-1]}
+    finally:
+        serving.run_benchmark, sys.argv = real_run, real_argv
+    args = seen["args"]
+    return {
+        "ok": args.output_file is not None and args.dataset_name == "random",
+        "max_concurrency": args.max_concurrency,
+        "num_prompts": args.num_prompts,
+        "random_range_ratio": args.random_range_ratio,
+    }
+
+
 def main() -> None:
     cases = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
     _as_npu(int(sys.argv[3]) if len(sys.argv) > 3 else 65536)
@@ -139,6 +166,8 @@ def main() -> None:
         with contextlib.redirect_stdout(io.StringIO()):
             if case["argv"][2] == "sglang_router.launch_router":
                 result = check_router(case["argv"])
+            elif case["argv"][2] == "sglang.benchmark.serving":
+                result = check_bench(case["argv"])
             else:
                 result = check_server(case["argv"], case.get("env", {}))
         out.append({"id": case["id"], **result})

@@ -224,6 +224,30 @@ def check(argv: list[str], env: dict[str, str]) -> dict:
     }
 
 
+def check_bench(argv: list[str]) -> dict:
+    """`vllm bench serve` (a bench/ script's command): vLLM's own benchmark parser
+    (vllm/benchmarks/serve.py add_cli_args, with its dataset arguments)."""
+    from vllm.benchmarks.serve import add_cli_args
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    assert argv[:3] == ["vllm", "bench", "serve"], argv[:3]
+    parser = FlexibleArgumentParser(prog="vllm bench serve")
+    add_cli_args(parser)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            args = parser.parse_args(argv[3:])
+    except SystemExit:
+        return {"ok": False, "stage": "parse", "error": err.getvalue().strip().splitlines()[-1]}
+    return {
+        "ok": bool(args.save_result) and args.dataset_name == "random",
+        "max_concurrency": args.max_concurrency,
+        "num_prompts": args.num_prompts,
+        "random_input_len": args.random_input_len,
+        "random_output_len": args.random_output_len,
+    }
+
+
 def main() -> None:
     cases = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
     _register_ascend_names()
@@ -231,7 +255,10 @@ def main() -> None:
     out = []
     for case in cases:
         with contextlib.redirect_stdout(io.StringIO()):
-            result = check(case["argv"], case.get("env", {}))
+            if case["argv"][:2] == ["vllm", "bench"]:
+                result = check_bench(case["argv"])
+            else:
+                result = check(case["argv"], case.get("env", {}))
         out.append({"id": case["id"], **result})
     with open(sys.argv[2], "w", encoding="utf-8") as f:
         json.dump(out, f, indent=1)

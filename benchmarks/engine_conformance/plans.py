@@ -6,18 +6,22 @@ Two kinds of plans:
   disaggregated and colocated, instances over several nodes, MTP 1 and 2, redundant experts,
   chunked prefill, the report's A2 decode (LM head and dense FFN TP8 beside DP32 attention) and
   its CloudMatrix384 decode (the shared expert on 32 dedicated dies);
-- what a user gets: `moeplan plan` with no flags and `moeplan plan --engine E` (A2 48 cards and
-  CloudMatrix384 64 cards, disaggregated), scored as `plan` writes them.
+- what a user gets: `moeplan plan` with no flags (every plan it lists runs on some engine; rank 1 is
+  exported for each engine, and refused by those that do not run it) and `moeplan plan --engine E`
+  (A2 48 cards and CloudMatrix384 64 cards, disaggregated), run as commands (`plan --json`).
 
 Every plan carries its `predicted` block (the exports size memory from it).
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
 from planner.costmodel.evaluate import evaluate_plan
 from planner.engines.profiles import ENGINES
-from planner.search.plan_search import run_search
-from planner.search.request import PlanRequest
 from planner.specs.catalog import catalog_dir, load_plan
 from planner.specs.plan import Plan
 
@@ -95,6 +99,16 @@ def scored(plan: Plan) -> Plan:
     return plan.model_copy(update={"predicted": evaluate_plan(plan).model_dump(mode="json")})
 
 
+def planned(*flags: str) -> Plan:
+    """Rank 1 of `moeplan plan FLAGS`, as its --json export holds it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "plans.json"
+        cmd = [sys.executable, "-m", "planner", "plan", "--top", "1", *flags, "--json", str(out)]
+        subprocess.run(cmd, check=True, capture_output=True)
+        plan, _ = load_plan(str(out))
+    return plan
+
+
 def fixed_plans(searched: bool = True) -> dict[str, Plan]:
     """Every plan of the set by name (`searched`: also the searches' winners)."""
     out = {name: scored(Plan.model_validate(doc)) for name, doc in WRITTEN.items()}
@@ -102,9 +116,10 @@ def fixed_plans(searched: bool = True) -> dict[str, Plan]:
         plan, _ = load_plan(str(catalog_dir("plans") / f"{name}.yaml"))
         out[name] = scored(plan)
     if searched:
-        out["default"] = run_search(PlanRequest()).plans[0]
+        out["default"] = planned()
         for engine in ENGINES:
-            out[f"a2-{engine}"] = run_search(PlanRequest(engine=engine)).plans[0]
-            request = PlanRequest(hardware="cm384", max_cards=64, colocated=False, engine=engine)
-            out[f"cm384-{engine}"] = run_search(request).plans[0]
+            out[f"a2-{engine}"] = planned("--engine", engine)
+            out[f"cm384-{engine}"] = planned(
+                "--engine", engine, "--hardware", "cm384", "--max-cards", "64", "--no-colocated"
+            )
     return out

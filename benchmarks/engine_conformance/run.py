@@ -110,6 +110,14 @@ def cases_for(engine: str, name: str, folder: Path, cache: Path) -> list[dict]:
         argv = [loopback(a).replace(hf, weights) for a in p["argv"]]
         env = {k: loopback(v) for k, v in p["env"].items()}
         out.append({"id": f"{name}/{p['role']}{p['instance']}/node{p['node']}", "argv": argv, "env": env})
+    # the engine's benchmark client command of bench/ (vLLM's for vLLM-Ascend, SGLang's for SGLang)
+    from planner.report.launch.bench import bench_commands
+
+    client = {"vllm-ascend": "vllm", "sglang": "sglang"}.get(engine)
+    if client is not None:
+        argv = [a.replace("$ROUTER", "http://127.0.0.1:8000").replace(hf, weights) for a in bench_commands(
+            Plan.model_validate(plan))[client]]  # fmt: skip
+        out.append({"id": f"{name}/bench/{client}", "argv": argv, "env": {}})
     return out
 
 

@@ -34,9 +34,18 @@ def engine_problems(plan: Plan, outcome: SearchOutcome) -> dict[str, list[str]]:
     return engines_that_run(plan, outcome.hw, experts, model.num_dense_layers > 0)
 
 
-def _rank_key(plan: Plan, outcome: SearchOutcome) -> tuple:
-    from planner.ranking.rows import headline
+def _headline(plan: Plan) -> float:
+    """Output tokens/s per card of the deployment, as its `predicted` block gives it."""
+    pred = plan.predicted or {}
+    for block, key in (("system", "output_tokens_per_s_per_card"), ("decode", "tokens_per_s_per_card")):
+        value = (pred.get(block) or {}).get(key)
+        if value is not None:
+            return float(value)
+    return float((pred.get("prefill") or {}).get("tokens_per_s_per_card") or 0.0)
 
+
+def _rank_key(plan: Plan, outcome: SearchOutcome) -> tuple:
+    headline = _headline
     if outcome.request.rate_per_s is not None:
         return (plan.total_devices, -headline(plan))
     return (-headline(plan), plan.total_devices)
@@ -52,14 +61,26 @@ def run_runnable(
     cache = cache if cache is not None else TableCache()
     outcomes: dict[str, SearchOutcome] = {}
     failures: dict[str, str] = {}
+    interrupted = False
     for engine in ENGINES:
         try:
             outcomes[engine] = run_search(dataclasses.replace(request, engine=engine, top=fetch), progress, cache)
         except InfeasibleError as exc:
             failures[engine] = str(exc)
+            continue
+        if outcomes[engine].status == "INTERRUPTED":  # Ctrl-C: the best so far, no further search
+            interrupted = True
+            break
     if not outcomes:
-        reasons = "; ".join(f"{e}: {why}" for e, why in failures.items())
-        raise InfeasibleError(f"no serving engine runs a feasible plan ({reasons})")
+        # infeasible for every engine: if the free search is infeasible too, its diagnosis is the
+        # answer (the request, not the engines, is the problem); else the engines lack what it needs
+        free_outcome = run_search(dataclasses.replace(request, engine=None, top=1, alternatives=False), None, cache)
+        problems = engine_problems(free_outcome.plans[0], free_outcome)
+        lacks = "; ".join(f"{e}: {p[0]}" for e, p in problems.items() if p)
+        raise InfeasibleError(
+            "no serving engine runs a feasible plan: the best plan under these limits needs what every engine "
+            f"lacks ({lacks}); --engine none lists it."
+        )
     merged: list[tuple[tuple, str, Plan]] = []
     seen: set[str] = set()
     for engine, outcome in outcomes.items():
@@ -75,11 +96,14 @@ def run_runnable(
     plans = [p.model_copy(update={"rank": i}) for i, (_, _, p) in enumerate(merged[:fetch], start=1)]
     runs_on = [engine_problems(p, lead) for p in plans]
     free_request = dataclasses.replace(request, engine=None, top=1, alternatives=False)
-    beyond, beyond_problems = None, {}
-    try:
-        free = run_search(free_request, None, cache).plans[0]
-    except InfeasibleError:
-        free = None
+    beyond: Plan | None = None
+    beyond_problems: dict[str, list[str]] = {}
+    free: Plan | None = None
+    if not interrupted:
+        try:
+            free = run_search(free_request, None, cache).plans[0]
+        except InfeasibleError:
+            free = None
     if free is not None:
         problems = engine_problems(free, lead)
         if all(problems.values()):
@@ -87,8 +111,10 @@ def run_runnable(
     return dataclasses.replace(
         lead,
         plans=plans,
-        optimal=all(o.optimal for o in outcomes.values()),
-        status="OPTIMAL" if all(o.optimal for o in outcomes.values()) else lead.status,
+        optimal=not interrupted and all(o.optimal for o in outcomes.values()),
+        status="INTERRUPTED"
+        if interrupted
+        else ("OPTIMAL" if all(o.optimal for o in outcomes.values()) else lead.status),
         seconds=time.perf_counter() - start,
         solves=sum(o.solves for o in outcomes.values()),
         deployments=[],

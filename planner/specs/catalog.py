@@ -167,7 +167,7 @@ def _validate_hf(fields: dict[str, Any], path: Path, data: dict[str, Any]) -> Mo
     """The ModelSpec read from a config.json; a problem is named by the config.json key it came from."""
     from pydantic import ValidationError
 
-    from planner.specs.files import error_reason
+    from planner.specs.files import _reason as error_reason  # (files.py is in the placement memo's code digest)
     from planner.specs.hf_config import in_hf_names
 
     try:
@@ -255,6 +255,8 @@ def load_plan(path_or_name: str, rank: int | None = None) -> tuple[Plan, str]:
                 f"--rank {rank}: plan '{path}' holds a single plan; drop --rank or give a plan --json export."
             )
         source, text_for_lines = str(path), text
+        if any(k in data for k in EXPORT_ONLY_KEYS):  # one plan cut out of a plan --json export
+            data = {k: v for k, v in data.items() if k not in EXPORT_ONLY_KEYS}
     plan = validate_model(Plan, data, source, "plan", text_for_lines)
     try:
         _, notes = migrate_plan_document(data)

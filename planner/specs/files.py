@@ -149,7 +149,7 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def error_reason(err: Any) -> str:
+def _reason(err: Any) -> str:
     """pydantic's error as moeplan says it: what the field must be, and what it got."""
     kind, ctx = err["type"], err.get("ctx") or {}
     got = f"; got {_shown(err['input'])}" if "input" in err and not isinstance(err["input"], dict | list) else ""
@@ -204,7 +204,7 @@ def format_validation_error(exc: ValidationError, source: str, what: str, text: 
             ln = line_of(text, loc)
             if ln is not None:
                 where = f" (line {ln})"
-        problems.append(f"{field}{where}: {error_reason(err)}")
+        problems.append(f"{field}{where}: {_reason(err)}")
     if source == "flags":
         return "; ".join(problems) + "."
     return f"{what} '{source}': " + "; ".join(problems) + "."

@@ -60,8 +60,8 @@ def test_emit_vllm_ascend_writes_launch_files_and_expert_maps(tmp_path):
 
 
 def test_emit_refuses_a_plan_the_engine_cannot_run_naming_the_field(tmp_path):
-    # the default winner is colocated with two prefill micro-batches, which vLLM-Ascend switches off
-    r = run_cli("plan", "--top", "1", "--emit", "vllm-ascend", str(tmp_path / "v"))
+    # the free search's winner uses what vLLM-Ascend switches off (decode micro-batches, hybrid attention)
+    r = run_cli("plan", "--top", "1", "--engine", "none", "--emit", "vllm-ascend", str(tmp_path / "v"))
     assert r.exit_code == 2
     assert "micro_batches" in r.output and "--engine vllm-ascend" in r.output
     assert not (tmp_path / "v").exists()

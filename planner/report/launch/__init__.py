@@ -54,10 +54,18 @@ def prepare(
     create_parent: bool = False,
 ) -> PreparedExport:
     """`engine`'s launch folder for `plan`, built in memory and not yet written (see PreparedExport)."""
+    from planner.report.launch.bench import bench_files
+
     key = engine_name(engine)
     build = _builder(key)
     plan_json = json.dumps(plan.model_dump(mode="json", exclude_none=True), indent=2) + "\n"
-    return prepare_export(out_dir, force, lambda final: build(plan, model, hw, final, loads), plan_json, create_parent)
+    prepared = prepare_export(
+        out_dir, force, lambda final: build(plan, model, hw, final, loads), plan_json, create_parent
+    )
+    bench = bench_files(plan)  # the benchmark commands with the plan's workload (bench/)
+    prepared.files.update(bench)
+    prepared.modes.update({rel: 0o755 for rel in bench if rel.endswith(".sh")})
+    return prepared
 
 
 __all__ = ["ENGINES", "PreparedExport", "emit", "prepare"]

@@ -355,19 +355,13 @@ def prepare_export(
         raise BadInputError(f"--emit: '{out_dir}' exists; choose a new folder or add --force to replace it.")
     if final.exists() and not final.is_dir():
         raise BadInputError(f"--emit: '{out_dir}' is a file, not a folder; choose another path.")
-    from planner.report.launch.bench import bench_files
-    from planner.specs.plan import Plan
-
     export, nodes = build(final)
     files = dict(export.files)
     files["plan.json"] = plan_json
     files["launch.json"] = launch_document(export, nodes)
     files["README.md"] = export.readme + BENCH_NOTE
     check_conformance(export)
-    bench = bench_files(Plan.model_validate_json(plan_json))
-    files.update(bench)
-    modes = {**export.modes, **{rel: 0o755 for rel in bench if rel.endswith(".sh")}}
-    return PreparedExport(final, files, create_parent, modes)
+    return PreparedExport(final, files, create_parent, export.modes)
 
 
 BENCH_NOTE = """
