@@ -110,6 +110,7 @@ def run_runnable(
             beyond, beyond_problems = free, problems
     return dataclasses.replace(
         lead,
+        request=request,  # as asked (the engines' searches each had their engine and a wider top)
         plans=plans,
         optimal=not interrupted and all(o.optimal for o in outcomes.values()),
         status="INTERRUPTED"
