@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from planner.placement import read_expert_map
 from tests.conftest import PLANS, run_cli
 
@@ -153,3 +155,64 @@ def test_emit_of_a_colocated_plan_writes_one_instance_kind(tmp_path):
     # the per-step budget holds the rank's decodes and its share of one prompt chunk
     chunk_share = -(-section["chunk_tokens"] // section["attention"]["dp"])
     assert tokens == seqs * (1 + section["mtp_tokens"]) + chunk_share
+
+
+@pytest.fixture(scope="module")
+def default_plans(tmp_path_factory):
+    """`moeplan plan --json F` with no other flag: the default, --engine auto, --top 5."""
+    folder = tmp_path_factory.mktemp("defaults")
+    out = folder / "plans.json"
+    r = run_cli("plan", "--json", str(out))
+    assert r.exit_code == 0, r.output
+    return r.output, json.loads(out.read_text())["plans"]
+
+
+def test_the_default_lists_five_distinct_deployments_each_run_by_an_engine(default_plans):
+    from planner.ranking.rows import is_variant
+    from planner.specs.plan import Plan
+
+    output, docs = default_plans
+    assert len(docs) == 5
+    plans = [Plan.model_validate({k: v for k, v in d.items() if k not in ("runs_on", "cannot_run", "variants")})
+             for d in docs]  # fmt: skip
+    for i, a in enumerate(plans):
+        for b in plans[i + 1 :]:
+            assert not is_variant(b, a) and a.model_dump(exclude={"rank"}) != b.model_dump(exclude={"rank"})
+    for d in docs:
+        assert d["runs_on"], d["rank"]  # every row runs on some engine
+        assert set(d["runs_on"]) | set(d["cannot_run"]) == {"vllm-ascend", "sglang", "mindie"}
+        assert all(":" in why for why in d["cannot_run"].values())  # the first field it lacks, named
+    text = " ".join(output.split())
+    assert "order: tokens/s per card; plans within 0.5% of each other by TTFT" in text
+    assert "runs on: the engines that run each plan" in text
+
+
+def test_the_default_rank_1_is_written_by_an_engine_that_runs_it(default_plans, tmp_path):
+    _, docs = default_plans
+    engine = docs[0]["runs_on"][0]
+    out = tmp_path / "deploy"
+    r = run_cli("plan", "--top", "1", "--emit", engine, str(out))  # --emit E without --engine plans for E
+    assert r.exit_code == 0, r.output
+    assert json.loads((out / "launch.json").read_text())["engine"] == engine
+    assert (out / "bench" / "README.md").is_file()
+
+
+def test_the_free_search_names_what_no_engine_runs(default_plans):
+    output, docs = default_plans
+    text = " ".join(output.split())
+    # the free search's best (decode micro-batches, the report's hybrid prefill) runs on no engine
+    if "beyond the engines" in text:
+        assert "against rank 1" in text and "--engine none lists it" in text
+    r = run_cli("plan", "--engine", "none", "--top", "1", "--json", "-")
+    assert r.exit_code == 0, r.output
+    free = json.loads(r.output)["plans"][0]
+    assert "runs_on" in free and "cannot_run" in free
+
+
+def test_rate_is_in_the_title_and_lifts_the_default_card_cap():
+    r = run_cli("plan", "--rate", "20", "--top", "1")
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "20 requests/s with the fewest cards (<= 1024 cards)" in text
+    r = run_cli("plan", "--rate", "20", "--top", "1", "--max-cards", "48")
+    assert r.exit_code == 1  # an explicit cap applies: 48 cards do not serve 20 requests/s
