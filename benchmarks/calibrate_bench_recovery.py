@@ -24,6 +24,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from bench_files import simulated_run, write_aisbench, write_sglang, write_vllm  # noqa: E402
+from calibrate_recovery import TRUTH  # noqa: E402  (the same known machine as the CSV recovery)
 
 from planner.costmodel.calibration import calibrate, read_bench  # noqa: E402
 from planner.costmodel.decode import emitted_tokens_per_step  # noqa: E402
@@ -34,13 +35,6 @@ from planner.specs.catalog import load_hardware  # noqa: E402
 from planner.specs.hardware import HardwareSpec  # noqa: E402
 from planner.specs.plan import Plan  # noqa: E402
 
-TRUTH = {
-    "efficiency.matmul": 0.62,
-    "efficiency.attention_compute": 0.50,
-    "efficiency.hbm_bandwidth": 0.60,
-    "efficiency.link_bandwidth": 0.58,
-    "fixed_costs.matrix_op": 7.0e-6,
-}
 WORKLOAD = {"input_tokens": 2048, "output_tokens": 1024, "mtp_acceptance": 0.7}
 RECORDS = 16  # per simulated run (the summary fields are what calibrate reads)
 

@@ -84,6 +84,19 @@ def _load_row_plan(ref: str, csv_dir: Path) -> tuple[Plan, Path | None]:
     return plan, plan_base_dir(ref)
 
 
+def _specs_on(plan: Plan, base: Path | None, hw: HardwareSpec) -> PlanSpecs:
+    """The plan's model and quantization on `hw` (the machine being fitted); BadInputError when the
+    plan runs on another device or does not fit `hw`'s rules."""
+    specs = load_plan_specs(plan, base)
+    if specs.hw.device_name != hw.device_name:
+        raise BadInputError(
+            f"the plan runs on '{specs.hw.name}' ({specs.hw.device_name}), not on {hw.device_name}; "
+            "calibrate one machine at a time"
+        )
+    check_plan(plan, specs.model, hw)
+    return PlanSpecs(specs.model, hw, specs.quant)
+
+
 def read_measurements(path: Path, hw: HardwareSpec) -> Measurements:
     """Read and check every row; all problems are raised together, one line per bad row."""
     try:
@@ -124,14 +137,7 @@ def read_measurements(path: Path, hw: HardwareSpec) -> Measurements:
         if ref not in cache:
             try:
                 plan, base = _load_row_plan(ref, csv_dir)
-                specs = load_plan_specs(plan, base)
-                if specs.hw.device_name != hw.device_name:
-                    raise BadInputError(
-                        f"the plan runs on '{specs.hw.name}' ({specs.hw.device_name}), not on {hw.device_name}; "
-                        "calibrate one machine at a time"
-                    )
-                check_plan(plan, specs.model, hw)
-                specs = PlanSpecs(specs.model, hw, specs.quant)
+                specs = _specs_on(plan, base, hw)
                 cache[ref] = (plan, specs, base, evaluate_plan(plan, base, specs=specs))
             except PlannerError as exc:
                 cache[ref] = str(exc).rstrip(".")
@@ -226,13 +232,7 @@ def read_bench(pairs: list[str], hw: HardwareSpec) -> Measurements:
             result = read_bench_result(Path(result_path))
             plan, _ = load_plan(ref)
             base = plan_base_dir(ref)
-            specs = load_plan_specs(plan, base)
-            if specs.hw.device_name != hw.device_name:
-                raise BadInputError(
-                    f"the plan runs on '{specs.hw.name}' ({specs.hw.device_name}), not on {hw.device_name}; "
-                    "calibrate one machine at a time"
-                )
-            check_plan(plan, specs.model, hw)
+            specs = _specs_on(plan, base, hw)
         except PlannerError as exc:
             errors.append(f"{where}: {str(exc).rstrip('.')}.")
             continue
@@ -240,7 +240,6 @@ def read_bench(pairs: list[str], hw: HardwareSpec) -> Measurements:
         errors += problems
         if problems:
             continue
-        specs = PlanSpecs(specs.model, hw, specs.quant)
         label = f"{Path(ref).name} ({result.client})"
         for metric, value in rows:
             observations.append(Observation(f"{label} {metric}", plan, specs, metric, value, 1.0, None, base))

@@ -74,12 +74,20 @@ def _mean(total: float | None, count: int) -> float | None:
     return total / count if total is not None and count else None
 
 
-def _from_vllm(doc: dict[str, Any], path: Path) -> BenchResult:
-    where = f"{path} (vllm bench serve --save-result)"
+# the two JSON clients: their name, how their file is made, and their tokens-per-step field
+_JSON_CLIENTS = {
+    VLLM: ("vllm bench serve --save-result", "spec_decode_acceptance_length"),
+    SGLANG: ("SGLang bench_serving --output-file, last line", "accept_length"),
+}
+
+
+def _from_json(client: str, doc: dict[str, Any], path: Path) -> BenchResult:
+    how, per_step = _JSON_CLIENTS[client]
+    where = f"{path} ({how})"
     completed = int(_number(doc, "completed", where))
     concurrency = doc.get("max_concurrency")
     return BenchResult(
-        client=VLLM,
+        client=client,
         path=path,
         completed=completed,
         mean_ttft_ms=_number(doc, "mean_ttft_ms", where),
@@ -88,25 +96,7 @@ def _from_vllm(doc: dict[str, Any], path: Path) -> BenchResult:
         mean_input_tokens=_mean(_optional(doc, "total_input_tokens"), completed),
         mean_output_tokens=_mean(_optional(doc, "total_output_tokens"), completed),
         output_tokens_per_s=_optional(doc, "output_throughput"),
-        tokens_per_step=_optional(doc, "spec_decode_acceptance_length"),
-    )
-
-
-def _from_sglang(doc: dict[str, Any], path: Path) -> BenchResult:
-    where = f"{path} (SGLang bench_serving --output-file, last line)"
-    completed = int(_number(doc, "completed", where))
-    concurrency = doc.get("max_concurrency")
-    return BenchResult(
-        client=SGLANG,
-        path=path,
-        completed=completed,
-        mean_ttft_ms=_number(doc, "mean_ttft_ms", where),
-        mean_tpot_ms=_number(doc, "mean_tpot_ms", where),
-        max_concurrency=int(concurrency) if isinstance(concurrency, int) else None,
-        mean_input_tokens=_mean(_optional(doc, "total_input_tokens"), completed),
-        mean_output_tokens=_mean(_optional(doc, "total_output_tokens"), completed),
-        output_tokens_per_s=_optional(doc, "output_throughput"),
-        tokens_per_step=_optional(doc, "accept_length"),
+        tokens_per_step=_optional(doc, per_step),
     )
 
 
@@ -183,7 +173,7 @@ def read_bench_result(path: Path) -> BenchResult:
     except (ValueError, IndexError):
         doc = None
     if isinstance(doc, dict) and "mean_tpot_ms" in doc:
-        return _from_sglang(doc, path) if "random_input_len" in doc or "accept_length" in doc else _from_vllm(doc, path)
+        return _from_json(SGLANG if "random_input_len" in doc or "accept_length" in doc else VLLM, doc, path)
     if isinstance(doc, dict) and "Benchmark Duration" in doc and path.with_suffix(".csv").is_file():
         return read_bench_result(path.with_suffix(".csv"))
     raise BadInputError(
