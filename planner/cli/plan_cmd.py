@@ -541,6 +541,47 @@ def print_outcome(outcome: SearchOutcome, show_variants: bool = False) -> None:
         console.print(band)
 
 
+def simulated_checks(outcome: SearchOutcome, mode: str) -> tuple[SearchOutcome, tuple[list, list[str]]]:
+    """`--simulate`: the ranked plans checked by simulation; with `--rate`, sized until one meets the SLOs at
+    the simulated percentile (planner.ranking.simulated). Returns the outcome kept, its checks and lines.
+    `mode`: --engine as resolved (auto and none simulate with the default engine's routing)."""
+    from planner.ranking.simulated import check_plans, size_for_rate
+    from planner.simulate.routing import engine_routing
+
+    req = outcome.request
+    routing = engine_routing(None if mode in (AUTO, NONE) else mode)
+    pct = req.workload.slo_percentile
+    if req.rate_per_s is None:
+        return outcome, (check_plans(outcome.plans, None, pct, routing, req.imbalance), [])
+    sized = size_for_rate(
+        req, lambda r: distinct_rows(add_bands(search_with_progress(r, mode=mode)), r.top), pct, routing, first=outcome
+    )
+    lines = []
+    if len(sized.attempts) > 1:
+        tried = ", ".join(f"{r:.4g} ({'met' if ok else 'missed'})" for r, ok in sized.attempts)
+        lines.append(
+            f"--rate {req.rate_per_s:g} sized by simulation: searched for {tried} req/s; the plans below are "
+            f"sized for {sized.searched_rate_per_s:.4g} req/s and simulated at {req.rate_per_s:g} req/s"
+        )
+    return sized.outcome, (sized.checks, lines)
+
+
+def print_checks(checks: list, lines: list[str]) -> None:
+    """The plans' simulated percentiles next to their static figures, and what misses."""
+    from planner.report.simulate_report import checks_caption, checks_table
+
+    console.print(checks_table(checks, "Checked by simulation"))
+    console.print(checks_caption(checks))
+    for line in lines:
+        console.print(line)
+    for c in checks:
+        if c.verdict.met is False:
+            console.print(
+                f"rank {c.rank} misses its SLOs at p{c.verdict.percentile:g} of simulated requests: "
+                + "; ".join(c.verdict.misses())
+            )
+
+
 def plan(
     ctx: typer.Context,
     model: ModelOpt = DEFAULT_MODEL,
@@ -626,6 +667,14 @@ def plan(
             help="Search with every factor at the slow end of its range and rank by the low end of the band.",
         ),
     ] = False,
+    simulate: Annotated[
+        bool,
+        typer.Option(
+            "--simulate",
+            help="Check the ranked plans by simulation at the rate each claims (--rate: at that rate, sizing "
+            "until the simulated --slo-percentile of TTFT and TPOT meets the SLOs); see docs/simulate.md.",
+        ),
+    ] = False,
 ) -> None:
     """Search deployments (instance sizes, per-module layouts, expert slots, concurrency, MTP,
     P:D) under HBM and the SLOs, and print them ranked by output tokens/s per card."""
@@ -683,6 +732,9 @@ def plan(
         )
         try:
             outcome = distinct_rows(add_bands(search_with_progress(request, mode=mode)), request.top)
+            checks: tuple[list, list[str]] | None = None
+            if simulate:
+                outcome, checks = simulated_checks(outcome, mode)
         except InfeasibleError as exc:
             if json_out is not None:  # scripts read the verdict from the JSON too
                 write_text_atomic(json_out, infeasible_document(str(exc)))
@@ -709,7 +761,10 @@ def plan(
                     "export covers yet; drop --emit, or plan each machine on its own."
                 )
             wrote = stage_emits(outputs, emits, outcome.plans[0], outcome.model, outcome.hw, loads, force)
-        document = plans_document(outcome.plans, outcome.status, notes, engine_fields(outcome), variant_docs(outcome))
+        simulated = [c.as_dict() for c in checks[0]] if checks is not None else None
+        document = plans_document(
+            outcome.plans, outcome.status, notes, simulated, engine_fields(outcome), variant_docs(outcome)
+        )
         if json_out is not None:
             outputs.text(json_out, document)
         if html is not None:
@@ -720,5 +775,7 @@ def plan(
         if json_out is not None and str(json_out) == "-":
             return
         print_outcome(outcome, variants)
+        if checks is not None:
+            print_checks(*checks)
 
     run_guarded(body)

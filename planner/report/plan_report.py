@@ -163,15 +163,18 @@ def plans_document(
     plans: list[Plan],
     status: str,
     notes: list[str] | None = None,
+    simulated: list[dict[str, Any]] | None = None,
     engines: list[dict[str, Any]] | None = None,
     variants: list[list[Plan]] | None = None,
 ) -> str:
-    """The JSON export: {"status": ..., ["notes": [...]], "plans": [...]}, deterministic byte for byte.
+    """The JSON export: {"status": ..., ["notes": [...]], "plans": [...], ["simulated": [...]]}, deterministic
+    byte for byte.
 
     `notes` (announced hardware: figures are vendor claims; mixed hardware; workload percentiles)
-    appear only when there are any. `engines`: per plan, `runs_on` (engine names) and `cannot_run`
-    ({engine: the first field it lacks}), merged into the plan's object; `variants`: per plan, the
-    plans folded under it (same deployment, another dense FFN / LM head layout), under `variants`."""
+    appear only when there are any; `simulated` (`plan --simulate`: each plan's simulated percentiles
+    and verdict, by rank) only when asked for. `engines`: per plan, `runs_on` (engine names) and
+    `cannot_run` ({engine: the first field it lacks}), merged into the plan's object; `variants`: per
+    plan, the plans folded under it (same deployment, another dense FFN / LM head layout)."""
     doc: dict[str, Any] = {"status": status}
     if notes:
         doc["notes"] = notes
@@ -184,6 +187,8 @@ def plans_document(
             item["variants"] = [v.model_dump(mode="json", exclude_none=True, exclude={"rank"}) for v in variants[i]]
         out.append(item)
     doc["plans"] = out
+    if simulated is not None:
+        doc["simulated"] = simulated
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
