@@ -73,7 +73,7 @@ from planner.search.runnable import AUTO, NONE, run_runnable
 from planner.search.settings import DEFAULT_TIME_LIMIT_S, SolverSettings
 from planner.specs.catalog import load_model
 from planner.specs.files import validate_model
-from planner.specs.plan import MAX_DEVICES_PER_INSTANCE, SLO, Workload
+from planner.specs.plan import MAX_DEVICES_PER_INSTANCE, SLO, Plan, Workload
 from planner.specs.quantization import DEFAULT_QUANTIZATION
 
 ModelOpt = Annotated[str, typer.Option("--model", help="Catalog name or path to a YAML / config.json.")]
@@ -230,41 +230,77 @@ def _engine_limits(
     return key, allowed, colocated and cap.colocated
 
 
-def distinct_rows(outcome: SearchOutcome, top: int) -> SearchOutcome:
-    """The ranked list as `top` distinct deployments (planner.ranking.rows): near-ties ordered by TTFT,
-    the band's slow end and HBM headroom; dense FFN / LM head variants folded under their row."""
-    from planner.ranking.rows import fold_variants, order_plans, renumbered
+NEAR_TIE_EXTRA = 3  # rows beyond --top kept until the near-tie order is settled
 
-    plans = outcome.plans
-    runs_on = dict(zip((id(p) for p in plans), outcome.runs_on, strict=False))
+
+def ranked_outcome(request: PlanRequest, mode: str, cache: TableCache | None = None) -> SearchOutcome:
+    """The search's plans as `--top` distinct deployments (planner.ranking.rows), with their bands:
+    dense FFN / LM head variants folded under their row (the search is asked for more plans, up to
+    27 x --top, until --top rows remain or none are left), near-ties ordered by TTFT, the band's slow
+    end and HBM headroom."""
+    from planner.ranking.rows import fold_variants
+
+    top = request.top
+    cache = cache if cache is not None else TableCache()
+    fetch = fetch_size(top)
+    while True:
+        raw = search_with_progress(request, cache, mode, fetch)
+        rows = fold_variants(raw.plans)
+        enough = len(rows) >= top + NEAR_TIE_EXTRA or raw.exhausted or top == 1 or fetch >= 27 * top
+        if enough or raw.status == "INTERRUPTED":
+            break
+        fetch *= 3
+    kept = rows[: top + NEAR_TIE_EXTRA]
+    runs_on = dict(zip((id(p) for p in raw.plans), raw.runs_on, strict=False))
+    trimmed = dataclasses.replace(
+        raw,
+        plans=[r.plan for r in kept],
+        variants=[r.variants for r in kept],
+        runs_on=[runs_on[id(r.plan)] for r in kept] if raw.runs_on else [],
+        exhausted=raw.exhausted and len(rows) <= top + NEAR_TIE_EXTRA,
+    )
+    return ordered_rows(add_bands(trimmed), top, raw.plans[0] if raw.plans else None)
+
+
+def ordered_rows(outcome: SearchOutcome, top: int, first: Plan | None) -> SearchOutcome:
+    """The rows in their order (near-ties by TTFT, the band's slow end, HBM headroom; with a target
+    rate fewest cards first; --robust keeps the low-end order) cut to `top`, ranks renumbered and the
+    alternatives' ranks pointing at the rows shown. `first`: the search's own best plan."""
+    from planner.ranking.rows import order_plans, renumbered
+    from planner.search.plan_files import plan_signature
+
+    def identity(plan: Plan) -> str:
+        return plan.model_dump_json(exclude={"predicted", "rank"})
+
+    extras = {identity(p): (v, r) for p, v, r in zip(
+        outcome.plans, outcome.variants or [[]] * len(outcome.plans), outcome.runs_on or [{}] * len(outcome.plans),
+        strict=False)}  # fmt: skip
     by_cards = None
     if outcome.request.rate_per_s is not None:
         from planner.report.plan_report import cards_of
 
-        by_cards = {i: cards_of(p, outcome.hw) for i, p in enumerate(plans)}
-    ordered = order_plans(plans, by_cards) if not outcome.request.pessimistic_factors else list(plans)
-    rows = fold_variants(ordered)[:top]
-    leaders = renumbered([r.plan for r in rows])
-    first = plans[0] if plans else None
-    # an alternative's rank is its row's in the list shown (a variant's: its row's), or none
-    from planner.search.plan_files import plan_signature
+        by_cards = {i: cards_of(p, outcome.hw) for i, p in enumerate(outcome.plans)}
+    plans = outcome.plans if outcome.request.pessimistic_factors else order_plans(outcome.plans, by_cards)
+    leaders = renumbered(plans[:top])
+    variants = [extras[identity(p)][0] for p in leaders]
+    row_of = {plan_signature(p.model_copy(update={"rank": None})): i for i, p in enumerate(plans[:top], start=1)}
+    for i, more in enumerate(variants, start=1):
+        row_of.update({plan_signature(v.model_copy(update={"rank": None})): i for v in more})
 
-    row_of = {}
-    for i, row in enumerate(rows, start=1):
-        for p in (row.plan, *row.variants):
-            row_of[plan_signature(p)] = i
-    alternatives = [
-        dataclasses.replace(a, rank=row_of.get(plan_signature(a.plan)) if a.plan is not None else None)
-        for a in outcome.alternatives
-    ]
+    def rank_of(plan: Plan | None) -> int | None:
+        if plan is None:
+            return None
+        return row_of.get(plan_signature(plan.model_copy(update={"rank": None})))
+
+    leader_first = first is not None and leaders and identity(leaders[0]) != identity(first)
     return dataclasses.replace(
         outcome,
-        alternatives=alternatives,
         plans=leaders,
-        variants=[r.variants for r in rows],
-        runs_on=[runs_on[id(r.plan)] for r in rows] if outcome.runs_on else [],
-        proven_first=first if rows and first is not None and rows[0].plan is not first else None,
-        exhausted=outcome.exhausted and len(rows) < top,
+        variants=variants,
+        runs_on=[extras[identity(p)][1] for p in leaders] if outcome.runs_on else [],
+        alternatives=[dataclasses.replace(a, rank=rank_of(a.plan)) for a in outcome.alternatives],
+        proven_first=first if leader_first else None,
+        exhausted=outcome.exhausted and len(leaders) < top,
     )
 
 
@@ -363,11 +399,14 @@ def fetch_size(top: int) -> int:
     return top if top == 1 else 3 * top
 
 
-def search_with_progress(request: PlanRequest, cache: TableCache | None = None, mode: str = NONE) -> SearchOutcome:
+def search_with_progress(
+    request: PlanRequest, cache: TableCache | None = None, mode: str = NONE, fetch: int | None = None
+) -> SearchOutcome:
     """Run the search with a progress display on stderr (cost tables from `cache` if given); when
     stderr is not a terminal there is nothing to redraw, and no display (rich would still end it
-    with an empty line). `mode` AUTO: the plans some engine runs (planner.search.runnable)."""
-    fetch = fetch_size(request.top)
+    with an empty line). `mode` AUTO: the plans some engine runs (planner.search.runnable); `fetch`:
+    ask for this many plans (default: --top)."""
+    fetch = fetch or request.top
     wide = dataclasses.replace(request, top=fetch)
 
     def search(progress) -> SearchOutcome:
@@ -553,9 +592,7 @@ def simulated_checks(outcome: SearchOutcome, mode: str) -> tuple[SearchOutcome, 
     pct = req.workload.slo_percentile
     if req.rate_per_s is None:
         return outcome, (check_plans(outcome.plans, None, pct, routing, req.imbalance), [])
-    sized = size_for_rate(
-        req, lambda r: distinct_rows(add_bands(search_with_progress(r, mode=mode)), r.top), pct, routing, first=outcome
-    )
+    sized = size_for_rate(req, lambda r: ranked_outcome(r, mode), pct, routing, first=outcome)
     lines = []
     if len(sized.attempts) > 1:
         tried = ", ".join(f"{r:.4g} ({'met' if ok else 'missed'})" for r, ok in sized.attempts)
@@ -731,7 +768,7 @@ def plan(
             decode_microbatch=decode_microbatch,
         )
         try:
-            outcome = distinct_rows(add_bands(search_with_progress(request, mode=mode)), request.top)
+            outcome = ranked_outcome(request, mode)
             checks: tuple[list, list[str]] | None = None
             if simulate:
                 outcome, checks = simulated_checks(outcome, mode)

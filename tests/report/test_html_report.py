@@ -16,7 +16,7 @@ from planner.errors import BadInputError
 from planner.report.html.cluster import ROLES, cluster_drawing, instance_colour
 from planner.report.html.experts import HOT_RATIO, expert_drawing, expert_layer
 from planner.report.html.plans_table import grouped_rows, plan_sections
-from planner.specs.catalog import load_hardware, load_model, load_plan
+from planner.specs.catalog import EXPORT_ONLY_KEYS, load_hardware, load_model, load_plan
 from planner.specs.files import embedded_json
 from planner.specs.plan import Plan
 from tests.conftest import PLANS, run_cli
@@ -94,14 +94,16 @@ def test_the_page_asks_the_network_for_nothing(default_report):
 
 def test_the_page_says_the_command_that_wrote_it(default_report):
     command = _parse(default_report.html).command
-    assert command == f"moeplan plan --json {default_report.json} --html {default_report.html}"
+    words = command.split()
+    assert words[:2] == ["moeplan", "plan"] and " ".join(words[2:]).count("--engine none") == 1
+    assert f"--json {default_report.json}" in command and f"--html {default_report.html}" in command
 
 
 def test_the_page_shows_every_layout_of_every_plan_in_full(default_report):
     text = default_report.html.read_text(encoding="utf-8")
     doc = json.loads(default_report.json.read_text())
     for p in doc["plans"]:
-        plan = Plan.model_validate(p)
+        plan = Plan.model_validate({k: v for k, v in p.items() if k not in EXPORT_ONLY_KEYS})
         for phase in (plan.decode, plan.prefill):
             assert f"dense FFN: {phase.dense_layout.short()}" in text
             assert f"LM head: {phase.lm_head_layout.short()}" in text
@@ -224,7 +226,12 @@ def test_an_html_page_without_plans_is_refused_by_name(tmp_path):
 
 
 def _scored(doc: dict) -> list[Plan]:
-    return [Plan.model_validate(p) for p in doc["plans"]]
+    """The export's plans, each followed by its variants (as the page shows them)."""
+    out = []
+    for p in doc["plans"]:
+        out.append(Plan.model_validate({k: v for k, v in p.items() if k not in EXPORT_ONLY_KEYS}))
+        out += [Plan.model_validate({**v, "rank": p["rank"]}) for v in p.get("variants", [])]
+    return out
 
 
 def test_plans_that_differ_only_in_layouts_fold_under_the_first(default_report):
