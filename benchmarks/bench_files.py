@@ -36,6 +36,7 @@ class Run:
     ttft_s: list[float]
     tpot_s: list[float]
     tokens_per_step: float  # mean tokens per decode step (1 without speculative decoding)
+    rate_per_s: float | None = None  # the client's --request-rate (None: inf, a closed loop)
 
     @property
     def n(self) -> int:
@@ -57,12 +58,13 @@ class Run:
 
 
 def simulated_run(model: str, input_len: int, output_len: int, concurrency: int, ttft_ms: float, tpot_ms: float,
-                  tokens_per_step: float, requests: int, spread: float = 0.0) -> Run:  # fmt: skip
+                  tokens_per_step: float, requests: int, spread: float = 0.0,
+                  rate_per_s: float | None = None) -> Run:  # fmt: skip
     """`requests` records around the predicted means (+-spread, deterministic, mean preserved)."""
     k = np.linspace(-1, 1, requests) if requests > 1 else np.zeros(1)
     ttft = (ttft_ms / 1e3 * (1 + spread * k)).tolist()
     tpot = (tpot_ms / 1e3 * (1 + spread * k[::-1])).tolist()
-    return Run(model, input_len, output_len, concurrency, ttft, tpot, tokens_per_step)
+    return Run(model, input_len, output_len, concurrency, ttft, tpot, tokens_per_step, rate_per_s)
 
 
 def _stats(values: list[float], percentiles: tuple[int, ...] = (50, 90, 99)) -> dict[str, float]:
@@ -87,7 +89,7 @@ def write_vllm(path: Path, run: Run) -> None:
         "model_id": run.model,
         "tokenizer_id": run.model,
         "num_prompts": run.n,
-        "request_rate": "inf",
+        "request_rate": run.rate_per_s if run.rate_per_s is not None else "inf",
         "burstiness": 1.0,
         "max_concurrency": run.concurrency,
         "duration": duration,
@@ -140,7 +142,7 @@ def write_sglang(path: Path, run: Run) -> None:
         "tag": None,
         "backend": "sglang-oai",
         "dataset_name": "random",
-        "request_rate": float("inf"),
+        "request_rate": run.rate_per_s if run.rate_per_s is not None else float("inf"),
         "max_concurrency": run.concurrency,
         "sharegpt_output_len": None,
         "random_input_len": run.input_len,

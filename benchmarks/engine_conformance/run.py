@@ -111,13 +111,15 @@ def cases_for(engine: str, name: str, folder: Path, cache: Path) -> list[dict]:
         env = {k: loopback(v) for k, v in p["env"].items()}
         out.append({"id": f"{name}/{p['role']}{p['instance']}/node{p['node']}", "argv": argv, "env": env})
     # the engine's benchmark client command of bench/ (vLLM's for vLLM-Ascend, SGLang's for SGLang)
+    # (the closed loop, and the run at a request rate)
     from planner.report.launch.bench import bench_commands
 
     client = {"vllm-ascend": "vllm", "sglang": "sglang"}.get(engine)
     if client is not None:
-        argv = [a.replace("$ROUTER", "http://127.0.0.1:8000").replace(hf, weights) for a in bench_commands(
-            Plan.model_validate(plan))[client]]  # fmt: skip
-        out.append({"id": f"{name}/bench/{client}", "argv": argv, "env": {}})
+        for suffix, rate in (("", None), ("-rate", 12.5)):
+            commands = bench_commands(Plan.model_validate(plan), rate)
+            argv = [a.replace("$ROUTER", "http://127.0.0.1:8000").replace(hf, weights) for a in commands[client]]
+            out.append({"id": f"{name}/bench/{client}{suffix}", "argv": argv, "env": {}})
     return out
 
 

@@ -203,14 +203,23 @@ def _bench_rows(plan: Plan, result: Any, where: str) -> tuple[Plan, list[tuple[s
     if mtp and result.tokens_per_step is not None and result.tokens_per_step > 1:
         a = acceptance_from_tokens_per_step(result.tokens_per_step, mtp)
         plan = plan.model_copy(update={"workload": w.model_copy(update={"mtp_acceptance": round(a, 4)})})
+    # TPOT: the decode steps at the plan's concurrency. TTFT only from a run at a request rate: in a
+    # closed loop every slot's prompt arrives at once and the TTFT is mostly queueing, which the
+    # static TTFT (a prefill batch at capacity) does not model
+    timed = result.request_rate_per_s is not None
     rows = []
     if view.colocated is not None:
-        rows = [("colocated.tpot_ms", result.mean_tpot_ms), ("colocated.ttft_ms", result.mean_ttft_ms)]
+        rows = [("colocated.tpot_ms", result.mean_tpot_ms)]
+        rows += [("colocated.ttft_ms", result.mean_ttft_ms)] if timed else []
     else:
         if view.decode is not None:
             rows.append(("decode.tpot_ms", result.mean_tpot_ms))
-        if view.prefill is not None:
+        if view.prefill is not None and timed:
             rows.append(("prefill.ttft_ms", result.mean_ttft_ms))
+    if not rows:
+        problems.append(
+            f"{where}: a prefill-only plan's TTFT needs a run at a request rate (--request-rate), not a closed loop"
+        )
     return plan, rows, problems
 
 

@@ -54,6 +54,7 @@ class BenchResult:
     mean_output_tokens: float | None
     output_tokens_per_s: float | None
     tokens_per_step: float | None  # speculative decoding: mean tokens emitted per decode step
+    request_rate_per_s: float | None = None  # the run's arrival rate; None: a closed loop (no rate limit)
 
 
 def _number(doc: dict[str, Any], key: str, where: str) -> float:
@@ -97,6 +98,7 @@ def _from_json(client: str, doc: dict[str, Any], path: Path) -> BenchResult:
         mean_output_tokens=_mean(_optional(doc, "total_output_tokens"), completed),
         output_tokens_per_s=_optional(doc, "output_throughput"),
         tokens_per_step=_optional(doc, per_step),
+        request_rate_per_s=_optional(doc, "request_rate"),  # "inf" / Infinity: a closed loop
     )
 
 

@@ -110,6 +110,10 @@ def test_measured_acceptance_replaces_the_plans(files, recovery, tmp_path):
     result = tmp_path / "r.jsonl"
     files.write_sglang(result, files.simulated_run("deepseek-v3", 2048, 1024, 2048, 450.0, 60.0, 1.9, 4))
     rows = read_bench([f"{plan}={result}"], load_hardware("a2")).observations
+    assert {o.metric for o in rows} == {"decode.tpot_ms"}  # a closed loop: its TTFT is queueing, not fitted
+    timed = tmp_path / "timed.jsonl"
+    files.write_sglang(timed, files.simulated_run("deepseek-v3", 2048, 1024, 2048, 450.0, 60.0, 1.9, 4, rate_per_s=8.0))
+    rows = read_bench([f"{plan}={timed}"], load_hardware("a2")).observations
     assert {o.metric for o in rows} == {"decode.tpot_ms", "prefill.ttft_ms"}
     assert all(o.plan.workload.mtp_acceptance == pytest.approx(0.9) for o in rows)
 

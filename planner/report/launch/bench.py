@@ -17,6 +17,12 @@ per slot, completions forced to full length (EOS ignored), the result saved wher
   synthetic token-id dataset of the plan's prompt length and `max_out_len` of its completion length;
   it writes `bench/aisbench/<time>/performances/moeplan/synthetic.csv` (and `.json`).
 
+When the plan carries its predicted figures (as every export does), `vllm_bench_serve_rate.sh` and
+`sglang_bench_serving_rate.sh` run the same workload arriving at the plan's predicted request rate
+(Poisson, `--request-rate R`, still at most the decode slots in flight): the runs whose TTFT
+`calibrate --bench` fits (a closed loop's TTFT is mostly queueing behind the other slots' prompts).
+AISBench's summary does not record its request rate, so its runs give TPOT only.
+
 `bench/README.md` says how to run them and hand the result back.
 """
 
@@ -31,6 +37,8 @@ from planner.specs.plan import Plan
 PROMPTS_PER_SLOT = 4  # four waves of the closed loop: the first and last are partial
 VLLM_RESULT = "vllm_bench_serve.json"
 SGLANG_RESULT = "sglang_bench_serving.jsonl"
+VLLM_RATE_RESULT = "vllm_bench_serve_rate.json"
+SGLANG_RATE_RESULT = "sglang_bench_serving_rate.jsonl"
 AISBENCH_DIR = "aisbench"
 
 
@@ -52,9 +60,21 @@ def _script(argv: list[str], note: str) -> str:
     return f'#!/bin/sh\n# {note}\nset -e\ncd "$(dirname "$0")/.."\nROUTER="${{ROUTER:-http://{node_addr(0)}:{ROUTER_PORT}}}"\n{lines}\n'
 
 
-def bench_commands(plan: Plan) -> dict[str, list[str]]:
-    """Each client's command line (`$ROUTER` stands for the entry point's URL)."""
+def predicted_rate(plan: Plan) -> float | None:
+    """The requests per second the plan is predicted to sustain (its `predicted` block), if it has one."""
+    system = (plan.predicted or {}).get("system") or {}
+    rate = system.get("requests_per_s")
+    return float(rate) if isinstance(rate, (int, float)) and rate > 0 else None
+
+
+def bench_commands(plan: Plan, rate: float | None = None) -> dict[str, list[str]]:
+    """Each client's command line (`$ROUTER` stands for the entry point's URL). `rate`: the vLLM and
+    SGLang runs arrive at that many requests per second (Poisson), still at most the decode slots in
+    flight, and save to their `_rate` result files; None: a closed loop."""
     w = plan.workload
+    arrival = "inf" if rate is None else f"{rate:.4g}"
+    vllm_out = VLLM_RESULT if rate is None else VLLM_RATE_RESULT
+    sglang_out = SGLANG_RESULT if rate is None else SGLANG_RATE_RESULT
     slots = decode_slots(plan)
     prompts = PROMPTS_PER_SLOT * slots
     tokenizer = model_path(plan)
@@ -63,16 +83,16 @@ def bench_commands(plan: Plan) -> dict[str, list[str]]:
         "--model", plan.model, "--tokenizer", tokenizer, "--dataset-name", "random",
         "--random-input-len", str(w.input_tokens), "--random-output-len", str(w.output_tokens),
         "--random-range-ratio", "0", "--num-prompts", str(prompts), "--max-concurrency", str(slots),
-        "--request-rate", "inf", "--ignore-eos", "--percentile-metrics", "ttft,tpot,itl,e2el",
+        "--request-rate", arrival, "--ignore-eos", "--percentile-metrics", "ttft,tpot,itl,e2el",
         "--metric-percentiles", "50,90,99", "--save-result", "--result-dir", "bench",
-        "--result-filename", VLLM_RESULT,
+        "--result-filename", vllm_out,
     ]  # fmt: skip
     sglang = [
         "python", "-m", "sglang.benchmark.serving", "--backend", "sglang-oai", "--base-url", "$ROUTER",
         "--model", plan.model, "--tokenizer", tokenizer, "--dataset-name", "random",
         "--random-input-len", str(w.input_tokens), "--random-output-len", str(w.output_tokens),
         "--random-range-ratio", "1", "--num-prompts", str(prompts), "--max-concurrency", str(slots),
-        "--request-rate", "inf", "--output-file", f"bench/{SGLANG_RESULT}",
+        "--request-rate", arrival, "--output-file", f"bench/{sglang_out}",
     ]  # fmt: skip
     ais = ["ais_bench", "bench/aisbench_config.py", "--mode", "perf", "--work-dir", f"bench/{AISBENCH_DIR}",
            "--num-prompts", str(prompts)]  # fmt: skip
@@ -91,8 +111,16 @@ def bench_files(plan: Plan) -> dict[str, str]:
         "bench/sglang_bench_serving.sh": _script(commands["sglang"], "SGLang's bench_serving (0.5.23): " + note),
         "bench/aisbench.sh": _script(commands["aisbench"], "AISBench (ais-bench-benchmark 3.1): " + note),
         "bench/aisbench_config.py": _aisbench_config(plan, slots, prompts),
-        "bench/README.md": _readme(plan, slots, prompts),
     }
+    rate = predicted_rate(plan)
+    if rate is not None:
+        timed = bench_commands(plan, rate)
+        note = f"the plan's workload at its predicted {rate:.4g} requests/s (at most {slots} in flight)"
+        files["bench/vllm_bench_serve_rate.sh"] = _script(timed["vllm"], "vllm bench serve (vLLM 0.25.1): " + note)
+        files["bench/sglang_bench_serving_rate.sh"] = _script(
+            timed["sglang"], "SGLang's bench_serving (0.5.23): " + note
+        )
+    files["bench/README.md"] = _readme(plan, slots, prompts, rate)
     return files
 
 
@@ -168,7 +196,7 @@ models = [
 '''
 
 
-def _readme(plan: Plan, slots: int, prompts: int) -> str:
+def _readme(plan: Plan, slots: int, prompts: int, rate: float | None) -> str:
     w = plan.workload
     lengths = (
         "\nThe plan's workload has a length histogram; these commands use its mean lengths (a closer match needs a "
@@ -176,6 +204,15 @@ def _readme(plan: Plan, slots: int, prompts: int) -> str:
         if w.lengths
         else ""
     )
+    timed = (
+        f"`vllm_bench_serve_rate.sh` and `sglang_bench_serving_rate.sh` run the same workload arriving at the plan's "
+        f"predicted {rate:.4g} requests/s (Poisson, still at most {slots} in flight) into `bench/{VLLM_RATE_RESULT}` "
+        f"and `bench/{SGLANG_RATE_RESULT}`; hand those in too, and the TTFT is fitted as well.\n\n"
+        if rate is not None
+        else "This plan carries no predicted system request rate (a decode-only plan has no TTFT to measure), so "
+        "there is no run at a rate here: its runs give TPOT only.\n\n"
+    )
+    also = f" \\\n    --bench plan.json=bench/{VLLM_RATE_RESULT}" if rate is not None else ""
     return f"""# Benchmarking this plan, and handing the result back to moeplan
 
 The plan predicts its figures for {w.input_tokens}-token prompts and {w.output_tokens}-token completions with
@@ -197,12 +234,14 @@ tokenizer. Any client works against any engine's OpenAI-compatible entry point.
 Then fit the machine to what was measured and plan again on it:
 
 ```
-moeplan calibrate --bench plan.json=bench/{VLLM_RESULT} --hardware {plan.hardware} --out my-{plan.hardware}.yaml
+moeplan calibrate --bench plan.json=bench/{VLLM_RESULT}{also} --hardware {plan.hardware} --out my-{plan.hardware}.yaml
 moeplan plan --hardware my-{plan.hardware}.yaml
 ```
 
-Several runs (different plans, or the same plan at other concurrencies) fit better:
-`--bench a/plan.json=a/bench/{VLLM_RESULT} --bench b/plan.json=b/bench/{SGLANG_RESULT} ...`. The mean TPOT
-is compared with the plan's decode TPOT and the mean TTFT with its TTFT; a run whose lengths or concurrency differ
-from the plan's is refused (it measured another workload), and a measured MTP acceptance replaces the plan's.
+{timed}Several runs (of different plans) fit better:
+`--bench a/plan.json=a/bench/{VLLM_RESULT} --bench b/plan.json=b/bench/{SGLANG_RESULT} ...`. Every run's mean TPOT
+is compared with the plan's decode (or colocated) TPOT; the mean TTFT only from a run at a request rate (a closed
+loop's TTFT is mostly the wait behind the other slots' prompts, which the plan's TTFT does not model). A run whose
+lengths or concurrency differ from the plan's is refused (it measured another workload), and a measured MTP
+acceptance replaces the plan's.
 """
