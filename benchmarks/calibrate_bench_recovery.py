@@ -1,6 +1,6 @@
 """How well `moeplan calibrate --bench` recovers a known machine from benchmark result files.
 
-    python benchmarks/calibrate_bench_recovery.py [--simulator]
+    python benchmarks/calibrate_bench_recovery.py [--simulator] [--write-docs]
 
 A "true" A2 (a2.yaml with TRUTH's factors) serves a set of disaggregated and colocated plans; each
 plan's benchmark run (the closed loop its bench/ command runs) is written as the result file of
@@ -16,6 +16,9 @@ asserts the held-out figures within 3%.
 keyed as `vllm bench serve --save-result` writes), closed loop at each plan's decode slots, two
 prompts per slot, the first half left out as warm-up. The simulator's queues and batching are
 not the static model's, so this measures the fit through that difference too.
+
+`--write-docs`: runs all three (no noise, +-1% noise, the simulator) and records their output in
+docs/calibration.md's marked block (the test checks the +-1% part against a fresh run).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+DOCS = HERE.parent / "docs" / "calibration.md"
+BEGIN, END = "<!-- bench-recovery -->", "<!-- /bench-recovery -->"
 sys.path.insert(0, str(HERE))
 
 from bench_files import simulated_run, write_aisbench, write_sglang, write_vllm  # noqa: E402
@@ -200,8 +205,25 @@ def recover(noise: float = 0.0, log=print, simulator: bool = False) -> dict[str,
     return errors
 
 
+def write_docs() -> None:
+    """Record the three recoveries' output in docs/calibration.md's marked block."""
+    import re
+
+    lines: list[str] = []
+    for kwargs in ({"noise": 0.0}, {"noise": 0.01}, {"simulator": True}):
+        recover(log=lines.append, **kwargs)  # type: ignore[arg-type]
+    block = BEGIN + "\n```\n" + "\n".join(lines) + "\n```\n" + END
+    text = DOCS.read_text()
+    if BEGIN not in text:
+        raise SystemExit(f"{DOCS}: no {BEGIN} block to write into")
+    DOCS.write_text(re.sub(re.escape(BEGIN) + r".*?" + re.escape(END), lambda _: block, text, flags=re.S))
+    print(f"wrote {DOCS}")
+
+
 if __name__ == "__main__":
-    if "--simulator" in sys.argv:
+    if "--write-docs" in sys.argv:
+        write_docs()
+    elif "--simulator" in sys.argv:
         recover(simulator=True)
     else:
         recover(0.0)
