@@ -50,6 +50,10 @@ WORKLOAD = {"input_tokens": 2048, "output_tokens": 1024, "mtp_acceptance": 0.7}
 RECORDS = 16  # per simulated run (the summary fields are what calibrate reads)
 
 
+HEADER = {"schema_version": 2, "model": "deepseek-v3", "hardware": "a2", "quantization": "a8w8c16"}
+HEADER["workload"] = WORKLOAD
+
+
 def _flat(devices: int, tp: int = 1) -> dict:
     lay = {"dp": devices // tp, "tp": tp}
     return {"attention": lay, "dense_ffn": lay, "lm_head": lay}
@@ -57,11 +61,7 @@ def _flat(devices: int, tp: int = 1) -> dict:
 
 def pd(decode_conc: int, mtp: int, batch_tokens: int, comm: str = "alltoall", decode_devices: int = 32) -> dict:
     return {
-        "schema_version": 2,
-        "model": "deepseek-v3",
-        "hardware": "a2",
-        "quantization": "a8w8c16",
-        "workload": WORKLOAD,
+        **HEADER,
         "prefill": {
             "devices": 16,
             "instances": 1,
@@ -82,11 +82,7 @@ def pd(decode_conc: int, mtp: int, batch_tokens: int, comm: str = "alltoall", de
 
 def colocated(conc: int, mtp: int, batch_tokens: int) -> dict:
     return {
-        "schema_version": 2,
-        "model": "deepseek-v3",
-        "hardware": "a2",
-        "quantization": "a8w8c16",
-        "workload": WORKLOAD,
+        **HEADER,
         "colocated": {
             "devices": 32,
             "instances": 1,
