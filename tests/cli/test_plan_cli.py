@@ -210,9 +210,10 @@ def test_the_free_search_names_what_no_engine_runs(default_plans):
 
 
 def test_rate_is_in_the_title_and_lifts_the_default_card_cap():
-    r = run_cli("plan", "--rate", "20", "--top", "1")
+    # (the free search: the title and the cap are the same under --engine auto, which searches four times)
+    r = run_cli("plan", "--rate", "20", "--top", "1", "--engine", "none")
     assert r.exit_code == 0, r.output
     text = " ".join(r.output.split())
     assert "20 requests/s with the fewest cards (<= 1024 cards)" in text
-    r = run_cli("plan", "--rate", "20", "--top", "1", "--max-cards", "48")
+    r = run_cli("plan", "--rate", "20", "--top", "1", "--max-cards", "48", "--engine", "none")
     assert r.exit_code == 1  # an explicit cap applies: 48 cards do not serve 20 requests/s
