@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from planner.candidates.colocated_candidates import ColocatedCandidate
+from planner.candidates.restrictions import Restriction
 from planner.errors import InfeasibleError
 from planner.search.alternatives import Alternative, alternatives, distinct_plans
 from planner.search.budget import Budget, request_budget
@@ -34,6 +35,7 @@ from planner.search.candidate_spaces import (
     best_per_size,
     candidate_spaces,
     colocated_space,
+    space_restrictions,
 )
 from planner.search.contexts import PhaseContexts, phase_contexts
 from planner.search.cpsat_model import DeploymentModel
@@ -79,6 +81,7 @@ class SearchOutcome:
     engine_failures: dict[str, str] = field(default_factory=dict)  # --engine auto: engines with no feasible plan
     variants: list[list[Plan]] = field(default_factory=list)  # per plan: variants folded under it (ranking.rows)
     proven_first: Plan | None = None  # the search's best plan, when the near-tie order put another first
+    space: list[Restriction] = field(default_factory=list)  # the named limits the search ran under
 
 
 def question_of(request: PlanRequest, contexts: PhaseContexts, budget: Budget) -> Question:
@@ -173,6 +176,7 @@ def run_search(
         colocated=coloc,
         exhausted=exhausted,
         alternatives=others,
+        space=space_restrictions(request, contexts, dspace, pspace),
     )
 
 

@@ -51,6 +51,7 @@ class PlanPage:
     why: str
     engines: str
     notes: list[str] = field(default_factory=list)
+    space: str = ""  # the named limits of the space the verdict holds over (the line under it)
     loads: np.ndarray | None = None
     html_name: str = "report.html"  # the page's own file, for the line that reads its plans back
 
@@ -430,7 +431,8 @@ def plan_html(page: PlanPage) -> str:
     ctx["headline_label"] = headline_label(best)
     ctx["groups"] = grouped_rows(outcome.plans, hw, model, prefill_hw)
     ctx["alternatives"] = _alternatives(outcome, hw)
-    ctx["lines"] = [page.verdict, page.why, page.engines, *[f"note: {n}" for n in page.notes]]
+    ctx["lines"] = [page.verdict, *([page.space] if page.space else []), page.why, page.engines]
+    ctx["lines"] += [f"note: {n}" for n in page.notes]
     ctx["lead"] = page.lead
     ctx["detail"] = _plan_detail(best, prediction, model, hw, prefill_hw, page.loads, _budget_devices(req, hw))
     ctx["detail_of"] = "rank 1"
