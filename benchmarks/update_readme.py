@@ -109,7 +109,7 @@ def cm384_lead() -> str:
     module in the two plans (the modules whose difference makes the lead, largest first)."""
     import json
 
-    report = json.loads(run(("evaluate", "plans/cm-d.yaml", "--json")))["predicted"]["decode"]
+    report = json.loads(run(("evaluate", "plans/cm-d.yaml", "--json", "-")))["predicted"]["decode"]
     best_doc = json.loads(run(CM384_PLAN_ARGS))
     best = best_doc["plans"][0]
     ours = best["predicted"]["decode"]

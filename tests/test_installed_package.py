@@ -19,7 +19,7 @@ def test_catalogs_are_found_from_another_directory(tmp_path):
 
 def test_cli_runs_from_another_directory(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "planner", "evaluate", "a2-d70", "--json"],
+        [sys.executable, "-m", "planner", "evaluate", "a2-d70", "--json", "-"],
         capture_output=True,
         text=True,
         cwd=tmp_path,

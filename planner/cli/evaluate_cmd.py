@@ -95,8 +95,13 @@ def evaluate(
         ),
     ],
     json_out: Annotated[
-        bool, typer.Option("--json", help="Print the plan with its 'predicted' block as JSON.")
-    ] = False,
+        Path | None,
+        typer.Option(
+            "--json",
+            metavar="FILE",
+            help="Write the plan with its 'predicted' block as JSON to FILE ('-' for stdout, instead of the tables).",
+        ),
+    ] = None,
     out: Annotated[
         Path | None,
         typer.Option("--out", help="Also write the plan with 'predicted' to this JSON file."),
@@ -163,7 +168,7 @@ def evaluate(
     def body() -> None:
         emits = parse_emits(emit)
         check_new_folders(emits, force)
-        check_outputs({"--out": out, "--html": html})
+        check_outputs({"--out": out, "--html": html, "--json": json_out})
         check_output("--html", html, stdout_ok=False)
         if max_itl_ms is not None and not (math.isfinite(max_itl_ms) and max_itl_ms >= 0):
             raise BadInputError(f"--max-itl-ms must be >= 0 ms (0 disables it); got {max_itl_ms:g}.")
@@ -228,7 +233,10 @@ def evaluate(
                 html_name=str(html),
             )
             outputs.text(html, evaluate_html(page))
-        if json_out:
+        to_stdout = json_out is not None and str(json_out) == "-"
+        if json_out is not None and not to_stdout:
+            outputs.text(json_out, text)
+        if to_stdout:
             console.file.write(text)
         else:
             for renderable in evaluate_tables(plan, prediction, hw, prefill_hw):
@@ -244,7 +252,9 @@ def evaluate(
 
                 console.print(engines_line(plan, specs.model, specs.hw))
         if check and problems:
-            unwritten = [str(p) for p in (out, html, *(f for _, f in emits)) if p is not None and str(p) != "-"]
+            unwritten = [
+                str(p) for p in (out, html, json_out, *(f for _, f in emits)) if p is not None and str(p) != "-"
+            ]
             nothing = f" Not written: {', '.join(unwritten)}." if unwritten else ""
             raise InfeasibleError("--check: the plan " + "; ".join(problems) + "." + nothing)
         outputs.commit()

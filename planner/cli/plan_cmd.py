@@ -78,10 +78,11 @@ from planner.search.request import (
     PlanRequest,
     default_max_itl_ms,
 )
+from planner.search.runnable import AUTO, NONE, run_runnable
 from planner.search.settings import DEFAULT_TIME_LIMIT_S, SolverSettings
 from planner.specs.catalog import load_model
 from planner.specs.files import validate_model
-from planner.specs.plan import MAX_DEVICES_PER_INSTANCE, SLO, Workload
+from planner.specs.plan import MAX_DEVICES_PER_INSTANCE, SLO, Plan, Workload
 from planner.specs.quantization import DEFAULT_QUANTIZATION
 
 ModelOpt = Annotated[str, typer.Option("--model", help="Catalog name or path to a YAML / config.json.")]
@@ -244,6 +245,93 @@ def _engine_limits(
     return key, allowed, colocated and cap.colocated
 
 
+NEAR_TIE_EXTRA = 3  # rows beyond --top kept until the near-tie order is settled
+
+
+def ranked_outcome(request: PlanRequest, mode: str, cache: TableCache | None = None) -> SearchOutcome:
+    """The search's plans as `--top` distinct deployments (planner.ranking.rows), with their bands:
+    dense FFN / LM head variants folded under their row (the search is asked for more plans, up to
+    27 x --top, until --top rows remain or none are left), near-ties ordered by TTFT, the band's slow
+    end and HBM headroom."""
+    from planner.ranking.rows import fold_variants
+
+    top = request.top
+    cache = cache if cache is not None else TableCache()
+    fetch = fetch_size(top)
+    while True:
+        raw = search_with_progress(request, cache, mode, fetch)
+        rows = fold_variants(raw.plans)
+        enough = len(rows) >= top + NEAR_TIE_EXTRA or raw.exhausted or top == 1 or fetch >= 27 * top
+        if enough or raw.status == "INTERRUPTED":
+            break
+        fetch *= 3
+    kept = rows[: top + NEAR_TIE_EXTRA]
+    runs_on = dict(zip((id(p) for p in raw.plans), raw.runs_on, strict=False))
+    trimmed = dataclasses.replace(
+        raw,
+        plans=[r.plan for r in kept],
+        variants=[r.variants for r in kept],
+        runs_on=[runs_on[id(r.plan)] for r in kept] if raw.runs_on else [],
+        exhausted=raw.exhausted and len(rows) <= top + NEAR_TIE_EXTRA,
+    )
+    return ordered_rows(add_bands(trimmed), top, raw.plans[0] if raw.plans else None)
+
+
+def ordered_rows(outcome: SearchOutcome, top: int, first: Plan | None) -> SearchOutcome:
+    """The rows in their order (near-ties by TTFT, the band's slow end, HBM headroom; with a target
+    rate fewest cards first; --robust keeps the low-end order) cut to `top`, ranks renumbered and the
+    alternatives' ranks pointing at the rows shown. `first`: the search's own best plan."""
+    from planner.ranking.rows import order_plans, renumbered
+    from planner.search.plan_files import plan_signature
+
+    def identity(plan: Plan) -> str:
+        return plan.model_dump_json(exclude={"predicted", "rank"})
+
+    extras = {identity(p): (v, r) for p, v, r in zip(
+        outcome.plans, outcome.variants or [[]] * len(outcome.plans), outcome.runs_on or [{}] * len(outcome.plans),
+        strict=False)}  # fmt: skip
+    by_cards = None
+    if outcome.request.rate_per_s is not None:
+        from planner.report.plan_report import cards_of
+
+        by_cards = {i: cards_of(p, outcome.hw) for i, p in enumerate(outcome.plans)}
+    plans = outcome.plans if outcome.request.pessimistic_factors else order_plans(outcome.plans, by_cards)
+    leaders = renumbered(plans[:top])
+    variants = [extras[identity(p)][0] for p in leaders]
+    row_of = {plan_signature(p.model_copy(update={"rank": None})): i for i, p in enumerate(plans[:top], start=1)}
+    for i, more in enumerate(variants, start=1):
+        row_of.update({plan_signature(v.model_copy(update={"rank": None})): i for v in more})
+
+    def rank_of(plan: Plan | None) -> int | None:
+        if plan is None:
+            return None
+        return row_of.get(plan_signature(plan.model_copy(update={"rank": None})))
+
+    leader_first = first is not None and leaders and identity(leaders[0]) != identity(first)
+    return dataclasses.replace(
+        outcome,
+        plans=leaders,
+        variants=variants,
+        runs_on=[extras[identity(p)][1] for p in leaders] if outcome.runs_on else [],
+        alternatives=[dataclasses.replace(a, rank=rank_of(a.plan)) for a in outcome.alternatives],
+        proven_first=first if leader_first else None,
+        exhausted=outcome.exhausted and len(leaders) < top,
+    )
+
+
+def engine_fields(outcome: SearchOutcome) -> list[dict] | None:
+    """Per plan, for the JSON: the engines that run it and, per engine that does not, the first field it lacks."""
+    from planner.report.launch import engine_verdicts
+
+    if outcome.request.is_mixed:
+        return None
+    return [engine_verdicts(p, outcome.model, outcome.hw) for p in outcome.plans]
+
+
+def variant_docs(outcome: SearchOutcome) -> list[list] | None:
+    return outcome.variants if any(outcome.variants) else None
+
+
 def add_bands(outcome: SearchOutcome) -> SearchOutcome:
     """Every ranked plan re-scored on the machine as shipped, with its band; --robust re-ranks by the low end.
 
@@ -292,12 +380,58 @@ def itl_text(slo: SLO) -> str:
     return f"ITL <= {slo.max_itl_ms:g} ms{origin}"
 
 
-def search_with_progress(request: PlanRequest, cache: TableCache | None = None) -> SearchOutcome:
+RATE_CARD_CAP = 1024  # cards a --rate search may use when the machine sets no limit and --max-cards is not given
+
+
+def rate_card_cap(hardware: str) -> float:
+    """The card cap of a --rate search without --max-cards: the machine's own limit, else RATE_CARD_CAP."""
+    from planner.specs.catalog import load_hardware
+
+    hw = load_hardware(hardware)
+    if hw.max_devices is not None:
+        return hw.max_devices / hw.devices_per_card
+    return float(RATE_CARD_CAP)
+
+
+def engine_mode(engine: str | None, emits: list[tuple[str, Path]], mixed: bool) -> str:
+    """--engine: 'auto' (the default: plans some engine runs), 'none' (the free search), or an engine
+    name; without --engine, `--emit E DIR` plans for E. A plan on two machines (no export covers it
+    yet) is searched freely."""
+    from planner.engines.profiles import engine_name
+
+    given = (engine or "").strip().lower()
+    if not given:
+        if len(emits) == 1:
+            return emits[0][0]
+        return NONE if mixed else AUTO
+    if given in (AUTO, NONE):
+        return NONE if mixed and given == AUTO else given
+    return engine_name(given)
+
+
+def fetch_size(top: int) -> int:
+    """Plans to ask the search for so that `top` distinct deployments remain once variants fold."""
+    return top if top == 1 else 3 * top
+
+
+def search_with_progress(
+    request: PlanRequest, cache: TableCache | None = None, mode: str = NONE, fetch: int | None = None
+) -> SearchOutcome:
     """Run the search with a progress display on stderr (cost tables from `cache` if given); when
     stderr is not a terminal there is nothing to redraw, and no display (rich would still end it
-    with an empty line)."""
+    with an empty line). `mode` AUTO: the plans some engine runs (planner.search.runnable); `fetch`:
+    ask for this many plans (default: --top)."""
+    fetch = fetch or request.top
+    wide = dataclasses.replace(request, top=fetch)
+
+    def search(progress) -> SearchOutcome:
+        if mode == AUTO:
+            return run_runnable(request, fetch, progress, cache)
+        outcome = run_search(wide, progress, cache)
+        return dataclasses.replace(outcome, engine_mode=mode, request=request)
+
     if not err_console.is_terminal:
-        return run_search(request, None, cache)
+        return search(None)
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -311,7 +445,7 @@ def search_with_progress(request: PlanRequest, cache: TableCache | None = None) 
         def progress(message: str, fraction: float) -> None:
             bar.update(task, description=message, completed=fraction)
 
-        return run_search(request, progress, cache)
+        return search(progress)
 
 
 def outcome_notes(outcome: SearchOutcome) -> list[str]:
@@ -341,8 +475,11 @@ def plan_page_html(
     from planner.report.html import PlanPage, plan_html
     from planner.report.launch import engines_line
 
+    # the page folds a plan's variants under it itself: it gets them right after their row
+    flat = [p for leader, more in zip(outcome.plans, outcome.variants or [[]] * len(outcome.plans), strict=False)
+            for p in (leader, *more)]  # fmt: skip
     page = PlanPage(
-        outcome=outcome,
+        outcome=dataclasses.replace(outcome, plans=flat),
         command=command,
         plans_json=document,
         verdict=verdict_line(outcome),
@@ -357,30 +494,84 @@ def plan_page_html(
     return plan_html(page)
 
 
-def print_outcome(outcome: SearchOutcome, explain_space: bool = False) -> None:
-    """The ranked table, the status line, and the best plan in detail."""
+def title_of(outcome: SearchOutcome) -> str:
+    """The ranked table's title: model, machine, workload, SLOs, and the rate or the card budget."""
     req = outcome.request
     where = outcome.hw.name
     if req.is_mixed:
         where = f"prefill {req.prefill_hw_name} / decode {req.decode_hw_name}"
-    title = (
+    budget = f"<= {req.max_cards:g} cards"
+    if req.rate_per_s is not None:
+        budget = f"{req.rate_per_s:g} requests/s with the fewest cards ({budget})"
+    return (
         f"{outcome.model.name} on {where}, {req.workload.input_tokens}+{req.workload.output_tokens} "
-        f"tokens, TPOT <= {req.slo.tpot_ms} ms, TTFT <= {req.slo.ttft_ms} ms, {itl_text(req.slo)}, "
-        f"<= {req.max_cards:g} cards"
+        f"tokens, TPOT <= {req.slo.tpot_ms} ms, TTFT <= {req.slo.ttft_ms} ms, {itl_text(req.slo)}, {budget}"
     )
-    console.print(ranked_table(outcome.plans, outcome.hw, title))
+
+
+def engine_lines(outcome: SearchOutcome) -> list[str]:
+    """Under the table: which engines were searched, their releases, and (auto) the best plan no
+    engine runs yet, priced against rank 1."""
+    from planner.engines.profiles import ENGINES, load_profile
+    from planner.ranking.rows import headline
+
+    mode = outcome.engine_mode
+    releases = ", ".join(load_profile(e).label for e in ENGINES)
+    if mode == AUTO:
+        out = [f"runs on: the engines that run each plan, of {releases} (docs/engines.md; --engine none: every plan)"]
+        for engine, why in outcome.engine_failures.items():
+            out.append(f"{engine}: no feasible plan it runs ({why.rstrip('.')}).")
+        beyond = outcome.beyond
+        if beyond is not None and outcome.plans:
+            top, value = headline(outcome.plans[0]), headline(beyond)
+            what = "; ".join(f"{e}: {problems[0].split(':')[0]}" for e, problems in outcome.beyond_problems.items())
+            out.append(
+                f"beyond the engines: the best plan no engine runs yet gives {value:.1f} tok/s/card "
+                f"({(value - top) / top:+.1%} against rank 1) and needs what they lack ({what}); "
+                "--engine none lists it."
+            )
+        return out
+    if mode == NONE:
+        return [f"--engine none: every plan, whether an engine runs it or not ({releases})"]
+    return [f"--engine {mode}: only plans {load_profile(mode).label} runs"]
+
+
+def print_outcome(outcome: SearchOutcome, show_variants: bool = False, explain_space: bool = False) -> None:
+    """The ranked table, the status line, and the best plan in detail."""
+    req = outcome.request
+    from planner.ranking.rows import ORDER_RULE, ORDER_RULE_RATE
+
+    runs_on = outcome.runs_on if outcome.engine_mode == AUTO else None
+    shown = outcome.variants if show_variants else None
+    console.print(ranked_table(outcome.plans, outcome.hw, title_of(outcome), runs_on, shown))
+    console.print(ORDER_RULE_RATE if req.rate_per_s is not None else ORDER_RULE)
+    folded = sum(len(v) for v in outcome.variants)
+    if folded and not show_variants:
+        console.print(
+            f"{folded} variant{'s' if folded != 1 else ''} folded under the rows above (--variants lists them)."
+        )
+    for line in engine_lines(outcome):
+        console.print(line)
     if outcome.exhausted:
         console.print(
             f"--top {req.top}: only {len(outcome.plans)} distinct deployment{'s' if len(outcome.plans) != 1 else ''} "
             "fit the budget and SLOs (any other is beaten in every cost by one of these)."
         )
     if outcome.alternatives:
-        console.print(alternatives_table(outcome.alternatives, outcome.plans[0], outcome.hw))
+        by_cards = req.rate_per_s is not None
+        console.print(alternatives_table(outcome.alternatives, outcome.plans[0], outcome.hw, by_cards))
     console.print(verdict_line(outcome))
     if explain_space:
         console.print(space_table(outcome.space))
     else:
         console.print(space_line(outcome.space))
+    if outcome.proven_first is not None:
+        from planner.ranking.rows import headline
+
+        console.print(
+            f"rank 1 is within 0.5% of the search's best plan ({headline(outcome.proven_first):.1f} tok/s/card) and "
+            "comes first by the near-tie order above."
+        )
     if outcome.request.pessimistic_factors:
         console.print(
             "--robust: searched with every factor at the slow end of its range (the SLOs hold there; 'why' below "
@@ -409,18 +600,19 @@ def print_outcome(outcome: SearchOutcome, explain_space: bool = False) -> None:
         console.print(band)
 
 
-def simulated_checks(outcome: SearchOutcome, engine: str | None) -> tuple[SearchOutcome, tuple[list, list[str]]]:
+def simulated_checks(outcome: SearchOutcome, mode: str) -> tuple[SearchOutcome, tuple[list, list[str]]]:
     """`--simulate`: the ranked plans checked by simulation; with `--rate`, sized until one meets the SLOs at
-    the simulated percentile (planner.ranking.simulated). Returns the outcome kept, its checks and lines."""
+    the simulated percentile (planner.ranking.simulated). Returns the outcome kept, its checks and lines.
+    `mode`: --engine as resolved (auto and none simulate with the default engine's routing)."""
     from planner.ranking.simulated import check_plans, size_for_rate
     from planner.simulate.routing import engine_routing
 
     req = outcome.request
-    routing = engine_routing(engine)
+    routing = engine_routing(None if mode in (AUTO, NONE) else mode)
     pct = req.workload.slo_percentile
     if req.rate_per_s is None:
         return outcome, (check_plans(outcome.plans, None, pct, routing, req.imbalance), [])
-    sized = size_for_rate(req, lambda r: add_bands(search_with_progress(r)), pct, routing, first=outcome)
+    sized = size_for_rate(req, lambda r: ranked_outcome(r, mode), pct, routing, first=outcome)
     lines = []
     if len(sized.attempts) > 1:
         tried = ", ".join(f"{r:.4g} ({'met' if ok else 'missed'})" for r, ok in sized.attempts)
@@ -487,8 +679,23 @@ def plan(
     force: ForceOpt = False,
     engine: Annotated[
         str | None,
-        typer.Option("--engine", help="Only plans this engine can run: vllm-ascend, sglang or mindie."),
+        typer.Option(
+            "--engine",
+            metavar="ENGINE",
+            help="auto (the default): plans at least one serving engine runs, each row naming them; none: the free "
+            "search (what no engine runs yet included); or only what vllm-ascend, sglang or mindie runs. With --emit "
+            "E and no --engine, plans for E.",
+            show_default=False,
+        ),
     ] = None,
+    variants: Annotated[
+        bool,
+        typer.Option(
+            "--variants",
+            help="Also list each row's variants (the same deployment with another dense FFN or LM head layout, "
+            "figures within 0.1%).",
+        ),
+    ] = False,
     loads: LoadsOpt = None,
     skew_sigma: SkewSigmaOpt = None,
     max_redundant_experts: MaxRedundantOpt = None,
@@ -548,6 +755,11 @@ def plan(
         check_new_folders(emits, force)
         check_outputs({"--json": json_out, "--html": html})
         check_output("--html", html, stdout_ok=False)
+        mode = engine_mode(engine, emits, prefill_hardware is not None or decode_hardware is not None)
+        cards = max_cards
+        source = ctx.get_parameter_source("max_cards")
+        if rate is not None and (source is None or source.name == "DEFAULT"):
+            cards = rate_card_cap(hardware)  # a target rate is served with the fewest cards: 48 would cap it
         request = build_request(
             model=model,
             hardware=hardware,
@@ -557,7 +769,7 @@ def plan(
             mtp_acceptance=mtp_acceptance,
             tpot_ms=tpot_ms,
             ttft_ms=ttft_ms,
-            max_cards=max_cards,
+            max_cards=cards,
             phase=phase,
             decode_devices=decode_devices,
             prefill_devices=prefill_devices,
@@ -581,17 +793,17 @@ def plan(
             workload_file=workload_file,
             prefix_hit_rate=prefix_hit_rate,
             slo_percentile=slo_percentile,
-            engine=engine,
+            engine=None if mode in (AUTO, NONE) else mode,
             robust=robust,
             hbm_utilization=hbm_utilization,
             max_itl_ms=max_itl_ms,
             decode_microbatch=decode_microbatch,
         )
         try:
-            outcome = add_bands(search_with_progress(request))
+            outcome = ranked_outcome(request, mode)
             checks: tuple[list, list[str]] | None = None
             if simulate:
-                outcome, checks = simulated_checks(outcome, engine)
+                outcome, checks = simulated_checks(outcome, mode)
         except InfeasibleError as exc:
             if json_out is not None:  # scripts read the verdict from the JSON too
                 write_text_atomic(json_out, infeasible_document(str(exc)))
@@ -603,7 +815,7 @@ def plan(
             if "announced" in note:
                 err_console.print(f"[bold yellow]warning:[/] {note}", markup=True, highlight=False)
         if outcome.status == "INTERRUPTED":
-            print_outcome(outcome, explain_space)
+            print_outcome(outcome, variants, explain_space)
             err_console.print(
                 "interrupted: the plans above are the best found so far (not proven); no file was written."
             )
@@ -619,7 +831,15 @@ def plan(
                 )
             wrote = stage_emits(outputs, emits, outcome.plans[0], outcome.model, outcome.hw, loads, force)
         simulated = [c.as_dict() for c in checks[0]] if checks is not None else None
-        document = plans_document(outcome.plans, outcome.status, notes, simulated, outcome.space)
+        document = plans_document(
+            outcome.plans,
+            outcome.status,
+            notes,
+            simulated,
+            engine_fields(outcome),
+            variant_docs(outcome),
+            outcome.space,
+        )
         if json_out is not None:
             outputs.text(json_out, document)
         if html is not None:
@@ -629,7 +849,7 @@ def plan(
             err_console.print(line)
         if json_out is not None and str(json_out) == "-":
             return
-        print_outcome(outcome, explain_space)
+        print_outcome(outcome, variants, explain_space)
         if checks is not None:
             print_checks(*checks)
 

@@ -84,6 +84,19 @@ def _load_row_plan(ref: str, csv_dir: Path) -> tuple[Plan, Path | None]:
     return plan, plan_base_dir(ref)
 
 
+def _specs_on(plan: Plan, base: Path | None, hw: HardwareSpec) -> PlanSpecs:
+    """The plan's model and quantization on `hw` (the machine being fitted); BadInputError when the
+    plan runs on another device or does not fit `hw`'s rules."""
+    specs = load_plan_specs(plan, base)
+    if specs.hw.device_name != hw.device_name:
+        raise BadInputError(
+            f"the plan runs on '{specs.hw.name}' ({specs.hw.device_name}), not on {hw.device_name}; "
+            "calibrate one machine at a time"
+        )
+    check_plan(plan, specs.model, hw)
+    return PlanSpecs(specs.model, hw, specs.quant)
+
+
 def read_measurements(path: Path, hw: HardwareSpec) -> Measurements:
     """Read and check every row; all problems are raised together, one line per bad row."""
     try:
@@ -124,14 +137,7 @@ def read_measurements(path: Path, hw: HardwareSpec) -> Measurements:
         if ref not in cache:
             try:
                 plan, base = _load_row_plan(ref, csv_dir)
-                specs = load_plan_specs(plan, base)
-                if specs.hw.device_name != hw.device_name:
-                    raise BadInputError(
-                        f"the plan runs on '{specs.hw.name}' ({specs.hw.device_name}), not on {hw.device_name}; "
-                        "calibrate one machine at a time"
-                    )
-                check_plan(plan, specs.model, hw)
-                specs = PlanSpecs(specs.model, hw, specs.quant)
+                specs = _specs_on(plan, base, hw)
                 cache[ref] = (plan, specs, base, evaluate_plan(plan, base, specs=specs))
             except PlannerError as exc:
                 cache[ref] = str(exc).rstrip(".")
@@ -154,6 +160,102 @@ def read_measurements(path: Path, hw: HardwareSpec) -> Measurements:
     if not n:
         raise BadInputError(f"{path}: no measurement rows under the header; add rows 'plan,metric,value'.")
     return Measurements(path, observations)
+
+
+# a benchmark run measures the plan's own workload when its lengths and concurrency are the plan's
+BENCH_MATCH = 0.05
+
+
+def acceptance_from_tokens_per_step(tokens_per_step: float, mtp_tokens: int) -> float:
+    """The draft acceptance a with 1 + a + ... + a^k = tokens per step (the cost model's
+    `emitted_tokens_per_step`), solved by bisection on [0, 1]."""
+    from planner.costmodel.decode import emitted_tokens_per_step
+
+    low, high = 0.0, 1.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        if emitted_tokens_per_step(mtp_tokens, mid) < tokens_per_step:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
+
+
+def _bench_rows(plan: Plan, result: Any, where: str) -> tuple[Plan, list[tuple[str, float]], list[str]]:
+    """The plan as measured (a measured MTP acceptance replaces its own), its (metric, value) rows,
+    and the reasons the run does not measure the plan's workload."""
+    from planner.engines.plan_view import decode_slots, plan_view
+
+    w = plan.workload
+    problems = []
+    for name, measured, planned in (
+        ("prompt length", result.mean_input_tokens, w.input_tokens),
+        ("completion length", result.mean_output_tokens, w.output_tokens),
+        ("concurrency", result.max_concurrency, decode_slots(plan)),
+    ):
+        if measured is not None and abs(measured / planned - 1) > BENCH_MATCH:
+            problems.append(
+                f"{where}: the run's {name} is {measured:g}, the plan's {planned:g}; run the plan's bench/ command "
+                "(its workload) or give the plan that was measured"
+            )
+    view = plan_view(plan)
+    mtp = view.colocated.mtp_tokens if view.colocated is not None else (view.decode.mtp_tokens if view.decode else 0)
+    if mtp and result.tokens_per_step is not None and result.tokens_per_step > 1:
+        a = acceptance_from_tokens_per_step(result.tokens_per_step, mtp)
+        plan = plan.model_copy(update={"workload": w.model_copy(update={"mtp_acceptance": round(a, 4)})})
+    # TPOT: the decode steps at the plan's concurrency. TTFT only from a run at a request rate: in a
+    # closed loop every slot's prompt arrives at once and the TTFT is mostly queueing, which the
+    # static TTFT (a prefill batch at capacity) does not model
+    timed = result.request_rate_per_s is not None
+    rows = []
+    if view.colocated is not None:
+        rows = [("colocated.tpot_ms", result.mean_tpot_ms)]
+        rows += [("colocated.ttft_ms", result.mean_ttft_ms)] if timed else []
+    else:
+        if view.decode is not None:
+            rows.append(("decode.tpot_ms", result.mean_tpot_ms))
+        if view.prefill is not None and timed:
+            rows.append(("prefill.ttft_ms", result.mean_ttft_ms))
+    if not rows:
+        problems.append(
+            f"{where}: a prefill-only plan's TTFT needs a run at a request rate (--request-rate), not a closed loop"
+        )
+    return plan, rows, problems
+
+
+def read_bench(pairs: list[str], hw: HardwareSpec) -> Measurements:
+    """Measurements from benchmark result files, each paired with the plan it measured
+    (`PLAN=RESULT`: a plan file or `plan --json` export, and a client's result file). Every pair is
+    checked before anything is fitted; all problems are raised together."""
+    from planner.specs.bench_results import read_bench_result
+
+    errors: list[str] = []
+    observations: list[Observation] = []
+    for pair in pairs:
+        if "=" not in pair:
+            errors.append(f"--bench {pair!r}: give PLAN=RESULT (a plan file and the result file that measured it).")
+            continue
+        ref, result_path = (part.strip() for part in pair.split("=", 1))
+        where = f"--bench {ref}={result_path}"
+        try:
+            result = read_bench_result(Path(result_path))
+            plan, _ = load_plan(ref)
+            base = plan_base_dir(ref)
+            specs = _specs_on(plan, base, hw)
+        except PlannerError as exc:
+            errors.append(f"{where}: {str(exc).rstrip('.')}.")
+            continue
+        plan, rows, problems = _bench_rows(plan, result, where)
+        errors += problems
+        if problems:
+            continue
+        label = f"{Path(ref).name} ({result.client})"
+        for metric, value in rows:
+            observations.append(Observation(f"{label} {metric}", plan, specs, metric, value, 1.0, None, base))
+    if errors:
+        raise BadInputError("\n".join(errors))
+    name = Path(pairs[0].split("=", 1)[-1]).name if len(pairs) == 1 else f"{len(pairs)} benchmark runs"
+    return Measurements(Path(name), observations)
 
 
 @dataclass

@@ -50,3 +50,18 @@ def plan_view(plan: Plan) -> PlanView:
             ),
         )
     return PlanView(plan.decode, plan.prefill, None)
+
+
+def decode_slots(plan: Plan) -> int:
+    """Sequences the plan keeps in flight: every decode slot of every instance (a prefill-only plan:
+    the prompts of one forward per instance). The concurrency its benchmark runs at."""
+    view = plan_view(plan)
+    if view.colocated is not None:
+        c = view.colocated
+        return c.concurrency_per_device * c.phase.devices * c.phase.instances
+    if view.decode is not None:
+        d = view.decode
+        return d.concurrency_per_device * d.devices * d.instances
+    assert view.prefill is not None
+    p = view.prefill
+    return max(1, p.batch_tokens // plan.workload.input_tokens) * p.instances

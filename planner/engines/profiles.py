@@ -28,7 +28,15 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 ENGINES: tuple[str, ...] = ("vllm-ascend", "sglang", "mindie")
 _FILES = {"vllm-ascend": "vllm_ascend.yaml", "sglang": "sglang.yaml", "mindie": "mindie.yaml"}
 
-TpRule = Literal["attention_or_finegrained", "one_or_instance", "attention_or_instance", "local", "any"]
+TpRule = Literal[
+    "attention_or_finegrained",
+    "one_or_instance",
+    "attention_or_instance",
+    "local",
+    "mindie_lm_head",
+    "mindie_dense",
+    "any",
+]
 
 
 class FlagSpec(Strict):
@@ -72,6 +80,8 @@ class Capabilities(Strict):
     redundant_experts: bool
     quantization: dict[str, str | None]
     multi_node: bool
+    max_nodes_per_instance: int | None = Field(default=None, ge=1, description="most nodes one instance may span")
+    chunked_prefill: bool = Field(default=True, description="whether moeplan writes the engine's chunked prefill")
 
 
 class EngineProfile(Strict):
@@ -86,6 +96,12 @@ class EngineProfile(Strict):
     positionals: int = 0
     flags: dict[str, FlagSpec]
     env: list[str] | None = None
+    recommended_env: dict[str, dict[str, str]] | None = Field(
+        default=None, description="per role: the environment the release's own tutorials export on every node"
+    )
+    compilation_config: dict[str, dict[str, Any]] | None = Field(
+        default=None, description="per role: the --compilation-config the release's tutorials pass"
+    )
     router: CommandSpec
     config_keys: dict[str, Any]
     capabilities: Capabilities
@@ -134,6 +150,16 @@ def _tp_ok(rule: TpRule, tp: int, att: AttentionLayout, devices: int, devices_pe
         return tp in (att.tp, devices)
     if rule == "local":
         return tp <= min(devices, devices_per_node) and devices % tp == 0
+    if rule == "mindie_lm_head":
+        # atb_llm Mapping: the attention's layout (DP_PARTITION_UP_ENABLE), the whole instance (its default),
+        # or lm_head_local_tp in [2, 16] within a node and only beside attention TP 1 (mapping.py:442-456)
+        local = att.tp == 1 and 1 < tp <= min(16, devices_per_node) and devices % tp == 0
+        return tp in (att.tp, devices) or local
+    if rule == "mindie_dense":
+        # atb_llm Mapping: the attention TP (its default), or dense_mlp_local_tp > 1 within a node (or the
+        # whole instance), dividing it, and above an attention TP > 1 (mapping.py:460-479)
+        local = tp > 1 and (tp <= devices_per_node or tp == devices) and devices % tp == 0
+        return tp == att.tp or (local and (att.tp == 1 or tp > att.tp))
     return False
 
 
@@ -291,6 +317,11 @@ def phase_problems(
         )
     if phase.devices > node and not cap.multi_node:
         out.append(f"{field}devices: {profile.label} cannot span nodes; {fix}.")
+    if cap.max_nodes_per_instance is not None and phase.devices > node * cap.max_nodes_per_instance:
+        out.append(
+            f"{field}devices: an instance of {phase.devices} devices spans more than {profile.label}'s "
+            f"{cap.max_nodes_per_instance} nodes; {fix}."
+        )
     if phase.devices > node and (phase.devices % node or node % att.tp):
         out.append(
             f"{field}devices: an instance of {phase.devices} devices over {node}-device nodes needs whole nodes and an "
@@ -317,6 +348,12 @@ def plan_problems(plan: Plan, hw: HardwareSpec, engine: str, experts: int | None
             out.append(f"colocated: {profile.label} cannot run prefill and decode on the same instances.")
         c = view.colocated
         out += phase_problems(profile, hw, "colocated.", c.phase, experts, has_dense, c.micro_batches, c.mtp_tokens)
+        if c.chunk_tokens is not None and not cap.chunked_prefill:
+            out.append(
+                f"colocated.chunk_tokens: chunked prefill ({c.chunk_tokens}-token chunks riding along decode steps) is "
+                f"not written for {profile.label} by moeplan (its SplitFuse plugin and Mix template are not "
+                "modelled); re-plan with whole-prompt prefill or export for another engine."
+            )
         if plan.colocated is not None:
             mb = plan.colocated.decode_micro_batches
             out += _decode_micro_problems(profile, "colocated.decode_micro_batches", mb, plan.colocated.moe)

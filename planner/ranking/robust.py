@@ -131,38 +131,51 @@ class LeadVerdict:
     ranked_pessimistic: bool = False  # the plans were ranked at the slow end of the band (--robust)
 
     def lines(self) -> list[str]:
-        """What `moeplan plan` prints under the ranked table."""
+        """What `moeplan plan` prints under the ranked table: a lead that rounds to zero is a tie, and
+        a gap is always written as a positive figure for the plan that is ahead."""
         out = []
+        tied = round(self.lead, 1) == 0
         if not self.ranged:
+            head = (
+                "rank 1 and rank 2 are tied (0.0 tok/s/card); the tie"
+                if tied
+                else f"rank 1's lead over rank 2 ({self.lead:+.1f} tok/s/card, {self.lead_fraction:+.1%})"
+            )
             out.append(
-                f"rank 1's lead over rank 2 ({self.lead:+.1f} tok/s/card, {self.lead_fraction:+.1%}) is not tested "
-                "against factor ranges: no range in the machine file moves either plan's figures, so they carry "
-                "no uncertainty band."
+                f"{head} is not tested against factor ranges: no range in the machine file moves either plan's "
+                "figures, so they carry no uncertainty band."
             )
             return out
-        if self.lead < 0:
+        if self.lead < 0 or tied:
             why = (
                 "rank 1 leads at the pessimistic end of the band (--robust ranks by it)."
                 if self.ranked_pessimistic
                 else "the search ranks by its integer cost tables (every time rounded up to whole microseconds), "
                 "so plans this close are a tie."
             )
-            out.append(
-                f"at the predicted factors rank 2 is ahead of rank 1 ({-self.lead:.1f} tok/s/card, "
-                f"{-self.lead_fraction:.2%}): {why}"
+            where = (
+                "at the predicted factors rank 1 and rank 2 are tied (0.0 tok/s/card)"
+                if tied
+                else f"at the predicted factors rank 2 is ahead of rank 1 by {-self.lead:.1f} tok/s/card "
+                f"({-self.lead_fraction:.2%})"
             )
+            out.append(f"{where}: {why}")
             return out
+        lead = f"rank 1's lead over rank 2 ({self.lead:+.1f} tok/s/card, {self.lead_fraction:+.1%})"
         if self.inside_band:
+            worst = (
+                "the two are tied"
+                if round(self.worst_lead, 1) == 0
+                else f"rank 2 is ahead by {-self.worst_lead:.1f} tok/s/card"
+            )
             out.append(
-                f"rank 1's lead over rank 2 ({self.lead:+.1f} tok/s/card, {self.lead_fraction:+.1%}) is inside the "
-                f"uncertainty band: with {self.worst_scenario} (same factors for both plans) rank 2 is level or ahead "
-                f"({self.worst_lead:+.1f} tok/s/card)."
+                f"{lead} is inside the uncertainty band: with {self.worst_scenario} (same factors for both plans) "
+                f"{worst}."
             )
         else:
             out.append(
-                f"rank 1's lead over rank 2 ({self.lead:+.1f} tok/s/card, {self.lead_fraction:+.1%}) holds at "
-                "every end "
-                f"of the factor ranges (smallest: {self.worst_lead:+.1f} with {self.worst_scenario})."
+                f"{lead} holds at every end of the factor ranges (smallest: {self.worst_lead:+.1f} with "
+                f"{self.worst_scenario})."
             )
         if self.dominant_term is not None:
             if self.dominant_term == EXPERT_BALANCE:

@@ -59,8 +59,16 @@ def compact_layouts(phase: PhasePlan) -> str:
     return "|".join(parts)
 
 
-def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
-    """One row per plan: cards, P:D, layouts, concurrency, TPOT, TTFT, tokens/s per card, headroom."""
+def ranked_table(
+    plans: list[Plan],
+    hw: HardwareSpec,
+    title: str,
+    runs_on: list[dict[str, list[str]]] | None = None,
+    variants: list[list[Plan]] | None = None,
+) -> Table:
+    """One row per plan: cards, P:D, layouts, concurrency, TPOT, TTFT, tokens/s per card, headroom;
+    with `runs_on` (per plan: engine -> what it cannot run), the engines that run it; with
+    `variants`, each plan's variants on rows of their own under it."""
     caption = (
         "P:D cards: prefill : decode instances x cards per instance; layouts: attention|dense FFN|experts|LM "
         "head over the instance's devices (dies); B: sequences per device (die); K: thousand "
@@ -87,6 +95,8 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
         caption += "\n(low-high) under TPOT and tok/s/card: the band, every factor at the slow / fast end of its range"
         table.caption = caption
     table.add_column("HBM free GiB", justify="right")
+    if runs_on:
+        table.add_column("runs on")
     utilizations = sorted({p.hbm_utilization for p in plans})
     caption += (
         "\nHBM free: per device, of the device's whole HBM; plans fill at most "
@@ -100,39 +110,53 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
             "--robust, the slow end of the band): a row may show a hair more tok/s/card than the one above it"
         )
     table.caption = caption
-    for plan in plans:
-        d, p = plan.decode_phase, plan.prefill_phase
-        pd = pd_cards(plan, hw)
-        dec = "-"
-        if d is not None:
-            dec = f"{compact_layouts(d)} B{d.concurrency_per_device} MTP{d.mtp_tokens}"
-            dec += f" mb{d.micro_batches}" if d.micro_batches > 1 else ""
-        pre = "-"
-        if p is not None:
-            pre = "(same instances) " if plan.is_colocated else f"{compact_layouts(p)} "
-            chunk = plan.colocated.chunk_tokens if plan.colocated is not None else None
-            if chunk is not None:
-                pre += f"chunk {chunk / 1024:g}K/step"
-            else:
-                pre += f"{p.batch_tokens // 1024}K mb{p.micro_batches}"
-        tpot = _p(plan, "colocated", "tpot_ms") if plan.is_colocated else _p(plan, "decode", "tpot_ms")
-        ttft = _p(plan, "colocated", "ttft_ms") if plan.is_colocated else _p(plan, "prefill", "ttft_ms")
-        sources = ("colocated",) if plan.is_colocated else ("decode", "prefill")
-        heads = [x for x in (_p(plan, src, "hbm_free_bytes") for src in sources) if x is not None]
-        itl = _p(plan, "colocated", "longest_decode_pause_ms") if plan.is_colocated else _p(plan, "decode", "step_ms")
-        table.add_row(
-            str(plan.rank or ""),
-            f"{cards_of(plan, hw):g}",
-            pd,
-            dec,
-            pre,
-            (f"{tpot:.1f}" if tpot is not None else "-") + (f"\n({tpot_band_cell(plan)})" if banded else ""),
-            f"{ttft:.0f}" if ttft is not None else "-",
-            f"{itl:.0f}" if itl is not None else "-",
-            f"{headline(plan):.1f}" + (f"\n({band_cell(plan)})" if banded else ""),
-            f"{min(heads) / GIB:.1f}" if heads else "-",
-        )
+    for i, plan in enumerate(plans):
+        cells = _row_cells(plan, hw, banded)
+        if runs_on:
+            cells.append(", ".join(e for e, problems in runs_on[i].items() if not problems) or "none")
+        table.add_row(*cells)
+        for variant in variants[i] if variants else []:
+            more = _row_cells(variant, hw, banded)
+            more[0] = "variant"
+            if runs_on:
+                more.append("")
+            table.add_row(*more, style="dim")
     return table
+
+
+def _row_cells(plan: Plan, hw: HardwareSpec, banded: bool) -> list[str]:
+    """One row of the ranked table (without the engines column)."""
+    d, p = plan.decode_phase, plan.prefill_phase
+    pd = pd_cards(plan, hw)
+    dec = "-"
+    if d is not None:
+        dec = f"{compact_layouts(d)} B{d.concurrency_per_device} MTP{d.mtp_tokens}"
+        dec += f" mb{d.micro_batches}" if d.micro_batches > 1 else ""
+    pre = "-"
+    if p is not None:
+        pre = "(same instances) " if plan.is_colocated else f"{compact_layouts(p)} "
+        chunk = plan.colocated.chunk_tokens if plan.colocated is not None else None
+        if chunk is not None:
+            pre += f"chunk {chunk / 1024:g}K/step"
+        else:
+            pre += f"{p.batch_tokens // 1024}K mb{p.micro_batches}"
+    tpot = _p(plan, "colocated", "tpot_ms") if plan.is_colocated else _p(plan, "decode", "tpot_ms")
+    ttft = _p(plan, "colocated", "ttft_ms") if plan.is_colocated else _p(plan, "prefill", "ttft_ms")
+    sources = ("colocated",) if plan.is_colocated else ("decode", "prefill")
+    heads = [x for x in (_p(plan, src, "hbm_free_bytes") for src in sources) if x is not None]
+    itl = _p(plan, "colocated", "longest_decode_pause_ms") if plan.is_colocated else _p(plan, "decode", "step_ms")
+    return [
+        str(plan.rank or ""),
+        f"{cards_of(plan, hw):g}",
+        pd,
+        dec,
+        pre,
+        (f"{tpot:.1f}" if tpot is not None else "-") + (f"\n({tpot_band_cell(plan)})" if banded else ""),
+        f"{ttft:.0f}" if ttft is not None else "-",
+        f"{itl:.0f}" if itl is not None else "-",
+        f"{headline(plan):.1f}" + (f"\n({band_cell(plan)})" if banded else ""),
+        f"{min(heads) / GIB:.1f}" if heads else "-",
+    ]
 
 
 def plans_document(
@@ -140,6 +164,8 @@ def plans_document(
     status: str,
     notes: list[str] | None = None,
     simulated: list[dict[str, Any]] | None = None,
+    engines: list[dict[str, Any]] | None = None,
+    variants: list[list[Plan]] | None = None,
     space: list[Any] | None = None,
 ) -> str:
     """The JSON export: {"status": ..., ["space": [...]], ["notes": [...]], "plans": [...],
@@ -149,13 +175,23 @@ def plans_document(
     restrictions: key, what each keeps out, how to lift it). `notes` (announced hardware: figures
     are vendor claims; mixed hardware; workload percentiles) appear only when there are any;
     `simulated` (`plan --simulate`: each plan's simulated percentiles and verdict, by rank) only
-    when asked for."""
+    when asked for. `engines`: per plan, `runs_on` (engine names) and `cannot_run` ({engine: the
+    first field it lacks}), merged into the plan's object; `variants`: per plan, the plans folded
+    under it (same deployment, another dense FFN / LM head layout)."""
     doc: dict[str, Any] = {"status": status}
     if space:
         doc["space"] = [{"limit": r.key, "keeps_out": r.keeps_out, "lift": r.lift} for r in space]
     if notes:
         doc["notes"] = notes
-    doc["plans"] = [p.model_dump(mode="json", exclude_none=True) for p in plans]
+    out = []
+    for i, p in enumerate(plans):
+        item = p.model_dump(mode="json", exclude_none=True)
+        if engines is not None:
+            item.update(engines[i])
+        if variants is not None and variants[i]:
+            item["variants"] = [v.model_dump(mode="json", exclude_none=True, exclude={"rank"}) for v in variants[i]]
+        out.append(item)
+    doc["plans"] = out
     if simulated is not None:
         doc["simulated"] = simulated
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
@@ -205,11 +241,17 @@ def space_table(space: list[Any]) -> Table:
     return table
 
 
-def alternatives_table(alternatives: list[Any], best: Plan, hw: HardwareSpec) -> Table:
-    """The best plan of each other structure (label, plan, rank) and its price against rank 1."""
+def alternatives_table(alternatives: list[Any], best: Plan, hw: HardwareSpec, by_cards: bool = False) -> Table:
+    """The best plan of each other structure (label, plan, rank) and its price against rank 1: in
+    tokens/s per card, or with a target rate (`by_cards`) in cards."""
     table = Table(
         title="Best plan of each other structure (same budget and SLOs)",
-        caption="price: tokens/s per card against rank 1; 'rank N' when it is in the list above",
+        caption=(
+            "price: cards against rank 1 (a target rate: fewest cards first)"
+            if by_cards
+            else "price: tokens/s per card against rank 1"
+        )
+        + "; 'rank N' when it is in the list above",
     )
     for name, justify in (("structure", "left"), ("cards", "right"), ("P:D", "left"), ("decode", "left")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
@@ -224,7 +266,11 @@ def alternatives_table(alternatives: list[Any], best: Plan, hw: HardwareSpec) ->
         d = plan.decode_phase
         dec = f"{compact_layouts(d)} B{d.concurrency_per_device} MTP{d.mtp_tokens}" if d is not None else "-"
         value = headline(plan)
-        price = f"{(value - top) / top * 100:+.1f}%" if top > 0 else "-"
+        if by_cards:
+            extra = cards_of(plan, hw) - cards_of(best, hw)
+            price = f"{extra:+g} cards" if extra else "same cards"
+        else:
+            price = f"{(value - top) / top * 100:+.1f}%" if top > 0 else "-"
         if alt.rank is not None:
             price += f" (rank {alt.rank})"
         table.add_row(alt.label, f"{cards_of(plan, hw):g}", pd_cards(plan, hw), dec, f"{value:.1f}", price)

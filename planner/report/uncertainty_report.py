@@ -17,8 +17,18 @@ FIGURE_LABELS = {
 }
 
 
-def band_rows(prediction: Prediction) -> list[tuple[str, str, BandFigure, str]]:
-    """(block, figure label, band, spread text) of every banded figure that means something."""
+def slow_fast(name: str, band: BandFigure) -> tuple[float, float, str]:
+    """(the figure at the slow end, at the fast end, 'slow / fast' spread) of a band: a time
+    (`..._ms`) is largest at the slow end, a rate smallest."""
+    up, down = max(0.0, band.high / band.mid - 1), max(0.0, 1 - band.low / band.mid)
+    if name.endswith("_ms"):
+        return band.high, band.low, f"+{up:.1%} / -{down:.1%}"
+    return band.low, band.high, f"-{down:.1%} / +{up:.1%}"
+
+
+def band_rows(prediction: Prediction) -> list[tuple[str, str, float, float, float, str]]:
+    """(block, figure label, slow end, predicted, fast end, spread slow / fast) of every banded
+    figure that means something."""
     u = prediction.uncertainty
     if u is None:
         return []
@@ -30,19 +40,20 @@ def band_rows(prediction: Prediction) -> list[tuple[str, str, BandFigure, str]]:
         for name, b in figures.items():
             if block in alone and name not in alone[block]:
                 continue
-            spread = f"-{max(0.0, 1 - b.low / b.mid):.1%} / +{max(0.0, b.high / b.mid - 1):.1%}" if b.mid else "-"
-            rows.append((block, FIGURE_LABELS.get(name, name), b, spread))
+            slow, fast, spread = slow_fast(name, b) if b.mid else (b.low, b.high, "-")
+            rows.append((block, FIGURE_LABELS.get(name, name), slow, b.mid, fast, spread))
     return rows
 
 
 def uncertainty_table(prediction: Prediction) -> Table | None:
-    """Low / mid / high of every banded figure (None when the prediction carries no band)."""
+    """Slow end / predicted / fast end of every banded figure (None when the prediction carries no
+    band): a time is largest at the slow end, a rate smallest, so each column means one thing."""
     u = prediction.uncertainty
     if u is None or not u.bands:
         return None
     table = Table(title="Uncertainty: figures at the ends of the factor ranges", caption=u.method)
-    for col in ("block", "figure", "low", "mid", "high", "spread"):
+    for col in ("block", "figure", "slow end", "predicted", "fast end", "spread slow / fast"):
         table.add_column(col, justify="left" if col in ("block", "figure") else "right")
-    for block, label, b, spread in band_rows(prediction):
-        table.add_row(block, label, f"{b.low:.4g}", f"{b.mid:.4g}", f"{b.high:.4g}", spread)
+    for block, label, slow, mid, fast, spread in band_rows(prediction):
+        table.add_row(block, label, f"{slow:.4g}", f"{mid:.4g}", f"{fast:.4g}", spread)
     return table

@@ -72,6 +72,15 @@ class SearchOutcome:
     colocated: list[ColocatedCandidate] = field(default_factory=list)  # candidates `deployments` index
     exhausted: bool = False  # fewer than `top` distinct deployments exist (the list is all of them)
     alternatives: list[Alternative] = field(default_factory=list)  # best plan of each other structure
+    # --engine auto (planner.search.runnable): per plan, what each engine cannot run of it (empty: runs it);
+    # the free search's best plan when no engine runs it, with each engine's problems
+    runs_on: list[dict[str, list[str]]] = field(default_factory=list)
+    beyond: Plan | None = None
+    beyond_problems: dict[str, list[str]] = field(default_factory=dict)
+    engine_mode: str = "none"  # "auto", "none", or the engine searched
+    engine_failures: dict[str, str] = field(default_factory=dict)  # --engine auto: engines with no feasible plan
+    variants: list[list[Plan]] = field(default_factory=list)  # per plan: variants folded under it (ranking.rows)
+    proven_first: Plan | None = None  # the search's best plan, when the near-tie order put another first
     space: list[Restriction] = field(default_factory=list)  # the named limits the search ran under
 
 

@@ -83,7 +83,8 @@ def _resolve(kind: CatalogKind, name_or_path: str, what: str) -> Path:
     looks_like_path = path.suffix.lower() in suffixes or "/" in name_or_path or "\\" in name_or_path
     if looks_like_path:
         if not path.exists():
-            raise BadInputError(f"{what} file '{name_or_path}' does not exist.")
+            hint = did_you_mean(kind, name_or_path)
+            raise BadInputError(f"{what} file '{name_or_path}' does not exist" + (f": {hint}" if hint else "."))
         return path
     folder = catalog_dir(kind)
     for suffix in _SUFFIXES:
@@ -91,10 +92,57 @@ def _resolve(kind: CatalogKind, name_or_path: str, what: str) -> Path:
         if candidate.is_file():
             return candidate
     known = ", ".join(catalog_names(kind)) or "(none)"
+    hint = did_you_mean(kind, name_or_path)
     raise BadInputError(
-        f"unknown {what} '{name_or_path}'; known names: {known}. Or give a path to a "
-        f"{'YAML or config.json' if kind == 'models' else 'YAML'} file."
+        f"unknown {what} '{name_or_path}'"
+        + (f": {hint} Known" if hint else "; known")
+        + f" names: {known}. Or give a path to a {'YAML or config.json' if kind == 'models' else 'YAML'} file."
     )
+
+
+def _hub_ids() -> dict[str, str]:
+    """Hugging Face repository id (lower case) -> catalog model, from models/_sources.yaml."""
+    from planner.specs.files import load_yaml
+
+    path = catalog_dir("models") / "_sources.yaml"
+    if not path.is_file():
+        return {}
+    out = {}
+    for name, entry in (load_yaml(path.read_text(encoding="utf-8")) or {}).items():
+        source = str((entry or {}).get("source", ""))
+        if "huggingface.co/" in source:
+            repo = source.split("huggingface.co/", 1)[1].split()[0].strip("/")
+            out[repo.lower()] = name
+    return out
+
+
+def did_you_mean(kind: CatalogKind, given: str) -> str:
+    """'did you mean 'x'?' for a catalog name given in the wrong case, as a Hugging Face id, misspelt
+    by a little (difflib's close matches) or belonging to the other catalog; '' when nothing is close."""
+    import difflib
+
+    names = catalog_names(kind)
+    by_lower = {n.lower(): n for n in names}
+    text = given.strip()
+    if text.lower() in by_lower:
+        return f"did you mean '{by_lower[text.lower()]}' (catalog names are lower case)?"
+    if kind == "models" and "/" in text:
+        hub = _hub_ids().get(text.strip("/").lower())
+        tail = text.rstrip("/").rsplit("/", 1)[-1].lower()
+        match = hub or by_lower.get(tail)
+        if match:
+            return (
+                f"did you mean the catalog model '{match}'? (A Hugging Face id is not downloaded: give a catalog "
+                "name, or a local model folder or config.json.)"
+            )
+    close = difflib.get_close_matches(text.lower(), list(by_lower), n=1, cutoff=0.75)
+    if close:
+        return f"did you mean '{by_lower[close[0]]}'?"
+    other: CatalogKind | None = {"models": "hardware", "hardware": "models"}.get(kind)  # type: ignore[assignment]
+    if other is not None and text.lower() in {n.lower() for n in catalog_names(other)}:
+        flag = "--hardware" if other == "hardware" else "--model"
+        return f"'{text}' is a {'machine' if other == 'hardware' else 'model'}: did you mean {flag} {text.lower()}?"
+    return ""
 
 
 @lru_cache(maxsize=64)
@@ -111,8 +159,29 @@ def _load_model_path(path: Path) -> ModelSpec:
             fields = from_hf_config(data, path.stem if path.name != "config.json" else path.parent.name)
         except (ValueError, TypeError) as exc:
             raise BadInputError(f"model config '{path}' cannot be read: {exc}.") from None
-        return validate_model(ModelSpec, fields, str(path), "model config (translated)", None)
+        return _validate_hf(fields, path, data)
     return validate_model(ModelSpec, data, str(path), "model", text)
+
+
+def _validate_hf(fields: dict[str, Any], path: Path, data: dict[str, Any]) -> ModelSpec:
+    """The ModelSpec read from a config.json; a problem is named by the config.json key it came from."""
+    from pydantic import ValidationError
+
+    from planner.specs.files import _reason as error_reason  # (files.py is in the placement memo's code digest)
+    from planner.specs.hf_config import in_hf_names
+
+    try:
+        return ModelSpec.model_validate(fields)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors(include_url=False):
+            loc = ".".join(str(p) for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+            missing = "input" in err and err["input"] is None
+            key, reason = in_hf_names(loc, "missing from config.json" if missing else error_reason(err))
+            problems.append(f"{key or '(config.json)'}: {reason}")
+        kind = data.get("model_type") or (data.get("text_config") or {}).get("model_type")
+        how = "" if kind else " (no model_type: read by its fields alone)"
+        raise BadInputError(f"model config '{path}'{how}: " + "; ".join(problems) + ".") from None
 
 
 @lru_cache(maxsize=1)
@@ -137,6 +206,10 @@ def load_hardware(name_or_path: str) -> HardwareSpec:
 def load_model(name_or_path: str) -> ModelSpec:
     """The model called `name_or_path` in the catalog, or read from that YAML/config.json path."""
     return _load_model_path(_resolve("models", name_or_path, "model").resolve())
+
+
+# keys `plan --json` writes beside each plan's own fields: the engines that run it and its variants
+EXPORT_ONLY_KEYS = frozenset({"runs_on", "cannot_run", "variants"})
 
 
 def load_plan(path_or_name: str, rank: int | None = None) -> tuple[Plan, str]:
@@ -174,12 +247,16 @@ def load_plan(path_or_name: str, rank: int | None = None) -> tuple[Plan, str]:
         if not 0 <= index < len(plans):
             raise BadInputError(f"--rank {want}: plan '{path}' holds ranks 1 to {len(plans)}; pick one of them.")
         data, source, text_for_lines = plans[index], f"{path} (rank {want})", None
+        if isinstance(data, dict):  # what the export adds beside the plan (plan --json): not plan fields
+            data = {k: v for k, v in data.items() if k not in EXPORT_ONLY_KEYS}
     else:
         if rank not in (None, 1):
             raise BadInputError(
                 f"--rank {rank}: plan '{path}' holds a single plan; drop --rank or give a plan --json export."
             )
         source, text_for_lines = str(path), text
+        if any(k in data for k in EXPORT_ONLY_KEYS):  # one plan cut out of a plan --json export
+            data = {k: v for k, v in data.items() if k not in EXPORT_ONLY_KEYS}
     plan = validate_model(Plan, data, source, "plan", text_for_lines)
     try:
         _, notes = migrate_plan_document(data)

@@ -499,6 +499,44 @@ def from_hf_config(top: dict[str, Any], name: str) -> dict[str, Any]:
     }
 
 
+# ModelSpec fields (as `from_hf_config` fills them) -> the config.json keys they are read from, so a
+# config.json that does not validate is answered in its own field names
+HF_FIELD_NAMES = {
+    "hidden_size": "hidden_size",
+    "num_layers": "num_hidden_layers",
+    "num_dense_layers": "first_k_dense_replace",
+    "dense_intermediate_size": "intermediate_size",
+    "vocab_size": "vocab_size",
+    "tie_word_embeddings": "tie_word_embeddings",
+    "mtp_layers": "num_nextn_predict_layers",
+    "max_context_tokens": "max_position_embeddings",
+    "attention.num_heads": "num_attention_heads",
+    "attention.num_kv_heads": "num_key_value_heads",
+    "attention.head_dim": "head_dim",
+    "attention.q_lora_rank": "q_lora_rank",
+    "attention.kv_lora_rank": "kv_lora_rank",
+    "attention.qk_nope_head_dim": "qk_nope_head_dim",
+    "attention.qk_rope_head_dim": "qk_rope_head_dim",
+    "attention.v_head_dim": "v_head_dim",
+    "moe.routed_experts": "n_routed_experts",
+    "moe.experts_per_token": "num_experts_per_tok",
+    "moe.shared_experts": "n_shared_experts",
+    "moe.expert_intermediate_size": "moe_intermediate_size",
+    "moe.shared_expert_intermediate_size": "shared_expert_intermediate_size",
+    "moe.n_group": "n_group",
+    "moe.topk_group": "topk_group",
+}
+_BARE_NAMES = {path.rsplit(".", 1)[-1]: hf for path, hf in HF_FIELD_NAMES.items() if path.rsplit(".", 1)[-1] != hf}
+
+
+def in_hf_names(field: str, message: str) -> tuple[str, str]:
+    """A ModelSpec validation problem (field path, message) in config.json's field names."""
+    key = HF_FIELD_NAMES.get(field, field)
+    for ours, theirs in sorted(_BARE_NAMES.items(), key=lambda kv: -len(kv[0])):
+        message = re.sub(rf"\b{re.escape(ours)}\b", theirs, message)
+    return key, message
+
+
 def looks_like_hf_config(data: dict[str, Any]) -> bool:
     """True when a mapping is a HuggingFace config.json rather than a ModelSpec."""
     return "num_hidden_layers" in data or "architectures" in data or "model_type" in data

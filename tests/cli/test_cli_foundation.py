@@ -69,7 +69,7 @@ def test_evaluate_prints_breakdowns_and_slo():
 
 
 def test_evaluate_json_has_the_contract_fields():
-    r = run_cli("evaluate", "a2-d70", "--json")
+    r = run_cli("evaluate", "a2-d70", "--json", "-")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
     d = doc["predicted"]["decode"]
@@ -87,10 +87,10 @@ def test_evaluate_json_has_the_contract_fields():
 
 
 def test_evaluate_round_trip_of_its_own_output(tmp_path):
-    first = run_cli("evaluate", "a2-p", "--json")
+    first = run_cli("evaluate", "a2-p", "--json", "-")
     path = tmp_path / "scored.json"
     path.write_text(first.output)
-    second = run_cli("evaluate", str(path), "--json")
+    second = run_cli("evaluate", str(path), "--json", "-")
     assert second.exit_code == 0
     assert json.loads(second.output)["predicted"] == json.loads(first.output)["predicted"]
 
@@ -103,7 +103,7 @@ def test_system_block_for_a_plan_with_both_phases(tmp_path):
     d["prefill"] = p["prefill"]
     path = tmp_path / "both.yaml"
     path.write_text(yaml.safe_dump(d))
-    r = run_cli("evaluate", str(path), "--json")
+    r = run_cli("evaluate", str(path), "--json", "-")
     assert r.exit_code == 0, r.output
     s = json.loads(r.output)["predicted"]["system"]
     assert s["cards"] == 48

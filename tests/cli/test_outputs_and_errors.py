@@ -227,7 +227,7 @@ def test_usage_errors_are_one_line_naming_the_flag_and_the_fix(args, expect):
         (("hardware", "show"), "hardware show [OPTIONS] NAME"),
         (("models", "show"), "models show [OPTIONS] NAME"),
         (("evaluate",), "evaluate [OPTIONS] PLAN"),
-        (("calibrate",), "calibrate [OPTIONS] MEASUREMENTS"),
+        (("calibrate",), "calibrate [OPTIONS] [MEASUREMENTS]..."),
     ],
 )
 def test_help_names_arguments_and_options_without_type_labels(args, usage):
@@ -331,7 +331,7 @@ def test_evaluate_max_itl_ms_0_lifts_the_default_limit(tmp_path):
 
 
 def test_evaluate_json_carries_the_limit_it_judged(tmp_path):
-    r = run_cli("evaluate", str(_v1_colocated(tmp_path)), "--json")
+    r = run_cli("evaluate", str(_v1_colocated(tmp_path)), "--json", "-")
     assert r.exit_code == 0
     doc, _ = json.JSONDecoder().raw_decode(r.output[r.output.index("{") :])  # (the migration notes follow)
     assert doc["slo"]["max_itl_ms"] == 300

@@ -32,7 +32,7 @@ def test_each_model_plans_on_cm384(tmp_path, name):
     best = plans[0]
     best_path = tmp_path / "best.json"
     best_path.write_text(json.dumps(best))
-    r2 = run_cli("evaluate", str(best_path), "--json")
+    r2 = run_cli("evaluate", str(best_path), "--json", "-")
     assert r2.exit_code == 0, r2.output
 
 

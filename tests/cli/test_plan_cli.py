@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from planner.placement import read_expert_map
 from tests.conftest import PLANS, run_cli
 
@@ -25,7 +27,7 @@ def test_json_export_round_trips_through_evaluate(tmp_path):
         assert plan["rank"] == i + 1
         single = tmp_path / f"plan{i}.json"
         single.write_text(json.dumps(plan))
-        again = run_cli("evaluate", str(single), "--json")
+        again = run_cli("evaluate", str(single), "--json", "-")
         assert again.exit_code == 0, again.output
         assert json.loads(again.output)["predicted"] == plan["predicted"]
 
@@ -60,30 +62,33 @@ def test_emit_vllm_ascend_writes_launch_files_and_expert_maps(tmp_path):
 
 
 def test_emit_refuses_a_plan_the_engine_cannot_run_naming_the_field(tmp_path):
-    # the default winner is colocated with two prefill micro-batches, which vLLM-Ascend switches off
-    r = run_cli("plan", "--top", "1", "--emit", "vllm-ascend", str(tmp_path / "v"))
+    # the free search's winner uses what vLLM-Ascend switches off (decode micro-batches, hybrid attention)
+    r = run_cli("plan", "--top", "1", "--engine", "none", "--emit", "vllm-ascend", str(tmp_path / "v"))
     assert r.exit_code == 2
     assert "micro_batches" in r.output and "--engine vllm-ascend" in r.output
     assert not (tmp_path / "v").exists()
 
 
 def test_emit_all_writes_one_folder_per_engine_and_refuses_to_overwrite(tmp_path):
+    # a plan every engine runs: everything data-parallel, one micro-batch, no chunked prefill
+    flat = {"dp": 32, "tp": 1}
+    plan = {
+        "schema_version": 2, "model": "deepseek-v3", "hardware": "a2", "quantization": "a8w8c16",
+        "workload": {"input_tokens": 2048, "output_tokens": 2048, "mtp_acceptance": 0.7},
+        "colocated": {
+            "devices": 32, "instances": 1, "attention": flat, "dense_ffn": flat, "lm_head": flat,
+            "moe": {"ep": 32, "slots_per_device": 9, "comm": "alltoall"}, "concurrency_per_device": 16,
+            "mtp_tokens": 1, "prefill_batch_tokens": 16384,
+        },
+    }  # fmt: skip
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
     out = tmp_path / "all"
-    r = run_cli("plan", "--top", "1", "--engine", "mindie", "--emit", "all", str(out), "--no-colocated")
-    # mindie's plan may not run on the other engines: then nothing is written and the field is named
-    if r.exit_code == 2:
-        assert "cannot run this plan" in r.output and not out.exists()
-        # MindIE runs one decode micro-batch: the SGLang plan must not use two
-        r = run_cli(
-            "plan", "--top", "1", "--engine", "sglang", "--no-decode-microbatch", "--emit", "sglang,mindie", str(out)
-        )  # fmt: skip
-        assert r.exit_code == 0, r.output
-        assert sorted(p.name for p in out.iterdir()) == ["mindie", "sglang"]
-    else:
-        assert sorted(p.name for p in out.iterdir()) == ["mindie", "sglang", "vllm-ascend"]
-    again = run_cli(
-        "plan", "--top", "1", "--engine", "sglang", "--no-decode-microbatch", "--emit", "sglang,mindie", str(out)
-    )  # fmt: skip
+    r = run_cli("evaluate", str(path), "--emit", "all", str(out))
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in out.iterdir()) == ["mindie", "sglang", "vllm-ascend"]
+    assert all((out / e / "bench" / "README.md").is_file() for e in ("mindie", "sglang", "vllm-ascend"))
+    again = run_cli("evaluate", str(path), "--emit", "sglang,mindie", str(out))
     assert again.exit_code == 2 and "--force" in again.output
 
 
@@ -92,7 +97,9 @@ def test_evaluate_emits_a_written_plan_and_names_what_an_engine_lacks(tmp_path):
     assert r.exit_code == 2 and "decode.shared_expert" in r.output
     r = run_cli("evaluate", "cm-d", "--emit", "mindie", str(tmp_path / "m"))
     assert r.exit_code == 0, r.output
-    assert "engines that run this plan:" in r.output and "mindie 2.3.0: yes" in " ".join(r.output.split())
+    assert "engines that run this plan:" in r.output and "mindie 3.0.0.beta.1+8b4871ad: yes" in " ".join(
+        r.output.split()
+    )
     doc = json.loads((tmp_path / "m" / "launch.json").read_text())
     assert sum(len(p["devices"]) for p in doc["processes"]) == 288
 
@@ -148,3 +155,65 @@ def test_emit_of_a_colocated_plan_writes_one_instance_kind(tmp_path):
     # the per-step budget holds the rank's decodes and its share of one prompt chunk
     chunk_share = -(-section["chunk_tokens"] // section["attention"]["dp"])
     assert tokens == seqs * (1 + section["mtp_tokens"]) + chunk_share
+
+
+@pytest.fixture(scope="module")
+def default_plans(tmp_path_factory):
+    """`moeplan plan --json F` with no other flag: the default, --engine auto, --top 5."""
+    folder = tmp_path_factory.mktemp("defaults")
+    out = folder / "plans.json"
+    r = run_cli("plan", "--json", str(out))
+    assert r.exit_code == 0, r.output
+    return r.output, json.loads(out.read_text())["plans"]
+
+
+def test_the_default_lists_five_distinct_deployments_each_run_by_an_engine(default_plans):
+    from planner.ranking.rows import is_variant
+    from planner.specs.plan import Plan
+
+    output, docs = default_plans
+    assert len(docs) == 5
+    plans = [Plan.model_validate({k: v for k, v in d.items() if k not in ("runs_on", "cannot_run", "variants")})
+             for d in docs]  # fmt: skip
+    for i, a in enumerate(plans):
+        for b in plans[i + 1 :]:
+            assert not is_variant(b, a) and a.model_dump(exclude={"rank"}) != b.model_dump(exclude={"rank"})
+    for d in docs:
+        assert d["runs_on"], d["rank"]  # every row runs on some engine
+        assert set(d["runs_on"]) | set(d["cannot_run"]) == {"vllm-ascend", "sglang", "mindie"}
+        assert all(":" in why for why in d["cannot_run"].values())  # the first field it lacks, named
+    text = " ".join(output.split())
+    assert "order: tokens/s per card; plans within 0.5% of each other by TTFT" in text
+    assert "runs on: the engines that run each plan" in text
+
+
+def test_the_default_rank_1_is_written_by_an_engine_that_runs_it(default_plans, tmp_path):
+    _, docs = default_plans
+    engine = docs[0]["runs_on"][0]
+    out = tmp_path / "deploy"
+    r = run_cli("plan", "--top", "1", "--emit", engine, str(out))  # --emit E without --engine plans for E
+    assert r.exit_code == 0, r.output
+    assert json.loads((out / "launch.json").read_text())["engine"] == engine
+    assert (out / "bench" / "README.md").is_file()
+
+
+def test_the_free_search_names_what_no_engine_runs(default_plans):
+    output, docs = default_plans
+    text = " ".join(output.split())
+    # the free search's best (decode micro-batches, the report's hybrid prefill) runs on no engine
+    if "beyond the engines" in text:
+        assert "against rank 1" in text and "--engine none lists it" in text
+    r = run_cli("plan", "--engine", "none", "--top", "1", "--json", "-")
+    assert r.exit_code == 0, r.output
+    free = json.loads(r.output)["plans"][0]
+    assert "runs_on" in free and "cannot_run" in free
+
+
+def test_rate_is_in_the_title_and_lifts_the_default_card_cap():
+    # (the free search: the title and the cap are the same under --engine auto, which searches four times)
+    r = run_cli("plan", "--rate", "20", "--top", "1", "--engine", "none")
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "20 requests/s with the fewest cards (<= 1024 cards)" in text
+    r = run_cli("plan", "--rate", "20", "--top", "1", "--max-cards", "48", "--engine", "none")
+    assert r.exit_code == 1  # an explicit cap applies: 48 cards do not serve 20 requests/s

@@ -46,7 +46,7 @@ def test_check_fails_the_plans_own_slo_and_hbm(tmp_path):
     assert r.exit_code == 1 and "TPOT" in r.output
     hbm = tmp_path / "hbm.yaml"
     hbm.write_text(plan.replace("concurrency_per_device: 72", "concurrency_per_device: 400"))
-    r = run_cli("evaluate", str(hbm), "--check", "--json")
+    r = run_cli("evaluate", str(hbm), "--check", "--json", "-")
     assert r.exit_code == 1 and "HBM" in r.output
     assert run_cli("evaluate", str(hbm)).exit_code == 0
 
@@ -104,10 +104,10 @@ def export(tmp_path_factory):
 def test_evaluate_reads_a_plan_export_by_rank(export):
     doc = json.loads(export.read_text())
     for rank in (1, 3):
-        r = run_cli("evaluate", str(export), "--rank", str(rank), "--json")
+        r = run_cli("evaluate", str(export), "--rank", str(rank), "--json", "-")
         assert r.exit_code == 0, r.output
         assert json.loads(r.output)["predicted"] == doc["plans"][rank - 1]["predicted"]
-    first = run_cli("evaluate", str(export), "--json")
+    first = run_cli("evaluate", str(export), "--json", "-")
     assert json.loads(first.output)["predicted"] == doc["plans"][0]["predicted"]
     bad = run_cli("evaluate", str(export), "--rank", "9")
     assert bad.exit_code == 2 and "--rank 9" in bad.output
@@ -286,7 +286,7 @@ def test_evaluate_shows_a_colocated_plan_once_with_its_own_figures(tmp_path):
     assert run_cli("plan", "--max-cards", "24", "--top", "1", "--json", str(base)).exit_code == 0
     doc = json.loads(base.read_text())
     assert doc["plans"][0].get("colocated"), "the a2 24-card plan is no longer colocated: pick another"
-    r = run_cli("evaluate", str(base), "--json")
+    r = run_cli("evaluate", str(base), "--json", "-")
     predicted = json.loads(r.output)["predicted"]
     hbm_gib = predicted["colocated"]["hbm_bytes_per_device"] / 1024**3
     text = run_cli("evaluate", str(base)).output

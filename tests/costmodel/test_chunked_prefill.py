@@ -96,7 +96,7 @@ def test_a_chunked_plan_file_evaluates_and_round_trips(tmp_path):
     assert r.exit_code == 0, r.output
     plan = json.loads(out.read_text())["plans"][0]
     assert plan["colocated"]["chunk_tokens"] == plan["colocated"]["prefill_batch_tokens"]
-    again = run_cli("evaluate", str(out), "--json")
+    again = run_cli("evaluate", str(out), "--json", "-")
     assert json.loads(again.output)["predicted"] == plan["predicted"]
     text = run_cli("evaluate", str(out)).output
     assert "inter-token latency P50 / P99" in text and "chunked" in text

@@ -114,7 +114,7 @@ def test_a_machine_with_a_known_miss_says_so_in_its_plans():
         for f, why in __import__("planner.specs.validation", fromlist=["all_figures"]).all_figures()
         if not why and f.row.hardware == machine and f.metric.startswith(phase) and f.compare == "static"
     )
-    r = run_cli("evaluate", plan, "--json")
+    r = run_cli("evaluate", plan, "--json", "-")
     assert r.exit_code == 0, r.output
     notes = json.loads(r.output)["predicted"]["notes"]
     assert any(n.startswith(f"known miss: on {machine}") and phase in n for n in notes)

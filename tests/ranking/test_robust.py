@@ -78,8 +78,10 @@ def test_a_lead_no_factor_range_moves_is_not_said_to_hold_at_the_ends():
 
 def test_a_lead_that_a_factor_end_reverses_is_reported_inside_the_band():
     plan, specs = _d70()
-    first = _variant(plan, concurrency_per_device=71, lm_head=ParallelLayout(dp=16, tp=2))
-    verdict = lead_verdict(first, plan, specs, None)
+    # one micro-batch with the LM head data-parallel against two micro-batches: ahead by 1.8 tok/s/card
+    # at the predicted factors, behind at an end of the ranges (under the refitted model)
+    first = _variant(plan, lm_head=ParallelLayout(dp=32, tp=1))
+    verdict = lead_verdict(first, _variant(plan, micro_batches=2), specs, None)
     assert verdict.lead > 0
     assert verdict.inside_band and verdict.worst_lead <= 0
     assert "inside the uncertainty band" in verdict.lines()[0]
@@ -166,3 +168,39 @@ def test_rank_2_ahead_at_the_predicted_factors_is_explained_by_how_the_list_was_
     assert "integer cost tables" in v.lines()[0] and "pessimistic" not in v.lines()[0]
     v.ranked_pessimistic = True
     assert "rank 1 leads at the pessimistic end of the band" in v.lines()[0]
+
+
+def test_a_lead_that_rounds_to_zero_is_a_tie_and_a_gap_is_never_a_negative_ahead():
+    from planner.ranking.robust import LeadVerdict
+
+    tie = LeadVerdict(0.04, 0.0001, -0.2, "efficiency.matmul at 0.869 (fast end)", True, None, 0.0, {})
+    assert tie.lines()[0].startswith("at the predicted factors rank 1 and rank 2 are tied (0.0 tok/s/card)")
+    behind = LeadVerdict(-3.2, -0.005, -3.2, "the predicted factors", True, None, 0.0, {})
+    assert "rank 2 is ahead of rank 1 by 3.2 tok/s/card" in behind.lines()[0]
+    inside = LeadVerdict(5.0, 0.01, -2.5, "efficiency.matmul at 0.869 (fast end)", True, None, 0.0, {})
+    assert "rank 2 is ahead by 2.5 tok/s/card" in inside.lines()[0]
+    level = LeadVerdict(5.0, 0.01, -0.01, "efficiency.matmul at 0.869 (fast end)", True, None, 0.0, {})
+    assert "the two are tied" in level.lines()[0]
+    for v in (tie, behind, inside, level):
+        assert not any("ahead (-" in line or "ahead by -" in line for line in v.lines())
+    untested = LeadVerdict(0.0, 0.0, 0.0, "the predicted factors", False, None, 0.0, {}, ranged=False)
+    assert untested.lines()[0].startswith("rank 1 and rank 2 are tied (0.0 tok/s/card); the tie is not tested")
+
+
+def test_the_band_table_names_its_columns_by_slow_and_fast_end():
+    from planner.costmodel.evaluate import load_plan_specs
+    from planner.costmodel.uncertainty import with_uncertainty
+    from planner.report.uncertainty_report import band_rows, uncertainty_table
+    from planner.specs.catalog import load_plan
+
+    plan, _ = load_plan("a2-d70")
+    s = load_plan_specs(plan, None)
+    pred = evaluate_plan(plan, specs=s)
+    pred = with_uncertainty(pred, prediction_uncertainty(plan, s, pred, None, None))
+    rows = {(block, label): (slow, mid, fast) for block, label, slow, mid, fast, _ in band_rows(pred)}
+    slow, mid, fast = rows[("decode", "TPOT ms")]
+    assert slow > mid > fast  # a time is largest at the slow end
+    slow, mid, fast = rows[("decode", "tokens/s per card")]
+    assert slow < mid < fast  # a rate smallest
+    table = uncertainty_table(pred)
+    assert [c.header for c in table.columns][2:5] == ["slow end", "predicted", "fast end"]

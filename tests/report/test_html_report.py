@@ -16,7 +16,7 @@ from planner.errors import BadInputError
 from planner.report.html.cluster import ROLES, cluster_drawing, instance_colour
 from planner.report.html.experts import HOT_RATIO, expert_drawing, expert_layer
 from planner.report.html.plans_table import grouped_rows, plan_sections
-from planner.specs.catalog import load_hardware, load_model, load_plan
+from planner.specs.catalog import EXPORT_ONLY_KEYS, load_hardware, load_model, load_plan
 from planner.specs.files import embedded_json
 from planner.specs.plan import Plan
 from tests.conftest import PLANS, run_cli
@@ -71,8 +71,8 @@ def test_the_page_embeds_the_plan_json_document(default_report):
 
 @pytest.mark.parametrize("rank", ["1", "2"])
 def test_evaluate_reads_the_plans_back_from_the_page(default_report, rank):
-    from_page = run_cli("evaluate", str(default_report.html), "--rank", rank, "--json")
-    from_json = run_cli("evaluate", str(default_report.json), "--rank", rank, "--json")
+    from_page = run_cli("evaluate", str(default_report.html), "--rank", rank, "--json", "-")
+    from_json = run_cli("evaluate", str(default_report.json), "--rank", rank, "--json", "-")
     assert from_page.exit_code == 0 and from_json.exit_code == 0, from_page.output
     assert json.loads(from_page.output) == json.loads(from_json.output)
     assert json.loads(from_page.output)["rank"] == int(rank)
@@ -94,14 +94,16 @@ def test_the_page_asks_the_network_for_nothing(default_report):
 
 def test_the_page_says_the_command_that_wrote_it(default_report):
     command = _parse(default_report.html).command
-    assert command == f"moeplan plan --json {default_report.json} --html {default_report.html}"
+    words = command.split()
+    assert words[:2] == ["moeplan", "plan"] and " ".join(words[2:]).count("--engine none") == 1
+    assert f"--json {default_report.json}" in command and f"--html {default_report.html}" in command
 
 
 def test_the_page_shows_every_layout_of_every_plan_in_full(default_report):
     text = default_report.html.read_text(encoding="utf-8")
     doc = json.loads(default_report.json.read_text())
     for p in doc["plans"]:
-        plan = Plan.model_validate(p)
+        plan = Plan.model_validate({k: v for k, v in p.items() if k not in EXPORT_ONLY_KEYS})
         for phase in (plan.decode_phase, plan.prefill_phase):  # a colocated plan's sections too
             assert phase is not None
             assert f"dense FFN: {phase.dense_layout.short()}" in text
@@ -203,7 +205,7 @@ def test_a_sweep_page_numbers_its_plans_by_point(tmp_path):
     assert r.exit_code == 0, r.output
     doc = _embedded(html)
     assert doc["status"] == "SWEEP" and [p["rank"] for p in doc["plans"]] == [2]  # 5 ms is infeasible
-    point = run_cli("evaluate", str(html), "--rank", "2", "--json")
+    point = run_cli("evaluate", str(html), "--rank", "2", "--json", "-")
     assert point.exit_code == 0 and json.loads(point.output)["slo"]["tpot_ms"] == 100
     missing = run_cli("evaluate", str(html), "--rank", "1")
     assert missing.exit_code == 2 and "numbered 2" in _one_line_error(missing.output)
@@ -225,7 +227,12 @@ def test_an_html_page_without_plans_is_refused_by_name(tmp_path):
 
 
 def _scored(doc: dict) -> list[Plan]:
-    return [Plan.model_validate(p) for p in doc["plans"]]
+    """The export's plans, each followed by its variants (as the page shows them)."""
+    out = []
+    for p in doc["plans"]:
+        out.append(Plan.model_validate({k: v for k, v in p.items() if k not in EXPORT_ONLY_KEYS}))
+        out += [Plan.model_validate({**v, "rank": p["rank"]}) for v in p.get("variants", [])]
+    return out
 
 
 def test_plans_that_differ_only_in_layouts_fold_under_the_first(default_report):

@@ -274,7 +274,8 @@ def check_mindie(plan: Plan, out: Path, doc: dict) -> None:
             m = json.loads(Path(ds["eplb"]["expert_map_file"]).read_text())
             assert m["layer_list"][0]["device_count"] == mc["moe_ep"]
             assert m["moe_layer_count"] == model.num_moe_layers
-        assert mc["dp"] * mc["tp"] == mc["moe_ep"] + ds.get("num_dangling_shared_experts", 0)
+        # atb_llm Mapping: dp x tp and moe_ep x moe_tp are both the world size (shared-expert dies are EP ranks)
+        assert mc["dp"] * mc["tp"] == mc["moe_ep"] * mc["moe_tp"]
 
 
 CHECKS = {"vllm-ascend": check_vllm, "sglang": check_sglang, "mindie": check_mindie}

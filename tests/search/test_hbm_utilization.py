@@ -52,7 +52,7 @@ def test_evaluate_of_an_exported_plan_reproduces_its_figures(tmp_path):
     assert plan["hbm_utilization"] == 0.85
     single = tmp_path / "one.json"
     single.write_text(json.dumps(plan))
-    again = run_cli("evaluate", str(single), "--json")
+    again = run_cli("evaluate", str(single), "--json", "-")
     assert again.exit_code == 0, again.output
     assert json.loads(again.output)["predicted"] == plan["predicted"]
 
@@ -73,7 +73,7 @@ def test_max_concurrency_shrinks_with_the_utilization():
 
 
 def test_evaluate_flag_overrides_the_plan_and_judges_fit():
-    tight = run_cli("evaluate", "a2-d70", "--hbm-utilization", "0.7", "--json")
+    tight = run_cli("evaluate", "a2-d70", "--hbm-utilization", "0.7", "--json", "-")
     assert tight.exit_code == 0
     pred = json.loads(tight.output)["predicted"]["decode"]
     assert pred["hbm_utilization"] == 0.7 and not pred["fits_hbm"]

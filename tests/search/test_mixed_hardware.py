@@ -26,7 +26,7 @@ def test_a2_to_cm384_plan_round_trips_through_json_and_evaluate(tmp_path):
         assert plan["decode"]["hardware"] == "cm384" and "hardware" not in plan["prefill"]
         single = tmp_path / "one.json"
         single.write_text(json.dumps(plan))
-        again = run_cli("evaluate", str(single), "--json")
+        again = run_cli("evaluate", str(single), "--json", "-")
         assert again.exit_code == 0, again.output
         assert json.loads(again.output)["predicted"] == plan["predicted"]
         # cards of each kind: a CM384 card is two dies, an A2 card one
@@ -37,7 +37,7 @@ def test_a2_to_cm384_plan_round_trips_through_json_and_evaluate(tmp_path):
         # YAML too
         y = tmp_path / "one.yaml"
         y.write_text(yaml.safe_dump(plan))
-        assert run_cli("evaluate", str(y), "--json").exit_code == 0
+        assert run_cli("evaluate", str(y), "--json", "-").exit_code == 0
 
 
 def test_each_phase_is_costed_on_its_own_machine():
@@ -71,7 +71,7 @@ def test_kv_transfer_bandwidth_adds_to_ttft(tmp_path):
     )
     path = tmp_path / "slow.json"
     path.write_text(slow.model_dump_json(exclude_none=True))
-    r = run_cli("evaluate", str(path), "--json")
+    r = run_cli("evaluate", str(path), "--json", "-")
     assert r.exit_code == 0, r.output
     ttft_slow = json.loads(r.output)["predicted"]["prefill"]["ttft_ms"]
     # DeepSeek-V3 KV: (512 + 64) x (61 layers + 1 MTP layer) x 2 bytes per token; 2048 prompt tokens,

@@ -148,3 +148,42 @@ def test_the_fast_yaml_loader_fails_as_the_pure_python_one_does(text):
         load_yaml(text)
     assert str(fast.value) == str(pure.value)
     assert type(fast.value) is type(pure.value)
+
+
+@pytest.mark.parametrize(
+    ("kind", "given", "hint"),
+    [
+        ("hardware", "A2", "did you mean 'a2' (catalog names are lower case)?"),
+        ("model", "DeepSeek-V3", "did you mean 'deepseek-v3' (catalog names are lower case)?"),
+        ("model", "deepseek-ai/DeepSeek-V3", "did you mean the catalog model 'deepseek-v3'?"),
+        ("model", "moonshotai/Kimi-K2-Instruct", "did you mean the catalog model 'kimi-k2'?"),
+        ("model", "deepseek-v33", "did you mean 'deepseek-v3'?"),
+        ("model", "A2", "'A2' is a machine: did you mean --hardware a2?"),
+        ("hardware", "kimi-k2", "'kimi-k2' is a model: did you mean --model kimi-k2?"),
+    ],
+)
+def test_a_near_miss_of_a_catalog_name_gets_a_did_you_mean(kind, given, hint):
+    from planner.specs.catalog import load_hardware, load_model
+
+    load = load_hardware if kind == "hardware" else load_model
+    with pytest.raises(BadInputError) as exc:
+        load(given)
+    assert hint in str(exc.value)
+
+
+def test_a_config_json_that_does_not_validate_is_answered_in_its_own_field_names(tmp_path):
+    from planner.specs.catalog import load_model
+
+    gqa = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "vocab_size": 32000,
+           "num_key_value_heads": 5, "intermediate_size": 11008}  # fmt: skip
+    (tmp_path / "a.json").write_text(json.dumps(gqa))
+    with pytest.raises(BadInputError) as exc:
+        load_model(str(tmp_path / "a.json"))
+    text = str(exc.value)
+    assert "(no model_type: read by its fields alone)" in text
+    assert "num_attention_heads to be a multiple of num_key_value_heads" in text and "num_kv_heads" not in text
+    moe = {**gqa, "num_key_value_heads": 8, "num_experts": 8, "num_experts_per_tok": 2}
+    del moe["intermediate_size"]
+    (tmp_path / "b.json").write_text(json.dumps(moe))
+    with pytest.raises(BadInputError, match="moe_intermediate_size: missing from config.json"):
+        load_model(str(tmp_path / "b.json"))

@@ -29,9 +29,9 @@ _CACHE_PREFIX = "fidelity-"
 class BandRow:
     block: str
     figure: str
-    low: str
+    slow: str  # the figure at the slow end of the band (a time its largest, a rate its smallest)
     mid: str
-    high: str
+    fast: str
     spread: str
 
 
@@ -51,10 +51,10 @@ def number(x: float) -> str:
 
 
 def bands(prediction: Prediction) -> tuple[list[BandRow], str]:
-    """Every banded figure of a prediction (low, mid, high, spread) and how the band was made."""
+    """Every banded figure of a prediction (slow end, predicted, fast end, spread) and how the band was made."""
     rows = [
-        BandRow(block, label, number(b.low), number(b.mid), number(b.high), spread)
-        for block, label, b, spread in band_rows(prediction)
+        BandRow(block, label, number(slow), number(mid), number(fast), spread)
+        for block, label, slow, mid, fast, spread in band_rows(prediction)
     ]
     method = prediction.uncertainty.method if prediction.uncertainty is not None else ""
     return rows, method

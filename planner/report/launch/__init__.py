@@ -54,13 +54,34 @@ def prepare(
     create_parent: bool = False,
 ) -> PreparedExport:
     """`engine`'s launch folder for `plan`, built in memory and not yet written (see PreparedExport)."""
+    from planner.report.launch.bench import bench_files
+
     key = engine_name(engine)
     build = _builder(key)
     plan_json = json.dumps(plan.model_dump(mode="json", exclude_none=True), indent=2) + "\n"
-    return prepare_export(out_dir, force, lambda final: build(plan, model, hw, final, loads), plan_json, create_parent)
+    prepared = prepare_export(
+        out_dir, force, lambda final: build(plan, model, hw, final, loads), plan_json, create_parent
+    )
+    bench = bench_files(plan)  # the benchmark commands with the plan's workload (bench/)
+    prepared.files.update(bench)
+    prepared.modes.update({rel: 0o755 for rel in bench if rel.endswith(".sh")})
+    return prepared
 
 
 __all__ = ["ENGINES", "PreparedExport", "emit", "prepare"]
+
+
+def engine_verdicts(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> dict:
+    """`runs_on` (the engines that run `plan`) and `cannot_run` (per other engine, the first field it
+    lacks, as its message says), for the JSON export."""
+    from planner.engines.profiles import engines_that_run
+
+    experts = model.moe.routed_experts if model.moe is not None else None
+    found = engines_that_run(plan, hw, experts, model.num_dense_layers > 0)
+    return {
+        "runs_on": [e for e, problems in found.items() if not problems],
+        "cannot_run": {e: problems[0] for e, problems in found.items() if problems},
+    }
 
 
 def engines_line(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> str:

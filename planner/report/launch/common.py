@@ -101,6 +101,7 @@ class Export:
     files: dict[str, str]
     processes: list[Process]
     readme: str
+    modes: dict[str, int] = field(default_factory=dict)  # file -> mode where the engine wants a narrower one
 
 
 def sections(view: PlanView) -> list[tuple[str, PhasePlan]]:
@@ -274,10 +275,13 @@ class PreparedExport:
     renames it into place (replacing an existing folder), `discard()` removes what `stage()` wrote.
     """
 
-    def __init__(self, final: Path, files: dict[str, str], create_parent: bool = False) -> None:
+    def __init__(
+        self, final: Path, files: dict[str, str], create_parent: bool = False, modes: dict[str, int] | None = None
+    ) -> None:
         self.final = final
         self.destination = final  # (named in a write error)
         self.files = files
+        self.modes = modes or {}
         self.create_parent = create_parent
         self._tmp: Path | None = None
 
@@ -294,6 +298,8 @@ class PreparedExport:
             path = self._tmp / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
+            if rel in self.modes:
+                os.chmod(path, self.modes[rel])
         os.chmod(self._tmp, 0o755)
 
     def commit(self) -> None:
@@ -353,8 +359,31 @@ def prepare_export(
     files = dict(export.files)
     files["plan.json"] = plan_json
     files["launch.json"] = launch_document(export, nodes)
-    files["README.md"] = export.readme
-    return PreparedExport(final, files, create_parent)
+    files["README.md"] = export.readme + BENCH_NOTE
+    check_conformance(export)
+    return PreparedExport(final, files, create_parent, export.modes)
+
+
+BENCH_NOTE = """
+## Benchmark and calibrate
+
+`bench/` holds the benchmark commands of vLLM, SGLang and AISBench with this plan's workload, and `bench/README.md`
+says how to run them against the entry point and hand the result back (`moeplan calibrate --bench`).
+"""
+
+
+def check_conformance(export: Export) -> None:
+    """Refuse to write an export the engine's own load-time rules would refuse (planner.engines.
+    conformance): such an export is moeplan's bug, named here instead of at the engine's start."""
+    from planner.engines.conformance import export_problems
+
+    processes = [p.doc() for p in export.processes]
+    problems = export_problems(export.engine.engine, export.files, processes, export.modes)
+    if problems:
+        raise RuntimeError(
+            f"moeplan's {export.engine.label} export breaks the engine's own rules (a moeplan bug; please report it): "
+            + " | ".join(problems)
+        )
 
 
 def readme_common(export_name: str, profile: EngineProfile, nodes: int, processes: list[Process]) -> str:

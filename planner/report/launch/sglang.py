@@ -40,6 +40,10 @@ from planner.specs.plan import PhasePlan, Plan
 
 ENGINE = "sglang"
 DIST_PORT_BASE = 5000
+MF_STORE_PORT = (
+    24666  # SGLang's own multi-node PD tests: tcp://<first prefill node>:24666 (test_npu_multi_node_utils.py)
+)
+PAGE_SIZE = 128  # NPU default page size (hardware_backend/npu/utils.py:96-101)
 BOOTSTRAP_PORT_BASE = 8998
 ENGINE_INFO_PORT_BASE = 6789
 # what SGLang's static pool (weights + KV pool) leaves out: activations and communication buffers
@@ -76,6 +80,12 @@ def build(
             files[f"{role}_expert_location.json"] = expert_location_json(placement, model)
             location[role] = (final_dir / f"{role}_expert_location.json", placement.redundant_slots)
     pd = view.decode is not None and view.prefill is not None
+    store = {}
+    if pd:
+        # the Ascend transfer engine's config store (disaggregation/ascend/transfer_engine.py:44; created by
+        # node rank 0, managers/disagg_service.py:93): one address for every prefill and decode node
+        head = next(s for s in slots if s.role == "prefill").head_node
+        store = {"ASCEND_MF_STORE_URL": f"tcp://{node_addr(head)}:{MF_STORE_PORT}"}
     processes: list[Process] = []
     for k, slot in enumerate(slots):
         phase = by_role[slot.role]
@@ -97,7 +107,7 @@ def build(
                     "--dist-init-addr",
                     f"{node_addr(slot.head_node)}:{DIST_PORT_BASE + k}",
                 ]
-            env = {"ASCEND_RT_VISIBLE_DEVICES": visible_devices(devices)}
+            env = {"ASCEND_RT_VISIBLE_DEVICES": visible_devices(devices), **store}
             processes.append(Process(slot.role, slot.instance, node, list(devices), argv, env))
     if pd:
         processes.append(_router(slots))
@@ -127,13 +137,12 @@ def _server_flags(plan: Plan, model: ModelSpec, slot: Slot, phase: PhasePlan, vi
         str(context_tokens(plan)),
         "--tp-size",
         str(n),
-        "--dp-size",
-        str(att.dp),
     ]
     if plan.quantization == "a8w8c16":
         argv += ["--quantization", "modelslim"]
     if att.dp > 1:
-        argv.append("--enable-dp-attention")
+        # attention DP inside the TP group (`--dp-size N --enable-dp-attention` is deprecated: server_args.py)
+        argv += ["--attn-dp-size", str(att.dp)]
     if phase.lm_head_layout.tp == att.tp and att.tp != n:
         argv.append("--enable-dp-lm-head")
     if model.num_dense_layers and phase.dense_layout.tp == 1 and n > 1:
@@ -168,10 +177,19 @@ def _server_flags(plan: Plan, model: ModelSpec, slot: Slot, phase: PhasePlan, vi
     return argv
 
 
+def chunk_size(tokens: int, attn_dp: int) -> int:
+    """SGLang's --chunked-prefill-size for `tokens` per forward of the instance: it divides the flag by
+    the attention-DP size (arg_groups/parallel_hook.py:326-331) and needs a multiple of the page size per
+    rank (validation_hook.py:243-246), so each rank's share is rounded down to whole pages (one at least)."""
+    per_rank = max(PAGE_SIZE, tokens // attn_dp // PAGE_SIZE * PAGE_SIZE)
+    return per_rank * attn_dp
+
+
 def _batch_flags(plan: Plan, role: str, phase: PhasePlan, view) -> list[str]:
     n = phase.devices
+    dp = phase.attention.dp
     if role == "prefill":
-        tokens = view.prefill.batch_tokens
+        tokens = chunk_size(view.prefill.batch_tokens, dp)
         running = max(1, math.ceil(tokens / plan.workload.input_tokens))
         out = ["--chunked-prefill-size", str(tokens), "--max-prefill-tokens", str(tokens)]
         if view.prefill.micro_batches > 1:
@@ -185,7 +203,7 @@ def _batch_flags(plan: Plan, role: str, phase: PhasePlan, view) -> list[str]:
         c = view.colocated
         running = c.concurrency_per_device * n
         # chunked prefill: one chunk of chunk_tokens rides along each decode step; else whole forwards
-        tokens = c.chunk_tokens if c.chunk_tokens is not None else c.prefill_batch_tokens
+        tokens = chunk_size(c.chunk_tokens if c.chunk_tokens is not None else c.prefill_batch_tokens, dp)
         out = ["--chunked-prefill-size", str(tokens), "--max-prefill-tokens", str(tokens)]
         decode_two = plan.colocated is not None and plan.colocated.decode_micro_batches > 1
         if c.micro_batches > 1 or decode_two:
@@ -210,7 +228,11 @@ _README = """
 ## SGLang specifics
 
 - Servers: `python -m sglang.launch_server` on Ascend NPUs (`--device npu --attention-backend ascend`); SGLang's
-  `--tp-size` is the instance's devices (dies; on CloudMatrix384 two per 910C card), `--dp-size` the attention DP.
+  `--tp-size` is the instance's devices (dies; on CloudMatrix384 two per 910C card), `--attn-dp-size` the attention
+  DP inside it. `--chunked-prefill-size` is the instance's tokens per forward: SGLang divides it by the attention
+  DP size, and each rank's share is a whole number of 128-token NPU pages (rounded down from the plan's).
+- Disaggregated plans export `ASCEND_MF_STORE_URL` (the Ascend transfer engine's config store, on the first
+  prefill node, port 24666) on every server node; the prefill/decode transfer also needs `memfabric_hybrid`.
 - Weights: `--quantization modelslim` loads ModelSlim W8A8 weights; replace the model path with your copy.
 - Expert placement: `*_expert_location.json` (`physical_to_logical_map`, one row per model layer, dense layers
   trivially mapped), referenced by absolute path with the matching `--ep-num-redundant-experts`.

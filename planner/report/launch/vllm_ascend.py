@@ -120,6 +120,11 @@ def build(
             common += ["--kv-transfer-config", _json(_kv_config(slot, k, view))]
         if extra_by_role[slot.role]:
             common += ["--additional-config", _json(extra_by_role[slot.role])]
+        graph = (profile.compilation_config or {}).get(slot.role)
+        if graph is not None:
+            common += ["--compilation-config", _json(graph)]  # FULL_DECODE_ONLY graphs, as the tutorials serve decode
+        elif slot.role == "prefill":
+            common.append("--enforce-eager")  # the PD tutorial's prefill nodes run eagerly
         rank = 0
         for i, (node, devices) in enumerate(slot.nodes):
             argv = ["vllm", "serve", *common]
@@ -136,7 +141,10 @@ def build(
                 if i:
                     argv += ["--data-parallel-start-rank", str(rank), "--headless"]
             rank += len(devices) // att.tp
-            env = {"ASCEND_RT_VISIBLE_DEVICES": visible_devices(devices)}
+            env = {
+                **(profile.recommended_env or {}).get(slot.role, {}),
+                "ASCEND_RT_VISIBLE_DEVICES": visible_devices(devices),
+            }
             processes.append(Process(slot.role, slot.instance, node, list(devices), argv, env))
     if pd:
         processes.append(_proxy(slots))
@@ -213,8 +221,13 @@ _README = """
 - Servers: `vllm serve` of vLLM-Ascend v0.25.1rc1 (vLLM v0.25.1). An instance spanning several nodes runs one
   process per node: the first node serves the API, the others run `--headless` with their
   `--data-parallel-start-rank`; all use `--data-parallel-address NODEi_ADDR` of the first node.
-- Multi-node HCCL: also export `HCCL_IF_IP`, `GLOO_SOCKET_IFNAME`, `TP_SOCKET_IFNAME` and `HCCL_SOCKET_IFNAME`
-  for your network (vLLM-Ascend's multi-node tutorial); they depend on the machine, not on the plan.
+- Environment: each process's `env` carries what the release's tutorials export on every node (DeepSeek-R1 tutorial
+  for colocated instances, the Mooncake PD tutorial for prefill and decode: `OMP_*`, `HCCL_BUFFSIZE`,
+  `PYTORCH_NPU_ALLOC_CONF`, `TASK_QUEUE_ENABLE`, `HCCL_OP_EXPANSION_MODE`, ...). Also export `HCCL_IF_IP`,
+  `GLOO_SOCKET_IFNAME`, `TP_SOCKET_IFNAME` and `HCCL_SOCKET_IFNAME` for your network; they depend on the machine,
+  not on the plan.
+- Graphs: colocated and decode servers pass `--compilation-config {"cudagraph_mode":"FULL_DECODE_ONLY"}` as the
+  tutorials do; prefill servers run `--enforce-eager` as the PD tutorial's do.
 - Weights: `--quantization ascend` loads ModelSlim W8A8 weights (e.g. `vllm-ascend/DeepSeek-R1-W8A8`); replace
   the model path in argv with your local copy.
 - Expert maps: `*_expert_map.json`, referenced by absolute path from `--additional-config`

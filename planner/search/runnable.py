@@ -1,0 +1,128 @@
+"""`moeplan plan`'s default: only plans that at least one serving engine runs (`--engine auto`).
+
+The engines' capabilities differ (planner/engines/data): a plan is runnable when one engine runs
+every field of it. The search over what some engine runs is the union of the engines' own
+searches: each engine's search is proven best over what that engine runs (CP-SAT), so the best of
+their best plans is the best runnable plan, and the K best runnable plans are the K best of their
+K best lists (a plan two engines run appears in both: once here). Every plan carries which
+engines run it; the free search's best plan (`--engine none`) is looked up too, and when no engine
+runs it, it is kept to be shown below the list, priced against rank 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from planner.engines.profiles import ENGINES, engines_that_run
+from planner.errors import InfeasibleError
+from planner.search.candidate_spaces import Progress
+from planner.search.plan_files import plan_signature
+from planner.search.plan_search import SearchOutcome, run_search
+from planner.search.request import PlanRequest
+from planner.search.table_cache import TableCache
+from planner.specs.plan import Plan
+
+AUTO = "auto"
+NONE = "none"
+
+
+def engine_problems(plan: Plan, outcome: SearchOutcome) -> dict[str, list[str]]:
+    """For every engine, what it cannot run of `plan` (empty: it runs the plan)."""
+    model = outcome.model
+    experts = model.moe.routed_experts if model.moe is not None else None
+    return engines_that_run(plan, outcome.hw, experts, model.num_dense_layers > 0)
+
+
+def _headline(plan: Plan) -> float:
+    """Output tokens/s per card of the deployment, as its `predicted` block gives it."""
+    pred = plan.predicted or {}
+    for block, key in (("system", "output_tokens_per_s_per_card"), ("decode", "tokens_per_s_per_card")):
+        value = (pred.get(block) or {}).get(key)
+        if value is not None:
+            return float(value)
+    return float((pred.get("prefill") or {}).get("tokens_per_s_per_card") or 0.0)
+
+
+def _rank_key(plan: Plan, outcome: SearchOutcome) -> tuple:
+    headline = _headline
+    if outcome.request.rate_per_s is not None:
+        return (plan.total_devices, -headline(plan))
+    return (-headline(plan), plan.total_devices)
+
+
+def run_runnable(
+    request: PlanRequest, fetch: int, progress: Progress | None = None, cache: TableCache | None = None
+) -> SearchOutcome:
+    """The `fetch` best plans some engine runs (module docstring), with `runs_on` for each, and the
+    free search's best plan in `beyond` when no engine runs it. InfeasibleError when no engine's
+    search finds a deployment (the first engine's diagnosis, with each engine's reason)."""
+    start = time.perf_counter()
+    cache = cache if cache is not None else TableCache()
+    outcomes: dict[str, SearchOutcome] = {}
+    failures: dict[str, str] = {}
+    interrupted = False
+    for engine in ENGINES:
+        try:
+            outcomes[engine] = run_search(dataclasses.replace(request, engine=engine, top=fetch), progress, cache)
+        except InfeasibleError as exc:
+            failures[engine] = str(exc)
+            continue
+        if outcomes[engine].status == "INTERRUPTED":  # Ctrl-C: the best so far, no further search
+            interrupted = True
+            break
+    if not outcomes:
+        # infeasible for every engine: if the free search is infeasible too, its diagnosis is the
+        # answer (the request, not the engines, is the problem); else the engines lack what it needs
+        free_outcome = run_search(dataclasses.replace(request, engine=None, top=1, alternatives=False), None, cache)
+        problems = engine_problems(free_outcome.plans[0], free_outcome)
+        lacks = "; ".join(f"{e}: {p[0]}" for e, p in problems.items() if p)
+        raise InfeasibleError(
+            "no serving engine runs a feasible plan: the best plan under these limits needs what every engine "
+            f"lacks ({lacks}); --engine none lists it."
+        )
+    merged: list[tuple[tuple, str, Plan]] = []
+    seen: set[str] = set()
+    for engine, outcome in outcomes.items():
+        for plan in outcome.plans:
+            sig = plan_signature(plan)
+            if sig in seen:
+                continue
+            seen.add(sig)
+            merged.append((_rank_key(plan, outcome), engine, plan))
+    merged.sort(key=lambda item: item[0])
+    best_engine = merged[0][1]
+    lead = outcomes[best_engine]
+    plans = [p.model_copy(update={"rank": i}) for i, (_, _, p) in enumerate(merged[:fetch], start=1)]
+    runs_on = [engine_problems(p, lead) for p in plans]
+    free_request = dataclasses.replace(request, engine=None, top=1, alternatives=False)
+    beyond: Plan | None = None
+    beyond_problems: dict[str, list[str]] = {}
+    free: Plan | None = None
+    if not interrupted:
+        try:
+            free = run_search(free_request, None, cache).plans[0]
+        except InfeasibleError:
+            free = None
+    if free is not None:
+        problems = engine_problems(free, lead)
+        if all(problems.values()):
+            beyond, beyond_problems = free, problems
+    return dataclasses.replace(
+        lead,
+        request=request,  # as asked (the engines' searches each had their engine and a wider top)
+        plans=plans,
+        optimal=not interrupted and all(o.optimal for o in outcomes.values()),
+        status="INTERRUPTED"
+        if interrupted
+        else ("OPTIMAL" if all(o.optimal for o in outcomes.values()) else lead.status),
+        seconds=time.perf_counter() - start,
+        solves=sum(o.solves for o in outcomes.values()),
+        deployments=[],
+        exhausted=all(o.exhausted for o in outcomes.values()) and len(plans) < fetch,
+        runs_on=runs_on,
+        beyond=beyond,
+        beyond_problems=beyond_problems,
+        engine_mode=AUTO,
+        engine_failures=failures,
+    )

@@ -1,0 +1,193 @@
+"""Benchmark clients' result files, read as the clients write them.
+
+`read_bench_result(path)` recognises the file and returns its `BenchResult` (means in ms, the
+run's configuration). The fields are the clients' own, read from their source:
+
+- `vllm bench serve --save-result` (vllm/benchmarks/serve.py, vLLM 0.25.1): one JSON object with
+  `completed`, `max_concurrency`, `request_rate`, `total_input_tokens`, `total_output_tokens`,
+  `output_throughput`, `mean_ttft_ms`, `mean_tpot_ms` (and median/std/pNN, `input_lens`,
+  `output_lens`, `ttfts`, `itls`, ...), and with speculative decoding `spec_decode_acceptance_length`
+  (1 + accepted drafts per draft step) and `spec_decode_acceptance_rate` (percent);
+- SGLang `python -m sglang.benchmark.serving --output-file F` (sglang/benchmark/serving.py, 0.5.23):
+  one JSON line appended per run with `backend`, `max_concurrency`, `random_input_len`,
+  `random_output_len`, `completed`, `total_input_tokens`, `total_output_tokens`,
+  `output_throughput`, `mean_ttft_ms`, `mean_tpot_ms`, ..., `accept_length` (mean tokens per step,
+  None without speculative decoding); the last line is the latest run;
+- AISBench `--mode perf` (ais_bench/benchmark/calculators/base_perf_metric_calculator.py, 3.1):
+  `performances/<model>/<dataset>.csv` with a header `Performance Parameters,Stage,Average,Min,Max,
+  Median,P75,P90,P99,N` and one row per metric (`TTFT`, `TPOT`, `ITL`, `E2EL`, `InputTokens`,
+  `OutputTokens`, `OutputTokenThroughput`), times as `"123.4 ms"`; beside it `<dataset>.json` with
+  the common metrics (`{"Max Concurrency": {"total": 64}, "Output Token Throughput":
+  {"total": "1234.5 token/s"}, ...}`), read when present.
+
+A file that is none of these, or lacks a field the calibration needs, is refused naming the field.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from planner.errors import BadInputError
+
+VLLM = "vllm bench serve"
+SGLANG = "SGLang bench_serving"
+AISBENCH = "AISBench"
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """What one benchmark run measured (means over its completed requests)."""
+
+    client: str
+    path: Path
+    completed: int
+    mean_ttft_ms: float
+    mean_tpot_ms: float
+    max_concurrency: int | None
+    mean_input_tokens: float | None
+    mean_output_tokens: float | None
+    output_tokens_per_s: float | None
+    tokens_per_step: float | None  # speculative decoding: mean tokens emitted per decode step
+    request_rate_per_s: float | None = None  # the run's arrival rate; None: a closed loop (no rate limit)
+
+
+def _number(doc: dict[str, Any], key: str, where: str) -> float:
+    value = doc.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise BadInputError(f"{where}: '{key}' is {value!r}, not a positive number; is this a finished run?")
+    return float(value)
+
+
+def _optional(doc: dict[str, Any], key: str) -> float | None:
+    value = doc.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        return None
+    return float(value)
+
+
+def _mean(total: float | None, count: int) -> float | None:
+    return total / count if total is not None and count else None
+
+
+# the two JSON clients: their name, how their file is made, and their tokens-per-step field
+_JSON_CLIENTS = {
+    VLLM: ("vllm bench serve --save-result", "spec_decode_acceptance_length"),
+    SGLANG: ("SGLang bench_serving --output-file, last line", "accept_length"),
+}
+
+
+def _from_json(client: str, doc: dict[str, Any], path: Path) -> BenchResult:
+    how, per_step = _JSON_CLIENTS[client]
+    where = f"{path} ({how})"
+    completed = int(_number(doc, "completed", where))
+    concurrency = doc.get("max_concurrency")
+    return BenchResult(
+        client=client,
+        path=path,
+        completed=completed,
+        mean_ttft_ms=_number(doc, "mean_ttft_ms", where),
+        mean_tpot_ms=_number(doc, "mean_tpot_ms", where),
+        max_concurrency=int(concurrency) if isinstance(concurrency, int) else None,
+        mean_input_tokens=_mean(_optional(doc, "total_input_tokens"), completed),
+        mean_output_tokens=_mean(_optional(doc, "total_output_tokens"), completed),
+        output_tokens_per_s=_optional(doc, "output_throughput"),
+        tokens_per_step=_optional(doc, per_step),
+        request_rate_per_s=_optional(doc, "request_rate"),  # "inf" / Infinity: a closed loop
+    )
+
+
+def _with_unit(text: str, unit: str, where: str) -> float:
+    raw = text.strip()
+    if unit.strip() and raw.endswith(unit.strip()):
+        raw = raw[: -len(unit.strip())].strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        raise BadInputError(f"{where}: {text!r} is not a number in {unit.strip()}.") from None
+    return value
+
+
+def _from_aisbench(text: str, path: Path) -> BenchResult:
+    where = f"{path} (AISBench performances CSV)"
+    rows = list(csv.reader(io.StringIO(text)))
+    header = rows[0]
+    table = {row[0]: dict(zip(header, row, strict=False)) for row in rows[1:] if row}
+    for metric in ("TTFT", "TPOT"):
+        if metric not in table or not table[metric].get("Average"):
+            raise BadInputError(f"{where}: no {metric} row with an Average; run AISBench with --mode perf.")
+    n = table["TTFT"].get("N") or "0"
+    completed = int(float(n))
+    if completed <= 0:
+        raise BadInputError(f"{where}: N is {n!r}: no request completed.")
+
+    def average(metric: str, unit: str) -> float | None:
+        if metric not in table or not table[metric].get("Average"):
+            return None
+        return _with_unit(table[metric]["Average"], unit, where)
+
+    common: dict[str, Any] = {}
+    beside = path.with_suffix(".json")
+    if beside.is_file():
+        try:
+            common = json.loads(beside.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            common = {}
+
+    def total(metric: str, unit: str) -> float | None:
+        value = (common.get(metric) or {}).get("total", (common.get(metric) or {}).get("stable"))
+        if value is None:
+            return None
+        return value if isinstance(value, (int, float)) else _with_unit(str(value), unit, f"{beside}")
+
+    concurrency = total("Max Concurrency", "")
+    return BenchResult(
+        client=AISBENCH,
+        path=path,
+        completed=completed,
+        mean_ttft_ms=_with_unit(table["TTFT"]["Average"], " ms", where),
+        mean_tpot_ms=_with_unit(table["TPOT"]["Average"], " ms", where),
+        max_concurrency=int(concurrency) if concurrency else None,
+        mean_input_tokens=average("InputTokens", ""),
+        mean_output_tokens=average("OutputTokens", ""),
+        output_tokens_per_s=total("Output Token Throughput", " token/s"),
+        tokens_per_step=None,
+    )
+
+
+def read_bench_result(path: Path) -> BenchResult:
+    """The run recorded in `path`, whichever of the three clients wrote it."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except OSError as exc:
+        raise BadInputError(f"--bench: result file '{path}' cannot be read ({exc.strerror}); check the path.") from None
+    stripped = text.strip()
+    if stripped.startswith("Performance Parameters"):
+        return _from_aisbench(stripped, path)
+    lines = [line for line in stripped.splitlines() if line.strip()]
+    try:
+        doc = json.loads(stripped) if stripped.startswith("{") and not _is_jsonl(lines) else json.loads(lines[-1])
+    except (ValueError, IndexError):
+        doc = None
+    if isinstance(doc, dict) and "mean_tpot_ms" in doc:
+        return _from_json(SGLANG if "random_input_len" in doc or "accept_length" in doc else VLLM, doc, path)
+    if isinstance(doc, dict) and "Benchmark Duration" in doc and path.with_suffix(".csv").is_file():
+        return read_bench_result(path.with_suffix(".csv"))
+    raise BadInputError(
+        f"--bench: '{path}' is not a result file of vllm bench serve (--save-result JSON), SGLang bench_serving "
+        "(--output-file JSON lines) or AISBench (performances/<model>/<dataset>.csv); give the file the client wrote."
+    )
+
+
+def _is_jsonl(lines: list[str]) -> bool:
+    if len(lines) < 2:
+        return False
+    try:
+        return all(isinstance(json.loads(line), dict) for line in lines)
+    except ValueError:
+        return False
