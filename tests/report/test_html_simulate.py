@@ -170,6 +170,7 @@ def test_the_page_draws_the_run_and_the_plan(simulate_report):
     bound = _read(simulate_report.html).by_id["bound-sentence"]
     counters = _simulation(simulate_report.html)["moeplan"]["bound"]
     assert bound == bound_sentence(counters) and bound.startswith("Neither the seats nor the KV cache")
+    assert "concurrency cap" not in bound  # an open loop
     assert counters["seat_blocked_steps"] == counters["kv_blocked_steps"] == counters["preemptions"] == 0
 
 
@@ -202,6 +203,9 @@ def test_what_bound_is_read_from_the_runs_counters(counters, starts):
     if counters["preemptions"]:
         assert f"{counters['preemptions']} sequences were preempted" in text
     assert bound_sentence({"decode_seats": 0}).startswith("No decode seats or KV cache to bind")
+    capped = bound_sentence({**bound, "peak_client_waiting": 900}, concurrency=100, peak_in_system=100)
+    assert ("The client's concurrency cap did" in capped) == (not any(counters.values()))
+    assert "concurrency cap" not in bound_sentence({**bound, "peak_client_waiting": 0}, 100, 100)
 
 
 def test_no_page_is_written_when_the_run_is_refused(tmp_path):

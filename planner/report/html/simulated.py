@@ -71,7 +71,11 @@ def simulation_view(result: SimResult, summary_json: str) -> SimulationView:
     return SimulationView(
         tables=[html_table(benchmark_table(result)), html_table(latency_table(result))],
         picture=inline_svg(svg),
-        bound=bound_sentence(result.summary["moeplan"]["bound"]),
+        bound=bound_sentence(
+            result.summary["moeplan"]["bound"],
+            result.built.traffic.concurrency,
+            result.summary["max_concurrent_requests"],
+        ),
         lines=bound_lines(result),
         summary_json=script_json(summary_json),
         percentile=_pword(result.verdict.percentile),
@@ -185,10 +189,12 @@ def run_tiles(result: SimResult) -> list[tuple[str, Figure, str]]:
     return out
 
 
-def bound_sentence(b: dict[str, Any]) -> str:
+def bound_sentence(b: dict[str, Any], concurrency: int | None = None, peak_in_system: int = 0) -> str:
     """Whether the decode seats or the KV cache bound admission, from the run's counters (the summary's
     `moeplan.bound`: a step is seat-blocked when it began with every seat of a DP rank with a queue
-    taken, KV-blocked when it began with a request refused for KV alone; planner/simulate/decode_instance.py)."""
+    taken, KV-blocked when it began with a request refused for KV alone; planner/simulate/decode_instance.py);
+    when neither did, whether the client's concurrency cap did (`concurrency`: the cap, `peak_in_system`:
+    the most requests in the system at once)."""
     if not b["decode_seats"]:
         return "No decode seats or KV cache to bind: the plan prefills only (its queue and busy time below)."
     steps = b["decode_steps"]
@@ -218,12 +224,18 @@ def bound_sentence(b: dict[str, Any]) -> str:
             f"The seats bound admission ({b['decode_seats']:,} of them): {seat_text}; the KV cache never refused "
             f"a request (the fullest DP rank at {b['peak_kv_fraction']:.0%} of its pool)."
         )
-    return (
+    text = (
         f"Neither the seats nor the KV cache bound admission: {b['mean_running']:,.0f} of {b['decode_seats']:,} "
         f"seats ran on average (peak {b['peak_running']:,}), no step began with a DP rank's seats all taken while "
         f"requests waited, and the KV cache never refused a request (the fullest DP rank at "
         f"{b['peak_kv_fraction']:.0%} of its pool)."
     )
+    if concurrency is not None and b.get("peak_client_waiting") and peak_in_system >= concurrency:
+        text += (
+            f" The client's concurrency cap did: requests waited in the client while the {concurrency:,} it "
+            "allows were in the system."
+        )
+    return text
 
 
 # ---- `plan --simulate`: the checks in the ranked table --------------------------------------------
