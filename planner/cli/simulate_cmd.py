@@ -84,9 +84,10 @@ def simulate_page_html(
     from planner.report.simulate_report import result_json
 
     prediction = scored.prediction
+    simulated = plan_with_prediction(plan, prediction)
     page = SimulatePage(
         result=result,
-        plan=plan_with_prediction(plan, prediction),
+        plan=simulated,
         prediction=prediction,
         model=scored.model,
         hw=scored.hw,
@@ -95,7 +96,7 @@ def simulate_page_html(
         claimed_rate=run.claimed,
         # vLLM's `--goodput a b` reaches the command as one value and extra arguments: all of them
         command=command_line(ctx, {"goodput": goodput_pairs} if goodput_pairs else None),
-        plans_json=plans_document([plan_with_prediction(plan, prediction)], "SIMULATED", prediction.notes),
+        plans_json=plans_document([simulated], "SIMULATED", prediction.notes),
         summary_json=result_json(result, per_request=False),
         lines=plan_lines(scored, plan),
         loads=loads_array(loads) if loads else None,
