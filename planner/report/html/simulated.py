@@ -146,17 +146,16 @@ def run_answer(result: SimResult) -> str:
     text += f"; it served {s['request_throughput']:,.2f} requests/s"
     static = m["static"]
     if m["structure"] == "prefill-only":
-        text += f", {s['total_token_throughput'] - s['output_throughput']:,.1f} input tokens/s"
-    else:
-        text += f", {s['output_throughput']:,.1f} output tokens/s ({m['output_throughput_per_card']:,.1f} per card)"
-        extra = []
-        if m["steady"] is not None:
-            extra.append(f"{m['steady']['output_throughput']:,.1f} in the steady state")
-        if static.get("output_throughput"):
-            extra.append(f"{static['output_throughput']:,.1f} by the static prediction")
-        if extra:
-            text += "; " + ", ".join(extra)
-    return text + "."
+        text += f" and {s['total_token_throughput'] - s['output_throughput']:,.1f} input tokens/s"
+        if static.get("request_throughput"):
+            text += f" (the static prediction's capacity: {static['request_throughput']:,.2f} requests/s)"
+        return text + "."
+    extra = [f"{m['output_throughput_per_card']:,.1f} per card"]
+    if m["steady"] is not None:
+        extra.append(f"{m['steady']['output_throughput']:,.1f} in the steady state")
+    if static.get("output_throughput"):
+        extra.append(f"the static prediction's capacity: {static['output_throughput']:,.1f}")
+    return text + f" and {s['output_throughput']:,.1f} output tokens/s ({'; '.join(extra)})."
 
 
 def run_tiles(result: SimResult) -> list[tuple[str, Figure, str]]:
