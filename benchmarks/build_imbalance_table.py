@@ -1,6 +1,6 @@
 """Compute the shipped engine-imbalance table (planner/costmodel/data/engine_imbalance.json).
 
-    python benchmarks/build_imbalance_table.py [--jobs 2]
+    python benchmarks/build_imbalance_table.py [--jobs 2] [--fresh]
 
 The default imbalance model (planner.costmodel.imbalance.EngineImbalance) places experts with
 moeplan's own optimiser for every (routed experts, EP, slots per device) a layout asks for:
@@ -10,7 +10,10 @@ every key the catalog's models ask for on the catalog's machines and docs/exampl
 phases, the default scheme or, where a machine has no INT8, its FP8 one, and the shipped plans),
 and shipped. The file records the hash of the placement code; moeplan uses it only while that
 hash matches, and tests/costmodel/test_shipped_imbalance.py fails once it does not: rerun this
-script after changing planner/costmodel/imbalance.py or planner/placement/.
+script after changing planner/costmodel/imbalance.py or planner/placement/, or the layouts the
+search considers. Values the shipped table already holds are taken over when it was made from the
+same placement code (they are what that code computes; the test recomputes a sample of them);
+--fresh computes every value again.
 """
 
 from __future__ import annotations
@@ -61,45 +64,61 @@ def _keys() -> set[tuple[int, int, int]]:
                 print(f"{model} on {hardware} ({scheme}): {len(keys)} keys so far", file=sys.stderr, flush=True)
                 break  # the first scheme the machine runs
     for path in plan_files(REPO / "plans"):
-        evaluate_plan(load_plan(str(path))[0])
+        evaluate_plan(load_plan(str(path))[0], path.parent)
     return keys
 
 
-def _value(key: tuple[int, int, int]) -> tuple[tuple[int, int, int], tuple[float, float]]:
-    from planner.costmodel.imbalance import DEFAULT_DRIFT_SIGMA, DEFAULT_POPULARITY_SIGMA, engine_static_computed
+def _parameter_sets() -> list[tuple[float, float]]:
+    """(sigma, drift) of the shipped fit and of the two ends of the prediction band (uncertainty.imbalance_corner)."""
+    from planner.costmodel.imbalance import fitted_parameters
 
-    return key, engine_static_computed(DEFAULT_POPULARITY_SIGMA, DEFAULT_DRIFT_SIGMA, *key)
+    r = fitted_parameters()
+    s, d = r["popularity_sigma"], r["drift_sigma"]
+    return list(dict.fromkeys([(s["value"], d["value"]), (s["high"], d["high"]), (s["low"], d["low"])]))
+
+
+def _value(key: tuple[float, float, int, int, int]) -> tuple[tuple[float, float, int, int, int], tuple[float, float]]:
+    from planner.costmodel.imbalance import engine_static_computed
+
+    return key, engine_static_computed(*key)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--fresh", action="store_true", help="compute every value, even those the table holds")
     opts = parser.parse_args()
     sys.path.insert(0, str(REPO))
     import os
 
     os.environ["MOEPLAN_CACHE_DIR"] = "off"
     from planner.costmodel.disk_memo import placement_code_digest
-    from planner.costmodel.imbalance import (
-        DEFAULT_DRIFT_SIGMA,
-        DEFAULT_POPULARITY_SIGMA,
-        SHIPPED_TABLE,
-        engine_key,
-    )
+    from planner.costmodel.imbalance import SHIPPED_TABLE, engine_key
 
     start = time.perf_counter()
     keys = sorted(_keys())
-    print(f"{len(keys)} keys in {time.perf_counter() - start:.1f} s; placing experts ...", file=sys.stderr)
+    full_keys = [(s, d, *key) for s, d in _parameter_sets() for key in keys]
+    values: dict[tuple[float, float, int, int, int], tuple[float, float]] = {}
+    if not opts.fresh and SHIPPED_TABLE.is_file():
+        shipped = json.loads(SHIPPED_TABLE.read_text())
+        if shipped.get("code_digest") == placement_code_digest():
+            for key in full_keys:
+                known = shipped["values"].get(engine_key(*key))
+                if known is not None:
+                    values[key] = (known[0], known[1])
+    todo = [key for key in full_keys if key not in values]
+    print(
+        f"{len(full_keys)} keys in {time.perf_counter() - start:.1f} s ({len(full_keys) - len(todo)} from the table, "
+        "made from the same placement code); placing experts ...",
+        file=sys.stderr,
+    )
     with multiprocessing.get_context("spawn").Pool(opts.jobs) as pool:
-        values = dict(pool.map(_value, keys, chunksize=16))
+        values.update(pool.map(_value, todo, chunksize=16))
     doc = {
-        "about": "engine imbalance (fitted, following) per 'sigma,drift,experts,ep,slots'; "
-        "made by benchmarks/build_imbalance_table.py",
+        "about": "engine imbalance (fitted, following) per 'sigma,drift,experts,ep,slots', for the shipped "
+        "parameters and the ends of their ranges; made by benchmarks/build_imbalance_table.py",
         "code_digest": placement_code_digest(),
-        "values": {
-            engine_key(DEFAULT_POPULARITY_SIGMA, DEFAULT_DRIFT_SIGMA, *key): [values[key][0], values[key][1]]
-            for key in keys
-        },
+        "values": {engine_key(*key): [values[key][0], values[key][1]] for key in full_keys},
     }
     SHIPPED_TABLE.parent.mkdir(parents=True, exist_ok=True)
     SHIPPED_TABLE.write_text(json.dumps(doc, indent=0, sort_keys=True) + "\n")

@@ -1,156 +1,184 @@
-"""Fit a machine's published-fitted factors to its rows of the validation/ store, and derive ranges.
+"""Fit the machine factors and the imbalance parameters to the measured rows, and write them where they ship.
 
-    python benchmarks/calibrate_factors.py a2        # the fit behind hardware/a2.yaml
-    python benchmarks/calibrate_factors.py cm384     # residuals of cm384's sourced factors
-    python benchmarks/calibrate_factors.py ranges    # the factor ranges stored in hardware/*.yaml
-    python benchmarks/calibrate_factors.py sigma     # the CM rows against the skew sigma
-    python benchmarks/calibrate_factors.py imbalance # the engine imbalance's three fitted parameters
+    python benchmarks/calibrate_factors.py            # fit, leave one out, write everything
+    python benchmarks/calibrate_factors.py --no-loo   # fit and write the factors only (minutes faster)
+    python benchmarks/calibrate_factors.py --check    # exit 1 if a shipped value differs from the fit
 
-The factors fitted are those the machine's file marks `fitted_on: published` (A2: matmul, HBM
-and link efficiency; the attention efficiency is published by the report). The fit is the one of
-`moeplan fidelity` and `moeplan calibrate` (planner.costmodel.fitting: bounded least squares on
-relative errors, each row weighted by its `weight` in validation/: 1 for measured figures,
-0.25 for estimates and low-latency points). hardware/a2.yaml ships the 0.05-grid values of the
-original grid search (0.50, 0.55, 0.50); the continuous fit printed here is within their ranges.
+The fit is planner.costmodel.store_fit's: every group of validation/_fit.yaml and the engine
+imbalance model's three parameters, jointly, by bounded least squares on the relative errors of
+the usable `compare: static` figures of validation/ (holdout rows aside), started from the shipped
+values. It writes:
 
-`ranges` prints, for every factor of every machine, the range hardware/*.yaml stores:
-- a factor fitted to published rows: the union of its leave-one-out refits and the full fit's
-  two-standard-error interval;
-- a factor whose source states a spread (a kernel range, "55% to 60%"): that spread (written in
-  the YAML by hand, from the source; this script says so);
-- a sourced single figure of a kind fitted on another machine: the relative leave-one-out spread
-  of that kind (e.g. cm384's HBM efficiency gets A2's relative HBM spread);
-- a fixed cost given by its source as an approximate figure ("~5 us"): +-50%, an assumption.
+- each fitted factor into the hardware file of every machine of its group: value, source (the
+  group and the rows), `fitted_on: validation`, and a range: the lowest and highest value over the
+  full fit and the leave-one-out refits (without --no-loo; else the range the file had, widened to
+  hold the value);
+- planner/costmodel/data/imbalance.yaml: the imbalance parameters with the same kind of range;
+- planner/costmodel/data/fit_outcome.json: the full fit's predictions and elasticities and every
+  leave-one-out refit, with a digest of what they were computed from (`moeplan fidelity` reads
+  them; tests/costmodel/test_store_fit.py checks the digest is current and that a fit started from
+  the shipped values stays on them).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import re
 import sys
+import time
+from pathlib import Path
 
-from planner.costmodel.fidelity import fidelity_report, published_fitted_factors
-from planner.costmodel.fitting import factor_names, factor_spec, is_efficiency
-from planner.costmodel.reference import evaluate_row, published_rows
-from planner.specs.catalog import load_hardware, load_plan
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
 
-FIXED_COST_SPREAD = 0.5  # assumed relative range of an approximate ("~") fixed cost
+RANGE_DIGITS = 4
 
 
-def main(machine: str) -> None:
-    report = fidelity_report()
-    rows = [r for r in report.rows if r.hardware == machine]
-    if not rows:
-        raise SystemExit(f"no published rows run on '{machine}'")
-    hw = load_hardware(machine)
-    names = published_fitted_factors(hw)
-    print(f"{machine}: {len(rows)} rows; fitted factors: {', '.join(names) or 'none (all sourced)'}")
-    for r in rows:
-        loo = f"{r.loo_error:+6.1%}" if r.loo_error is not None else "   -  "
-        print(
-            f"  {r.row.id:14s} predicted {r.predicted:9.1f}  published {r.row.published:8.1f}  "
-            f"error {r.error:+6.1%}  leave-one-out {loo}{'' if r.used_for_fit else ' (out-of-sample)'}"
+def _fmt(v: float) -> str:
+    return f"{v:.6g}"
+
+
+def _block(section: str, factor: str, value: float, lo: float, hi: float, source: str, derived: str) -> str:
+    """The YAML lines of one fitted factor inside its section."""
+    return (
+        f"  {factor}:\n"
+        f"    value: {_fmt(value)}\n"
+        f'    source: "{source}"\n'
+        f"    fitted_on: validation\n"
+        f'    range: {{low: {_fmt(lo)}, high: {_fmt(hi)}, derived: "{derived}"}}\n'
+    )
+
+
+def set_factor(text: str, section: str, factor: str, block: str) -> str:
+    """`text` (a hardware YAML) with the factor's block replaced, or added at the end of its section."""
+    lines = text.splitlines(keepends=True)
+    start = next((i for i, ln in enumerate(lines) if ln.rstrip() == f"{section}:"), None)
+    if start is None:
+        return text.rstrip("\n") + f"\n{section}:\n{block}"
+    end = next(
+        (i for i in range(start + 1, len(lines)) if lines[i].strip() and not lines[i].startswith(" ")), len(lines)
+    )
+    fstart = next((i for i in range(start + 1, end) if re.match(rf"^  {re.escape(factor)}:\s*$", lines[i])), None)
+    if fstart is None:
+        # after the section's last non-blank line
+        last = max(i for i in range(start, end) if lines[i].strip())
+        return "".join(lines[: last + 1]) + block + "".join(lines[last + 1 :])
+    fend = next(
+        (i for i in range(fstart + 1, end) if lines[i].strip() and not lines[i].startswith("    ")),
+        end,
+    )
+    # keep comment lines that precede the next factor
+    return "".join(lines[:fstart]) + block + "".join(lines[fend:])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--no-loo", action="store_true", help="skip the leave-one-out refits")
+    parser.add_argument("--check", action="store_true", help="compare with the shipped values, write nothing")
+    parser.add_argument(
+        "--start", help="a JSON file of {parameter: value} to start from instead of validation/_fit.yaml's"
+    )
+    opts = parser.parse_args()
+
+    import numpy as np
+
+    from planner.costmodel.store_fit import (
+        OUTCOME_FILE,
+        Model,
+        fit,
+        fit_config,
+        fit_rows,
+        heldout_rms,
+        inputs_digest,
+        leave_one_out,
+        outcome_json,
+        parameters,
+        spread,
+    )
+
+    config = fit_config()
+    rows = [r for r in fit_rows() if r.figure.role == "fit"]
+    params = parameters(config)
+    model = Model(config, rows, params)
+    t0 = time.time()
+    start = model.configured_start()
+    if opts.start:
+        given = json.loads(Path(opts.start).read_text())
+        start = np.array([float(given.get(p.name, v)) for p, v in zip(params, start, strict=True)])
+    full = fit(model, start=start)
+    print(f"fit of {len(params)} parameters on {len(rows)} rows: {time.time() - t0:.1f} s, {full.message}")
+    for p in params:
+        print(f"  {p.name:55s} {full.values[p.name]:.6g}  [{p.low:g}, {p.high:g}]")
+    shipped = model.start()
+    if opts.check:
+        bad = [
+            (p.name, s, full.values[p.name])
+            for p, s in zip(params, shipped, strict=True)
+            if abs(s - full.values[p.name]) > 1e-3 * max(abs(s), 1e-6) + 1e-9
+        ]
+        for name, s, f in bad:
+            print(f"  differs: {name}: shipped {s:.6g}, fit {f:.6g}")
+        return 1 if bad else 0
+    held = []
+    if not opts.no_loo:
+        t0 = time.time()
+        held = leave_one_out(model, full)
+        print(f"leave-one-out over {len(held)} deployments: {time.time() - t0:.1f} s")
+    ranges = spread(full, held)
+    from planner.specs.catalog import catalog_dir
+
+    nrows = {g: sum(1 for r in rows if config.group_of(r.machine) == g) for g in config.groups}
+    for p in params:
+        value = full.values[p.name]
+        lo, hi = ranges[p.name]
+        lo, hi = min(lo, value), max(hi, value)
+        derived = (
+            f"lowest and highest over the full fit and its {len(held)} leave-one-out refits"
+            if held
+            else "the full fit's value (no leave-one-out run)"
         )
-    fit = report.machines[machine]
-    if fit.full is not None:
-        spread = fit.spread()
-        for n in names:
-            lo, hi = fit.full.intervals[n]
-            print(
-                f"  {n}: shipped {factor_spec(hw, n).value:.3f}, continuous fit {fit.full.values[n]:.4f} "
-                f"(2 s.e. {lo:.4f}-{hi:.4f}), leave-one-out {spread[n][0]:.4f}-{spread[n][1]:.4f}"
-            )
-        for n, why in fit.full.undetermined.items():
-            print(f"  {n}: {why}")
-
-
-def ranges() -> None:
-    """The range of every factor of every machine with published rows (see the module docstring)."""
-    report = fidelity_report()
-    relative: dict[str, tuple[float, float]] = {}
-    fitted_ranges: dict[tuple[str, str], tuple[float, float]] = {}
-    for hw_name, fit in report.machines.items():
-        if fit.full is None:
+        if not p.groups:
             continue
-        hw = load_hardware(hw_name)
-        spread = fit.spread()
-        for n in fit.names:
-            lo = min(spread[n][0], fit.full.intervals[n][0], factor_spec(hw, n).value)
-            hi = max(spread[n][1], fit.full.intervals[n][1], factor_spec(hw, n).value)
-            fitted_ranges[(hw_name, n)] = (lo, hi)
-            v = factor_spec(hw, n).value
-            relative[n] = (lo / v, hi / v)
-    for hw_name in report.machines:
-        hw = load_hardware(hw_name)
-        print(f"{hw_name}:")
-        for n in factor_names(hw):
-            v = factor_spec(hw, n).value
-            if (hw_name, n) in fitted_ranges:
-                lo, hi = fitted_ranges[(hw_name, n)]
-                how = "leave-one-out refits and 2 s.e. of the fit"
-            elif is_efficiency(hw, n) and n in relative:
-                lo, hi = v * relative[n][0], min(1.0, v * relative[n][1])
-                how = f"relative leave-one-out spread of {n} on the machine it is fitted on"
-            elif not is_efficiency(hw, n):
-                lo, hi = v * (1 - FIXED_COST_SPREAD), v * (1 + FIXED_COST_SPREAD)
-                how = "approximate source figure: +-50% assumed"
-            else:
-                print(f"  {n}: {v:g} -> range from its source (written by hand)")
-                continue
-            print(f"  {n}: {v:g} -> [{lo:.4g}, {hi:.4g}]  ({how})")
-
-
-def scan_sigma() -> None:
-    """CM384 rows (the ones that depend on expert skew) for a range of log-normal sigmas."""
-    from planner.costmodel.imbalance import SkewImbalance
-
-    rows = [r for r in published_rows() if load_plan(r.plan)[0].hardware == "cm384"]
-    for sigma in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7):
-        cells = []
-        for row in rows:
-            imb = SkewImbalance(0.0 if row.experts == "balanced" else sigma)
-            res = evaluate_row(row, imbalance=imb)
-            cells.append(f"{row.id}:{res.error:+.1%}")
-        print(f"sigma {sigma:.1f}  " + "  ".join(cells))
-
-
-def scan_imbalance() -> None:
-    """The fits behind planner/costmodel/imbalance.py's defaults, one published figure each.
-
-    popularity sigma: CM-D (one expert per die, no redundancy); request correlation: SGLang's H100
-    prefill price of imbalance (in-distribution EPLB, so no drift); drift: CloudMatrix384's prefill
-    price of imbalance (default EPLB), given the request correlation.
-    """
-    from planner.costmodel.imbalance import (
-        DEFAULT_DRIFT_SIGMA,
-        DEFAULT_POPULARITY_SIGMA,
-        DEFAULT_REQUEST_CORRELATION,
-        EngineImbalance,
-    )
-
-    rows = {r.id: r for r in published_rows()}
-    for sigma in (0.30, 0.33, 0.35, 0.37, 0.40):
-        err = evaluate_row(rows["CM-D"], EngineImbalance(popularity_sigma=sigma)).error
-        print(f"popularity sigma {sigma:.2f}: CM-D {err:+.1%}")
-    s_bal = evaluate_row(rows["SGLang-H100-P balanced"]).predicted
-    c_bal = evaluate_row(rows["CM-P balanced"]).predicted
-    sg_pub = rows["SGLang-H100-P balanced"].published / rows["SGLang-H100-P"].published
-    cm_pub = rows["CM-P balanced"].published / rows["CM-P EPLB"].published
-    for rho in (0.3, 0.5, 0.65, 0.8, 1.0):
-        imb = EngineImbalance(popularity_sigma=DEFAULT_POPULARITY_SIGMA, drift_sigma=0.0, request_correlation=rho)
-        sg = s_bal / evaluate_row(rows["SGLang-H100-P"], imb).predicted
-        cells = []
-        for drift in (0.1, 0.2, 0.25, 0.3):
-            imb = EngineImbalance(DEFAULT_POPULARITY_SIGMA, drift, rho)
-            cells.append(f"drift {drift}: {c_bal / evaluate_row(rows['CM-P EPLB'], imb).predicted:.3f}")
-        print(
-            f"request correlation {rho}: SGLang balanced/default {sg:.3f} (published {sg_pub:.3f}); "
-            f"CM384 balanced/EPLB (published {cm_pub:.3f}) " + ", ".join(cells)
+        group = p.groups[0]
+        source = (
+            f"fitted on the {nrows[group]} measured rows of validation/ from group '{group}' "
+            f"({', '.join(config.groups[group].machines)}), jointly with every other group and the imbalance "
+            "parameters (benchmarks/calibrate_factors.py)"
         )
-    print(
-        f"shipped: sigma {DEFAULT_POPULARITY_SIGMA}, drift {DEFAULT_DRIFT_SIGMA}, "
-        f"request correlation {DEFAULT_REQUEST_CORRELATION}"
-    )
+        section, _, factor = p.factor.partition(".")
+        for machine in config.groups[group].machines:
+            path = catalog_dir("hardware") / f"{machine}.yaml"
+            text = path.read_text(encoding="utf-8")
+            path.write_text(set_factor(text, section, factor, _block(section, factor, value, lo, hi, source, derived)))
+
+    imb_path = REPO / "planner" / "costmodel" / "data" / "imbalance.yaml"
+    lines = [
+        "# The engine imbalance model's parameters (planner/costmodel/imbalance.py), written by",
+        "# benchmarks/calibrate_factors.py from the joint fit on the measured rows of validation/;",
+        "# low/high: the lowest and highest value over the full fit and its leave-one-out refits.",
+        "parameters:",
+    ]
+    for p in params:
+        if p.groups:
+            continue
+        value = full.values[p.name]
+        lo, hi = ranges[p.name]
+        lines.append(
+            f"  {p.factor}: {{value: {_fmt(value)}, low: {_fmt(min(lo, value))}, high: {_fmt(max(hi, value))}}}"
+        )
+    imb_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    if held:
+        doc = outcome_json(full, held, inputs_digest(), heldout_rms(model, held))
+        OUTCOME_FILE.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        errs = []
+        loo = {k: v for h in held for k, v in h.predicted.items()}
+        for r in rows:
+            errs.append(abs(loo[r.id] / r.measured - 1.0))
+        print(f"leave-one-out |error|: median {np.median(errs):.1%}, max {max(errs):.1%}")
+    return 0
 
 
 if __name__ == "__main__":
-    arg = sys.argv[1] if len(sys.argv) > 1 else "a2"
-    {"sigma": scan_sigma, "ranges": ranges, "imbalance": scan_imbalance}.get(arg, lambda: main(arg))()
+    raise SystemExit(main())

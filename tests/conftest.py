@@ -13,6 +13,7 @@ from hypothesis import settings
 from typer.testing import CliRunner
 
 from planner.cli.app import app
+from planner.search.settings import SolverSettings
 
 # Hypothesis profiles: "ci" draws the same examples on every run (derandomised, no example
 # database), so CI is reproducible; "random" (local runs, the default) draws new ones each time and
@@ -23,6 +24,8 @@ settings.register_profile("random", deadline=None)
 settings.load_profile(os.environ.get("MOEPLAN_HYPOTHESIS_PROFILE", "random"))
 
 REPO = Path(__file__).resolve().parent.parent
+# for tests that assert a proof (`outcome.optimal`): a time limit no loaded machine can hit
+PROOF = SolverSettings(time_limit_s=86_400, workers=1)
 PLANS = REPO / "plans"
 
 
@@ -54,4 +57,22 @@ def wait_until_it_catches_sigterm(proc, timeout_s: float = 60.0) -> None:
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and proc.poll() is None and not catches():
+        time.sleep(0.02)
+
+
+def wait_until_it_loads(proc, fragment: str, timeout_s: float = 120.0) -> None:
+    """Block until the child process has mapped a file whose path contains `fragment` (Linux lists
+    a process's mappings in /proc/PID/maps): "ortools" once its search has reached the first
+    CP-SAT solve (planner.search.cpsat imports OR-Tools then), however loaded the machine is."""
+    import time
+
+    def loaded() -> bool:
+        try:
+            with open(f"/proc/{proc.pid}/maps") as f:
+                return fragment in f.read()
+        except OSError:
+            return False
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None and not loaded():
         time.sleep(0.02)

@@ -560,6 +560,83 @@ def _evaluate_memo(
     return [rc for c in chosen for rc in memo[c]]
 
 
+def _whole_forward_best(
+    ctx: CostContext,
+    n: int,
+    capacity_mib: int,
+    tpot_slo_us: int | None,
+    ttft_slo_us: int | None,
+    max_itl_us: int | None,
+    step_b: np.ndarray,
+    hbm_b: np.ndarray,
+    emitted: float,
+    xs: np.ndarray,
+    forward_r: np.ndarray,
+    extra_r: np.ndarray,
+    rs: np.ndarray,
+    mb: int,
+    exhaustive: bool = False,
+) -> tuple[float, tuple] | None:
+    """The best whole-forward instance of one combination and prefill micro-batch count, exactly
+    over every concurrency B and batch R: (requests/s, its figures), or None.
+
+    For a given B the rate is 1 / (decode seconds + p_R), p_R the prefill seconds per request of
+    a forward of R requests, and the TPOT (step / e / (1 - f), f = p_R / (decode seconds + p_R))
+    grows with p_R: the best R is the one of least p_R among those the other limits allow. Those
+    limits -- HBM (the batch's KV and activations next to the decode HBM), the TTFT (step + 1.5
+    forwards) and the longest gap (step + a forward) -- each grow with R, so the batches they
+    allow at B are the R up to the largest that meets all three: one search per limit per B and
+    a running minimum of p_R give the best R at every B. Where a forward or its HBM falls with R
+    somewhere (not monotone), or with `exhaustive` (the tests' reference), every (B, R) is
+    evaluated instead."""
+    w = ctx.workload
+    monotone = not exhaustive and bool(np.all(np.diff(forward_r) >= 0) and np.all(np.diff(extra_r) >= 0))
+    if monotone:
+        # the largest batch index each B allows (-1: none)
+        top = np.searchsorted(extra_r, capacity_mib - hbm_b, side="right") - 1
+        if max_itl_us is not None:  # the longest gap: a whole forward and a step
+            top = np.minimum(top, np.searchsorted(forward_r, max_itl_us - step_b, side="right") - 1)
+        if ttft_slo_us is not None:  # a new request waits for the step and 1.5 forwards
+            top = np.minimum(top, np.searchsorted(3 * forward_r, 2 * ttft_slo_us - 2 * step_b, side="right") - 1)
+        per_request = forward_r / rs
+        # index of the least prefill seconds per request among the first r + 1 batches (the first of equals)
+        lower = np.concatenate([[True], per_request[1:] < np.minimum.accumulate(per_request)[:-1]])
+        least_upto = np.maximum.accumulate(np.where(lower, np.arange(rs.size), 0))
+        r_at = np.where(top >= 0, least_upto[np.maximum(top, 0)], 0)
+        b_at = np.arange(xs.size)
+        ok_b = top >= 0
+    else:
+        b_at, r_at = (a.reshape(-1) for a in np.meshgrid(np.arange(xs.size), np.arange(rs.size), indexing="ij"))
+        ok_b = np.ones(b_at.size, dtype=bool)
+    step, fwd, extra = step_b[b_at], forward_r[r_at], extra_r[r_at]
+    rate, _, tpot, ttft = colocated_rate_and_latency(
+        step / 1e6, emitted, n, xs[b_at].astype(float), fwd / 1e6, rs[r_at].astype(float), w.output_tokens
+    )
+    ok = ok_b & (hbm_b[b_at] + extra <= capacity_mib)
+    if max_itl_us is not None:
+        ok &= step + fwd <= max_itl_us
+    if tpot_slo_us is not None:
+        ok &= tpot * 1e6 <= tpot_slo_us
+    if ttft_slo_us is not None:
+        ok &= 2 * step + 3 * fwd <= 2 * ttft_slo_us
+    score = np.where(ok, rate, -1.0)
+    i = int(score.argmax())  # the first best: the smallest B, then the smallest R
+    if score[i] <= 0:
+        return None
+    b_i, r_i = int(b_at[i]), int(r_at[i])
+    figures = (
+        b_i,
+        int(rs[r_i]),
+        mb,
+        float(tpot[i]),
+        float(ttft[i]),
+        int(hbm_b[b_i] + extra_r[r_i]),
+        float(step_b[b_i] + forward_r[r_i]) / 1e6,
+        None,
+    )
+    return float(score[i]), figures
+
+
 def _evaluate(
     ctx: CostContext,
     dt: PhaseTables,
@@ -577,7 +654,6 @@ def _evaluate(
     n = dt.devices
     xs = dt.x_values.astype(np.int64)
     rs = pt.x_values.astype(np.int64)
-    w = ctx.workload
     # [C, B]: decode step and HBM of each chosen (combination, depth)
     step_cb = np.stack([per_k[j][1][idx] for j, idx in chosen]).astype(float)
     hbm_cb = np.stack([per_k[j][2][idx] for j, idx in chosen]).astype(float)
@@ -594,55 +670,17 @@ def _evaluate(
     if nb == 0:
         return []
     step_cb, hbm_cb, xs = step_cb[:, :nb], hbm_cb[:, :nb], xs[:nb]
+    micro_ok = dt.options.moe_micro_ok
     for mb in pt.k_values:
-        forward_cr = np.stack([_forward_us(ctx, pi, idx, mb) for _, idx in chosen])  # [C, R]
-        extra_cr = np.stack([_prefill_extra_mib(ctx, dt, pt, idx, mb) for _, idx in chosen])
-        nr = rs.size
-        if ttft_slo_us is not None:
-            nr = int(np.flatnonzero((1.5 * forward_cr <= ttft_slo_us).any(axis=0)).max(initial=-1)) + 1
-            if nr == 0:
-                continue
-        forward_cr, extra_cr, rs = (
-            forward_cr[:, :nr],
-            extra_cr[:, :nr],
-            pt.x_values.astype(np.int64)[:nr],
-        )
-        rate, _, tpot, ttft = colocated_rate_and_latency(
-            step_cb[:, :, None] / 1e6,
-            emitted_c[:, None, None],
-            n,
-            xs[None, :, None].astype(float),
-            forward_cr[:, None, :] / 1e6,
-            rs[None, None, :].astype(float),
-            w.output_tokens,
-        )
-        ok = hbm_cb[:, :, None] + extra_cr[:, None, :] <= di.hbm_capacity_mib
-        if max_itl_us is not None:  # the longest gap: a whole forward and a step
-            ok &= step_cb[:, :, None] + forward_cr[:, None, :] <= max_itl_us
-        if tpot_slo_us is not None:
-            ok &= tpot * 1e6 <= tpot_slo_us
-        if ttft_slo_us is not None:
-            ok &= ttft * 1e6 <= ttft_slo_us
-        score = np.where(ok, rate, -1.0).reshape(len(chosen), -1)
-        micro_ok = dt.options.moe_micro_ok
-        if mb > 1 and micro_ok is not None:  # an engine that runs several micro-batches only with some MoE layouts
-            score[[not micro_ok[idx[2]] for _, idx in chosen]] = -1.0
-        flat = score.argmax(axis=1)
-        for c, f in enumerate(flat):
-            value = float(score[c, f])
-            if value > 0 and value > best_score[c]:
-                b_i, r_i = np.unravel_index(int(f), (xs.size, rs.size))  # (rs: this pass's batch axis)
-                best_score[c] = value
-                best_at[c] = (
-                    int(b_i),
-                    int(rs[r_i]),
-                    mb,
-                    float(tpot[c, b_i, r_i]),
-                    float(ttft[c, b_i, r_i]),
-                    int(hbm_cb[c, b_i] + extra_cr[c, r_i]),
-                    float(step_cb[c, b_i] + forward_cr[c, r_i]) / 1e6,
-                    None,
-                )
+        for c, (_, idx) in enumerate(chosen):
+            if mb > 1 and micro_ok is not None and not micro_ok[idx[2]]:
+                continue  # an engine that runs several micro-batches only with some MoE layouts
+            forward = _forward_us(ctx, pi, idx, mb)  # [R]
+            extra = _prefill_extra_mib(ctx, dt, pt, idx, mb)
+            args = (step_cb[c], hbm_cb[c], float(emitted_c[c]), xs, forward, extra, rs, mb)
+            found = _whole_forward_best(ctx, n, di.hbm_capacity_mib, tpot_slo_us, ttft_slo_us, max_itl_us, *args)
+            if found is not None and found[0] > best_score[c]:
+                best_score[c], best_at[c] = found
     for c, (_, idx) in enumerate(chosen):
         found = _chunked_best(
             ctx,

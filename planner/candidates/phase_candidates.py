@@ -5,10 +5,11 @@ Cartesian product of the module options (attention x dense FFN x MoE x LM head),
 or micro-batch count, and the concurrency or batch. `phase_candidates` evaluates the whole
 product on the integer tables at once (numpy broadcasting: about 1.5 million points per size in
 tens of milliseconds), applies HBM and the phase's SLO, and keeps, for every instance size, the
-configurations with the highest throughput per device. For a fixed set of layouts throughput
-grows with concurrency, so a configuration's concurrency is the largest that fits HBM and meets
-the SLO. These candidates go to the CP-SAT deployment model (planner.search), which chooses
-among them, together with instance counts, under the card budget.
+configurations with the highest throughput per device. A configuration's concurrency or batch
+is its best over every value of the tables' axis (every integer from the smallest to past what
+HBM holds, planner.search.candidate_spaces), not assumed to be the largest that fits: the
+argmax is taken over all of them. These candidates go to the deployment question (planner.
+search), which chooses among them, together with instance counts, under the card budget.
 """
 
 from __future__ import annotations
@@ -93,8 +94,9 @@ def _pruned(ints: IntTables, names: tuple[str, ...], t: PhaseTables | None = Non
         "comm": ints.comm_us,
         "fixed": ints.fixed_us,
         "hbm": ints.hbm_mib,
-        # more compute to hide communication under is better: dominance on its negation
-        "cover": {mod: -v for mod, v in ints.cover_us.items()},
+        # two decode micro-batches (see `_dominance_tables`)
+        "time_less_comm": {mod: ints.time_us[mod] - v for mod, v in ints.comm_us.items() if mod in ints.cover_us},
+        "time_less_cover": {mod: ints.time_us[mod] - v for mod, v in ints.cover_us.items()},
     }
     out = {}
     for mod in MODULES:
@@ -209,6 +211,15 @@ def prefill_ttft_us(forward_us, kv_transfer_us: int):
 DECODE_OVERLAP_SCALE = 1_000_000  # the decode overlap factor in millionths (hidden parts are tens of ms)
 
 
+def overlapped_step_us(step_us, comm_us, cover_us, factor: int):
+    """The integer decode step (us) with two micro-batches: the step less the hidden part,
+    `factor` millionths of the shorter of the main layers' communication and compute (ints or
+    arrays). Every table was rounded up (at most 1 us per module): taking that back before the
+    factor rounds the hidden part down, so the integer step is never shorter than the float one."""
+    shorter = np.maximum(np.minimum(comm_us, cover_us) - len(MODULES), 0)
+    return step_us - (factor * shorter) // DECODE_OVERLAP_SCALE
+
+
 def decode_micro_batch_factor(layers: int, efficiency: float) -> int:
     """Share (in millionths) of min(compute, communication) two decode micro-batches hide."""
     return int(np.floor(efficiency * (1.0 - 1.0 / (2 * layers)) * DECODE_OVERLAP_SCALE))
@@ -264,10 +275,7 @@ def _best_concurrency(
     `micro_batches` is not a layout (each micro-batch holds at least one sequence per device)."""
     step = summed(ints.time_us) + ints.const_us[j][: xs.size]
     if overlap_factor is not None:
-        # every table was rounded up (at most 1 us per module): taking that back before the
-        # factor rounds the hidden part down, so the integer step is never shorter
-        shorter = np.maximum(np.minimum(summed(ints.comm_us), summed(ints.cover_us)) - len(MODULES), 0)
-        step = step - (overlap_factor * shorter) // DECODE_OVERLAP_SCALE
+        step = overlapped_step_us(step, summed(ints.comm_us), summed(ints.cover_us), overlap_factor)
     hbm = summed(ints.hbm_mib)
     ok = (hbm <= ints.hbm_capacity_mib) & (xs >= micro_batches)
     if tpot_slo_us is not None:
@@ -335,8 +343,18 @@ def _decode_bound(t: PhaseTables, ints: IntTables, overlap_factor: int) -> tuple
 
 
 def _dominance_tables(t: PhaseTables, ints: IntTables) -> tuple[str, ...]:
+    """The tables a decode option must not exceed anywhere to dominate another.
+
+    One micro-batch: the step is the sum of the options' times, so less time and less HBM is
+    better. Two micro-batches: the step is T - hidden, T the sum of the options' times (which
+    include their communication C and compute V) and hidden = h(min(sum C, sum V)), h rounding
+    a share below 1 down and nondecreasing, so one more microsecond under the min hides at most
+    one more. Less communication is then not always better: with more of it the other
+    micro-batch may hide more. Option A's step is at most B's, whatever the other modules, when
+    T_A + max(0, C_B - C_A, V_B - V_A) <= T_B, which is T_A <= T_B, T_A - C_A <= T_B - C_B and
+    T_A - V_A <= T_B - V_B: dominance over those three tables (and HBM) is exact."""
     two = t.micro_batches > 1 and bool(ints.cover_us)
-    return ("time", "hbm", "comm", "cover") if two else ("time", "hbm")
+    return ("time", "hbm", "time_less_comm", "time_less_cover") if two else ("time", "hbm")
 
 
 def _decode_scores_of(
@@ -379,6 +397,46 @@ def _decode_scores_of(
     return score, step_at, hbm_at, b_at
 
 
+def _branch_and_bound(
+    bound: np.ndarray,
+    keep: int,
+    score_of: Callable[[np.ndarray], tuple[np.ndarray, ...]],
+    first_round: int,
+) -> list[tuple[tuple[int, ...], tuple]]:
+    """The `keep` best combinations of `bound`'s shape [K, A, F, M, L] by their exact score, and
+    what `score_of` says of each: combinations are scored (`score_of(combos [C, 5])`, whose first
+    array is the score, -1 where nothing fits) best bound first, in rounds of doubling size, until
+    no combination left can reach the `keep`-th best score found (a score never exceeds its
+    bound). The result is what scoring every combination gives, ties by index order."""
+    flat = bound.reshape(-1)
+    valid = np.flatnonzero(flat > 0)
+    order = valid[np.lexsort((valid, -flat[valid]))]
+    found: list[tuple[np.ndarray, tuple[np.ndarray, ...]]] = []
+    kth = -np.inf
+    pos, size = 0, first_round
+    while pos < order.size:
+        if flat[order[pos]] < kth:
+            break  # no combination left can reach the keep-th best score (its score <= its bound)
+        batch = order[pos : pos + size]
+        found.append((batch, score_of(np.stack(np.unravel_index(batch, bound.shape), axis=1))))
+        every = np.concatenate([f[1][0] for f in found])
+        good = every[every > 0]
+        if good.size >= keep:
+            kth = float(np.sort(good)[-keep])
+        pos += size
+        size = min(2 * size, 4096)
+    if not found:
+        return []
+    idx_all = np.concatenate([f[0] for f in found])
+    results = [np.concatenate([f[1][k] for f in found]) for k in range(len(found[0][1]))]
+    ok = np.flatnonzero(results[0] > 0)
+    best = ok[np.lexsort((idx_all[ok], -results[0][ok]))][:keep]  # (as `_top`: ties by index order)
+    return [
+        (tuple(int(v) for v in np.unravel_index(int(idx_all[r]), bound.shape)), tuple(a[r] for a in results))
+        for r in best
+    ]
+
+
 def decode_candidates(
     t: PhaseTables,
     ints: IntTables,
@@ -413,64 +471,119 @@ def decode_candidates(
     if ep_not is not None and t.options.moe:  # only expert layouts over another device count
         other = np.array([t.options.moe[i].moe.ep != ep_not for i in kept["moe"]])
         bound = np.where(other[None, None, None, :, None], bound, -1.0)
-    flat = bound.reshape(-1)
-    valid = np.flatnonzero(flat > 0)
-    order = valid[np.lexsort((valid, -flat[valid]))]
-    found_flat: list[np.ndarray] = []
-    found: list[np.ndarray] = []
-    scored: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    kth = -np.inf
-    pos, size = 0, first_round
-    while pos < order.size:
-        if flat[order[pos]] < kth:
-            break  # no combination left can reach the keep-th best score (its score <= its bound)
-        batch = order[pos : pos + size]
-        combos = np.stack(np.unravel_index(batch, bound.shape), axis=1)
-        score, step_at, hbm_at, b_at = _decode_scores_of(
-            t, ints, kept, combos, tpot_slo_us, max_step_us, overlap_factor
-        )
-        found_flat.append(batch)
-        found.append(score)
-        scored.append((step_at, hbm_at, b_at))
-        every = np.concatenate(found)
-        good = every[every > 0]
-        if good.size >= keep:
-            kth = float(np.sort(good)[-keep])
-        pos += size
-        size = min(2 * size, 4096)
+
+    def score_of(combos: np.ndarray) -> tuple[np.ndarray, ...]:
+        return _decode_scores_of(t, ints, kept, combos, tpot_slo_us, max_step_us, overlap_factor)
+
     out: list[PhaseCandidate] = []
-    if found:
-        idx_all = np.concatenate(found_flat)
-        score_all = np.concatenate(found)
-        step_all = np.concatenate([s[0] for s in scored])
-        hbm_all = np.concatenate([s[1] for s in scored])
-        b_all = np.concatenate([s[2] for s in scored])
-        ok = np.flatnonzero(score_all > 0)
-        best = ok[np.lexsort((idx_all[ok], -score_all[ok]))][:keep]  # (as `_top`: ties by index order)
-        for r in best:
-            pos5 = tuple(int(v) for v in np.unravel_index(int(idx_all[r]), bound.shape))
-            j, idx = pos5[0], pos5[1:]
-            k = t.k_values[j]
-            e = int(np.floor(t.emitted[j] * EMITTED_SCALE + 1e-9))
-            b = int(b_all[r])
-            s_us = int(step_all[r])
-            orig = tuple(int(kept[mod][i]) for mod, i in zip(MODULES, idx, strict=True))
-            out.append(
-                _candidate(
-                    t,
-                    ints,
-                    orig,
-                    k,
-                    int(xs[b]),
-                    s_us,
-                    -(-s_us * EMITTED_SCALE // e),
-                    int(hbm_all[r]),
-                    int(xs[b]) * e,
-                    s_us,
-                )
-            )
+    for (j, *idx), (_, step_at, hbm_at, b_at) in _branch_and_bound(bound, keep, score_of, first_round):
+        e = int(np.floor(t.emitted[j] * EMITTED_SCALE + 1e-9))
+        x, s_us = int(xs[int(b_at)]), int(step_at)
+        orig = tuple(int(kept[mod][i]) for mod, i in zip(MODULES, idx, strict=True))
+        out.append(
+            _candidate(t, ints, orig, t.k_values[j], x, s_us, -(-s_us * EMITTED_SCALE // e), int(hbm_at), x * e, s_us)
+        )
     t.memo[memo_key] = out
     return out
+
+
+def _reachable_batches(
+    t: PhaseTables,
+    ints: IntTables,
+    kept: dict[str, np.ndarray],
+    ttft_slo_us: int | None,
+    layers: int,
+    efficiency: float,
+    kv_us: int,
+) -> int:
+    """How many of the smallest batches to combine (at least 1): beyond them even every module at
+    its least HBM and its least compute, communication and launch time (a forward grows with
+    each) misses HBM or the TTFT SLO at every micro-batch count, so no combination runs there."""
+    reach = np.zeros(t.x_values.size, dtype=bool)
+    least = {
+        name: sum(table[mod][kept[mod], 0, :].min(axis=0) for mod in MODULES)
+        for name, table in (("comp", ints.time_us), ("comm", ints.comm_us), ("fixed", ints.fixed_us))
+    }
+    for j, mb in enumerate(t.k_values):
+        ok = sum(ints.hbm_mib[mod][kept[mod], j, :].min(axis=0) for mod in MODULES) <= ints.hbm_capacity_mib
+        if ttft_slo_us is not None:
+            forward = prefill_forward_us(least["comp"], least["comm"], least["fixed"], mb, layers, efficiency)
+            ok = ok & (prefill_ttft_us(forward, kv_us) <= ttft_slo_us)
+        reach |= ok
+    return max(1, int(np.flatnonzero(reach).max(initial=-1)) + 1)
+
+
+def _prefill_scores_of(
+    t: PhaseTables,
+    ints: IntTables,
+    kept: dict[str, np.ndarray],
+    combos: np.ndarray,
+    ttft_slo_us: int | None,
+    layers: int,
+    efficiency: float,
+    nr: int,
+) -> tuple[np.ndarray, ...]:
+    """(best throughput ratio, forward, TTFT and HBM there, its batch index) of some combinations,
+    `combos` [C, 5] as (micro-batch index, A, F, M, L) over the kept options, over the first `nr`
+    batches (-1 where none fits HBM and the TTFT SLO)."""
+    xs = t.x_values.astype(np.int64)[:nr]
+    kv_us = int(ints.const_us.reshape(-1)[0])
+    out = [np.full(len(combos), -1.0), *(np.zeros(len(combos), dtype=np.int64) for _ in range(4))]
+    for j in np.unique(combos[:, 0]):
+        rows = np.flatnonzero(combos[:, 0] == j)
+        c = combos[rows]
+
+        def gathered(table: dict[str, np.ndarray], k: int, c: np.ndarray = c, cut: int = nr) -> np.ndarray:
+            return sum(table[mod][kept[mod][c[:, 1 + m]], k, :cut] for m, mod in enumerate(MODULES))  # type: ignore[return-value]
+
+        mb = t.k_values[int(j)]
+        forward = prefill_forward_us(
+            gathered(ints.time_us, 0),
+            gathered(ints.comm_us, 0),
+            gathered(ints.fixed_us, 0, cut=1),
+            mb,
+            layers,
+            efficiency,
+        )
+        hbm = gathered(ints.hbm_mib, int(j))
+        ttft = prefill_ttft_us(forward, kv_us)
+        ok = hbm <= ints.hbm_capacity_mib
+        if ttft_slo_us is not None:
+            ok &= ttft <= ttft_slo_us
+        ratio = np.where(ok, xs / np.maximum(forward, 1), -1.0)
+        r_idx = xs.size - 1 - np.argmax(ratio[:, ::-1], axis=-1)  # the best, then the larger batch
+        at = r_idx[:, None]
+        for k, a in enumerate((ratio, forward, ttft, hbm)):
+            out[k][rows] = np.take_along_axis(a, at, axis=-1)[:, 0]
+        out[4][rows] = r_idx
+    return tuple(out)
+
+
+def _prefill_bound(
+    t: PhaseTables, ints: IntTables, layers: int, efficiency: float
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Per (micro-batch count, undominated layout combination) [K, A, F, M, L]: the best throughput
+    ratio over the batches that fit HBM, whatever the TTFT SLO (-1 where none fits or the engine
+    cannot run it), and the kept option indices: with an SLO the feasible batches are fewer, so
+    the score is never above it. Kept on disk with the tables (no SLO in it)."""
+    from planner.candidates.table_store import derived
+
+    kept = _pruned(ints, ("time", "comm", "fixed", "hbm"), t)
+
+    def compute() -> np.ndarray:
+        nr = _reachable_batches(t, ints, kept, None, layers, efficiency, int(ints.const_us.reshape(-1)[0]))
+        xs = t.x_values.astype(np.int64)[:nr]
+        comp = _combine([ints.time_us[mod][kept[mod], 0, :nr] for mod in MODULES])
+        comm = _combine([ints.comm_us[mod][kept[mod], 0, :nr] for mod in MODULES])
+        fixed = _combine([ints.fixed_us[mod][kept[mod], 0, :] for mod in MODULES])
+        best = []
+        for j, mb in enumerate(t.k_values):
+            forward = prefill_forward_us(comp, comm, fixed, mb, layers, efficiency)
+            hbm = _combine([ints.hbm_mib[mod][kept[mod], j, :nr] for mod in MODULES])
+            best.append(np.where(hbm <= ints.hbm_capacity_mib, xs / np.maximum(forward, 1), -1.0).max(axis=-1))
+        return engine_mask(np.stack(best), t, kept, micro=True)
+
+    return derived(t, ("prefill_bound", layers, efficiency), compute), kept
 
 
 def prefill_candidates(
@@ -480,49 +593,28 @@ def prefill_candidates(
     keep: int,
     layers: int,
     overlap_efficiency: float,
+    first_round: int = 64,
 ) -> list[PhaseCandidate]:
-    """The `keep` best prefill configurations of one instance size (each at its best batch)."""
-    xs = t.x_values.astype(np.int64)
-    kept = _pruned(ints, ("time", "comm", "fixed", "hbm"), t)
-    comp = _combine([ints.time_us[mod][kept[mod], 0, :] for mod in MODULES])
-    comm = _combine([ints.comm_us[mod][kept[mod], 0, :] for mod in MODULES])
-    fixed = _combine([ints.fixed_us[mod][kept[mod], 0, :] for mod in MODULES])
+    """The `keep` best prefill configurations of one instance size, each at its best batch over
+    every batch of the axis (batches beyond the last one that even every module at its least
+    time and HBM could run are not costed).
+
+    Exact by branch and bound, as `decode_candidates`: combinations are scored best bound first
+    (`_prefill_bound`, their best ratio under HBM alone), in rounds, until no combination left
+    can reach the `keep`-th best score found (ties by index order)."""
+    bound, kept = _prefill_bound(t, ints, layers, overlap_efficiency)
     kv_us = int(ints.const_us.reshape(-1)[0])
-    best_score, per_mb = [], []
-    for j, mb in enumerate(t.k_values):
-        forward = prefill_forward_us(comp, comm, fixed, mb, layers, overlap_efficiency)
-        hbm = _combine([ints.hbm_mib[mod][kept[mod], j, :] for mod in MODULES])
-        ttft = prefill_ttft_us(forward, kv_us)
-        ok = hbm <= ints.hbm_capacity_mib
-        if ttft_slo_us is not None:
-            ok &= ttft <= ttft_slo_us
-        ratio = np.where(ok, xs / np.maximum(forward, 1), -1.0)
-        rev = ratio[..., ::-1]
-        r_idx = xs.size - 1 - np.argmax(rev, axis=-1)
-        best_score.append(np.take_along_axis(ratio, r_idx[..., None], axis=-1)[..., 0])
-        per_mb.append((mb, forward, ttft, hbm, r_idx))
-    scores = engine_mask(np.stack(best_score), t, kept, micro=True)
+    nr = _reachable_batches(t, ints, kept, ttft_slo_us, layers, overlap_efficiency, kv_us)
+
+    def score_of(combos: np.ndarray) -> tuple[np.ndarray, ...]:
+        return _prefill_scores_of(t, ints, kept, combos, ttft_slo_us, layers, overlap_efficiency, nr)
+
+    xs = t.x_values.astype(np.int64)
     out = []
-    for pos in _top(scores, keep):
-        j, idx = pos[0], pos[1:]
-        mb, forward, ttft, hbm, r_idx = per_mb[j]
-        r = int(r_idx[idx])
-        f = int(forward[idx + (r,)])
+    for (j, *idx), (_, forward, ttft, hbm, r_idx) in _branch_and_bound(bound, keep, score_of, first_round):
         orig = tuple(int(kept[mod][i]) for mod, i in zip(MODULES, idx, strict=True))
-        out.append(
-            _candidate(
-                t,
-                ints,
-                orig,
-                mb,
-                int(xs[r]),
-                f,
-                int(ttft[idx + (r,)]),
-                int(hbm[idx + (r,)]),
-                int(xs[r]),
-                f,
-            )
-        )
+        x, f = int(xs[int(r_idx)]), int(forward)
+        out.append(_candidate(t, ints, orig, t.k_values[j], x, f, int(ttft), int(hbm), x, f))
     return out
 
 

@@ -3,24 +3,32 @@
 Instance sizes are whole nodes (multiples of devices_per_node) or the sub-node sizes a node
 allows (powers of two below it), up to the card budget and the machine's instance limit, and
 not below the smallest size whose HBM can hold the weights at all. Every node count is tried up
-to 64 nodes; beyond that only node counts that are powers of two, up to MAX_INSTANCE_DEVICES
-(a single instance larger than that gains nothing the cost model can see: expert parallelism
-runs out of experts to spread, and the budget is better spent on more instances).
+to 64 nodes; beyond that only node counts that are powers of two, up to MAX_INSTANCE_DEVICES.
+These are named limits of the space (planner.candidates.restrictions lists each one, with what
+it excludes and why).
 
 Per size, the options of each module are the layouts that tile the devices:
-- attention: DP x TP with TP a power of two inside a node that divides the heads; for prefill
-  also the report's hybrid (pre-attention DP, attention TP, post-attention DP x TP2);
-- dense FFN and LM head: DP x TP with TP a power of two inside a node;
-- MoE: every EP device holds slots_per_device from base (the fewest slots that hold every
-  routed expert) up to base+4, as long as the redundant copies stay within half the number of
-  experts (more buys < 0.1% of balance under any skew moeplan models, docs/experts.md) or it is
-  the first slot beyond base; the user may cap the redundant copies (0: none);
-  All2All or AllGather+ReduceScatter; the shared expert replicated, or on dedicated devices
-  (as many as make a shared-expert device's tokens match a routed one's).
+- attention: DP x TP with TP dividing the heads (physics: a head is not split); TP a power of
+  two inside a node by default, any size with `any_tp` (--any-tp). For prefill also the hybrid
+  of pre-attention DP, attention-core TP and post-attention DP x TP (1 or 2), with the core TP
+  any power of two up to the whole instance that divides the heads: a core TP across nodes pays
+  its all-reduce on the slower link, which the cost model charges (planner.costmodel.comm);
+- dense FFN and LM head: DP x TP with TP dividing the instance, as for attention;
+- MoE: expert parallelism over every device of the instance but the dedicated shared-expert
+  ones (an engine capability: vLLM splits the experts over its whole DP x TP world,
+  vllm/model_executor/layers/fused_moe/config.py, FusedMoEParallelConfig.make). Every EP device
+  holds slots_per_device from base (the fewest slots that hold every routed expert) up to
+  base + `max_extra_slots` (4 by default), within half the number of experts as redundant
+  copies unless the user lifts it (--max-extra-slots); the user may also cap the copies (0:
+  none). All2All or AllGather+ReduceScatter (what the engines run). The shared expert is
+  replicated on every device, or on dedicated devices, as many as balance the routed and the
+  shared-expert devices' loads (`dedicated_shared_devices`: physics, at every instance size
+  where one device is enough, not a count any deployment published).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -87,6 +95,8 @@ class SpaceLimits:
     max_extra_slots: int = MAX_EXTRA_SLOTS
     max_redundant_experts: int | None = None  # redundant copies per instance (0: none at all)
     engine: str | None = None  # restrict layouts to what this serving engine can run (planner.engines)
+    max_redundancy: float | None = MAX_REDUNDANCY  # redundant copies over the routed experts (None: any)
+    any_tp: bool = False  # TP of any size dividing the instance and the heads, not only powers of two in a node
 
 
 def _pow2_upto(n: int) -> list[int]:
@@ -122,23 +132,24 @@ def instance_sizes(hw: HardwareSpec, max_devices: int, min_devices: int) -> list
     return sorted(s for s in sizes if min_devices <= s <= cap)
 
 
-def _tp_options(devices: int, hw: HardwareSpec, divides: int | None) -> list[int]:
-    return [
-        tp
-        for tp in _pow2_upto(min(devices, hw.devices_per_node))
-        if devices % tp == 0 and (divides is None or divides % tp == 0)
-    ]
+def _tp_options(devices: int, hw: HardwareSpec, divides: int | None, any_tp: bool = False) -> list[int]:
+    """TP sizes that divide the instance and `divides` (the heads, or the FFN width): powers of
+    two inside a node, or with `any_tp` every such divisor up to the instance."""
+    sizes = range(1, devices + 1) if any_tp else _pow2_upto(min(devices, hw.devices_per_node))
+    return [tp for tp in sizes if devices % tp == 0 and (divides is None or divides % tp == 0)]
 
 
-def attention_options(model: ModelSpec, hw: HardwareSpec, devices: int, phase: Phase) -> list[AttentionLayout]:
-    """Attention layouts; prefill adds the report's hybrid with the core TP over up to a node."""
+def attention_options(
+    model: ModelSpec, hw: HardwareSpec, devices: int, phase: Phase, any_tp: bool = False
+) -> list[AttentionLayout]:
+    """Attention layouts; prefill adds the hybrid with a core TP up to the whole instance."""
     heads = model.attention_tp_divisor()
-    tps = _tp_options(devices, hw, heads)
+    tps = _tp_options(devices, hw, heads, any_tp)
     out = [AttentionLayout(dp=devices // tp, tp=tp) for tp in tps]
     if phase == "prefill":
+        # the core TP may span nodes: its all-reduce then runs on the slower link (priced)
         core_tps = [t for t in tps if t > 1]
-        if devices <= 2 * hw.devices_per_node and devices % 2 == 0 and heads % devices == 0:
-            core_tps.append(devices)  # the report's TP16 over two A2 nodes
+        core_tps += [t for t in _pow2_upto(devices) if t > 1 and devices % t == 0 and heads % t == 0]
         for t in sorted(set(core_tps)):
             for post_tp in (1, 2):
                 if devices % post_tp or heads % post_tp or t == 1:
@@ -154,9 +165,28 @@ def attention_options(model: ModelSpec, hw: HardwareSpec, devices: int, phase: P
     return out
 
 
-def parallel_options(hw: HardwareSpec, devices: int, divides: int | None) -> list[ParallelLayout]:
-    """DP x TP layouts with TP a power of two inside a node."""
-    return [ParallelLayout(dp=devices // tp, tp=tp) for tp in _tp_options(devices, hw, divides)]
+def parallel_options(hw: HardwareSpec, devices: int, divides: int | None, any_tp: bool = False) -> list[ParallelLayout]:
+    """DP x TP layouts (TP sizes as `_tp_options`)."""
+    return [ParallelLayout(dp=devices // tp, tp=tp) for tp in _tp_options(devices, hw, divides, any_tp)]
+
+
+def dedicated_shared_devices(model: ModelSpec, devices: int) -> int | None:
+    """How many of an instance's devices run the shared expert when it has its own (None: none).
+
+    Physics: every token goes to top-k routed experts and to the shared ones, and the MoE part of
+    a step waits for the busiest device: a routed device receives k / (devices - n) of the tokens'
+    assignments, a shared-expert device s / n. The count whose busier group is the least busy is
+    one of the two integers around the crossing devices x s / (k + s); of those the better
+    balanced one is taken (the other only moves weights between the groups: a named limit,
+    planner.candidates.restrictions)."""
+    if model.moe is None or not model.moe.shared_experts:
+        return None
+    k, s = model.moe.experts_per_token, model.moe.shared_experts
+    crossing = devices * s / (k + s)
+    counts = [n for n in (math.floor(crossing), math.ceil(crossing)) if 1 <= n < devices]
+    if not counts:
+        return None
+    return min(counts, key=lambda n: (max(k / (devices - n), s / n), n))
 
 
 def moe_options(model: ModelSpec, devices: int, limits: SpaceLimits) -> list[MoEOption]:
@@ -166,16 +196,16 @@ def moe_options(model: ModelSpec, devices: int, limits: SpaceLimits) -> list[MoE
     experts = model.moe.routed_experts
     comms = [c for c, ok in (("alltoall", limits.allow_alltoall), ("allgather", limits.allow_allgather)) if ok]
     shareds = [SharedExpertLayout()]
-    if model.moe.shared_experts and devices >= 16:
-        k = model.moe.experts_per_token
-        n_sh = round(devices * model.moe.shared_experts / (k + model.moe.shared_experts))
-        if 1 <= n_sh < devices:
-            shareds.append(SharedExpertLayout(placement="dedicated", devices=n_sh))
+    n_sh = dedicated_shared_devices(model, devices)
+    if n_sh is not None:
+        shareds.append(SharedExpertLayout(placement="dedicated", devices=n_sh))
     out = []
     for shared in shareds:
         ep = devices - shared.dedicated_devices
         base = -(-experts // ep)
-        most = max(base + 1, int((1 + MAX_REDUNDANCY) * experts // ep))
+        most = experts
+        if limits.max_redundancy is not None:
+            most = max(base + 1, int((1 + limits.max_redundancy) * experts // ep))
         for slots in range(base, min(experts, base + limits.max_extra_slots, most) + 1):
             if limits.max_redundant_experts is not None and ep * slots - experts > limits.max_redundant_experts:
                 continue
@@ -186,12 +216,13 @@ def moe_options(model: ModelSpec, devices: int, limits: SpaceLimits) -> list[MoE
 
 def size_options(model: ModelSpec, hw: HardwareSpec, devices: int, phase: Phase, limits: SpaceLimits) -> SizeOptions:
     """Every module's layout options for one instance size."""
-    dense = parallel_options(hw, devices, model.dense_intermediate_size) if model.num_dense_layers else []
+    any_tp = limits.any_tp
+    dense = parallel_options(hw, devices, model.dense_intermediate_size, any_tp) if model.num_dense_layers else []
     opts = SizeOptions(
         devices=devices,
-        attention=attention_options(model, hw, devices, phase),
+        attention=attention_options(model, hw, devices, phase, any_tp),
         dense_ffn=dense,
-        lm_head=parallel_options(hw, devices, None),
+        lm_head=parallel_options(hw, devices, None, any_tp),
         moe=moe_options(model, devices, limits),
     )
     return opts if limits.engine is None else restrict_to_engine(opts, model, hw, limits.engine)

@@ -356,7 +356,7 @@ def prefill_tables(ctx: CostContext, opts: SizeOptions, micro_batches: list[int]
 
 
 def _prefill_moe(ctx: CostContext, n: int, opt: MoEOption, t: np.ndarray) -> ModuleCost:
-    c = moe_cost(ctx, n, opt.moe, opt.shared, t, False, float(ctx.workload.input_tokens))
+    c = moe_cost(ctx, n, opt.moe, opt.shared, t, False, float(ctx.workload.input_tokens), prefill=True)
     m = ctx.model
     if m.moe is None or not m.moe.hash_layers or not m.num_moe_layers:
         return c

@@ -137,7 +137,7 @@ def _root(
     """Plan deployments of large mixture-of-experts models on Huawei Ascend clusters."""
 
 
-_LOADED = {"command": False, "main": False}
+_LOADED = {"command": False, "main": False, "interrupted": False}
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -147,6 +147,15 @@ def _terminate(signum: int, frame: object) -> None:
         sys.stderr.write(INTERRUPTED_EARLY)
         sys.stderr.flush()
         os._exit(130)
+    # an interrupt that lands inside a library's import (OR-Tools, imported on the first solve)
+    # comes back as that library's ImportError: main still knows it was an interrupt
+    _LOADED["interrupted"] = True
+    raise KeyboardInterrupt
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """Ctrl-C: what Python does (KeyboardInterrupt), remembered as `_terminate` does."""
+    _LOADED["interrupted"] = True
     raise KeyboardInterrupt
 
 
@@ -159,6 +168,7 @@ def main() -> None:
     """
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
+        signal.signal(signal.SIGINT, _interrupt)
         if hasattr(signal, "SIGPIPE"):
             # `moeplan plan | head`: when the reader goes away, stop as `cat` does (killed by
             # SIGPIPE, status 141 in the shell), with no message, instead of an error exit
@@ -173,6 +183,9 @@ def main() -> None:
     except SystemExit:
         raise
     except Exception as exc:  # a bug: say so plainly, keep the traceback for MOEPLAN_DEBUG=1
+        if _LOADED["interrupted"]:  # an interrupt a library turned into its own error
+            sys.stderr.write(INTERRUPTED_EARLY)
+            raise SystemExit(130) from None
         if os.environ.get("MOEPLAN_DEBUG"):
             raise
         sys.stderr.write(

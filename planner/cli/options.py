@@ -88,6 +88,23 @@ MaxRedundantOpt = Annotated[
         "--max-redundant-experts", help="Cap redundant expert copies per instance (0: every expert exactly once)."
     ),
 ]
+MaxExtraSlotsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-extra-slots",
+        metavar="SLOTS",
+        help="Expert slots per device beyond the fewest that hold every expert (default 4, within 50% redundant "
+        "copies); given, it replaces both limits (--explain-space).",
+    ),
+]
+AnyTpOpt = Annotated[
+    bool,
+    typer.Option(
+        "--any-tp",
+        help="Tensor parallelism of any size that divides the instance and the heads, not only powers of two "
+        "inside a node (--explain-space).",
+    ),
+]
 ColocatedOpt = Annotated[
     bool,
     typer.Option(

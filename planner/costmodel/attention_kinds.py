@@ -37,6 +37,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from planner.costmodel.context import CostContext
+from planner.costmodel.elementwise import attention_bytes_per_token
 from planner.costmodel.imbalance import straggler_z
 from planner.costmodel.modules import ModuleCost, _fixed, attention_comm, attention_cost
 from planner.specs.model import LayerKind, ModelSpec, attended_entries, indexed_entries, layer_attention_flops
@@ -168,13 +169,15 @@ def layer_group_cost(
         prompt = max(1, round(2.0 * (ctx.prefill_attended_tokens - 0.5)))
         flops_per_query = _mean_prefill_flops(m, kind, ratio, prompt)
         kv_bytes = np.zeros_like(t)
-    t_att = ctx.roofline_s(t_core * flops_per_query / core_tp, kv_bytes, ctx.attention_flops_per_s)
+    rate = ctx.attention_flops_per_s if decode else ctx.prefill_attention_flops_per_s
+    t_att = ctx.roofline_s(t_core * flops_per_query / core_tp, kv_bytes, rate)
     if decode and core_dp > 1 and kind != "linear":
         # DP ranks wait for the one with the longest contexts (as in modules.attention_cost)
         spread = ctx.decode_context_std_tokens / max(ctx.mean_decode_context_tokens, 1.0)
         t_att = t_att * (1.0 + straggler_z(core_dp) * spread / np.sqrt(np.maximum(seqs * core_tp, 1)))
     parts.append(t_att)
     parts.append(ctx.roofline_s(2 * t_post * out_params, out_params * wb, lin))
+    parts.append(ctx.elementwise_s(t, attention_bytes_per_token(m, q, decode)))
     compute = sum(parts[1:], parts[0])
 
     if kind == "linear":

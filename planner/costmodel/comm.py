@@ -14,6 +14,17 @@ m_j devices reached at level j (m_-1 = 1), the bytes a device receives over leve
 where s is the shard one device contributes. ReduceScatter mirrors it. All-to-all moves distinct
 data to every peer, so each level carries the share of peers it reaches.
 
+MoE dispatch and combine (`moe_all_to_all_s`) send each token to the devices holding its experts.
+The low-latency kernels of decode (DeepEP's, and the fused dispatch/combine of CloudMatrix-Infer) send
+one message per expert copy, `copies` per token, over whichever level reaches the expert. The
+high-throughput kernels of prefill send a token once to each distinct device; when the instance
+spans groups joined by a slower outer level, DeepEP's normal kernels send it once to each remote
+group (node) and forward it inside that group over the inner level ("normal kernels with NVLink and
+RDMA forwarding", DeepEP README, docs/legacy.md). A group is entered by some of a token's
+experts with probability 1 - (1 - 1/G)^k for G groups and k experts; the forwarding then carries the
+rest of the token's distinct devices over the inner level. The time is the slower level's; the
+kernel takes whichever of the direct and the forwarded route is faster.
+
 All functions take and return numpy-compatible values so that the cost model can evaluate many
 concurrencies at once.
 """
@@ -92,3 +103,37 @@ def all_to_all_s(hw: HardwareSpec, n: int, bytes_out: ArrayLike) -> np.ndarray:
         latency = max(latency, lat)
         prev_m = m
     return t_bw + latency + hw.fixed_costs.collective.value
+
+
+def expected_distinct(groups: int, picks: int) -> float:
+    """Distinct groups `picks` uniform draws land in, of `groups` (1 for one group)."""
+    if groups <= 1:
+        return 1.0
+    return groups * (1.0 - (1.0 - 1.0 / groups) ** picks)
+
+
+def moe_all_to_all_s(
+    hw: HardwareSpec, n: int, token_bytes: ArrayLike, per_device_copies: float, experts_per_token: int
+) -> np.ndarray:
+    """One MoE dispatch (or combine) of a device's tokens: `token_bytes` per device (tokens x payload),
+    each token going to `per_device_copies` devices (distinct devices, or one per expert copy).
+
+    The direct route spreads the copies over the levels by their share of peers (as
+    `all_to_all_s`); the forwarded route (two or more levels) sends each token once per remote
+    outer group and forwards the remaining copies over the level below. The faster one is taken.
+    """
+    b = np.asarray(token_bytes, dtype=float)
+    direct = all_to_all_s(hw, n, b * per_device_copies)
+    levels = _levels(hw, n)
+    if n <= 1 or len(levels) < 2:
+        return direct
+    inner_m, inner_bw, _ = levels[-2]
+    _, outer_bw, _ = levels[-1]
+    groups = max(1, n // inner_m)
+    remote = expected_distinct(groups, experts_per_token) * (groups - 1) / groups
+    inner_copies = max(per_device_copies - remote, 0.0)
+    t_bw = np.maximum(b * remote / outer_bw, b * inner_copies / inner_bw)
+    latency = sum(lat for _, _, lat in levels)
+    forwarded = t_bw + latency + hw.fixed_costs.collective.value
+    out: np.ndarray = np.minimum(direct, forwarded)
+    return out

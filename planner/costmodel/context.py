@@ -71,6 +71,12 @@ class CostContext:
         return self.hw.peak_flops_per_s.bf16 * self.hw.efficiency.attention_compute.value
 
     @property
+    def prefill_attention_flops_per_s(self) -> float:
+        """Effective rate of the prefill attention kernel (its own factor where the machine states one)."""
+        f = self.hw.efficiency.prefill_attention_compute or self.hw.efficiency.attention_compute
+        return self.hw.peak_flops_per_s.bf16 * f.value
+
+    @property
     def kv_link_bytes_per_s(self) -> float:
         """Prefill-to-decode KV transfer bandwidth per device (a stated override, else the machine's)."""
         return self.kv_transfer_bytes_per_s or self.hw.kv_transfer_bandwidth_bytes_per_s
@@ -98,6 +104,11 @@ class CostContext:
             np.asarray(flops, dtype=float) / flops_per_s,
             np.asarray(hbm_bytes, dtype=float) / self.hbm_bytes_per_s,
         )
+
+    def elementwise_s(self, tokens: ArrayLike, bytes_per_token: float) -> np.ndarray:
+        """Time of memory-bound elementwise kernels moving `bytes_per_token` for each of `tokens`
+        (planner.costmodel.elementwise): bytes at the effective HBM rate, no arithmetic to hide them."""
+        return np.asarray(tokens, dtype=float) * bytes_per_token / self.hbm_bytes_per_s
 
     # ---- workload-derived lengths (planner.specs.workload: the distribution, prefix hits) ------
     @property

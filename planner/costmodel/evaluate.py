@@ -277,6 +277,23 @@ def workload_notes(ctx: CostContext) -> list[str]:
     return notes
 
 
+def known_miss_notes(machine: str, phases: tuple[str, ...]) -> list[str]:
+    """One note per phase on which the cost model misses measured rows of `machine` (validation/'s
+    `known_miss` marks, each checked by tests/costmodel/test_published.py to really miss)."""
+    from planner.specs.validation import known_misses
+
+    notes = []
+    for phase in phases:
+        misses = [(fid, why) for m, ph, fid, why in known_misses() if m == machine and ph == phase]
+        if misses:
+            notes.append(
+                f"known miss: on {machine} the cost model misses measured {phase} rows outside their tolerance "
+                f"({', '.join(fid for fid, _ in misses)}: {misses[0][1]}); read this plan's {phase} figures "
+                "with that error in mind (moeplan fidelity, docs/fidelity.md)"
+            )
+    return notes
+
+
 def hardware_notes(*machines: HardwareSpec) -> list[str]:
     """The announced-hardware warning of each distinct machine."""
     seen, out = set(), []
@@ -325,10 +342,14 @@ def remembered(key: Hashable, held: tuple[object, ...], make: Callable[[], T]) -
 
 
 def _imbalance_key(imb: ImbalanceModel) -> Hashable:
-    """An equal model gives an equal key (the default is made afresh by each caller)."""
+    """An equal model gives an equal key (the default is made afresh by each caller); measured
+    loads (an array, not hashable) are keyed by a digest of their content."""
+    content = getattr(imb, "cache_key", None)
+    if callable(content):
+        return (type(imb).__name__, content())
     try:
         hash(imb)
-    except TypeError:  # measured loads (an array): the object itself
+    except TypeError:  # a model of another kind without a content key: the object itself (held alive)
         return ("id", id(imb))
     key: Hashable = imb  # type: ignore[assignment]
     return key
@@ -389,6 +410,10 @@ def _evaluate_single(plan: Plan, specs: PlanSpecs, imb: ImbalanceModel, hbm_from
         colocated=colocated,
         system=system,
         notes=hardware_notes(specs.hw)
+        + known_miss_notes(
+            specs.hw.name,
+            tuple(p for p, present in (("decode", decode or colocated), ("prefill", prefill or colocated)) if present),
+        )
         + workload_notes(ctx)
         + (
             [

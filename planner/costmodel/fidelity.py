@@ -1,16 +1,22 @@
-"""Leave-one-out fidelity: how the cost model does on published rows it was not fitted to.
+"""Fidelity: the cost model against every measured row of validation/, in-sample and leave-one-out.
 
-For every machine of the validation/ store, the factors its hardware file marks
-`fitted_on: published` (the set benchmarks/calibrate_factors.py fits) are refitted, with the
-fitter of `planner.costmodel.fitting`, on the machine's `role: fit` rows minus one; the row left
-out is then predicted under the refitted factors (its leave-one-out error). A row with
-`role: validation`, or on a machine with no published-fitted factor, was never fitted to: its
-error is already out-of-sample and is reported as such. Rows of one plan (a step's TPOT and its tokens/s) are one
-measurement and are left out together; a fitted factor that no other deployment determines
-stays at the full fit's value and is listed (`loo_undetermined`): for it the row is not
-out-of-sample. Each fit row also lists the fitted factors
-it determines (elasticity >= `SENSITIVE_ELASTICITY`), and the spread of the refitted factors is
-what `hardware/*.yaml` stores as each fitted factor's range (`factor_spread`).
+The shipped factors and imbalance parameters are one joint fit (planner.costmodel.store_fit) of
+every group of machines on the usable static rows. For each row:
+
+- `predicted`, `error`: under the shipped values (the full fit), the figure the tool prints;
+- `fitted_to`: every factor or parameter fitted on this row (those its figure is sensitive to,
+  elasticity >= `SENSITIVE_ELASTICITY`, for a row of the fit; none for a holdout row or a row on a
+  machine no group fits); `out_of_sample` is true only when that list is empty;
+- `loo_predicted`, `loo_error`: with every parameter refitted without the row's deployment (same
+  baseline as `error`: the joint fit, less that deployment); `loo_undetermined` lists the
+  parameters no other deployment determines, kept at the full fit's value (for them the held-out
+  prediction is still in-sample);
+- `band`: the figure with every ranged factor and every imbalance parameter at the slow and at the
+  fast end of its range (planner.costmodel.uncertainty).
+
+The leave-one-out refits take minutes; they are shipped (planner/costmodel/data/fit_outcome.json,
+written by benchmarks/calibrate_factors.py with a digest of what they depend on) and recomputed
+here only when the rows, catalogs or code changed since (`report.stale` says so).
 """
 
 from __future__ import annotations
@@ -18,199 +24,115 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+import numpy as np
+
 from planner.costmodel.evaluate import PlanSpecs, load_plan_specs
-from planner.costmodel.fitting import (
-    SENSITIVE_ELASTICITY,
-    FitResult,
-    Observation,
-    factor_names,
-    factor_spec,
-    fit_factors,
-    leave_out,
-    sensitivities,
-)
-from planner.costmodel.reference import condition_imbalance, evaluate_row, published_rows
+from planner.costmodel.fitting import SENSITIVE_ELASTICITY
+from planner.costmodel.reference import condition_imbalance, evaluate_row
 from planner.costmodel.uncertainty import prediction_uncertainty
 from planner.specs.catalog import load_plan, plan_base_dir
-from planner.specs.hardware import HardwareSpec
 from planner.specs.plan import Plan
 from planner.specs.validation import StoredFigure, all_figures
-
-# The imbalance parameters of planner/costmodel/imbalance.py were each chosen on one figure; until
-# they are fitted jointly with the machine factors these rows are in-sample for them.
-IMBALANCE_CHOSEN_ON = {
-    "CM-D": "expert skew sigma",
-    "CM-D TPOT": "expert skew sigma",
-    "CM-P EPLB": "imbalance drift between placement windows",
-    "SGLang-H100-P": "imbalance request routing correlation",
-}
 
 
 @dataclass
 class FidelityRow:
-    """One published row: in-sample and leave-one-out predictions, and what it determines."""
+    """One measured figure: predicted under the shipped values and with its deployment left out."""
 
     row: StoredFigure
     hardware: str
     plan: str
     predicted: float
-    loo_predicted: float | None
-    used_for_fit: bool
-    fitted_factors: list[str]
+    loo_predicted: float
+    fitted_to: list[str]
     sensitivity: dict[str, float]
     band: tuple[float, float] | None = None
     loo_undetermined: list[str] = field(default_factory=list)
 
     @property
-    def chosen(self) -> str:
-        """The imbalance parameter chosen on this figure ('' for none)."""
-        return IMBALANCE_CHOSEN_ON.get(self.row.id, "")
+    def used_for_fit(self) -> bool:
+        """True when the fit used this row (it is in-sample for `fitted_to`)."""
+        return bool(self.fitted_to)
+
+    @property
+    def out_of_sample(self) -> bool:
+        """True only when no factor or parameter was fitted or chosen on this row."""
+        return not self.fitted_to
 
     @property
     def in_band(self) -> bool | None:
-        """Whether the published figure lies inside the prediction's band (None without a band)."""
+        """Whether the measured figure lies inside the prediction's band (None without a band)."""
         return None if self.band is None else self.band[0] <= self.row.published <= self.band[1]
 
     @property
     def error(self) -> float:
-        """Relative error under the shipped factors."""
+        """Relative error under the shipped values."""
         return self.predicted / self.row.published - 1.0
 
     @property
-    def loo_error(self) -> float | None:
-        """Relative error with the factors refitted without this row (the error itself for validation rows)."""
-        return None if self.loo_predicted is None else self.loo_predicted / self.row.published - 1.0
+    def loo_error(self) -> float:
+        """Relative error with every parameter refitted without the row's deployment."""
+        return self.loo_predicted / self.row.published - 1.0
+
+    @property
+    def phase(self) -> str:
+        """decode or prefill (the block of the predicted figure)."""
+        return self.row.metric.split(".", 1)[0]
 
     def as_json(self) -> dict[str, object]:
         """The row of `moeplan fidelity --json`."""
         return {
             "name": self.row.id,
             "hardware": self.hardware,
+            "model": self.row.row.model or None,
             "metric": self.row.metric,
+            "ratio_to": self.row.figure.ratio_to or None,
             "published": self.row.published,
+            "unit": self.row.unit,
+            "reliability": self.row.reliability,
+            "role": self.row.role,
+            "source": self.row.citation,
             "predicted": round(self.predicted, 4),
             "error": round(self.error, 6),
-            "loo_predicted": None if self.loo_predicted is None else round(self.loo_predicted, 4),
-            "loo_error": None if self.loo_error is None else round(self.loo_error, 6),
-            "out_of_sample": not self.used_for_fit,
+            "loo_predicted": round(self.loo_predicted, 4),
+            "loo_error": round(self.loo_error, 6),
+            "fitted_to": self.fitted_to,
+            "out_of_sample": self.out_of_sample,
             "loo_undetermined": self.loo_undetermined,
-            "fitted_factors": self.fitted_factors,
             "sensitivity": {k: round(v, 4) for k, v in self.sensitivity.items()},
             "band": None if self.band is None else [round(x, 4) for x in self.band],
             "in_band": self.in_band,
+            "tolerance": self.row.tolerance,
         }
 
 
 @dataclass
-class MachineFit:
-    """The published-row fit of one machine."""
-
-    hardware: str
-    names: list[str]
-    full: FitResult | None
-    loo_values: list[dict[str, float]] = field(default_factory=list)
-
-    def determined_by(self, name: str) -> list[str]:
-        """Labels of the fit rows that are sensitive to fitted factor `name`."""
-        if self.full is None or name not in self.full.names:
-            return []
-        return [self.full.labels[i] for i in range(len(self.full.labels)) if name in self.full.determined_by(i)]
-
-    def spread(self) -> dict[str, tuple[float, float]]:
-        """Lowest and highest value of each fitted factor over the full fit and the leave-one-out refits."""
-        out: dict[str, tuple[float, float]] = {}
-        if self.full is None:
-            return out
-        for n in self.names:
-            vals = [self.full.values[n]] + [v[n] for v in self.loo_values if n in v]
-            out[n] = (min(vals), max(vals))
-        return out
-
-
-@dataclass
 class FidelityReport:
-    """Every row, and every machine's fit; the figures not compared, each with why."""
+    """Every row, the fitted values, and the figures not compared (each with why)."""
 
     rows: list[FidelityRow]
-    machines: dict[str, MachineFit]
+    values: dict[str, float]
+    loo_values: list[dict[str, float]]
     not_compared: list[tuple[StoredFigure, str]] = field(default_factory=list)
+    stale: bool = False
 
     def worst_loo(self) -> FidelityRow | None:
         """The row with the largest |leave-one-out error|."""
-        rows = [r for r in self.rows if r.loo_error is not None]
-        return max(rows, key=lambda r: abs(r.loo_error or 0.0)) if rows else None
+        return max(self.rows, key=lambda r: abs(r.loo_error)) if self.rows else None
+
+    def median_loo(self) -> float:
+        """Median |leave-one-out error| (NaN without rows)."""
+        return float(np.median([abs(r.loo_error) for r in self.rows])) if self.rows else float("nan")
+
+    def misses(self) -> list[FidelityRow]:
+        """Rows whose leave-one-out error is outside their tolerance."""
+        return [r for r in self.rows if abs(r.loo_error) > r.row.tolerance]
 
 
 @lru_cache(maxsize=64)
 def _plan_and_specs(name: str) -> tuple[Plan, PlanSpecs]:
     plan, _ = load_plan(name)
     return plan, load_plan_specs(plan, plan_base_dir(name))
-
-
-def published_fitted_factors(hw: HardwareSpec) -> list[str]:
-    """The factors of `hw` marked `fitted_on: published`."""
-    return [n for n in factor_names(hw) if factor_spec(hw, n).fitted_on == "published"]
-
-
-def row_observation(row: StoredFigure) -> Observation:
-    """A published row as an observation for the fitter."""
-    plan, specs = _plan_and_specs(row.plan)
-    imb = condition_imbalance(row)
-    return Observation(row.id, plan, specs, row.metric, row.published, row.weight, imb, plan_base_dir(row.plan))
-
-
-def fidelity_report(rows: list[StoredFigure] | None = None) -> FidelityReport:
-    """In-sample and leave-one-out errors of every published row (see the module docstring)."""
-    rows = rows if rows is not None else published_rows()
-    by_hw: dict[str, list[int]] = {}
-    hws: dict[str, HardwareSpec] = {}
-    for i, r in enumerate(rows):
-        _, specs = _plan_and_specs(r.plan)
-        by_hw.setdefault(specs.hw.name, []).append(i)
-        hws[specs.hw.name] = specs.hw
-    out: list[FidelityRow | None] = [None] * len(rows)
-    machines: dict[str, MachineFit] = {}
-    for hw_name, idx in by_hw.items():
-        hw = hws[hw_name]
-        names = published_fitted_factors(hw)
-        obs = [row_observation(rows[i]) for i in idx]
-        fit_idx = [k for k, i in enumerate(idx) if rows[i].role == "fit"] if names else []
-        fit_obs = [obs[k] for k in fit_idx]
-        sens_all = sensitivities(obs, hw, factor_names(hw))
-        all_names = factor_names(hw)
-        full = fit_factors(fit_obs, hw, names) if fit_obs else None
-        # rows of one plan are one deployment: they are left out together
-        by_plan: dict[str, list[int]] = {}
-        for j, k in enumerate(fit_idx):
-            by_plan.setdefault(rows[idx[k]].plan, []).append(j)
-        refits = leave_out(fit_obs, hw, names, list(by_plan.values()), start=full.values if full else None)
-        machines[hw_name] = MachineFit(hw_name, names, full, [r.values for r in refits])
-        loo_of: dict[int, tuple[float, list[str]]] = {}
-        for refit in refits:
-            for j in refit.held_out:
-                loo_of[fit_idx[j]] = (fit_obs[j].predict(refit.hw), refit.undetermined)
-        for k, i in enumerate(idx):
-            plan, specs = _plan_and_specs(rows[i].plan)
-            res = evaluate_row(rows[i], specs=specs)
-            unc = prediction_uncertainty(plan, specs, res.prediction, plan_base_dir(rows[i].plan), obs[k].imbalance)
-            block, _, figure = rows[i].metric.partition(".")
-            fig = unc.bands.get(block, {}).get(figure)
-            used = k in loo_of
-            sens = {n: float(sens_all[k, j]) for j, n in enumerate(all_names) if abs(sens_all[k, j]) >= 1e-3}
-            determined = [n for n in names if abs(sens.get(n, 0.0)) >= SENSITIVE_ELASTICITY] if used else []
-            out[i] = FidelityRow(
-                row=rows[i],
-                hardware=hw_name,
-                plan=rows[i].plan,
-                predicted=res.predicted,
-                loo_predicted=loo_of[k][0] if used else res.predicted,
-                loo_undetermined=loo_of[k][1] if used else [],
-                used_for_fit=used,
-                fitted_factors=determined,
-                sensitivity=sens,
-                band=None if fig is None else (fig.low, fig.high),
-            )
-    return FidelityReport([r for r in out if r is not None], machines, not_compared_figures())
 
 
 def not_compared_figures() -> list[tuple[StoredFigure, str]]:
@@ -223,3 +145,82 @@ def not_compared_figures() -> list[tuple[StoredFigure, str]]:
         elif fig.compare == "simulated":
             out.append((fig, "needs simulation: queueing-dominated (judged by the serving simulator)"))
     return out
+
+
+def _band(fig: StoredFigure) -> tuple[float, float] | None:
+    plan, specs = _plan_and_specs(fig.plan)
+    res = evaluate_row(fig, specs=specs)
+    unc = prediction_uncertainty(plan, specs, res.prediction, plan_base_dir(fig.plan), condition_imbalance(fig))
+    block, _, figure = fig.metric.partition(".")
+    b = unc.bands.get(block, {}).get(figure)
+    return None if b is None else (b.low, b.high)
+
+
+def fidelity_report(subset: list[StoredFigure] | None = None) -> FidelityReport:
+    """Every usable static row (or those of `subset`) with its in-sample and leave-one-out figures (see the
+    module docstring); the fit always covers every row."""
+    from planner.costmodel.store_fit import (
+        Model,
+        fit,
+        fit_config,
+        fit_rows,
+        leave_one_out,
+        parameters,
+        stored_outcome,
+    )
+
+    config = fit_config()
+    rows = fit_rows()
+    params = parameters(config)
+    fitted = [r for r in rows if r.figure.role == "fit"]
+    stored = stored_outcome()
+    stale = stored is None or not stored.current
+    model = Model(config, fitted, params)
+    x = model.start()
+    if stale:
+        # what benchmarks/calibrate_factors.py would ship now: the fit from the configured start, whose
+        # values are then the baseline of both columns (the shipped files are out of date)
+        full = fit(model, start=model.configured_start())
+        x = np.array([full.values[p.name] for p in params])
+        held = leave_one_out(model, full)
+        elasticity = full.elasticity
+        loo_pred = {k: v for h in held for k, v in h.predicted.items()}
+        kept = {r: h.kept for h in held for r in h.rows}
+        loo_values = [h.values for h in held]
+    else:
+        assert stored is not None
+        elasticity, loo_pred, kept, loo_values = (
+            stored.elasticity,
+            stored.loo_predicted,
+            stored.loo_kept,
+            stored.loo_values,
+        )
+    values = model.values(x)
+    out = []
+    all_model = Model(config, rows, params)
+    wanted = None if subset is None else {f.id for f in subset}
+    for r in rows:
+        if wanted is not None and r.id not in wanted:
+            continue
+        predicted = all_model.predict(r, x)
+        sens = {k: v for k, v in elasticity.get(r.id, {}).items() if abs(v) >= 1e-3}
+        in_fit = r.figure.role == "fit" and config.group_of(r.machine) is not None
+        fitted_to = [k for k, v in sens.items() if abs(v) >= SENSITIVE_ELASTICITY] if r.figure.role == "fit" else []
+        if not in_fit:
+            # imbalance parameters are fitted on every fit row, a machine outside the groups included
+            fitted_to = [k for k in fitted_to if k.startswith("imbalance.")] if r.figure.role == "fit" else []
+        band = None if r.base is not None else _band(r.figure)
+        out.append(
+            FidelityRow(
+                row=r.figure,
+                hardware=r.machine,
+                plan=r.figure.plan,
+                predicted=predicted,
+                loo_predicted=loo_pred.get(r.id, predicted),
+                fitted_to=fitted_to,
+                sensitivity=sens,
+                band=band,
+                loo_undetermined=list(kept.get(r.id, [])),
+            )
+        )
+    return FidelityReport(out, values, loo_values, not_compared_figures(), stale)

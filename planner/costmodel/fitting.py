@@ -54,11 +54,20 @@ def factor_names(hw: HardwareSpec) -> list[str]:
     return names
 
 
+# optional factors a machine may leave out, and the factor that stands for them then
+OPTIONAL_FACTORS = {"efficiency.prefill_attention_compute": "efficiency.attention_compute"}
+
+
 def factor_spec(hw: HardwareSpec, name: str) -> Factor | Seconds:
-    """The Factor or Seconds at a dotted name; unknown names are a BadInputError listing the known ones."""
+    """The Factor or Seconds at a dotted name; unknown names are a BadInputError listing the known ones.
+
+    An optional factor the machine leaves out (OPTIONAL_FACTORS) is the factor standing for it.
+    """
     section, _, fname = name.partition(".")
     obj = getattr(hw, section, None) if section in FACTOR_SECTIONS else None
     spec = getattr(obj, fname, None) if obj is not None else None
+    if spec is None and name in OPTIONAL_FACTORS:
+        return factor_spec(hw, OPTIONAL_FACTORS[name])
     if not isinstance(spec, Factor | Seconds):
         raise BadInputError(f"unknown factor '{name}' of hardware '{hw.name}'; known: {', '.join(factor_names(hw))}.")
     return spec

@@ -25,33 +25,35 @@ cost model are the ones moeplan deploys (planner.placement), so redundant slots 
 
 The skew model above is an oracle: it places experts for the very popularity it then scores.
 The default since issue 11 is `EngineImbalance`, the imbalance a real engine sees, in three named
-parts. Each parameter cites its source; three of them are fitted to one published figure each
-(marked so in plans/published.yaml, `fitted_factors`), with the rows kept aside as checks:
+parts. Their values are fitted jointly with every machine group's factors on all measured rows of
+validation/ (planner.costmodel.store_fit, benchmarks/calibrate_factors.py; each row's expert
+condition says which parts it sees), refitted in every leave-one-out, and shipped with their
+leave-one-out range in data/imbalance.yaml. The rows that determine each part most:
 
 1. *Intrinsic popularity skew* per layer (what placement can balance): log-normal popularity,
    per expert and independent of EP (arXiv 2605.20982, "DODOCO": the per-expert max/mean is a
    property of the router and the data and changes by <= 5% across EP sizes; random or mock
-   tokens overstate it, so no synthetic-token figure is used). sigma = 0.35 is fitted to CM-D,
-   the only row with one expert per device and no redundant copy (the hottest expert sets its
-   step), as the oracle's 0.3 was. Cross-check: Gini of a log-normal is 2 Phi(sigma/sqrt2) - 1,
-   0.19 at 0.35; DODOCO measures >= 0.24 for MLA-routed DeepSeek-V2-Lite (aux-loss routing, 64
+   tokens overstate it, so no synthetic-token figure is used). CM-D (one expert per device and no
+   redundant copy: the hottest expert sets its step) and the CloudMatrix384 paper's EP320 decode
+   rows determine sigma. Cross-check: Gini of a log-normal is 2 Phi(sigma/sqrt2) - 1, 0.13 at
+   sigma 0.24 and 0.19 at 0.35; DODOCO measures >= 0.24 for MLA-routed DeepSeek-V2-Lite (aux-loss routing, 64
    experts, counts of finite batches, which add sampling spread); DeepSeek-V3's auxiliary-loss-
    free bias balancing flattens popularity, so a lower intrinsic Gini is expected.
 2. *Drift*: the engine places from a past window (a profiling run, or EPLB every few minutes:
    deepseek-ai/EPLB takes the per-layer loads of a past window) and the placement serves the
    next one. Log-popularity moves between windows by `drift_sigma` (stationary: both windows
    keep skew sigma, correlation 1 - drift^2 / (2 sigma^2)); the static factor is the placement
-   made from window A scored on window B. drift 0.25 is fitted to the one published measured
-   price of real imbalance on Ascend: CloudMatrix384 prefill 5,655 tokens/s per NPU with its
-   default EPLB against 6,688 with perfect balance, an 18% gap (arXiv 2506.12708; row
-   `CM-P EPLB`), given the request correlation below.
+   made from window A scored on window B. The one published measured price of real imbalance on
+   Ascend determines it most: CloudMatrix384 prefill 5,655 tokens/s per NPU with its default EPLB
+   against 6,688 with perfect balance (arXiv 2506.12708; rows `CM-P EPLB` and `CM-P balanced`).
 3. *Per-step overdispersion*: tokens of one request route alike, so one step's per-device count
    varies more than Poisson: variance = lambda * (1 + rho * (a - 1)) when one request puts a
    assignments on the device (a = its tokens in the step x top-k / EP: decode ~0.06, prefill of
-   a 4K prompt at EP32 ~1,000). It shrinks like 1/sqrt(requests), not 1/sqrt(tokens). rho = 0.65
-   is fitted to SGLang's H100 prefill (LMSYS blog 2025-05-05): 50,302 tokens/s per node with the
-   default expert distribution against 59,337 with simulated perfect EPLB, where EPLB was fed
-   in-distribution statistics (no drift), so the gap is the per-step term (row `SGLang-H100-P`).
+   a 4K prompt at EP32 ~1,000). It shrinks like 1/sqrt(requests), not 1/sqrt(tokens). SGLang's H100
+   prefill determines rho most (LMSYS blog 2025-05-05: 50,302 tokens/s per node with the default
+   expert distribution against 59,337 with simulated perfect EPLB, where EPLB was fed
+   in-distribution statistics, so the gap is the per-step term; rows `SGLang-H100-P` and its
+   balanced twin).
    DODOCO's finding that real text shows no batch-size trend of imbalance (the trend of mock
    tokens "vanishes") agrees: the request term, not the Poisson term, dominates.
 
@@ -166,21 +168,25 @@ class LoadsImbalance:
 
 # ---- the imbalance a real engine sees (issue 11) ------------------------------------------------
 
-DEFAULT_POPULARITY_SIGMA = 0.35
-POPULARITY_SOURCE = (
-    "per-expert log-normal popularity, independent of EP (arXiv 2605.20982); sigma fitted to CM-D "
-    "(one expert per die, no redundancy); Gini 0.19 (DODOCO: >= 0.24 for aux-loss MLA models)"
-)
-DEFAULT_DRIFT_SIGMA = 0.25
-DRIFT_SOURCE = (
-    "fitted to CloudMatrix384 prefill 5,655 (default EPLB) vs 6,688 (perfect balance) tokens/s per NPU "
-    "(arXiv 2506.12708); row 'CM-P EPLB' of plans/published.yaml"
-)
-DEFAULT_REQUEST_CORRELATION = 0.65
-REQUEST_CORRELATION_SOURCE = (
-    "fitted to SGLang's H100 prefill 50,302 (default, in-distribution EPLB) vs 59,337 (perfect EPLB) tokens/s "
-    "per node (LMSYS blog 2025-05-05); row 'SGLang-H100-P'"
-)
+# The three parameters are fitted with the machines' factors on the measured rows of validation/
+# (planner.costmodel.store_fit; benchmarks/calibrate_factors.py writes them here, with the range of
+# their leave-one-out refits, which the prediction bands use).
+FITTED_PARAMETERS = Path(__file__).resolve().parent / "data" / "imbalance.yaml"
+
+
+@lru_cache(maxsize=1)
+def fitted_parameters() -> dict[str, dict[str, float]]:
+    """{name: {value, low, high}} of the engine imbalance parameters (the shipped fit)."""
+    import yaml
+
+    doc = yaml.safe_load(FITTED_PARAMETERS.read_text(encoding="utf-8"))
+    return {k: {f: float(v[f]) for f in ("value", "low", "high")} for k, v in doc["parameters"].items()}
+
+
+DEFAULT_POPULARITY_SIGMA = fitted_parameters()["popularity_sigma"]["value"]
+DEFAULT_DRIFT_SIGMA = fitted_parameters()["drift_sigma"]["value"]
+DEFAULT_REQUEST_CORRELATION = fitted_parameters()["request_correlation"]["value"]
+FITTED_SOURCE = "fitted with the machine factors on the measured rows of validation/ (benchmarks/calibrate_factors.py)"
 ENGINE_LAYERS = 16  # synthetic layers averaged (seeded, deterministic)
 ENGINE_SEED = 0
 

@@ -25,7 +25,14 @@ from numpy.typing import ArrayLike
 
 from planner.costmodel import comm
 from planner.costmodel.context import CostContext
+from planner.costmodel.elementwise import (
+    attention_bytes_per_token,
+    dense_ffn_bytes_per_token,
+    moe_bytes_per_assignment,
+    moe_bytes_per_token,
+)
 from planner.costmodel.imbalance import busiest_over_mean, dispersion_of, straggler_z
+from planner.specs.hardware import HardwareSpec
 from planner.specs.plan import AttentionLayout, MoELayout, ParallelLayout, SharedExpertLayout
 
 BF16_BYTES = 2.0
@@ -173,7 +180,9 @@ def attention_cost(
     # attention core: BF16 scores and values; decode reads the KV cache of its DP rank
     att_flops = 2 * t_core * heads_core * attended_tokens * (score_dim + value_dim)
     kv_bytes = seqs * core.tp * kv_read_tokens * kv_elems * kvb
-    t_att = ctx.roofline_s(att_flops, kv_bytes, ctx.attention_flops_per_s)
+    t_att = ctx.roofline_s(
+        att_flops, kv_bytes, ctx.attention_flops_per_s if decode else ctx.prefill_attention_flops_per_s
+    )
     if decode and core.dp > 1:
         # DP ranks wait for the one with the longest contexts (sequences at different positions)
         spread = ctx.decode_context_std_tokens / max(ctx.mean_decode_context_tokens, 1.0)
@@ -182,6 +191,7 @@ def attention_cost(
     # output projection, split by heads over the post-TP group
     t_post = t * post.tp
     parts.append(ctx.roofline_s(2 * t_post * o_params, o_params * wb, lin))
+    parts.append(ctx.elementwise_s(t, attention_bytes_per_token(m, q, decode)))
     compute = sum(parts[1:], parts[0])
 
     comm_s, collectives = attention_comm(ctx, layout, t, latent_width, out_width)
@@ -197,7 +207,7 @@ def dense_ffn_cost(ctx: CostContext, layout: ParallelLayout, tokens_per_device: 
     params = ctx.model.dense_ffn_params() / layout.tp
     compute = ctx.roofline_s(
         2 * t * layout.tp * params, params * ctx.quant.dense_weight_bytes, ctx.module_flops_per_s("dense_ffn")
-    )
+    ) + ctx.elementwise_s(t, dense_ffn_bytes_per_token(ctx.model, ctx.quant))
     comm_s = _tp_in_out_comm_s(ctx, layout.tp, t, ctx.model.hidden_size)
     return ModuleCost(compute, comm_s, _fixed(ctx, 2, 3, 2 if layout.tp > 1 else 0))
 
@@ -210,6 +220,11 @@ def expected_target_devices(ep: int, experts_per_token: int) -> float:
     if ep <= 1:
         return 1.0
     return ep * (1.0 - (1.0 - 1.0 / ep) ** experts_per_token)
+
+
+def _direct(hw: HardwareSpec, n: int, token_bytes: np.ndarray, copies: float, _k: int) -> np.ndarray:
+    """Decode's low-latency dispatch: every copy straight to its device, no forwarding."""
+    return comm.all_to_all_s(hw, n, token_bytes * copies)
 
 
 @dataclass
@@ -231,6 +246,7 @@ def moe_cost(
     tokens_per_device: ArrayLike,
     overlap_shared: bool,
     tokens_per_request: ArrayLike = 1.0,
+    prefill: bool = False,
 ) -> MoECost:
     """One MoE layer: router, dispatch, routed experts on the busiest device, shared expert, combine.
 
@@ -240,7 +256,9 @@ def moe_cost(
     parallel with the routed devices: the layer waits for the slower of the two roles.
     `tokens_per_request`: tokens one request has in this step (decode 1 + MTP drafts, prefill
     the prompt); with top-k over EP devices a request puts tokens * k / ep assignments on a device,
-    which the imbalance model's per-step overdispersion needs.
+    which the imbalance model's per-step overdispersion needs. `prefill`: the high-throughput
+    dispatch (a token once per distinct device, forwarded inside remote nodes); decode sends one
+    message per expert copy (planner.costmodel.comm.moe_all_to_all_s).
     """
     m, q = ctx.model, ctx.quant
     assert m.moe is not None
@@ -265,6 +283,8 @@ def moe_cost(
     active_slots = slots * (1.0 - np.exp(-tokens_per_slot))
     act_bytes = hot_assign * (h * q.dispatch_bytes_per_element + 4 * inter * BF16_BYTES + h * BF16_BYTES)
     experts_s = ctx.roofline_s(2 * hot_assign * expert_params, active_slots * expert_params * ew + act_bytes, lin)
+    # the permutation, SwiGLU and un-permutation kernels around the expert GEMMs, on the busiest device
+    experts_s = experts_s + ctx.elementwise_s(hot_assign, moe_bytes_per_assignment(m, q))
 
     # router (BF16 GEMM over every expert, on the device's own tokens)
     router_params = m.router_params()
@@ -290,13 +310,17 @@ def moe_cost(
         disp = comm.allgather_s(ctx.hw, n_comm, t * h * q.dispatch_bytes_per_element)
         comb = comm.reduce_scatter_s(ctx.hw, n_comm, t * h * q.combine_bytes_per_element)
     else:
-        targets = expected_target_devices(ep, k) + (1 if shared.placement == "dedicated" else 0)
+        dedicated = 1 if shared.placement == "dedicated" else 0
+        copies = (expected_target_devices(ep, k) if prefill else float(k)) + dedicated
         # the busiest device receives its imbalance times the mean volume
         recv_scale = np.maximum(imb, 1.0)
-        disp = comm.all_to_all_s(ctx.hw, n_comm, t * targets * h * q.dispatch_bytes_per_element * recv_scale)
-        comb = comm.all_to_all_s(ctx.hw, n_comm, t * targets * h * q.combine_bytes_per_element * recv_scale)
+        route = comm.moe_all_to_all_s if prefill else _direct
+        disp = route(ctx.hw, n_comm, t * h * q.dispatch_bytes_per_element * recv_scale, copies, k)
+        comb = route(ctx.hw, n_comm, t * h * q.combine_bytes_per_element * recv_scale, copies, k)
     dc = disp + comb
 
+    token_side_s = ctx.elementwise_s(t, moe_bytes_per_token(m, q))
+    router_s = router_s + token_side_s  # norm, combine and residual on the device's own tokens
     if shared.placement == "dedicated" and n_shared:
         compute = router_s + np.maximum(experts_s, shared_s)
         comm_s = dc

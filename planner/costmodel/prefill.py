@@ -79,7 +79,7 @@ def prefill_forward(ctx: CostContext, phase: PrefillPlan, batch_tokens: ArrayLik
         comm_parts["dense_ffn_comm"] = dense.comm_s * m.num_dense_layers
         fixed += dense.fixed_s * m.num_dense_layers
     if m.moe is not None and phase.moe is not None:
-        moe = moe_cost(ctx, n, phase.moe, phase.shared_expert, t, False, float(ctx.workload.input_tokens))
+        moe = moe_cost(ctx, n, phase.moe, phase.shared_expert, t, False, float(ctx.workload.input_tokens), prefill=True)
         compute["moe"] = moe.compute_s * m.num_moe_layers - hash_routed_saving(ctx, moe.router_s)
         comm_parts["moe_comm"] = moe.comm_s * m.num_moe_layers
         fixed += moe.fixed_s * m.num_moe_layers

@@ -22,14 +22,16 @@ from typing import Any
 
 from planner.costmodel.evaluate import PlanSpecs, evaluate_plan, remembered
 from planner.costmodel.fitting import factor_names, factor_spec, is_efficiency, with_factors
-from planner.costmodel.imbalance import ImbalanceModel
+from planner.costmodel.imbalance import EngineImbalance, ImbalanceModel, default_imbalance_model, fitted_parameters
 from planner.costmodel.prediction import BandFigure, Prediction, Uncertainty
 from planner.specs.hardware import HardwareSpec
 from planner.specs.plan import Plan
 
 BAND_METHOD = (
-    "low/high: every factor at the slow/fast end of its range in the hardware file (ranges: leave-one-out "
-    "spread and sources); the expert-imbalance model is not varied"
+    "low/high: every factor at the slow/fast end of its range in the hardware file, and the engine imbalance "
+    "model's skew, drift and request correlation at the high/low end of theirs (ranges: the joint fit's "
+    "leave-one-out refits, and sources), widened by the model's RMS leave-one-out error on the machine's group "
+    "of measured rows (the largest group's on a machine without measured rows)"
 )
 
 # The figures that carry a band, per block of `predicted`.
@@ -92,6 +94,28 @@ def scenarios(hw: HardwareSpec) -> list[FactorScenario]:
     return out
 
 
+def imbalance_corner(imbalance: ImbalanceModel | None, slow: bool) -> ImbalanceModel | None:
+    """The engine imbalance model with every parameter at the slow (high) or fast (low) end of its
+    fitted range; a drift of 0 (placed from the served distribution itself) stays 0. Other models
+    (a user's measured loads, perfect balance, a chosen skew) are not varied."""
+    imb = imbalance if imbalance is not None else default_imbalance_model()
+    if not isinstance(imb, EngineImbalance):
+        return imbalance
+    r = fitted_parameters()
+    end = "high" if slow else "low"
+
+    def moved(name: str, value: float) -> float:
+        lo, hi = r[name]["low"], r[name]["high"]
+        default = r[name]["value"]
+        # a parameter the caller set away from the fit (a what-if) keeps its own value
+        return r[name][end] if abs(value - default) < 1e-12 and hi > lo else value
+
+    drift = 0.0 if imb.drift_sigma == 0 else moved("drift_sigma", imb.drift_sigma)
+    return EngineImbalance(
+        moved("popularity_sigma", imb.popularity_sigma), drift, moved("request_correlation", imb.request_correlation)
+    )
+
+
 def _figures(prediction: Prediction) -> dict[str, dict[str, float]]:
     dump: dict[str, Any] = prediction.model_dump()
     out: dict[str, dict[str, float]] = {}
@@ -114,13 +138,19 @@ def prediction_uncertainty(
     figures = {"mid": _figures(mid)}
     for key, slow in (("slow", True), ("fast", False)):
         spec = PlanSpecs(specs.model, corner(hw, slow), specs.quant)
-        figures[key] = _figures(evaluate_plan(plan, base_dir, imbalance, specs=spec, hbm_from=mid))
+        imb = imbalance_corner(imbalance, slow)
+        same = imb is imbalance
+        figures[key] = _figures(evaluate_plan(plan, base_dir, imb, specs=spec, hbm_from=mid if same else None))
+    from planner.costmodel.store_fit import heldout_error
+
+    err = heldout_error(hw.name)
     bands: dict[str, dict[str, BandFigure]] = {}
     for block, values in figures["mid"].items():
         bands[block] = {}
         for name, m in values.items():
             a, b = figures["slow"][block][name], figures["fast"][block][name]
-            bands[block][name] = BandFigure(low=round(min(a, b, m), 4), mid=m, high=round(max(a, b, m), 4))
+            low, high = min(a, b, m) * (1.0 - err), max(a, b, m) * (1.0 + err)
+            bands[block][name] = BandFigure(low=round(low, 4), mid=m, high=round(high, 4))
     ranges = {n: [lo, hi] for n, (lo, hi) in factor_ranges(hw).items()}
     return Uncertainty(method=BAND_METHOD, factors=ranges, bands=bands)
 

@@ -4,8 +4,9 @@ A plan from the search sits where some constraint stops it from doing more. To n
 constraint, its neighbours are evaluated with the cost model (never the solver):
 
 - decode: one more sequence per device (B + 1). If that overflows HBM, HBM binds; if it misses
-  the TPOT SLO, TPOT binds; if the rules would allow it but the search's concurrency grid skips
-  it (above 256 the grid steps by 2%), the search space binds.
+  the TPOT SLO, TPOT binds; if the rules would allow it but it is beyond the search's cap
+  (planner.candidates.tables.MAX_CONCURRENCY), the search space binds. Every concurrency up to
+  the cap is searched, so a plan the search returns is never stopped by a gap in its axis.
 - prefill: one more request per forward, with HBM and TTFT in the same roles.
 - deployment: one more instance of the phase that limits the request rate. If it would raise
   output tokens/s per card but does not fit the card budget, the budget binds; with a target
@@ -37,14 +38,6 @@ from planner.costmodel.imbalance import default_imbalance_model
 from planner.costmodel.memory import decode_hbm, prefill_hbm
 from planner.costmodel.prediction import ColocatedPrediction, Prediction
 from planner.costmodel.prefill import prefill_forward
-from planner.search.candidate_spaces import (
-    CONCURRENCY_GRID_STEP,
-    DENSE_GRID_CONCURRENCY,
-    DENSE_GRID_REQUESTS,
-    REQUESTS_GRID_STEP,
-    concurrency_values,
-    request_values,
-)
 from planner.search.plan_search import SearchOutcome
 from planner.search.request import PlanRequest
 from planner.specs.catalog import load_hardware, load_model
@@ -81,11 +74,6 @@ class Binding:
     def as_dict(self) -> dict[str, object]:
         """JSON-ready form."""
         return asdict(self)
-
-
-def _next_on_grid(grid: np.ndarray, value: int) -> int | None:
-    above = grid[grid > value]
-    return int(above[0]) if above.size else None
 
 
 # ---- decode and prefill ------------------------------------------------------------------------
@@ -127,11 +115,6 @@ class _Axis:
     one_more: str  # "one more sequence per device ({n})"
     none_lead: str  # "nothing binds decode concurrency: {n} sequences per device"
     could: str  # "run more"
-    grid_what: str  # "sequences per device"
-    grid_name: str  # "concurrency grid"
-    grid_dense: int
-    grid_step: float
-    grid: np.ndarray
 
 
 def _largest_ok(axis: _Axis, upto: int, slo_ms: float | None) -> tuple[int, float]:
@@ -150,9 +133,7 @@ def _largest_ok(axis: _Axis, upto: int, slo_ms: float | None) -> tuple[int, floa
 def _axis_binding(axis: _Axis, slo: float | None) -> Binding:
     """What stops the phase's integer from going one higher (or which rule it already breaks)."""
     v = axis.value
-    grid_next = _next_on_grid(axis.grid, v)
-    probe = [v, v + 1] + ([grid_next] if grid_next is not None and grid_next != v + 1 else [])
-    f = axis.probe(probe)
+    f = axis.probe([v, v + 1])
     lat, total, cap = f.latency_ms, f.total_bytes, f.capacity_bytes
     name, label, fmt = axis.slo_name, axis.label, axis.lat_format
     words = {"v": v, "n": v + 1}
@@ -208,21 +189,6 @@ def _axis_binding(axis: _Axis, slo: float | None) -> Binding:
             f"{label}: {name} ({axis.max_tag.format(m=v + 1)} gives {lat[1]:{fmt}} ms {rel} {slo:g} ms)",
             figures={f"next_{name.lower()}_ms": float(lat[1]), "slo_ms": slo, f"next_{axis.key}": v + 1},
         )
-    if grid_next is not None and grid_next != v + 1:
-        g_fits = total[2] <= cap - ROUNDING_BYTES
-        g_meets = slo is None or lat[2] <= slo - ROUNDING_MS
-        if not (g_fits and g_meets):
-            why = "overflows HBM" if not g_fits else f"gives {lat[2]:{fmt}} ms > {slo:g} ms"
-            tag = axis.max_tag.format(m=v + 1)
-            return Binding(
-                axis.phase,
-                "search_space",
-                f"search space binds: {v + 1} {axis.grid_what} would fit HBM and meet {name}, "
-                f"but above {axis.grid_dense} the search's {axis.grid_name.split()[0]} grid steps by "
-                f"{axis.grid_step:.0%} and its next value, {grid_next}, {why}.",
-                f"{label}: {axis.grid_name} ({tag} allowed, next grid value {axis.max_tag.format(m=grid_next)} {why})",
-                figures={f"next_{axis.key}": v + 1, "next_grid_value": grid_next},
-            )
     slo_txt = f" <= {slo:g} ms" if slo is not None else f", no {name} SLO"
     return Binding(
         axis.phase,
@@ -269,11 +235,6 @@ def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | Non
         one_more="one more sequence per device ({n})",
         none_lead="nothing binds decode concurrency: {n} sequences per device",
         could="run more",
-        grid_what="sequences per device",
-        grid_name="concurrency grid",
-        grid_dense=DENSE_GRID_CONCURRENCY,
-        grid_step=CONCURRENCY_GRID_STEP,
-        grid=concurrency_values(MAX_CONCURRENCY),
     )
     return _axis_binding(axis, tpot_slo_ms)
 
@@ -316,11 +277,6 @@ def prefill_binding(ctx: CostContext, phase: PrefillPlan, ttft_slo_ms: float | N
         one_more="one more request per forward ({n})",
         none_lead="nothing binds the prefill batch: {n} requests per forward",
         could="batch more",
-        grid_what="requests per forward",
-        grid_name="batch grid",
-        grid_dense=DENSE_GRID_REQUESTS,
-        grid_step=REQUESTS_GRID_STEP,
-        grid=request_values(MAX_REQUESTS_PER_FORWARD),
     )
     return _axis_binding(axis, ttft_slo_ms)
 
@@ -400,23 +356,21 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
             )
         return "none", f"nothing binds: {label} is still allowed", "nothing binds"
 
-    def on_grid(kind: Constraint, text: str, tag: str, grid: np.ndarray, value: int, what: str):
-        # the search only tries its grid's values: one more is allowed but not on the grid
-        nxt = _next_on_grid(grid, value)
-        if kind == "none" and nxt is not None and nxt != value + 1:
+    def at_cap(kind: Constraint, text: str, tag: str, cap: int, value: int, what: str):
+        # the search tries every value up to its cap: one more is allowed but beyond it
+        if kind == "none" and value >= cap:
             return (
                 "search_space",
-                f"search space binds: {value + 1} {what} would be allowed, but the search's grid "
-                f"steps from {value} to {nxt}",
-                "search grid",
+                f"search space binds: {value + 1} {what} would be allowed, but the search tries at most {cap}",
+                "search space",
             )
         return kind, text, tag
 
     out = []
     more_seqs = {"concurrency_per_device": b + 1}
-    kind, text, tag = on_grid(
+    kind, text, tag = at_cap(
         *neighbour(f"{b + 1} sequences per device", more_seqs),
-        concurrency_values(MAX_CONCURRENCY),
+        MAX_CONCURRENCY,
         b,
         "sequences per device",
     )
@@ -437,9 +391,9 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
         out.append(Binding("prefill", kind, message, f"colocated chunk {chunk}: {tag}"))
         return out
     more_requests = {"prefill_batch_tokens": (r + 1) * n_in}
-    kind, text, tag = on_grid(
+    kind, text, tag = at_cap(
         *neighbour(f"{r + 1} requests per forward", more_requests),
-        request_values(MAX_REQUESTS_PER_FORWARD),
+        MAX_REQUESTS_PER_FORWARD,
         r,
         "requests per forward",
     )
@@ -682,7 +636,7 @@ TAGS = {
     "itl": "ITL",
     "card_budget": "cards",
     "rate": "rate",
-    "search_space": "grid",
+    "search_space": "space",
 }
 
 

@@ -1,4 +1,4 @@
-"""Predicted vs published, in-sample and leave-one-out: a rich table, a Markdown table, JSON."""
+"""Predicted vs measured, in-sample and leave-one-out: a rich table, a Markdown table, JSON."""
 
 from __future__ import annotations
 
@@ -8,165 +8,164 @@ from rich.table import Table
 
 from planner.costmodel.fidelity import FidelityReport, FidelityRow
 
-# the columns of the Markdown table and the HTML report (row_cells), and those aligned right
-COLUMNS = ("row", "figure", "published", "predicted", "error", "leave-one-out", "band", "tolerance", "determines")
-NUMERIC_COLUMNS = ("published", "predicted", "error", "leave-one-out", "tolerance")
+# the columns of the tables (rich, Markdown) and of the HTML report (row_cells), and those aligned right
+COLUMNS = (
+    "row",
+    "machine",
+    "figure",
+    "measured",
+    "predicted",
+    "error",
+    "leave-one-out",
+    "band",
+    "tolerance",
+    "fitted to",
+)
+NUMERIC_COLUMNS = ("measured", "predicted", "error", "leave-one-out", "tolerance")
+
+TABLE_CAPTION = (
+    "error: under the shipped factors and imbalance parameters (one joint fit of every machine group on the rows "
+    "marked fit); leave-one-out: every parameter refitted without the row's deployment; (oos): nothing was "
+    "fitted on the row (a holdout row, or a machine no group fits); *: a parameter only this deployment "
+    "determines stayed at the full fit's value in its leave-one-out; band: every factor and imbalance parameter "
+    "at the slow / fast end of its range"
+)
 
 
 def _short(name: str) -> str:
-    return name.split(".", 1)[1]
+    return name.split(":", 1)[-1].split(".", 1)[-1]
 
 
 def _loo(r: FidelityRow) -> str:
-    if r.loo_error is None:
-        return "-"
-    if r.used_for_fit:
-        mark = ""
-    elif r.chosen:  # not refitted here, but a parameter (the skew sigma) was chosen on this row
-        mark = " (in-sample)"
-    else:
-        mark = " (oos)"
-    return f"{r.loo_error:+.1%}{mark}" + (" *" if r.loo_undetermined else "")
+    return f"{r.loo_error:+.1%}" + (" (oos)" if r.out_of_sample else "") + (" *" if r.loo_undetermined else "")
 
 
-def _band(r: FidelityRow) -> str:
+def _band(r: FidelityRow, markup: bool = True) -> str:
     if r.band is None:
         return "-"
-    mark = "" if r.in_band else " [red]misses[/]"
-    return f"{r.band[0]:.4g}-{r.band[1]:.4g}{mark}"
+    miss = ("[red]misses[/]" if markup else "(misses)") if not r.in_band else ""
+    return f"{r.band[0]:.4g}-{r.band[1]:.4g}" + (f" {miss}" if miss else "")
 
 
-def _determines(r: FidelityRow) -> str:
-    if not r.used_for_fit:
-        if r.chosen:
-            return f"{r.chosen} (chosen on it; not refitted here)"
-        return "(validation: not fitted to)"
-    return ", ".join(_short(n) for n in r.fitted_factors) or "none"
+def _fitted(r: FidelityRow) -> str:
+    if not r.fitted_to:
+        return "nothing (out-of-sample)"
+    return ", ".join(sorted({_short(n) for n in r.fitted_to}))
+
+
+def _value(x: float) -> str:
+    return f"{x:.3f}" if x < 10 else f"{x:.1f}"
 
 
 def fidelity_table(report: FidelityReport) -> Table:
-    """One row per published figure, with its leave-one-out error and the factors it determines."""
-    table = Table(
-        title="Cost model vs published figures",
-        caption="error: shipped factors (in-sample for fit rows); leave-one-out: factors refitted without the "
-        "row (and the other rows of its plan); (oos): out-of-sample, the row was never fitted to, so its error "
-        "is the leave-one-out error; (in-sample): not refitted here, but a parameter was chosen on it; "
-        "*: a factor only this deployment determines was kept (see below)",
-    )
-    cols = (*COLUMNS[:-1], "within", COLUMNS[-1])
-    for col in cols:
-        right = col in NUMERIC_COLUMNS
-        table.add_column(col, justify="right" if right else "left")
+    """One row per measured figure."""
+    table = Table(title="Cost model vs measured deployments (validation/)", caption=TABLE_CAPTION)
+    for col in COLUMNS:
+        table.add_column(col, justify="right" if col in NUMERIC_COLUMNS else "left")
     for r in report.rows:
-        ok = "[green]yes[/]" if abs(r.error) <= r.row.tolerance else "[red]NO[/]"
-        table.add_row(
-            r.row.id,
-            r.row.unit,
-            f"{r.row.published:g}",
-            f"{r.predicted:.1f}",
-            f"{r.error:+.1%}",
-            _loo(r),
-            _band(r),
-            f"±{r.row.tolerance:.0%}",
-            ok,
-            _determines(r),
-        )
+        cells = row_cells(r)
+        if abs(r.loo_error) > r.row.tolerance:
+            cells["leave-one-out"] = f"[red]{cells['leave-one-out']}[/]"
+        cells["band"] = _band(r)
+        table.add_row(*cells.values())
     return table
-
-
-def fit_lines(report: FidelityReport) -> list[str]:
-    """Per machine: the refitted factors, their leave-one-out spread, and the worst row."""
-    lines = []
-    for m in report.machines.values():
-        if not m.names or m.full is None:
-            lines.append(
-                f"{m.hardware}: no hardware factor is fitted to published rows (its rows are out-of-sample for them; "
-                "imbalance-model parameters are not refitted here)"
-            )
-            continue
-        spread = m.spread()
-        cells = [
-            f"{_short(n)} {m.full.values[n]:.3f} (leave-one-out {spread[n][0]:.3f}-{spread[n][1]:.3f})" for n in m.names
-        ]
-        lines.append(f"{m.hardware}: refitted on {len(m.full.labels)} rows: " + "; ".join(cells))
-        for n, why in m.full.undetermined.items():
-            lines.append(f"  {_short(n)}: {why}")
-        for n in m.names:
-            rows = m.determined_by(n)
-            plans = {r.plan for r in report.rows if r.row.id in rows}
-            if len(plans) <= 1:
-                lines.append(
-                    f"  {_short(n)} rests on one deployment only ({', '.join(rows) or 'no row'}): "
-                    "fitted to a single measurement"
-                )
-    for r in report.rows:
-        if r.loo_undetermined:
-            lines.append(
-                f"* {r.row.id}: without it no other deployment determines "
-                f"{', '.join(_short(n) for n in r.loo_undetermined)} (kept at the full fit's value)"
-            )
-    banded = [r for r in report.rows if r.band is not None]
-    if banded:
-        inside = sum(1 for r in banded if r.in_band)
-        lines.append(f"published figure inside the prediction's band: {inside} of {len(banded)} rows")
-    worst = report.worst_loo()
-    if worst is not None and worst.loo_error is not None:
-        lines.append(f"worst leave-one-out error: {worst.row.id} {worst.loo_error:+.1%}")
-    for fig, why in report.not_compared:
-        lines.append(f"not compared: {fig.id} ({fig.published:g} {fig.unit}): {why}")
-    return lines
-
-
-def fidelity_markdown(report: FidelityReport) -> str:
-    """The same as a Markdown table (the README's)."""
-    lines = [
-        "| " + " | ".join(COLUMNS) + " |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|",
-    ]
-    for r in report.rows:
-        lines.append("| " + " | ".join(row_cells(r).values()) + " |")
-    if report.not_compared:
-        lines += ["", "| not compared | figure | published | why |", "|---|---|---:|---|"]
-        for fig, why in report.not_compared:
-            lines.append(f"| {fig.id} | {fig.unit} | {fig.published:g} | {why} |")
-    return "\n".join(lines) + "\n"
 
 
 def row_cells(r: FidelityRow) -> dict[str, str]:
     """One row's cells as plain text, by column (the Markdown table's and the HTML report's)."""
     return {
         "row": r.row.id,
+        "machine": r.hardware,
         "figure": r.row.unit,
-        "published": f"{r.row.published:g}",
-        "predicted": f"{r.predicted:.1f}",
+        "measured": f"{r.row.published:g}",
+        "predicted": _value(r.predicted),
         "error": f"{r.error:+.1%}",
         "leave-one-out": _loo(r),
-        "band": _band(r).replace("[red]misses[/]", "(misses)"),
+        "band": _band(r, markup=False),
         "tolerance": f"±{r.row.tolerance:.0%}",
-        "determines": _determines(r),
+        "fitted to": _fitted(r),
     }
 
 
+def summary_lines(report: FidelityReport) -> list[str]:
+    """The headline figures: rows, leave-one-out median and worst, band coverage, rows outside tolerance."""
+    rows = report.rows
+    lines = []
+    if report.stale:
+        lines.append(
+            "note: the shipped fit outcome is older than the rows, catalogs or code: the leave-one-out refits were "
+            "recomputed now (run benchmarks/calibrate_factors.py to refresh the shipped factors)"
+        )
+    machines = sorted({r.hardware for r in rows})
+    models = sorted({r.row.row.model or r.plan for r in rows})
+    worst = report.worst_loo()
+    lines.append(
+        f"{len(rows)} measured figures on {len(machines)} machines ({', '.join(machines)}), {len(models)} models; "
+        f"leave-one-out |error|: median {report.median_loo():.1%}"
+        + (f", worst {worst.row.id} {worst.loo_error:+.1%}" if worst is not None else "")
+    )
+    banded = [r for r in rows if r.band is not None]
+    if banded:
+        inside = sum(1 for r in banded if r.in_band)
+        lines.append(f"measured figure inside the prediction's band: {inside} of {len(banded)} rows")
+    misses = report.misses()
+    if misses:
+        lines.append(
+            f"outside their tolerance leave-one-out ({len(misses)}): "
+            + "; ".join(f"{r.row.id} {r.loo_error:+.1%} (±{r.row.tolerance:.0%})" for r in misses)
+        )
+    kept = [r for r in rows if r.loo_undetermined]
+    for r in kept:
+        lines.append(
+            f"* {r.row.id}: without its deployment no other row determines "
+            f"{', '.join(_short(n) for n in r.loo_undetermined)} (kept at the full fit's value)"
+        )
+    return lines
+
+
+def fit_lines(report: FidelityReport) -> list[str]:
+    """Summary, then every fitted value with its leave-one-out range, then the figures not compared."""
+    lines = summary_lines(report)
+    for name, value in report.values.items():
+        vals = [v[name] for v in report.loo_values if name in v] + [value]
+        lines.append(f"  {name}: {value:.4g} (leave-one-out {min(vals):.4g}-{max(vals):.4g})")
+    for fig, why in report.not_compared:
+        lines.append(f"not compared: {fig.id} ({fig.published:g} {fig.unit}): {why}")
+    return lines
+
+
+def fidelity_markdown(report: FidelityReport) -> str:
+    """The same as Markdown tables (docs/fidelity.md's)."""
+    lines = [f"- {ln}" for ln in summary_lines(report) if not ln.startswith("*")]
+    lines += [
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "|".join("---:" if c in NUMERIC_COLUMNS else "---" for c in COLUMNS) + "|",
+    ]
+    for r in report.rows:
+        lines.append("| " + " | ".join(row_cells(r).values()) + " |")
+    if report.not_compared:
+        lines += ["", "| not compared | figure | measured | why |", "|---|---|---:|---|"]
+        for fig, why in report.not_compared:
+            lines.append(f"| {fig.id} | {fig.unit} | {fig.published:g} | {why} |")
+    return "\n".join(lines) + "\n"
+
+
 def fidelity_json(report: FidelityReport) -> str:
-    """{"rows": [...], "fits": {...}}: every row with its in-sample and leave-one-out figures."""
-    fits = {}
-    for m in report.machines.values():
-        if m.full is None:
-            continue
-        spread = m.spread()
-        fits[m.hardware] = {
-            n: {
-                "value": round(m.full.values[n], 6),
-                "interval": [round(x, 6) for x in m.full.intervals[n]],
-                "loo_range": [round(x, 6) for x in spread[n]],
-                "undetermined": m.full.undetermined.get(n),
-                "determined_by": m.determined_by(n),
-            }
-            for n in m.names
-        }
+    """{"rows": [...], "fitted": {...}, "not_compared": [...]}: every row, in-sample and leave-one-out."""
+    ranges = {}
+    for name, value in report.values.items():
+        vals = [v[name] for v in report.loo_values if name in v] + [value]
+        ranges[name] = {"value": round(value, 8), "loo_range": [round(min(vals), 8), round(max(vals), 8)]}
     not_compared = [
         {"name": f.id, "metric": f.metric, "published": f.published, "unit": f.unit, "why": why}
         for f, why in report.not_compared
     ]
-    doc = {"rows": [r.as_json() for r in report.rows], "fits": fits, "not_compared": not_compared}
+    doc = {
+        "rows": [r.as_json() for r in report.rows],
+        "median_abs_loo_error": round(report.median_loo(), 6),
+        "fitted": ranges,
+        "not_compared": not_compared,
+        "stale_outcome": report.stale,
+    }
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"

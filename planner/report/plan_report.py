@@ -136,15 +136,23 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
 
 
 def plans_document(
-    plans: list[Plan], status: str, notes: list[str] | None = None, simulated: list[dict[str, Any]] | None = None
+    plans: list[Plan],
+    status: str,
+    notes: list[str] | None = None,
+    simulated: list[dict[str, Any]] | None = None,
+    space: list[Any] | None = None,
 ) -> str:
-    """The JSON export: {"status": ..., ["notes": [...]], "plans": [...], ["simulated": [...]]}, deterministic
-    byte for byte.
+    """The JSON export: {"status": ..., ["space": [...]], ["notes": [...]], "plans": [...],
+    ["simulated": [...]]}, deterministic byte for byte.
 
-    `notes` (announced hardware: figures are vendor claims; mixed hardware; workload percentiles)
-    appear only when there are any; `simulated` (`plan --simulate`: each plan's simulated percentiles
-    and verdict, by rank) only when asked for."""
+    `space`: the named limits of the space the status holds over (planner.candidates.
+    restrictions: key, what each keeps out, how to lift it). `notes` (announced hardware: figures
+    are vendor claims; mixed hardware; workload percentiles) appear only when there are any;
+    `simulated` (`plan --simulate`: each plan's simulated percentiles and verdict, by rank) only
+    when asked for."""
     doc: dict[str, Any] = {"status": status}
+    if space:
+        doc["space"] = [{"limit": r.key, "keeps_out": r.keeps_out, "lift": r.lift} for r in space]
     if notes:
         doc["notes"] = notes
     doc["plans"] = [p.model_dump(mode="json", exclude_none=True) for p in plans]
@@ -174,6 +182,27 @@ def infeasible_document(reason: str) -> str:
             nearest = {"flag": loose.group(1), "value": None}
     doc = {"status": "INFEASIBLE", "reason": reason, "constraint": constraint, "nearest": nearest}
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
+def space_line(space: list[Any]) -> str:
+    """The line under the verdict: the named limits of the space it holds over."""
+    if not space:
+        return "over every layout, concurrency and batch the cost model represents."
+    return "over: " + "; ".join(r.short for r in space) + " (--explain-space lists them)."
+
+
+def space_table(space: list[Any]) -> Table:
+    """`--explain-space`: every named limit of the space, what it keeps out, why, how to lift it."""
+    table = Table(
+        title="The search space's named limits (every concurrency and batch is searched)",
+        caption="basis: physics, engine (what the serving engines run), model (what the cost model "
+        "represents) or choice; tests/candidates/test_restrictions.py checks each",
+    )
+    for name in ("limit", "keeps out", "why", "lift with"):
+        table.add_column(name, overflow="fold")
+    for r in space:
+        table.add_row(r.short, r.keeps_out, r.basis, r.lift)
+    return table
 
 
 def alternatives_table(alternatives: list[Any], best: Plan, hw: HardwareSpec) -> Table:

@@ -6,9 +6,13 @@
 2. For every size: the module layout options, their cost tables (float, then the integer tables
    of `to_integer_tables`; from the table cache when it has them, planner.search.table_cache),
    and the phase candidates: the best configurations of the size (planner.candidates.
-   phase_candidates), each at its best concurrency or batch.
+   phase_candidates), each at its best concurrency or batch. The tables hold every integer
+   concurrency and batch from the smallest to past what HBM allows (`concurrency_axis`,
+   `batch_axis`, checked on the tables): no value between two others is skipped.
 3. Colocated candidates for the sizes both phases were costed at (planner.candidates.
    colocated_candidates), on one machine only.
+4. The named limits of that space that apply to the request (`space_restrictions`,
+   planner.candidates.restrictions): what the verdict's proof holds over.
 
 The candidates depend on the SLOs and the number kept per size, never on the card budget or the
 rate: what a deployment of them can reach is the next steps' question.
@@ -18,12 +22,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from functools import partial
 from typing import Any
 
 import numpy as np
 
+from planner.candidates import restrictions as rules
 from planner.candidates.colocated_candidates import (
     ColocatedCandidate,
     colocated_candidates,
@@ -35,12 +41,17 @@ from planner.candidates.phase_candidates import (
     PhaseCandidate,
     decode_candidates,
     decode_micro_batch_factor,
+    overlapped_step_us,
     prefill_candidates,
+    prefill_forward_us,
+    prefill_ttft_us,
 )
-from planner.candidates.space import SpaceLimits, instance_sizes, min_devices_for_weights, size_options
+from planner.candidates.restrictions import DEFAULT_MTP_DEPTHS
+from planner.candidates.space import SizeOptions, SpaceLimits, instance_sizes, min_devices_for_weights, size_options
 from planner.candidates.tables import (
     MAX_CONCURRENCY,
     MAX_REQUESTS_PER_FORWARD,
+    MODULES,
     IntTables,
     PhaseTables,
     decode_tables_by_micro_batches,
@@ -48,7 +59,7 @@ from planner.candidates.tables import (
     to_integer_tables,
 )
 from planner.costmodel.context import CostContext
-from planner.costmodel.memory import kv_tokens_in_use
+from planner.costmodel.memory import fixed_hbm
 from planner.errors import BadInputError
 from planner.search.budget import Budget
 from planner.search.contexts import PhaseContexts
@@ -86,61 +97,62 @@ def weights_bytes(ctx: CostContext) -> tuple[float, float]:
     return experts, attn + dense + vocab
 
 
-def _grid(cap: int, every_upto: int, step: float) -> np.ndarray:
-    """Every integer up to `every_upto`, then geometric steps of `step` up to `cap`."""
-    vals = set(range(1, min(cap, every_upto) + 1))
-    v = float(every_upto)
-    while v < cap:
-        v *= 1.0 + step
-        vals.add(min(cap, int(round(v))))
-    return np.array(sorted(vals), dtype=np.int64)
+def _fixed_and_kv(ctx: CostContext) -> tuple[float, float, float]:
+    """(HBM a plan may fill per device less what no layout changes, KV bytes of one decoding
+    sequence at the mean context, KV bytes of one prompt), without MTP draft positions."""
+    m, q = ctx.model, ctx.quant
+    usable = ctx.hbm_capacity_bytes - sum(fixed_hbm(ctx).values())
+
+    def sequence_bytes(tokens: float) -> float:
+        if m.is_plain():
+            return tokens * m.kv_elements_per_token_per_layer() * m.kv_layers() * q.kv_bytes_per_element
+        growing, fixed = m.kv_cache_bytes(tokens, q.kv_bytes_per_element, 1)
+        return growing + fixed
+
+    return usable, sequence_bytes(ctx.mean_decode_context_tokens), sequence_bytes(float(ctx.workload.input_tokens))
 
 
-DENSE_GRID_CONCURRENCY = 256  # every concurrency up to here, then steps of CONCURRENCY_GRID_STEP
-CONCURRENCY_GRID_STEP = 0.02
-DENSE_GRID_REQUESTS = 64  # every batch (requests per forward) up to here, then REQUESTS_GRID_STEP
-REQUESTS_GRID_STEP = 0.05
+def concurrency_axis(ctx: CostContext, cap: int | None = None) -> np.ndarray:
+    """Every decode concurrency per device the search costs: 1 to the most any layout can hold
+    (`cap`, else HBM over one sequence's KV at the mean context, without weights: every layout
+    holds at least the whole KV of B sequences per device, since tensor parallelism over t
+    devices splits a sequence's heads but serves t times the sequences, and MLA's latent is not
+    split at all), and at most MAX_CONCURRENCY (a named limit of the space). `build_phase_space`
+    checks the bound on the tables and extends the axis if a layout still fits at its end."""
+    if cap is None:
+        usable, per_sequence, _ = _fixed_and_kv(ctx)
+        cap = int(usable // max(per_sequence, 1.0)) + 1
+    return np.arange(1, max(1, min(MAX_CONCURRENCY, cap)) + 1, dtype=np.int64)
 
 
-def concurrency_values(cap: int) -> np.ndarray:
-    """The search's concurrency grid up to `cap`."""
-    return _grid(cap, DENSE_GRID_CONCURRENCY, CONCURRENCY_GRID_STEP)
+def batch_axis(ctx: CostContext, devices: int, cap: int | None = None) -> np.ndarray:
+    """Every prefill batch (requests per forward) the search costs: from the fewest that hold the
+    TTFT-percentile prompt whole to the most the instance can hold (`cap`, else every device's
+    HBM over one prompt's KV, without weights and activations: the instance holds the KV of every
+    prompt of the forward), and at most MAX_REQUESTS_PER_FORWARD (a named limit of the space).
+    `build_phase_space` checks the bound on the tables as for concurrency."""
+    if cap is None:
+        usable, _, per_prompt = _fixed_and_kv(ctx)
+        cap = int(usable * devices // max(per_prompt, 1.0)) + 1
+    lo = min_requests_per_forward(ctx)
+    return np.arange(lo, max(lo, min(MAX_REQUESTS_PER_FORWARD, cap)) + 1, dtype=np.int64)
 
 
-def request_values(cap: int) -> np.ndarray:
-    """The search's requests-per-forward grid up to `cap`."""
-    return _grid(cap, DENSE_GRID_REQUESTS, REQUESTS_GRID_STEP)
+def _axis_covers(t: PhaseTables, ints: IntTables, cap_limit: int) -> bool:
+    """Whether the tables' axis holds every value any layout could run: at its last value even
+    every module at its least HBM overflows (and the least HBM never falls along the axis, so
+    nothing beyond fits either), or the axis reaches the space's limit."""
+    return int(t.x_values[-1]) >= cap_limit or not _may_fit_beyond(t, ints)
 
 
-def _max_concurrency_guess(ctx: CostContext, devices: int) -> int:
-    """Upper bound on decode concurrency per device: HBM over one sequence's KV (no weights)."""
-    m = ctx.model
-    a = m.attention
-    tokens = float(kv_tokens_in_use(ctx, [1.0], 0)[0])
-    if m.is_plain():
-        elems = (
-            (a.kv_lora_rank + a.qk_rope_head_dim)
-            if a.kind == "mla"
-            else 2 * a.head_dim * max(1, a.num_kv_heads // max(1, min(devices, a.num_kv_heads)))
-        )
-        per_seq = tokens * elems * m.kv_layers() * ctx.quant.kv_bytes_per_element
-    else:
-        growing, fixed = m.kv_cache_bytes(tokens, ctx.quant.kv_bytes_per_element, min(devices, a.num_heads))
-        per_seq = growing + fixed
-    return int(max(1, min(MAX_CONCURRENCY, ctx.hw.hbm_bytes // max(per_seq, 1.0))))
-
-
-def _max_requests_guess(ctx: CostContext, devices: int) -> int:
-    """Upper bound on requests per forward: HBM over one prompt's KV and hidden states."""
-    m = ctx.model
-    if m.is_plain():
-        kv_per_token = m.kv_elements_per_token_per_layer() * m.kv_layers() * ctx.quant.kv_bytes_per_element
-    else:
-        # the cache of a prompt, per token (linear states and windows amortised over the prompt)
-        kv_per_token = m.kv_bytes_per_token(float(ctx.workload.input_tokens), ctx.quant.kv_bytes_per_element)
-    per_token = kv_per_token + m.hidden_size * 2 * 8
-    fit_tokens = ctx.hw.hbm_bytes * devices / per_token
-    return int(max(1, min(MAX_REQUESTS_PER_FORWARD, fit_tokens // ctx.workload.input_tokens)))
+def _may_fit_beyond(t: PhaseTables, ints: IntTables) -> bool:
+    """Whether some layout might fit HBM beyond the axis's last value: one fits at it, or the least
+    HBM over the layouts falls somewhere along the axis (so it is no bound)."""
+    for j in range(len(t.k_values)):
+        least = sum(ints.hbm_mib[mod][:, j, :].min(axis=0) for mod in MODULES)
+        if np.any(np.diff(least) < 0) or least[-1] <= ints.hbm_capacity_mib:
+            return True
+    return False
 
 
 def min_requests_per_forward(ctx: CostContext) -> int:
@@ -148,15 +160,6 @@ def min_requests_per_forward(ctx: CostContext) -> int:
     w = ctx.workload
     need = ctx.ttft_input_tokens * (1.0 - w.hit_rate)
     return max(1, math.ceil(need / ctx.prefill_tokens_per_request - 1e-9))
-
-
-def _whole_slo_prompt(ctx: CostContext, xs: np.ndarray) -> np.ndarray:
-    """The requests-per-forward grid from the smallest batch that holds the TTFT-percentile prompt."""
-    lo = min_requests_per_forward(ctx)
-    if lo <= 1:
-        return xs
-    kept = xs[xs >= lo]
-    return kept if kept.size else np.array([lo], dtype=np.int64)
 
 
 def engine_decode_micro_batches(engine: str) -> tuple[int, ...]:
@@ -171,6 +174,53 @@ def mtp_tokens_max(engine: str) -> int:
     from planner.engines.profiles import load_profile
 
     return load_profile(engine).capabilities.mtp_tokens_max
+
+
+def _decode_tables(
+    ctx: CostContext, opts: SizeOptions, ks: list[int], mbs: tuple[int, ...], key: tuple, cache: TableCache | None
+) -> list[tuple[PhaseTables, IntTables]]:
+    """A decode size's tables, one per micro-batch count (costed in one pass), over the whole
+    concurrency axis: extended while a layout still fits HBM at its end."""
+    xs = concurrency_axis(ctx)
+    while True:
+        joint: dict[int, tuple[PhaseTables, IntTables]] = {}
+
+        def build(mb: int, xs: np.ndarray = xs, joint: dict = joint) -> tuple[PhaseTables, IntTables]:
+            if not joint:  # every micro-batch count in one pass (planner.candidates.tables)
+                built = decode_tables_by_micro_batches(ctx, opts, ks, xs, mbs)
+                for count, t in zip(mbs, built, strict=True):
+                    joint[count] = (t, to_integer_tables(t, ctx.hbm_capacity_bytes))
+            return joint[mb]
+
+        extended = () if xs[-1] == concurrency_axis(ctx)[-1] else ("concurrency_to", int(xs[-1]))
+        out = [
+            cached_tables(
+                cache, (*key, *extended) if mb == 1 else (*key, "micro_batches", mb, *extended), partial(build, mb)
+            )
+            for mb in mbs
+        ]
+        if _axis_covers(*out[0], MAX_CONCURRENCY):
+            return out
+        xs = concurrency_axis(ctx, 2 * int(xs[-1]))
+
+
+def _prefill_tables(
+    ctx: CostContext, opts: SizeOptions, key: tuple, cache: TableCache | None
+) -> tuple[PhaseTables, IntTables]:
+    """A prefill size's tables over the whole batch axis, extended while a layout still fits HBM
+    at its end."""
+    xs = batch_axis(ctx, opts.devices)
+    while True:
+
+        def build(xs: np.ndarray = xs) -> tuple[PhaseTables, IntTables]:
+            t = prefill_tables(ctx, opts, list(opts.prefill_micro_batches), xs)
+            return t, to_integer_tables(t, ctx.hbm_capacity_bytes)
+
+        extended = () if xs[-1] == batch_axis(ctx, opts.devices)[-1] else ("batch_to", int(xs[-1]))
+        t, ints = cached_tables(cache, (*key, *extended), build)
+        if _axis_covers(t, ints, MAX_REQUESTS_PER_FORWARD):
+            return t, ints
+        xs = batch_axis(ctx, opts.devices, 2 * int(xs[-1]))
 
 
 def build_phase_space(
@@ -196,32 +246,19 @@ def build_phase_space(
         opts = size_options(m, ctx.hw, n, phase, limits)  # type: ignore[arg-type]
         key = (phase, n, fingerprint)
         if phase == "decode":
-            ks = list(request.mtp_tokens) if request.mtp_tokens is not None else ([0, 1, 2] if m.mtp_layers else [0])
+            ks = list(request.mtp_tokens) if request.mtp_tokens is not None else list(DEFAULT_MTP_DEPTHS)
+            ks = ks if m.mtp_layers or request.mtp_tokens is not None else [0]
             if limits.engine is not None:  # MTP depths the engine runs
                 ks = [k for k in ks if k <= mtp_tokens_max(limits.engine)] or [0]
-            xs = concurrency_values(_max_concurrency_guess(ctx, n))
-
             slo_us = None if slo.tpot_ms is None else int(math.floor(slo.tpot_ms * 1000))
             itl_us = None if slo.max_itl_ms is None else int(math.floor(slo.max_itl_ms * 1000))
             factor = decode_micro_batch_factor(m.num_layers, ctx.hw.overlap.decode_micro_batch_efficiency.value)
-            found = []
-            by_micro_batches = []
             mbs = request.decode_micro_batches
             if limits.engine is not None:  # decode micro-batch counts the engine runs
                 mbs = tuple(mb for mb in mbs if mb in engine_decode_micro_batches(limits.engine)) or (1,)
-            joint: dict[int, tuple[PhaseTables, IntTables]] = {}
-            for mb in mbs:
-
-                def build_decode(opts=opts, ks=ks, xs=xs, mb=mb, joint=joint, mbs=mbs):
-                    if not joint:  # every micro-batch count in one pass (planner.candidates.tables)
-                        built = decode_tables_by_micro_batches(ctx, opts, ks, xs, mbs)
-                        for count, t in zip(mbs, built, strict=True):
-                            joint[count] = (t, to_integer_tables(t, ctx.hbm_capacity_bytes))
-                    return joint[mb]
-
-                mb_key = key if mb == 1 else (*key, "micro_batches", mb)
-                t, ints = cached_tables(cache, mb_key, build_decode)
-                by_micro_batches.append((t, ints))
+            by_micro_batches = _decode_tables(ctx, opts, ks, mbs, key, cache)
+            found = []
+            for t, ints in by_micro_batches:
                 memo_key = ("decode_candidates", slo_us, itl_us, keep, factor)
                 if memo_key not in t.memo:  # candidates depend on the SLOs and `keep`, never on the budget
                     t.memo[memo_key] = decode_candidates(t, ints, slo_us, keep, itl_us, factor)  # type: ignore[arg-type]
@@ -231,14 +268,7 @@ def build_phase_space(
             t, ints = by_micro_batches[0]
             t.memo["decode_micro_batch_tables"] = (factor, by_micro_batches)  # for the MTP alternative
         else:
-            xs = request_values(_max_requests_guess(ctx, n))
-            xs = _whole_slo_prompt(ctx, xs)
-
-            def build_prefill(opts=opts, xs=xs):
-                t = prefill_tables(ctx, opts, list(opts.prefill_micro_batches), xs)
-                return t, to_integer_tables(t, ctx.hbm_capacity_bytes)
-
-            t, ints = cached_tables(cache, key, build_prefill)  # type: ignore[arg-type]
+            t, ints = _prefill_tables(ctx, opts, key, cache)
             slo_us = None if slo.ttft_ms is None else int(math.floor(slo.ttft_ms * 1000))
             memo_key = ("prefill_candidates", slo_us, None, keep, 0)
             if memo_key not in t.memo:
@@ -251,9 +281,8 @@ def build_phase_space(
                     ctx.hw.overlap.prefill_micro_batch_efficiency.value,  # type: ignore[arg-type]
                 )
             found = t.memo[memo_key]
-        points += (
-            opts.count * len(t.k_values) * len(xs) * (len(request.decode_micro_batches) if phase == "decode" else 1)
-        )
+        micro_batch_counts = len(request.decode_micro_batches) if phase == "decode" else 1
+        points += opts.count * len(t.k_values) * len(t.x_values) * micro_batch_counts
         tables_by_size[n] = (t, ints)  # type: ignore[assignment]
         cands.extend(found)
     return PhaseSpace(phase, sizes, cands, points, tables_by_size)
@@ -280,6 +309,20 @@ def phase_sizes(ctx: CostContext, budget_devices: int, pinned: int | None, other
             )
         return [pinned]
     return instance_sizes(ctx.hw, max(0, budget_devices - other_min), min_dev)
+
+
+def request_limits(request: PlanRequest, max_devices: int) -> SpaceLimits:
+    """The layout limits of a request: its engine, its cap on redundant copies, and the named
+    limits it lifts (--max-extra-slots drops the 50% redundancy cap too; --any-tp)."""
+    limits = SpaceLimits(
+        max_devices=max_devices,
+        max_redundant_experts=request.max_redundant_experts,
+        engine=request.engine,
+        any_tp=request.any_tp,
+    )
+    if request.max_extra_slots is not None:
+        limits = replace(limits, max_extra_slots=request.max_extra_slots, max_redundancy=None)
+    return limits
 
 
 def candidate_spaces(
@@ -311,17 +354,82 @@ def candidate_spaces(
     dspace = pspace = None
     if want_decode:
         sizes = phase_sizes(d_ctx, d_devices, request.decode_devices, other_min_d, "decode")
-        limits = SpaceLimits(
-            max_devices=d_devices, max_redundant_experts=request.max_redundant_experts, engine=request.engine
-        )
+        limits = request_limits(request, d_devices)
         dspace = build_phase_space(d_ctx, "decode", sizes, request, limits, progress, keep, cache)
     if want_prefill:
         sizes = phase_sizes(p_ctx, p_devices, request.prefill_devices, other_min_p, "prefill")
-        limits = SpaceLimits(
-            max_devices=p_devices, max_redundant_experts=request.max_redundant_experts, engine=request.engine
-        )
+        limits = request_limits(request, p_devices)
         pspace = build_phase_space(p_ctx, "prefill", sizes, request, limits, progress, keep, cache)
     return dspace, pspace
+
+
+def space_restrictions(
+    request: PlanRequest, contexts: PhaseContexts, dspace: PhaseSpace | None, pspace: PhaseSpace | None
+) -> list[rules.Restriction]:
+    """The named limits of the space (planner.candidates.restrictions) that apply to this search:
+    those the request did not lift, for what the model and the phases searched have."""
+    m = contexts.decode.model
+    out: list[rules.Restriction] = []
+    if m.moe is not None:
+        out.append(rules.EP_INSTANCE)
+        if request.max_extra_slots is None:
+            out.append(rules.EXTRA_SLOTS)
+        if m.moe.shared_experts:
+            out.append(rules.SHARED_COUNTS)
+    if not request.any_tp:
+        out.append(rules.TP_POWERS)
+    pinned = [request.decode_devices if dspace else 1, request.prefill_devices if pspace else 1]
+    if any(p is None for p in pinned):
+        out.append(rules.INSTANCE_SIZES)
+    if m.mtp_layers and request.mtp_tokens is None and dspace is not None:
+        out.append(rules.MTP_DEPTHS)
+    out.append(rules.MICRO_BATCHES)
+    if pspace is not None:
+        out.append(rules.HYBRID_POST_TP)
+    if dspace and pspace and request.colocated and not contexts.mixed:
+        out += [rules.CHUNK_SIZES, rules.COLOCATED_MICRO_BATCH]
+    caps = ((dspace, MAX_CONCURRENCY, rules.CONCURRENCY_CAP), (pspace, MAX_REQUESTS_PER_FORWARD, rules.BATCH_CAP))
+    for space, cap, rule in caps:  # a cap is a limit only where HBM and the SLOs would allow more
+        if space is not None and any(
+            int(t.x_values[-1]) >= cap and _some_layout_runs_at_end(contexts.of(t.phase), request, t, ints)
+            for t, ints in space.tables.values()
+        ):
+            out.append(rule)
+    return out
+
+
+def _some_layout_runs_at_end(ctx: CostContext, request: PlanRequest, t: PhaseTables, ints: IntTables) -> bool:
+    """Whether some layout might fit HBM and meet the SLOs at the axis's last value (every module at
+    its least HBM and time: a bound below every layout's)."""
+    slo = request.slo
+    for j, k in enumerate(t.k_values):
+        least_hbm = sum(int(ints.hbm_mib[mod][:, j, -1].min()) for mod in MODULES)
+        if least_hbm > ints.hbm_capacity_mib:
+            continue
+        if t.phase == "decode":
+            step = sum(int(ints.time_us[mod][:, j, -1].min()) for mod in MODULES) + int(ints.const_us[j, -1])
+            if t.micro_batches > 1 and ints.cover_us:  # the most two micro-batches could hide
+                comm = sum(int(ints.comm_us[mod][:, j, -1].max()) for mod in MODULES)
+                cover = sum(int(ints.cover_us[mod][:, j, -1].max()) for mod in MODULES)
+                factor = decode_micro_batch_factor(
+                    ctx.model.num_layers, ctx.hw.overlap.decode_micro_batch_efficiency.value
+                )
+                step = int(overlapped_step_us(step, comm, cover, factor))
+            e = float(t.emitted[j])
+            if slo.tpot_ms is not None and step / e > slo.tpot_ms * 1000:
+                continue
+            if slo.max_itl_ms is not None and step > slo.max_itl_ms * 1000:
+                continue
+            return True
+        comp, comm_, fixed = (
+            sum(int(getattr(ints, n)[mod][:, 0, -1].min()) for mod in MODULES)
+            for n in ("time_us", "comm_us", "fixed_us")
+        )
+        efficiency = ctx.hw.overlap.prefill_micro_batch_efficiency.value
+        forward = int(prefill_forward_us(comp, comm_, fixed, k, ctx.model.num_layers, efficiency))
+        if slo.ttft_ms is None or prefill_ttft_us(forward, int(ints.const_us.reshape(-1)[0])) <= slo.ttft_ms * 1000:
+            return True
+    return False
 
 
 def colocated_space(

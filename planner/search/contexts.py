@@ -37,10 +37,12 @@ def make_context(request: PlanRequest) -> CostContext:
     """Specs loaded and the cost context built for a request (on its `hardware`)."""
     model = load_model(request.model)
     hw = load_hardware(request.hardware)
+    imbalance = request.imbalance or default_imbalance_model()
     if request.pessimistic_factors:
-        from planner.costmodel.uncertainty import corner
+        from planner.costmodel.uncertainty import corner, imbalance_corner
 
         hw = corner(hw, slow=True)
+        imbalance = imbalance_corner(imbalance, slow=True) or imbalance
     quant = get_quantization(request.quantization)
     w = request.workload
     if w.longest_context_tokens > model.max_context_tokens:
@@ -50,7 +52,7 @@ def make_context(request: PlanRequest) -> CostContext:
         )
     if request.mtp_tokens and max(request.mtp_tokens) > 0 and model.mtp_layers == 0:
         raise BadInputError(f"--mtp: model '{model.name}' has no MTP layers; use --mtp 0.")
-    return CostContext(model, hw, quant, w, request.imbalance or default_imbalance_model(), request.hbm_utilization)
+    return CostContext(model, hw, quant, w, imbalance, request.hbm_utilization)
 
 
 def phase_contexts(request: PlanRequest) -> PhaseContexts:

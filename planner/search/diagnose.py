@@ -11,9 +11,15 @@ import math
 from dataclasses import replace
 
 from planner.candidates.phase_candidates import lowest_latency_us
-from planner.candidates.space import DENSE_NODE_COUNTS, SpaceLimits, instance_sizes, min_devices_for_weights
+from planner.candidates.space import DENSE_NODE_COUNTS, instance_sizes, min_devices_for_weights
 from planner.costmodel.context import CostContext
-from planner.search.candidate_spaces import PhaseSpace, build_phase_space, colocated_space, weights_bytes
+from planner.search.candidate_spaces import (
+    PhaseSpace,
+    build_phase_space,
+    colocated_space,
+    request_limits,
+    weights_bytes,
+)
 from planner.search.contexts import PhaseContexts
 from planner.search.nearest import (
     Feasible,
@@ -270,9 +276,7 @@ def smallest_deployment_devices(ctx: CostContext, request: PlanRequest, cache: T
     want_decode = request.phase in ("both", "decode")
     want_prefill = request.phase in ("both", "prefill")
     coloc_ok = want_decode and want_prefill and request.colocated
-    limits = SpaceLimits(
-        max_devices=largest, max_redundant_experts=request.max_redundant_experts, engine=request.engine
-    )
+    limits = request_limits(request, largest)
     sizes = set(instance_sizes(hw, largest, min_dev))
     for pinned in (request.decode_devices, request.prefill_devices):
         if pinned is not None:

@@ -12,7 +12,12 @@ from __future__ import annotations
 import itertools
 from fractions import Fraction
 
-from planner.candidates.phase_candidates import EMITTED_SCALE, prefill_forward_us, prefill_ttft_us
+from planner.candidates.phase_candidates import (
+    EMITTED_SCALE,
+    overlapped_step_us,
+    prefill_forward_us,
+    prefill_ttft_us,
+)
 from planner.candidates.tables import MODULES, IntTables, PhaseTables
 from planner.search.budget import Budget
 from planner.search.deployment import Objective, Offer, Role, Structure
@@ -57,8 +62,13 @@ def best_phase_ratio(
     slo_us: int | None,
     layers: int = 1,
     overlap_efficiency: float = 1.0,
+    overlap_factor: int = 0,
+    max_step_us: int | None = None,
 ) -> Fraction:
-    """Best throughput ratio (num/den as in planner.candidates) of one instance size, by loops."""
+    """Best throughput ratio (num/den as in planner.candidates) of one instance size, by loops.
+    Decode tables of two micro-batches hide `overlap_factor` millionths of the shorter of their
+    communication and compute (planner.candidates.phase_candidates.overlapped_step_us), and hold
+    at least one sequence per micro-batch; `max_step_us` bounds the decode step (the ITL limit)."""
     best = Fraction(0)
     ranges = [range(t.n_options(mod)) for mod in MODULES]
     for combo in itertools.product(*ranges):
@@ -71,6 +81,12 @@ def best_phase_ratio(
                     e = int(t.emitted[j] * EMITTED_SCALE + 1e-9)
                     step = sum(int(ints.time_us[mod][o, j, xi]) for mod, o in zip(MODULES, combo, strict=True))
                     step += int(ints.const_us[j, xi])
+                    if t.micro_batches > 1 and overlap_factor and ints.cover_us:
+                        comm = sum(int(ints.comm_us[mod][o, j, xi]) for mod, o in zip(MODULES, combo, strict=True))
+                        cover = sum(int(ints.cover_us[mod][o, j, xi]) for mod, o in zip(MODULES, combo, strict=True))
+                        step = int(overlapped_step_us(step, comm, cover, overlap_factor))
+                    if x < t.micro_batches or (max_step_us is not None and step > max_step_us):
+                        continue
                     if slo_us is not None and step * EMITTED_SCALE > slo_us * e:
                         continue
                     best = max(best, Fraction(x * e, step))

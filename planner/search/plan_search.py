@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from planner.candidates.colocated_candidates import ColocatedCandidate
+from planner.candidates.restrictions import Restriction
 from planner.errors import InfeasibleError
 from planner.search.alternatives import Alternative, alternatives, distinct_plans
 from planner.search.budget import Budget, request_budget
@@ -34,6 +35,7 @@ from planner.search.candidate_spaces import (
     best_per_size,
     candidate_spaces,
     colocated_space,
+    space_restrictions,
 )
 from planner.search.contexts import PhaseContexts, phase_contexts
 from planner.search.cpsat_model import DeploymentModel
@@ -70,6 +72,7 @@ class SearchOutcome:
     colocated: list[ColocatedCandidate] = field(default_factory=list)  # candidates `deployments` index
     exhausted: bool = False  # fewer than `top` distinct deployments exist (the list is all of them)
     alternatives: list[Alternative] = field(default_factory=list)  # best plan of each other structure
+    space: list[Restriction] = field(default_factory=list)  # the named limits the search ran under
 
 
 def question_of(request: PlanRequest, contexts: PhaseContexts, budget: Budget) -> Question:
@@ -164,6 +167,7 @@ def run_search(
         colocated=coloc,
         exhausted=exhausted,
         alternatives=others,
+        space=space_restrictions(request, contexts, dspace, pspace),
     )
 
 

@@ -43,6 +43,9 @@ class PlanRequest:
     top: int = 5
     mtp_tokens: tuple[int, ...] | None = None
     max_redundant_experts: int | None = None  # redundant expert copies per instance (0: none)
+    # named limits of the space the user lifts (planner.candidates.restrictions)
+    max_extra_slots: int | None = None  # expert slots per device beyond the fewest (None: 4, within 50% copies)
+    any_tp: bool = False  # TP of any size dividing the instance and the heads
     colocated: bool = True  # also search colocated instances (prefill and decode on the same devices)
     alternatives: bool = True  # also find the best plan of each other structure (`plan` shows them)
     # engine capability: decode micro-batch overlap (DeepSeek/SGLang two-batch overlap); --no-decode-microbatch

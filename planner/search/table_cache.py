@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from planner.candidates.space import SpaceLimits
+from planner.candidates.space import MAX_REDUNDANCY, SpaceLimits
 from planner.candidates.tables import IntTables, PhaseTables
 from planner.costmodel.context import CostContext
 from planner.search.request import PlanRequest
@@ -72,6 +72,8 @@ def table_key(ctx: CostContext, request: PlanRequest, limits: SpaceLimits) -> tu
         limits.max_extra_slots,
         limits.max_redundant_experts,
         limits.engine,
+        *(() if limits.max_redundancy == MAX_REDUNDANCY else ("max_redundancy", limits.max_redundancy)),
+        *(("any_tp",) if limits.any_tp else ()),
     )
 
 

@@ -149,6 +149,11 @@ class Efficiencies(Strict):
     attention_compute: Factor = Field(description="attention kernel, fraction of BF16 peak")
     hbm_bandwidth: Factor
     link_bandwidth: Factor
+    prefill_attention_compute: Factor | None = Field(
+        default=None,
+        description="the prefill attention kernel (non-absorbed, FlashAttention-style over the prompt), fraction of "
+        "BF16 peak; a different kernel from decode's (absorbed MLA, KV read): default the decode kernel's figure",
+    )
 
 
 class FixedCosts(Strict):

@@ -135,6 +135,11 @@ class ValidationRow(Strict):
         description="engine: the engine's own placement; in_distribution: placed from the served distribution "
         "itself (no drift between windows); balanced: perfect balance (simulated or forced)",
     )
+    deployment: str = Field(
+        default="",
+        description="rows measured on one deployment (one launch, several workloads) share this; leave-one-out "
+        "leaves them out together (default: the row's plan)",
+    )
     role: Literal["fit", "holdout"] = Field(
         default="fit", description="holdout: never fitted to (its error is out-of-sample in every fit)"
     )
@@ -210,6 +215,11 @@ class StoredFigure:
     @property
     def role(self) -> str:
         return self.row.role
+
+    @property
+    def deployment(self) -> str:
+        """Rows of one deployment are one measurement for leave-one-out (default: the plan)."""
+        return self.row.deployment or self.plan_path
 
     @property
     def reliability(self) -> Reliability:
@@ -293,3 +303,13 @@ def all_figures(folder: Path | None = None) -> list[tuple[StoredFigure, str]]:
 def usable_figures(folder: Path | None = None, compare: Compare | None = None) -> list[StoredFigure]:
     """The figures that can be used (row and figure not excluded), optionally of one comparison kind."""
     return [f for f, why in all_figures(folder) if not why and (compare is None or f.compare == compare)]
+
+
+@lru_cache(maxsize=1)
+def known_misses() -> tuple[tuple[str, str, str, str], ...]:
+    """(machine, phase, figure id, why) of every usable static figure the store marks `known_miss`."""
+    out = []
+    for fig in usable_figures(compare="static"):
+        if fig.known_miss and fig.row.hardware:
+            out.append((fig.row.hardware, fig.metric.split(".", 1)[0], fig.id, fig.known_miss))
+    return tuple(out)

@@ -14,10 +14,11 @@ EXAMPLE = REPO / "docs" / "examples" / "calibration"
 
 
 def test_fidelity_json_has_every_row_with_loo():
-    r = run_cli("fidelity", "--json")
+    r = run_cli("fidelity", "--json", "--no-simulated")
     assert r.exit_code == 0, r.output
     rows = json.loads(r.output)["rows"]
-    keys = {"name", "metric", "published", "predicted", "error", "loo_predicted", "loo_error", "fitted_factors"}
+    keys = {"name", "metric", "published", "predicted", "error", "loo_predicted", "loo_error", "fitted_to"}
+    keys |= {"out_of_sample"}
     assert rows and all(keys <= set(row) for row in rows)
     assert {"A2-D70", "A2-P", "CM-D"} <= {row["name"] for row in rows}
 
@@ -102,8 +103,11 @@ def test_plan_robust_ranks_by_the_low_end_and_meets_the_slo_at_the_slow_end(tmp_
     plans = json.loads(out.read_text())["plans"]
     lows = [p["predicted"]["uncertainty"]["bands"]["decode"]["tokens_per_s_per_card"]["low"] for p in plans]
     assert lows == sorted(lows, reverse=True)
+    from planner.costmodel.store_fit import heldout_error
+
+    err = heldout_error("a2")  # the band's last widening: the model's measured error, not a corner the search holds
     for p in plans:
-        assert p["predicted"]["uncertainty"]["bands"]["decode"]["tpot_ms"]["high"] <= 100.0 + 0.05
+        assert p["predicted"]["uncertainty"]["bands"]["decode"]["tpot_ms"]["high"] / (1 + err) <= 100.0 + 0.05
     r = run_cli(*args)
     assert r.exit_code == 0
     assert "rank 1's lead over rank 2" in r.output

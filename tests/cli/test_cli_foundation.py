@@ -112,7 +112,7 @@ def test_system_block_for_a_plan_with_both_phases(tmp_path):
 
 
 def test_fidelity_lists_every_published_row():
-    r = run_cli("fidelity", "--markdown")
+    r = run_cli("fidelity", "--markdown", "--no-simulated")
     assert r.exit_code == 0
     for row in ("A2-D70", "A2-D90", "A2-P", "CM-D", "CM-D-max", "A2-P-mb"):
         assert f"| {row} |" in r.output

@@ -5,10 +5,9 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 
 from planner.search import cpsat_model
-from tests.conftest import run_cli, wait_until_it_catches_sigterm
+from tests.conftest import run_cli, wait_until_it_catches_sigterm, wait_until_it_loads
 
 
 def test_interrupt_during_the_solve_prints_the_best_so_far(tmp_path, monkeypatch):
@@ -40,9 +39,9 @@ def test_sigterm_mid_search_leaves_no_file(tmp_path):
             "planner",
             "plan",
             "--hardware",
-            "cm384",
+            "a2",
             "--max-cards",
-            "384",
+            "48",
             "--tpot-ms",
             "50",
             "--json",
@@ -53,7 +52,7 @@ def test_sigterm_mid_search_leaves_no_file(tmp_path):
         text=True,
     )
     wait_until_it_catches_sigterm(proc)
-    time.sleep(0.2)  # tables being built or the solve under way
+    wait_until_it_loads(proc, "ortools")  # the search has reached its CP-SAT solve
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=60)
     if proc.returncode == 0:  # the machine was fast enough to finish first: the file is whole

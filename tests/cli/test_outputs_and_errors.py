@@ -315,7 +315,7 @@ def test_evaluate_applies_the_default_itl_limit_of_plan(tmp_path):
     path = _v1_colocated(tmp_path)
     r = run_cli("evaluate", str(path), "--check")
     assert r.exit_code == 1, r.output
-    assert "breaks the ITL limit in colocated (a 1599 ms gap" in r.output
+    assert "breaks the ITL limit in colocated (a 1617 ms gap" in r.output
     assert "limit 300 ms, 3x the TPOT SLO by default" in r.output
     assert "ITL limit: 300 ms (3x TPOT" in r.output  # said in the report, as plan says it in its title
     assert "(limit 300 ms: NO)" in r.output

@@ -232,12 +232,12 @@ def test_pd_column_counts_cards_on_a_two_die_machine():
 
 
 def test_fidelity_marks_the_fitted_rows():
-    r = run_cli("fidelity", "--markdown")
+    r = run_cli("fidelity", "--markdown", "--no-simulated")
     assert r.exit_code == 0
     rows = {ln.split("|")[1].strip(): ln for ln in r.output.splitlines() if ln.startswith("| ") and "%" in ln}
-    assert "hbm_bandwidth" in rows["A2-D70"]  # the A2 factors it determines (fitted to it)
-    assert "skew sigma (chosen on it" in rows["CM-D"] and "(in-sample)" in rows["CM-D"]
-    assert "(oos)" in rows["CM 15 ms"]
+    assert "hbm_bandwidth" in rows["A2-D70"]  # the A2 factors it determines (fitted on it)
+    assert "popularity_sigma" in rows["CM-D"] and "(oos)" not in rows["CM-D"]  # the skew is fitted on it
+    assert "nothing (out-of-sample)" in rows["xDeepServe-D"] and "(oos)" in rows["xDeepServe-D"]  # a holdout row
     assert "| CM-D-max |" in r.output and "excluded: a theoretical figure" in r.output
 
 

@@ -249,20 +249,19 @@ def test_sigterm_stops_a_sweep_cleanly(tmp_path):
     import signal
     import subprocess
     import sys
-    import time
 
     out = tmp_path / "s.csv"
-    args = ["sweep", "--tpot-ms", "10:150:10", "--hardware", "cm384", "--max-cards", "384"]
+    args = ["sweep", "--tpot-ms", "100:390:10", "--hardware", "a2", "--max-cards", "96"]
     proc = subprocess.Popen(
         [sys.executable, "-m", "planner", *args, "--csv", str(out)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    from tests.conftest import wait_until_it_catches_sigterm
+    from tests.conftest import wait_until_it_catches_sigterm, wait_until_it_loads
 
     wait_until_it_catches_sigterm(proc)
-    time.sleep(1.0)  # the sweep under way
+    wait_until_it_loads(proc, "ortools")  # the sweep under way: its first point has reached CP-SAT
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr

@@ -6,12 +6,10 @@ predict plans that were not among the measurements within 2%.
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from planner.costmodel.calibration import calibrate, read_measurements
-from planner.costmodel.fidelity import _plan_and_specs, fidelity_report, published_fitted_factors
+from planner.costmodel.fidelity import _plan_and_specs
 from planner.costmodel.fitting import (
     Observation,
     factor_names,
@@ -106,46 +104,6 @@ def test_calibrate_from_csv_recovers_and_predicts_plans_not_measured(tmp_path):
         want = _obs(name, metric, 1.0).predict(truth)
         got = _obs(name, metric, 1.0).predict(result.hw)
         assert got == pytest.approx(want, rel=0.02), name
-
-
-def test_fidelity_has_a_leave_one_out_error_for_every_row():
-    report = fidelity_report()
-    assert report.rows
-    a2 = load_hardware("a2")
-    fitted = published_fitted_factors(a2)
-    assert fitted  # a2.yaml marks the factors benchmarks/calibrate_factors.py fits
-    for r in report.rows:
-        assert r.loo_error is not None and math.isfinite(r.loo_error), r.row.id
-        if not r.used_for_fit:
-            assert r.loo_error == pytest.approx(r.error)
-            assert r.fitted_factors == []
-        else:
-            assert set(r.fitted_factors) <= set(fitted)
-            assert r.fitted_factors, f"{r.row.id} determines no fitted factor"
-    m = report.machines["a2"]
-    for n, (lo, hi) in m.spread().items():
-        assert lo <= m.full.values[n] <= hi  # type: ignore[union-attr]
-
-
-def test_leave_one_out_moves_a_row_that_pins_a_factor_alone():
-    # A2-P-mb is the A2 row most sensitive to the link efficiency (elasticity ~0.9): without it the
-    # link factor comes from the other rows, so its leave-one-out error differs from its in-sample one.
-    report = fidelity_report()
-    row = next(r for r in report.rows if r.row.id == "A2-P-mb")
-    assert row.used_for_fit
-    assert abs(row.loo_error - row.error) > 0.01  # type: ignore[operator]
-
-
-def test_rows_of_one_deployment_are_left_out_together_and_flag_what_only_they_pin():
-    report = fidelity_report()
-    by_id = {r.row.id: r for r in report.rows}
-    # A2-P and its forward time are one measurement: without both, nothing else pins matmul
-    assert by_id["A2-P"].loo_undetermined == ["efficiency.matmul"]
-    assert by_id["A2-P forward"].loo_undetermined == ["efficiency.matmul"]
-    # A2-D70 and its TPOT share a refit, so their leave-one-out predictions are one step
-    d70, tpot = by_id["A2-D70"], by_id["A2-D70 TPOT"]
-    assert d70.loo_error == pytest.approx(-tpot.loo_error, abs=0.003)  # type: ignore[operator]
-    assert by_id["A2 30 ms"].loo_undetermined == []
 
 
 def test_leave_out_keeps_an_undeterminable_factor_at_its_start():

@@ -104,7 +104,8 @@ def test_the_page_shows_every_layout_of_every_plan_in_full(default_report):
     doc = json.loads(default_report.json.read_text())
     for p in doc["plans"]:
         plan = Plan.model_validate(p)
-        for phase in (plan.decode, plan.prefill):
+        for phase in (plan.decode_phase, plan.prefill_phase):  # a colocated plan's sections too
+            assert phase is not None
             assert f"dense FFN: {phase.dense_layout.short()}" in text
             assert f"LM head: {phase.lm_head_layout.short()}" in text
             assert f"EP{phase.moe.ep} × {phase.moe.slots_per_device} slots" in text
@@ -242,7 +243,9 @@ def test_plans_that_differ_only_in_layouts_fold_under_the_first(default_report):
             assert v.headline.text == g.leader.headline.text and v.pd == g.leader.pd
             assert v.differs and all(" " in d for d in v.differs)  # e.g. "decode dense FFN"
     # a plan with other figures is never folded: the default plan's rank 1 leads its own group
-    other = plans[0].model_copy(update={"decode": plans[0].decode.model_copy(update={"concurrency_per_device": 50})})
+    key = "decode" if plans[0].decode is not None else "colocated"
+    section = getattr(plans[0], key)
+    other = plans[0].model_copy(update={key: section.model_copy(update={"concurrency_per_device": 50})})
     assert len(grouped_rows([plans[0], other], hw, model)) == 2
 
 

@@ -30,13 +30,13 @@ from planner.search.contexts import make_context
 from planner.search.deployment import decode_rate_milli, prefill_rate_milli
 from planner.search.plan_search import TableCache, run_search
 from planner.search.request import PlanRequest
-from planner.search.settings import SolverSettings
 from planner.specs.plan import Workload
+from tests.conftest import PROOF
 from tests.search.deployment_cases import best_pair_ratio
 
 CACHE = TableCache()
 WORKLOAD = Workload(input_tokens=1024, output_tokens=512, mtp_acceptance=0.7)
-SETTINGS = SolverSettings(time_limit_s=30, workers=1)
+SETTINGS = PROOF
 MODES = {
     "decode": {"phase": "decode"},
     "prefill": {"phase": "prefill"},

@@ -10,11 +10,11 @@ from planner.errors import BadInputError, InfeasibleError
 from planner.search.plan_search import run_search
 from planner.search.request import PlanRequest
 from planner.specs.plan import SLO, Workload
-from tests.conftest import REPO
+from tests.conftest import PROOF, REPO
 
 
 def test_a_100000_card_budget_plans():
-    outcome = run_search(PlanRequest(max_cards=100_000, top=1))
+    outcome = run_search(PlanRequest(max_cards=100_000, top=1, settings=PROOF))
     assert outcome.optimal
     assert outcome.plans[0].total_devices <= 100_000
 
@@ -62,7 +62,7 @@ def test_a_4096_expert_model_plans(tmp_path):
     )
     path = tmp_path / "e4096.json"
     path.write_text(json.dumps(cfg))
-    outcome = run_search(PlanRequest(model=str(path), max_cards=64, top=1))
+    outcome = run_search(PlanRequest(model=str(path), max_cards=16, top=1))
     assert outcome.plans[0].decode_phase.moe.ep * outcome.plans[0].decode_phase.moe.slots_per_device >= 4096
 
 

@@ -10,7 +10,7 @@ import yaml
 
 from planner.search.plan_search import run_search
 from planner.search.request import PlanRequest
-from tests.conftest import REPO, run_cli
+from tests.conftest import PROOF, REPO, run_cli
 
 
 def test_a2_to_cm384_plan_round_trips_through_json_and_evaluate(tmp_path):
@@ -114,7 +114,13 @@ def test_a_target_rate_across_machines_buys_one_prefill_instance():
     it now asks the one count solver the single-machine search asks."""
     o = run_search(
         PlanRequest(
-            prefill_hardware="a2", decode_hardware="cm384", max_cards=384, rate_per_s=2.0, decode_devices=288, top=1
+            prefill_hardware="a2",
+            decode_hardware="cm384",
+            max_cards=384,
+            rate_per_s=2.0,
+            decode_devices=288,
+            top=1,
+            settings=PROOF,
         )
     )
     plan = o.plans[0]

@@ -19,9 +19,9 @@ from planner.errors import InfeasibleError
 from planner.report.plan_report import headline
 from planner.search.plan_search import TableCache, run_search
 from planner.search.request import PhaseChoice, PlanRequest
-from planner.search.settings import SolverSettings
 from planner.specs.catalog import load_hardware
 from planner.specs.plan import SLO, Workload
+from tests.conftest import PROOF
 
 EXAMPLES = int(os.environ.get("MOEPLAN_PROPERTY_EXAMPLES", "12"))
 WORKLOAD = Workload(input_tokens=1024, output_tokens=512, mtp_acceptance=0.7)
@@ -51,7 +51,7 @@ def best(
         max_cards=cards,
         phase=phase,
         top=1,
-        settings=SolverSettings(time_limit_s=30, workers=1),
+        settings=PROOF,
     )
     try:
         outcome = run_search(request, cache=CACHE)

@@ -162,6 +162,64 @@ def test_decode_candidates_match_brute_force(lite_ctx, devices, slo_us):
         assert Fraction(best[0].num, best[0].den) == oracle
 
 
+@pytest.mark.parametrize(
+    ("devices", "slo_us", "itl_us"), [(2, None, None), (4, 20000, None), (8, 16000, 40000), (16, 25000, None)]
+)
+def test_two_micro_batch_decode_candidates_match_brute_force(lite_ctx, devices, slo_us, itl_us):
+    """Two decode micro-batches: the step is the sum less the hidden part, which grows with the
+    communication, so the dominance pruning cannot treat less communication as better; the
+    branch and bound with its pruning finds what every combination and concurrency gives."""
+    from planner.candidates.phase_candidates import decode_micro_batch_factor
+    from planner.candidates.tables import decode_tables_by_micro_batches
+
+    opts = size_options(lite_ctx.model, lite_ctx.hw, devices, "decode", SpaceLimits(64))
+    t = decode_tables_by_micro_batches(lite_ctx, opts, [0, 1], np.arange(1, 40) * 6, (2,))[0]
+    ints = to_integer_tables(t, lite_ctx.hw.hbm_bytes)
+    factor = decode_micro_batch_factor(lite_ctx.model.num_layers, 0.9)
+    best = decode_candidates(t, ints, slo_us, 1, itl_us, factor)
+    oracle = best_phase_ratio(t, ints, slo_us, overlap_factor=factor, max_step_us=itl_us)
+    if oracle == 0:
+        assert not best
+    else:
+        assert Fraction(best[0].num, best[0].den) == oracle
+
+
+def test_less_communication_is_not_always_better_with_two_micro_batches(lite_ctx):
+    """A constructed pair of MoE options: B costs a little more time than A but carries more
+    communication that the other micro-batch hides, so B's overlapped step is shorter. Treating
+    less communication as better (the pruning before) dropped B as dominated by A and returned
+    A; the pruning keeps B, and the search returns what every combination gives."""
+    from planner.candidates.phase_candidates import decode_micro_batch_factor
+    from planner.candidates.tables import decode_tables_by_micro_batches
+
+    opts = size_options(lite_ctx.model, lite_ctx.hw, 4, "decode", SpaceLimits(64))
+    t = decode_tables_by_micro_batches(lite_ctx, opts, [0], np.arange(1, 25) * 8, (2,))[0]
+    ints = to_integer_tables(t, lite_ctx.hw.hbm_bytes)
+    factor = decode_micro_batch_factor(lite_ctx.model.num_layers, 0.9)
+
+    def total(name: str, option: int = 0) -> np.ndarray:
+        return sum(
+            getattr(ints, name)[mod][option if mod == "moe" else 0]
+            for mod in ("attention", "dense_ffn", "moe", "lm_head")
+        )
+
+    gap = total("cover_us") - total("comm_us")
+    assert (gap > 40).all()  # the shorter side is the communication: more of it hides more
+    more_comm = gap // 2
+    moe = {name: getattr(ints, name)["moe"].copy() for name in ("time_us", "comm_us", "cover_us", "hbm_mib")}
+    for table in moe.values():
+        table[2:] = table[0] + 10**7  # every other MoE option far worse: only A and B compete
+        table[1] = table[0]
+    moe["time_us"][1] += more_comm // 4  # B: a little more time ...
+    moe["comm_us"][1] += more_comm  # ... and much more communication to hide
+    for name, table in moe.items():
+        getattr(ints, name)["moe"] = table
+    best = decode_candidates(t, ints, None, 1, None, factor)
+    oracle = best_phase_ratio(t, ints, None, overlap_factor=factor)
+    assert Fraction(best[0].num, best[0].den) == oracle
+    assert best[0].option_index[2] == 1  # B
+
+
 @pytest.mark.parametrize(("devices", "slo_us"), [(1, None), (4, 400000), (8, 200000)])
 def test_prefill_candidates_match_brute_force(lite_ctx, devices, slo_us):
     opts = size_options(lite_ctx.model, lite_ctx.hw, devices, "prefill", SpaceLimits(64))

@@ -13,6 +13,7 @@ from planner.search.settings import SolverSettings
 from planner.search.validate import plan_problems
 from planner.specs.catalog import catalog_dir, load_plan
 from planner.specs.plan import SLO, Workload
+from tests.conftest import PROOF
 
 REPORT = Workload(input_tokens=2048, output_tokens=2048, mtp_acceptance=0.7)
 
@@ -25,7 +26,10 @@ def _report_score(name: str) -> float:
 
 
 def test_a2_decode_search_finds_the_experts_design_or_better():
-    outcome = run_search(PlanRequest(phase="decode", decode_devices=32, workload=REPORT, slo=SLO(tpot_ms=100), top=1))
+    request = PlanRequest(
+        phase="decode", decode_devices=32, workload=REPORT, slo=SLO(tpot_ms=100), top=1, settings=PROOF
+    )
+    outcome = run_search(request)
     best = outcome.plans[0]
     assert outcome.optimal
     assert best.predicted["decode"]["tokens_per_s_per_card"] >= _report_score("a2-d70")

@@ -52,6 +52,7 @@ class PlanPage:
     why: str
     engines: str
     notes: list[str] = field(default_factory=list)
+    space: str = ""  # the named limits of the space the verdict holds over (the line under it)
     loads: np.ndarray | None = None
     html_name: str = "report.html"  # the page's own file, for the line that reads its plans back
     checks: list[Any] = field(default_factory=list)  # `--simulate`: planner.ranking.simulated.SimulatedCheck
@@ -455,7 +456,8 @@ def plan_html(page: PlanPage) -> str:
     ctx["headline_label"] = headline_label(best)
     ctx["groups"] = grouped_rows(outcome.plans, hw, model, prefill_hw)
     ctx["alternatives"] = _alternatives(outcome, hw)
-    ctx["lines"] = [page.verdict, page.why, page.engines, *[f"note: {n}" for n in page.notes]]
+    ctx["lines"] = [page.verdict, *([page.space] if page.space else []), page.why, page.engines]
+    ctx["lines"] += [f"note: {n}" for n in page.notes]
     if page.checks:
         from planner.report.html.simulated import checks_view
 

@@ -1,0 +1,556 @@
+"""Fit every machine group's factors and the expert-imbalance parameters to the measured rows, jointly.
+
+The rows are the usable `compare: static` figures of the validation/ store (planner.specs.validation);
+the groups, the factors each fits and their bounds are in validation/_fit.yaml (`FitConfig`). One
+parameter vector holds every group's fitted factors and the engine imbalance model's three
+parameters (popularity skew sigma, drift between placement windows, request correlation;
+planner.costmodel.imbalance), so a row determines whatever it is sensitive to: a CloudMatrix384
+decode row with one expert per die the skew, a prefill row with its default placement and its
+perfectly balanced twin the drift, and so on. The objective is the fitter's
+(planner.costmodel.fitting): bounded least squares on relative errors, each row weighted by its
+`weight`, with SciPy's trust-region reflective method; the Jacobian is sparse (a group's factors
+touch only its machines' rows), which SciPy's grouped finite differences use.
+
+Leave-one-out (`leave_one_out`) refits every parameter without one deployment at a time (rows of
+one plan, or sharing a `deployment` key, go together) and predicts the rows left out; a parameter
+no remaining row is sensitive to cannot be refitted and stays at the full fit's value (it is
+listed: for it the held-out prediction is not out-of-sample).
+
+A ratio figure (`ratio_to`) is predicted as the ratio of its plan's figure to its base figure's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import Field
+
+from planner.costmodel.context import CostContext
+from planner.costmodel.decode import decode_step
+from planner.costmodel.evaluate import PlanSpecs, evaluate_plan, load_plan_specs
+from planner.costmodel.fitting import SENSITIVE_ELASTICITY, factor_value, metric_value, with_factors
+from planner.costmodel.imbalance import (
+    DEFAULT_DRIFT_SIGMA,
+    DEFAULT_POPULARITY_SIGMA,
+    DEFAULT_REQUEST_CORRELATION,
+    EngineImbalance,
+    ImbalanceModel,
+)
+from planner.costmodel.prefill import prefill_forward
+from planner.costmodel.reference import condition_imbalance
+from planner.specs.catalog import load_hardware, load_plan, plan_base_dir
+from planner.specs.files import load_mapping, validate_model
+from planner.specs.hardware import HardwareSpec, Strict
+from planner.specs.plan import Plan
+from planner.specs.validation import StoredFigure, all_figures, usable_figures, validation_dir
+
+IMBALANCE_PARAMS = ("popularity_sigma", "drift_sigma", "request_correlation")
+IMBALANCE_DEFAULTS = {
+    "popularity_sigma": DEFAULT_POPULARITY_SIGMA,
+    "drift_sigma": DEFAULT_DRIFT_SIGMA,
+    "request_correlation": DEFAULT_REQUEST_CORRELATION,
+}
+FIT_TOLERANCE = 1e-8  # xtol / ftol of the least-squares solver
+DIFF_STEP = 2e-3  # relative finite-difference step (placements are discrete: a too small step sees steps)
+
+
+class FitGroup(Strict):
+    """Machines sharing one factor set, and the factors fitted with their bounds."""
+
+    machines: list[str] = Field(min_length=1)
+    note: str = ""
+    factors: dict[str, tuple[float, float]]
+
+
+class SharedFactors(Strict):
+    """Factors of one chip's kernels that several groups (stacks on that chip) share."""
+
+    groups: list[str] = Field(min_length=2)
+    note: str = ""
+    factors: dict[str, tuple[float, float]]
+
+
+class FitConfig(Strict):
+    """validation/_fit.yaml."""
+
+    groups: dict[str, FitGroup]
+    shared: dict[str, SharedFactors] = Field(default_factory=dict)
+    imbalance: dict[str, tuple[float, float]]
+    start: dict[str, float] = Field(default_factory=dict, description="where the fit starts, per parameter")
+
+    def group_of(self, machine: str) -> str | None:
+        """The group a machine's factors are fitted in (None: not fitted)."""
+        for name, g in self.groups.items():
+            if machine in g.machines:
+                return name
+        return None
+
+
+def fit_config(folder: Path | None = None) -> FitConfig:
+    """The shipped fit configuration (read once per folder)."""
+    return _fit_config((folder or validation_dir()).resolve())
+
+
+@lru_cache(maxsize=4)
+def _fit_config(folder: Path) -> FitConfig:
+    path = folder / "_fit.yaml"
+    data, text = load_mapping(path, "fit configuration")
+    return validate_model(FitConfig, data, str(path), "fit configuration", text)
+
+
+@dataclass(frozen=True)
+class Param:
+    """One fitted parameter: a factor of one or more groups (`name:section.factor`) or an imbalance parameter."""
+
+    name: str
+    groups: tuple[str, ...]  # empty: an imbalance parameter (every row)
+    factor: str
+    low: float
+    high: float
+
+    @property
+    def group(self) -> str | None:
+        """The first group of a factor (None for an imbalance parameter)."""
+        return self.groups[0] if self.groups else None
+
+
+def parameters(config: FitConfig) -> list[Param]:
+    """Every fitted parameter: groups' factors, shared factors, imbalance last."""
+    out = [
+        Param(f"{g}:{f}", (g,), f, lo, hi) for g, grp in config.groups.items() for f, (lo, hi) in grp.factors.items()
+    ]
+    out += [
+        Param(f"{name}:{f}", tuple(sh.groups), f, lo, hi)
+        for name, sh in config.shared.items()
+        for f, (lo, hi) in sh.factors.items()
+    ]
+    out += [Param(f"imbalance.{p}", (), p, *config.imbalance[p]) for p in IMBALANCE_PARAMS if p in config.imbalance]
+    return out
+
+
+@lru_cache(maxsize=256)
+def _plan_and_specs(ref: str) -> tuple[Plan, PlanSpecs, Path | None]:
+    plan, _ = load_plan(ref)
+    base = plan_base_dir(ref)
+    return plan, load_plan_specs(plan, base), base
+
+
+def _fast_metric(plan: Plan, specs: PlanSpecs, imbalance: ImbalanceModel, metric: str, base: Path | None) -> float:
+    """The metric, from the decode step or prefill forward alone where it is one of theirs."""
+    phase = metric.split(".", 1)[0]
+    name = metric.split(".", 1)[1] if "." in metric else ""
+    if phase == "decode" and plan.decode is not None and name in ("tpot_ms", "step_ms", "tokens_per_s_per_card"):
+        ctx = CostContext(specs.model, specs.hw, specs.quant, plan.workload, imbalance, plan.hbm_utilization)
+        step = decode_step(ctx, plan.decode)
+        if name == "tpot_ms":
+            return float(step.tpot_s[0]) * 1e3
+        if name == "step_ms":
+            return float(step.step_s[0]) * 1e3
+        return float(step.tokens_per_s_per_device[0]) * specs.hw.devices_per_card
+    if phase == "prefill" and plan.prefill is not None and name in ("forward_ms", "tokens_per_s_per_card"):
+        ctx = CostContext(
+            specs.model,
+            specs.hw,
+            specs.quant,
+            plan.workload,
+            imbalance,
+            plan.hbm_utilization,
+            plan.prefill.kv_transfer_bytes_per_s,
+        )
+        fwd = prefill_forward(ctx, plan.prefill)
+        if name == "forward_ms":
+            return float(fwd.forward_s[0]) * 1e3
+        return float(fwd.tokens_per_s_per_device[0]) * specs.hw.devices_per_card
+    return metric_value(evaluate_plan(plan, base, imbalance, specs=specs), metric)
+
+
+@dataclass(frozen=True)
+class Row:
+    """A fitted figure: what to predict, on which machine, and its base figure for a ratio."""
+
+    figure: StoredFigure
+    machine: str
+    base: StoredFigure | None = None
+
+    @property
+    def id(self) -> str:
+        return self.figure.id
+
+    @property
+    def measured(self) -> float:
+        return self.figure.published
+
+    @property
+    def weight(self) -> float:
+        return self.figure.weight
+
+    @property
+    def deployment(self) -> str:
+        return self.figure.deployment
+
+
+def fit_rows() -> list[Row]:
+    """The usable static figures of the store, as rows of the fit (ratios with their base figure)."""
+    every = {f.id: f for f, _ in all_figures()}
+    out = []
+    for fig in usable_figures(compare="static"):
+        plan, _, _ = _plan_and_specs(fig.plan)
+        base = every[fig.figure.ratio_to] if fig.figure.ratio_to else None
+        out.append(Row(fig, plan.hardware, base))
+    return out
+
+
+class Model:
+    """The cost model as a function of the parameter vector, for the fit's rows."""
+
+    def __init__(self, config: FitConfig, rows: Sequence[Row], params: Sequence[Param]) -> None:
+        self.config = config
+        self.rows = list(rows)
+        self.params = list(params)
+        self._hw: dict[str, HardwareSpec] = {}
+        for r in self.rows:
+            self._hw.setdefault(r.machine, load_hardware(r.machine))
+
+    def start(self) -> np.ndarray:
+        """The shipped values (hardware files, imbalance defaults), clipped into the bounds."""
+        out = []
+        for p in self.params:
+            if not p.groups:
+                v = IMBALANCE_DEFAULTS[p.factor]
+            else:
+                machine = self.config.groups[p.groups[0]].machines[0]
+                v = factor_value(self._hw.get(machine) or load_hardware(machine), p.factor)
+            out.append(min(max(v, p.low), p.high))
+        return np.array(out, dtype=float)
+
+    def configured_start(self) -> np.ndarray:
+        """The fit's documented start (validation/_fit.yaml `start`), the shipped value where it names none."""
+        shipped = self.start()
+        return np.array(
+            [
+                min(max(self.config.start.get(p.name, v), p.low), p.high)
+                for p, v in zip(self.params, shipped, strict=True)
+            ]
+        )
+
+    def values(self, x: np.ndarray) -> dict[str, float]:
+        return {p.name: float(v) for p, v in zip(self.params, x, strict=True)}
+
+    def machine(self, name: str, x: np.ndarray) -> HardwareSpec:
+        """Machine `name` with its group's fitted factors from `x`."""
+        hw = self._hw.get(name) or load_hardware(name)
+        group = self.config.group_of(name)
+        vals = {p.factor: float(v) for p, v in zip(self.params, x, strict=True) if group and group in p.groups}
+        return with_factors(hw, vals) if vals else hw
+
+    def imbalance(self, x: np.ndarray) -> EngineImbalance:
+        vals = dict(IMBALANCE_DEFAULTS)
+        vals.update({p.factor: float(v) for p, v in zip(self.params, x, strict=True) if not p.groups})
+        return EngineImbalance(vals["popularity_sigma"], vals["drift_sigma"], vals["request_correlation"])
+
+    def _one(self, fig: StoredFigure, x: np.ndarray) -> float:
+        plan, specs, base = _plan_and_specs(fig.plan)
+        hw = self.machine(plan.hardware, x)
+        imb = condition_imbalance(fig, self.imbalance(x))
+        return _fast_metric(plan, PlanSpecs(specs.model, hw, specs.quant), imb, fig.metric, base)
+
+    def predict(self, row: Row, x: np.ndarray) -> float:
+        value = self._one(row.figure, x)
+        return value / self._one(row.base, x) if row.base is not None else value
+
+    def predict_all(self, x: np.ndarray, rows: Sequence[Row] | None = None) -> np.ndarray:
+        return np.array([self.predict(r, x) for r in (self.rows if rows is None else rows)], dtype=float)
+
+    def depends(self, row: Row, p: Param) -> bool:
+        """Whether the row can depend on the parameter (its machine's group, or imbalance)."""
+        return not p.groups or self.config.group_of(row.machine) in p.groups
+
+
+@dataclass
+class FitOutcome:
+    """A fit: values, every row's prediction, and what the rows determine."""
+
+    params: list[Param]
+    values: dict[str, float]
+    predicted: dict[str, float]
+    elasticity: dict[str, dict[str, float]]  # row id -> parameter -> d ln predicted / d ln parameter
+    undetermined: list[str] = field(default_factory=list)
+    success: bool = True
+    message: str = ""
+
+    def sensitive(self, row_id: str) -> list[str]:
+        """Parameters the row determines (elasticity >= SENSITIVE_ELASTICITY)."""
+        return [n for n, e in self.elasticity.get(row_id, {}).items() if abs(e) >= SENSITIVE_ELASTICITY]
+
+
+def _elasticities(model: Model, x: np.ndarray, rows: Sequence[Row]) -> dict[str, dict[str, float]]:
+    """d ln predicted / d ln parameter of every row for every parameter it can depend on (central differences)."""
+    base = model.predict_all(x, rows)
+    out: dict[str, dict[str, float]] = {r.id: {} for r in rows}
+    for j, p in enumerate(model.params):
+        idx = [i for i, r in enumerate(rows) if model.depends(r, p)]
+        if not idx:
+            continue
+        v = x[j]
+        ref = v if v > 0 else max(p.high, 1e-6)
+        step = 0.02 * ref
+        up, dn = x.copy(), x.copy()
+        up[j], dn[j] = min(v + step, p.high), max(v - step, p.low)
+        if up[j] == dn[j]:
+            continue
+        sub = [rows[i] for i in idx]
+        pu, pd = model.predict_all(up, sub), model.predict_all(dn, sub)
+        for k, i in enumerate(idx):
+            out[rows[i].id][p.name] = float((pu[k] - pd[k]) / base[i] / ((up[j] - dn[j]) / ref))
+    return out
+
+
+def _scales(params: Sequence[Param]) -> np.ndarray:
+    return np.array([max(p.high - p.low, 1e-9) for p in params], dtype=float)
+
+
+def fit(
+    model: Model,
+    rows: Sequence[Row] | None = None,
+    start: np.ndarray | None = None,
+    free: Sequence[str] | None = None,
+    diagnostics: bool = True,
+) -> FitOutcome:
+    """Bounded least squares of every (or every `free`) parameter on `rows` (default: all)."""
+    from scipy.optimize import least_squares
+
+    rows = list(model.rows if rows is None else rows)
+    x0 = model.start() if start is None else np.array(start, dtype=float)
+    names = [p.name for p in model.params]
+    free_idx = [j for j, n in enumerate(names) if free is None or n in free]
+    lo = np.array([model.params[j].low for j in free_idx])
+    hi = np.array([model.params[j].high for j in free_idx])
+    scale = _scales([model.params[j] for j in free_idx])
+    measured = np.array([r.measured for r in rows])
+    sw = np.sqrt(np.array([r.weight for r in rows]))
+
+    def full(z: np.ndarray) -> np.ndarray:
+        x = x0.copy()
+        x[free_idx] = z * scale
+        return x
+
+    def residual(z: np.ndarray) -> np.ndarray:
+        out: np.ndarray = sw * (model.predict_all(full(z), rows) / measured - 1.0)
+        return out
+
+    success, message = True, "nothing to fit"
+    x = x0.copy()
+    if free_idx and rows:
+        sparsity = np.array(
+            [[1 if model.depends(r, model.params[j]) else 0 for j in free_idx] for r in rows], dtype=int
+        )
+        z0 = np.clip(x0[free_idx], lo, hi) / scale
+        z0 = np.clip(z0, lo / scale + 1e-9, hi / scale - 1e-9)
+        res = least_squares(
+            residual,
+            z0,
+            bounds=(lo / scale, hi / scale),
+            method="trf",
+            diff_step=DIFF_STEP,
+            xtol=FIT_TOLERANCE,
+            ftol=FIT_TOLERANCE,
+            jac_sparsity=sparsity,
+        )
+        x = full(res.x)
+        success, message = bool(res.success), str(res.message)
+    predicted = dict(zip([r.id for r in rows], model.predict_all(x, rows), strict=True))
+    elasticity = _elasticities(model, x, rows) if diagnostics else {}
+    undetermined = []
+    if diagnostics:
+        for j in free_idx:
+            n = names[j]
+            if not any(abs(elasticity[r.id].get(n, 0.0)) >= SENSITIVE_ELASTICITY for r in rows):
+                undetermined.append(n)
+    return FitOutcome(list(model.params), model.values(x), predicted, elasticity, undetermined, success, message)
+
+
+@dataclass
+class HeldOut:
+    """One leave-out refit: the deployment's rows, their held-out predictions, and what could not be refitted."""
+
+    deployment: str
+    rows: list[str]
+    predicted: dict[str, float]
+    values: dict[str, float]
+    kept: list[str]
+
+
+def leave_one_out(model: Model, full_fit: FitOutcome) -> list[HeldOut]:
+    """Refit every parameter without each deployment in turn (see the module docstring)."""
+    x_full = np.array([full_fit.values[p.name] for p in model.params])
+    groups: dict[str, list[Row]] = {}
+    for r in model.rows:
+        groups.setdefault(r.deployment, []).append(r)
+    out = []
+    for dep, held in groups.items():
+        rest = [r for r in model.rows if r.deployment != dep]
+        # a parameter only the held-out rows are sensitive to cannot be refitted without them
+        live = [
+            p.name
+            for p in model.params
+            if any(abs(full_fit.elasticity.get(r.id, {}).get(p.name, 0.0)) >= SENSITIVE_ELASTICITY for r in rest)
+        ]
+        kept = [
+            p.name
+            for p in model.params
+            if p.name not in live
+            and any(abs(full_fit.elasticity.get(r.id, {}).get(p.name, 0.0)) >= SENSITIVE_ELASTICITY for r in held)
+        ]
+        refit = fit(model, rest, start=x_full, free=live, diagnostics=False)
+        x = np.array([refit.values[p.name] for p in model.params])
+        pred = {r.id: model.predict(r, x) for r in held}
+        out.append(HeldOut(dep, [r.id for r in held], pred, refit.values, kept))
+    return out
+
+
+def spread(full_fit: FitOutcome, held: Sequence[HeldOut]) -> dict[str, tuple[float, float]]:
+    """Lowest and highest value of every parameter over the full fit and the leave-one-out refits."""
+    out = {}
+    for p in full_fit.params:
+        vals = [full_fit.values[p.name]] + [h.values[p.name] for h in held]
+        out[p.name] = (min(vals), max(vals))
+    return out
+
+
+def heldout_rms(model: Model, held: Sequence[HeldOut]) -> dict[str, float]:
+    """Root mean square leave-one-out error of each group's rows ('*': the largest, for machines no group fits)."""
+    errs: dict[str, list[float]] = {}
+    by_id = {r.id: r for r in model.rows}
+    for h in held:
+        for rid, pred in h.predicted.items():
+            r = by_id[rid]
+            group = model.config.group_of(r.machine) or "*"
+            errs.setdefault(group, []).append(pred / r.measured - 1.0)
+    out = {g: float(np.sqrt(np.mean(np.square(v)))) for g, v in errs.items()}
+    out["*"] = max(out.values()) if out else 0.0
+    return out
+
+
+def outcome_json(
+    full_fit: FitOutcome, held: Sequence[HeldOut], digest: str, rms: Mapping[str, float] | None = None
+) -> dict[str, Any]:
+    """The fit and its leave-one-out refits as the JSON document shipped beside the cost model."""
+    return {
+        "digest": digest,
+        "values": {k: round(v, 8) for k, v in full_fit.values.items()},
+        "predicted": {k: round(v, 6) for k, v in full_fit.predicted.items()},
+        "elasticity": {r: {k: round(v, 5) for k, v in e.items()} for r, e in full_fit.elasticity.items()},
+        "undetermined": full_fit.undetermined,
+        "heldout_rms": {k: round(v, 6) for k, v in (rms or {}).items()},
+        "leave_one_out": [
+            {
+                "deployment": h.deployment,
+                "rows": h.rows,
+                "predicted": {k: round(v, 6) for k, v in h.predicted.items()},
+                "values": {k: round(v, 8) for k, v in h.values.items()},
+                "kept": h.kept,
+            }
+            for h in held
+        ],
+    }
+
+
+def finite(values: Mapping[str, float]) -> bool:
+    """True when every value is a finite number."""
+    return all(math.isfinite(v) for v in values.values())
+
+
+OUTCOME_FILE = Path(__file__).resolve().parent / "data" / "fit_outcome.json"
+# what the fit's outcome depends on: the rows and plans, the catalogs and the cost model's code
+_DIGEST_FOLDERS = ("validation", "plans", "models", "hardware")
+_DIGEST_CODE = ("costmodel", "placement", "specs")
+
+
+def inputs_digest() -> str:
+    """A hash of everything the fit and its leave-one-out refits depend on."""
+    import hashlib
+
+    from planner.specs.catalog import catalog_dir
+
+    h = hashlib.sha256()
+    for kind in _DIGEST_FOLDERS:
+        folder = catalog_dir(kind)  # type: ignore[arg-type]
+        for path in sorted(folder.rglob("*")):
+            if path.is_file() and path.suffix in (".yaml", ".yml", ".json"):
+                h.update(path.relative_to(folder).as_posix().encode())
+                h.update(path.read_bytes())
+    root = Path(__file__).resolve().parent.parent
+    for sub in _DIGEST_CODE:
+        for path in sorted((root / sub).glob("*.py")):
+            h.update(path.read_bytes())
+    h.update((Path(__file__).resolve().parent / "data" / "imbalance.yaml").read_bytes())
+    return h.hexdigest()[:16]
+
+
+@dataclass
+class StoredOutcome:
+    """The shipped fit outcome (planner/costmodel/data/fit_outcome.json)."""
+
+    values: dict[str, float]
+    predicted: dict[str, float]
+    elasticity: dict[str, dict[str, float]]
+    loo_predicted: dict[str, float]
+    loo_kept: dict[str, list[str]]
+    loo_values: list[dict[str, float]]
+    current: bool
+
+    def sensitive(self, row_id: str) -> list[str]:
+        return [n for n, e in self.elasticity.get(row_id, {}).items() if abs(e) >= SENSITIVE_ELASTICITY]
+
+
+def stored_outcome() -> StoredOutcome | None:
+    """The shipped outcome, or None if there is none; `current` says whether it matches the inputs."""
+    import json
+
+    try:
+        doc = json.loads(OUTCOME_FILE.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    loo_pred: dict[str, float] = {}
+    kept: dict[str, list[str]] = {}
+    for h in doc.get("leave_one_out", []):
+        loo_pred.update(h["predicted"])
+        for r in h["rows"]:
+            kept[r] = list(h["kept"])
+    return StoredOutcome(
+        values=doc["values"],
+        predicted=doc["predicted"],
+        elasticity=doc["elasticity"],
+        loo_predicted=loo_pred,
+        loo_kept=kept,
+        loo_values=[h["values"] for h in doc.get("leave_one_out", [])],
+        current=doc.get("digest") == inputs_digest(),
+    )
+
+
+@lru_cache(maxsize=1)
+def shipped_heldout_rms() -> dict[str, float]:
+    """The shipped per-group RMS leave-one-out error ({} when no outcome is shipped)."""
+    import json
+
+    try:
+        doc = json.loads(OUTCOME_FILE.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {str(k): float(v) for k, v in doc.get("heldout_rms", {}).items()}
+
+
+def heldout_error(machine: str) -> float:
+    """The model's measured held-out error (RMS) on the machine's group; machines no group fits get the
+    largest group's (nothing was measured on them)."""
+    rms = shipped_heldout_rms()
+    if not rms:
+        return 0.0
+    group = fit_config().group_of(machine)
+    return rms.get(group or "*", rms.get("*", 0.0))

@@ -1,0 +1,134 @@
+"""The joint fit of the machine groups and the imbalance parameters (planner/costmodel/store_fit.py),
+and `moeplan fidelity`'s labels: the shipped values are the fit's output, every row says what was
+fitted on it, and leave-one-out refits every parameter, imbalance included."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from planner.costmodel.fitting import factor_value
+from planner.costmodel.imbalance import fitted_parameters
+from planner.costmodel.store_fit import (
+    Model,
+    fit,
+    fit_config,
+    fit_rows,
+    parameters,
+    stored_outcome,
+)
+from planner.specs.catalog import load_hardware
+from tests.conftest import run_cli
+
+
+@pytest.fixture(scope="module")
+def model() -> Model:
+    config = fit_config()
+    rows = [r for r in fit_rows() if r.figure.role == "fit"]
+    return Model(config, rows, parameters(config))
+
+
+@pytest.fixture(scope="module")
+def fidelity_doc() -> dict:
+    r = run_cli("fidelity", "--json", "--no-simulated")  # the static rows only (the simulator's are issue 19's)
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output)
+
+
+def test_the_shipped_values_are_what_the_fitter_produces(model):
+    # benchmarks/calibrate_factors.py fits from validation/_fit.yaml's start and writes the result into
+    # every hardware file of each group and into planner/costmodel/data/imbalance.yaml: re-run it
+    out = fit(model, start=model.configured_start(), diagnostics=False)
+    assert out.success, out.message
+    imb = fitted_parameters()
+    for p in model.params:
+        got = out.values[p.name]
+        if not p.groups:
+            shipped = [imb[p.factor]["value"]]
+        else:
+            shipped = [
+                factor_value(load_hardware(m), p.factor) for g in p.groups for m in fit_config().groups[g].machines
+            ]
+        for s in shipped:
+            assert s == pytest.approx(got, rel=1e-4, abs=1e-9), p.name
+
+
+def test_the_shipped_outcome_matches_the_rows_catalogs_and_code():
+    out = stored_outcome()
+    assert out is not None and out.current, "run python benchmarks/calibrate_factors.py"
+
+
+def test_leave_one_out_refits_the_imbalance_parameters_too():
+    out = stored_outcome()
+    assert out is not None
+    for name in ("imbalance.popularity_sigma", "imbalance.drift_sigma", "imbalance.request_correlation"):
+        refits = {round(v[name], 6) for v in out.loo_values}
+        assert len(refits) > 1, f"{name} was never refitted"
+
+
+def test_every_row_says_what_was_fitted_on_it(fidelity_doc):
+    rows = fidelity_doc["rows"]
+    assert len(rows) >= 30
+    for r in rows:
+        assert r["out_of_sample"] == (not r["fitted_to"]), r["name"]
+        assert math.isfinite(r["loo_error"]) and math.isfinite(r["error"])
+        if r["role"] == "holdout":
+            assert r["out_of_sample"] and r["loo_error"] == pytest.approx(r["error"], abs=1e-6)
+    by = {r["name"]: r for r in rows}
+    # CM-D pins the expert skew (one routed expert per die): it is fitted on it, not out-of-sample
+    assert "imbalance.popularity_sigma" in by["CM-D"]["fitted_to"]
+    assert not by["CM-D"]["out_of_sample"]
+    # the default-placement prefill rows pin the request correlation
+    assert any("imbalance.request_correlation" in by[n]["fitted_to"] for n in ("SGLang-H100-P", "CM-P EPLB"))
+
+
+def test_rows_of_one_deployment_are_left_out_together(fidelity_doc):
+    by = {r["name"]: r for r in fidelity_doc["rows"]}
+    # A2-D70 and its TPOT are one decode step: one refit, so the two leave-one-out errors mirror
+    d70, tpot = by["A2-D70"], by["A2-D70 TPOT"]
+    assert d70["loo_error"] == pytest.approx(1 / (1 + tpot["loo_error"]) - 1, abs=1e-3)
+
+
+def test_the_bands_are_around_the_prediction(fidelity_doc):
+    inside = 0
+    for r in fidelity_doc["rows"]:
+        if r["band"] is None:
+            continue
+        lo, hi = r["band"]
+        assert lo <= r["predicted"] * (1 + 1e-6) and r["predicted"] <= hi * (1 + 1e-6), r["name"]
+        inside += r["in_band"]
+    assert inside >= 1
+
+
+def test_a_machine_with_a_known_miss_says_so_in_its_plans():
+    from planner.specs.validation import known_misses
+
+    misses = known_misses()
+    assert misses, "no row is marked known_miss"
+    machine, phase = misses[0][0], misses[0][1]
+    plan = next(
+        f.plan
+        for f, why in __import__("planner.specs.validation", fromlist=["all_figures"]).all_figures()
+        if not why and f.row.hardware == machine and f.metric.startswith(phase) and f.compare == "static"
+    )
+    r = run_cli("evaluate", plan, "--json")
+    assert r.exit_code == 0, r.output
+    notes = json.loads(r.output)["predicted"]["notes"]
+    assert any(n.startswith(f"known miss: on {machine}") and phase in n for n in notes)
+
+
+def test_the_fit_is_bounded_by_its_sources(model):
+    # the CloudMatrix384 paper's INT8 GEMM range holds the cm384 matmul wherever the config fits it
+    cfg = fit_config()
+    for p in model.params:
+        lo, hi = p.low, p.high
+        v = (
+            fitted_parameters()[p.factor]["value"]
+            if not p.groups
+            else factor_value(load_hardware(cfg.groups[p.groups[0]].machines[0]), p.factor)
+        )
+        assert lo - 1e-12 <= v <= hi + 1e-12, p.name
+    assert np.isfinite([p.low for p in model.params]).all()
