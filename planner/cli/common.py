@@ -188,12 +188,14 @@ class Outputs:
         self._items, self._stdout = [], []
 
 
-def command_line(ctx: typer.Context) -> str:
+def command_line(ctx: typer.Context, parsed: dict[str, object] | None = None) -> str:
     """The running command as a shell reads it back: `moeplan`, the subcommand, and every argument
     and option the user set (on the command line or through the environment; defaults left out).
 
     Built from the parsed parameters and where each came from, so `--tpot-ms=50` reads
-    `--tpot-ms 50`; the HTML report prints it as the command that reproduces the page.
+    `--tpot-ms 50`; the HTML report prints it as the command that reproduces the page. `parsed`:
+    a user-set parameter's value as the command understood it, where click parsed only part of
+    it (simulate's `--goodput ttft:2000 tpot:100`: name -> value).
     """
     import shlex
 
@@ -209,7 +211,7 @@ def command_line(ctx: typer.Context) -> str:
         source = ctx.get_parameter_source(param.name)
         if source is None or source.name not in ("COMMANDLINE", "ENVIRONMENT"):
             continue
-        value = ctx.params.get(param.name)
+        value = (parsed or {}).get(param.name, ctx.params.get(param.name))
         values = list(value) if isinstance(value, tuple | list) else [value]
         if param.param_type_name == "argument":
             words += [_word(v) for v in values]

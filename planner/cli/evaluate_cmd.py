@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -18,6 +19,7 @@ from planner.costmodel.evaluate import (
     plan_with_prediction,
     resolve_ref,
 )
+from planner.costmodel.imbalance import ImbalanceModel
 from planner.costmodel.mixed import is_mixed_plan, load_mixed_specs
 from planner.costmodel.prediction import Prediction
 from planner.costmodel.uncertainty import prediction_uncertainty, with_uncertainty
@@ -28,6 +30,8 @@ from planner.report.uncertainty_report import uncertainty_table
 from planner.search.request import ITL_TPOT_MULTIPLE, default_max_itl_ms
 from planner.specs.catalog import load_plan, plan_base_dir
 from planner.specs.files import validate_model
+from planner.specs.hardware import HardwareSpec
+from planner.specs.model import ModelSpec
 from planner.specs.plan import SLO, Plan
 
 
@@ -83,6 +87,47 @@ def check_problems(prediction: Prediction, default_itl_ms: float | None = None) 
             )
             out.append(f"breaks the ITL limit in {name} (a {gap:.0f} ms gap between two tokens{limit})")
     return out
+
+
+@dataclass
+class Scored:
+    """A plan scored as `evaluate` scores it: its model and machines, the imbalance model the flags ask
+    for, and the prediction (with its bands, on one machine)."""
+
+    model: ModelSpec
+    hw: HardwareSpec  # the decode (or only) machine
+    prefill_hw: HardwareSpec | None  # the prefill machine of a plan on two
+    imbalance: ImbalanceModel | None
+    prediction: Prediction
+
+
+def score_plan(
+    plan: Plan, base: Path | None, loads: Path | None, skew_sigma: float | None, bands: bool = True
+) -> Scored:
+    """Score `plan` (`--loads`/`--skew-sigma` pick the imbalance model); `bands`: with every figure's band."""
+    if is_mixed_plan(plan):
+        # prefill on one machine, decode on another (no uncertainty bands: they are per machine)
+        mixed = load_mixed_specs(plan, base, resolve_ref)
+        imbalance = imbalance_from_options(loads, skew_sigma, mixed.model)
+        prediction = evaluate_mixed_plan(plan, base, imbalance, specs=mixed)
+        return Scored(mixed.model, mixed.decode_hw, mixed.prefill_hw, imbalance, prediction)
+    specs = load_plan_specs(plan, base)
+    imbalance = imbalance_from_options(loads, skew_sigma, specs.model)
+    prediction = evaluate_plan(plan, base, imbalance, specs=specs)
+    if bands:
+        prediction = with_uncertainty(prediction, prediction_uncertainty(plan, specs, prediction, base, imbalance))
+    return Scored(specs.model, specs.hw, None, imbalance, prediction)
+
+
+def plan_lines(scored: Scored, plan: Plan, itl_note: str = "") -> list[str]:
+    """The lines `evaluate` prints under its tables (and its page shows): the imbalance model, where the
+    ITL limit comes from, which engines run the plan."""
+    lines = [f"imbalance model: {scored.prediction.imbalance_model}", itl_note]
+    if scored.prefill_hw is None:
+        from planner.report.launch import engines_line
+
+        lines.append(engines_line(plan, scored.model, scored.hw))
+    return [line for line in lines if line]
 
 
 def evaluate(
@@ -179,18 +224,8 @@ def evaluate(
         if hbm_utilization is not None:
             plan = plan.model_copy(update={"hbm_utilization": check_hbm_utilization(hbm_utilization)})
         base = plan_base_dir(plan_file)
-        if is_mixed_plan(plan):
-            # prefill on one machine, decode on another (no uncertainty bands: they are per machine)
-            mixed = load_mixed_specs(plan, base, resolve_ref)
-            model, hw, prefill_hw = mixed.model, mixed.decode_hw, mixed.prefill_hw
-            imbalance = imbalance_from_options(loads, skew_sigma, model)
-            prediction = evaluate_mixed_plan(plan, base, imbalance, specs=mixed)
-        else:
-            specs = load_plan_specs(plan, base)
-            hw, prefill_hw = specs.hw, None
-            imbalance = imbalance_from_options(loads, skew_sigma, specs.model)
-            prediction = evaluate_plan(plan, base, imbalance, specs=specs)
-            prediction = with_uncertainty(prediction, prediction_uncertainty(plan, specs, prediction, base, imbalance))
+        scored_by = score_plan(plan, base, loads, skew_sigma)
+        model, hw, prefill_hw, prediction = scored_by.model, scored_by.hw, scored_by.prefill_hw, scored_by.prediction
         for note in prediction.notes:
             if "announced" in note:
                 err_console.print(f"[bold yellow]warning:[/] {note}", markup=True, highlight=False)
@@ -207,27 +242,22 @@ def evaluate(
                     "--emit: this plan runs prefill and decode on different machines, which no engine "
                     "export covers yet; export each phase's plan separately or drop --emit."
                 )
-            wrote = stage_emits(outputs, emits, scored, specs.model, specs.hw, loads, force)
+            wrote = stage_emits(outputs, emits, scored, model, hw, loads, force)
         if out is not None:
             outputs.text(out, text)
         if html is not None:
             from planner.report.html import EvaluatePage, evaluate_html
 
-            lines = [f"imbalance model: {prediction.imbalance_model}", itl_note]
-            if not is_mixed_plan(plan):
-                from planner.report.launch import engines_line
-
-                lines.append(engines_line(plan, specs.model, specs.hw))
             page = EvaluatePage(
                 plan=scored,
                 prediction=prediction,
-                model=model if is_mixed_plan(plan) else specs.model,
+                model=model,
                 hw=hw,
                 prefill_hw=prefill_hw,
                 source=plan_file + (f" (rank {rank})" if rank else ""),
                 command=command_line(ctx),
                 plans_json=plans_document([scored], "EVALUATED", prediction.notes),
-                lines=[line for line in lines if line],
+                lines=plan_lines(scored_by, plan, itl_note),
                 problems=problems,
                 loads=loads_array(loads) if loads else None,
                 html_name=str(html),
@@ -244,13 +274,8 @@ def evaluate(
             band = uncertainty_table(prediction)
             if band is not None:
                 console.print(band)
-            console.print(f"imbalance model: {prediction.imbalance_model}")
-            if itl_note:
-                console.print(itl_note)
-            if not is_mixed_plan(plan):
-                from planner.report.launch import engines_line
-
-                console.print(engines_line(plan, specs.model, specs.hw))
+            for line in plan_lines(scored_by, plan, itl_note):
+                console.print(line)
         if check and problems:
             unwritten = [
                 str(p) for p in (out, html, json_out, *(f for _, f in emits)) if p is not None and str(p) != "-"

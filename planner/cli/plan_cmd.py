@@ -468,9 +468,16 @@ def verdict_line(outcome: SearchOutcome) -> str:
 
 
 def plan_page_html(
-    outcome: SearchOutcome, document: str, notes: list[str], loads: Path | None, html: Path, command: str
+    outcome: SearchOutcome,
+    document: str,
+    notes: list[str],
+    loads: Path | None,
+    html: Path,
+    command: str,
+    checks: tuple[list, list[str]] | None = None,
 ) -> str:
-    """The HTML report of a search (--html): the terminal's lines about it, and what it cannot draw."""
+    """The HTML report of a search (--html): the terminal's lines about it, and what it cannot draw
+    (`checks`: `--simulate`'s checks and lines, shown in the ranked table)."""
     from planner.cli.options import loads_array
     from planner.report.html import PlanPage, plan_html
     from planner.report.launch import engines_line
@@ -490,6 +497,8 @@ def plan_page_html(
         notes=notes,
         loads=loads_array(loads) if loads else None,
         html_name=str(html),
+        checks=checks[0] if checks is not None else [],
+        check_lines=checks[1] if checks is not None else [],
     )
     return plan_html(page)
 
@@ -625,18 +634,12 @@ def simulated_checks(outcome: SearchOutcome, mode: str) -> tuple[SearchOutcome, 
 
 def print_checks(checks: list, lines: list[str]) -> None:
     """The plans' simulated percentiles next to their static figures, and what misses."""
-    from planner.report.simulate_report import checks_caption, checks_table
+    from planner.report.simulate_report import checks_caption, checks_table, miss_lines
 
     console.print(checks_table(checks, "Checked by simulation"))
     console.print(checks_caption(checks))
-    for line in lines:
+    for line in [*lines, *miss_lines(checks)]:
         console.print(line)
-    for c in checks:
-        if c.verdict.met is False:
-            console.print(
-                f"rank {c.rank} misses its SLOs at p{c.verdict.percentile:g} of simulated requests: "
-                + "; ".join(c.verdict.misses())
-            )
 
 
 def plan(
@@ -843,7 +846,7 @@ def plan(
         if json_out is not None:
             outputs.text(json_out, document)
         if html is not None:
-            outputs.text(html, plan_page_html(outcome, document, notes, loads, html, command_line(ctx)))
+            outputs.text(html, plan_page_html(outcome, document, notes, loads, html, command_line(ctx), checks))
         outputs.commit()
         for line in wrote:
             err_console.print(line)

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from planner.cli.common import Outputs, check_outputs, console, err_console, run_guarded
-from planner.cli.options import LoadsOpt, SkewSigmaOpt, SloPercentileOpt, imbalance_from_options
+from planner.cli.common import Outputs, check_output, check_outputs, command_line, console, err_console, run_guarded
+from planner.cli.evaluate_cmd import Scored, plan_lines, score_plan
+from planner.cli.options import LoadsOpt, SkewSigmaOpt, SloPercentileOpt
 from planner.errors import BadInputError
+from planner.specs.plan import Plan
+
+if TYPE_CHECKING:
+    from planner.simulate.run import SimResult
 
 TrafficHelp = "Traffic (one of --concurrency, --rate, --trace; default: Poisson at the rate the plan claims)"
 
@@ -48,6 +54,55 @@ def check_slo_percentile(value: float | None) -> float | None:
     if value is not None and not (0 < value <= 100 and math.isfinite(value)):
         raise BadInputError(f"--slo-percentile must be a percentage in (0, 100], e.g. 90; got {value:g}.")
     return value
+
+
+@dataclass(frozen=True)
+class RunAsked:
+    """What the page's question names beyond the run itself: the PLAN argument, and whether the rate
+    is the one the plan claims (no --rate, --concurrency or --trace)."""
+
+    plan_file: str
+    rank: int | None
+    claimed: bool
+
+
+def simulate_page_html(
+    ctx: typer.Context,
+    run: RunAsked,
+    scored: Scored,
+    plan: Plan,
+    result: SimResult,
+    loads: Path | None,
+    html: Path,
+    goodput_pairs: list[str],
+) -> str:
+    """The HTML report of a run (--html): the run, and the plan as `evaluate --html` shows it."""
+    from planner.cli.options import loads_array
+    from planner.costmodel.evaluate import plan_with_prediction
+    from planner.report.html import SimulatePage, simulate_html
+    from planner.report.plan_report import plans_document
+    from planner.report.simulate_report import result_json
+
+    prediction = scored.prediction
+    simulated = plan_with_prediction(plan, prediction)
+    page = SimulatePage(
+        result=result,
+        plan=simulated,
+        prediction=prediction,
+        model=scored.model,
+        hw=scored.hw,
+        prefill_hw=scored.prefill_hw,
+        source=run.plan_file + (f" (rank {run.rank})" if run.rank else ""),
+        claimed_rate=run.claimed,
+        # vLLM's `--goodput a b` reaches the command as one value and extra arguments: all of them
+        command=command_line(ctx, {"goodput": goodput_pairs} if goodput_pairs else None),
+        plans_json=plans_document([simulated], "SIMULATED", prediction.notes),
+        summary_json=result_json(result, per_request=False),
+        lines=plan_lines(scored, plan),
+        loads=loads_array(loads) if loads else None,
+        html_name=str(html),
+    )
+    return simulate_html(page)
 
 
 def simulate(
@@ -157,6 +212,14 @@ def simulate(
         Path | None,
         typer.Option("--plot", help="Draw queues, running batch, KV use and latency CDFs to FILE.png/.svg."),
     ] = None,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html",
+            help="Also write a self-contained HTML report to FILE: the run's figures and pictures next to the "
+            "static prediction, and the plan drawn; `moeplan evaluate FILE` reads the plan back.",
+        ),
+    ] = None,
     loads: LoadsOpt = None,
     skew_sigma: SkewSigmaOpt = None,
 ) -> None:
@@ -174,7 +237,8 @@ def simulate(
         from planner.specs.catalog import load_plan, plan_base_dir
         from planner.specs.workload import load_workload_file
 
-        check_outputs({"--json": json_out, "--records": records, "--plot": plot})
+        check_outputs({"--json": json_out, "--records": records, "--plot": plot, "--html": html})
+        check_output("--html", html, stdout_ok=False)
         if records is not None and str(records) == "-":
             raise BadInputError("--records: give a file name ('-' is for --json).")
         fmt = plot_format(plot) if plot is not None else None
@@ -200,20 +264,12 @@ def simulate(
             raise BadInputError(f"--rate must be a finite number of requests per second > 0; got {rate:g}.")
         if concurrency is not None and concurrency < 1:
             raise BadInputError(f"--concurrency must be >= 1 request; got {concurrency}.")
-        from planner.specs.catalog import load_model
-
-        imbalance = (
-            imbalance_from_options(loads, skew_sigma, load_model(plan.model))
-            if (loads or skew_sigma is not None)
-            else None
-        )
-        from planner.costmodel.evaluate import evaluate_mixed_plan, evaluate_plan
-        from planner.costmodel.mixed import is_mixed_plan
         from planner.simulate.build import with_decode_concurrency
 
         sized = with_decode_concurrency(plan, decode_concurrency)
-        evaluate = evaluate_mixed_plan if is_mixed_plan(sized) else evaluate_plan
-        prediction = evaluate(sized, base, imbalance)
+        # the page shows the plan as `evaluate --html` does, bands included; the run needs no bands
+        scored = score_plan(sized, base, loads, skew_sigma, bands=html is not None)
+        imbalance, prediction = scored.imbalance, scored.prediction
         count = requests if requests is not None else 0
         warm = warmup
         traffic_rate = rate
@@ -265,13 +321,16 @@ def simulate(
         if plot is not None:
             assert fmt is not None
             outputs.data(plot, render(simulate_figure(result), fmt))
+        if html is not None:
+            run = RunAsked(plan_file, rank, claimed=traffic_rate is not None and rate is None and trace is None)
+            outputs.text(html, simulate_page_html(ctx, run, scored, sized, result, loads, html, pairs))
         if json_out is not None and str(json_out) == "-":
             outputs.commit()
             return
         for renderable in simulate_renderables(result):
             console.print(renderable)
         outputs.commit()
-        for flag, path in (("--json", json_out), ("--records", records), ("--plot", plot)):
+        for flag, path in (("--json", json_out), ("--records", records), ("--plot", plot), ("--html", html)):
             if path is not None:
                 err_console.print(f"{flag}: wrote {path}")
 

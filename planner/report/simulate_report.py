@@ -180,9 +180,14 @@ def simulate_renderables(result: SimResult) -> list[RenderableType]:
     return [benchmark_table(result), latency_table(result), *bound_lines(result)]
 
 
-def result_json(result: SimResult) -> str:
-    """The `vllm bench serve --save-result`-keyed document (moeplan's own figures under 'moeplan')."""
-    doc = dict(result.summary)
+# the per-request lists of `--json` (vLLM's, one value per request): left out of the HTML report's copy
+PER_REQUEST_KEYS = ("input_lens", "output_lens", "ttfts", "latencies", "start_times")
+
+
+def result_json(result: SimResult, per_request: bool = True) -> str:
+    """The `vllm bench serve --save-result`-keyed document (moeplan's own figures under 'moeplan');
+    `per_request=False` leaves out the per-request lists, when the run kept them."""
+    doc = {k: v for k, v in result.summary.items() if per_request or k not in PER_REQUEST_KEYS}
     doc["moeplan"] = {**doc["moeplan"], "slo_verdict": verdict_json(result)}
     return json.dumps(doc, indent=1, default=_plain) + "\n"
 
@@ -256,25 +261,28 @@ def checks_table(checks: list[Any], title_text: str, labels: list[str] | None = 
     t.add_column("static TPOT", justify="right")
     t.add_column(f"meets SLOs at p{word}")
     for k, c in enumerate(checks):
-        f = c.figures
-
-        def trio(name: str, fig: dict[str, float] = f) -> str:
-            return " / ".join(
-                _f(fig.get(f"{k}_{name}_ms"), 0 if name == "ttft" else 1) for k in ("median", "p90", "p99")
-            )
-
-        met = c.verdict.met
-        verdict = "-" if met is None else ("yes" if met else "NO: " + "; ".join(c.verdict.misses()))
         t.add_row(
             str(c.rank or "") if labels is None else labels[k],
             f"{c.rate_per_s:.3g} ({c.rate_source})",
-            trio("ttft"),
+            check_trio(c, "ttft"),
             _f(c.static.get("ttft_ms"), 0),
-            trio("tpot"),
+            check_trio(c, "tpot"),
             _f(c.static.get("tpot_ms")),
-            verdict,
+            check_verdict(c),
         )
     return t
+
+
+def check_trio(check: Any, name: str) -> str:
+    """A checked plan's simulated p50 / p90 / p99 of 'ttft' or 'tpot', ms (the checks table's cell)."""
+    digits = 0 if name == "ttft" else 1
+    return " / ".join(_f(check.figures.get(f"{k}_{name}_ms"), digits) for k in ("median", "p90", "p99"))
+
+
+def check_verdict(check: Any) -> str:
+    """'yes', 'NO: ' and what it misses, or '-' (no SLO to judge)."""
+    met = check.verdict.met
+    return "-" if met is None else ("yes" if met else "NO: " + "; ".join(check.verdict.misses()))
 
 
 def checks_caption(checks: list[Any]) -> str:
@@ -287,6 +295,16 @@ def checks_caption(checks: list[Any]) -> str:
         f">= {n:,} measured requests per plan (a cool-down keeps the load on until the last of them ends), seed 0; "
         f"p{_pword(checks[0].verdict.percentile)} of simulated TTFT and TPOT judged against the SLOs (--slo-percentile)"
     )
+
+
+def miss_lines(checks: list[Any]) -> list[str]:
+    """One line for each checked plan that misses its SLOs at the percentile."""
+    return [
+        f"rank {c.rank} misses its SLOs at p{c.verdict.percentile:g} of simulated requests: "
+        + "; ".join(c.verdict.misses())
+        for c in checks
+        if c.verdict.met is False
+    ]
 
 
 def _sim_error(r: Any) -> str:

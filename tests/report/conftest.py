@@ -1,4 +1,5 @@
-"""Shared fixtures of the report tests: the default plan's HTML report, made once per session."""
+"""Shared fixtures of the report tests: the default plan's HTML report and a small simulated run's,
+each made once per session."""
 
 from __future__ import annotations
 
@@ -8,7 +9,11 @@ from pathlib import Path
 import pytest
 
 from planner.report.html.browser import CHROMIUM_FLAGS, chromium_path
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
+
+SMALL_PLAN = REPO / "tests" / "simulate" / "small-pd.yaml"  # 16 prefill + 32 decode A2 cards
+# a short open-loop run with vLLM's two-value --goodput (the pairs after the first arrive as extra arguments)
+SIMULATE_ARGS = ("--rate", "4", "--requests", "200", "--warmup", "20", "--goodput", "ttft:1500", "tpot:40")
 
 
 @dataclass(frozen=True)
@@ -25,6 +30,16 @@ def default_report(tmp_path_factory) -> Report:
     folder = tmp_path_factory.mktemp("report")
     html, doc = folder / "plan.html", folder / "plan.json"
     result = run_cli("plan", "--engine", "none", "--json", str(doc), "--html", str(html))
+    assert result.exit_code == 0, result.output
+    return Report(html, doc)
+
+
+@pytest.fixture(scope="session")
+def simulate_report(tmp_path_factory) -> Report:
+    """`moeplan simulate` of the small plan (200 requests at 4 req/s) with `--html` and `--json`."""
+    folder = tmp_path_factory.mktemp("simulate")
+    html, doc = folder / "run.html", folder / "run.json"
+    result = run_cli("simulate", str(SMALL_PLAN), *SIMULATE_ARGS, "--json", str(doc), "--html", str(html))
     assert result.exit_code == 0, result.output
     return Report(html, doc)
 

@@ -1,9 +1,12 @@
-"""The default plan's HTML report in a real browser (headless Chromium): what a person would see.
+"""The default plan's HTML report, and a simulated run's, in a real browser (headless Chromium): what a
+person would see.
 
 The page loads with no console error and asks for nothing but itself; the cluster drawing has one
 cell per device, each instance in one colour of its own; the table's rows are the plans of
 `plan --json`, variants folded until asked for; a header sorts the table; and without JavaScript
-the page still shows all of it but the sort buttons.
+the page still shows all of it but the sort buttons. The simulated run's page: no error and no
+request either, its picture drawn, its tables the run's figures, the plan's devices drawn, and
+every section there without JavaScript. One browser launch serves every page (conftest.py).
 """
 
 from __future__ import annotations
@@ -158,5 +161,50 @@ def test_without_javascript_the_page_reads_the_same(browser, default_report, pla
         for section in ("question", "cluster", "experts", "time", "sure", "reproduce"):
             assert page.locator(f"#{section}").is_visible()
         assert s.requests == [default_report.html.as_uri()]
+    finally:
+        s.page.context.close()
+
+
+# ---- the page of `moeplan simulate --html` --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def seen_simulate(browser, simulate_report):
+    s = _open(browser, simulate_report.html.as_uri())
+    yield s
+    s.page.context.close()
+
+
+def test_the_simulate_page_loads_with_no_error_and_no_request_but_itself(seen_simulate, simulate_report):
+    page = seen_simulate.page
+    assert seen_simulate.errors == []
+    assert [m for m in seen_simulate.console if m[0] in ("error", "warning")] == []
+    assert seen_simulate.requests == [simulate_report.html.as_uri()]
+    assert page.title().startswith("moeplan simulate: ")
+    assert page.inner_text("#answer").startswith("At P90 of simulated requests the plan ")
+
+
+def test_the_simulate_page_shows_the_run_drawn_and_its_figures(seen_simulate, simulate_report):
+    page = seen_simulate.page
+    run = json.loads(simulate_report.json.read_text())
+    picture = page.locator("#run-pictures svg").bounding_box()
+    assert picture is not None and picture["width"] > 600 and picture["height"] > 300
+    latency = page.eval_on_selector_all(
+        "#simulated-2 tbody tr", "trs => trs.map(tr => Array.from(tr.cells, td => td.innerText.trim()))"
+    )
+    by_metric = {row[0]: row for row in latency}
+    assert by_metric["TTFT"][3] == f"{run['p90_ttft_ms']:,.1f}" and by_metric["TPOT"][4] == f"{run['p99_tpot_ms']:,.1f}"
+    assert page.locator("svg.cluster g.device").count() == 48  # the plan's 16 prefill and 32 decode devices
+    assert page.locator("#bound-sentence").is_visible()
+
+
+def test_the_simulate_page_reads_the_same_without_javascript(browser, simulate_report):
+    s = _open(browser, simulate_report.html.as_uri(), javascript=False)
+    try:
+        page = s.page
+        for section in ("question", "simulated", "run-pictures", "bound", "plans", "cluster", "time", "reproduce"):
+            assert page.locator(f"#{section}").is_visible(), section
+        assert page.locator("#run-pictures svg").is_visible()
+        assert s.requests == [simulate_report.html.as_uri()]
     finally:
         s.page.context.close()

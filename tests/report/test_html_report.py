@@ -78,9 +78,11 @@ def test_evaluate_reads_the_plans_back_from_the_page(default_report, rank):
     assert json.loads(from_page.output)["rank"] == int(rank)
 
 
-def test_the_page_asks_the_network_for_nothing(default_report):
-    text = default_report.html.read_text(encoding="utf-8")
-    tags = _parse(default_report.html).tags
+@pytest.mark.parametrize("report", ["default_report", "simulate_report"])
+def test_the_page_asks_the_network_for_nothing(request, report):
+    html = request.getfixturevalue(report).html
+    text = html.read_text(encoding="utf-8")
+    tags = _parse(html).tags
     for tag, attrs in tags:
         assert tag not in ("link", "img", "iframe", "object", "embed"), tag
         assert "src" not in attrs, (tag, attrs)
@@ -177,7 +179,9 @@ def test_evaluate_writes_no_page_when_an_engine_refuses_the_plan(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("command", [("plan",), ("evaluate", "a2-d70"), ("sweep", "--tpot-ms", "50")])
+@pytest.mark.parametrize(
+    "command", [("plan",), ("evaluate", "a2-d70"), ("sweep", "--tpot-ms", "50"), ("simulate", "a2-d70", "--rate", "1")]
+)
 def test_a_bad_html_destination_is_one_line_and_exit_2_before_any_work(tmp_path, command):
     folder = tmp_path / "page.html"
     folder.mkdir()

@@ -1,11 +1,11 @@
-"""One page per command: what `plan`, `evaluate` and `sweep` hand over as `--html FILE`.
+"""One page per command: what `plan`, `evaluate`, `sweep` and `simulate` hand over as `--html FILE`.
 
 Each builder takes the command's public results (the search's `SearchOutcome`, an evaluated plan
-and its `Prediction`, a `SweepResult`) plus the lines the terminal printed for them (the verdict,
-the lead of rank 1, what binds, which engines run it), so the page says what the terminal says,
-word for word, and adds what a terminal cannot draw. A new command (the simulator's, say) adds a
-builder here and, where it has new parts, a block in the template; the plan parts (`_plan_detail`)
-are shared.
+and its `Prediction`, a `SweepResult`, a simulated run's `SimResult`) plus the lines the terminal
+printed for them (the verdict, the lead of rank 1, what binds, which engines run it), so the page
+says what the terminal says, word for word, and adds what a terminal cannot draw. A new command
+adds a builder here and, where it has new parts, a block in the template; the plan parts
+(`_plan_detail`) are shared.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from planner.search.plan_search import SearchOutcome
     from planner.search.request import PlanRequest
     from planner.search.sweep import SweepResult
+    from planner.simulate.run import SimResult
 
 GIB = 1024.0**3
 
@@ -54,6 +55,8 @@ class PlanPage:
     space: str = ""  # the named limits of the space the verdict holds over (the line under it)
     loads: np.ndarray | None = None
     html_name: str = "report.html"  # the page's own file, for the line that reads its plans back
+    checks: list[Any] = field(default_factory=list)  # `--simulate`: planner.ranking.simulated.SimulatedCheck
+    check_lines: list[str] = field(default_factory=list)  # how `--rate` was sized by simulation
 
 
 @dataclass
@@ -70,6 +73,26 @@ class EvaluatePage:
     plans_json: str
     lines: list[str] = field(default_factory=list)  # imbalance model, ITL note, engines
     problems: list[str] = field(default_factory=list)  # what --check would fail it for
+    loads: np.ndarray | None = None
+    html_name: str = "report.html"
+
+
+@dataclass
+class SimulatePage:
+    """What `moeplan simulate PLAN --html` shows: the run, and the plan as the evaluate page shows it."""
+
+    result: SimResult
+    plan: Plan  # the plan simulated (--decode-concurrency applied), with `predicted`
+    prediction: Prediction
+    model: ModelSpec
+    hw: HardwareSpec
+    prefill_hw: HardwareSpec | None
+    source: str  # the PLAN argument
+    claimed_rate: bool  # the traffic's rate is the one the plan claims
+    command: str
+    plans_json: str
+    summary_json: str  # the run's `--json` document, without the per-request lists
+    lines: list[str] = field(default_factory=list)  # imbalance model, engines
     loads: np.ndarray | None = None
     html_name: str = "report.html"
 
@@ -390,6 +413,8 @@ def _common(kind: str, title: str, command: str, plans_json: str) -> dict[str, A
         "problems": [],
         "evaluate_hint": "",
         "headline_label": "output tokens/s per card",
+        "simulation": None,
+        "checks": None,
     }
 
 
@@ -433,6 +458,12 @@ def plan_html(page: PlanPage) -> str:
     ctx["alternatives"] = _alternatives(outcome, hw)
     ctx["lines"] = [page.verdict, *([page.space] if page.space else []), page.why, page.engines]
     ctx["lines"] += [f"note: {n}" for n in page.notes]
+    if page.checks:
+        from planner.report.html.simulated import checks_view
+
+        ctx["checks"] = checks_view(page.checks, page.check_lines)
+        first = page.checks[0]
+        ctx["lines"].append(f"rank {first.rank}, simulated at {first.rate_per_s:.4g} req/s: {first.verdict.line()}")
     ctx["lead"] = page.lead
     ctx["detail"] = _plan_detail(best, prediction, model, hw, prefill_hw, page.loads, _budget_devices(req, hw))
     ctx["detail_of"] = "rank 1"
@@ -496,6 +527,26 @@ def evaluate_html(page: EvaluatePage) -> str:
     ctx["groups"] = [RowGroup(plan_row(plan, hw, page.model, page.prefill_hw), [])]
     ctx["lines"] = page.lines
     ctx["problems"] = page.problems
+    ctx["detail"] = _plan_detail(plan, page.prediction, page.model, hw, page.prefill_hw, page.loads, None)
+    ctx["detail_of"] = "the plan"
+    ctx["evaluate_hint"] = f"moeplan evaluate {_quoted(page.html_name)}"
+    return render_page(ctx)
+
+
+def simulate_html(page: SimulatePage) -> str:
+    """The page of `moeplan simulate PLAN --html`."""
+    from planner.report.html.render import render_page
+    from planner.report.html.simulated import run_answer, run_question, run_tiles, simulation_view
+
+    plan, hw, result = page.plan, page.hw, page.result
+    ctx = _common("simulate", f"moeplan simulate: {page.source}", page.command, page.plans_json)
+    ctx["question"] = plan_question(plan, page.model, hw, page.source) + run_question(result, page.claimed_rate)
+    ctx["answer"] = run_answer(result)
+    ctx["tiles"] = run_tiles(result)
+    ctx["headline_label"] = headline_label(plan)
+    ctx["groups"] = [RowGroup(plan_row(plan, hw, page.model, page.prefill_hw), [])]
+    ctx["lines"] = page.lines
+    ctx["simulation"] = simulation_view(result, page.summary_json)
     ctx["detail"] = _plan_detail(plan, page.prediction, page.model, hw, page.prefill_hw, page.loads, None)
     ctx["detail_of"] = "the plan"
     ctx["evaluate_hint"] = f"moeplan evaluate {_quoted(page.html_name)}"
