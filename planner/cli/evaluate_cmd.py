@@ -61,6 +61,18 @@ def check_problems(prediction: Prediction, default_itl_ms: float | None = None) 
     """What `--check` fails a plan for: HBM overflow or a missed SLO, per section
     (`default_itl_ms`: the ITL limit when it is the default one, which the message then says)."""
     out = []
+    afd = prediction.afd
+    if afd is not None:
+        for side, fits, headroom in (
+            ("attention", afd.attention_fits_hbm, afd.hbm_headroom_bytes),
+            ("FFN", afd.ffn_fits_hbm, afd.ffn_hbm_headroom_bytes),
+        ):
+            if not fits:
+                out.append(f"overflows HBM on the AFD {side} side by {-headroom / 1024**3:.2f} GiB per device")
+        if afd.meets_tpot_slo is False and prediction.colocated is None:
+            out.append(f"misses the TPOT SLO in afd ({afd.tpot_ms:.1f} ms)")
+        if afd.meets_itl_slo is False and prediction.colocated is None:
+            out.append(f"breaks the ITL limit in afd (a {afd.step_ms:.0f} ms step)")
     sections = (("colocated", prediction.colocated), ("decode", prediction.decode), ("prefill", prediction.prefill))
     for name, block in sections:
         if block is None or (name != "colocated" and prediction.colocated is not None):

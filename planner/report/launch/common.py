@@ -233,7 +233,7 @@ def check_runnable(plan: Plan, model: ModelSpec, hw: HardwareSpec, engine: str) 
     """The engine's profile; BadInputError listing every plan field the engine cannot run."""
     profile = load_profile(engine)
     experts = model.moe.routed_experts if model.moe is not None else None
-    problems = plan_problems(plan, hw, engine, experts, model.num_dense_layers > 0)
+    problems = plan_problems(plan, hw, engine, experts, model.num_dense_layers > 0, model.architectures)
     if problems:
         raise BadInputError(f"--emit {engine}: {profile.label} cannot run this plan: " + " | ".join(problems))
     return profile
