@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Annotated
@@ -10,8 +11,18 @@ import typer
 
 from planner.cli.common import Outputs, check_output, console, err_console, run_guarded
 from planner.cli.emit_options import EmitOpt, ForceOpt, check_new_folders, parse_emits, stage_emits
-from planner.cli.options import check_hbm_utilization, imbalance_from_options
+from planner.cli.options import (
+    DEFAULT_CURRENCY,
+    CurrencyOpt,
+    PricePerCardHourOpt,
+    check_hbm_utilization,
+    check_price_names,
+    imbalance_from_options,
+    parse_prices,
+    priced,
+)
 from planner.costmodel.evaluate import (
+    PlanSpecs,
     evaluate_mixed_plan,
     evaluate_plan,
     load_plan_specs,
@@ -166,6 +177,8 @@ def evaluate(
             help="Fraction of each device's HBM the plan may fill (default: the plan's hbm_utilization, 0.9).",
         ),
     ] = None,
+    price_per_card_hour: PricePerCardHourOpt = None,
+    currency: CurrencyOpt = DEFAULT_CURRENCY,
 ) -> None:
     """Score a plan: step time by module, HBM per device, throughput, and each SLO."""
 
@@ -182,14 +195,23 @@ def evaluate(
         if hbm_utilization is not None:
             plan = plan.model_copy(update={"hbm_utilization": check_hbm_utilization(hbm_utilization)})
         base = plan_base_dir(plan_file)
+        prices = parse_prices(price_per_card_hour)
         if is_mixed_plan(plan):
             # prefill on one machine, decode on another (no uncertainty bands: they are per machine)
             mixed = load_mixed_specs(plan, base, resolve_ref)
+            check_price_names(prices, sorted({mixed.decode_hw.name, mixed.prefill_hw.name}))
+            mixed = dataclasses.replace(
+                mixed,
+                decode_hw=priced(mixed.decode_hw, prices, currency),
+                prefill_hw=priced(mixed.prefill_hw, prices, currency),
+            )
             model, hw, prefill_hw = mixed.model, mixed.decode_hw, mixed.prefill_hw
             imbalance = imbalance_from_options(loads, skew_sigma, model)
             prediction = evaluate_mixed_plan(plan, base, imbalance, specs=mixed)
         else:
             specs = load_plan_specs(plan, base)
+            check_price_names(prices, [specs.hw.name])
+            specs = PlanSpecs(specs.model, priced(specs.hw, prices, currency), specs.quant)
             hw, prefill_hw = specs.hw, None
             imbalance = imbalance_from_options(loads, skew_sigma, specs.model)
             prediction = evaluate_plan(plan, base, imbalance, specs=specs)

@@ -18,6 +18,7 @@ import numpy as np
 from planner.costmodel.colocated import colocated_figures
 from planner.costmodel.context import CostContext
 from planner.costmodel.decode import decode_step, emitted_tokens_per_step
+from planner.costmodel.economics import PricedPart, plan_economics
 from planner.costmodel.imbalance import ImbalanceModel, default_imbalance_model
 from planner.costmodel.memory import (
     HbmUse,
@@ -504,7 +505,7 @@ def _evaluate_single(plan: Plan, specs: PlanSpecs, imb: ImbalanceModel, hbm_from
         system = predict_system(plan, specs.hw, afd, prefill)
     elif decode is not None and prefill is not None:
         system = predict_system(plan, specs.hw, decode, prefill, colocated)
-    return Prediction(
+    prediction = Prediction(
         cost_model=COST_MODEL_VERSION,
         imbalance_model=imb.describe(),
         decode=decode,
@@ -531,6 +532,14 @@ def _evaluate_single(plan: Plan, specs: PlanSpecs, imb: ImbalanceModel, hbm_from
             else []
         ),
     )
+    parts = [PricedPart(phase, specs.hw, devices) for phase, devices in plan_devices(plan)]
+    return prediction.model_copy(update={"economics": plan_economics(prediction, parts)})
+
+
+def plan_devices(plan: Plan) -> list[tuple[str, int]]:
+    """(phase, devices of all its instances) of every section of the plan that has devices."""
+    sections = (("decode", plan.decode), ("prefill", plan.prefill), ("colocated", plan.colocated), ("afd", plan.afd))
+    return [(name, section.total_devices) for name, section in sections if section is not None]
 
 
 def evaluate_mixed_plan(
@@ -550,7 +559,7 @@ def evaluate_mixed_plan(
     notes: list[str] = []
     if decode is not None and prefill is not None:
         system, notes = mixed_system(plan, specs.decode_hw, specs.prefill_hw, decode, prefill)
-    return Prediction(
+    prediction = Prediction(
         cost_model=COST_MODEL_VERSION,
         imbalance_model=d_ctx.imbalance.describe(),
         decode=decode,
@@ -558,6 +567,12 @@ def evaluate_mixed_plan(
         system=system,
         notes=hardware_notes(specs.decode_hw, specs.prefill_hw) + notes + workload_notes(p_ctx),
     )
+    parts = []
+    if plan.decode is not None:
+        parts.append(PricedPart("decode", specs.decode_hw, plan.decode.total_devices))
+    if plan.prefill is not None:
+        parts.append(PricedPart("prefill", specs.prefill_hw, plan.prefill.total_devices))
+    return prediction.model_copy(update={"economics": plan_economics(prediction, parts)})
 
 
 def plan_with_prediction(plan: Plan, prediction: Prediction) -> Plan:

@@ -161,6 +161,24 @@ class SystemPrediction(_Out):
         )
 
 
+class EconomicsPrediction(_Out):
+    """Cost and energy of the plan's devices at its predicted throughput (planner.costmodel.economics)."""
+
+    cards: float
+    output_tokens_per_s: float | None
+    total_tokens_per_s: float | None  # input + output
+    throughput_basis: str  # which devices and tokens the figures cover
+    power_w: float | None
+    power_basis: str | None
+    joules_per_output_token: float | None
+    joules_per_token: float | None  # per input or output token
+    price_per_hour: float | None
+    currency: str | None
+    cost_per_million_output_tokens: float | None
+    cost_per_million_tokens: float | None  # per million input + output tokens
+    missing: list[str]  # the hardware fields a figure above lacks
+
+
 class BandFigure(_Out):
     """A figure at the pessimistic end of the factor ranges, as predicted, and at the optimistic end."""
 
@@ -187,6 +205,7 @@ class Prediction(_Out):
     colocated: ColocatedPrediction | None = None
     afd: AfdPrediction | None = None
     system: SystemPrediction | None = None
+    economics: EconomicsPrediction | None = None  # cost and energy at the predicted throughput
     uncertainty: Uncertainty | None = None  # set by `evaluate` and `plan` (costmodel.uncertainty), not by the search
     notes: list[str] = Field(
         default_factory=list,
@@ -202,6 +221,7 @@ class Prediction(_Out):
                 ("uncertainty", self.uncertainty is None),
                 ("notes", not self.notes),
                 ("afd", self.afd is None),
+                ("economics", self.economics is None),
             )
             if empty
         }

@@ -8,7 +8,13 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from planner.costmodel.prediction import AfdPrediction, DecodePrediction, Prediction, PrefillPrediction
+from planner.costmodel.prediction import (
+    AfdPrediction,
+    DecodePrediction,
+    EconomicsPrediction,
+    Prediction,
+    PrefillPrediction,
+)
 from planner.specs.hardware import HardwareSpec
 from planner.specs.plan import AfdPlan, DecodePlan, PhasePlan, Plan, PrefillPlan
 
@@ -380,9 +386,34 @@ def evaluate_tables(
         )
         t.add_row("input tokens/s", f"{s.input_tokens_per_s:.1f}")
         out.append(t)
+    if prediction.economics is not None:
+        out.append(economics_table(prediction.economics))
     if prediction.notes:
         out.append(Text("\n".join(f"note: {n}" for n in prediction.notes)))
     return out
+
+
+def economics_table(e: EconomicsPrediction) -> Table:
+    """Cost and energy at the predicted throughput, and what a missing figure needs."""
+    t = Table(title=f"Cost and energy ({e.throughput_basis})", show_header=False)
+    t.add_column("figure")
+    t.add_column("value")
+    t.add_row("cards", f"{e.cards:g}")
+    if e.power_w is not None:
+        t.add_row("power", f"{e.power_w / 1e3:.2f} kW ({e.power_basis})")
+    if e.joules_per_output_token is not None:
+        t.add_row("energy per output token", f"{e.joules_per_output_token:.3f} J")
+    if e.joules_per_token is not None:
+        t.add_row("energy per token (input + output)", f"{e.joules_per_token:.4f} J")
+    if e.price_per_hour is not None:
+        t.add_row("price per hour", f"{e.price_per_hour:.2f} {e.currency}")
+    if e.cost_per_million_output_tokens is not None:
+        t.add_row("cost per million output tokens", f"{e.cost_per_million_output_tokens:.4g} {e.currency}")
+    if e.cost_per_million_tokens is not None:
+        t.add_row("cost per million tokens (input + output)", f"{e.cost_per_million_tokens:.4g} {e.currency}")
+    for line in e.missing:
+        t.add_row("not computed", line)
+    return t
 
 
 def plan_json(plan: Plan) -> str:

@@ -14,6 +14,8 @@ FIGURE_LABELS = {
     "step_ms": "step ms",
     "forward_ms": "forward ms",
     "requests_per_s": "requests/s",
+    "cost_per_million_output_tokens": "cost per M output tokens",
+    "joules_per_output_token": "J per output token",
 }
 
 
@@ -32,6 +34,6 @@ def uncertainty_table(prediction: Prediction) -> Table | None:
         for name, b in figures.items():
             if block in alone and name not in alone[block]:
                 continue
-            spread = f"-{1 - b.low / b.mid:.1%} / +{b.high / b.mid - 1:.1%}" if b.mid else "-"
+            spread = f"-{max(0.0, 1 - b.low / b.mid):.1%} / +{max(0.0, b.high / b.mid - 1):.1%}" if b.mid else "-"
             table.add_row(block, FIGURE_LABELS.get(name, name), f"{b.low:.4g}", f"{b.mid:.4g}", f"{b.high:.4g}", spread)
     return table
