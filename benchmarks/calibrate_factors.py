@@ -1,4 +1,4 @@
-"""Fit a machine's published-fitted factors to its rows of plans/published.yaml, and derive ranges.
+"""Fit a machine's published-fitted factors to its rows of the validation/ store, and derive ranges.
 
     python benchmarks/calibrate_factors.py a2        # the fit behind hardware/a2.yaml
     python benchmarks/calibrate_factors.py cm384     # residuals of cm384's sourced factors
@@ -9,7 +9,7 @@
 The factors fitted are those the machine's file marks `fitted_on: published` (A2: matmul, HBM
 and link efficiency; the attention efficiency is published by the report). The fit is the one of
 `moeplan fidelity` and `moeplan calibrate` (planner.costmodel.fitting: bounded least squares on
-relative errors, each row weighted by its `weight` in published.yaml: 1 for measured figures,
+relative errors, each row weighted by its `weight` in validation/: 1 for measured figures,
 0.25 for estimates and low-latency points). hardware/a2.yaml ships the 0.05-grid values of the
 original grid search (0.50, 0.55, 0.50); the continuous fit printed here is within their ranges.
 
@@ -106,7 +106,7 @@ def scan_sigma() -> None:
     for sigma in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7):
         cells = []
         for row in rows:
-            imb = SkewImbalance(row.skew_sigma if row.skew_sigma is not None else sigma)
+            imb = SkewImbalance(0.0 if row.experts == "balanced" else sigma)
             res = evaluate_row(row, imbalance=imb)
             cells.append(f"{row.id}:{res.error:+.1%}")
         print(f"sigma {sigma:.1f}  " + "  ".join(cells))

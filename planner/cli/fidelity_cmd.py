@@ -13,7 +13,7 @@ def fidelity(
     markdown: bool = typer.Option(False, "--markdown", help="Print a Markdown table (for the README)."),
     json_out: bool = typer.Option(False, "--json", help="Print {'rows': [...]} as JSON."),
 ) -> None:
-    """Predicted vs published for every row of plans/published.yaml: the error under the shipped factors,
+    """Predicted vs published for every row of the validation/ store: the error under the shipped factors,
     the leave-one-out error (factors refitted without the row) and the factors each row determines."""
 
     def body() -> None:

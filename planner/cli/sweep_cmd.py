@@ -212,7 +212,7 @@ def sweep(
 
     The plot (and, without --plot, a terminal chart) shows output tokens/s per card against
     tokens/s per user, one curve per machine or per value of the second parameter, with the
-    published deployments of plans/published.yaml (decode-only per card) overlaid.
+    published deployments of the validation/ store (decode-only per card) overlaid.
     """
 
     def body() -> None:

@@ -1,6 +1,6 @@
 """Leave-one-out fidelity: how the cost model does on published rows it was not fitted to.
 
-For every machine of plans/published.yaml, the factors its hardware file marks
+For every machine of the validation/ store, the factors its hardware file marks
 `fitted_on: published` (the set benchmarks/calibrate_factors.py fits) are refitted, with the
 fitter of `planner.costmodel.fitting`, on the machine's `role: fit` rows minus one; the row left
 out is then predicted under the refitted factors (its leave-one-out error). A row with
@@ -31,19 +31,28 @@ from planner.costmodel.fitting import (
     leave_out,
     sensitivities,
 )
-from planner.costmodel.imbalance import SkewImbalance
-from planner.costmodel.reference import PublishedRow, evaluate_row, published_rows
+from planner.costmodel.reference import condition_imbalance, evaluate_row, published_rows
 from planner.costmodel.uncertainty import prediction_uncertainty
-from planner.specs.catalog import catalog_dir, load_plan
+from planner.specs.catalog import load_plan, plan_base_dir
 from planner.specs.hardware import HardwareSpec
 from planner.specs.plan import Plan
+from planner.specs.validation import StoredFigure, all_figures
+
+# The imbalance parameters of planner/costmodel/imbalance.py were each chosen on one figure; until
+# they are fitted jointly with the machine factors these rows are in-sample for them.
+IMBALANCE_CHOSEN_ON = {
+    "CM-D": "expert skew sigma",
+    "CM-D TPOT": "expert skew sigma",
+    "CM-P EPLB": "imbalance drift between placement windows",
+    "SGLang-H100-P": "imbalance request routing correlation",
+}
 
 
 @dataclass
 class FidelityRow:
     """One published row: in-sample and leave-one-out predictions, and what it determines."""
 
-    row: PublishedRow
+    row: StoredFigure
     hardware: str
     plan: str
     predicted: float
@@ -53,6 +62,11 @@ class FidelityRow:
     sensitivity: dict[str, float]
     band: tuple[float, float] | None = None
     loo_undetermined: list[str] = field(default_factory=list)
+
+    @property
+    def chosen(self) -> str:
+        """The imbalance parameter chosen on this figure ('' for none)."""
+        return IMBALANCE_CHOSEN_ON.get(self.row.id, "")
 
     @property
     def in_band(self) -> bool | None:
@@ -117,10 +131,11 @@ class MachineFit:
 
 @dataclass
 class FidelityReport:
-    """Every row, and every machine's fit."""
+    """Every row, and every machine's fit; the figures not compared, each with why."""
 
     rows: list[FidelityRow]
     machines: dict[str, MachineFit]
+    not_compared: list[tuple[StoredFigure, str]] = field(default_factory=list)
 
     def worst_loo(self) -> FidelityRow | None:
         """The row with the largest |leave-one-out error|."""
@@ -131,7 +146,7 @@ class FidelityReport:
 @lru_cache(maxsize=64)
 def _plan_and_specs(name: str) -> tuple[Plan, PlanSpecs]:
     plan, _ = load_plan(name)
-    return plan, load_plan_specs(plan, catalog_dir("plans"))
+    return plan, load_plan_specs(plan, plan_base_dir(name))
 
 
 def published_fitted_factors(hw: HardwareSpec) -> list[str]:
@@ -139,14 +154,14 @@ def published_fitted_factors(hw: HardwareSpec) -> list[str]:
     return [n for n in factor_names(hw) if factor_spec(hw, n).fitted_on == "published"]
 
 
-def row_observation(row: PublishedRow) -> Observation:
+def row_observation(row: StoredFigure) -> Observation:
     """A published row as an observation for the fitter."""
     plan, specs = _plan_and_specs(row.plan)
-    imb = SkewImbalance(row.skew_sigma) if row.skew_sigma is not None else None
-    return Observation(row.id, plan, specs, row.metric, row.published, row.weight, imb, catalog_dir("plans"))
+    imb = condition_imbalance(row)
+    return Observation(row.id, plan, specs, row.metric, row.published, row.weight, imb, plan_base_dir(row.plan))
 
 
-def fidelity_report(rows: list[PublishedRow] | None = None) -> FidelityReport:
+def fidelity_report(rows: list[StoredFigure] | None = None) -> FidelityReport:
     """In-sample and leave-one-out errors of every published row (see the module docstring)."""
     rows = rows if rows is not None else published_rows()
     by_hw: dict[str, list[int]] = {}
@@ -179,7 +194,7 @@ def fidelity_report(rows: list[PublishedRow] | None = None) -> FidelityReport:
         for k, i in enumerate(idx):
             plan, specs = _plan_and_specs(rows[i].plan)
             res = evaluate_row(rows[i], specs=specs)
-            unc = prediction_uncertainty(plan, specs, res.prediction, catalog_dir("plans"), obs[k].imbalance)
+            unc = prediction_uncertainty(plan, specs, res.prediction, plan_base_dir(rows[i].plan), obs[k].imbalance)
             block, _, figure = rows[i].metric.partition(".")
             fig = unc.bands.get(block, {}).get(figure)
             used = k in loo_of
@@ -197,7 +212,19 @@ def fidelity_report(rows: list[PublishedRow] | None = None) -> FidelityReport:
                 sensitivity=sens,
                 band=None if fig is None else (fig.low, fig.high),
             )
-    return FidelityReport([r for r in out if r is not None], machines)
+    return FidelityReport([r for r in out if r is not None], machines, not_compared_figures())
+
+
+def not_compared_figures() -> list[tuple[StoredFigure, str]]:
+    """Figures of the store the static model does not judge: excluded ones (with their reason) and
+    queueing-dominated ones ('needs simulation')."""
+    out = []
+    for fig, why in all_figures():
+        if why:
+            out.append((fig, f"excluded: {why}"))
+        elif fig.compare == "simulated":
+            out.append((fig, "needs simulation: queueing-dominated (judged by the serving simulator)"))
+    return out
 
 
 def loo_rms(report: FidelityReport) -> float:

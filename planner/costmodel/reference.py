@@ -1,96 +1,67 @@
-"""The published figures the cost model is checked against (plans/published.yaml).
+"""The measured figures the cost model is checked against: the `validation/` store, as the cost model sees it.
 
-Each row names a shipped plan, the predicted figure to compare (a dotted path into `predicted`),
-the published value and the tolerance. Tests, the calibration script, the README table and
-`moeplan fidelity` all read the rows from that one file.
+The store (planner.specs.validation, docs/validation.md) holds one file per source; this module
+turns each usable `compare: static` figure into something the cost model can evaluate: its plan,
+the imbalance condition it was measured under, and the predicted figure to compare. Tests,
+`benchmarks/calibrate_factors.py`, the README tables and `moeplan fidelity` all read the figures
+through here.
 
-`role` says whether a row is one factors may be fitted to or a validation row (a public figure
-from another document, e.g. arXiv 2506.12708 or 2508.02520, named in the row's `source` and kept
-aside); `fitted` names what a row determines (a parameter fitted to one row is marked so, e.g.
-the engine imbalance's); `known_miss` explains a validation row the cost model does
-not reproduce within its tolerance yet (reported, not hidden; the tolerance test skips only those
-rows and checks they still miss). `drift_sigma: 0` says a deployment placed its experts from the
-very distribution it served (no drift between placement windows).
+The row's expert condition picks the imbalance model: `engine` (the default engine imbalance,
+planner.costmodel.imbalance), `in_distribution` (the deployment placed its experts from the very
+distribution it served: no drift between placement windows) or `balanced` (perfect balance: no
+skew, no request correlation, Poisson sampling only).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
-
-from pydantic import Field
+from typing import Any
 
 from planner.costmodel.evaluate import evaluate_plan
 from planner.costmodel.fitting import metric_value
-from planner.costmodel.imbalance import EngineImbalance, ImbalanceModel, SkewImbalance
+from planner.costmodel.imbalance import EngineImbalance, ImbalanceModel, SkewImbalance, default_imbalance_model
 from planner.costmodel.prediction import Prediction
-from planner.specs.catalog import catalog_dir, load_plan
-from planner.specs.files import load_mapping, validate_model
-from planner.specs.hardware import Strict
-
-
-class PublishedRow(Strict):
-    """One published figure and how to reproduce it."""
-
-    id: str
-    plan: str
-    metric: str
-    published: float
-    tolerance: float = Field(gt=0, lt=1)
-    weight: float = Field(default=1.0, gt=0)
-    skew_sigma: float | None = Field(default=None, ge=0)
-    drift_sigma: float | None = Field(
-        default=None, ge=0, description="the deployment placed experts from the served distribution itself: 0"
-    )
-    role: Literal["fit", "validation"] = Field(
-        default="fit",
-        description="fit: factors marked fitted_on 'published' are fitted to it; validation: never fitted to",
-    )
-    unit: str = ""
-    source: str
-    note: str = ""
-    fitted: str = Field(default="", description="the factors fitted to this row ('' : an out-of-sample check)")
-    known_miss: str = Field(default="", description="why a validation row is outside its tolerance today")
-
-
-class PublishedRows(Strict):
-    """The file's top level."""
-
-    rows: list[PublishedRow]
+from planner.specs.catalog import load_plan, plan_base_dir
+from planner.specs.validation import StoredFigure, usable_figures
 
 
 @dataclass(frozen=True)
 class RowResult:
-    """A row with what the cost model predicts for it."""
+    """A figure with what the cost model predicts for it."""
 
-    row: PublishedRow
+    row: StoredFigure
     predicted: float
     prediction: Prediction
 
     @property
     def error(self) -> float:
-        """Relative error of the prediction against the published figure."""
+        """Relative error of the prediction against the measured figure."""
         return self.predicted / self.row.published - 1.0
 
     @property
     def within_tolerance(self) -> bool:
-        """True when |error| <= the row's tolerance."""
+        """True when |error| <= the figure's tolerance."""
         return abs(self.error) <= self.row.tolerance
 
 
-def published_rows() -> list[PublishedRow]:
-    """The rows of plans/published.yaml."""
-    path = catalog_dir("plans") / "published.yaml"
-    data, text = load_mapping(path, "published figures")
-    return validate_model(PublishedRows, data, str(path), "published figures", text).rows
+def published_rows() -> list[StoredFigure]:
+    """Every usable figure the static cost model is compared with (`compare: static`)."""
+    return usable_figures(compare="static")
 
 
-def evaluate_row(row: PublishedRow, imbalance: ImbalanceModel | None = None, **plan_specs: Any) -> RowResult:
-    """Evaluate a row's plan (with its skew override) and pick its metric."""
+def condition_imbalance(row: StoredFigure, engine: ImbalanceModel | None = None) -> ImbalanceModel:
+    """The imbalance model of the row's expert condition, from `engine` (default: the shipped one)."""
+    base = engine if engine is not None else default_imbalance_model()
+    if row.experts == "balanced":
+        return SkewImbalance(0.0)
+    if row.experts == "in_distribution" and isinstance(base, EngineImbalance):
+        return EngineImbalance(base.popularity_sigma, 0.0, base.request_correlation)
+    return base
+
+
+def evaluate_row(row: StoredFigure, imbalance: ImbalanceModel | None = None, **plan_specs: Any) -> RowResult:
+    """Evaluate a figure's plan under its expert condition (or `imbalance`, given) and pick its metric."""
     plan, _ = load_plan(row.plan)
-    if imbalance is None and row.skew_sigma is not None:
-        imbalance = SkewImbalance(row.skew_sigma)
-    if imbalance is None and row.drift_sigma is not None:
-        imbalance = EngineImbalance(drift_sigma=row.drift_sigma)
-    prediction = evaluate_plan(plan, catalog_dir("plans"), imbalance, **plan_specs)
+    imb = imbalance if imbalance is not None else condition_imbalance(row)
+    prediction = evaluate_plan(plan, plan_base_dir(row.plan), imb, **plan_specs)
     return RowResult(row, metric_value(prediction, row.metric), prediction)

@@ -3,7 +3,7 @@ and the published deployments to compare them with.
 
 x is tokens/s per user (1000 / TPOT), y output tokens/s per card: the deployment's (prefill and
 decode cards together) when the sweep plans both phases, the decode cards' when it plans decode
-only. Published figures (plans/published.yaml) are decode-only per card, so they are comparable
+only. Published figures (validation/) are decode-only per card, so they are comparable
 with the decode-only frontier and an upper bound for the deployment one.
 
 A curve is one machine, or one value of the second swept parameter; along it the plan's
@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from planner.costmodel.reference import PublishedRow, published_rows
+from planner.costmodel.reference import published_rows
 from planner.errors import PlannerError
 from planner.search.sweep import SweepResult
 from planner.specs.catalog import load_hardware, load_model, load_plan
 from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
+from planner.specs.validation import StoredFigure
 
 PD_RATIO_STEP = 0.10  # a P:D ratio change under 10% is not worth an annotation
 
@@ -189,7 +190,7 @@ def published_points(model: ModelSpec, hardware_names: set[str]) -> list[Publish
     out.
     """
     rows = published_rows()
-    by_plan: dict[str, dict[str, PublishedRow]] = {}
+    by_plan: dict[str, dict[str, StoredFigure]] = {}
     for row in rows:
         by_plan.setdefault(row.plan, {})[row.metric] = row
     out = []

@@ -18,7 +18,7 @@ def _loo(r: FidelityRow) -> str:
         return "-"
     if r.used_for_fit:
         mark = ""
-    elif r.row.fitted:  # not refitted here, but a parameter (the skew sigma) was chosen on this row
+    elif r.chosen:  # not refitted here, but a parameter (the skew sigma) was chosen on this row
         mark = " (in-sample)"
     else:
         mark = " (oos)"
@@ -34,8 +34,8 @@ def _band(r: FidelityRow) -> str:
 
 def _determines(r: FidelityRow) -> str:
     if not r.used_for_fit:
-        if r.row.fitted:
-            return f"{r.row.fitted.split(' (')[0]} (chosen on it; not refitted here)"
+        if r.chosen:
+            return f"{r.chosen} (chosen on it; not refitted here)"
         return "(validation: not fitted to)"
     return ", ".join(_short(n) for n in r.fitted_factors) or "none"
 
@@ -119,6 +119,8 @@ def fit_lines(report: FidelityReport) -> list[str]:
     worst = report.worst_loo()
     if worst is not None and worst.loo_error is not None:
         lines.append(f"worst leave-one-out error: {worst.row.id} {worst.loo_error:+.1%}")
+    for fig, why in report.not_compared:
+        lines.append(f"not compared: {fig.id} ({fig.published:g} {fig.unit}): {why}")
     return lines
 
 
@@ -134,6 +136,10 @@ def fidelity_markdown(report: FidelityReport) -> str:
             f"{r.error:+.1%} | {_loo(r)} | {_band(r).replace('[red]misses[/]', '(misses)')} | "
             f"±{r.row.tolerance:.0%} | {_determines(r)} |"
         )
+    if report.not_compared:
+        lines += ["", "| not compared | figure | published | why |", "|---|---|---:|---|"]
+        for fig, why in report.not_compared:
+            lines.append(f"| {fig.id} | {fig.unit} | {fig.published:g} | {why} |")
     return "\n".join(lines) + "\n"
 
 
@@ -154,5 +160,9 @@ def fidelity_json(report: FidelityReport) -> str:
             }
             for n in m.names
         }
-    doc = {"rows": [r.as_json() for r in report.rows], "fits": fits}
+    not_compared = [
+        {"name": f.id, "metric": f.metric, "published": f.published, "unit": f.unit, "why": why}
+        for f, why in report.not_compared
+    ]
+    doc = {"rows": [r.as_json() for r in report.rows], "fits": fits, "not_compared": not_compared}
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"

@@ -1,4 +1,4 @@
-"""The shipped catalogs (hardware/, models/, plans/) and loading a spec by catalog name or path.
+"""The shipped catalogs (hardware/, models/, plans/, validation/) and loading a spec by catalog name or path.
 
 In a wheel the catalogs sit in `planner/_catalog/` (hatchling force-include); in a source
 checkout or an editable install they are the repository's top-level folders. Anywhere a catalog
@@ -20,7 +20,7 @@ from planner.specs.hf_config import from_hf_config, looks_like_hf_config
 from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan, migrate_plan_document
 
-CatalogKind = Literal["hardware", "models", "plans"]
+CatalogKind = Literal["hardware", "models", "plans", "validation"]
 _SUFFIXES = (".yaml", ".yml", ".json")
 
 

@@ -56,7 +56,7 @@ class Factor(Strict):
     source: str = Field(min_length=1)
     fitted_on: str | None = Field(
         default=None,
-        description="'published': fitted to plans/published.yaml (the leave-one-out of `moeplan fidelity` "
+        description="'published': fitted to the validation/ store (the leave-one-out of `moeplan fidelity` "
         "refits it); otherwise the measurements file `moeplan calibrate` fitted it to",
     )
     range: FactorRange | None = None
