@@ -196,7 +196,8 @@ def fidelity_report(rows: list[StoredFigure] | None = None) -> FidelityReport:
             res = evaluate_row(rows[i], specs=specs)
             unc = prediction_uncertainty(plan, specs, res.prediction, plan_base_dir(rows[i].plan), obs[k].imbalance)
             block, _, figure = rows[i].metric.partition(".")
-            fig = unc.bands.get(block, {}).get(figure)
+            # a ratio of two runs has no band of its own (both plans' factors move together)
+            fig = None if rows[i].figure.ratio_to else unc.bands.get(block, {}).get(figure)
             used = k in loo_of
             sens = {n: float(sens_all[k, j]) for j, n in enumerate(all_names) if abs(sens_all[k, j]) >= 1e-3}
             determined = [n for n in names if abs(sens.get(n, 0.0)) >= SENSITIVE_ELASTICITY] if used else []

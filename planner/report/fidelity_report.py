@@ -9,6 +9,18 @@ from rich.table import Table
 from planner.costmodel.fidelity import FidelityReport, FidelityRow
 
 
+def _predicted(r) -> str:
+    """The prediction as the figure is written: ratios of two runs to four places."""
+    return f"{r.predicted:.4f}" if r.row.figure.ratio_to else f"{r.predicted:.1f}"
+
+
+def _tolerance(r) -> str:
+    """The tolerance; for a ratio of two runs, also in points of the ratio."""
+    if r.row.figure.ratio_to:
+        return f"±{r.row.tolerance * r.row.published:.2f}"
+    return f"±{r.row.tolerance:.0%}"
+
+
 def _short(name: str) -> str:
     return name.split(".", 1)[1]
 
@@ -70,11 +82,11 @@ def fidelity_table(report: FidelityReport) -> Table:
             r.row.id,
             r.row.unit,
             f"{r.row.published:g}",
-            f"{r.predicted:.1f}",
+            _predicted(r),
             f"{r.error:+.1%}",
             _loo(r),
             _band(r),
-            f"±{r.row.tolerance:.0%}",
+            _tolerance(r),
             ok,
             _determines(r),
         )
@@ -132,9 +144,9 @@ def fidelity_markdown(report: FidelityReport) -> str:
     ]
     for r in report.rows:
         lines.append(
-            f"| {r.row.id} | {r.row.unit} | {r.row.published:g} | {r.predicted:.1f} | "
+            f"| {r.row.id} | {r.row.unit} | {r.row.published:g} | {_predicted(r)} | "
             f"{r.error:+.1%} | {_loo(r)} | {_band(r).replace('[red]misses[/]', '(misses)')} | "
-            f"±{r.row.tolerance:.0%} | {_determines(r)} |"
+            f"{_tolerance(r)} | {_determines(r)} |"
         )
     if report.not_compared:
         lines += ["", "| not compared | figure | published | why |", "|---|---|---:|---|"]
