@@ -236,7 +236,8 @@ def parse_prices(text: str | None) -> dict[str | None, float]:
             ) from None
         if not (price > 0 and price < float("inf")):
             raise BadInputError(
-                f"--price-per-card-hour: {value.strip()} is not a positive price; give what one card-hour costs you (> 0)."
+                f"--price-per-card-hour: {value.strip()} is not a positive price; "
+                "give what one card-hour costs you (> 0)."
             )
         out[key] = price
     return out

@@ -200,7 +200,9 @@ def _pass_layers(
     return moe_class, dense_class, moe.imbalance, 0.0
 
 
-def _mtp_pass_s(ctx: CostContext, section: AfdPlan, tokens: np.ndarray, sequences: np.ndarray, first: bool) -> np.ndarray:
+def _mtp_pass_s(
+    ctx: CostContext, section: AfdPlan, tokens: np.ndarray, sequences: np.ndarray, first: bool
+) -> np.ndarray:
     """One MTP draft pass of every micro-batch: its layer through the pipeline, then the projection,
     LM head and embedding on the attention side."""
     m = ctx.model
@@ -223,9 +225,10 @@ def _mtp_pass_s(ctx: CostContext, section: AfdPlan, tokens: np.ndarray, sequence
     )
     c = transfer_s(ctx, section, tokens)
     layer = pipeline_period_s(a, moe.total_s, c, mb) + pipeline_fill_drain_s(a, moe.total_s, c, mb)
-    head = lm_head_cost(ctx, section.lm_head_layout, tokens).total_s + embedding_cost(
-        ctx, section.lm_head_layout, tokens
-    ).total_s
+    head = (
+        lm_head_cost(ctx, section.lm_head_layout, tokens).total_s
+        + embedding_cost(ctx, section.lm_head_layout, tokens).total_s
+    )
     del m
     return layer + mb * (mtp_projection_s(ctx, tokens) + head)
 
@@ -286,9 +289,7 @@ def afd_prefill_forward_s(ctx: CostContext, section: AfdPlan, batch_tokens: Arra
     """One prefill forward of `batch_tokens` prompt tokens through an AFD instance (M micro-batches)."""
     m = ctx.model
     assert m.moe is not None and section.moe is not None
-    bt = np.atleast_1d(
-        np.asarray(section.prefill_batch_tokens if batch_tokens is None else batch_tokens, dtype=float)
-    )
+    bt = np.atleast_1d(np.asarray(section.prefill_batch_tokens if batch_tokens is None else batch_tokens, dtype=float))
     mb = section.micro_batches
     tokens = bt / section.attention_devices / mb
     requests = bt / ctx.prefill_tokens_per_request / section.attention_devices / mb
@@ -306,20 +307,29 @@ def afd_prefill_forward_s(ctx: CostContext, section: AfdPlan, batch_tokens: Arra
         include_shared=section.shared_expert_on == "ffn",
     )
     f = moe.total_s - hash_routed_saving(ctx, moe.router_s) / max(m.num_moe_layers, 1)
-    a_moe = a + (shared_expert_s(ctx, tokens) + shared_expert_fixed_s(ctx) if section.shared_expert_on == "attention" else 0.0)
+    a_moe = a + (
+        shared_expert_s(ctx, tokens) + shared_expert_fixed_s(ctx) if section.shared_expert_on == "attention" else 0.0
+    )
     c = transfer_s(ctx, section, tokens)
     layers = []
     if m.num_dense_layers:
         if section.dense_ffn_on == "attention":
             zero = np.zeros_like(tokens)
-            layers.append(LayerClass(m.num_dense_layers, a + dense_ffn_cost(ctx, section.dense_layout, tokens).total_s, zero, zero))
+            layers.append(
+                LayerClass(
+                    m.num_dense_layers, a + dense_ffn_cost(ctx, section.dense_layout, tokens).total_s, zero, zero
+                )
+            )
         else:
-            layers.append(LayerClass(m.num_dense_layers, a, dense_ffn_cost(ctx, section.dense_layout, ffn_tokens).total_s, c))
+            layers.append(
+                LayerClass(m.num_dense_layers, a, dense_ffn_cost(ctx, section.dense_layout, ffn_tokens).total_s, c)
+            )
     layers.append(LayerClass(m.num_moe_layers, a_moe, f, c))
     total: np.ndarray = np.sum(list(_pipeline_parts(layers, mb).values()), axis=0)
-    head = lm_head_cost(ctx, section.lm_head_layout, requests).total_s + embedding_cost(
-        ctx, section.lm_head_layout, tokens
-    ).total_s
+    head = (
+        lm_head_cost(ctx, section.lm_head_layout, requests).total_s
+        + embedding_cost(ctx, section.lm_head_layout, tokens).total_s
+    )
     return total + mb * head
 
 
@@ -357,7 +367,11 @@ def afd_hbm(
     seqs = b
     if prefill_batch_tokens:
         # a prefill forward's prompts, spread over the attention devices' DP ranks (as a prefill instance)
-        kv = kv + prefill_kv_tokens(prefill_batch_tokens * ctx.kv_tokens_per_computed_token, section.attention.dp) / section.attention.tp
+        kv = (
+            kv
+            + prefill_kv_tokens(prefill_batch_tokens * ctx.kv_tokens_per_computed_token, section.attention.dp)
+            / section.attention.tp
+        )
         seqs = seqs + prefill_batch_tokens / ctx.workload.input_tokens / section.attention_devices
         tokens = tokens + prefill_batch_tokens / section.attention_devices / section.micro_batches
     ffn_tokens = tokens * section.ffn_per_attention

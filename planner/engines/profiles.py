@@ -318,7 +318,9 @@ def phase_problems(
     return out
 
 
-def afd_problems(profile: EngineProfile, plan: Plan, hw: HardwareSpec, architectures: tuple[str, ...] | None) -> list[str]:
+def afd_problems(
+    profile: EngineProfile, plan: Plan, hw: HardwareSpec, architectures: tuple[str, ...] | None
+) -> list[str]:
     """What `profile` cannot run of the plan's `afd` section (the plan has one)."""
     section = plan.afd
     assert section is not None
@@ -348,7 +350,9 @@ def afd_problems(profile: EngineProfile, plan: Plan, hw: HardwareSpec, architect
     if section.dense_ffn_on not in afd.dense_ffn_on:
         out.append(f"afd.dense_ffn_on: {via} runs the dense FFN on the {' or '.join(afd.dense_ffn_on)} side.")
     if section.shared_expert_on not in afd.shared_expert_on:
-        out.append(f"afd.shared_expert_on: {via} runs the shared expert on the {' or '.join(afd.shared_expert_on)} side.")
+        out.append(
+            f"afd.shared_expert_on: {via} runs the shared expert on the {' or '.join(afd.shared_expert_on)} side."
+        )
     if section.shared_expert.placement not in afd.shared_expert:
         out.append(f"afd.shared_expert: {via} has no dedicated shared-expert devices; use placement: replicated.")
     if section.mtp_tokens > afd.mtp_tokens_max:
@@ -357,7 +361,9 @@ def afd_problems(profile: EngineProfile, plan: Plan, hw: HardwareSpec, architect
             f"mtp_tokens: {afd.mtp_tokens_max}."
         )
     if section.prefill_batch_tokens is not None and not afd.prefill_too:
-        out.append(f"afd.prefill_batch_tokens: {via} does not prefill on AFD instances; feed them from prefill instances.")
+        out.append(
+            f"afd.prefill_batch_tokens: {via} does not prefill on AFD instances; feed them from prefill instances."
+        )
     if plan.prefill is not None and not afd.with_prefill_instances:
         out.append(f"prefill: {via} documents no prefill instances feeding AFD decode instances; plan decode only.")
     return out

@@ -86,7 +86,9 @@ def hardware_detail(h: HardwareSpec) -> list[RenderableType]:
         pr = h.price_per_card_hour
         main.add_row("price per card-hour", f"{pr.value:g} {pr.currency} ({pr.source})")
     else:
-        main.add_row("price per card-hour", "not given (yours: --price-per-card-hour, or price_per_card_hour in a copy)")
+        main.add_row(
+            "price per card-hour", "not given (yours: --price-per-card-hour, or price_per_card_hour in a copy)"
+        )
     main.add_row("KV transfer (P->D)", f"{_si(h.kv_transfer_bandwidth_bytes_per_s, 'B/s')} per device")
     levels = Table(title="Interconnect levels (innermost first; per device, per direction)")
     for col in ("level", "devices per group", "bandwidth", "latency", "source"):

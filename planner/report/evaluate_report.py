@@ -197,7 +197,9 @@ def afd_layout_summary(section: AfdPlan) -> str:
 def _afd_summary(section: AfdPlan, a: AfdPrediction, hw: HardwareSpec, plan: Plan) -> Table:
     both = section.prefill_batch_tokens is not None
     t = Table(
-        title="AFD decode steps (alone: the instances' prefill left out)" if both else "AFD decode (attention-FFN disaggregated)",
+        title="AFD decode steps (alone: the instances' prefill left out)"
+        if both
+        else "AFD decode (attention-FFN disaggregated)",
         show_header=False,
     )
     t.add_column("figure")
@@ -221,7 +223,8 @@ def _afd_summary(section: AfdPlan, a: AfdPrediction, hw: HardwareSpec, plan: Pla
     )
     t.add_row(
         "micro-batches",
-        f"{section.micro_batches}" + (" (ping-pong between the two sides)" if section.micro_batches > 1 else " (no ping-pong)"),
+        f"{section.micro_batches}"
+        + (" (ping-pong between the two sides)" if section.micro_batches > 1 else " (no ping-pong)"),
     )
     t.add_row(
         "one MoE layer, one micro-batch",
@@ -366,8 +369,10 @@ def evaluate_tables(
         s = prediction.system
         title = "System (colocated instances)" if colocated is not None else "System (prefill and decode matched)"
         if plan.afd is not None:
-            title = "System (AFD instances prefill and decode)" if colocated is not None else (
-                "System (prefill instances and AFD decode instances matched)"
+            title = (
+                "System (AFD instances prefill and decode)"
+                if colocated is not None
+                else ("System (prefill instances and AFD decode instances matched)")
             )
         t = Table(title=title, show_header=False)
         t.add_column("figure")

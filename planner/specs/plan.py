@@ -344,12 +344,15 @@ class AfdPlan(Strict):
         default=None, description="embedding and LM head over the attention devices (default: DP)"
     )
     concurrency_per_device: int = Field(ge=1, le=10_000_000, description="sequences in flight per attention device")
-    mtp_tokens: int = Field(default=0, ge=0, le=4, description="MTP draft tokens (the MTP module runs on the attention side)")
+    mtp_tokens: int = Field(
+        default=0, ge=0, le=4, description="MTP draft tokens (the MTP module runs on the attention side)"
+    )
     prefill_batch_tokens: int | None = Field(
         default=None,
         ge=1,
         le=1_000_000_000,
-        description="the instances also prefill: tokens of one prefill forward between decode steps (unset: decode only)",
+        description="the instances also prefill: tokens of one prefill forward between decode steps "
+        "(unset: decode only)",
     )
 
     @model_validator(mode="after")
@@ -684,8 +687,12 @@ def check_afd(section: AfdPlan, model: ModelSpec, hw: HardwareSpec, field: str =
         _divides(f"{field}.attention{label}", lay.tp, heads, heads_what)
     _tiles(f"{field}.lm_head", section.lm_head_layout, a)
     if model.num_dense_layers:
-        _tiles(f"{field}.dense_ffn (on the {section.dense_ffn_on} side)", section.dense_layout, section.dense_side_devices)
-        _divides(f"{field}.dense_ffn", section.dense_layout.tp, model.dense_intermediate_size, "dense intermediate size")
+        _tiles(
+            f"{field}.dense_ffn (on the {section.dense_ffn_on} side)", section.dense_layout, section.dense_side_devices
+        )
+        _divides(
+            f"{field}.dense_ffn", section.dense_layout.tp, model.dense_intermediate_size, "dense intermediate size"
+        )
     elif section.dense_ffn is not None:
         raise BadInputError(f"{field}.dense_ffn: model '{model.name}' has no dense FFN layers; remove it.")
     moe = section.moe
@@ -696,20 +703,24 @@ def check_afd(section: AfdPlan, model: ModelSpec, hw: HardwareSpec, field: str =
         )
     shared = section.shared_expert
     if shared.placement == "dedicated" and model.moe.shared_experts == 0:
-        raise BadInputError(f"{field}.shared_expert: model '{model.name}' has no shared expert; use placement: replicated.")
+        raise BadInputError(
+            f"{field}.shared_expert: model '{model.name}' has no shared expert; use placement: replicated."
+        )
     if section.shared_expert_on == "attention" and model.moe.shared_experts == 0:
         raise BadInputError(f"{field}.shared_expert_on: model '{model.name}' has no shared expert; remove it.")
     if moe.ep + shared.dedicated_devices != f:
         raise BadInputError(
             f"{field}.moe: ep ({moe.ep}) + dedicated shared-expert devices ({shared.dedicated_devices}) = "
-            f"{moe.ep + shared.dedicated_devices} does not tile the instance's {f} FFN devices; make them add up to {f}."
+            f"{moe.ep + shared.dedicated_devices} does not tile the instance's {f} FFN devices; "
+            f"make them add up to {f}."
         )
     experts = model.moe.routed_experts
     slots = moe.ep * moe.slots_per_device
     if slots < experts:
         need = -(-experts // moe.ep)
         raise BadInputError(
-            f"{field}.moe: the {f} FFN devices hold ep x slots_per_device = {moe.ep} x {moe.slots_per_device} = {slots} "
+            f"{field}.moe: the {f} FFN devices hold ep x slots_per_device = "
+            f"{moe.ep} x {moe.slots_per_device} = {slots} "
             f"expert slots, {experts - slots} short of the model's {experts} routed experts; use slots_per_device >= "
             f"{need} (or more FFN devices)."
         )

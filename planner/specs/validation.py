@@ -151,9 +151,7 @@ class ValidationRow(Strict):
     @model_validator(mode="after")
     def _forced_names_its_experts(self) -> ValidationRow:
         if (self.experts == "forced") != (self.forced_experts_per_device is not None):
-            raise ValueError(
-                f"row '{self.id}': experts: forced goes with forced_experts_per_device (and only it does)"
-            )
+            raise ValueError(f"row '{self.id}': experts: forced goes with forced_experts_per_device (and only it does)")
         return self
 
     @model_validator(mode="after")

@@ -69,7 +69,9 @@ def engines_line(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> str:
 
     experts = model.moe.routed_experts if model.moe is not None else None
     verdicts = []
-    for engine, problems in engines_that_run(plan, hw, experts, model.num_dense_layers > 0, model.architectures).items():
+    for engine, problems in engines_that_run(
+        plan, hw, experts, model.num_dense_layers > 0, model.architectures
+    ).items():
         profile = load_profile(engine)
         label = profile.label
         if plan.afd is not None and profile.capabilities.afd is not None:

@@ -49,14 +49,22 @@ from planner.report.launch.common import (
 )
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
-from planner.specs.plan import ParallelLayout, PhasePlan, Plan
+from planner.specs.plan import AttentionLayout, PhasePlan, Plan
 
 CONNECTOR = "CAMP2pAFDConnector"
 AFD_PORT_BASE = 29666  # the recipe's AFD_PORT
 ATTENTION_PORT_BASE = 40000
 FFN_PORT_BASE = 50000
 DP_RPC_PORT_BASE = 13377  # the recipe's attention DP_RPC_PORT
-DBO_FLAGS = ["--enable-dbo", "--dbo-decode-token-threshold", "2", "--dbo-prefill-token-threshold", "12", "--ubatch-size", "2"]
+DBO_FLAGS = [
+    "--enable-dbo",
+    "--dbo-decode-token-threshold",
+    "2",
+    "--dbo-prefill-token-threshold",
+    "12",
+    "--ubatch-size",
+    "2",
+]
 HCCL_BUFFSIZE = {"attention": "512", "ffn": "2048"}  # MB, the recipe's launchers
 
 
@@ -119,8 +127,8 @@ def build_afd(
     files: dict[str, str] = {}
     extra_ffn: dict = {}
     if section.moe.ep * section.moe.slots_per_device > (model.moe.routed_experts if model.moe else 0):
-        side = PhasePlan(devices=f, attention=ParallelLayout(dp=f, tp=1), moe=section.moe)
-        placement = placement_for(model, side, loads)
+        ffn_side = PhasePlan(devices=f, attention=AttentionLayout(dp=f, tp=1), moe=section.moe)
+        placement = placement_for(model, ffn_side, loads)
         files["ffn_expert_map.json"] = vllm_ascend_json(placement)
         extra_ffn["eplb_config"] = {
             "expert_map_path": str(final_dir / "ffn_expert_map.json"),
@@ -150,7 +158,9 @@ def build_afd(
                     "num_ffn_ranks": f,
                 },
             }
-            fraction = memory_fraction_of(_side_block(plan, side), f"afd {side} side", (), profile, "--gpu-memory-utilization")
+            fraction = memory_fraction_of(
+                _side_block(plan, side), f"afd {side} side", (), profile, "--gpu-memory-utilization"
+            )
             common = [
                 model_path(plan),
                 "--host",
@@ -188,7 +198,12 @@ def build_afd(
                 if dp > 1:
                     argv += ["--data-parallel-rpc-port", str(DP_RPC_PORT_BASE + 2 * inst + (side == "ffn"))]
                 if len(spans) > 1:
-                    argv += ["--data-parallel-size-local", str(len(devices)), "--data-parallel-address", node_addr(spans[0][0])]
+                    argv += [
+                        "--data-parallel-size-local",
+                        str(len(devices)),
+                        "--data-parallel-address",
+                        node_addr(spans[0][0]),
+                    ]
                     if i:
                         argv += ["--data-parallel-start-rank", str(rank), "--headless"]
                 rank += len(devices)
