@@ -12,7 +12,6 @@ from planner.candidates.afd_candidates import AfdLimits, afd_candidates
 from planner.candidates.space import SpaceLimits, attention_options, moe_options, parallel_options
 from planner.costmodel.afd import afd_decode_step, afd_hbm
 from planner.costmodel.context import CostContext
-from planner.costmodel.decode import emitted_tokens_per_step
 from planner.specs.catalog import load_hardware, load_model
 from planner.specs.plan import AfdPlan
 from planner.specs.quantization import get_quantization
@@ -64,7 +63,6 @@ def _brute_force(ctx: CostContext, a: int, f: int, limits: AfdLimits) -> float:
             bs = b[b >= mb]
             step = afd_decode_step(ctx, section, bs)
             att_use, ffn_use = afd_hbm(ctx, section, bs)
-            e = emitted_tokens_per_step(k, ctx.workload.mtp_acceptance)
             ok = att_use.fits & ffn_use.fits
             if limits.tpot_s is not None:
                 ok &= step.tpot_s <= limits.tpot_s
