@@ -35,7 +35,7 @@ os.environ["MOEPLAN_CACHE_DIR"] = "off"
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
 # every Markdown file with marked blocks (the README and the docs that show real output)
-DOCS = (README, REPO / "docs" / "whatif.md")
+DOCS = (README, REPO / "docs" / "whatif.md", REPO / "docs" / "afd.md")
 BEGIN = re.compile(r"^<!-- moeplan-output: (?P<name>[\w.-]+) -->$")
 END = "<!-- /moeplan-output -->"
 WALL_TIME = re.compile(r"\b\d[\d,]*\.\d+ s\b")
@@ -50,6 +50,17 @@ def _until(marker: str) -> Callable[[str], str]:
             if line.startswith(marker):
                 return "\n".join(lines[:i]).rstrip() + "\n"
         return text
+
+    return cut
+
+
+def _rows_of(prefix: str) -> Callable[[str], str]:
+    """A Markdown table's header and the rows whose first cell starts with `prefix`."""
+
+    def cut(text: str) -> str:
+        lines = text.splitlines()
+        keep = lines[:2] + [line for line in lines[2:] if line.startswith(f"| {prefix}")]
+        return "\n".join(keep) + "\n"
 
     return cut
 
@@ -76,6 +87,10 @@ BLOCKS: dict[str, Block] = {
     "fidelity": Block(("fidelity", "--markdown"), fenced=False),
     # docs/whatif.md: the report's A2 decode deployment at 30 ms per token
     "whatif-a2-d70-30ms": Block(("whatif", "plans/a2-d70.yaml", "--tpot-ms", "30")),
+    # docs/afd.md: the shipped hand-written AFD plan, up to its HBM tables
+    "evaluate-afd-a3-example": Block(("evaluate", "plans/afd-a3-example.yaml"), _until("     AFD HBM")),
+    # docs/afd.md: the fidelity table's AFD rows
+    "fidelity-afd": Block(("fidelity", "--markdown"), _rows_of("AFD-plugin"), fenced=False),
 }
 
 
