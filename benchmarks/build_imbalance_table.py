@@ -32,7 +32,8 @@ def _keys() -> set[tuple[int, int, int]]:
     from planner.costmodel import imbalance as imb
     from planner.costmodel.evaluate import evaluate_plan
     from planner.errors import BadInputError
-    from planner.search.plan_search import _phase_sizes, build_phase_space, make_context
+    from planner.search.candidate_spaces import build_phase_space, phase_sizes
+    from planner.search.contexts import make_context
     from planner.search.request import PlanRequest
     from planner.specs.catalog import catalog_names, load_plan, plan_files
 
@@ -53,7 +54,7 @@ def _keys() -> set[tuple[int, int, int]]:
                 except BadInputError:
                     continue
                 largest = ctx.hw.max_devices or DENSE_NODE_COUNTS * ctx.hw.devices_per_node
-                sizes = _phase_sizes(ctx, largest, None, 0, "decode")
+                sizes = phase_sizes(ctx, largest, None, 0, "decode")
                 request = PlanRequest(model=model, hardware=hardware, quantization=scheme, max_cards=largest)
                 for phase in ("decode", "prefill"):
                     build_phase_space(ctx, phase, sizes, request, SpaceLimits(max_devices=largest), keep=1)

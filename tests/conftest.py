@@ -9,9 +9,18 @@ from pathlib import Path
 os.environ["MOEPLAN_CACHE_DIR"] = "off"
 
 import pytest
+from hypothesis import settings
 from typer.testing import CliRunner
 
 from planner.cli.app import app
+
+# Hypothesis profiles: "ci" draws the same examples on every run (derandomised, no example
+# database), so CI is reproducible; "random" (local runs, the default) draws new ones each time and
+# replays the failures it keeps. .ci/run sets MOEPLAN_HYPOTHESIS_PROFILE=ci. Neither has a
+# deadline: a test's wall time on a loaded machine is not behaviour.
+settings.register_profile("ci", derandomize=True, database=None, deadline=None, print_blob=True)
+settings.register_profile("random", deadline=None)
+settings.load_profile(os.environ.get("MOEPLAN_HYPOTHESIS_PROFILE", "random"))
 
 REPO = Path(__file__).resolve().parent.parent
 PLANS = REPO / "plans"

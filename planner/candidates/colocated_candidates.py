@@ -46,11 +46,11 @@ import numpy as np
 
 from planner.candidates.phase_candidates import (
     EMITTED_SCALE,
-    OVERLAP_SCALE,
     PhaseCandidate,
     _combine,
     _option_lists,
     engine_mask,
+    prefill_forward_us,
 )
 from planner.candidates.table_store import derived
 from planner.candidates.tables import MODULES, IntTables, PhaseTables, prefill_tables
@@ -101,19 +101,10 @@ def _prefill_phase(dt: PhaseTables, idx: tuple[int, ...], batch_tokens: int, mb:
 
 
 def _forward_total_us(ctx: CostContext, comp: np.ndarray, comm: np.ndarray, fixed, mb: int) -> np.ndarray:
-    """A prefill forward (us) from its compute, communication and launch parts: with `mb`
-    micro-batches the launches repeat and the overlap hides part of the shorter stream."""
-    hidden: np.ndarray | int = 0
-    if mb > 1:
-        factor = int(
-            np.floor(
-                ctx.hw.overlap.prefill_micro_batch_efficiency.value
-                * (1.0 - 1.0 / (mb * ctx.model.num_layers))
-                * OVERLAP_SCALE
-            )
-        )
-        hidden = (factor * np.minimum(comp, comm)) // OVERLAP_SCALE
-    return (comp + comm + mb * fixed - hidden).astype(float)
+    """A prefill forward (us, as floats) from its compute, communication and launch parts
+    (planner.candidates.phase_candidates.prefill_forward_us)."""
+    efficiency = ctx.hw.overlap.prefill_micro_batch_efficiency.value
+    return np.asarray(prefill_forward_us(comp, comm, fixed, mb, ctx.model.num_layers, efficiency)).astype(float)
 
 
 def _forward_us(ctx: CostContext, pi: IntTables, idx: tuple[int, ...], mb: int) -> np.ndarray:

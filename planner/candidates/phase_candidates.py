@@ -187,6 +187,25 @@ def _top(scores: np.ndarray, keep: int) -> list[tuple[int, ...]]:
     return [tuple(int(i) for i in np.unravel_index(j, scores.shape)) for j in order]
 
 
+def prefill_forward_us(comp_us, comm_us, fixed_us, micro_batches: int, layers: int, efficiency: float):
+    """The integer prefill forward (us) from its compute, communication and launch parts (ints or
+    arrays): with `micro_batches` > 1 the launches repeat and the overlap hides a share of the
+    shorter stream, `efficiency * (1 - 1 / (micro_batches * layers))` in thousandths, rounded down
+    (the one place the search computes it: candidates, colocated instances, bounds, oracle)."""
+    hidden = 0
+    if micro_batches > 1:
+        factor = int(np.floor(efficiency * (1.0 - 1.0 / (micro_batches * layers)) * OVERLAP_SCALE))
+        hidden = (factor * np.minimum(comp_us, comm_us)) // OVERLAP_SCALE
+    return comp_us + comm_us + micro_batches * fixed_us - hidden
+
+
+def prefill_ttft_us(forward_us, kv_transfer_us: int):
+    """The integer TTFT (us) of a prefill forward: the wait for the forward in flight (half a
+    forward on average), its own forward, and the KV transfer (planner.costmodel.prefill), as
+    1.5 forwards plus the transfer, rounded up."""
+    return -(-(3 * forward_us + 2 * kv_transfer_us) // 2)
+
+
 DECODE_OVERLAP_SCALE = 1_000_000  # the decode overlap factor in millionths (hidden parts are tens of ms)
 
 
@@ -468,17 +487,12 @@ def prefill_candidates(
     comp = _combine([ints.time_us[mod][kept[mod], 0, :] for mod in MODULES])
     comm = _combine([ints.comm_us[mod][kept[mod], 0, :] for mod in MODULES])
     fixed = _combine([ints.fixed_us[mod][kept[mod], 0, :] for mod in MODULES])
-    shorter = np.minimum(comp, comm)
     kv_us = int(ints.const_us.reshape(-1)[0])
     best_score, per_mb = [], []
     for j, mb in enumerate(t.k_values):
-        hidden = 0
-        if mb > 1:
-            factor = int(np.floor(overlap_efficiency * (1.0 - 1.0 / (mb * layers)) * OVERLAP_SCALE))
-            hidden = (factor * shorter) // OVERLAP_SCALE
-        forward = comp + comm + mb * fixed - hidden
+        forward = prefill_forward_us(comp, comm, fixed, mb, layers, overlap_efficiency)
         hbm = _combine([ints.hbm_mib[mod][kept[mod], j, :] for mod in MODULES])
-        ttft = -(-(3 * forward + 2 * kv_us) // 2)
+        ttft = prefill_ttft_us(forward, kv_us)
         ok = hbm <= ints.hbm_capacity_mib
         if ttft_slo_us is not None:
             ok &= ttft <= ttft_slo_us
@@ -532,13 +546,9 @@ def lowest_latency_us(t: PhaseTables, ints: IntTables, layers: int = 1, overlap_
     fixed = _combine([ints.fixed_us[mod][:, 0, :] for mod in MODULES])
     kv_us = int(ints.const_us.reshape(-1)[0])
     for j, mb in enumerate(t.k_values):
-        hidden = 0
-        if mb > 1:
-            factor = int(np.floor(overlap_efficiency * (1.0 - 1.0 / (mb * layers)) * OVERLAP_SCALE))
-            hidden = (factor * np.minimum(comp, comm)) // OVERLAP_SCALE
-        forward = comp + comm + mb * fixed - hidden
+        forward = prefill_forward_us(comp, comm, fixed, mb, layers, overlap_efficiency)
         hbm = _combine([ints.hbm_mib[mod][:, j, :] for mod in MODULES])
-        ttft = np.where(hbm <= ints.hbm_capacity_mib, -(-(3 * forward + 2 * kv_us) // 2), np.iinfo(np.int64).max)
+        ttft = np.where(hbm <= ints.hbm_capacity_mib, prefill_ttft_us(forward, kv_us), np.iinfo(np.int64).max)
         v = int(ttft.min())
         if v < np.iinfo(np.int64).max and (best is None or v < best):
             best = v

@@ -188,6 +188,51 @@ class Outputs:
         self._items, self._stdout = [], []
 
 
+def command_line(ctx: typer.Context) -> str:
+    """The running command as a shell reads it back: `moeplan`, the subcommand, and every argument
+    and option the user set (on the command line or through the environment; defaults left out).
+
+    Built from the parsed parameters and where each came from, so `--tpot-ms=50` reads
+    `--tpot-ms 50`; the HTML report prints it as the command that reproduces the page.
+    """
+    import shlex
+
+    names: list[str] = []
+    node: typer.Context | None = ctx
+    while node is not None and node.parent is not None:
+        names.append(node.info_name or "")
+        node = node.parent  # type: ignore[assignment]
+    words = ["moeplan", *reversed(names)]
+    for param in ctx.command.params:
+        if param.name is None:
+            continue
+        source = ctx.get_parameter_source(param.name)
+        if source is None or source.name not in ("COMMANDLINE", "ENVIRONMENT"):
+            continue
+        value = ctx.params.get(param.name)
+        values = list(value) if isinstance(value, tuple | list) else [value]
+        if param.param_type_name == "argument":
+            words += [_word(v) for v in values]
+            continue
+        flag = max(param.opts, key=len)
+        if getattr(param, "is_flag", False):
+            if value:
+                words.append(flag)
+            elif param.secondary_opts:
+                words.append(max(param.secondary_opts, key=len))
+            continue
+        if value is not None:
+            words += [flag, *(_word(v) for v in values)]
+    return shlex.join(words)
+
+
+def _word(value: object) -> str:
+    """A parameter value as the user would type it (whole floats without '.0')."""
+    if isinstance(value, float):
+        return format(value, ".15g")
+    return str(value)
+
+
 def keep_freed_memory() -> None:
     """Ask glibc to keep freed memory for reuse instead of returning it to the system at once.
 

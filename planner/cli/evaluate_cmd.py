@@ -9,15 +9,17 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.common import Outputs, check_output, console, err_console, run_guarded
+from planner.cli.common import Outputs, check_output, check_outputs, command_line, console, err_console, run_guarded
 from planner.cli.emit_options import EmitOpt, ForceOpt, check_new_folders, parse_emits, stage_emits
 from planner.cli.options import (
     DEFAULT_CURRENCY,
     CurrencyOpt,
+    HtmlOpt,
     PricePerCardHourOpt,
     check_hbm_utilization,
     check_price_names,
     imbalance_from_options,
+    loads_array,
     parse_prices,
     priced,
 )
@@ -34,6 +36,7 @@ from planner.costmodel.prediction import Prediction
 from planner.costmodel.uncertainty import prediction_uncertainty, with_uncertainty
 from planner.errors import BadInputError, InfeasibleError
 from planner.report.evaluate_report import evaluate_tables, plan_json
+from planner.report.plan_report import plans_document
 from planner.report.uncertainty_report import uncertainty_table
 from planner.search.request import ITL_TPOT_MULTIPLE, default_max_itl_ms
 from planner.specs.catalog import load_plan, plan_base_dir
@@ -108,6 +111,7 @@ def check_problems(prediction: Prediction, default_itl_ms: float | None = None) 
 
 
 def evaluate(
+    ctx: typer.Context,
     plan_file: Annotated[
         str,
         typer.Argument(
@@ -135,6 +139,7 @@ def evaluate(
             help="Log-normal expert skew of the default imbalance model.",
         ),
     ] = None,
+    html: HtmlOpt = None,
     emit: EmitOpt = None,
     force: ForceOpt = False,
     hardware: Annotated[
@@ -185,7 +190,8 @@ def evaluate(
     def body() -> None:
         emits = parse_emits(emit)
         check_new_folders(emits, force)
-        check_output("--out", out)
+        check_outputs({"--out": out, "--html": html})
+        check_output("--html", html, stdout_ok=False)
         if max_itl_ms is not None and not (math.isfinite(max_itl_ms) and max_itl_ms >= 0):
             raise BadInputError(f"--max-itl-ms must be >= 0 ms (0 disables it); got {max_itl_ms:g}.")
         plan, _ = load_plan(plan_file, rank)
@@ -235,6 +241,29 @@ def evaluate(
             wrote = stage_emits(outputs, emits, scored, specs.model, specs.hw, loads, force)
         if out is not None:
             outputs.text(out, text)
+        if html is not None:
+            from planner.report.html import EvaluatePage, evaluate_html
+
+            lines = [f"imbalance model: {prediction.imbalance_model}", itl_note]
+            if not is_mixed_plan(plan):
+                from planner.report.launch import engines_line
+
+                lines.append(engines_line(plan, specs.model, specs.hw))
+            page = EvaluatePage(
+                plan=scored,
+                prediction=prediction,
+                model=model if is_mixed_plan(plan) else specs.model,
+                hw=hw,
+                prefill_hw=prefill_hw,
+                source=plan_file + (f" (rank {rank})" if rank else ""),
+                command=command_line(ctx),
+                plans_json=plans_document([scored], "EVALUATED", prediction.notes),
+                lines=[line for line in lines if line],
+                problems=problems,
+                loads=loads_array(loads) if loads else None,
+                html_name=str(html),
+            )
+            outputs.text(html, evaluate_html(page))
         if json_out:
             console.file.write(text)
         else:
@@ -251,7 +280,7 @@ def evaluate(
 
                 console.print(engines_line(plan, specs.model, specs.hw))
         if check and problems:
-            unwritten = [str(p) for p in (out, *(f for _, f in emits)) if p is not None and str(p) != "-"]
+            unwritten = [str(p) for p in (out, html, *(f for _, f in emits)) if p is not None and str(p) != "-"]
             nothing = f" Not written: {', '.join(unwritten)}." if unwritten else ""
             raise InfeasibleError("--check: the plan " + "; ".join(problems) + "." + nothing)
         outputs.commit()

@@ -125,6 +125,14 @@ def check_hbm_utilization(value: float) -> float:
     return value
 
 
+HtmlOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--html",
+        help="Also write a self-contained HTML report to FILE: the plans with every layout, the cluster drawn, "
+        "where the time and HBM go, how sure each figure is; `moeplan evaluate FILE --rank N` reads its plans.",
+    ),
+]
 MaxItlOpt = Annotated[
     float | None,
     typer.Option(

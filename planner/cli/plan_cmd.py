@@ -10,7 +10,16 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from planner.cli.common import Outputs, check_output, console, err_console, run_guarded, write_text_atomic
+from planner.cli.common import (
+    Outputs,
+    check_output,
+    check_outputs,
+    command_line,
+    console,
+    err_console,
+    run_guarded,
+    write_text_atomic,
+)
 from planner.cli.emit_options import EmitOpt, ForceOpt, check_new_folders, parse_emits, stage_emits
 from planner.cli.options import (
     ColocatedOpt,
@@ -18,6 +27,7 @@ from planner.cli.options import (
     DecodeHardwareOpt,
     DecodeMicrobatchOpt,
     HbmUtilizationOpt,
+    HtmlOpt,
     KvTransferGbpsOpt,
     LoadsOpt,
     MaxCostOpt,
@@ -268,7 +278,11 @@ def itl_text(slo: SLO) -> str:
 
 
 def search_with_progress(request: PlanRequest, cache: TableCache | None = None) -> SearchOutcome:
-    """Run the search with a progress display on stderr (cost tables from `cache` if given)."""
+    """Run the search with a progress display on stderr (cost tables from `cache` if given); when
+    stderr is not a terminal there is nothing to redraw, and no display (rich would still end it
+    with an empty line)."""
+    if not err_console.is_terminal:
+        return run_search(request, None, cache)
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -292,6 +306,41 @@ def outcome_notes(outcome: SearchOutcome) -> list[str]:
     return list((outcome.plans[0].predicted or {}).get("notes", []))
 
 
+def verdict_line(outcome: SearchOutcome) -> str:
+    """What the search proved or found, and what it cost (the line under the ranked table)."""
+    points = sum(s.points_evaluated for s in (outcome.decode_space, outcome.prefill_space) if s)
+    if outcome.optimal:
+        verdict = "OPTIMAL: proven best under the cost model (CP-SAT)"
+    elif outcome.status == "INTERRUPTED":
+        verdict = "INTERRUPTED: best found before the interrupt (not proven optimal)"
+    else:
+        verdict = f"{outcome.status}: best found in {outcome.seconds:.1f} s (not proven optimal)"
+    return f"{verdict}; {points:,} configurations costed, {outcome.solves} CP-SAT solves, {outcome.seconds:.2f} s."
+
+
+def plan_page_html(
+    outcome: SearchOutcome, document: str, notes: list[str], loads: Path | None, html: Path, command: str
+) -> str:
+    """The HTML report of a search (--html): the terminal's lines about it, and what it cannot draw."""
+    from planner.cli.options import loads_array
+    from planner.report.html import PlanPage, plan_html
+    from planner.report.launch import engines_line
+
+    page = PlanPage(
+        outcome=outcome,
+        command=command,
+        plans_json=document,
+        verdict=verdict_line(outcome),
+        lead=lead_lines(outcome),
+        why=why_line(outcome, index=0),
+        engines="" if outcome.request.is_mixed else engines_line(outcome.plans[0], outcome.model, outcome.hw),
+        notes=notes,
+        loads=loads_array(loads) if loads else None,
+        html_name=str(html),
+    )
+    return plan_html(page)
+
+
 def print_outcome(outcome: SearchOutcome) -> None:
     """The ranked table, the status line, and the best plan in detail."""
     req = outcome.request
@@ -311,18 +360,7 @@ def print_outcome(outcome: SearchOutcome) -> None:
         )
     if outcome.alternatives:
         console.print(alternatives_table(outcome.alternatives, outcome.plans[0], outcome.hw))
-    points = sum(s.points_evaluated for s in (outcome.decode_space, outcome.prefill_space) if s)
-    if outcome.optimal and req.is_mixed:
-        verdict = "OPTIMAL: best under the cost model (every candidate pair and instance count enumerated)"
-    elif outcome.optimal:
-        verdict = "OPTIMAL: proven best under the cost model (CP-SAT)"
-    elif outcome.status == "INTERRUPTED":
-        verdict = "INTERRUPTED: best found before the interrupt (not proven optimal)"
-    else:
-        verdict = f"{outcome.status}: best found in {outcome.seconds:.1f} s (not proven optimal)"
-    console.print(
-        f"{verdict}; {points:,} configurations costed, {outcome.solves} CP-SAT solves, {outcome.seconds:.2f} s."
-    )
+    console.print(verdict_line(outcome))
     if outcome.request.pessimistic_factors:
         console.print(
             "--robust: searched with every factor at the slow end of its range (the SLOs hold there; 'why' below "
@@ -352,6 +390,7 @@ def print_outcome(outcome: SearchOutcome) -> None:
 
 
 def plan(
+    ctx: typer.Context,
     model: ModelOpt = DEFAULT_MODEL,
     hardware: HardwareOpt = DEFAULT_HARDWARE,
     quantization: QuantizationOpt = DEFAULT_QUANTIZATION,
@@ -385,6 +424,7 @@ def plan(
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Write {'plans': [...]} to FILE ('-' for stdout).")
     ] = None,
+    html: HtmlOpt = None,
     emit: EmitOpt = None,
     force: ForceOpt = False,
     engine: Annotated[
@@ -430,7 +470,8 @@ def plan(
     def _body() -> None:
         emits = parse_emits(emit)
         check_new_folders(emits, force)
-        check_output("--json", json_out)
+        check_outputs({"--json": json_out, "--html": html})
+        check_output("--html", html, stdout_ok=False)
         request = build_request(
             model=model,
             hardware=hardware,
@@ -473,6 +514,8 @@ def plan(
         except InfeasibleError as exc:
             if json_out is not None:  # scripts read the verdict from the JSON too
                 write_text_atomic(json_out, infeasible_document(str(exc)))
+            if html is not None and str(html) != "-":  # a page shows a plan: with none, none is written
+                raise InfeasibleError(f"{exc} Not written: {html}.") from None
             raise
         notes = outcome_notes(outcome)
         for note in notes:
@@ -494,8 +537,11 @@ def plan(
                     "export covers yet; drop --emit, or plan each machine on its own."
                 )
             wrote = stage_emits(outputs, emits, outcome.plans[0], outcome.model, outcome.hw, loads, force)
+        document = plans_document(outcome.plans, outcome.status, notes)
         if json_out is not None:
-            outputs.text(json_out, plans_document(outcome.plans, outcome.status, notes))
+            outputs.text(json_out, document)
+        if html is not None:
+            outputs.text(html, plan_page_html(outcome, document, notes, loads, html, command_line(ctx)))
         outputs.commit()
         for line in wrote:
             err_console.print(line)

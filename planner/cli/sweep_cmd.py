@@ -15,6 +15,7 @@ from planner.cli.common import (
     Outputs,
     check_output,
     check_outputs,
+    command_line,
     console,
     err_console,
     run_guarded,
@@ -24,6 +25,7 @@ from planner.cli.options import (
     DecodeDevicesOpt,
     DecodeMicrobatchOpt,
     HbmUtilizationOpt,
+    HtmlOpt,
     LoadsOpt,
     MaxItlOpt,
     MaxRedundantOpt,
@@ -112,9 +114,36 @@ def no_feasible_point(result: SweepResult, asked: list[Path | None]) -> str:
     return f"no point of the sweep is feasible: {why}.{unwritten}"
 
 
+def _sweep_page(result: SweepResult, rows, metric: str, curves, published, command: str, html: Path) -> str:
+    """The HTML report of a sweep (--html): the frontier (drawn always), the points, their plans."""
+    from planner.report.html import SweepPage, sweep_html
+    from planner.report.plot import frontier_figure, render
+    from planner.report.sweep_report import sweep_plans_document
+
+    title = _title(result, metric)
+    svg = None
+    if curves is not None and published is not None:
+        svg = render(frontier_figure(curves, published, metric, title), "svg", salt="moeplan-frontier")
+    page = SweepPage(
+        result=result,
+        rows=rows,
+        title=title,
+        frontier_svg=svg,
+        command=command,
+        plans_json=sweep_plans_document(result),
+        status_line=cache_line(result),
+        html_name=str(html),
+    )
+    return sweep_html(page)
+
+
 def _run_with_progress(points, axes, fixed, jobs: int) -> SweepResult:
     # No refresh thread (auto_refresh=False, refreshed on every point): the sweep forks worker
     # processes, and a fork while another thread holds the console's lock could hang a worker.
+    # Without a terminal on stderr there is nothing to redraw, and no display (rich would still
+    # end it with an empty line).
+    if not err_console.is_terminal:
+        return run_sweep(points, axes, fixed, None, jobs=jobs)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -136,6 +165,7 @@ def _run_with_progress(points, axes, fixed, jobs: int) -> SweepResult:
 
 
 def sweep(
+    ctx: typer.Context,
     tpot_ms: Annotated[str, typer.Option("--tpot-ms", help=f"TPOT SLO, ms. {SWEEP_HELP}")] = f"{DEFAULT_SLO.tpot_ms:g}",
     ttft_ms: Annotated[str, typer.Option("--ttft-ms", help=f"TTFT SLO, ms. {SWEEP_HELP}")] = f"{DEFAULT_SLO.ttft_ms:g}",
     input_tokens: Annotated[str, typer.Option("--input-tokens", help=f"Prompt length. {SWEEP_HELP}")] = str(
@@ -185,6 +215,7 @@ def sweep(
         typer.Option("--json", help="Write every point (with its plan) as JSON to FILE ('-': stdout)."),
     ] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Draw the frontier to FILE.png or FILE.svg.")] = None,
+    html: HtmlOpt = None,
     time_limit: Annotated[
         float,
         typer.Option("--time-limit", min=0.1, max=86400.0, help="Solver time limit per point, s."),
@@ -221,8 +252,9 @@ def sweep(
         fmt = plot_format(plot) if plot is not None else None
         if sum(1 for o in (csv_out, json_out) if o is not None and str(o) == "-") > 1:
             raise BadInputError("--csv - and --json - both want stdout; send one of them to a file.")
-        check_outputs({"--csv": csv_out, "--json": json_out})
+        check_outputs({"--csv": csv_out, "--json": json_out, "--plot": plot, "--html": html})
         check_output("--plot", plot, stdout_ok=False)
+        check_output("--html", html, stdout_ok=False)
         texts = {
             "hardware": hardware,
             "tpot-ms": tpot_ms,
@@ -288,7 +320,7 @@ def sweep(
             # carry the CSV/JSON)
             screen = Console(stderr=True, highlight=False, width=console.width) if to_stdout else console
             screen.print(sweep_table(result, rows))
-            raise InfeasibleError(no_feasible_point(result, [csv_out, json_out, plot]))
+            raise InfeasibleError(no_feasible_point(result, [csv_out, json_out, plot, html]))
         # every output is built before any is written: a plot that fails leaves no CSV behind
         outputs = Outputs()
         if csv_out is not None:
@@ -306,6 +338,8 @@ def sweep(
 
             fig = frontier_figure(curves, published, metric, _title(result, metric))
             outputs.data(plot, render(fig, fmt))
+        if html is not None:
+            outputs.text(html, _sweep_page(result, rows, metric, curves, published, command_line(ctx), html))
         outputs.commit()
         if any(o is not None and str(o) == "-" for o in (csv_out, json_out)):
             return

@@ -19,7 +19,23 @@ import os
 import tempfile
 from pathlib import Path
 
-_SOURCES = ("costmodel/imbalance.py", "placement/optimize.py", "placement/replicas.py", "placement/metrics.py")
+# every module the memoised function runs, imported transitively from planner.costmodel.imbalance
+# (tests/costmodel/test_disk_memo.py checks the list against the imports)
+_SOURCES = (
+    "costmodel/disk_memo.py",
+    "costmodel/imbalance.py",
+    "errors.py",
+    "placement/__init__.py",
+    "placement/eplb.py",
+    "placement/expert_map.py",
+    "placement/loads.py",
+    "placement/metrics.py",
+    "placement/model.py",
+    "placement/optimize.py",
+    "placement/replicas.py",
+    "placement/synthetic.py",
+    "specs/files.py",
+)
 
 
 def write_cache_file(path: Path, data: bytes) -> None:

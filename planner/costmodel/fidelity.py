@@ -18,8 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-import numpy as np
-
 from planner.costmodel.evaluate import PlanSpecs, load_plan_specs
 from planner.costmodel.fitting import (
     SENSITIVE_ELASTICITY,
@@ -227,8 +225,3 @@ def not_compared_figures() -> list[tuple[StoredFigure, str]]:
             out.append((fig, "needs simulation: queueing-dominated (judged by the serving simulator)"))
     return out
 
-
-def loo_rms(report: FidelityReport) -> float:
-    """Root mean square of the leave-one-out errors (NaN when there are none)."""
-    errs = [r.loo_error for r in report.rows if r.loo_error is not None]
-    return float(np.sqrt(np.mean(np.square(errs)))) if errs else float("nan")

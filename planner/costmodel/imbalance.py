@@ -61,6 +61,7 @@ distribution decode row (`SGLang-H100-D`, drift 0) checks parts 1 and 3 at EP72 
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -153,6 +154,14 @@ class LoadsImbalance:
 
     def describe(self) -> str:
         return f"placement on {self.label} ({self.loads.shape[0]} layers)"
+
+    def cache_key(self) -> str:
+        """What the factors depend on, as text that means the same in every process: a digest of
+        the loads (the array itself is not hashable, and its object address would be a key that
+        no other process can read and that a later trace could reuse)."""
+        loads = np.ascontiguousarray(self.loads)
+        digest = hashlib.sha256(f"{loads.dtype}{loads.shape}".encode() + loads.tobytes()).hexdigest()
+        return f"loads:{digest}"
 
 
 # ---- the imbalance a real engine sees (issue 11) ------------------------------------------------

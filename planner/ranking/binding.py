@@ -21,6 +21,7 @@ just allow can still be out of its reach: a neighbour within that rounding count
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
@@ -36,15 +37,15 @@ from planner.costmodel.imbalance import default_imbalance_model
 from planner.costmodel.memory import decode_hbm, prefill_hbm
 from planner.costmodel.prediction import ColocatedPrediction, Prediction
 from planner.costmodel.prefill import prefill_forward
-from planner.search.plan_search import (
+from planner.search.candidate_spaces import (
     CONCURRENCY_GRID_STEP,
     DENSE_GRID_CONCURRENCY,
     DENSE_GRID_REQUESTS,
     REQUESTS_GRID_STEP,
-    SearchOutcome,
     concurrency_values,
     request_values,
 )
+from planner.search.plan_search import SearchOutcome
 from planner.search.request import PlanRequest
 from planner.specs.catalog import load_hardware, load_model
 from planner.specs.hardware import HardwareSpec
@@ -87,140 +88,194 @@ def _next_on_grid(grid: np.ndarray, value: int) -> int | None:
     return int(above[0]) if above.size else None
 
 
-# ---- decode ------------------------------------------------------------------------------------
+# ---- decode and prefill ------------------------------------------------------------------------
 
 
-def _decode_largest_ok(ctx: CostContext, phase: DecodePlan, upto: int, slo_ms: float | None) -> tuple[int, float]:
-    """Largest concurrency <= upto that fits HBM and meets the SLO, with its tokens/s per card."""
-    bs = np.arange(1, max(1, upto) + 1, dtype=float)
-    step = decode_step(ctx, phase, bs)
-    ok = decode_hbm(ctx, phase, bs).fits
+@dataclass(frozen=True)
+class _Probe:
+    """A phase's figures at some values of its integer (decode: sequences per device; prefill:
+    requests per forward)."""
+
+    latency_ms: np.ndarray  # TPOT or TTFT
+    total_bytes: np.ndarray  # HBM per device
+    capacity_bytes: float
+    per_card: np.ndarray  # decode: output tokens/s per card (prefill: unused)
+
+
+@dataclass(frozen=True)
+class _Axis:
+    """How one phase's integer is scored and named: `value` is the plan's, `probe(values)` scores
+    the phase at other values, the templates say what binds in the phase's words ({v}: the value,
+    {n}: the next one, {m}: the largest allowed, {lat}: a latency formatted `lat_format`)."""
+
+    phase: str
+    value: int
+    probe: Callable[[list[int]], _Probe]
+    slo_name: str  # TPOT or TTFT
+    lat_format: str  # ".1f" or ".0f"
+    key: str  # figures' name of the integer: "concurrency_per_device" or "requests_per_forward"
+    label: str
+    cap: int
+    at: str  # where an HBM overflow happens: "at {v} sequences per device"
+    slo_at: str  # where a missed SLO happens
+    over_fix: Callable[[int], str]  # the HBM overflow's advice, given the largest that fits
+    max_tag: str  # "B{m}" or "{m}"
+    slo_fix: Callable[[int, float, float], str]  # the missed SLO's advice (largest, its per card, now)
+    cap_text: str
+    hbm_lead: str  # "decode concurrency ({v} per device)"
+    short_of: str  # "{n}" or "one more request"
+    one_more: str  # "one more sequence per device ({n})"
+    none_lead: str  # "nothing binds decode concurrency: {n} sequences per device"
+    could: str  # "run more"
+    grid_what: str  # "sequences per device"
+    grid_name: str  # "concurrency grid"
+    grid_dense: int
+    grid_step: float
+    grid: np.ndarray
+
+
+def _largest_ok(axis: _Axis, upto: int, slo_ms: float | None) -> tuple[int, float]:
+    """Largest value <= upto that fits HBM and meets the SLO, with its tokens/s per card."""
+    values = list(range(1, max(1, upto) + 1))
+    f = axis.probe(values)
+    ok = f.total_bytes <= f.capacity_bytes
     if slo_ms is not None:
-        ok &= step.tpot_s * 1e3 <= slo_ms
+        ok &= f.latency_ms <= slo_ms
     if not ok.any():
         return 0, 0.0
     i = int(np.flatnonzero(ok)[-1])
-    return int(bs[i]), float(step.tokens_per_s_per_device[i]) * ctx.hw.devices_per_card
+    return values[i], float(f.per_card[i])
+
+
+def _axis_binding(axis: _Axis, slo: float | None) -> Binding:
+    """What stops the phase's integer from going one higher (or which rule it already breaks)."""
+    v = axis.value
+    grid_next = _next_on_grid(axis.grid, v)
+    probe = [v, v + 1] + ([grid_next] if grid_next is not None and grid_next != v + 1 else [])
+    f = axis.probe(probe)
+    lat, total, cap = f.latency_ms, f.total_bytes, f.capacity_bytes
+    name, label, fmt = axis.slo_name, axis.label, axis.lat_format
+    words = {"v": v, "n": v + 1}
+
+    if total[0] > cap:
+        m, _ = _largest_ok(axis, v - 1, None)
+        over = (total[0] - cap) / GIB
+        return Binding(
+            axis.phase,
+            "hbm",
+            f"{axis.phase} overflows HBM by {over:.2f} GiB per device {axis.at.format(**words)}; {axis.over_fix(m)}.",
+            f"{label}: HBM over by {over:.2f} GiB (max {axis.max_tag.format(m=m)})",
+            True,
+            {"over_bytes": float(total[0] - cap), f"max_{axis.key}": m},
+        )
+    if slo is not None and lat[0] > slo + 1e-9:
+        m, m_card = _largest_ok(axis, v - 1, slo)
+        figures = {f"{name.lower()}_ms": float(lat[0]), "slo_ms": slo, f"max_{axis.key}": m}
+        if axis.phase == "decode":
+            figures["tokens_per_s_per_card_at_max"] = m_card
+        return Binding(
+            axis.phase,
+            name.lower(),  # type: ignore[arg-type]
+            f"{axis.phase} misses the {name} SLO: {lat[0]:{fmt}} ms > {slo:g} ms {axis.slo_at.format(**words)}; "
+            f"{axis.slo_fix(m, m_card, float(f.per_card[0]))}.",
+            f"{label}: misses {name} ({lat[0]:{fmt}} ms > {slo:g} ms; max {axis.max_tag.format(m=m)})",
+            True,
+            figures,
+        )
+    if v >= axis.cap:
+        return Binding(axis.phase, "search_space", axis.cap_text, f"{label}: search cap {axis.cap}")
+    short = total[1] - cap
+    if short > -ROUNDING_BYTES:
+        detail = (
+            f"{short / GIB:.2f} GiB short of {axis.short_of.format(**words)}"
+            if short > 0
+            else f"{axis.short_of.format(**words)} would leave {-short / 2**20:.1f} MiB, inside the search's MiB "
+            "rounding"
+        )
+        return Binding(
+            axis.phase,
+            "hbm",
+            f"{axis.hbm_lead.format(**words)} is capped by HBM: {detail}.",
+            f"{label}: HBM ({max(short, 0) / GIB:.2f} GiB short of {axis.max_tag.format(m=v + 1)})",
+            figures={"short_bytes": float(short), f"next_{axis.key}": v + 1},
+        )
+    if slo is not None and lat[1] > slo - ROUNDING_MS:
+        rel = ">" if lat[1] > slo else "~"
+        return Binding(
+            axis.phase,
+            name.lower(),  # type: ignore[arg-type]
+            f"{name} binds: {axis.one_more.format(**words)} gives {lat[1]:{fmt}} ms {rel} {slo:g} ms.",
+            f"{label}: {name} ({axis.max_tag.format(m=v + 1)} gives {lat[1]:{fmt}} ms {rel} {slo:g} ms)",
+            figures={f"next_{name.lower()}_ms": float(lat[1]), "slo_ms": slo, f"next_{axis.key}": v + 1},
+        )
+    if grid_next is not None and grid_next != v + 1:
+        g_fits = total[2] <= cap - ROUNDING_BYTES
+        g_meets = slo is None or lat[2] <= slo - ROUNDING_MS
+        if not (g_fits and g_meets):
+            why = "overflows HBM" if not g_fits else f"gives {lat[2]:{fmt}} ms > {slo:g} ms"
+            tag = axis.max_tag.format(m=v + 1)
+            return Binding(
+                axis.phase,
+                "search_space",
+                f"search space binds: {v + 1} {axis.grid_what} would fit HBM and meet {name}, "
+                f"but above {axis.grid_dense} the search's {axis.grid_name.split()[0]} grid steps by "
+                f"{axis.grid_step:.0%} and its next value, {grid_next}, {why}.",
+                f"{label}: {axis.grid_name} ({tag} allowed, next grid value {axis.max_tag.format(m=grid_next)} {why})",
+                figures={f"next_{axis.key}": v + 1, "next_grid_value": grid_next},
+            )
+    slo_txt = f" <= {slo:g} ms" if slo is not None else f", no {name} SLO"
+    return Binding(
+        axis.phase,
+        "none",
+        f"{axis.none_lead.format(**words)} still fit HBM ({(cap - total[1]) / GIB:.2f} GiB free) and give "
+        f"{lat[1]:{fmt}} ms{slo_txt}; the plan could {axis.could}.",
+        f"{label}: nothing binds ({axis.max_tag.format(m=v + 1)} allowed)",
+        figures={f"next_{name.lower()}_ms": float(lat[1]), "next_free_bytes": float(cap - total[1])},
+    )
 
 
 def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | None) -> Binding:
     """What stops the decode concurrency from going one higher (or which rule it already breaks)."""
+
+    def probe(bs: list[int]) -> _Probe:
+        step = decode_step(ctx, phase, np.array(bs, dtype=float))
+        use = decode_hbm(ctx, phase, np.array(bs, dtype=float))
+        per_card = np.asarray(step.tokens_per_s_per_device) * ctx.hw.devices_per_card
+        return _Probe(np.asarray(step.tpot_s) * 1e3, np.asarray(use.total_bytes), float(use.capacity_bytes), per_card)
+
+    def slo_fix(m: int, m_card: float, now: float) -> str:
+        if not m:
+            return "no concurrency meets it with these layouts: re-plan"
+        return f"at most {m} per device meet it ({m_card:.0f} tokens/s per card instead of {now:.0f})"
+
     b = phase.concurrency_per_device
-    grid_next = _next_on_grid(concurrency_values(MAX_CONCURRENCY), b)
-    probe = [b, b + 1] + ([grid_next] if grid_next is not None and grid_next != b + 1 else [])
-    step = decode_step(ctx, phase, probe)
-    tpot = step.tpot_s * 1e3
-    use = decode_hbm(ctx, phase, probe)
-    total, cap = use.total_bytes, float(use.capacity_bytes)
-    per_card = float(step.tokens_per_s_per_device[0]) * ctx.hw.devices_per_card
-    slo = tpot_slo_ms
-    label = f"decode B{b}"
-
-    if total[0] > cap:
-        m, m_card = _decode_largest_ok(ctx, phase, b - 1, None)
-        over = (total[0] - cap) / GIB
-        fix = f"at most {m} fit" if m else "not even one sequence fits with these layouts"
-        return Binding(
-            "decode",
-            "hbm",
-            f"decode overflows HBM by {over:.2f} GiB per device at {b} sequences per device; {fix}.",
-            f"{label}: HBM over by {over:.2f} GiB (max B{m})",
-            True,
-            {"over_bytes": float(total[0] - cap), "max_concurrency_per_device": m},
-        )
-    if slo is not None and tpot[0] > slo + 1e-9:
-        m, m_card = _decode_largest_ok(ctx, phase, b - 1, slo)
-        fix = (
-            f"at most {m} per device meet it ({m_card:.0f} tokens/s per card instead of {per_card:.0f})"
-            if m
-            else "no concurrency meets it with these layouts: re-plan"
-        )
-        return Binding(
-            "decode",
-            "tpot",
-            f"decode misses the TPOT SLO: {tpot[0]:.1f} ms > {slo:g} ms at {b} sequences per device; {fix}.",
-            f"{label}: misses TPOT ({tpot[0]:.1f} ms > {slo:g} ms; max B{m})",
-            True,
-            {
-                "tpot_ms": float(tpot[0]),
-                "slo_ms": slo,
-                "max_concurrency_per_device": m,
-                "tokens_per_s_per_card_at_max": m_card,
-            },
-        )
-    if b >= MAX_CONCURRENCY:
-        return Binding(
-            "decode",
-            "search_space",
-            f"search space binds: decode concurrency is at the search's cap of {MAX_CONCURRENCY} per device.",
-            f"{label}: search cap {MAX_CONCURRENCY}",
-        )
-    short = total[1] - cap
-    if short > -ROUNDING_BYTES:
-        detail = (
-            f"{short / GIB:.2f} GiB short of {b + 1}"
-            if short > 0
-            else f"{b + 1} would leave {-short / 2**20:.1f} MiB, inside the search's MiB rounding"
-        )
-        return Binding(
-            "decode",
-            "hbm",
-            f"decode concurrency ({b} per device) is capped by HBM: {detail}.",
-            f"{label}: HBM ({max(short, 0) / GIB:.2f} GiB short of B{b + 1})",
-            figures={"short_bytes": float(short), "next_concurrency_per_device": b + 1},
-        )
-    if slo is not None and tpot[1] > slo - ROUNDING_MS:
-        rel = ">" if tpot[1] > slo else "~"
-        return Binding(
-            "decode",
-            "tpot",
-            f"TPOT binds: one more sequence per device ({b + 1}) gives {tpot[1]:.1f} ms {rel} {slo:g} ms.",
-            f"{label}: TPOT (B{b + 1} gives {tpot[1]:.1f} ms {rel} {slo:g} ms)",
-            figures={
-                "next_tpot_ms": float(tpot[1]),
-                "slo_ms": slo,
-                "next_concurrency_per_device": b + 1,
-            },
-        )
-    free = (cap - total[1]) / GIB
-    if grid_next is not None and grid_next != b + 1:
-        g_fits = total[2] <= cap - ROUNDING_BYTES
-        g_meets = slo is None or tpot[2] <= slo - ROUNDING_MS
-        if not (g_fits and g_meets):
-            why = "overflows HBM" if not g_fits else f"gives {tpot[2]:.1f} ms > {slo:g} ms"
-            return Binding(
-                "decode",
-                "search_space",
-                f"search space binds: {b + 1} sequences per device would fit HBM and meet TPOT, "
-                f"but above {DENSE_GRID_CONCURRENCY} the search's concurrency grid steps by "
-                f"{CONCURRENCY_GRID_STEP:.0%} "
-                f"and its next value, {grid_next}, {why}.",
-                f"{label}: concurrency grid (B{b + 1} allowed, next grid value B{grid_next} {why})",
-                figures={"next_concurrency_per_device": b + 1, "next_grid_value": grid_next},
-            )
-    slo_txt = f" <= {slo:g} ms" if slo is not None else ", no TPOT SLO"
-    return Binding(
-        "decode",
-        "none",
-        f"nothing binds decode concurrency: {b + 1} sequences per device still fit HBM "
-        f"({free:.2f} GiB free) and give {tpot[1]:.1f} ms{slo_txt}; the plan could run more.",
-        f"{label}: nothing binds (B{b + 1} allowed)",
-        figures={"next_tpot_ms": float(tpot[1]), "next_free_bytes": float(cap - total[1])},
+    axis = _Axis(
+        phase="decode",
+        value=b,
+        probe=probe,
+        slo_name="TPOT",
+        lat_format=".1f",
+        key="concurrency_per_device",
+        label=f"decode B{b}",
+        cap=MAX_CONCURRENCY,
+        at="at {v} sequences per device",
+        slo_at="at {v} sequences per device",
+        over_fix=lambda m: f"at most {m} fit" if m else "not even one sequence fits with these layouts",
+        max_tag="B{m}",
+        slo_fix=slo_fix,
+        cap_text=f"search space binds: decode concurrency is at the search's cap of {MAX_CONCURRENCY} per device.",
+        hbm_lead="decode concurrency ({v} per device)",
+        short_of="{n}",
+        one_more="one more sequence per device ({n})",
+        none_lead="nothing binds decode concurrency: {n} sequences per device",
+        could="run more",
+        grid_what="sequences per device",
+        grid_name="concurrency grid",
+        grid_dense=DENSE_GRID_CONCURRENCY,
+        grid_step=CONCURRENCY_GRID_STEP,
+        grid=concurrency_values(MAX_CONCURRENCY),
     )
-
-
-# ---- prefill -----------------------------------------------------------------------------------
-
-
-def _prefill_largest_ok(ctx: CostContext, phase: PrefillPlan, upto: int, slo_ms: float | None) -> int:
-    """Most requests per forward (<= upto) that fit HBM and meet the TTFT SLO."""
-    n_in = ctx.prefill_tokens_per_request  # computed tokens per request (prefix hits are not)
-    rs = np.arange(1, max(1, upto) + 1, dtype=float)
-    bt = np.maximum(rs * n_in, phase.micro_batches)
-    ok = prefill_hbm(ctx, phase, bt).fits
-    if slo_ms is not None:
-        ok &= prefill_forward(ctx, phase, bt).ttft_s * 1e3 <= slo_ms
-    return int(rs[np.flatnonzero(ok)[-1]]) if ok.any() else 0
+    return _axis_binding(axis, tpot_slo_ms)
 
 
 def prefill_binding(ctx: CostContext, phase: PrefillPlan, ttft_slo_ms: float | None) -> Binding:
@@ -228,97 +283,46 @@ def prefill_binding(ctx: CostContext, phase: PrefillPlan, ttft_slo_ms: float | N
     n_in = ctx.prefill_tokens_per_request  # computed tokens per request (prefix hits are not)
     bt = phase.batch_tokens
     r = max(1, bt // n_in)
-    grid_next = _next_on_grid(request_values(MAX_REQUESTS_PER_FORWARD), r)
-    probe = [bt, bt + n_in] + ([grid_next * n_in] if grid_next is not None and grid_next != r + 1 else [])
-    fwd = prefill_forward(ctx, phase, probe)
-    ttft = fwd.ttft_s * 1e3
-    use = prefill_hbm(ctx, phase, probe)
-    total, cap = use.total_bytes, float(use.capacity_bytes)
-    slo = ttft_slo_ms
-    label = f"prefill {r} req/forward"
 
-    if total[0] > cap:
-        m = _prefill_largest_ok(ctx, phase, r - 1, None)
-        over = (total[0] - cap) / GIB
-        return Binding(
-            "prefill",
-            "hbm",
-            f"prefill overflows HBM by {over:.2f} GiB per device at {bt} tokens per forward; at "
-            f"most {m} requests ({m * n_in} tokens) fit.",
-            f"{label}: HBM over by {over:.2f} GiB (max {m})",
-            True,
-            {"over_bytes": float(total[0] - cap), "max_requests_per_forward": m},
-        )
-    if slo is not None and ttft[0] > slo + 1e-9:
-        m = _prefill_largest_ok(ctx, phase, r - 1, slo)
-        fix = f"at most {m} requests per forward meet it" if m else "no batch meets it with these layouts: re-plan"
-        return Binding(
-            "prefill",
-            "ttft",
-            f"prefill misses the TTFT SLO: {ttft[0]:.0f} ms > {slo:g} ms at {r} requests per forward; {fix}.",
-            f"{label}: misses TTFT ({ttft[0]:.0f} ms > {slo:g} ms; max {m})",
-            True,
-            {"ttft_ms": float(ttft[0]), "slo_ms": slo, "max_requests_per_forward": m},
-        )
-    if r >= MAX_REQUESTS_PER_FORWARD:
-        return Binding(
-            "prefill",
-            "search_space",
-            "search space binds: the prefill batch is at the search's cap of "
-            f"{MAX_REQUESTS_PER_FORWARD} requests per forward.",
-            f"{label}: search cap {MAX_REQUESTS_PER_FORWARD}",
-        )
-    short = total[1] - cap
-    if short > -ROUNDING_BYTES:
-        detail = (
-            f"{short / GIB:.2f} GiB short of one more request"
-            if short > 0
-            else f"one more request would leave {-short / 2**20:.1f} MiB, inside the search's MiB rounding"
-        )
-        return Binding(
-            "prefill",
-            "hbm",
-            f"prefill batch ({r} requests, {bt} tokens per forward) is capped by HBM: {detail}.",
-            f"{label}: HBM ({max(short, 0) / GIB:.2f} GiB short of {r + 1})",
-            figures={"short_bytes": float(short), "next_requests_per_forward": r + 1},
-        )
-    if slo is not None and ttft[1] > slo - ROUNDING_MS:
-        rel = ">" if ttft[1] > slo else "~"
-        return Binding(
-            "prefill",
-            "ttft",
-            f"TTFT binds: one more request per forward ({r + 1}) gives {ttft[1]:.0f} ms {rel} {slo:g} ms.",
-            f"{label}: TTFT ({r + 1} gives {ttft[1]:.0f} ms {rel} {slo:g} ms)",
-            figures={
-                "next_ttft_ms": float(ttft[1]),
-                "slo_ms": slo,
-                "next_requests_per_forward": r + 1,
-            },
-        )
-    if grid_next is not None and grid_next != r + 1:
-        g_fits = total[2] <= cap - ROUNDING_BYTES
-        g_meets = slo is None or ttft[2] <= slo - ROUNDING_MS
-        if not (g_fits and g_meets):
-            why = "overflows HBM" if not g_fits else f"gives {ttft[2]:.0f} ms > {slo:g} ms"
-            return Binding(
-                "prefill",
-                "search_space",
-                f"search space binds: {r + 1} requests per forward would fit HBM and meet TTFT, "
-                f"but above {DENSE_GRID_REQUESTS} the search's batch grid steps by {REQUESTS_GRID_STEP:.0%} and its "
-                f"next value, {grid_next}, {why}.",
-                f"{label}: batch grid ({r + 1} allowed, next grid value {grid_next} {why})",
-                figures={"next_requests_per_forward": r + 1, "next_grid_value": grid_next},
-            )
-    slo_txt = f" <= {slo:g} ms" if slo is not None else ", no TTFT SLO"
-    return Binding(
-        "prefill",
-        "none",
-        f"nothing binds the prefill batch: {r + 1} requests per forward still fit HBM "
-        f"({(cap - total[1]) / GIB:.2f} GiB free) and give {ttft[1]:.0f} ms{slo_txt}; the plan "
-        "could batch more.",
-        f"{label}: nothing binds ({r + 1} allowed)",
-        figures={"next_ttft_ms": float(ttft[1]), "next_free_bytes": float(cap - total[1])},
+    def probe(rs: list[int]) -> _Probe:
+        # the plan's own batch as it is and one request more; smaller batches as whole requests
+        shifted = {r: bt, r + 1: bt + n_in}
+        tokens = np.array([shifted.get(x, max(x * n_in, phase.micro_batches)) for x in rs], dtype=float)
+        fwd = prefill_forward(ctx, phase, tokens)
+        use = prefill_hbm(ctx, phase, tokens)
+        zeros = np.zeros(len(rs))
+        return _Probe(np.asarray(fwd.ttft_s) * 1e3, np.asarray(use.total_bytes), float(use.capacity_bytes), zeros)
+
+    axis = _Axis(
+        phase="prefill",
+        value=r,
+        probe=probe,
+        slo_name="TTFT",
+        lat_format=".0f",
+        key="requests_per_forward",
+        label=f"prefill {r} req/forward",
+        cap=MAX_REQUESTS_PER_FORWARD,
+        at=f"at {bt} tokens per forward",
+        slo_at="at {v} requests per forward",
+        over_fix=lambda m: f"at most {m} requests ({m * n_in} tokens) fit",
+        max_tag="{m}",
+        slo_fix=lambda m, _c, _n: (
+            f"at most {m} requests per forward meet it" if m else "no batch meets it with these layouts: re-plan"
+        ),
+        cap_text="search space binds: the prefill batch is at the search's cap of "
+        f"{MAX_REQUESTS_PER_FORWARD} requests per forward.",
+        hbm_lead=f"prefill batch ({{v}} requests, {bt} tokens per forward)",
+        short_of="one more request",
+        one_more="one more request per forward ({n})",
+        none_lead="nothing binds the prefill batch: {n} requests per forward",
+        could="batch more",
+        grid_what="requests per forward",
+        grid_name="batch grid",
+        grid_dense=DENSE_GRID_REQUESTS,
+        grid_step=REQUESTS_GRID_STEP,
+        grid=request_values(MAX_REQUESTS_PER_FORWARD),
     )
+    return _axis_binding(axis, ttft_slo_ms)
 
 
 # ---- colocated ---------------------------------------------------------------------------------
@@ -653,9 +657,10 @@ def request_bindings(plan: Plan, req: PlanRequest) -> list[Binding]:
 
 def mixed_request_bindings(plan: Plan, req: PlanRequest) -> list[Binding]:
     """Phase bindings of a plan whose phases run on different machines (each on its own)."""
-    from planner.search.mixed_search import phase_contexts
+    from planner.search.contexts import phase_contexts
 
-    d_ctx, p_ctx = phase_contexts(req)
+    contexts = phase_contexts(req)
+    d_ctx, p_ctx = contexts.decode, contexts.prefill
     slo = plan.slo
     out = []
     if plan.decode is not None:

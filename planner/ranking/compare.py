@@ -99,11 +99,20 @@ def pd_cards(plan: Plan, hw: HardwareSpec, sep: str = " : ") -> str:
     """Instances x cards per instance, prefill then decode ("1x16 : 1x32"), or "colocated 2x24".
 
     Counted in cards, as the card budget is (a CM384 card is a 910C package of two dies); an
-    instance of an odd number of CM384 dies shows its half card.
+    instance of an odd number of CM384 dies shows its half card. A phase on another machine than
+    `hw` (prefill and decode on two machines) counts its own machine's cards.
     """
+    mixed = any(getattr(p, "hardware", None) for p in (plan.prefill, plan.decode))
 
     def each(phase: Any) -> str:
-        return "-" if phase is None else f"{phase.instances}x{hw.cards(phase.devices):g}"
+        if phase is None:
+            return "-"
+        machine = hw
+        if mixed:
+            from planner.specs.catalog import load_hardware
+
+            machine = load_hardware(getattr(phase, "hardware", None) or plan.hardware)
+        return f"{phase.instances}x{machine.cards(phase.devices):g}"
 
     if plan.is_colocated and plan.decode_phase is not None:
         return f"colocated {each(plan.decode_phase)}"

@@ -100,11 +100,19 @@ def per_token_terms(prediction: Prediction, plan: Plan, devices_per_card: int) -
     out: dict[str, float] = {}
     for key, ms in parts.items():
         if key == "moe" and imb > 0:
-            out[EXPERT_BALANCE] = ms * (1.0 - 1.0 / imb) / tokens
-            out[TERM_LABELS["moe"]] = ms / imb / tokens
+            mean_ms, balance_ms = split_expert_balance(ms, imb)
+            out[EXPERT_BALANCE] = balance_ms / tokens
+            out[TERM_LABELS["moe"]] = mean_ms / tokens
         else:
             out[TERM_LABELS.get(key, key)] = ms / tokens
     return out
+
+
+def split_expert_balance(moe_ms: float, imbalance: float) -> tuple[float, float]:
+    """The MoE time of the busiest device as (what the mean device takes, what the busiest adds over it)."""
+    if imbalance <= 0:
+        return moe_ms, 0.0
+    return moe_ms / imbalance, moe_ms * (1.0 - 1.0 / imbalance)
 
 
 @dataclass

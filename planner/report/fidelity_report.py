@@ -8,6 +8,10 @@ from rich.table import Table
 
 from planner.costmodel.fidelity import FidelityReport, FidelityRow
 
+# the columns of the Markdown table and the HTML report (row_cells), and those aligned right
+COLUMNS = ("row", "figure", "published", "predicted", "error", "leave-one-out", "band", "tolerance", "determines")
+NUMERIC_COLUMNS = ("published", "predicted", "error", "leave-one-out", "tolerance")
+
 
 def _predicted(r) -> str:
     """The prediction as the figure is written: ratios of two runs to four places."""
@@ -61,20 +65,9 @@ def fidelity_table(report: FidelityReport) -> Table:
         "is the leave-one-out error; (in-sample): not refitted here, but a parameter was chosen on it; "
         "*: a factor only this deployment determines was kept (see below)",
     )
-    cols = (
-        "row",
-        "figure",
-        "published",
-        "predicted",
-        "error",
-        "leave-one-out",
-        "band",
-        "tolerance",
-        "within",
-        "determines",
-    )
+    cols = (*COLUMNS[:-1], "within", COLUMNS[-1])
     for col in cols:
-        right = col in ("published", "predicted", "error", "leave-one-out", "tolerance")
+        right = col in NUMERIC_COLUMNS
         table.add_column(col, justify="right" if right else "left")
     for r in report.rows:
         ok = "[green]yes[/]" if abs(r.error) <= r.row.tolerance else "[red]NO[/]"
@@ -139,20 +132,31 @@ def fit_lines(report: FidelityReport) -> list[str]:
 def fidelity_markdown(report: FidelityReport) -> str:
     """The same as a Markdown table (the README's)."""
     lines = [
-        "| row | figure | published | predicted | error | leave-one-out | band | tolerance | determines |",
+        "| " + " | ".join(COLUMNS) + " |",
         "|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in report.rows:
-        lines.append(
-            f"| {r.row.id} | {r.row.unit} | {r.row.published:g} | {_predicted(r)} | "
-            f"{r.error:+.1%} | {_loo(r)} | {_band(r).replace('[red]misses[/]', '(misses)')} | "
-            f"{_tolerance(r)} | {_determines(r)} |"
-        )
+        lines.append("| " + " | ".join(row_cells(r).values()) + " |")
     if report.not_compared:
         lines += ["", "| not compared | figure | published | why |", "|---|---|---:|---|"]
         for fig, why in report.not_compared:
             lines.append(f"| {fig.id} | {fig.unit} | {fig.published:g} | {why} |")
     return "\n".join(lines) + "\n"
+
+
+def row_cells(r: FidelityRow) -> dict[str, str]:
+    """One row's cells as plain text, by column (the Markdown table's and the HTML report's)."""
+    return {
+        "row": r.row.id,
+        "figure": r.row.unit,
+        "published": f"{r.row.published:g}",
+        "predicted": _predicted(r),
+        "error": f"{r.error:+.1%}",
+        "leave-one-out": _loo(r),
+        "band": _band(r).replace("[red]misses[/]", "(misses)"),
+        "tolerance": _tolerance(r),
+        "determines": _determines(r),
+    }
 
 
 def fidelity_json(report: FidelityReport) -> str:

@@ -155,11 +155,12 @@ def frontier_figure(curves: list[Curve], published: list[PublishedPoint], metric
     return fig
 
 
-def render(fig: Figure, fmt: str) -> bytes:
-    """PNG or SVG bytes of the figure (SVG keeps text as text, and carries no date)."""
+def render(fig: Figure, fmt: str, salt: str = "moeplan") -> bytes:
+    """PNG or SVG bytes of the figure (SVG keeps text as text, and carries no date; `salt` seeds its
+    element ids, so that several figures inlined in one page do not share ids)."""
     import matplotlib
 
     buf = io.BytesIO()
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "moeplan"}):
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": salt}):
         fig.savefig(buf, format=fmt, metadata={"Date": None} if fmt == "svg" else None)
     return buf.getvalue()

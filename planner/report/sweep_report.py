@@ -14,7 +14,7 @@ from rich.text import Text
 from planner.ranking.binding import binding_tags, request_bindings
 from planner.ranking.compare import pd_cards, plan_devices
 from planner.ranking.frontier import Curve, PublishedPoint
-from planner.report.plan_report import compact_layouts, headline
+from planner.report.plan_report import compact_layouts, headline, plans_document
 from planner.report.table_counts import tables_built_text
 from planner.search.sweep import SweepPoint, SweepResult
 from planner.specs.catalog import load_hardware
@@ -205,6 +205,17 @@ def sweep_document(result: SweepResult, rows: list[dict[str, object]] | None = N
         },
     }
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
+def sweep_plans_document(result: SweepResult) -> str:
+    """The sweep's plans as a `plan --json` document, each numbered by its point (1 = the first
+    point; infeasible points have no plan), so `evaluate FILE --rank N` reads point N's plan."""
+    plans = [
+        pt.plan.model_copy(update={"rank": number})
+        for number, pt in enumerate(result.points, start=1)
+        if pt.plan is not None
+    ]
+    return plans_document(plans, "SWEEP")
 
 
 def cache_line(result: SweepResult) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from planner.costmodel.prediction import Prediction
+from planner.costmodel.prediction import BandFigure, Prediction
 
 FIGURE_LABELS = {
     "tokens_per_s_per_card": "tokens/s per card",
@@ -19,6 +19,24 @@ FIGURE_LABELS = {
 }
 
 
+def band_rows(prediction: Prediction) -> list[tuple[str, str, BandFigure, str]]:
+    """(block, figure label, band, spread text) of every banded figure that means something."""
+    u = prediction.uncertainty
+    if u is None:
+        return []
+    # a colocated instance's throughput, TPOT and TTFT are the colocated block's: the decode and
+    # prefill blocks are its steps and forwards alone (their own tokens/s, TPOT, TTFT mean nothing)
+    alone = {"decode": ("step_ms",), "prefill": ("forward_ms",)} if prediction.colocated is not None else {}
+    rows = []
+    for block, figures in u.bands.items():
+        for name, b in figures.items():
+            if block in alone and name not in alone[block]:
+                continue
+            spread = f"-{max(0.0, 1 - b.low / b.mid):.1%} / +{max(0.0, b.high / b.mid - 1):.1%}" if b.mid else "-"
+            rows.append((block, FIGURE_LABELS.get(name, name), b, spread))
+    return rows
+
+
 def uncertainty_table(prediction: Prediction) -> Table | None:
     """Low / mid / high of every banded figure (None when the prediction carries no band)."""
     u = prediction.uncertainty
@@ -27,13 +45,6 @@ def uncertainty_table(prediction: Prediction) -> Table | None:
     table = Table(title="Uncertainty: figures at the ends of the factor ranges", caption=u.method)
     for col in ("block", "figure", "low", "mid", "high", "spread"):
         table.add_column(col, justify="left" if col in ("block", "figure") else "right")
-    # a colocated instance's throughput, TPOT and TTFT are the colocated block's: the decode and
-    # prefill blocks are its steps and forwards alone (their own tokens/s, TPOT, TTFT mean nothing)
-    alone = {"decode": ("step_ms",), "prefill": ("forward_ms",)} if prediction.colocated is not None else {}
-    for block, figures in u.bands.items():
-        for name, b in figures.items():
-            if block in alone and name not in alone[block]:
-                continue
-            spread = f"-{max(0.0, 1 - b.low / b.mid):.1%} / +{max(0.0, b.high / b.mid - 1):.1%}" if b.mid else "-"
-            table.add_row(block, FIGURE_LABELS.get(name, name), f"{b.low:.4g}", f"{b.mid:.4g}", f"{b.high:.4g}", spread)
+    for block, label, b, spread in band_rows(prediction):
+        table.add_row(block, label, f"{b.low:.4g}", f"{b.mid:.4g}", f"{b.high:.4g}", spread)
     return table

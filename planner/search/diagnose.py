@@ -1,4 +1,9 @@
-"""Why nothing is feasible: the constraint that binds, and the nearest feasible point."""
+"""Why nothing is feasible: the constraint that binds, and the nearest feasible point.
+
+The nearest point is found by asking the search again with one flag changed (planner.search.
+nearest, with the search's own feasibility check passed in as `feasible`); the smallest budget
+that works by costing instance sizes in increasing order (`smallest_deployment_devices`).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,10 @@ import math
 from dataclasses import replace
 
 from planner.candidates.phase_candidates import lowest_latency_us
-from planner.candidates.space import instance_sizes, min_devices_for_weights
+from planner.candidates.space import DENSE_NODE_COUNTS, SpaceLimits, instance_sizes, min_devices_for_weights
 from planner.costmodel.context import CostContext
+from planner.search.candidate_spaces import PhaseSpace, build_phase_space, colocated_space, weights_bytes
+from planner.search.contexts import PhaseContexts
 from planner.search.nearest import (
     Feasible,
     Nearest,
@@ -18,8 +25,8 @@ from planner.search.nearest import (
     thousandths,
     with_slo,
 )
-from planner.search.phase_space import PhaseSpace, weights_bytes
 from planner.search.request import ITL_TPOT_MULTIPLE, MAX_CARDS, PlanRequest
+from planner.search.table_cache import TableCache
 
 
 def _lowest(ctx: CostContext, space: PhaseSpace) -> tuple[int | None, int | None]:
@@ -249,4 +256,119 @@ def _context_binds(ctx: CostContext, phase: str, devices: int) -> str | None:
         f"{max(free, 0.0) / gib:.1f} GiB left after weights and reserves (about {fit:,} tokens). Shorten the "
         "context, use a scheme with a smaller KV format (fp8-c8 or hif8 where the chip lists FP8/HiF8), or "
         "a machine with more HBM per device."
+    )
+
+
+def smallest_deployment_devices(ctx: CostContext, request: PlanRequest, cache: TableCache | None = None) -> int | None:
+    """Fewest devices of any deployment that fits HBM and meets the SLOs, whatever the budget
+    (None if no instance size up to the largest one the machine allows works). Sizes are costed
+    in increasing order, as in the search, until no larger one can give fewer devices."""
+    experts, other = weights_bytes(ctx)
+    min_dev = min_devices_for_weights(ctx.model, ctx.hw, experts, other, ctx.hbm_utilization)
+    hw = ctx.hw
+    largest = hw.max_devices if hw.max_devices is not None else DENSE_NODE_COUNTS * hw.devices_per_node
+    want_decode = request.phase in ("both", "decode")
+    want_prefill = request.phase in ("both", "prefill")
+    coloc_ok = want_decode and want_prefill and request.colocated
+    limits = SpaceLimits(
+        max_devices=largest, max_redundant_experts=request.max_redundant_experts, engine=request.engine
+    )
+    sizes = set(instance_sizes(hw, largest, min_dev))
+    for pinned in (request.decode_devices, request.prefill_devices):
+        if pinned is not None:
+            sizes.add(pinned)
+    best: int | None = None
+    smallest: dict[str, int] = {}
+    for n in sorted(sizes):
+        if best is not None and n >= best:
+            break
+        spaces = {}
+        for phase, want, pinned in (
+            ("decode", want_decode, request.decode_devices),
+            ("prefill", want_prefill, request.prefill_devices),
+        ):
+            if want and (pinned is None or pinned == n):
+                spaces[phase] = build_phase_space(ctx, phase, [n], request, limits, keep=1, cache=cache)
+                if spaces[phase].candidates and phase not in smallest:
+                    smallest[phase] = n
+        if coloc_ok and len(spaces) == 2 and colocated_space(ctx, request, spaces["decode"], spaces["prefill"], 1):
+            best = n if best is None else min(best, n)
+        wanted = [p for p, w in (("decode", want_decode), ("prefill", want_prefill)) if w]
+        if all(p in smallest for p in wanted):
+            total = sum(smallest[p] for p in wanted)
+            best = total if best is None else min(best, total)
+    return best
+
+
+def budget_message(ctx: CostContext, request: PlanRequest, budget_devices: int, cache: TableCache | None) -> str:
+    """Why the budget is too small, naming the smallest budget that works (found by costing)."""
+    hw = ctx.hw
+    smallest = smallest_deployment_devices(ctx, request, cache)
+    where = f"{ctx.model.name} on {hw.name}"
+    if smallest is None:
+        return (
+            f"card budget: no deployment of {where} fits HBM and meets the SLOs at any instance size up to "
+            f"{DENSE_NODE_COUNTS} nodes; relax --tpot-ms/--ttft-ms or use a smaller quantization."
+        )
+    cards = math.ceil(smallest / hw.devices_per_card - 1e-9)
+    return (
+        f"card budget: the smallest deployment of {where} that fits HBM and meets the SLOs needs "
+        f"{smallest} devices ({cards} cards); --max-cards {request.max_cards:g} allows {budget_devices} "
+        f"devices. Raise --max-cards to at least {cards}."
+    )
+
+
+def why_infeasible(
+    contexts: PhaseContexts,
+    request: PlanRequest,
+    dspace: PhaseSpace | None,
+    pspace: PhaseSpace | None,
+    budget_devices: int,
+    cache: TableCache | None,
+    feasible: Feasible,
+) -> str:
+    """`diagnose_infeasible` (which re-checks the request with one flag changed through
+    `feasible`, with the tables of `cache`), with the card-budget case naming the smallest budget
+    that works; for phases on two machines, what binds on which."""
+    if contexts.mixed:
+        return _mixed_message(contexts, request, dspace, pspace)
+    ctx = contexts.decode
+    reason = diagnose_infeasible(ctx, request, dspace, pspace, budget_devices, feasible)
+    if reason.startswith("card budget") and request.rate_per_s is None:
+        return budget_message(ctx, request, budget_devices, cache)
+    return reason
+
+
+def _mixed_message(
+    contexts: PhaseContexts, request: PlanRequest, dspace: PhaseSpace | None, pspace: PhaseSpace | None
+) -> str:
+    """Why no deployment of decode on one machine and prefill on another works."""
+    for space, ctx, label, slo in (
+        (dspace, contexts.decode, "decode", f"TPOT <= {request.slo.tpot_ms} ms"),
+        (pspace, contexts.prefill, "prefill", f"TTFT <= {request.slo.ttft_ms} ms"),
+    ):
+        if space is not None and not space.candidates:
+            return (
+                f"{label} on {ctx.hw.name}: no instance of up to {max(space.sizes, default=0)} devices fits HBM "
+                f"and meets {slo}; raise --max-{label}-cards, relax the SLO, or choose another --{label}-hardware."
+            )
+    if request.max_cost is not None:
+        limit = f"--max-cost {request.max_cost:g}"
+    elif request.max_decode_cards is not None or request.max_prefill_cards is not None:
+        parts = [
+            f"{flag} {v:g}"
+            for flag, v in (
+                ("--max-decode-cards", request.max_decode_cards),
+                ("--max-prefill-cards", request.max_prefill_cards),
+            )
+            if v is not None
+        ]
+        limit = " and ".join(parts)
+    else:
+        limit = f"{request.max_cards:g} cards"
+    want = f" at {request.rate_per_s:g} requests/s" if request.rate_per_s is not None else ""
+    return (
+        f"budget: no deployment of decode on {contexts.decode.hw.name} and prefill on {contexts.prefill.hw.name} "
+        f"fits {limit}{want}; raise the budget (--max-cards, --max-decode-cards, --max-prefill-cards or "
+        "--max-cost) or lower --rate."
     )

@@ -1,9 +1,10 @@
 """Exhaustive enumerators: the oracles the CP-SAT model is checked against on small spaces.
 
-`best_deployment_ratio` tries every decode/prefill candidate pair and every instance count within
-the budget; `best_phase_ratio` tries every module-layout combination, MTP depth or micro-batch
-count, and concurrency or batch of one instance size with plain loops over the integer tables.
-Neither uses numpy broadcasting or the solver, so they check both.
+`best_deployment` tries every structure, choice of candidates and instance count within the
+budget's caps (one machine or two, any weights); `best_phase_ratio` tries every module-layout
+combination, MTP depth or micro-batch count, and concurrency or batch of one instance size with
+plain loops over the integer tables. Neither uses numpy broadcasting, the count solver or the
+CP-SAT model, so they check all three.
 """
 
 from __future__ import annotations
@@ -11,34 +12,42 @@ from __future__ import annotations
 import itertools
 from fractions import Fraction
 
-from planner.candidates.phase_candidates import EMITTED_SCALE, OVERLAP_SCALE
+from planner.candidates.phase_candidates import EMITTED_SCALE, prefill_forward_us, prefill_ttft_us
 from planner.candidates.tables import MODULES, IntTables, PhaseTables
+from planner.search.budget import Budget
+from planner.search.deployment import Objective, Offer, Role, Structure
 
 
-def best_deployment_ratio(
-    decode_rates: list[int],
-    decode_devices: list[int],
-    prefill_rates: list[int],
-    prefill_devices: list[int],
-    budget: int,
-) -> Fraction:
-    """Highest served rate per device over every choice and count (0 if nothing fits)."""
-    best = Fraction(0)
-    d_opts: list[tuple[int | None, int]] = list(zip(decode_rates, decode_devices, strict=True)) or [(None, 0)]
-    p_opts: list[tuple[int | None, int]] = list(zip(prefill_rates, prefill_devices, strict=True)) or [(None, 0)]
-    for (dr, dd), (pr, pd) in itertools.product(d_opts, p_opts):
-        for n in range(1 if dr is not None else 0, (budget // dd if dd else 0) + 1):
-            for m in range(1 if pr is not None else 0, (budget // pd if pd else 0) + 1):
-                devices = n * dd + m * pd
-                if devices == 0 or devices > budget:
+def best_deployment(
+    structures: list[Structure],
+    offers: dict[Role, list[Offer]],
+    budget: Budget,
+    objective: Objective,
+) -> Fraction | None:
+    """The best value over every structure, choice of candidates and instance counts within the
+    budget's caps: the most requests/s per weight, or with a target rate the least weight that
+    serves it (as a Fraction; None if nothing fits)."""
+    best: Fraction | None = None
+    for s in structures:
+        lists = [offers.get(r, []) for r in s.roles]
+        for choice in itertools.product(*lists):
+            ranges = [range(1, max(0, budget.most_instances(o)) + 1) for o in choice]
+            for counts in itertools.product(*ranges):
+                if any(
+                    sum(n * o.uses[k] for n, o in zip(counts, choice, strict=True)) > limit
+                    for k, limit in enumerate(budget.limits)
+                ):
                     continue
-                caps = []
-                if dr is not None:
-                    caps.append(n * dr)
-                if pr is not None:
-                    caps.append(m * pr)
-                ratio = Fraction(min(caps), devices)
-                best = max(best, ratio)
+                rate = min(n * o.rate_milli for n, o in zip(counts, choice, strict=True))
+                weight = sum(n * o.weight for n, o in zip(counts, choice, strict=True))
+                if rate <= 0 or weight <= 0:
+                    continue
+                if objective.kind == "target":
+                    assert objective.target_rate_milli is not None
+                    if rate >= objective.target_rate_milli and (best is None or weight < best):
+                        best = Fraction(weight)
+                elif best is None or Fraction(rate, weight) > best:
+                    best = Fraction(rate, weight)
     return best
 
 
@@ -69,13 +78,9 @@ def best_phase_ratio(
                     c = sum(int(ints.time_us[mod][o, 0, xi]) for mod, o in zip(MODULES, combo, strict=True))
                     mm = sum(int(ints.comm_us[mod][o, 0, xi]) for mod, o in zip(MODULES, combo, strict=True))
                     f = sum(int(ints.fixed_us[mod][o, 0, 0]) for mod, o in zip(MODULES, combo, strict=True))
-                    hidden = 0
-                    if k > 1:
-                        factor = int(overlap_efficiency * (1.0 - 1.0 / (k * layers)) * OVERLAP_SCALE)
-                        hidden = factor * min(c, mm) // OVERLAP_SCALE
-                    forward = c + mm + k * f - hidden
+                    forward = int(prefill_forward_us(c, mm, f, k, layers, overlap_efficiency))
                     kv = int(ints.const_us.reshape(-1)[0])
-                    if slo_us is not None and -(-(3 * forward + 2 * kv) // 2) > slo_us:
+                    if slo_us is not None and prefill_ttft_us(forward, kv) > slo_us:
                         continue
                     best = max(best, Fraction(x, forward))
     return best

@@ -55,7 +55,7 @@ class PlanRequest:
     hbm_utilization: float = DEFAULT_HBM_UTILIZATION  # fraction of each device's HBM a plan may fill
     # the ITL limit is --max-itl-ms's default, 3x the TPOT SLO: a new --tpot-ms moves it too
     itl_from_tpot: bool = False
-    # prefill on one machine, decode on another (planner.search.mixed_search); None: `hardware`
+    # prefill on one machine, decode on another (planner.search.contexts); None: `hardware`
     prefill_hardware: str | None = None
     decode_hardware: str | None = None
     kv_transfer_bytes_per_s: float | None = None  # prefill->decode KV link per device (None: the YAMLs')

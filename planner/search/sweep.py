@@ -26,8 +26,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from planner.errors import BadInputError, InfeasibleError
-from planner.search.plan_search import TableCache, make_context, run_search
+from planner.search.contexts import phase_contexts
+from planner.search.plan_search import TableCache, run_search
 from planner.search.request import PlanRequest
+from planner.search.table_cache import imbalance_identity
 from planner.specs.plan import Plan
 
 # flag -> value type; the order is the order of the table's columns
@@ -221,7 +223,7 @@ def table_group(request: PlanRequest) -> tuple:
         request.quantization,
         request.workload,
         imbalance,
-        id(request.imbalance),
+        None if request.imbalance is None else imbalance_identity(request.imbalance),
         request.mtp_tokens,
         request.max_redundant_experts,
         request.decode_devices,
@@ -318,7 +320,7 @@ def run_sweep(
     global _FORKED
     start = time.perf_counter()
     for _, request in points:
-        make_context(request)
+        phase_contexts(request)
     cache = cache if cache is not None else SharedTableCache()
     results: list[SweepPoint | None] = [None] * len(points)
     first, rest = warm_first(points) if jobs > 1 else (list(range(len(points))), [])

@@ -3,7 +3,8 @@
 In a wheel the catalogs sit in `planner/_catalog/` (hatchling force-include); in a source
 checkout or an editable install they are the repository's top-level folders. Anywhere a catalog
 name is accepted, a path to the user's own file is accepted too: hardware YAML; model YAML in
-moeplan's form or a HuggingFace config.json; plan YAML or JSON.
+moeplan's form or a HuggingFace config.json; plan YAML or JSON, or an HTML report moeplan wrote
+(its embedded `plan --json` document).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from planner.errors import BadInputError
-from planner.specs.files import load_mapping, validate_model
+from planner.specs.files import HTML_SUFFIXES, load_mapping, validate_model
 from planner.specs.hardware import HardwareSpec
 from planner.specs.hf_config import from_hf_config, looks_like_hf_config
 from planner.specs.model import ModelSpec
@@ -22,6 +23,7 @@ from planner.specs.plan import Plan, migrate_plan_document
 
 CatalogKind = Literal["hardware", "models", "plans", "validation"]
 _SUFFIXES = (".yaml", ".yml", ".json")
+_PLAN_SUFFIXES = _SUFFIXES + HTML_SUFFIXES  # a plan may also come from an HTML report (--html)
 
 
 def catalog_dir(kind: CatalogKind) -> Path:
@@ -46,7 +48,7 @@ def plan_files(folder: Path) -> list[Path]:
     """The plan files of a folder (not the schema, the published rows or anything else), sorted."""
     out = []
     for p in sorted(folder.iterdir()):
-        if p.suffix not in _SUFFIXES or p.stem.startswith("_") or not p.is_file():
+        if p.suffix.lower() not in _PLAN_SUFFIXES or p.stem.startswith("_") or not p.is_file():
             continue
         try:
             data, _ = load_mapping(p, "plan")
@@ -77,7 +79,8 @@ def _resolve(kind: CatalogKind, name_or_path: str, what: str) -> Path:
     if kind == "plans" and path.is_dir():
         found = ", ".join(p.name for p in plan_files(path)) or "none"
         raise BadInputError(f"plan '{name_or_path}' is a folder; give one of its plan files: {found}.")
-    looks_like_path = path.suffix in _SUFFIXES or "/" in name_or_path or "\\" in name_or_path
+    suffixes = _PLAN_SUFFIXES if kind == "plans" else _SUFFIXES
+    looks_like_path = path.suffix.lower() in suffixes or "/" in name_or_path or "\\" in name_or_path
     if looks_like_path:
         if not path.exists():
             raise BadInputError(f"{what} file '{name_or_path}' does not exist.")
@@ -163,6 +166,11 @@ def load_plan(path_or_name: str, rank: int | None = None) -> tuple[Plan, str]:
             )
         ranks = [p.get("rank") if isinstance(p, dict) else None for p in plans]
         index = ranks.index(want) if want in ranks else want - 1
+        numbered = all(isinstance(r, int) for r in ranks)
+        if numbered and want not in ranks and ranks != list(range(1, len(plans) + 1)):
+            # a sweep's report numbers its plans by point, and infeasible points have none
+            held = ", ".join(str(r) for r in ranks)
+            raise BadInputError(f"--rank {want}: plan '{path}' holds plans numbered {held}; pick one of them.")
         if not 0 <= index < len(plans):
             raise BadInputError(f"--rank {want}: plan '{path}' holds ranks 1 to {len(plans)}; pick one of them.")
         data, source, text_for_lines = plans[index], f"{path} (rank {want})", None

@@ -1,12 +1,14 @@
 """Reading YAML/JSON files and turning pydantic errors into messages that name file, line and field.
 
 Every user file goes through `load_mapping` (syntax errors carry the line) and `validate_model`
-(schema errors carry the field path and, where the file has one, its line).
+(schema errors carry the field path and, where the file has one, its line). An HTML report that
+moeplan wrote (`--html`) is read for the JSON document it embeds (`embedded_json`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,6 +20,13 @@ from planner.errors import BadInputError
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 MAX_INPUT_FILE_BYTES = 50 * 1024 * 1024
+HTML_SUFFIXES = (".html", ".htm")
+# the element an HTML report carries its `plan --json` document in (planner.report.html writes it)
+EMBEDDED_PLANS_ID = "moeplan-plans"
+_EMBEDDED = re.compile(
+    r"<script\b[^>]*\bid=[\"']?" + EMBEDDED_PLANS_ID + r"[\"']?[^>]*>(.*?)</script\s*>",
+    re.IGNORECASE | re.DOTALL,
+)
 
 
 def read_text(path: Path, what: str) -> str:
@@ -57,10 +66,32 @@ def load_yaml(text: str) -> Any:
     return yaml.safe_load(text)
 
 
+def is_html(source: str) -> bool:
+    """True for a file name an HTML report would have (.html, .htm)."""
+    return source.lower().endswith(HTML_SUFFIXES)
+
+
+def embedded_json(text: str, source: str, what: str) -> str:
+    """The JSON text an HTML report embeds in `<script type="application/json" id="moeplan-plans">`.
+
+    The report escapes `<`, `>` and `&` inside the JSON (as \\u003c ...), so the element's text is
+    the JSON itself: no HTML entity to decode.
+    """
+    found = _EMBEDDED.search(text)
+    if found is None:
+        raise BadInputError(
+            f"{what} file '{source}' is an HTML page without moeplan's plans (no <script id=\"{EMBEDDED_PLANS_ID}\"> "
+            "element); give a report written by `moeplan plan --html`, or a plan file."
+        )
+    return found.group(1)
+
+
 def parse_mapping(text: str, source: str, what: str) -> dict[str, Any]:
-    """Parse YAML or JSON text into a mapping; syntax errors name the line."""
+    """Parse YAML or JSON text into a mapping (an HTML report: its embedded JSON); syntax errors name the line."""
+    if is_html(source):
+        text = embedded_json(text, source, what)
     try:
-        data = json.loads(text) if source.endswith(".json") else load_yaml(text)
+        data = json.loads(text) if source.endswith(".json") or is_html(source) else load_yaml(text)
     except json.JSONDecodeError as exc:
         raise BadInputError(
             f"{what} file '{source}' is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}."

@@ -7,21 +7,21 @@ import subprocess
 import sys
 import time
 
-from planner.search import deployment_model
+from planner.search import cpsat_model
 from tests.conftest import run_cli, wait_until_it_catches_sigterm
 
 
 def test_interrupt_during_the_solve_prints_the_best_so_far(tmp_path, monkeypatch):
     calls = {"n": 0}
-    real_run = deployment_model.DeploymentModel._run
+    real_run = cpsat_model.DeploymentModel._run
 
     def flaky_run(self, deadline):
         calls["n"] += 1
-        if calls["n"] == 2:  # the Dinkelbach round done (from the heuristic start): a deployment is known
+        if calls["n"] == 2:  # the Dinkelbach round done (from the enumerator's start): a deployment is known
             raise KeyboardInterrupt
         return real_run(self, deadline)
 
-    monkeypatch.setattr(deployment_model.DeploymentModel, "_run", flaky_run)
+    monkeypatch.setattr(cpsat_model.DeploymentModel, "_run", flaky_run)
     out = tmp_path / "plans.json"
     r = run_cli("plan", "--json", str(out))
     assert r.exit_code == 130

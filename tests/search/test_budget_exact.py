@@ -25,19 +25,14 @@ from planner.candidates.colocated_candidates import (
 )
 from planner.candidates.space import DENSE_NODE_COUNTS, SpaceLimits, instance_sizes, min_devices_for_weights
 from planner.errors import InfeasibleError
-from planner.search.oracle import best_deployment_ratio
-from planner.search.plan_search import (
-    TableCache,
-    _decode_rate_milli,
-    _prefill_rate_milli,
-    _weights_bytes,
-    build_phase_space,
-    make_context,
-    run_search,
-)
+from planner.search.candidate_spaces import build_phase_space, weights_bytes
+from planner.search.contexts import make_context
+from planner.search.deployment import decode_rate_milli, prefill_rate_milli
+from planner.search.plan_search import TableCache, run_search
 from planner.search.request import PlanRequest
 from planner.search.settings import SolverSettings
 from planner.specs.plan import Workload
+from tests.search.deployment_cases import best_pair_ratio
 
 CACHE = TableCache()
 WORKLOAD = Workload(input_tokens=1024, output_tokens=512, mtp_acceptance=0.7)
@@ -75,7 +70,7 @@ def _oracle_candidates(hardware: str, mode: str, largest_devices: int) -> tuple:
         return _ORACLES[key]
     request = _request(hardware, mode, 1)
     ctx = make_context(request)
-    min_dev = min_devices_for_weights(ctx.model, ctx.hw, *_weights_bytes(ctx))
+    min_dev = min_devices_for_weights(ctx.model, ctx.hw, *weights_bytes(ctx))
     sizes = instance_sizes(ctx.hw, largest_devices, min_dev)
     limits = SpaceLimits(max_devices=largest_devices)
     dspace = pspace = None
@@ -84,8 +79,8 @@ def _oracle_candidates(hardware: str, mode: str, largest_devices: int) -> tuple:
     if request.phase in ("both", "prefill"):
         pspace = build_phase_space(ctx, "prefill", sizes, request, limits, keep=1, cache=CACHE)
     out = ctx.workload.output_tokens
-    d = [(_decode_rate_milli(c, out), c.devices) for c in dspace.candidates] if dspace else []
-    p = [(_prefill_rate_milli(c), c.devices) for c in pspace.candidates] if pspace else []
+    d = [(decode_rate_milli(c, out), c.devices) for c in dspace.candidates] if dspace else []
+    p = [(prefill_rate_milli(c), c.devices) for c in pspace.candidates] if pspace else []
     coloc = []
     if dspace and pspace and request.colocated:
         tpot, ttft = int(request.slo.tpot_ms * 1000), int(request.slo.ttft_ms * 1000)
@@ -102,11 +97,18 @@ def _oracle_best(cands: tuple, budget: int) -> Fraction:
     p = [c for c in p if c[1] <= budget]
     best = Fraction(0)
     if (d or p) and (d or not cands[0]) and (p or not cands[1]):
-        best = best_deployment_ratio([r for r, _ in d], [n for _, n in d], [r for r, _ in p], [n for _, n in p], budget)
+        best = _one_or_both(d, p, budget)
     for rate, n in coloc:
         if n <= budget:
             best = max(best, Fraction(rate, n))
     return best
+
+
+def _one_or_both(d: list, p: list, budget: int) -> Fraction:
+    """The best ratio of decode and prefill candidates together, or of the one phase searched."""
+    if d and p:
+        return best_pair_ratio(d, p, budget)
+    return max((Fraction(r, n) for r, n in d or p if n <= budget), default=Fraction(0))
 
 
 def _searched_best(hardware: str, mode: str, cards: int) -> Fraction:

@@ -1,5 +1,5 @@
 """Colocated candidates below the best deployment without them are not costed when they cannot
-change the answer (planner.search.plan_search `_colocated`, `floor_per_device`): sweeps and
+change the answer (planner.search.candidate_spaces `colocated_space`, `floor_per_device`): sweeps and
 what-ifs (no alternatives table) and the MTP alternative. The answers must be those of costing
 every colocated candidate."""
 
@@ -10,7 +10,7 @@ from fractions import Fraction
 
 import pytest
 
-from planner.search import plan_search
+from planner.search import alternatives, plan_search
 from planner.search.plan_search import TableCache, run_search
 from planner.search.request import PlanRequest
 from planner.specs.plan import SLO
@@ -33,12 +33,13 @@ def _signature(outcome):
 def test_the_floor_changes_no_answer(request_, monkeypatch):
     with_floor = run_search(request_, cache=CACHE)
     without_alternatives = run_search(replace(request_, alternatives=False), cache=CACHE)
-    costed = plan_search._colocated
+    costed = plan_search.colocated_space
 
     def every_candidate(*args, **kwargs):
         return costed(*args, **{**kwargs, "floor_per_device": Fraction(0)})
 
-    monkeypatch.setattr(plan_search, "_colocated", every_candidate)
+    monkeypatch.setattr(plan_search, "colocated_space", every_candidate)
+    monkeypatch.setattr(alternatives, "colocated_space", every_candidate)
     reference = run_search(request_, cache=CACHE)
     assert _signature(with_floor) == _signature(reference)
     assert [p.model_dump() for p in without_alternatives.plans] == [p.model_dump() for p in reference.plans]

@@ -15,7 +15,9 @@ from planner.candidates.phase_candidates import (
 )
 from planner.candidates.space import DENSE_NODE_COUNTS, SpaceLimits
 from planner.candidates.tables import MODULES
-from planner.search.plan_search import TableCache, build_phase_space, make_context
+from planner.search.candidate_spaces import build_phase_space
+from planner.search.contexts import make_context
+from planner.search.plan_search import TableCache
 from planner.search.request import PlanRequest
 
 CACHE = TableCache()

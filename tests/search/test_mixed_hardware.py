@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
 
-from planner.search.mixed_search import choose_deployments
 from planner.search.plan_search import run_search
 from planner.search.request import PlanRequest
 from tests.conftest import REPO, run_cli
@@ -110,23 +107,20 @@ def test_cost_budget_needs_prices_and_holds_with_them(tmp_path):
         assert any("cost" in n for n in p.predicted["notes"])
 
 
-def test_choose_deployments_matches_brute_force():
-    rng = np.random.default_rng(7)
-    for _ in range(20):
-        nd, np_ = 3, 3
-        d_rate, p_rate = rng.uniform(0.5, 5, nd), rng.uniform(0.5, 5, np_)
-        d_cost, p_cost = rng.integers(1, 6, nd).astype(float), rng.integers(1, 6, np_).astype(float)
-        d_max, p_max = rng.integers(1, 9, nd).astype(float), rng.integers(1, 9, np_).astype(float)
-        cap = float(rng.integers(5, 40))
-        got = choose_deployments(d_rate, p_rate, d_cost, p_cost, d_max, p_max, cap, None)
-        best = 0.0
-        for i, j in itertools.product(range(nd), range(np_)):
-            for n in range(1, int(d_max[i]) + 1):
-                for m in range(1, int(p_max[j]) + 1):
-                    cost = n * d_cost[i] + m * p_cost[j]
-                    if cost <= cap:
-                        best = max(best, min(n * d_rate[i], m * p_rate[j]) / cost)
-        assert (got[0][0] if got else 0.0) == pytest.approx(best, rel=1e-12)
+def test_a_target_rate_across_machines_buys_one_prefill_instance():
+    """--rate 2 with decode on cm384 (a 288-die instance) and prefill on a2: one decode and one
+    prefill instance serve it. The mixed search had its own count rule, which matched prefill to
+    the decode instance's capacity and bought five 24-die prefill instances (264 cards, 160 do);
+    it now asks the one count solver the single-machine search asks."""
+    o = run_search(
+        PlanRequest(
+            prefill_hardware="a2", decode_hardware="cm384", max_cards=384, rate_per_s=2.0, decode_devices=288, top=1
+        )
+    )
+    plan = o.plans[0]
+    assert plan.prefill.instances == 1 and plan.decode.instances == 1
+    assert plan.predicted["system"]["requests_per_s"] >= 2.0
+    assert o.optimal
 
 
 def test_whatif_swaps_one_phase_machine():

@@ -21,7 +21,9 @@ from planner.candidates.space import SpaceLimits
 from planner.cli.plan_cmd import build_request
 from planner.errors import InfeasibleError
 from planner.report.plan_report import infeasible_document
-from planner.search.plan_search import TableCache, build_phase_space, make_context, run_search
+from planner.search.candidate_spaces import build_phase_space
+from planner.search.contexts import make_context
+from planner.search.plan_search import TableCache, run_search
 from planner.search.request import PlanRequest
 
 CACHE = TableCache()

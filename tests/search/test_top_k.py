@@ -15,25 +15,21 @@ from hypothesis import strategies as st
 from planner.candidates.colocated_candidates import colocated_candidates
 from planner.candidates.phase_candidates import decode_candidates
 from planner.report.plan_report import headline
-from planner.search.oracle import best_deployment_ratio
-from planner.search.plan_search import (
-    TableCache,
-    _plan_signature,
-    _ranked,
-    deployment_plan,
-    make_context,
-    run_search,
-    score_and_validate,
-)
-from planner.search.ranking_enum import rank_deployments
+from planner.search.budget import request_budget
+from planner.search.contexts import phase_contexts
+from planner.search.deployment import COLOCATED, DISAGGREGATED, Objective
+from planner.search.enumerate_deployments import rank_deployments
+from planner.search.plan_files import deployment_plan, plan_signature, scored_plan
+from planner.search.plan_search import TableCache, question_of, run_search
 from planner.search.request import PlanRequest
 from planner.specs.plan import SLO, Workload
+from tests.search.deployment_cases import best_pair_ratio, offers, one_machine
 
 CACHE = TableCache()
 
 
 def _rows(outcome) -> list[str]:
-    return [_plan_signature(p) for p in outcome.plans]
+    return [plan_signature(p) for p in outcome.plans]
 
 
 @pytest.mark.parametrize("request_kw", [{}, {"colocated": False}, {"hardware": "cm384", "max_cards": 32}])
@@ -101,15 +97,18 @@ def test_other_structures_are_shown_with_their_price():
     budget=st.integers(2, 40),
 )
 def test_ranking_enumeration_matches_the_brute_force_oracle(decode, prefill, coloc, budget):
-    d_rates, d_dev = [r for r, _ in decode], [d for _, d in decode]
-    p_rates, p_dev = [r for r, _ in prefill], [d for _, d in prefill]
+    machine = one_machine(budget)
     ranked = rank_deployments(
-        d_dev, d_rates, p_dev, p_rates, [d for _, d in coloc], [r for r, _ in coloc], budget, k=50
+        [DISAGGREGATED, COLOCATED],
+        {"decode": offers(decode, machine), "prefill": offers(prefill, machine), "colocated": offers(coloc, machine)},
+        machine,
+        Objective(),
+        k=50,
     )
     # every pair's best and every colocated candidate, by brute force
     expected = []
     for i, j in itertools.product(range(len(decode)), range(len(prefill))):
-        best = best_deployment_ratio([d_rates[i]], [d_dev[i]], [p_rates[j]], [p_dev[j]], budget)
+        best = best_pair_ratio([decode[i]], [prefill[j]], budget)
         if best > 0:
             expected.append(best)
     expected += [Fraction(r, d) for r, d in coloc if d <= budget]
@@ -168,7 +167,8 @@ def test_the_other_ep_alternative_is_the_best_plan_with_another_ep(request_):
     ep = outcome.plans[0].decode_phase.moe.ep
     alt = next(a for a in outcome.alternatives if a.label == f"decode EP other than {ep}")
     assert alt.plan.decode_phase.moe.ep != ep
-    ctx = make_context(request_)
+    contexts = phase_contexts(request_)
+    ctx = contexts.decode
     slo = request_.slo
     tpot, ttft = int(slo.tpot_ms * 1000), int(slo.ttft_ms * 1000)
     itl = None if slo.max_itl_ms is None else int(slo.max_itl_ms * 1000)
@@ -184,8 +184,11 @@ def test_the_other_ep_alternative_is_the_best_plan_with_another_ep(request_):
         every_colocated += colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, 10**6, max_itl_us=itl)
     d = [c for c in every_decode if c.moe.moe.ep != ep]
     cc = [c for c in every_colocated if c.decode.moe.moe.ep != ep]
-    best = _ranked(request_, ctx, d, pspace.candidates, cc, 1)[0]
-    plan = score_and_validate(deployment_plan(request_, ctx, best, replace(dspace, candidates=d), pspace, 1, cc), ctx)
+    question = question_of(request_, contexts, request_budget(request_, contexts))
+    best = question.ranked(d, pspace.candidates, cc, 1)[0]
+    plan = scored_plan(
+        deployment_plan(request_, contexts, best, replace(dspace, candidates=d), pspace, 1, cc), contexts
+    )
     assert headline(alt.plan) == pytest.approx(headline(plan), rel=1e-9)
 
 

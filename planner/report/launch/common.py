@@ -115,14 +115,17 @@ def sections(view: PlanView) -> list[tuple[str, PhasePlan]]:
     return out
 
 
-def allocate(view: PlanView, hw: HardwareSpec) -> list[Slot]:
+def allocate(view: PlanView, hw: HardwareSpec, max_instances: int | None = MAX_INSTANCES_PER_ROLE) -> list[Slot]:
     """Place every instance on nodes: whole-node instances from a node boundary, smaller ones
-    packed into nodes (their sizes are powers of two dividing a node, so they tile it)."""
+    packed into nodes (their sizes are powers of two dividing a node, so they tile it).
+
+    `max_instances`: the most instances of a role the exports number ports for (None: no limit,
+    for the HTML report's drawing, which places instances the same way)."""
     node = hw.devices_per_node
     cursor = 0
     slots = []
     for role, phase in sections(view):
-        if phase.instances > MAX_INSTANCES_PER_ROLE:
+        if max_instances is not None and phase.instances > max_instances:
             raise BadInputError(
                 f"{role}.instances = {phase.instances}: the export numbers ports per instance and supports at most "
                 f"{MAX_INSTANCES_PER_ROLE} instances of a role; export a plan with fewer, larger instances."

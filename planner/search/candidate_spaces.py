@@ -1,0 +1,442 @@
+"""Which instance sizes and layouts are candidates, costed: a phase's space, and colocated instances.
+
+1. Instance sizes per phase (planner.candidates.space), the pinned one if the user gave it: from
+   the smallest that holds the weights to what the budget allows (less the smallest instance of
+   the other phase, which a disaggregated deployment also needs).
+2. For every size: the module layout options, their cost tables (float, then the integer tables
+   of `to_integer_tables`; from the table cache when it has them, planner.search.table_cache),
+   and the phase candidates: the best configurations of the size (planner.candidates.
+   phase_candidates), each at its best concurrency or batch.
+3. Colocated candidates for the sizes both phases were costed at (planner.candidates.
+   colocated_candidates), on one machine only.
+
+The candidates depend on the SLOs and the number kept per size, never on the card budget or the
+rate: what a deployment of them can reach is the next steps' question.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from planner.candidates.colocated_candidates import (
+    ColocatedCandidate,
+    colocated_candidates,
+    colocated_size_bound,
+    colocated_upper_bounds,
+)
+from planner.candidates.phase_candidates import (
+    EMITTED_SCALE,
+    PhaseCandidate,
+    decode_candidates,
+    decode_micro_batch_factor,
+    prefill_candidates,
+)
+from planner.candidates.space import SpaceLimits, instance_sizes, min_devices_for_weights, size_options
+from planner.candidates.tables import (
+    MAX_CONCURRENCY,
+    MAX_REQUESTS_PER_FORWARD,
+    IntTables,
+    PhaseTables,
+    decode_tables_by_micro_batches,
+    prefill_tables,
+    to_integer_tables,
+)
+from planner.costmodel.context import CostContext
+from planner.costmodel.memory import kv_tokens_in_use
+from planner.errors import BadInputError
+from planner.search.budget import Budget
+from planner.search.contexts import PhaseContexts
+from planner.search.request import PlanRequest
+from planner.search.table_cache import TableCache, cached_tables, table_key
+
+KEEP_PER_SIZE = 3
+Progress = Callable[[str, float], None]
+
+
+@dataclass
+class PhaseSpace:
+    """A phase's candidates over all its instance sizes, and what was evaluated."""
+
+    phase: str
+    sizes: list[int]
+    candidates: list[PhaseCandidate]
+    points_evaluated: int
+    tables: dict[int, tuple[PhaseTables, IntTables]] = field(default_factory=dict)
+
+
+def weights_bytes(ctx: CostContext) -> tuple[float, float]:
+    """(routed and shared expert weights, all other weights) of the model, bytes per instance."""
+    m, q = ctx.model, ctx.quant
+    experts = 0.0
+    if m.moe is not None:
+        layers = m.num_moe_layers + m.mtp_layers
+        experts = layers * (
+            m.moe.routed_experts * m.expert_params() * ctx.routed_expert_weight_bytes
+            + m.moe.shared_experts * m.shared_expert_params() * q.expert_weight_bytes
+        )
+    attn = m.attention_params_all() * q.linear_weight_bytes
+    dense = m.num_dense_layers * m.dense_ffn_params() * q.dense_weight_bytes
+    vocab = (1 if m.tie_word_embeddings else 2) * m.vocab_params() * q.vocab_weight_bytes
+    return experts, attn + dense + vocab
+
+
+def _grid(cap: int, every_upto: int, step: float) -> np.ndarray:
+    """Every integer up to `every_upto`, then geometric steps of `step` up to `cap`."""
+    vals = set(range(1, min(cap, every_upto) + 1))
+    v = float(every_upto)
+    while v < cap:
+        v *= 1.0 + step
+        vals.add(min(cap, int(round(v))))
+    return np.array(sorted(vals), dtype=np.int64)
+
+
+DENSE_GRID_CONCURRENCY = 256  # every concurrency up to here, then steps of CONCURRENCY_GRID_STEP
+CONCURRENCY_GRID_STEP = 0.02
+DENSE_GRID_REQUESTS = 64  # every batch (requests per forward) up to here, then REQUESTS_GRID_STEP
+REQUESTS_GRID_STEP = 0.05
+
+
+def concurrency_values(cap: int) -> np.ndarray:
+    """The search's concurrency grid up to `cap`."""
+    return _grid(cap, DENSE_GRID_CONCURRENCY, CONCURRENCY_GRID_STEP)
+
+
+def request_values(cap: int) -> np.ndarray:
+    """The search's requests-per-forward grid up to `cap`."""
+    return _grid(cap, DENSE_GRID_REQUESTS, REQUESTS_GRID_STEP)
+
+
+def _max_concurrency_guess(ctx: CostContext, devices: int) -> int:
+    """Upper bound on decode concurrency per device: HBM over one sequence's KV (no weights)."""
+    m = ctx.model
+    a = m.attention
+    tokens = float(kv_tokens_in_use(ctx, [1.0], 0)[0])
+    if m.is_plain():
+        elems = (
+            (a.kv_lora_rank + a.qk_rope_head_dim)
+            if a.kind == "mla"
+            else 2 * a.head_dim * max(1, a.num_kv_heads // max(1, min(devices, a.num_kv_heads)))
+        )
+        per_seq = tokens * elems * m.kv_layers() * ctx.quant.kv_bytes_per_element
+    else:
+        growing, fixed = m.kv_cache_bytes(tokens, ctx.quant.kv_bytes_per_element, min(devices, a.num_heads))
+        per_seq = growing + fixed
+    return int(max(1, min(MAX_CONCURRENCY, ctx.hw.hbm_bytes // max(per_seq, 1.0))))
+
+
+def _max_requests_guess(ctx: CostContext, devices: int) -> int:
+    """Upper bound on requests per forward: HBM over one prompt's KV and hidden states."""
+    m = ctx.model
+    if m.is_plain():
+        kv_per_token = m.kv_elements_per_token_per_layer() * m.kv_layers() * ctx.quant.kv_bytes_per_element
+    else:
+        # the cache of a prompt, per token (linear states and windows amortised over the prompt)
+        kv_per_token = m.kv_bytes_per_token(float(ctx.workload.input_tokens), ctx.quant.kv_bytes_per_element)
+    per_token = kv_per_token + m.hidden_size * 2 * 8
+    fit_tokens = ctx.hw.hbm_bytes * devices / per_token
+    return int(max(1, min(MAX_REQUESTS_PER_FORWARD, fit_tokens // ctx.workload.input_tokens)))
+
+
+def min_requests_per_forward(ctx: CostContext) -> int:
+    """Fewest requests per prefill forward whose tokens hold the TTFT-percentile prompt whole."""
+    w = ctx.workload
+    need = ctx.ttft_input_tokens * (1.0 - w.hit_rate)
+    return max(1, math.ceil(need / ctx.prefill_tokens_per_request - 1e-9))
+
+
+def _whole_slo_prompt(ctx: CostContext, xs: np.ndarray) -> np.ndarray:
+    """The requests-per-forward grid from the smallest batch that holds the TTFT-percentile prompt."""
+    lo = min_requests_per_forward(ctx)
+    if lo <= 1:
+        return xs
+    kept = xs[xs >= lo]
+    return kept if kept.size else np.array([lo], dtype=np.int64)
+
+
+def engine_decode_micro_batches(engine: str) -> tuple[int, ...]:
+    """Decode micro-batch counts the engine runs (planner.engines profile)."""
+    from planner.engines.profiles import decode_micro_batches, load_profile
+
+    return decode_micro_batches(load_profile(engine))
+
+
+def mtp_tokens_max(engine: str) -> int:
+    """Deepest MTP the engine runs (planner.engines profile)."""
+    from planner.engines.profiles import load_profile
+
+    return load_profile(engine).capabilities.mtp_tokens_max
+
+
+def build_phase_space(
+    ctx: CostContext,
+    phase: str,
+    sizes: list[int],
+    request: PlanRequest,
+    limits: SpaceLimits,
+    progress: Progress | None = None,
+    keep: int = KEEP_PER_SIZE,
+    cache: TableCache | None = None,
+) -> PhaseSpace:
+    """Tables and candidates of every instance size of one phase (tables from `cache` if given)."""
+    m = ctx.model
+    cands: list[PhaseCandidate] = []
+    tables_by_size: dict[int, tuple[PhaseTables, IntTables]] = {}
+    points = 0
+    slo = request.slo
+    fingerprint = table_key(ctx, request, limits)  # what the tables depend on
+    for i, n in enumerate(sizes):
+        if progress:
+            progress(f"costing {phase} instances of {n} devices", (i + 1) / max(1, len(sizes)))
+        opts = size_options(m, ctx.hw, n, phase, limits)  # type: ignore[arg-type]
+        key = (phase, n, fingerprint)
+        if phase == "decode":
+            ks = list(request.mtp_tokens) if request.mtp_tokens is not None else ([0, 1, 2] if m.mtp_layers else [0])
+            if limits.engine is not None:  # MTP depths the engine runs
+                ks = [k for k in ks if k <= mtp_tokens_max(limits.engine)] or [0]
+            xs = concurrency_values(_max_concurrency_guess(ctx, n))
+
+            slo_us = None if slo.tpot_ms is None else int(math.floor(slo.tpot_ms * 1000))
+            itl_us = None if slo.max_itl_ms is None else int(math.floor(slo.max_itl_ms * 1000))
+            factor = decode_micro_batch_factor(m.num_layers, ctx.hw.overlap.decode_micro_batch_efficiency.value)
+            found = []
+            by_micro_batches = []
+            mbs = request.decode_micro_batches
+            if limits.engine is not None:  # decode micro-batch counts the engine runs
+                mbs = tuple(mb for mb in mbs if mb in engine_decode_micro_batches(limits.engine)) or (1,)
+            joint: dict[int, tuple[PhaseTables, IntTables]] = {}
+            for mb in mbs:
+
+                def build_decode(opts=opts, ks=ks, xs=xs, mb=mb, joint=joint, mbs=mbs):
+                    if not joint:  # every micro-batch count in one pass (planner.candidates.tables)
+                        built = decode_tables_by_micro_batches(ctx, opts, ks, xs, mbs)
+                        for count, t in zip(mbs, built, strict=True):
+                            joint[count] = (t, to_integer_tables(t, ctx.hbm_capacity_bytes))
+                    return joint[mb]
+
+                mb_key = key if mb == 1 else (*key, "micro_batches", mb)
+                t, ints = cached_tables(cache, mb_key, build_decode)
+                by_micro_batches.append((t, ints))
+                memo_key = ("decode_candidates", slo_us, itl_us, keep, factor)
+                if memo_key not in t.memo:  # candidates depend on the SLOs and `keep`, never on the budget
+                    t.memo[memo_key] = decode_candidates(t, ints, slo_us, keep, itl_us, factor)  # type: ignore[arg-type]
+                found.extend(t.memo[memo_key])
+            # the best `keep` over the micro-batch counts (deterministic order among equals)
+            found = sorted(found, key=lambda c: (-c.score, c.key()))[:keep]
+            t, ints = by_micro_batches[0]
+            t.memo["decode_micro_batch_tables"] = (factor, by_micro_batches)  # for the MTP alternative
+        else:
+            xs = request_values(_max_requests_guess(ctx, n))
+            xs = _whole_slo_prompt(ctx, xs)
+
+            def build_prefill(opts=opts, xs=xs):
+                t = prefill_tables(ctx, opts, list(opts.prefill_micro_batches), xs)
+                return t, to_integer_tables(t, ctx.hbm_capacity_bytes)
+
+            t, ints = cached_tables(cache, key, build_prefill)  # type: ignore[arg-type]
+            slo_us = None if slo.ttft_ms is None else int(math.floor(slo.ttft_ms * 1000))
+            memo_key = ("prefill_candidates", slo_us, None, keep, 0)
+            if memo_key not in t.memo:
+                t.memo[memo_key] = prefill_candidates(
+                    t,
+                    ints,
+                    slo_us,
+                    keep,
+                    m.num_layers,
+                    ctx.hw.overlap.prefill_micro_batch_efficiency.value,  # type: ignore[arg-type]
+                )
+            found = t.memo[memo_key]
+        points += (
+            opts.count * len(t.k_values) * len(xs) * (len(request.decode_micro_batches) if phase == "decode" else 1)
+        )
+        tables_by_size[n] = (t, ints)  # type: ignore[assignment]
+        cands.extend(found)
+    return PhaseSpace(phase, sizes, cands, points, tables_by_size)
+
+
+def phase_sizes(ctx: CostContext, budget_devices: int, pinned: int | None, other_min: int, label: str) -> list[int]:
+    """A phase's instance sizes: the pinned one (checked against the budget and the machine), or
+    every size planner.candidates.space allows from the smallest that holds the weights to the
+    budget less `other_min` devices (the other phase's smallest instance)."""
+    experts, other = weights_bytes(ctx)
+    min_dev = min_devices_for_weights(ctx.model, ctx.hw, experts, other, ctx.hbm_utilization)
+    if pinned is not None:
+        if pinned < 1:
+            raise BadInputError(f"--{label}-devices must be >= 1.")
+        if pinned > budget_devices:
+            raise BadInputError(
+                f"--{label}-devices {pinned} exceeds the {budget_devices} devices --max-cards allows; "
+                "raise --max-cards or pin a smaller instance."
+            )
+        if ctx.hw.max_devices is not None and pinned > ctx.hw.max_devices:
+            raise BadInputError(
+                f"--{label}-devices {pinned} exceeds the {ctx.hw.max_devices} devices one {ctx.hw.name} "
+                "instance can span."
+            )
+        return [pinned]
+    return instance_sizes(ctx.hw, max(0, budget_devices - other_min), min_dev)
+
+
+def candidate_spaces(
+    contexts: PhaseContexts,
+    request: PlanRequest,
+    budget: Budget,
+    keep: int,
+    progress: Progress | None,
+    cache: TableCache | None,
+) -> tuple[PhaseSpace | None, PhaseSpace | None] | None:
+    """The decode and prefill spaces of the phases searched (None for a phase not searched), with
+    `keep` candidates per size; None when the budget cannot hold the weights of the instances the
+    request needs (one machine; with two, each phase's sizes are what its pool allows)."""
+    want_decode = request.phase in ("both", "decode")
+    want_prefill = request.phase in ("both", "prefill")
+    d_ctx, p_ctx = contexts.decode, contexts.prefill
+    other_min_d = other_min_p = 0
+    if not contexts.mixed:
+        experts, other = weights_bytes(d_ctx)
+        min_dev = min_devices_for_weights(d_ctx.model, d_ctx.hw, experts, other, d_ctx.hbm_utilization)
+        # a colocated instance serves both phases alone: every size up to the whole budget is one
+        coloc_ok = want_decode and want_prefill and request.colocated
+        need = min_dev if coloc_ok else min_dev * (int(want_decode) + int(want_prefill))
+        if need > budget.pool_devices[0]:
+            return None
+        other_min_d = min_dev if want_prefill and not coloc_ok else 0
+        other_min_p = min_dev if want_decode and not coloc_ok else 0
+    d_devices, p_devices = budget.pool_devices[budget.pool("decode")], budget.pool_devices[budget.pool("prefill")]
+    dspace = pspace = None
+    if want_decode:
+        sizes = phase_sizes(d_ctx, d_devices, request.decode_devices, other_min_d, "decode")
+        limits = SpaceLimits(
+            max_devices=d_devices, max_redundant_experts=request.max_redundant_experts, engine=request.engine
+        )
+        dspace = build_phase_space(d_ctx, "decode", sizes, request, limits, progress, keep, cache)
+    if want_prefill:
+        sizes = phase_sizes(p_ctx, p_devices, request.prefill_devices, other_min_p, "prefill")
+        limits = SpaceLimits(
+            max_devices=p_devices, max_redundant_experts=request.max_redundant_experts, engine=request.engine
+        )
+        pspace = build_phase_space(p_ctx, "prefill", sizes, request, limits, progress, keep, cache)
+    return dspace, pspace
+
+
+def colocated_space(
+    ctx: CostContext,
+    request: PlanRequest,
+    dspace: PhaseSpace,
+    pspace: PhaseSpace,
+    keep: int,
+    mtp: bool | None = None,
+    floor_per_device: Fraction = Fraction(0),
+    ep_not: int | None = None,
+) -> list[ColocatedCandidate]:
+    """Colocated candidates for the sizes both phases were costed at: per size the `keep` best
+    (exact, planner.candidates.colocated_candidates; `mtp` and `ep_not` filter as there). When the
+    objective is tokens/s per card, sizes are visited best bound per device first, and a size
+    whose bound per device cannot reach the `keep`-th best found is skipped: that is exact too,
+    and depends on no budget.
+    `floor_per_device` (requests/s in thousandths per device) is what a colocated instance must
+    reach to matter at all (the `top`-th best deployment without colocated ones): sizes and
+    combinations whose bound is below it are not costed, and those kept all reach it."""
+    slo = request.slo
+    tpot = None if slo.tpot_ms is None else int(math.floor(slo.tpot_ms * 1000))
+    ttft = None if slo.ttft_ms is None else int(math.floor(slo.ttft_ms * 1000))
+    itl = None if slo.max_itl_ms is None else int(math.floor(slo.max_itl_ms * 1000))
+    sizes = sorted(set(dspace.tables) & set(pspace.tables))
+    # a first bound per size, free: a colocated instance serves fewer requests/s than the size's
+    # best pure-decode instance (same layouts, HBM, SLO, ITL and engine rules, and it also prefills,
+    # whole forwards or chunks: planner.candidates.colocated_candidates)
+    out_tokens = ctx.workload.output_tokens
+    rough = {n: 0.0 for n in sizes}
+    # colocated instances decode with the micro-batch count of the size's first tables: when the
+    # kept candidates hold one with that count, the best of them is among those kept (they are
+    # the size's best), else every kept one is at least as good as it
+    same = {n: 0.0 for n in sizes}
+    for c in dspace.candidates:
+        if c.devices in rough:
+            rate = c.devices * c.num / c.den * 1e6 / EMITTED_SCALE / out_tokens
+            rough[c.devices] = max(rough[c.devices], rate)
+            if c.micro_batches == dspace.tables[c.devices][0].micro_batches:
+                same[c.devices] = max(same[c.devices], rate)
+    rough = {n: same[n] if same[n] > 0 else rough[n] for n in sizes}
+    per_device = request.rate_per_s is None  # with a target rate every size's best counts
+    if per_device:
+        # a second bound per size, a few thousandths of the combinations' bound: the same
+        # conditions with every figure at its least over the layouts (colocated_size_bound)
+        for n in sizes:
+            if rough[n] > 0:
+                (dt, di), (pt, pi) = dspace.tables[n], pspace.tables[n]
+                rough[n] = min(rough[n], colocated_size_bound(ctx, dt, di, pt, pi, tpot, ttft, itl, mtp))
+    order = sorted(sizes, key=lambda n: (-rough[n] / n, n)) if per_device else sizes
+    out: list[ColocatedCandidate] = []
+    for n in order:
+        if rough[n] <= 0:
+            continue  # no decode configuration of this size meets the SLO
+        (dt, di), (pt, pi) = dspace.tables[n], pspace.tables[n]
+        floor = float(floor_per_device) / 1000 * n
+        if per_device and len(out) >= keep:
+            floor = max(floor, sorted((c.rate_milli / 1000 / c.devices for c in out), reverse=True)[keep - 1] * n)
+        if per_device and floor > 0:
+            if rough[n] * (1 + 1e-9) < floor:  # (ties are costed: the order among equals is by key)
+                continue
+            bound = colocated_upper_bounds(ctx, dt, di, pt, pi, tpot, ttft, itl)[0]
+            if mtp is not None:
+                bound = bound[[j for j, k in enumerate(dt.k_values) if (k > 0) == mtp]]
+            if ep_not is not None and dt.options.moe:
+                bound = bound[:, :, :, [i for i, o in enumerate(dt.options.moe) if o.moe.ep != ep_not]]
+            if float(bound.max(initial=0.0)) * (1 + 1e-9) < floor:
+                continue
+        least_milli = math.ceil(floor_per_device * n) if per_device else 0
+        key = ("colocated_candidates", tpot, ttft, itl, keep, mtp, least_milli, ep_not)
+        if key not in pt.memo:  # the same for every budget: kept with the tables
+            pt.memo[key] = colocated_candidates(
+                ctx,
+                dt,
+                di,
+                pt,
+                pi,
+                tpot,
+                ttft,
+                keep,
+                mtp=mtp,
+                max_itl_us=itl,
+                least_rate_milli=least_milli,
+                ep_not=ep_not,
+            )
+        out.extend(pt.memo[key])
+    return sorted(out, key=lambda c: (c.devices, -c.rate_milli, c.decode.key()))
+
+
+def decode_pool(request: PlanRequest, dspace: PhaseSpace, drawn: dict) -> list[PhaseCandidate]:
+    """The best decode candidate of each size and micro-batch count among those `drawn` allows
+    (`decode_candidates`' filters `mtp`, `ep_not`), from the tables again."""
+    slo_us = None if request.slo.tpot_ms is None else int(math.floor(request.slo.tpot_ms * 1000))
+    itl_us = None if request.slo.max_itl_ms is None else int(math.floor(request.slo.max_itl_ms * 1000))
+    pool: list[PhaseCandidate] = []
+    for t0, ints0 in dspace.tables.values():
+        # every decode micro-batch count's tables of the size (build_phase_space keeps them)
+        factor, tables = t0.memo.get("decode_micro_batch_tables", (0, [(t0, ints0)]))
+        for t, ints in tables:
+            pool.extend(decode_candidates(t, ints, slo_us, 1, itl_us, factor, **drawn))
+    return pool
+
+
+def best_per_size(cands: list[Any]) -> list[int]:
+    """Index of the best candidate of each instance size (most requests/s per instance; the
+    first of equals), in the order of the list."""
+    best: dict[int, int] = {}
+    for i, c in enumerate(cands):
+        j = best.get(c.devices)
+        if j is None or _rate_of(c) > _rate_of(cands[j]):
+            best[c.devices] = i
+    return sorted(best.values())
+
+
+def _rate_of(c: Any) -> Fraction:
+    if isinstance(c, ColocatedCandidate):
+        return Fraction(c.rate_milli)
+    return Fraction(c.num, c.den)

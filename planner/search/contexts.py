@@ -1,0 +1,71 @@
+"""The cost contexts a request is searched in: one machine, or one per phase.
+
+`moeplan plan --prefill-hardware a2 --decode-hardware cm384` (or per-phase budgets, a cost
+budget, or a stated KV link) costs each phase on its own machine: its own peaks, links, HBM and
+efficiencies. The KV cache then moves from prefill to decode over `--kv-transfer-gbps`, else the
+slower of the two machines' `kv_transfer_bandwidth_bytes_per_s`; its time adds to the TTFT.
+Colocated instances need one machine, so a mixed request has none.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from planner.costmodel.context import CostContext
+from planner.costmodel.imbalance import default_imbalance_model
+from planner.errors import BadInputError
+from planner.search.request import PlanRequest
+from planner.specs.catalog import load_hardware, load_model
+from planner.specs.quantization import get_quantization
+
+
+@dataclass(frozen=True)
+class PhaseContexts:
+    """The decode and prefill contexts (the same one on a single machine)."""
+
+    decode: CostContext
+    prefill: CostContext
+    mixed: bool
+
+    def of(self, phase: str) -> CostContext:
+        """The context a phase (or a colocated instance, on the one machine) is costed in."""
+        return self.prefill if phase == "prefill" else self.decode
+
+
+def make_context(request: PlanRequest) -> CostContext:
+    """Specs loaded and the cost context built for a request (on its `hardware`)."""
+    model = load_model(request.model)
+    hw = load_hardware(request.hardware)
+    if request.pessimistic_factors:
+        from planner.costmodel.uncertainty import corner
+
+        hw = corner(hw, slow=True)
+    quant = get_quantization(request.quantization)
+    w = request.workload
+    if w.longest_context_tokens > model.max_context_tokens:
+        raise BadInputError(
+            f"--input-tokens + --output-tokens = {w.longest_context_tokens} (the longest request) exceeds the model's "
+            f"context of {model.max_context_tokens} tokens."
+        )
+    if request.mtp_tokens and max(request.mtp_tokens) > 0 and model.mtp_layers == 0:
+        raise BadInputError(f"--mtp: model '{model.name}' has no MTP layers; use --mtp 0.")
+    return CostContext(model, hw, quant, w, request.imbalance or default_imbalance_model(), request.hbm_utilization)
+
+
+def phase_contexts(request: PlanRequest) -> PhaseContexts:
+    """(decode, prefill) cost contexts: each on its own machine for a mixed request, sharing the
+    KV link between them (see the module docstring)."""
+    if not request.is_mixed:
+        ctx = make_context(request)
+        return PhaseContexts(ctx, ctx, False)
+    d_ctx = make_context(dataclasses.replace(request, hardware=request.decode_hw_name))
+    p_ctx = make_context(dataclasses.replace(request, hardware=request.prefill_hw_name))
+    kv = request.kv_transfer_bytes_per_s or min(
+        d_ctx.hw.kv_transfer_bandwidth_bytes_per_s, p_ctx.hw.kv_transfer_bandwidth_bytes_per_s
+    )
+    return PhaseContexts(
+        dataclasses.replace(d_ctx, kv_transfer_bytes_per_s=kv),
+        dataclasses.replace(p_ctx, kv_transfer_bytes_per_s=kv),
+        True,
+    )

@@ -1,0 +1,166 @@
+"""Every deployment of the candidates ranked exactly, without the solver: the oracle of the CP-SAT
+model (planner.search.cpsat_model), its starting point, the runner-ups and the best of each
+other structure, and the feasibility check the diagnosis asks.
+
+A deployment is a structure with one candidate per role and that choice's best instance counts
+(planner.search.instance_counts). Choices of one role are each a deployment. Choices of two roles
+(a decode and a prefill candidate) are visited best bound first -- no pair can beat r_a r_b /
+(w_a r_b + w_b r_a), its perfectly matched fractional ratio -- and the visit stops when no pair
+left can enter the top k. With a target rate every choice is counted and deployments are ranked
+by least weight. Order among equals: more throughput, then less weight, then candidate order
+(one-role structures first), as `sort_key` says.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from planner.candidates.colocated_candidates import ColocatedCandidate
+from planner.candidates.phase_candidates import PhaseCandidate
+from planner.search.budget import Budget, role_offers
+from planner.search.deployment import Choice, Deployment, Objective, Offer, Role, Structure, sort_key
+from planner.search.instance_counts import best_counts, target_counts
+
+
+def rank_deployments(
+    structures: list[Structure],
+    offers: dict[Role, list[Offer]],
+    budget: Budget,
+    objective: Objective,
+    k: int,
+    exclude: frozenset[Choice] = frozenset(),
+) -> list[Deployment]:
+    """The k best distinct deployments (different choices), best first."""
+    found: list[tuple[tuple, Deployment]] = []
+    keys: list[tuple] = []  # sorted
+    order = 0
+
+    def offer(structure: Structure, picks: tuple[int, ...]) -> None:
+        nonlocal order
+        if Choice(structure.name, picks) in exclude:
+            return
+        got = best_counts(tuple(offers[r][p] for r, p in zip(structure.roles, picks, strict=True)), budget, objective)
+        if got is None:
+            return
+        dep = Deployment(structure, picks, got.counts, got.rate_milli, got.devices, got.weight)
+        key = sort_key(dep, objective, order)
+        found.append((key, dep))
+        bisect.insort(keys, key)
+        order += 1
+
+    for s in structures:
+        if len(s.roles) == 1:
+            for i in range(len(offers.get(s.roles[0], []))):
+                offer(s, (i,))
+    for s in structures:
+        if len(s.roles) != 2:
+            continue
+        a, b = offers.get(s.roles[0], []), offers.get(s.roles[1], [])
+        if not a or not b:
+            continue
+        # every pair's bound at once, visited best first (then less weight, then index order)
+        ra = np.array([o.rate_milli for o in a], dtype=np.int64)[:, None]
+        wa = np.array([o.weight for o in a], dtype=np.int64)[:, None]
+        rb = np.array([o.rate_milli for o in b], dtype=np.int64)[None, :]
+        wb = np.array([o.weight for o in b], dtype=np.int64)[None, :]
+        usable = (ra > 0) & (rb > 0)
+        for cap, lim in enumerate(budget.limits):
+            ua = np.array([o.uses[cap] for o in a], dtype=np.int64)[:, None]
+            ub = np.array([o.uses[cap] for o in b], dtype=np.int64)[None, :]
+            usable &= ua + ub <= lim
+        with np.errstate(divide="ignore", invalid="ignore"):
+            bound_a = np.where(usable, (ra * rb) / np.where(usable, wa * rb + wb * ra, 1), 0.0)
+        i_a, j_a = np.nonzero(usable)
+        order_a = np.lexsort((j_a, i_a, wa[i_a, 0] + wb[0, j_a], -bound_a[i_a, j_a]))
+        if objective.kind == "target":
+            order = _target_pairs(s, a, b, budget, objective, k, exclude, i_a[order_a], j_a[order_a], order, found)
+            keys = sorted(f[0] for f in found)
+            continue
+        for pos in order_a:
+            i, j = int(i_a[pos]), int(j_a[pos])
+            kth = float(-keys[k - 1][0]) if objective.kind != "target" and len(keys) >= k else 0.0
+            if float(bound_a[i, j]) * (1 + 1e-12) < kth:
+                break  # no pair left can enter the top k
+            offer(s, (i, j))
+    found.sort(key=lambda f: f[0])
+    return [dep for _, dep in found[:k]]
+
+
+def _target_pairs(
+    s: Structure,
+    a: list[Offer],
+    b: list[Offer],
+    budget: Budget,
+    objective: Objective,
+    k: int,
+    exclude: frozenset[Choice],
+    i_v: np.ndarray,
+    j_v: np.ndarray,
+    order: int,
+    found: list[tuple[tuple, Deployment]],
+) -> int:
+    """With a target rate every pair is counted (planner.search.instance_counts.target_counts, all
+    at once), in the visit order `i_v`, `j_v`; the k least-weight pairs join `found`. Returns the
+    order counter after them (as if each pair that fits had been offered in turn)."""
+    assert objective.target_rate_milli is not None
+    t = target_counts(a, b, budget, objective.target_rate_milli)
+    ok = t.fits[i_v, j_v]
+    if exclude:
+        ok &= np.array([Choice(s.name, (int(i), int(j))) not in exclude for i, j in zip(i_v, j_v, strict=True)])
+    i_v, j_v = i_v[ok], j_v[ok]
+    orders = order + np.arange(i_v.size)
+    weight, rate = t.weight[i_v, j_v], t.rate[i_v, j_v]
+    for q in np.lexsort((orders, -rate, weight))[:k]:
+        i, j = int(i_v[q]), int(j_v[q])
+        dep = Deployment(
+            s, (i, j), (int(t.n[i, j]), int(t.m[i, j])), int(rate[q]), int(t.devices[i, j]), int(weight[q])
+        )
+        found.append((sort_key(dep, objective, int(orders[q])), dep))
+    return order + int(i_v.size)
+
+
+@dataclass(frozen=True)
+class Question:
+    """The deployment question of one request: its structures, budget and objective, and the
+    output length that turns a decode instance's tokens/s into requests/s."""
+
+    structures: tuple[Structure, ...]
+    budget: Budget
+    objective: Objective
+    output_tokens: int
+
+    def offers(
+        self, d: list[PhaseCandidate], p: list[PhaseCandidate], cc: list[ColocatedCandidate]
+    ) -> dict[Role, list[Offer]]:
+        """Each role's offers, index for index with the candidate lists."""
+        out = self.output_tokens
+        return {
+            "decode": role_offers(self.budget, "decode", d, out),
+            "prefill": role_offers(self.budget, "prefill", p, out),
+            "colocated": role_offers(self.budget, "colocated", cc, out),
+        }
+
+    def ranked(
+        self,
+        d: list[PhaseCandidate],
+        p: list[PhaseCandidate],
+        cc: list[ColocatedCandidate],
+        k: int,
+        exclude: frozenset[Choice] = frozenset(),
+    ) -> list[Deployment]:
+        """The k best distinct deployments of these candidates, exactly, without the solver."""
+        offers = self.offers(d, p, cc)
+        return rank_deployments(list(self.structures), offers, self.budget, self.objective, k, exclude)
+
+    def kth_ratio(self, d: list[PhaseCandidate], p: list[PhaseCandidate], k: int) -> Fraction:
+        """Requests/s (thousandths) per weight of the k-th best deployment of these decode and
+        prefill candidates (0 when fewer than k exist, or with a target rate, where deployments
+        are ranked by weight): what a colocated instance must reach to enter the k best."""
+        if self.objective.kind == "target":
+            return Fraction(0)
+        found = self.ranked(d, p, [], k)
+        return Fraction(found[-1].rate_milli, found[-1].weight) if len(found) >= k else Fraction(0)

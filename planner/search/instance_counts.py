@@ -1,0 +1,148 @@
+"""How many instances of each role: the counts that serve a rate, or give the most per weight.
+
+The one answer to "how many prefill instances per decode instance", for every caller: the exact
+enumerator (planner.search.enumerate_deployments) and through it the CP-SAT model's start and
+the runner-ups, on one machine and across two. For one choice of candidates (one per role of a
+structure, planner.search.deployment) and a budget of linear caps (planner.search.budget):
+
+- one role (colocated, or one phase alone): requests/s per weight does not depend on the count,
+  so the count is the most that fit (most throughput at the best ratio); with a target rate,
+  the fewest that serve it.
+- two roles a and b (decode and prefill), n and m instances: the rate is min(n r_a, m r_b) and
+  the weight n w_a + m w_b. For a given n the ratio rises with m while m r_b < n r_a (prefill
+  binds: the rate grows faster than the weight) and falls after (decode binds: only the weight
+  grows), so the best m is one of the two integers around n r_a / r_b, clipped to [1, the room
+  the caps leave]; one vectorised pass over every n that fits is exact. With a target rate T,
+  n = ceil(T / r_a) and m = ceil(T / r_b): each role must carry T on its own, one instance fewer
+  of either misses it, and one more only adds weight.
+
+Among equals: more throughput, then less weight, then fewer instances of the first role (the
+CP-SAT model breaks ties the same way).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from planner.search.budget import Budget
+from planner.search.deployment import Objective, Offer
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Instances of each role, and the rate (thousandths of requests/s), devices and weight."""
+
+    counts: tuple[int, ...]
+    rate_milli: int
+    devices: int
+    weight: int
+
+
+def best_counts(offers: tuple[Offer, ...], budget: Budget, objective: Objective) -> Counts | None:
+    """The best instance counts of one choice of candidates, or None if no count fits the budget
+    (or serves the target rate within it)."""
+    if len(offers) == 1:
+        return _one_role(offers[0], budget, objective)
+    if len(offers) == 2:
+        return _two_roles(offers[0], offers[1], budget, objective)
+    raise ValueError(f"a structure of {len(offers)} roles has no count solver")
+
+
+def _one_role(o: Offer, budget: Budget, objective: Objective) -> Counts | None:
+    most = budget.most_instances(o)
+    if o.rate_milli <= 0 or most < 1:
+        return None
+    if objective.kind == "target":
+        assert objective.target_rate_milli is not None
+        count = -(-objective.target_rate_milli // o.rate_milli)
+        if count > most:
+            return None
+    else:
+        count = most
+    return Counts((count,), o.rate_milli * count, o.devices * count, o.weight * count)
+
+
+def _two_roles(a: Offer, b: Offer, budget: Budget, objective: Objective) -> Counts | None:
+    if a.rate_milli <= 0 or b.rate_milli <= 0:
+        return None
+    if objective.kind == "target":
+        assert objective.target_rate_milli is not None
+        t = target_counts([a], [b], budget, objective.target_rate_milli)
+        if not t.fits[0, 0]:
+            return None
+        return Counts((int(t.n[0, 0]), int(t.m[0, 0])), int(t.rate[0, 0]), int(t.devices[0, 0]), int(t.weight[0, 0]))
+    # every n that leaves room for one instance of b under every cap
+    if any(u == 0 and v > lim for lim, u, v in zip(budget.limits, a.uses, b.uses, strict=True)):
+        return None
+    room_a = [(lim - v) // u for lim, u, v in zip(budget.limits, a.uses, b.uses, strict=True) if u > 0]
+    n_max = min(room_a) if room_a else 0
+    if n_max < 1:
+        return None
+    n = np.arange(1, n_max + 1, dtype=np.int64)
+    m_room = np.full(n.shape, np.iinfo(np.int64).max // 4, dtype=np.int64)
+    for lim, u, v in zip(budget.limits, a.uses, b.uses, strict=True):
+        if v > 0:
+            m_room = np.minimum(m_room, (lim - n * u) // v)
+    rd, rp = a.rate_milli, b.rate_milli
+    m_lo = np.maximum(1, (n * rd) // rp)
+    best: tuple[Fraction, int, int, int, int] | None = None
+    for m in (np.minimum(m_lo, m_room), np.minimum(m_lo + 1, m_room)):
+        rate = np.minimum(n * rd, m * rp)
+        weight = n * a.weight + m * b.weight
+        ok = m >= 1
+        if not ok.any():
+            continue
+        ratio = np.where(ok, rate / np.maximum(weight, 1), -1.0)
+        top = ratio.max()
+        for i in np.flatnonzero(ratio >= top * (1 - 1e-12)):
+            cand = (Fraction(int(rate[i]), int(weight[i])), int(rate[i]), -int(weight[i]), int(n[i]), int(m[i]))
+            if best is None or cand[:3] > best[:3]:
+                best = cand
+    if best is None:
+        return None
+    _, rate_v, neg_weight, n_v, m_v = best
+    return Counts((n_v, m_v), rate_v, n_v * a.devices + m_v * b.devices, -neg_weight)
+
+
+@dataclass(frozen=True)
+class PairCounts:
+    """Counts of every pair (axis 0: the first role's offers, axis 1: the second's)."""
+
+    n: np.ndarray
+    m: np.ndarray
+    rate: np.ndarray
+    devices: np.ndarray
+    weight: np.ndarray
+    fits: np.ndarray  # the counts fit every cap of the budget
+
+
+def target_counts(a: list[Offer], b: list[Offer], budget: Budget, target_rate_milli: int) -> PairCounts:
+    """The fewest instances of each role of every pair that serve the target rate (the module
+    docstring), at once; `fits` says where they fit the budget. Offers serving nothing get counts
+    that fit nowhere."""
+    ra = np.array([max(o.rate_milli, 0) for o in a], dtype=np.int64)[:, None]
+    rb = np.array([max(o.rate_milli, 0) for o in b], dtype=np.int64)[None, :]
+    serves = (ra > 0) & (rb > 0)
+    n = np.where(serves, -(-target_rate_milli // np.maximum(ra, 1)), 0)
+    m = np.where(serves, -(-target_rate_milli // np.maximum(rb, 1)), 0)
+    fits = serves.copy()
+    for k, limit in enumerate(budget.limits):
+        ua = np.array([o.uses[k] for o in a], dtype=np.int64)[:, None]
+        ub = np.array([o.uses[k] for o in b], dtype=np.int64)[None, :]
+        fits &= n * ua + m * ub <= limit
+
+    def total(field: str) -> np.ndarray:
+        per_a = np.array([getattr(o, field) for o in a], dtype=np.int64)[:, None]
+        per_b = np.array([getattr(o, field) for o in b], dtype=np.int64)[None, :]
+        return n * per_a + m * per_b
+
+    return PairCounts(n, m, np.minimum(n * ra, m * rb), total("devices"), total("weight"), fits)
+
+
+def most_rate_milli(offers: list[Offer], budget: Budget) -> int:
+    """The most requests/s (thousandths) one role's candidates serve with the whole budget: a
+    bound no deployment exceeds (0 without candidates)."""
+    return max((o.rate_milli * budget.most_instances(o) for o in offers), default=0)
