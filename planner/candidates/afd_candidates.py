@@ -42,11 +42,7 @@ from planner.candidates.space import (
     moe_options,
     parallel_options,
 )
-from planner.costmodel.afd import (
-    AFD_ACTIVATION_BYTES,
-    pipeline_fill_drain_s,
-    pipeline_period_s,
-)
+from planner.costmodel.afd import AFD_ACTIVATION_BYTES, pipeline_layer_s
 from planner.costmodel.attention_kinds import layers_cost
 from planner.costmodel.context import CostContext
 from planner.costmodel.decode import emitted_tokens_per_step, hash_routed_saving, mtp_projection_s
@@ -116,6 +112,7 @@ class AfdLimits:
     keep: int = 3
     max_ratio: int = MAX_RATIO
     engine: str | None = None  # restrict to what this engine's AFD runs (planner.engines.profiles)
+    devices: int | None = None  # an instance of exactly this many devices, both sides (--decode-devices)
 
     def for_engine(self, ctx: CostContext) -> AfdLimits | None:
         """These limits narrowed to the engine's AFD capability; None when it runs no AFD of this model
@@ -215,6 +212,16 @@ class _Grid:
             np.stack([np.arange(width) < sl.stop - sl.start for sl in sls]) if sls else np.zeros((0, 0), dtype=bool)
         )
 
+    @property
+    def block_starts(self) -> np.ndarray:
+        """First grid index of each (micro-batches, MTP depth) block, in `keys` order."""
+        return np.array([sl.start for sl in self.slices.values()], dtype=np.int64)
+
+    @property
+    def block_stops(self) -> np.ndarray:
+        """One past the last grid index of each block."""
+        return np.array([sl.stop for sl in self.slices.values()], dtype=np.int64)
+
     def subset(self, keep: np.ndarray) -> tuple[_Grid, np.ndarray]:
         """The points where `keep` holds (each (M, k) block stays contiguous), and their indices."""
         index = np.nonzero(keep)[0]
@@ -273,15 +280,32 @@ def _attention_ceiling(ctx: CostContext, a: int, att_opts: list[AttentionLayout]
     return min(best, MAX_CONCURRENCY)
 
 
-def afd_candidates(ctx: CostContext, space: SpaceLimits, limits: AfdLimits) -> list[AfdCandidate]:
-    """The best AFD decode instances of every (F, A) the space holds (module docstring)."""
+@dataclass
+class AfdSize:
+    """One (attention, FFN) device split with what its candidates are made from, and an upper bound
+    on the output tokens/s per device any of its configurations reaches (`bound`)."""
+
+    a: int
+    f: int
+    attention: tuple
+    ffn: dict[str, tuple]
+    bound: float
+
+    @property
+    def devices(self) -> int:
+        return self.a + self.f
+
+
+def afd_sizes(ctx: CostContext, space: SpaceLimits, limits: AfdLimits) -> list[AfdSize]:
+    """Every (A, F) split of the space (module docstring) with its per-side cost arrays and its
+    bound, best bound first; empty when the engine runs no AFD of this model on this machine."""
     m = ctx.model
     narrowed = limits.for_engine(ctx)
     if m.moe is None or narrowed is None:
         return []
     limits = narrowed
     hw = ctx.hw
-    out: list[AfdCandidate] = []
+    out: list[AfdSize] = []
     att_cache: dict[int, tuple] = {}
     for f in ffn_sizes(ctx, limits):
         moe_opts = [o for o in moe_options(m, f, space) if o.shared.placement in limits.shared_placements]
@@ -292,14 +316,122 @@ def afd_candidates(ctx: CostContext, space: SpaceLimits, limits: AfdLimits) -> l
             moe_opts = [o for o in moe_opts if moe_ok(profile, hw, o.moe, o.shared, m.moe.routed_experts)]
         if not moe_opts:
             continue
+        ratios = []
         for r in range(1, limits.max_ratio + 1):
             a = r * f
             if a + f > limits.max_devices or (hw.max_devices is not None and a + f > hw.max_devices):
                 break
+            if limits.devices is not None and a + f != limits.devices:
+                continue
             if a not in att_cache:
                 att_cache[a] = _attention_side(ctx, limits, a)
-            out += _best_of_size(ctx, limits, a, f, moe_opts, att_cache[a])
+            if att_cache[a][3] is not None:
+                ratios.append(r)
+        if not ratios:
+            continue
+        ffn = _ffn_side(ctx, limits, f, moe_opts, [(r, att_cache[r * f][2]) for r in ratios])
+        for r in ratios:
+            per_side = {side: v[r] for side, v in ffn.items()}
+            bound = _size_bound(ctx, limits, r * f, f, att_cache[r * f], per_side)
+            if bound > 0:
+                out.append(AfdSize(r * f, f, att_cache[r * f], per_side, bound))
+    out.sort(key=lambda z: (-z.bound, z.devices))
+    return out
+
+
+def size_candidates(ctx: CostContext, limits: AfdLimits, size: AfdSize) -> list[AfdCandidate]:
+    """The `keep` best configurations of one split (exact: every option combination at its best
+    concurrency)."""
+    narrowed = limits.for_engine(ctx)
+    if narrowed is None:
+        return []
+    return _best_of_size(ctx, narrowed, size.a, size.f, size.attention, size.ffn)
+
+
+def afd_candidates(ctx: CostContext, space: SpaceLimits, limits: AfdLimits) -> list[AfdCandidate]:
+    """The best AFD decode instances of every (F, A) the space holds (module docstring)."""
+    out: list[AfdCandidate] = []
+    for size in afd_sizes(ctx, space, limits):
+        out += size_candidates(ctx, limits, size)
     out.sort(key=lambda c: (-c.tokens_per_s_per_device, c.devices))
+    return out
+
+
+def _size_bound(ctx: CostContext, limits: AfdLimits, a: int, f: int, attention: tuple, ffn: dict[str, tuple]) -> float:
+    """An upper bound on the output tokens/s per device (both sides) of every configuration of the
+    split: at every grid point the step is at least the MoE layers' periods with each side at its
+    fastest option (P >= M max(a, f)), the dense layers' attention and the fastest LM head; a point
+    whose bound already breaks the TPOT or ITL limit, or whose lightest FFN side overflows HBM,
+    counts for nothing."""
+    m = ctx.model
+    _, _, g, arrays = attention
+    if arrays is None:
+        return 0.0
+    a_time, _, lm_time, _, _, _, _ = arrays
+    fastest_ffn = [v[1][0].min(axis=0) for v in ffn.values() if v[1] is not None]
+    lightest_ffn = [v[1][1].min(axis=0) for v in ffn.values() if v[1] is not None]
+    if not fastest_ffn:
+        return 0.0
+    f_min = np.minimum.reduce(fastest_ffn)
+    fixed = fixed_hbm(ctx)
+    f_fixed = sum(fixed.values()) - fixed.get("mtp_projection_weights", 0.0)
+    fits = np.minimum.reduce(lightest_ffn) + f_fixed <= ctx.hbm_capacity_bytes
+    a_min = a_time.min(axis=0)
+    lower = g.mb * (m.num_moe_layers * np.maximum(a_min, f_min) + m.num_dense_layers * a_min) + lm_time.min(axis=0)
+    emitted = _emitted(ctx, g.k)
+    ok = fits.copy()
+    if limits.tpot_s is not None:
+        ok &= lower / emitted <= limits.tpot_s
+    if limits.max_itl_s is not None:
+        ok &= lower <= limits.max_itl_s
+    if not ok.any():
+        return 0.0
+    return float(np.max(np.where(ok, a * g.b * emitted / lower, 0.0))) / (a + f)
+
+
+def _ffn_side(
+    ctx: CostContext, limits: AfdLimits, f: int, moe_opts: list[MoEOption], grids: list[tuple[int, _Grid]]
+) -> dict[str, dict[int, tuple]]:
+    """Per shared-expert side and attention:FFN ratio r, the FFN side of `f` devices over r's grid:
+    (MoE options, time per layer and micro-batch [opt, grid], HBM [opt, grid], each MTP pass's time,
+    the shared expert's weights when it moves to the attention side). Each option is costed once
+    over every ratio's grid (the ratios' grids concatenated)."""
+    m = ctx.model
+    assert m.moe is not None
+    overlap = ctx.hw.overlap.decode_shared_expert_with_dispatch
+    shared_sides = limits.shared_sides if m.moe.shared_experts else ("ffn",)
+    bounds = np.cumsum([0] + [len(g.b) for _, g in grids])
+    t_f = np.concatenate([g.tokens * r for r, g in grids])
+    seqs_f = np.concatenate([g.seqs * r for r, g in grids])
+    ks = np.concatenate([g.k for _, g in grids])
+    all_f = np.concatenate([g.b * (1 + g.k) * r for r, g in grids])  # buffers hold every micro-batch
+    k_max = int(ks.max()) if len(ks) else 0
+    out: dict[str, dict[int, tuple]] = {}
+    for shared_on in shared_sides:
+        opts = [o for o in moe_opts if not (shared_on == "attention" and o.shared.placement == "dedicated")]
+        times: list[np.ndarray] = []
+        hbms: list[np.ndarray] = []
+        passes: list[list[np.ndarray]] = [[] for _ in range(k_max)]
+        shared_w = 0.0
+        for o in opts:
+            shared = o.shared if shared_on == "ffn" else SharedExpertLayout()
+            cost = moe_cost(ctx, f, o.moe, shared, t_f, overlap, 1.0 + ks, include_shared=shared_on == "ffn")
+            times.append(_total(cost) - hash_routed_saving(ctx, cost.router_s) / max(m.num_moe_layers, 1))
+            parts, _ = moe_hbm(ctx, f, o.moe, shared, all_f)
+            if shared_on == "attention":
+                shared_w = float(np.max(parts.pop("shared_expert_weights")))
+            hbms.append(np.sum(list(parts.values()), axis=0))
+            for i_pass in range(k_max):
+                x = t_f if i_pass == 0 else seqs_f
+                per_request = 1.0 + ks if i_pass == 0 else 1.0
+                mc = moe_cost(ctx, f, o.moe, shared, x, overlap, per_request, include_shared=shared_on == "ffn")
+                passes[i_pass].append(_total(mc))
+        out[shared_on] = {}
+        for n, (r, _) in enumerate(grids):
+            sl = slice(bounds[n], bounds[n + 1])
+            per_pass = [np.stack([x[sl] for x in p]) for p in passes] if opts else []
+            arrays = (np.stack([x[sl] for x in times]), np.stack([x[sl] for x in hbms]), per_pass) if opts else None
+            out[shared_on][r] = (opts, arrays, shared_w)
     return out
 
 
@@ -378,7 +510,7 @@ def _attention_side(ctx: CostContext, limits: AfdLimits, a: int) -> tuple:
 
 
 def _best_of_size(
-    ctx: CostContext, limits: AfdLimits, a: int, f: int, moe_opts: list[MoEOption], attention: tuple
+    ctx: CostContext, limits: AfdLimits, a: int, f: int, attention: tuple, ffn: dict[str, tuple]
 ) -> list[AfdCandidate]:
     """The best configuration of every option combination of one (A, F), per (M, k, sides)."""
     m = ctx.model
@@ -393,7 +525,6 @@ def _best_of_size(
     r = a / f
     t_f = t * r
     ffn_all = g.b * (1 + g.k) * r  # the FFN side's buffers hold every micro-batch (as afd_hbm)
-    overlap = hw.overlap.decode_shared_expert_with_dispatch
     c = _transfer_s(ctx, a, f, t)
     fixed = fixed_hbm(ctx)
     a_fixed = sum(fixed.values())
@@ -404,53 +535,24 @@ def _best_of_size(
     dense_sides = limits.dense_sides if m.num_dense_layers else ("ffn",)
     results: list[tuple] = []
     for shared_on in shared_sides:
-        opts = [o for o in moe_opts if not (shared_on == "attention" and o.shared.placement == "dedicated")]
-        if not opts:
+        opts, ffn_arrays, shared_w = ffn[shared_on]
+        if ffn_arrays is None:
             continue
-        f_time: list[np.ndarray] = []
-        f_hbm: list[np.ndarray] = []
-        mtp_f: list[list[np.ndarray]] = [[] for _ in range(k_max)]
-        shared_w = 0.0
-        for o in opts:
-            shared = o.shared if shared_on == "ffn" else SharedExpertLayout()
-            cost = moe_cost(ctx, f, o.moe, shared, t_f, overlap, 1.0 + g.k, include_shared=shared_on == "ffn")
-            f_time.append(_total(cost) - hash_routed_saving(ctx, cost.router_s) / max(m.num_moe_layers, 1))
-            parts, _ = moe_hbm(ctx, f, o.moe, shared, ffn_all)
-            if shared_on == "attention":
-                shared_w = float(np.max(parts.pop("shared_expert_weights")))
-            f_hbm.append(np.sum(list(parts.values()), axis=0))
-            for i_pass in range(k_max):
-                x = t if i_pass == 0 else seqs
-                per_request = 1.0 + g.k if i_pass == 0 else 1.0
-                mc = moe_cost(ctx, f, o.moe, shared, x * r, overlap, per_request, include_shared=shared_on == "ffn")
-                mtp_f[i_pass].append(_total(mc))
-        f_time_a, f_hbm_a = np.stack(f_time), np.stack(f_hbm)
+        f_time_a, f_hbm_a, mtp_f = ffn_arrays
         # an expert layout slower and fuller than another everywhere never wins (exact)
-        kept = undominated([f_time_a, f_hbm_a, *(np.stack(x) for x in mtp_f)])
+        kept = undominated([f_time_a, f_hbm_a, *mtp_f])
         opts = [opts[i] for i in kept]
         f_time_a, f_hbm_a = f_time_a[kept], f_hbm_a[kept]
-        mtp_f = [[x[i] for i in kept] for x in mtp_f]
+        mtp_f = [x[kept] for x in mtp_f]
         shared_a = shared_expert_s(ctx, t) + shared_expert_fixed_s(ctx) if shared_on == "attention" else 0.0 * t
-        # the MTP passes: [att, moe, grid] (their LM heads are in lm_time)
-        mtp = np.zeros((len(att_opts), len(opts), len(t)))
+        a_moe = a_time + shared_a  # [att, grid]
+        # the MTP passes (their LM heads are in lm_time): per pass [att, grid], [moe, grid], [grid] x 2
+        passes = []
         for i_pass in range(k_max):
             x = t if i_pass == 0 else seqs
-            at = mtp_att[i_pass] + (
-                shared_expert_s(ctx, x) + shared_expert_fixed_s(ctx) if shared_on == "attention" else 0.0
-            )
-            ft = np.stack(mtp_f[i_pass])
-            cp = _transfer_s(ctx, a, f, x)
-            layer = pipeline_period_s(at[:, None], ft[None], cp, g.mb) + pipeline_fill_drain_s(
-                at[:, None], ft[None], cp, g.mb
-            )
-            mtp = mtp + np.where(g.k > i_pass, layer + g.mb * mtp_projection_s(ctx, x), 0.0)
-        mtp = mtp + np.where(g.k > 0, hw.fixed_costs.mtp_framework_per_step.value, 0.0)
-        a_moe = (a_time + shared_a)[:, None, :]
-        f_moe = f_time_a[None, :, :]
-        base = m.num_moe_layers * pipeline_period_s(a_moe, f_moe, c, g.mb) + pipeline_fill_drain_s(
-            a_moe, f_moe, c, g.mb
-        )
-        base = base + mtp
+            extra = shared_expert_s(ctx, x) + shared_expert_fixed_s(ctx) if shared_on == "attention" else 0.0 * x
+            passes.append((mtp_att[i_pass] + extra, mtp_f[i_pass], _transfer_s(ctx, a, f, x), mtp_projection_s(ctx, x)))
+        framework = np.where(g.k > 0, hw.fixed_costs.mtp_framework_per_step.value, 0.0)
         for dense_on in dense_sides:
             if dense_on == "attention":
                 dense_opts = list(dense_a.items()) or [(None, (0.0 * t, 0.0 * t))]
@@ -462,12 +564,6 @@ def _best_of_size(
             else:
                 dense_opts = [(None, (0.0 * t, 0.0 * t))]
             for dense, (d_time, d_hbm) in dense_opts:
-                step = base
-                if m.num_dense_layers:
-                    if dense_on == "attention":
-                        step = step + m.num_dense_layers * g.mb * (a_time + d_time)[:, None, :]
-                    else:
-                        step = step + m.num_dense_layers * pipeline_period_s(a_time[:, None, :], d_time, c, g.mb)
                 # the LM head adds to the step and to the attention side's HBM alone: at every point the
                 # fastest LM head that fits the room left is the best one (exact), [att, grid]
                 room = cap - (a_hbm + a_fixed + shared_w + (d_hbm if dense_on == "attention" else 0.0))
@@ -475,32 +571,76 @@ def _best_of_size(
                 lm_masked = np.where(fits, lm_time[None, :, :], np.inf)
                 lm_pick = np.argmin(lm_masked, axis=1)
                 lm_best = np.take_along_axis(lm_masked, lm_pick[:, None, :], axis=1)[:, 0, :]
-                total: np.ndarray = step + lm_best[:, None, :]  # [att, moe, grid]
-                picked_hbm = np.take_along_axis(
-                    np.broadcast_to(lm_hbm[None], lm_masked.shape), lm_pick[:, None, :], axis=1
-                )
-                att_side = np.broadcast_to(((cap - room) + picked_hbm[:, 0, :])[:, None, :], total.shape)
-                ffn_side = f_hbm_a[None, :, :] + f_fixed + (0.0 if dense_on == "attention" else d_hbm)
-                ok = np.isfinite(total) & (ffn_side <= cap)
-                if limits.tpot_s is not None:
-                    ok &= total / emitted <= limits.tpot_s
-                if limits.max_itl_s is not None:
-                    ok &= total <= limits.max_itl_s
-                tps = np.where(ok, a * g.b * emitted / total, -1.0)
-                att_full = np.broadcast_to(att_side, total.shape)
-                ffn_full = np.broadcast_to(ffn_side, total.shape)
-                # the best concurrency of every (micro-batches, MTP depth) block at once: the grid padded
-                # to [block, longest block] (padding never wins)
-                padded = np.where(g.pad_valid, tps[..., g.pad_index], -1.0)  # [att, moe, block, x]
-                best_x = np.argmax(padded, axis=-1)
-                best = np.take_along_axis(padded, best_x[..., None], axis=-1)[..., 0]
+                picked = np.take_along_axis(np.broadcast_to(lm_hbm[None], lm_masked.shape), lm_pick[:, None, :], axis=1)
+                att_side = (cap - room) + picked[:, 0, :]  # [att, grid]
+                ffn_side = f_hbm_a + f_fixed + (0.0 if dense_on == "attention" else d_hbm)  # [moe, grid]
+
+                def step_at(
+                    i: np.ndarray,
+                    p: np.ndarray,
+                    x: np.ndarray,
+                    dense_on: str = dense_on,
+                    d_time: np.ndarray = d_time,
+                    lm_best: np.ndarray = lm_best,
+                    a_moe: np.ndarray = a_moe,
+                    f_time: np.ndarray = f_time_a,
+                    passes: list = passes,
+                    framework: np.ndarray = framework,
+                ) -> np.ndarray:
+                    """The step of attention option i, MoE option p at grid point x (planner.costmodel.afd)."""
+                    mb = g.mb[x]
+                    period, fill = pipeline_layer_s(a_moe[i, x], f_time[p, x], c[x], mb)
+                    total = m.num_moe_layers * period + fill
+                    if m.num_dense_layers:
+                        if dense_on == "attention":
+                            total = total + m.num_dense_layers * mb * (a_time[i, x] + d_time[x])
+                        else:
+                            total = total + m.num_dense_layers * pipeline_layer_s(a_time[i, x], d_time[x], c[x], mb)[0]
+                    for n, (pa, pf, pc, proj) in enumerate(passes):
+                        period, fill = pipeline_layer_s(pa[i, x], pf[p, x], pc[x], mb)
+                        total = total + np.where(g.k[x] > n, period + fill + mb * proj[x], 0.0)
+                    return total + framework[x] + lm_best[i, x]
+
+                def ok_at(
+                    i: np.ndarray, p: np.ndarray, x: np.ndarray, step_at=step_at, ffn_side=ffn_side, lm_best=lm_best
+                ) -> np.ndarray:
+                    ok = np.isfinite(lm_best[i, x]) & (ffn_side[p, x] <= cap)
+                    total = step_at(i, p, x)
+                    if limits.tpot_s is not None:
+                        ok &= total / emitted[x] <= limits.tpot_s
+                    if limits.max_itl_s is not None:
+                        ok &= total <= limits.max_itl_s
+                    return ok
+
+                # throughput grows with the concurrency for fixed layouts (every term of the step costs
+                # less per sequence as sequences are added) and HBM, TPOT and the gap only grow with it,
+                # so each combination's best concurrency is the largest that meets them all: bisection
+                # per (attention option, MoE option, block of the grid), all at once
+                n_att, n_moe, starts = len(att_opts), len(opts), g.block_starts
+                ii, pp, bb = np.meshgrid(np.arange(n_att), np.arange(n_moe), np.arange(len(starts)), indexing="ij")
+                lo = starts[bb] - 1  # the largest known feasible point (the block's start - 1: none yet)
+                hi = g.block_stops[bb]  # the smallest known infeasible point
+                while True:
+                    open_ = hi - lo > 1
+                    if not open_.any():
+                        break
+                    mid = np.where(open_, (lo + hi) // 2, lo)
+                    good = ok_at(ii[open_], pp[open_], mid[open_])
+                    lo[open_] = np.where(good, mid[open_], lo[open_])
+                    hi[open_] = np.where(good, hi[open_], mid[open_])
+                feasible = lo >= starts[bb]
+                if not feasible.any():
+                    continue
+                xs = np.where(feasible, lo, 0)
+                totals = np.where(feasible, step_at(ii, pp, xs), np.inf)
+                best = np.where(feasible, a * g.b[xs] * emitted[xs] / totals, -1.0)  # [att, moe, block]
                 # only the `keep` best of these options become candidates (stable: among equals the first)
                 order = np.argsort(-best, axis=None, kind="stable")[: limits.keep]
                 for n in order:
                     if best.flat[n] <= 0:
                         break
                     i, p, blk = np.unravel_index(n, best.shape)
-                    x = int(g.pad_index[blk, best_x[i, p, blk]])
+                    x = int(xs[i, p, blk])
                     mb, k = g.keys[blk]
                     fields = {
                         "micro_batches": mb,
@@ -514,12 +654,13 @@ def _best_of_size(
                         "concurrency_per_device": int(g.b[x]),
                         "mtp_tokens": k,
                     }
+                    step = float(totals[i, p, blk])
                     figures = (
-                        float(total[i, p, x]),
-                        float(total[i, p, x] / emitted[x]),
+                        step,
+                        step / float(emitted[x]),
                         float(best[i, p, blk]),
-                        float(att_full[i, p, x]),
-                        float(ffn_full[i, p, x]),
+                        float(att_side[i, x]),
+                        float(ffn_side[p, x]),
                     )
                     results.append((float(best[i, p, blk]), len(results), fields, figures))
     # only the size's `keep` best become candidates (stable: among equals the first found)

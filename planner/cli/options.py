@@ -272,3 +272,25 @@ def check_price_names(prices: dict[str | None, float], machines: list[str]) -> N
                 f"--price-per-card-hour: '{key}' is not a machine of this run ({', '.join(machines)}); "
                 "name one of them or give one PRICE for all."
             )
+
+
+StructureOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--structure",
+        metavar="LIST",
+        help="Structures to search, a list of colocated, pd (prefill and decode instances apart) and afd "
+        "(attention-FFN disaggregated decode instances fed by prefill instances); default: all that the engine "
+        "runs (all three without --engine).",
+    ),
+]
+ObjectiveOpt = Annotated[
+    str,
+    typer.Option(
+        "--objective",
+        metavar="OBJECTIVE",
+        help="What the search optimises: tokens-per-card (output tokens/s per card), total (the most tokens/s "
+        "within --max-cards), cost (the least cost per token: needs --price-per-card-hour) or energy (the least "
+        "joules per token). With --rate: the fewest cards, the cheapest or the least-energy plan that serves it.",
+    ),
+]

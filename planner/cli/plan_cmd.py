@@ -22,7 +22,9 @@ from planner.cli.common import (
 )
 from planner.cli.emit_options import EmitOpt, ForceOpt, check_new_folders, parse_emits, stage_emits
 from planner.cli.options import (
+    DEFAULT_CURRENCY,
     ColocatedOpt,
+    CurrencyOpt,
     DecodeDevicesOpt,
     DecodeHardwareOpt,
     DecodeMicrobatchOpt,
@@ -35,19 +37,23 @@ from planner.cli.options import (
     MaxItlOpt,
     MaxPrefillCardsOpt,
     MaxRedundantOpt,
+    ObjectiveOpt,
     PhaseOpt,
     PrefillDevicesOpt,
     PrefillHardwareOpt,
     PrefixHitRateOpt,
+    PricePerCardHourOpt,
     QuantizationOpt,
     SkewSigmaOpt,
     SloPercentileOpt,
+    StructureOpt,
     TopOpt,
     WorkersOpt,
     WorkloadFileOpt,
     check_hbm_utilization,
     imbalance_from_options,
     parse_int_list,
+    parse_prices,
     workload_fields,
 )
 from planner.costmodel.context import DEFAULT_HBM_UTILIZATION
@@ -116,6 +122,10 @@ def build_request(
     hbm_utilization: float = DEFAULT_HBM_UTILIZATION,
     max_itl_ms: float | None = None,
     decode_microbatch: bool = True,
+    structure: str | None = None,
+    objective: str = "tokens-per-card",
+    price_per_card_hour: str | None = None,
+    currency: str = DEFAULT_CURRENCY,
 ) -> PlanRequest:
     """A PlanRequest from flag values; bad values raise BadInputError naming the flag."""
     extra = workload_fields(workload_file, prefix_hit_rate, slo_percentile)
@@ -174,8 +184,14 @@ def build_request(
         if value is not None and not 1 <= value <= MAX_DEVICES_PER_INSTANCE:
             raise BadInputError(f"{flag} must be between 1 and {MAX_DEVICES_PER_INSTANCE}; got {value}.")
     mtp_values = parse_int_list(mtp, "--mtp", 0, 4) if mtp else None
+    structures = parse_structures(structure, colocated)
     if engine is not None:
         engine, mtp_values, colocated = _engine_limits(engine, mtp_values, colocated, model)
+        structures = engine_structures(engine, structures, structure is not None, model, hardware)
+    objective = check_objective(objective, rate)
+    prices = parse_prices(price_per_card_hour)
+    if not currency.strip():
+        raise BadInputError("--currency: give a unit, e.g. USD.")
     if max_redundant_experts is not None and max_redundant_experts < 0:
         raise BadInputError("--max-redundant-experts must be >= 0.")
     spec = load_model(model)
@@ -196,7 +212,12 @@ def build_request(
         settings=SolverSettings(time_limit_s=time_limit, workers=workers),
         imbalance=imbalance,
         max_redundant_experts=max_redundant_experts,
-        colocated=colocated,
+        colocated=colocated and "colocated" in structures,
+        disaggregated="pd" in structures,
+        afd="afd" in structures,
+        objective=objective,  # type: ignore[arg-type]
+        prices=tuple(prices.items()),
+        currency=currency.strip(),
         prefill_hardware=prefill_hardware,
         decode_hardware=decode_hardware,
         kv_transfer_bytes_per_s=None if kv_transfer_gbps is None else kv_transfer_gbps * 1e9,
@@ -209,6 +230,76 @@ def build_request(
         itl_from_tpot=max_itl_ms is None and tpot_ms is not None,
         decode_micro_batches=(1, 2) if decode_microbatch else (1,),
     )
+
+
+STRUCTURES = ("colocated", "pd", "afd")
+OBJECTIVES = ("tokens-per-card", "total", "cost", "energy")
+
+
+def parse_structures(text: str | None, colocated: bool) -> tuple[str, ...]:
+    """--structure as a tuple of colocated, pd, afd (default: all three; --no-colocated drops the
+    first); errors name the flag."""
+    if text is None:
+        return tuple(s for s in STRUCTURES if colocated or s != "colocated")
+    out = []
+    for part in text.split(","):
+        name = part.strip().lower()
+        if name not in STRUCTURES:
+            raise BadInputError(
+                f"--structure: '{part.strip()}' is not a structure; give a list of {', '.join(STRUCTURES)}."
+            )
+        out.append(name)
+    if not out:
+        raise BadInputError(f"--structure: give at least one of {', '.join(STRUCTURES)}.")
+    if "colocated" in out and not colocated:
+        raise BadInputError("--structure colocated and --no-colocated contradict each other; give one.")
+    return tuple(s for s in STRUCTURES if s in out)
+
+
+def engine_structures(
+    engine: str, structures: tuple[str, ...], given: bool, model: str, hardware: str
+) -> tuple[str, ...]:
+    """The structures --engine runs among those asked for (default: every one it runs); a structure
+    asked for by name that the engine cannot run is refused naming why."""
+    from planner.engines.profiles import load_profile
+    from planner.specs.catalog import load_hardware
+
+    cap = load_profile(engine).capabilities
+    afd = cap.afd
+    reasons: dict[str, str] = {}
+    if not cap.colocated:
+        reasons["colocated"] = "it cannot run prefill and decode on the same instances"
+    if not cap.disaggregated:
+        reasons["pd"] = "it cannot disaggregate prefill and decode"
+    if afd is None:
+        reasons["afd"] = "it has no attention-FFN disaggregation"
+    else:
+        hw_name = load_hardware(hardware).name
+        archs = load_model(model).architectures
+        if hw_name not in afd.hardware:
+            reasons["afd"] = f"its AFD runs on {', '.join(afd.hardware)}, not on {hw_name}"
+        elif archs and not set(archs) & set(afd.architectures):
+            reasons["afd"] = f"its AFD runs {', '.join(afd.architectures)}, not {', '.join(archs)}"
+    if given:
+        for s in structures:
+            if s in reasons:
+                raise BadInputError(f"--structure {s}: --engine {engine} cannot run it: {reasons[s]}.")
+        return structures
+    return tuple(s for s in structures if s not in reasons)
+
+
+def check_objective(objective: str, rate: float | None) -> str:
+    """--objective, checked (cost and energy are priced per token; with --rate they pick the
+    cheapest or least-energy plan that serves it; total fills the budget, so it takes no --rate)."""
+    key = objective.strip().lower()
+    if key not in OBJECTIVES:
+        raise BadInputError(f"--objective: '{objective}' is not one of {', '.join(OBJECTIVES)}.")
+    if key == "total" and rate is not None:
+        raise BadInputError(
+            "--objective total fills the budget with the most tokens/s; --rate asks for the fewest cards that serve a "
+            "rate: give one of them."
+        )
+    return key
 
 
 def _engine_limits(
@@ -459,6 +550,10 @@ def plan(
             help="Search with every factor at the slow end of its range and rank by the low end of the band.",
         ),
     ] = False,
+    structure: StructureOpt = None,
+    objective: ObjectiveOpt = "tokens-per-card",
+    price_per_card_hour: PricePerCardHourOpt = None,
+    currency: CurrencyOpt = DEFAULT_CURRENCY,
 ) -> None:
     """Search deployments (instance sizes, per-module layouts, expert slots, concurrency, MTP,
     P:D) under HBM and the SLOs, and print them ranked by output tokens/s per card."""
@@ -508,6 +603,10 @@ def plan(
             hbm_utilization=hbm_utilization,
             max_itl_ms=max_itl_ms,
             decode_microbatch=decode_microbatch,
+            structure=structure,
+            objective=objective,
+            price_per_card_hour=price_per_card_hour,
+            currency=currency,
         )
         try:
             outcome = add_bands(search_with_progress(request))

@@ -100,18 +100,27 @@ def transfer_s(ctx: CostContext, section: AfdPlan, tokens_per_attention_device: 
     return per_ffn_device / bandwidth + link.latency_s + ctx.hw.fixed_costs.collective.value
 
 
-def pipeline_period_s(a: ArrayLike, f: ArrayLike, c: ArrayLike, micro_batches: int) -> np.ndarray:
+def pipeline_layer_s(
+    a: ArrayLike, f: ArrayLike, c: ArrayLike, micro_batches: ArrayLike
+) -> tuple[np.ndarray, np.ndarray]:
+    """(P, fill and drain) of a layer whose micro-batches take a on the attention side, f on the FFN
+    side and c per transfer: P = max(M a, M f, a + f + 2c), the time of the layer for all M
+    micro-batches, and what one step adds to its layers' periods, (a + f + 2c) + (M - 1) max(a, f) - P
+    (>= 0). Vectorised: the search calls it on whole grids of options and concurrencies."""
+    slower = np.maximum(a, f)
+    round_trip = np.add(a, f) + np.multiply(2.0, c)
+    period = np.maximum(np.multiply(micro_batches, slower), round_trip)
+    return period, np.maximum(round_trip + (np.subtract(micro_batches, 1)) * slower - period, 0.0)
+
+
+def pipeline_period_s(a: ArrayLike, f: ArrayLike, c: ArrayLike, micro_batches: ArrayLike) -> np.ndarray:
     """P = max(M a, M f, a + f + 2c): the time of one layer for all M micro-batches."""
-    a, f, c = (np.asarray(x, dtype=float) for x in (a, f, c))
-    m = micro_batches
-    return np.maximum(np.maximum(m * a, m * f), a + f + 2.0 * c)
+    return pipeline_layer_s(a, f, c, micro_batches)[0]
 
 
-def pipeline_fill_drain_s(a: ArrayLike, f: ArrayLike, c: ArrayLike, micro_batches: int) -> np.ndarray:
+def pipeline_fill_drain_s(a: ArrayLike, f: ArrayLike, c: ArrayLike, micro_batches: ArrayLike) -> np.ndarray:
     """What one step adds to its layers' periods: (a + f + 2c) + (M - 1) max(a, f) - P (>= 0)."""
-    a, f, c = (np.asarray(x, dtype=float) for x in (a, f, c))
-    period = pipeline_period_s(a, f, c, micro_batches)
-    return np.maximum(a + f + 2.0 * c + (micro_batches - 1) * np.maximum(a, f) - period, 0.0)
+    return pipeline_layer_s(a, f, c, micro_batches)[1]
 
 
 @dataclass

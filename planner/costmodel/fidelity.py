@@ -224,4 +224,3 @@ def not_compared_figures() -> list[tuple[StoredFigure, str]]:
         elif fig.compare == "simulated":
             out.append((fig, "needs simulation: queueing-dominated (judged by the serving simulator)"))
     return out
-

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -49,7 +49,7 @@ from planner.search.plan_search import SearchOutcome
 from planner.search.request import PlanRequest
 from planner.specs.catalog import load_hardware, load_model
 from planner.specs.hardware import HardwareSpec
-from planner.specs.plan import DecodePlan, Plan, PrefillPlan
+from planner.specs.plan import AfdPlan, DecodePlan, Plan, PrefillPlan
 from planner.specs.quantization import get_quantization
 
 GIB = 1024.0**3
@@ -278,6 +278,55 @@ def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | Non
     return _axis_binding(axis, tpot_slo_ms)
 
 
+def afd_binding(ctx: CostContext, section: AfdPlan, tpot_slo_ms: float | None) -> Binding:
+    """What stops an AFD instance's concurrency per attention device from going one higher (HBM of
+    either side, TPOT), as decode_binding says it for a decode instance."""
+    from planner.candidates.afd_candidates import MAX_CONCURRENCY as AFD_MAX_CONCURRENCY
+    from planner.costmodel.afd import afd_decode_step, afd_hbm
+
+    def probe(bs: list[int]) -> _Probe:
+        b = np.array(bs, dtype=float)
+        step = afd_decode_step(ctx, section, b)
+        att, ffn = afd_hbm(ctx, section, b, section.prefill_batch_tokens)
+        per_card = np.asarray(step.tokens_per_s_per_device) * ctx.hw.devices_per_card
+        used = np.maximum(np.asarray(att.total_bytes), np.asarray(ffn.total_bytes))
+        return _Probe(np.asarray(step.tpot_s) * 1e3, used, float(att.capacity_bytes), per_card)
+
+    def slo_fix(m: int, m_card: float, now: float) -> str:
+        if not m:
+            return "no concurrency meets it with these layouts: re-plan"
+        return f"at most {m} per attention device meet it ({m_card:.0f} tokens/s per card instead of {now:.0f})"
+
+    b = section.concurrency_per_device
+    axis = _Axis(
+        phase="afd",
+        value=b,
+        probe=probe,
+        slo_name="TPOT",
+        lat_format=".1f",
+        key="concurrency_per_device",
+        label=f"AFD B{b}",
+        cap=AFD_MAX_CONCURRENCY,
+        at="at {v} sequences per attention device",
+        slo_at="at {v} sequences per attention device",
+        over_fix=lambda m: f"at most {m} fit" if m else "not even one sequence fits with these layouts",
+        max_tag="B{m}",
+        slo_fix=slo_fix,
+        cap_text=f"search space binds: AFD concurrency is at the search's cap of {AFD_MAX_CONCURRENCY} per device.",
+        hbm_lead="AFD concurrency ({v} per attention device)",
+        short_of="{n}",
+        one_more="one more sequence per attention device ({n})",
+        none_lead="nothing binds AFD concurrency: {n} sequences per attention device",
+        could="run more",
+        grid_what="sequences per attention device",
+        grid_name="every concurrency",
+        grid_dense=AFD_MAX_CONCURRENCY,
+        grid_step=0.0,
+        grid=np.arange(1, AFD_MAX_CONCURRENCY + 1),
+    )
+    return _axis_binding(axis, tpot_slo_ms)
+
+
 def prefill_binding(ctx: CostContext, phase: PrefillPlan, ttft_slo_ms: float | None) -> Binding:
     """What stops the prefill batch from taking one more request (or which rule it breaks)."""
     n_in = ctx.prefill_tokens_per_request  # computed tokens per request (prefix hits are not)
@@ -457,6 +506,10 @@ def _instance_rates(plan: Plan, prediction: Prediction) -> tuple[float | None, f
     if plan.is_colocated and prediction.system is not None and plan.decode_phase is not None:
         # one colocated instance serves both phases: count it once, as a decode instance
         return prediction.system.requests_per_s / plan.decode_phase.instances, None
+    if plan.afd is not None and prediction.afd is not None:
+        if prediction.colocated is not None and prediction.system is not None:  # AFD instances that prefill too
+            return prediction.system.requests_per_s / plan.afd.instances, None
+        d_rps = prediction.afd.tokens_per_s_per_device * plan.afd.devices / plan.workload.output_tokens
     if plan.decode_phase is not None and prediction.decode is not None:
         d = prediction.decode
         d_rps = d.tokens_per_s_per_device * plan.decode_phase.devices / plan.workload.output_tokens
@@ -466,11 +519,16 @@ def _instance_rates(plan: Plan, prediction: Prediction) -> tuple[float | None, f
     return d_rps, p_rps
 
 
+def decoding_section(plan: Plan) -> Any:
+    """The section whose instances decode: the decode (or colocated) phase, or the AFD section."""
+    return plan.afd if plan.afd is not None else plan.decode_phase
+
+
 def cards_for_rate(plan: Plan, prediction: Prediction, hw: HardwareSpec, rate_per_s: float) -> float:
     """Cards this plan's instance configurations need to serve `rate_per_s` (instances scaled)."""
     d_rps, p_rps = _instance_rates(plan, prediction)
     devices = 0
-    for phase, rps in ((plan.decode_phase, d_rps), (plan.prefill_phase, p_rps)):
+    for phase, rps in ((decoding_section(plan), d_rps), (plan.prefill_phase, p_rps)):
         if phase is not None and rps:
             # 1e-4: the predicted figures are rounded to 4 digits; a plan serving its own rate needs
             # no extra instance for that rounding
@@ -493,12 +551,13 @@ def deployment_binding(
 ) -> Binding:
     """What limits the deployment's size: the card budget, the target rate, or nothing."""
     d_rps, p_rps = _instance_rates(plan, prediction)
+    d_name = "AFD" if plan.afd is not None else "decode"
     phases = [
         (name, ph, rps)
-        for name, ph, rps in (("decode", plan.decode_phase, d_rps), ("prefill", plan.prefill_phase, p_rps))
+        for name, ph, rps in ((d_name, decoding_section(plan), d_rps), ("prefill", plan.prefill_phase, p_rps))
         if ph is not None and rps
     ]
-    if plan.is_colocated:
+    if plan.is_colocated or (plan.afd is not None and plan.afd.prefill_batch_tokens is not None):
         phases = [("colocated", ph, rps) for _, ph, rps in phases]
     used = sum(ph.total_devices for _, ph, _ in phases)
     cards = hw.cards(used)
@@ -634,6 +693,8 @@ def plan_bindings(
         out.extend(colocated_bindings(plan, ctx))
     if plan.decode_phase is not None and not plan.is_colocated:
         out.append(decode_binding(ctx, plan.decode_phase, slo.tpot_ms if slo else None))
+    if plan.afd is not None:
+        out.append(afd_binding(ctx, plan.afd, slo.tpot_ms if slo else None))
     if plan.prefill_phase is not None and not plan.is_colocated:
         out.append(prefill_binding(ctx, plan.prefill_phase, slo.ttft_ms if slo else None))
     out.append(deployment_binding(plan, prediction, ctx.hw, max_cards, rate_per_s))
@@ -688,7 +749,7 @@ TAGS = {
 
 def binding_tags(bindings: list[Binding]) -> str:
     """A few characters for a table cell: e.g. "D:TPOT P:HBM cards" (nothing for 'none')."""
-    prefix = {"decode": "D:", "prefill": "P:", "deployment": "", "colocated": "C:"}
+    prefix = {"decode": "D:", "prefill": "P:", "deployment": "", "colocated": "C:", "afd": "AFD:"}
     parts = [
         prefix.get(b.phase, "") + TAGS[b.constraint] + ("!" if b.violated else "") + ("?" if not b.certain else "")
         for b in bindings

@@ -11,7 +11,7 @@ from rich.table import Table
 from planner.ranking.compare import pd_cards
 from planner.ranking.robust import band_cell, tpot_band_cell
 from planner.specs.hardware import HardwareSpec
-from planner.specs.plan import PhasePlan, Plan
+from planner.specs.plan import AfdPlan, PhasePlan, Plan
 
 GIB = 1024.0**3
 
@@ -31,6 +31,8 @@ def headline(plan: Plan) -> float:
     if s is not None:
         return float(s)
     d = _p(plan, "decode", "tokens_per_s_per_card")
+    if d is None:
+        d = _p(plan, "afd", "tokens_per_s_per_card")
     if d is not None:
         return float(d)
     return float(_p(plan, "prefill", "tokens_per_s_per_card") or 0.0)
@@ -59,6 +61,39 @@ def compact_layouts(phase: PhasePlan) -> str:
     return "|".join(parts)
 
 
+def compact_afd(section: AfdPlan) -> str:
+    """An AFD instance in a few characters: attention side | FFN side, concurrency, MTP, micro-batches,
+    e.g. 48A:DP48|DP48 16F:EP16x16 A2A|DP16 B40 MTP0 mb2 (dense FFN and shared expert on the FFN side
+    unless marked)."""
+    moe = section.moe
+    ffn = f"EP{moe.ep}x{moe.slots_per_device} {'AG' if moe.comm == 'allgather' else 'A2A'}" if moe else "-"
+    if section.shared_expert.placement == "dedicated":
+        ffn += f"+S{section.shared_expert.devices}"
+    att = f"{section.attention.short()}|{section.lm_head_layout.short()}"
+    if section.dense_ffn is not None:
+        if section.dense_ffn_on == "attention":
+            att += f"|ffn {section.dense_ffn.short()}"
+        else:
+            ffn += f"|{section.dense_ffn.short()}"
+    if section.shared_expert_on == "attention":
+        att += "|shared"
+    return (
+        f"{section.attention_devices}A:{att} {section.ffn_devices}F:{ffn} B{section.concurrency_per_device} "
+        f"MTP{section.mtp_tokens} mb{section.micro_batches}"
+    )
+
+
+def decode_cell(plan: Plan) -> str:
+    """The ranked table's decode cell: layouts and integers of the decode or AFD instances."""
+    d = plan.decode_phase
+    if plan.afd is not None:
+        return "AFD " + compact_afd(plan.afd)
+    if d is None:
+        return "-"
+    dec = f"{compact_layouts(d)} B{d.concurrency_per_device} MTP{d.mtp_tokens}"  # type: ignore[attr-defined]
+    return dec + (f" mb{d.micro_batches}" if d.micro_batches > 1 else "")  # type: ignore[attr-defined]
+
+
 def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
     """One row per plan: cards, P:D, layouts, concurrency, TPOT, TTFT, tokens/s per card, headroom."""
     caption = (
@@ -66,6 +101,12 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
         "head over the instance's devices (dies); B: sequences per device (die); K: thousand "
         "tokens per forward; mb: micro-batches"
     )
+    if any(p.afd is not None for p in plans):
+        caption += (
+            "\nAFD: attention-FFN disaggregated decode instances, per instance A attention devices (attention, KV, "
+            "LM head) : F FFN devices (experts; dense FFN and shared expert too unless marked), micro-batches "
+            "ping-ponging between them"
+        )
     if any(p.is_colocated for p in plans):
         caption += (
             "\ncolocated: prefill and decode on the same instances, taking turns (whole forwards: decoding "
@@ -101,12 +142,9 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
         )
     table.caption = caption
     for plan in plans:
-        d, p = plan.decode_phase, plan.prefill_phase
+        p = plan.prefill_phase
         pd = pd_cards(plan, hw)
-        dec = "-"
-        if d is not None:
-            dec = f"{compact_layouts(d)} B{d.concurrency_per_device} MTP{d.mtp_tokens}"
-            dec += f" mb{d.micro_batches}" if d.micro_batches > 1 else ""
+        dec = decode_cell(plan)
         pre = "-"
         if p is not None:
             pre = "(same instances) " if plan.is_colocated else f"{compact_layouts(p)} "
@@ -115,11 +153,15 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
                 pre += f"chunk {chunk / 1024:g}K/step"
             else:
                 pre += f"{p.batch_tokens // 1024}K mb{p.micro_batches}"
-        tpot = _p(plan, "colocated", "tpot_ms") if plan.is_colocated else _p(plan, "decode", "tpot_ms")
-        ttft = _p(plan, "colocated", "ttft_ms") if plan.is_colocated else _p(plan, "prefill", "ttft_ms")
-        sources = ("colocated",) if plan.is_colocated else ("decode", "prefill")
+        together = plan.is_colocated or _p(plan, "colocated") is not None  # (AFD instances that prefill too)
+        decoding = "afd" if plan.afd is not None else "decode"
+        tpot = _p(plan, "colocated", "tpot_ms") if together else _p(plan, decoding, "tpot_ms")
+        ttft = _p(plan, "colocated", "ttft_ms") if together else _p(plan, "prefill", "ttft_ms")
+        sources = ("colocated",) if plan.is_colocated else (decoding, "prefill")
         heads = [x for x in (_p(plan, src, "hbm_free_bytes") for src in sources) if x is not None]
-        itl = _p(plan, "colocated", "longest_decode_pause_ms") if plan.is_colocated else _p(plan, "decode", "step_ms")
+        if plan.afd is not None and _p(plan, "afd", "ffn_hbm_free_bytes") is not None:
+            heads.append(_p(plan, "afd", "ffn_hbm_free_bytes"))
+        itl = _p(plan, "colocated", "longest_decode_pause_ms") if together else _p(plan, decoding, "step_ms")
         table.add_row(
             str(plan.rank or ""),
             f"{cards_of(plan, hw):g}",
@@ -186,8 +228,7 @@ def alternatives_table(alternatives: list[Any], best: Plan, hw: HardwareSpec) ->
         if plan is None:
             table.add_row(alt.label, "-", "-", alt.reason or "none fits", "-", "-")
             continue
-        d = plan.decode_phase
-        dec = f"{compact_layouts(d)} B{d.concurrency_per_device} MTP{d.mtp_tokens}" if d is not None else "-"
+        dec = decode_cell(plan)
         value = headline(plan)
         price = f"{(value - top) / top * 100:+.1f}%" if top > 0 else "-"
         if alt.rank is not None:

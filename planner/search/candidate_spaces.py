@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from planner.candidates.afd_candidates import AfdCandidate
 from planner.candidates.colocated_candidates import (
     ColocatedCandidate,
     colocated_candidates,
@@ -324,6 +325,50 @@ def candidate_spaces(
     return dspace, pspace
 
 
+def afd_space(
+    ctx: CostContext,
+    request: PlanRequest,
+    budget: Budget,
+    keep: int,
+    floor: Callable[[list[AfdCandidate]], float] | None = None,
+) -> list[AfdCandidate]:
+    """AFD decode instances (planner.candidates.afd_candidates) of every split the decode machine's
+    pool allows, less the smallest prefill instance when prefill instances feed them; the `keep`
+    best of each split, under the request's SLOs, MTP depths and engine.
+
+    `floor(found)`: the output tokens/s per device an AFD instance must exceed to matter, given the
+    candidates found so far (planner.search.plan_search derives it from the deployments it must
+    rank). Splits are visited best bound first (each split's bound is on tokens/s per device, over
+    every configuration: afd_candidates.afd_sizes) and the visit stops at the first whose bound
+    does not exceed it: exact, as no configuration of those splits reaches it."""
+    from planner.candidates.afd_candidates import AfdLimits, afd_sizes, size_candidates
+
+    devices = budget.pool_devices[budget.pool("afd")]
+    if request.phase == "both" and not budget.mixed:
+        experts, other = weights_bytes(ctx)
+        devices -= min_devices_for_weights(ctx.model, ctx.hw, experts, other, ctx.hbm_utilization)
+    if devices < 2:
+        return []
+    slo = request.slo
+    mtp = request.mtp_tokens if request.mtp_tokens is not None else ((0, 1, 2) if ctx.model.mtp_layers else (0,))
+    limits = AfdLimits(
+        max_devices=devices,
+        tpot_s=None if slo.tpot_ms is None else slo.tpot_ms / 1000,
+        max_itl_s=None if slo.max_itl_ms is None else slo.max_itl_ms / 1000,
+        mtp_tokens=tuple(mtp),
+        keep=keep,
+        engine=request.engine,
+        devices=request.decode_devices,
+    )
+    space = SpaceLimits(max_devices=devices, max_redundant_experts=request.max_redundant_experts, engine=request.engine)
+    out: list[AfdCandidate] = []
+    for size in afd_sizes(ctx, space, limits):
+        if floor is not None and out and size.bound * (1 + 1e-9) <= floor(out):
+            break  # (sizes come best bound first: no later one reaches the floor either)
+        out += size_candidates(ctx, limits, size)
+    return sorted(out, key=lambda c: (-c.tokens_per_s_per_device, c.devices))
+
+
 def colocated_space(
     ctx: CostContext,
     request: PlanRequest,
@@ -439,4 +484,6 @@ def best_per_size(cands: list[Any]) -> list[int]:
 def _rate_of(c: Any) -> Fraction:
     if isinstance(c, ColocatedCandidate):
         return Fraction(c.rate_milli)
+    if isinstance(c, AfdCandidate):
+        return Fraction(c.tokens_per_s)
     return Fraction(c.num, c.den)

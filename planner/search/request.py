@@ -44,6 +44,14 @@ class PlanRequest:
     mtp_tokens: tuple[int, ...] | None = None
     max_redundant_experts: int | None = None  # redundant expert copies per instance (0: none)
     colocated: bool = True  # also search colocated instances (prefill and decode on the same devices)
+    disaggregated: bool = True  # search prefill and decode instances apart (--structure pd)
+    afd: bool = False  # also search attention-FFN disaggregated decode instances (--structure afd)
+    # what the search optimises: tokens-per-card (tokens/s per card), total (tokens/s within the
+    # budget), cost (tokens/s per cost unit: the least cost per token) or energy (per watt)
+    objective: Literal["tokens-per-card", "total", "cost", "energy"] = "tokens-per-card"
+    # --price-per-card-hour: (machine name or None for every machine, price) pairs, in `currency`
+    prices: tuple[tuple[str | None, float], ...] = ()
+    currency: str = "units"
     alternatives: bool = True  # also find the best plan of each other structure (`plan` shows them)
     # engine capability: decode micro-batch overlap (DeepSeek/SGLang two-batch overlap); --no-decode-microbatch
     decode_micro_batches: tuple[int, ...] = (1, 2)
