@@ -294,3 +294,12 @@ ObjectiveOpt = Annotated[
         "joules per token). With --rate: the fewest cards, the cheapest or the least-energy plan that serves it.",
     ),
 ]
+YAxisOpt = Annotated[
+    str,
+    typer.Option(
+        "--y-axis",
+        metavar="AXIS",
+        help="The frontier's y axis: tokens-per-card (output tokens/s per card), cost (cost per million output "
+        "tokens: needs a price, --price-per-card-hour) or energy (joules per output token: needs power_w_per_card).",
+    ),
+]

@@ -51,6 +51,7 @@ from planner.cli.options import (
     WorkersOpt,
     WorkloadFileOpt,
     check_hbm_utilization,
+    check_price_names,
     imbalance_from_options,
     parse_int_list,
     parse_prices,
@@ -187,16 +188,21 @@ def build_request(
     structures = parse_structures(structure, colocated)
     if engine is not None:
         engine, mtp_values, colocated = _engine_limits(engine, mtp_values, colocated, model)
-        structures = engine_structures(engine, structures, structure is not None, model, hardware)
+        structures = engine_structures(engine, structures, structure is not None, model, decode_hardware or hardware)
     objective = check_objective(objective, rate)
     prices = parse_prices(price_per_card_hour)
+    if prices:
+        from planner.specs.catalog import load_hardware
+
+        runs_on = {prefill_hardware or hardware, decode_hardware or hardware}
+        check_price_names(prices, sorted(load_hardware(h).name for h in runs_on))
     if not currency.strip():
         raise BadInputError("--currency: give a unit, e.g. USD.")
     if max_redundant_experts is not None and max_redundant_experts < 0:
         raise BadInputError("--max-redundant-experts must be >= 0.")
     spec = load_model(model)
     imbalance = imbalance_from_options(loads, skew_sigma, spec)
-    return PlanRequest(
+    request = PlanRequest(
         model=model,
         hardware=hardware,
         quantization=quantization,
@@ -230,6 +236,13 @@ def build_request(
         itl_from_tpot=max_itl_ms is None and tpot_ms is not None,
         decode_micro_batches=(1, 2) if decode_microbatch else (1,),
     )
+    if request.is_mixed and structure is not None and "afd" in structures:
+        raise BadInputError(
+            "--structure afd: AFD decode instances are searched on one machine with one card budget; drop "
+            "--prefill-hardware/--decode-hardware and the per-phase budgets (--max-prefill-cards, --max-decode-cards, "
+            "--max-cost, --kv-transfer-gbps), or afd."
+        )
+    return request
 
 
 STRUCTURES = ("colocated", "pd", "afd")

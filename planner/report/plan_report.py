@@ -127,6 +127,11 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
     if banded:
         caption += "\n(low-high) under TPOT and tok/s/card: the band, every factor at the slow / fast end of its range"
         table.caption = caption
+    econ = economics_columns(plans)
+    for name, _ in econ:
+        table.add_column(name, justify="right")
+    if econ:
+        caption += "\n" + economics_caption(plans)
     table.add_column("HBM free GiB", justify="right")
     utilizations = sorted({p.hbm_utilization for p in plans})
     caption += (
@@ -172,9 +177,37 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
             f"{ttft:.0f}" if ttft is not None else "-",
             f"{itl:.0f}" if itl is not None else "-",
             f"{headline(plan):.1f}" + (f"\n({band_cell(plan)})" if banded else ""),
+            *(economics_cell(plan, key) for _, key in econ),
             f"{min(heads) / GIB:.1f}" if heads else "-",
         )
     return table
+
+
+# (column, economics figure) of the ranked and alternatives tables, shown when a plan has the figure
+ECONOMICS_COLUMNS = (("cost/M out", "cost_per_million_output_tokens"), ("J/out tok", "joules_per_output_token"))
+
+
+def economics_columns(plans: list[Plan]) -> list[tuple[str, str]]:
+    """The cost and energy columns some plan of the list has a figure for."""
+    return [(name, key) for name, key in ECONOMICS_COLUMNS if any(_p(p, "economics", key) is not None for p in plans)]
+
+
+def economics_cell(plan: Plan, key: str) -> str:
+    value = _p(plan, "economics", key)
+    return "-" if value is None else f"{value:.4g}"
+
+
+def economics_caption(plans: list[Plan]) -> str:
+    """What the cost and energy columns count: the plan's cards (their price, their power) at its
+    predicted output tokens/s."""
+    currencies = sorted({c for p in plans if (c := _p(p, "economics", "currency")) is not None})
+    unit = f" ({', '.join(currencies)})" if currencies else ""
+    bases = sorted({b for p in plans if (b := _p(p, "economics", "power_basis")) is not None})
+    text = (
+        f"cost/M out{unit}: the price of the plan's card-hours per million output tokens at its predicted "
+        "throughput; J/out tok: the cards' power (a node's too where given) per output token"
+    )
+    return text + (f"; power: {' | '.join(bases)}" if bases else "")
 
 
 def plans_document(plans: list[Plan], status: str, notes: list[str] | None = None) -> str:
@@ -222,16 +255,20 @@ def alternatives_table(alternatives: list[Any], best: Plan, hw: HardwareSpec) ->
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     table.add_column("tok/s/card", justify="right")
     table.add_column("price", justify="right")
+    econ = economics_columns([best, *(a.plan for a in alternatives if a.plan is not None)])
+    for name, _ in econ:
+        table.add_column(name, justify="right")
     top = headline(best)
     for alt in alternatives:
         plan = alt.plan
         if plan is None:
-            table.add_row(alt.label, "-", "-", alt.reason or "none fits", "-", "-")
+            table.add_row(alt.label, "-", "-", alt.reason or "none fits", "-", "-", *("-" for _ in econ))
             continue
         dec = decode_cell(plan)
         value = headline(plan)
         price = f"{(value - top) / top * 100:+.1f}%" if top > 0 else "-"
         if alt.rank is not None:
             price += f" (rank {alt.rank})"
-        table.add_row(alt.label, f"{cards_of(plan, hw):g}", pd_cards(plan, hw), dec, f"{value:.1f}", price)
+        cells = (economics_cell(plan, key) for _, key in econ)
+        table.add_row(alt.label, f"{cards_of(plan, hw):g}", pd_cards(plan, hw), dec, f"{value:.1f}", price, *cells)
     return table

@@ -1,0 +1,58 @@
+"""`--structure`, `--objective`, `--price-per-card-hour` and `--y-axis`: bad input is one line and
+exit 2, before any search."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import run_cli
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--structure", "pd,moe"), "--structure: 'moe' is not a structure"),
+        (("--structure", "colocated", "--no-colocated"), "contradict"),
+        (("--objective", "speed"), "--objective: 'speed' is not one of"),
+        (("--objective", "total", "--rate", "2"), "--objective total fills the budget"),
+        (("--objective", "cost"), "hardware 'a2' has no price_per_card_hour"),
+        (
+            ("--objective", "energy", "--hardware", "atlas350", "--quantization", "fp8"),
+            "hardware 'atlas350' has no power_w_per_card",
+        ),
+        (("--price-per-card-hour", "-1"), "is not a positive price"),
+        (
+            ("--structure", "afd", "--prefill-hardware", "a2", "--decode-hardware", "cm384"),
+            "--structure afd: AFD decode instances are searched on one machine",
+        ),
+        (("--price-per-card-hour", "cm384=2"), "'cm384' is not a machine of this run"),
+        (
+            ("--engine", "sglang", "--structure", "afd", "--model", "deepseek-v3", "--hardware", "a3"),
+            "--structure afd: --engine sglang cannot run it: its AFD runs Qwen3MoeForCausalLM",
+        ),
+        (
+            ("--engine", "vllm-ascend", "--structure", "afd", "--model", "deepseek-v3"),
+            "--structure afd: --engine vllm-ascend cannot run it: its AFD runs on a3, cm384, not on a2",
+        ),
+    ],
+)
+def test_plan_refuses_in_one_line(args, says):
+    r = run_cli("plan", *args)
+    assert r.exit_code == 2, r.output
+    assert says in r.output
+    assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--y-axis", "price"), "--y-axis: 'price' is not one of"),
+        (("--y-axis", "cost"), "--y-axis cost: hardware 'a2' has no price_per_card_hour"),
+        (("--y-axis", "energy", "--hardware", "atlas950"), "hardware 'atlas950' has no power_w_per_card"),
+    ],
+)
+def test_sweep_refuses_an_axis_it_cannot_draw(args, says):
+    r = run_cli("sweep", "--tpot-ms", "50,100", *args)
+    assert r.exit_code == 2, r.output
+    assert says in r.output
+    assert "Traceback" not in r.output
