@@ -62,7 +62,7 @@ from planner.costmodel.evaluate import evaluation_memo
 from planner.errors import BadInputError, InfeasibleError
 from planner.ranking.binding import why_line
 from planner.report.evaluate_report import evaluate_tables
-from planner.report.plan_report import alternatives_table, infeasible_document, plans_document, ranked_table
+from planner.report.plan_report import afd_line, alternatives_table, infeasible_document, plans_document, ranked_table
 from planner.report.uncertainty_report import uncertainty_table
 from planner.search.plan_search import SearchOutcome, TableCache, run_search
 from planner.search.request import (
@@ -464,6 +464,9 @@ def print_outcome(outcome: SearchOutcome) -> None:
         )
     if outcome.alternatives:
         console.print(alternatives_table(outcome.alternatives, outcome.plans[0], outcome.hw))
+        afd = afd_line(outcome.alternatives, outcome.plans[0])
+        if afd:
+            console.print(afd)
     console.print(verdict_line(outcome))
     if outcome.request.pessimistic_factors:
         console.print(

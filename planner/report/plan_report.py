@@ -272,3 +272,29 @@ def alternatives_table(alternatives: list[Any], best: Plan, hw: HardwareSpec) ->
         cells = (economics_cell(plan, key) for _, key in econ)
         table.add_row(alt.label, f"{cards_of(plan, hw):g}", pd_cards(plan, hw), dec, f"{value:.1f}", price, *cells)
     return table
+
+
+def afd_line(alternatives: list[Any], best: Plan) -> str | None:
+    """Whether attention-FFN disaggregation wins, and by how much (tokens/s per card of the whole
+    deployment): rank 1 against the best plan of the other kind; None when AFD was not searched."""
+    alt = next((a for a in alternatives if a.label in ("best AFD", "best non-AFD")), None)
+    if alt is None:
+        return None
+    top = headline(best)
+    if alt.plan is None:
+        why = (alt.reason or "").removeprefix("none fits: ")
+        if alt.label == "best AFD":
+            return f"AFD: does not win: no AFD deployment fits ({why})."
+        return f"AFD: wins: no deployment without AFD fits ({why})."
+    other = headline(alt.plan)
+    if other <= 0:
+        return None
+    if best.afd is not None:
+        return (
+            f"AFD: wins: rank 1 is an AFD deployment, {top / other - 1:+.1%} tokens/s per card over the best "
+            f"deployment without AFD ({other:.1f})."
+        )
+    return (
+        f"AFD: does not win: the best AFD deployment gives {other:.1f} tokens/s per card, {other / top - 1:+.1%} "
+        f"against rank 1 ({top:.1f}, without AFD)."
+    )

@@ -290,12 +290,13 @@ def terminal_chart(
         row = height - 1 - (min(height - 1, int(y / y_max * (height - 1))) if y_max > 0 else 0)
         cell = grid[row][col]
         grid[row][col] = mark if cell in (" ", mark) or mark == "*" else "&"
-    label_w = max(len(_tick(y_max)), 4)
+    ticks_y = [
+        _tick(y_max * (height - 1 - r) / (height - 1)) if r % 5 == 0 or r == height - 1 else "" for r in range(height)
+    ]
+    label_w = max(4, *(len(t) for t in ticks_y))
     lines = [f"{y_label}"]
     for r, cells in enumerate(grid):
-        y_val = y_max * (height - 1 - r) / (height - 1)
-        tick = _tick(y_val) if r % 5 == 0 or r == height - 1 else ""
-        lines.append(f"{tick:>{label_w}} |" + "".join(cells))
+        lines.append(f"{ticks_y[r]:>{label_w}} |" + "".join(cells))
     lines.append(" " * label_w + " +" + "-" * width)
     ticks = [0.0, x_max / 2, x_max]
     axis = f"{ticks[0]:<.0f}".ljust(width // 2) + f"{ticks[1]:.0f}".ljust(width - width // 2) + f"{ticks[2]:.0f}"

@@ -56,3 +56,23 @@ def test_sweep_refuses_an_axis_it_cannot_draw(args, says):
     assert r.exit_code == 2, r.output
     assert says in r.output
     assert "Traceback" not in r.output
+
+
+def test_sweep_with_an_energy_axis_charts_joules_per_output_token():
+    args = ("sweep", "--tpot-ms", "50,100", "--hardware", "a3", "--model", "deepseek-v2-lite", "--max-cards", "16")
+    r = run_cli(*args, "--y-axis", "energy")
+    assert r.exit_code == 0, r.output
+    assert "J/out tok" in r.output and "joules per output token (prefill + decode cards; lower is better)" in r.output
+    csv = run_cli(*args, "--y-axis", "energy", "--csv", "-")
+    assert csv.exit_code == 0, csv.output
+    header, *rows = csv.output.strip().splitlines()
+    col = header.split(",").index("joules_per_output_token")
+    assert rows and all(float(row.split(",")[col]) > 0 for row in rows)
+
+
+def test_a_lower_is_better_front_keeps_the_cheapest_points():
+    from planner.ranking.frontier import pareto_front
+
+    xy = [(10.0, 2.0), (10.0, 1.0), (20.0, 3.0), (5.0, 0.5), (15.0, 4.0)]
+    assert pareto_front(xy, lower_y_better=True) == [3, 1, 2]
+    assert pareto_front(xy) == [4, 2]
