@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,8 +145,14 @@ def row(point: Point, cache=None) -> str:
     gain = f"{afd_value / non_value - 1:+.1%}" if afd_value and non_value else "-"
     what = "-"
     if afd is not None and afd.afd is not None:
-        what = f"{afd.afd.instances} x {compact_afd(afd.afd)}"
+        # (a layout's | would end the Markdown cell)
+        what = f"{afd.afd.instances} x {compact_afd(afd.afd)}".replace("|", "\\|")
     return f"{head} {non_cell} | {afd_cell} | {gain} | {what} |"
+
+
+def _cells(line: str) -> list[str]:
+    """A Markdown row's cells (a \\| inside a cell does not split it)."""
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
 
 
 def summary(rows: list[str]) -> str:
@@ -154,18 +161,19 @@ def summary(rows: list[str]) -> str:
     for hw, _ in MACHINES:
         gains = []
         for r in rows:
-            cells = [c.strip() for c in r.strip("|").split("|")]
+            cells = _cells(r)
             if cells[0].startswith(f"{hw} ") and cells[6].endswith("%"):
                 gains.append((float(cells[6].rstrip("%")), cells[1], cells[2], cells[3]))
         if not gains:
             lines.append(f"- {hw}: no point with both an AFD and a non-AFD deployment.")
             continue
         wins = [g for g in gains if g[0] > 0]
+        ties = [g for g in gains if g[0] == 0]
         best, worst = max(gains), min(gains)
         lines.append(
-            f"- {hw}: AFD wins at {len(wins)} of {len(gains)} points; largest gain {best[0]:+.1f}% "
-            f"({best[1]}, {best[2]} input tokens, TPOT {best[3]} ms), largest loss {worst[0]:+.1f}% "
-            f"({worst[1]}, {worst[2]} input tokens, TPOT {worst[3]} ms)."
+            f"- {hw}: AFD wins at {len(wins)} of {len(gains)} points and ties at {len(ties)}; its gain runs from "
+            f"{worst[0]:+.1f}% ({worst[1]}, {worst[2]} input tokens, TPOT {worst[3]} ms) to {best[0]:+.1f}% "
+            f"({best[1]}, {best[2]} input tokens, TPOT {best[3]} ms)."
         )
     return "\n".join(lines) + "\n"
 
@@ -195,7 +203,7 @@ def rows_of(block: str) -> dict[str, str]:
     """The block's data rows by their first four cells (machine, model, input tokens, TPOT)."""
     out = {}
     for line in block.splitlines():
-        cells = [c.strip() for c in line.strip("|").split("|")]
+        cells = _cells(line)
         if line.startswith("| ") and len(cells) == 8 and cells[2].isdigit():
             out["|".join(cells[:4])] = line
     return out

@@ -65,6 +65,19 @@ def _rows_of(prefix: str) -> Callable[[str], str]:
     return cut
 
 
+def _between(first: str, last: str) -> Callable[[str], str]:
+    """The output from the first line that starts with `first` (leading spaces aside) to the first
+    line after it that starts with `last`, both included."""
+
+    def cut(text: str) -> str:
+        lines = text.splitlines()
+        start = next(i for i, line in enumerate(lines) if line.strip().startswith(first))
+        end = next(i for i in range(start, len(lines)) if lines[i].startswith(last))
+        return "\n".join(lines[start : end + 1]) + "\n"
+
+    return cut
+
+
 def _whole(text: str) -> str:
     return text
 
@@ -77,6 +90,25 @@ class Block:
     part: Callable[[str], str] = _whole
     fenced: bool = True  # inside ``` (terminal output); False for Markdown (a table)
 
+
+# the case of tests/search/test_objectives.py: dear A2 prefill cards, cheap CloudMatrix384 decode cards
+PRICED_TWO_MACHINES = (
+    "plan",
+    "--prefill-hardware",
+    "a2",
+    "--decode-hardware",
+    "cm384",
+    "--max-prefill-cards",
+    "16",
+    "--max-decode-cards",
+    "24",
+    "--price-per-card-hour",
+    "a2=20,cm384=1",
+    "--currency",
+    "USD",
+    "--top",
+    "1",
+)
 
 BLOCKS: dict[str, Block] = {
     # `moeplan plan` with no flags: the ranked table, the status and the why line
@@ -91,6 +123,14 @@ BLOCKS: dict[str, Block] = {
     "evaluate-afd-a3-example": Block(("evaluate", "plans/afd-a3-example.yaml"), _until("     AFD HBM")),
     # docs/afd.md: the fidelity table's AFD rows
     "fidelity-afd": Block(("fidelity", "--markdown"), _rows_of("AFD-plugin"), fenced=False),
+    # docs/afd.md: the search with AFD among the structures (the alternatives and the AFD line)
+    "plan-afd-a3-16k": Block(
+        ("plan", "--hardware", "a3", "--model", "deepseek-v3.2", "--input-tokens", "16384"),
+        _between("Best plan of each other structure", "AFD: "),
+    ),
+    # docs/afd.md: two machines priced per card-hour, ranked by tokens per card and by cost
+    "plan-two-machines-per-card": Block(PRICED_TWO_MACHINES, _until("P:D cards:")),
+    "plan-two-machines-cost": Block((*PRICED_TWO_MACHINES, "--objective", "cost"), _until("P:D cards:")),
 }
 
 

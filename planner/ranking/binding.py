@@ -234,6 +234,47 @@ def _axis_binding(axis: _Axis, slo: float | None) -> Binding:
     )
 
 
+def _concurrency_axis(
+    phase: str, what: str, b: int, probe: Callable[[list[int]], _Probe], per: str, cap: int, grid: tuple
+) -> _Axis:
+    """The concurrency axis of a decode or AFD instance: `what` names it ('decode', 'AFD'), `per`
+    what it counts per ('device', 'attention device'), `grid` (name, dense part, step, values) the
+    values the search tries."""
+
+    def slo_fix(m: int, m_card: float, now: float) -> str:
+        if not m:
+            return "no concurrency meets it with these layouts: re-plan"
+        return f"at most {m} per {per} meet it ({m_card:.0f} tokens/s per card instead of {now:.0f})"
+
+    grid_name, grid_dense, grid_step, values = grid
+    return _Axis(
+        phase=phase,
+        value=b,
+        probe=probe,
+        slo_name="TPOT",
+        lat_format=".1f",
+        key="concurrency_per_device",
+        label=f"{what} B{b}",
+        cap=cap,
+        at=f"at {{v}} sequences per {per}",
+        slo_at=f"at {{v}} sequences per {per}",
+        over_fix=lambda m: f"at most {m} fit" if m else "not even one sequence fits with these layouts",
+        max_tag="B{m}",
+        slo_fix=slo_fix,
+        cap_text=f"search space binds: {what} concurrency is at the search's cap of {cap} per device.",
+        hbm_lead=f"{what} concurrency ({{v}} per {per})",
+        short_of="{n}",
+        one_more=f"one more sequence per {per} ({{n}})",
+        none_lead=f"nothing binds {what} concurrency: {{n}} sequences per {per}",
+        could="run more",
+        grid_what=f"sequences per {per}",
+        grid_name=grid_name,
+        grid_dense=grid_dense,
+        grid_step=grid_step,
+        grid=values,
+    )
+
+
 def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | None) -> Binding:
     """What stops the decode concurrency from going one higher (or which rule it already breaks)."""
 
@@ -243,38 +284,8 @@ def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | Non
         per_card = np.asarray(step.tokens_per_s_per_device) * ctx.hw.devices_per_card
         return _Probe(np.asarray(step.tpot_s) * 1e3, np.asarray(use.total_bytes), float(use.capacity_bytes), per_card)
 
-    def slo_fix(m: int, m_card: float, now: float) -> str:
-        if not m:
-            return "no concurrency meets it with these layouts: re-plan"
-        return f"at most {m} per device meet it ({m_card:.0f} tokens/s per card instead of {now:.0f})"
-
-    b = phase.concurrency_per_device
-    axis = _Axis(
-        phase="decode",
-        value=b,
-        probe=probe,
-        slo_name="TPOT",
-        lat_format=".1f",
-        key="concurrency_per_device",
-        label=f"decode B{b}",
-        cap=MAX_CONCURRENCY,
-        at="at {v} sequences per device",
-        slo_at="at {v} sequences per device",
-        over_fix=lambda m: f"at most {m} fit" if m else "not even one sequence fits with these layouts",
-        max_tag="B{m}",
-        slo_fix=slo_fix,
-        cap_text=f"search space binds: decode concurrency is at the search's cap of {MAX_CONCURRENCY} per device.",
-        hbm_lead="decode concurrency ({v} per device)",
-        short_of="{n}",
-        one_more="one more sequence per device ({n})",
-        none_lead="nothing binds decode concurrency: {n} sequences per device",
-        could="run more",
-        grid_what="sequences per device",
-        grid_name="concurrency grid",
-        grid_dense=DENSE_GRID_CONCURRENCY,
-        grid_step=CONCURRENCY_GRID_STEP,
-        grid=concurrency_values(MAX_CONCURRENCY),
-    )
+    grid = ("concurrency grid", DENSE_GRID_CONCURRENCY, CONCURRENCY_GRID_STEP, concurrency_values(MAX_CONCURRENCY))
+    axis = _concurrency_axis("decode", "decode", phase.concurrency_per_device, probe, "device", MAX_CONCURRENCY, grid)
     return _axis_binding(axis, tpot_slo_ms)
 
 
@@ -292,38 +303,9 @@ def afd_binding(ctx: CostContext, section: AfdPlan, tpot_slo_ms: float | None) -
         used = np.maximum(np.asarray(att.total_bytes), np.asarray(ffn.total_bytes))
         return _Probe(np.asarray(step.tpot_s) * 1e3, used, float(att.capacity_bytes), per_card)
 
-    def slo_fix(m: int, m_card: float, now: float) -> str:
-        if not m:
-            return "no concurrency meets it with these layouts: re-plan"
-        return f"at most {m} per attention device meet it ({m_card:.0f} tokens/s per card instead of {now:.0f})"
-
+    grid = ("every concurrency", AFD_MAX_CONCURRENCY, 0.0, np.arange(1, AFD_MAX_CONCURRENCY + 1))
     b = section.concurrency_per_device
-    axis = _Axis(
-        phase="afd",
-        value=b,
-        probe=probe,
-        slo_name="TPOT",
-        lat_format=".1f",
-        key="concurrency_per_device",
-        label=f"AFD B{b}",
-        cap=AFD_MAX_CONCURRENCY,
-        at="at {v} sequences per attention device",
-        slo_at="at {v} sequences per attention device",
-        over_fix=lambda m: f"at most {m} fit" if m else "not even one sequence fits with these layouts",
-        max_tag="B{m}",
-        slo_fix=slo_fix,
-        cap_text=f"search space binds: AFD concurrency is at the search's cap of {AFD_MAX_CONCURRENCY} per device.",
-        hbm_lead="AFD concurrency ({v} per attention device)",
-        short_of="{n}",
-        one_more="one more sequence per attention device ({n})",
-        none_lead="nothing binds AFD concurrency: {n} sequences per attention device",
-        could="run more",
-        grid_what="sequences per attention device",
-        grid_name="every concurrency",
-        grid_dense=AFD_MAX_CONCURRENCY,
-        grid_step=0.0,
-        grid=np.arange(1, AFD_MAX_CONCURRENCY + 1),
-    )
+    axis = _concurrency_axis("afd", "AFD", b, probe, "attention device", AFD_MAX_CONCURRENCY, grid)
     return _axis_binding(axis, tpot_slo_ms)
 
 

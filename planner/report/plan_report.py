@@ -289,6 +289,11 @@ def afd_line(alternatives: list[Any], best: Plan) -> str | None:
     other = headline(alt.plan)
     if other <= 0:
         return None
+    if f"{other:.1f}" == f"{top:.1f}":
+        return (
+            f"AFD: ties: the best {'non-AFD' if best.afd is not None else 'AFD'} deployment gives the same "
+            f"{top:.1f} tokens/s per card as rank 1."
+        )
     if best.afd is not None:
         return (
             f"AFD: wins: rank 1 is an AFD deployment, {top / other - 1:+.1%} tokens/s per card over the best "
