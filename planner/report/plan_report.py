@@ -131,7 +131,7 @@ def ranked_table(plans: list[Plan], hw: HardwareSpec, title: str) -> Table:
     for name, _ in econ:
         table.add_column(name, justify="right")
     if econ:
-        caption += "\n" + economics_caption(plans)
+        caption += "\n" + economics_caption(plans, econ)
     table.add_column("HBM free GiB", justify="right")
     utilizations = sorted({p.hbm_utilization for p in plans})
     caption += (
@@ -197,17 +197,22 @@ def economics_cell(plan: Plan, key: str) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
-def economics_caption(plans: list[Plan]) -> str:
-    """What the cost and energy columns count: the plan's cards (their price, their power) at its
-    predicted output tokens/s."""
-    currencies = sorted({c for p in plans if (c := _p(p, "economics", "currency")) is not None})
-    unit = f" ({', '.join(currencies)})" if currencies else ""
-    bases = sorted({b for p in plans if (b := _p(p, "economics", "power_basis")) is not None})
-    text = (
-        f"cost/M out{unit}: the price of the plan's card-hours per million output tokens at its predicted "
-        "throughput; J/out tok: the cards' power (a node's too where given) per output token"
-    )
-    return text + (f"; power: {' | '.join(bases)}" if bases else "")
+def economics_caption(plans: list[Plan], columns: list[tuple[str, str]]) -> str:
+    """What the cost and energy columns shown count: the plan's cards (their price, their power)
+    at its predicted output tokens/s."""
+    parts = []
+    if any(key == "cost_per_million_output_tokens" for _, key in columns):
+        currencies = sorted({c for p in plans if (c := _p(p, "economics", "currency")) is not None})
+        unit = f" ({', '.join(currencies)})" if currencies else ""
+        parts.append(
+            f"cost/M out{unit}: the price of the plan's card-hours per million output tokens at its predicted "
+            "throughput"
+        )
+    if any(key == "joules_per_output_token" for _, key in columns):
+        bases = sorted({b for p in plans if (b := _p(p, "economics", "power_basis")) is not None})
+        power = f" (power: {' | '.join(bases)})" if bases else ""
+        parts.append(f"J/out tok: the cards' power (a node's too where given) per output token{power}")
+    return "; ".join(parts)
 
 
 def plans_document(plans: list[Plan], status: str, notes: list[str] | None = None) -> str:
