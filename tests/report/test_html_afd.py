@@ -38,3 +38,14 @@ def test_the_rows_take_tpot_and_headroom_from_the_afd_block():
     sections = {s.role: s for s in plan_sections(scored, hw, model)}
     layouts = dict(sections["AFD decode"].layouts)
     assert "experts (16 FFN devices)" in layouts and "attention (48 attention devices)" in layouts
+
+
+def test_instances_are_counted_per_instance():
+    from planner.report.html.pages import instances_text
+
+    plan, _ = load_plan(str(PLANS / "afd-a3-example.yaml"))
+    three = plan.model_copy(update={"afd": plan.afd.model_copy(update={"instances": 3})})
+    text = instances_text(three, load_hardware(plan.hardware))
+    assert "3 AFD decode instances of 32 cards (48 attention + 16 FFN devices)" in text
+    sections = {s.role: s for s in plan_sections(three, load_hardware(plan.hardware), load_model(plan.model))}
+    assert (sections["AFD decode"].instances, sections["AFD decode"].devices) == (3, 64)

@@ -200,8 +200,7 @@ def instances_text(plan: Plan, hw: HardwareSpec, prefill_hw: HardwareSpec | None
         if section is None:
             continue
         n = section.instances
-        devices = section.total_devices if isinstance(section, AfdPlan) else section.devices
-        what = f"{machine.cards(devices):g} cards"
+        what = f"{machine.cards(section.devices):g} cards"
         if isinstance(section, AfdPlan):
             what += f" ({section.attention_devices} attention + {section.ffn_devices} FFN devices)"
         parts.append(f"{n} {role} instance{'s' if n != 1 else ''} of {what}")

@@ -184,8 +184,8 @@ def plan_sections(
             Section(
                 "AFD decode",
                 a.instances,
-                a.total_devices,
-                hw.cards(a.total_devices),
+                a.devices,
+                hw.cards(a.devices),
                 afd_layouts(a, routed),
                 [afd_settings(plan)],
             )
