@@ -296,9 +296,12 @@ class AfdSize:
         return self.a + self.f
 
 
-def afd_sizes(ctx: CostContext, space: SpaceLimits, limits: AfdLimits) -> list[AfdSize]:
+def afd_sizes(
+    ctx: CostContext, space: SpaceLimits, limits: AfdLimits, only: tuple[int, int] | None = None
+) -> list[AfdSize]:
     """Every (A, F) split of the space (module docstring) with its per-side cost arrays and its
-    bound, best bound first; empty when the engine runs no AFD of this model on this machine."""
+    bound, best bound first; empty when the engine runs no AFD of this model on this machine.
+    `only=(A, F)`: that split alone (the same arrays as among all of them)."""
     m = ctx.model
     narrowed = limits.for_engine(ctx)
     if m.moe is None or narrowed is None:
@@ -308,6 +311,8 @@ def afd_sizes(ctx: CostContext, space: SpaceLimits, limits: AfdLimits) -> list[A
     out: list[AfdSize] = []
     att_cache: dict[int, tuple] = {}
     for f in ffn_sizes(ctx, limits):
+        if only is not None and f != only[1]:
+            continue
         moe_opts = [o for o in moe_options(m, f, space) if o.shared.placement in limits.shared_placements]
         if limits.engine is not None:
             from planner.engines.profiles import load_profile, moe_ok
@@ -321,7 +326,7 @@ def afd_sizes(ctx: CostContext, space: SpaceLimits, limits: AfdLimits) -> list[A
             a = r * f
             if a + f > limits.max_devices or (hw.max_devices is not None and a + f > hw.max_devices):
                 break
-            if limits.devices is not None and a + f != limits.devices:
+            if (limits.devices is not None and a + f != limits.devices) or (only is not None and a != only[0]):
                 continue
             if a not in att_cache:
                 att_cache[a] = _attention_side(ctx, limits, a)

@@ -341,7 +341,8 @@ def afd_space(
     rank). Splits are visited best bound first (each split's bound is on tokens/s per device, over
     every configuration: afd_candidates.afd_sizes) and the visit stops at the first whose bound
     does not exceed it: exact, as no configuration of those splits reaches it."""
-    from planner.candidates.afd_candidates import AfdLimits, afd_sizes, size_candidates
+    from planner.candidates.afd_candidates import AfdLimits, AfdSize, afd_sizes, size_candidates
+    from planner.candidates.table_store import table_store
 
     devices = budget.pool_devices[budget.pool("afd")]
     if request.phase == "both" and not budget.mixed:
@@ -361,11 +362,35 @@ def afd_space(
         devices=request.decode_devices,
     )
     space = SpaceLimits(max_devices=devices, max_redundant_experts=request.max_redundant_experts, engine=request.engine)
+    # the splits' bounds and each visited split's candidates are pure functions of the tables' key
+    # and the limits: kept on disk (planner.candidates.table_store), a second run skips costing
+    # them (the bounds cost every split's both sides: about a second of a supernode search)
+    store = table_store()
+    key = ("afd", table_key(ctx, request, space), repr(limits))
+    record = store.record(key) if store is not None else None
+    full: dict[tuple[int, int], AfdSize] = {}
+    changed = False
+    if record is None or "splits" not in record:
+        sizes = afd_sizes(ctx, space, limits)
+        full = {(z.a, z.f): z for z in sizes}
+        splits = [(z.a, z.f, z.bound) for z in sizes]
+        if record is not None:
+            record["splits"], changed = splits, True
+    else:
+        splits = record["splits"]
     out: list[AfdCandidate] = []
-    for size in afd_sizes(ctx, space, limits):
-        if floor is not None and out and size.bound * (1 + 1e-9) <= floor(out):
-            break  # (sizes come best bound first: no later one reaches the floor either)
-        out += size_candidates(ctx, limits, size)
+    for a, f, bound in splits:
+        if floor is not None and out and bound * (1 + 1e-9) <= floor(out):
+            break  # (splits come best bound first: no later one reaches the floor either)
+        found = record.get((a, f)) if record is not None else None
+        if found is None:
+            size = full.get((a, f)) or afd_sizes(ctx, space, limits, only=(a, f))[0]
+            found = size_candidates(ctx, limits, size)
+            if record is not None:
+                record[(a, f)], changed = found, True
+        out += found
+    if store is not None and changed:
+        store.touch(key)
     return sorted(out, key=lambda c: (-c.tokens_per_s_per_device, c.devices))
 
 
