@@ -344,6 +344,23 @@ def afd_sizes(
     return out
 
 
+def with_bounds(ctx: CostContext, limits: AfdLimits, sizes: list[AfdSize]) -> list[AfdSize]:
+    """`sizes` (costed without an SLO: `afd_sizes` with `tpot_s` and `max_itl_s` None) bounded under
+    the SLOs of `limits`, best bound first; the splits no configuration of which meets them left out.
+    The same splits and bounds as `afd_sizes(..., limits)`: the SLO prunes grid points only where
+    the bound already breaks it."""
+    narrowed = limits.for_engine(ctx)
+    if narrowed is None:
+        return []
+    out = []
+    for z in sizes:
+        bound = _size_bound(ctx, narrowed, z.a, z.f, z.attention, z.ffn)
+        if bound > 0:
+            out.append(replace(z, bound=bound))
+    out.sort(key=lambda z: (-z.bound, z.devices))
+    return out
+
+
 def size_candidates(ctx: CostContext, limits: AfdLimits, size: AfdSize) -> list[AfdCandidate]:
     """The `keep` best configurations of one split (exact: every option combination at its best
     concurrency)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -331,6 +331,7 @@ def afd_space(
     budget: Budget,
     keep: int,
     floor: Callable[[list[AfdCandidate]], float] | None = None,
+    cache: TableCache | None = None,
 ) -> list[AfdCandidate]:
     """AFD decode instances (planner.candidates.afd_candidates) of every split the decode machine's
     pool allows, less the smallest prefill instance when prefill instances feed them; the `keep`
@@ -341,7 +342,7 @@ def afd_space(
     rank). Splits are visited best bound first (each split's bound is on tokens/s per device, over
     every configuration: afd_candidates.afd_sizes) and the visit stops at the first whose bound
     does not exceed it: exact, as no configuration of those splits reaches it."""
-    from planner.candidates.afd_candidates import AfdLimits, AfdSize, afd_sizes, size_candidates
+    from planner.candidates.afd_candidates import AfdLimits, AfdSize, afd_sizes, size_candidates, with_bounds
     from planner.candidates.table_store import table_store
 
     devices = budget.pool_devices[budget.pool("afd")]
@@ -371,7 +372,16 @@ def afd_space(
     full: dict[tuple[int, int], AfdSize] = {}
     changed = False
     if record is None or "splits" not in record:
-        sizes = afd_sizes(ctx, space, limits)
+        # both sides costed without the SLOs (kept in `cache` for the searches that follow, say a
+        # sweep's other TPOT points), then bounded under them
+        free = replace(limits, tpot_s=None, max_itl_s=None)
+        free_key = ("afd", table_key(ctx, request, space), repr(free))
+        unbounded = cache.derived.get(free_key) if cache is not None else None
+        if unbounded is None:
+            unbounded = afd_sizes(ctx, space, free)
+            if cache is not None:
+                cache.derived[free_key] = unbounded
+        sizes = with_bounds(ctx, limits, unbounded)
         full = {(z.a, z.f): z for z in sizes}
         splits = [(z.a, z.f, z.bound) for z in sizes]
         if record is not None:
@@ -384,7 +394,7 @@ def afd_space(
             break  # (splits come best bound first: no later one reaches the floor either)
         found = record.get((a, f)) if record is not None else None
         if found is None:
-            size = full.get((a, f)) or afd_sizes(ctx, space, limits, only=(a, f))[0]
+            size = full.get((a, f)) or with_bounds(ctx, limits, afd_sizes(ctx, space, limits, only=(a, f)))[0]
             found = size_candidates(ctx, limits, size)
             if record is not None:
                 record[(a, f)], changed = found, True

@@ -119,8 +119,8 @@ def run_search(
     p_cands = pspace.candidates if pspace else []
     afd_cands: list[AfdCandidate] = []
     if any(s.roles[0] == "afd" for s in question.structures):
-        afd_floor_of = afd_floor(question, d_cands, p_cands, request.top) if request.alternatives else None
-        afd_cands = afd_space(contexts.decode, request, budget, request.top, afd_floor_of)
+        afd_floor_of = afd_floor(question, d_cands, p_cands, request.top, request.alternatives)
+        afd_cands = afd_space(contexts.decode, request, budget, request.top, afd_floor_of, cache)
     if (dspace and not d_cands and not afd_cands) or (pspace and not p_cands):
         raise infeasible()
     coloc: list[ColocatedCandidate] = []
@@ -191,11 +191,11 @@ def run_search(
 
 
 def afd_floor(
-    question: Question, d_cands: list, p_cands: list, top: int
+    question: Question, d_cands: list, p_cands: list, top: int, alternatives: bool = True
 ) -> Callable[[list[AfdCandidate]], float] | None:
     """The output tokens/s per device an AFD instance must exceed to matter (planner.search.
-    candidate_spaces.afd_space): to enter the `top` best deployments (the `top`-th without AFD) or
-    to be the best AFD one (the alternatives show it), whichever is lower. A deployment of an AFD
+    candidate_spaces.afd_space): to enter the `top` best deployments (the `top`-th without AFD) or,
+    with `alternatives`, to be the best AFD one (the alternatives show it), whichever is lower. A deployment of an AFD
     instance serving r requests/s per device and prefill instances cannot beat the matched
     fractional ratio 1 / (w / r + q), q the least weight per request/s of a prefill candidate (w the
     weight of a device): the floor is that bound solved for r. None (no pruning) with a target rate
@@ -210,10 +210,23 @@ def afd_floor(
     if with_prefill and q is None:
         return None
     others = question.kth_ratio(d_cands, p_cands, top)
+    # `found` only grows (afd_space appends each split's candidates), and a deployment uses one
+    # AFD candidate: the best over all of them is the best of the best over each addition
+    counted = [0]  # candidates of `found` already ranked
+    best = [Fraction(0)]  # the best AFD deployment's ratio among them
 
     def floor(found: list[AfdCandidate]) -> float:
-        best_afd = question.ranked([], p_cands, [], 1, afd=found)
-        value = min(others, Fraction(best_afd[0].rate_milli, best_afd[0].weight)) if best_afd else Fraction(0)
+        if not alternatives:
+            return threshold(others)
+        added = found[counted[0] :]
+        counted[0] = len(found)
+        best_added = question.ranked([], p_cands, [], 1, afd=added) if added else []
+        if best_added:
+            best[0] = max(best[0], Fraction(best_added[0].rate_milli, best_added[0].weight))
+        return threshold(min(others, best[0]))
+
+    def threshold(value: Fraction) -> float:
+        """The tokens/s per device of an AFD instance whose deployment's ratio bound is `value`."""
         if value <= 0:
             return 0.0
         per_request = 1 / value - (q if with_prefill and q is not None else 0)  # weight per request/s of the AFD side
