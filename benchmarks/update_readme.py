@@ -35,7 +35,7 @@ os.environ["MOEPLAN_CACHE_DIR"] = "off"
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
 # every Markdown file with marked blocks (the README and the docs that show real output)
-DOCS = (README, REPO / "docs" / "whatif.md", REPO / "docs" / "afd.md")
+DOCS = (README, REPO / "docs" / "whatif.md", REPO / "docs" / "afd.md", REPO / "docs" / "simulate.md")
 BEGIN = re.compile(r"^<!-- moeplan-output: (?P<name>[\w.-]+) -->$")
 END = "<!-- /moeplan-output -->"
 WALL_TIME = re.compile(r"\b\d[\d,]*\.\d+ s\b")
@@ -78,6 +78,19 @@ def _between(first: str, last: str) -> Callable[[str], str]:
     return cut
 
 
+def _from(marker: str) -> Callable[[str], str]:
+    """The output from (and including) the first line that starts with `marker`."""
+
+    def cut(text: str) -> str:
+        lines = text.splitlines()
+        for i, line in enumerate(lines):
+            if line.startswith(marker):
+                return "\n".join(lines[i:]).rstrip() + "\n"
+        return text
+
+    return cut
+
+
 def _whole(text: str) -> str:
     return text
 
@@ -109,14 +122,15 @@ PRICED_TWO_MACHINES = (
     "--top",
     "1",
 )
+SIMULATED_PLAN = "docs/examples/plan-a2-48-cards.yaml"
 
 BLOCKS: dict[str, Block] = {
     # `moeplan plan` with no flags: the ranked table, the status and the why line
     "plan": Block(("plan",), _until("Best plan (rank 1) in detail")),
     # `moeplan evaluate plans/a2-d70.yaml`: every table
     "evaluate-a2-d70": Block(("evaluate", "plans/a2-d70.yaml")),
-    # `moeplan fidelity --markdown`: the README's fidelity table
-    "fidelity": Block(("fidelity", "--markdown"), fenced=False),
+    # `moeplan fidelity --markdown`: the README's fidelity table (the static figures)
+    "fidelity": Block(("fidelity", "--markdown"), _until("| simulated run"), fenced=False),
     # docs/whatif.md: the report's A2 decode deployment at 30 ms per token
     "whatif-a2-d70-30ms": Block(("whatif", "plans/a2-d70.yaml", "--tpot-ms", "30")),
     # docs/afd.md: the shipped hand-written AFD plan, up to its HBM tables
@@ -131,11 +145,35 @@ BLOCKS: dict[str, Block] = {
     # docs/afd.md: two machines priced per card-hour, ranked by tokens per card and by cost
     "plan-two-machines-per-card": Block(PRICED_TWO_MACHINES, _until("P:D cards:")),
     "plan-two-machines-cost": Block((*PRICED_TWO_MACHINES, "--objective", "cost"), _until("P:D cards:")),
+    # docs/simulate.md: the default plan served at the rate it claims, from empty (simulate's defaults)
+    "simulate-a2-48": Block(("simulate", SIMULATED_PLAN)),
+    # docs/simulate.md: the same plan in a closed loop past its seats: the steady state against the static model
+    "simulate-a2-48-closed": Block(
+        ("simulate", SIMULATED_PLAN, "--concurrency", "3000", "--requests", "20000", "--warmup", "6000")
+    ),
+    # docs/simulate.md: the store's queueing-dominated figures against the simulator
+    "fidelity-simulated": Block(("fidelity", "--markdown"), _from("| simulated run"), fenced=False),
+}
+
+# pictures the docs show, drawn by the same commands (rewritten by this script, not drift-checked: PNG bytes
+# depend on the matplotlib build)
+PICTURES: dict[str, tuple[str, ...]] = {
+    "docs/simulate-a2-48.png": ("simulate", SIMULATED_PLAN, "--plot", "docs/simulate-a2-48.png"),
 }
 
 
+_RUNS: dict[tuple[str, ...], str] = {}
+
+
 def run(args: tuple[str, ...]) -> str:
-    """moeplan's output for `args`, run in-process from the repository root."""
+    """moeplan's output for `args`, run in-process from the repository root (once per args and process:
+    the README's and docs/simulate.md's fidelity blocks are two parts of one run)."""
+    if args not in _RUNS:
+        _RUNS[args] = _run(args)
+    return _RUNS[args]
+
+
+def _run(args: tuple[str, ...]) -> str:
     import os
 
     sys.path.insert(0, str(REPO))
@@ -232,6 +270,10 @@ def update(path: Path, check: bool) -> bool:
 def main(argv: list[str]) -> int:
     check = "--check" in argv
     drifted = [update(path, check) for path in DOCS if path.is_file()]
+    if not check:
+        for picture, args in PICTURES.items():
+            run(args)
+            print(f"{picture}: redrawn")
     return 1 if check and any(drifted) else 0
 
 

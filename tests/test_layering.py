@@ -7,7 +7,7 @@ from pathlib import Path
 
 import planner
 
-ORDER = ["specs", "engines", "placement", "costmodel", "candidates", "search", "ranking", "report", "cli"]
+ORDER = ["specs", "engines", "placement", "costmodel", "simulate", "candidates", "search", "ranking", "report", "cli"]
 ROOT = Path(planner.__file__).resolve().parent
 
 

@@ -39,6 +39,7 @@ def test_every_marked_block_matches_a_fresh_run_of_its_command():
                 "run python benchmarks/update_readme.py"
             )
     assert {"plan", "evaluate-a2-d70", "fidelity", "whatif-a2-d70-30ms"} <= seen
+    assert {"simulate-a2-48", "simulate-a2-48-closed", "fidelity-simulated"} <= seen  # docs/simulate.md
 
 
 def test_the_script_rewrites_only_the_marked_blocks():

@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "whatif": ("planner.cli.whatif_cmd", "whatif"),
     "sweep": ("planner.cli.sweep_cmd", "sweep"),
     "experts": ("planner.cli.experts_cmd", "experts"),
+    "simulate": ("planner.cli.simulate_cmd", "simulate"),
 }
 
 
@@ -53,7 +54,10 @@ def load_command(name: str) -> Any:
             sub.callback()(lambda: None)
             command = typer.main.get_command(sub).commands[name]  # type: ignore[attr-defined]
         else:
-            sub.command(name, cls=MetavarCommand)(target)  # help names what each option takes
+            # help names what each option takes; a command may take its own click context settings
+            # (`simulate` takes vLLM's `--goodput ttft:2000 tpot:100`, several values after one flag)
+            settings = getattr(target, "context_settings", None)
+            sub.command(name, cls=MetavarCommand, context_settings=settings)(target)
             command = typer.main.get_command(sub)
     except KeyboardInterrupt:  # Ctrl-C while the command loads: typer would exit 130 silently
         sys.stderr.write(INTERRUPTED_EARLY)

@@ -12,19 +12,51 @@ from planner.report.fidelity_report import fidelity_json, fidelity_markdown, fid
 def fidelity(
     markdown: bool = typer.Option(False, "--markdown", help="Print a Markdown table (for the README)."),
     json_out: bool = typer.Option(False, "--json", help="Print {'rows': [...]} as JSON."),
+    simulated: bool = typer.Option(
+        True,
+        "--simulated/--no-simulated",
+        help="Also judge the queueing-dominated figures (compare: simulated) by simulating their runs.",
+    ),
 ) -> None:
     """Predicted vs published for every row of the validation/ store: the error under the shipped factors,
     the leave-one-out error (factors refitted without the row) and the factors each row determines."""
 
     def body() -> None:
         report = fidelity_report()
+        sims = []
+        if not simulated:  # the queueing-dominated figures are the simulator's: left out, not 'needs simulation'
+            report.not_compared = [(f, why) for f, why in report.not_compared if f.compare != "simulated"]
+        else:
+            # the serving simulator judges what the static model leaves as 'needs simulation'
+            from planner.simulate.validation import simulated_fidelity
+
+            sims = simulated_fidelity()
+            judged = {r.figure.id for r in sims}
+            report.not_compared = [(f, why) for f, why in report.not_compared if f.id not in judged]
         if json_out:
-            console.file.write(fidelity_json(report))
+            text = fidelity_json(report)
+            if simulated:
+                import json
+
+                doc = json.loads(text)
+                doc["simulated_rows"] = [r.as_json() for r in sims]
+                text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+            console.file.write(text)
         elif markdown:
             console.file.write(fidelity_markdown(report))
+            if sims:
+                from planner.report.simulate_report import simulated_fidelity_markdown
+
+                console.file.write("\n" + simulated_fidelity_markdown(sims))
         else:
             console.print(fidelity_table(report))
             for line in fit_lines(report):
                 console.print(line)
+            if sims:
+                from planner.report.simulate_report import simulated_fidelity_lines, simulated_fidelity_table
+
+                console.print(simulated_fidelity_table(sims))
+                for line in simulated_fidelity_lines(sims):
+                    console.print(line)
 
     run_guarded(body)

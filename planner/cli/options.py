@@ -183,7 +183,11 @@ WorkloadFileOpt = Annotated[
 ]
 SloPercentileOpt = Annotated[
     float | None,
-    typer.Option("--slo-percentile", help="Prompt-length percentile the TTFT SLO is judged at (default 90)."),
+    typer.Option(
+        "--slo-percentile",
+        help="Share of requests, %, whose TTFT and TPOT must meet the SLOs (default 90): the cost model judges "
+        "the TTFT of that percentile's prompt; with --simulate the simulated TTFT and TPOT percentiles are judged.",
+    ),
 ]
 
 

@@ -496,6 +496,44 @@ def print_outcome(outcome: SearchOutcome) -> None:
         console.print(band)
 
 
+def simulated_checks(outcome: SearchOutcome, engine: str | None) -> tuple[SearchOutcome, tuple[list, list[str]]]:
+    """`--simulate`: the ranked plans checked by simulation; with `--rate`, sized until one meets the SLOs at
+    the simulated percentile (planner.ranking.simulated). Returns the outcome kept, its checks and lines."""
+    from planner.ranking.simulated import check_plans, size_for_rate
+    from planner.simulate.routing import engine_routing
+
+    req = outcome.request
+    routing = engine_routing(engine)
+    pct = req.workload.slo_percentile
+    if req.rate_per_s is None:
+        return outcome, (check_plans(outcome.plans, None, pct, routing, req.imbalance), [])
+    sized = size_for_rate(req, lambda r: add_bands(search_with_progress(r)), pct, routing, first=outcome)
+    lines = []
+    if len(sized.attempts) > 1:
+        tried = ", ".join(f"{r:.4g} ({'met' if ok else 'missed'})" for r, ok in sized.attempts)
+        lines.append(
+            f"--rate {req.rate_per_s:g} sized by simulation: searched for {tried} req/s; the plans below are "
+            f"sized for {sized.searched_rate_per_s:.4g} req/s and simulated at {req.rate_per_s:g} req/s"
+        )
+    return sized.outcome, (sized.checks, lines)
+
+
+def print_checks(checks: list, lines: list[str]) -> None:
+    """The plans' simulated percentiles next to their static figures, and what misses."""
+    from planner.report.simulate_report import checks_caption, checks_table
+
+    console.print(checks_table(checks, "Checked by simulation"))
+    console.print(checks_caption(checks))
+    for line in lines:
+        console.print(line)
+    for c in checks:
+        if c.verdict.met is False:
+            console.print(
+                f"rank {c.rank} misses its SLOs at p{c.verdict.percentile:g} of simulated requests: "
+                + "; ".join(c.verdict.misses())
+            )
+
+
 def plan(
     ctx: typer.Context,
     model: ModelOpt = DEFAULT_MODEL,
@@ -570,6 +608,14 @@ def plan(
     objective: ObjectiveOpt = "tokens-per-card",
     price_per_card_hour: PricePerCardHourOpt = None,
     currency: CurrencyOpt = DEFAULT_CURRENCY,
+    simulate: Annotated[
+        bool,
+        typer.Option(
+            "--simulate",
+            help="Check the ranked plans by simulation at the rate each claims (--rate: at that rate, sizing "
+            "until the simulated --slo-percentile of TTFT and TPOT meets the SLOs); see docs/simulate.md.",
+        ),
+    ] = False,
 ) -> None:
     """Search deployments (instance sizes, per-module layouts, expert slots, concurrency, MTP,
     P:D) under HBM and the SLOs, and print them ranked by output tokens/s per card."""
@@ -626,6 +672,9 @@ def plan(
         )
         try:
             outcome = add_bands(search_with_progress(request))
+            checks: tuple[list, list[str]] | None = None
+            if simulate:
+                outcome, checks = simulated_checks(outcome, engine)
         except InfeasibleError as exc:
             if json_out is not None:  # scripts read the verdict from the JSON too
                 write_text_atomic(json_out, infeasible_document(str(exc)))
@@ -652,7 +701,8 @@ def plan(
                     "export covers yet; drop --emit, or plan each machine on its own."
                 )
             wrote = stage_emits(outputs, emits, outcome.plans[0], outcome.model, outcome.hw, loads, force)
-        document = plans_document(outcome.plans, outcome.status, notes)
+        simulated = [c.as_dict() for c in checks[0]] if checks is not None else None
+        document = plans_document(outcome.plans, outcome.status, notes, simulated)
         if json_out is not None:
             outputs.text(json_out, document)
         if html is not None:
@@ -663,5 +713,7 @@ def plan(
         if json_out is not None and str(json_out) == "-":
             return
         print_outcome(outcome)
+        if checks is not None:
+            print_checks(*checks)
 
     run_guarded(body)

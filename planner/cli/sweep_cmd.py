@@ -37,6 +37,7 @@ from planner.cli.options import (
     PricePerCardHourOpt,
     QuantizationOpt,
     SkewSigmaOpt,
+    SloPercentileOpt,
     StructureOpt,
     WorkersOpt,
     YAxisOpt,
@@ -77,6 +78,31 @@ from planner.specs.quantization import DEFAULT_QUANTIZATION
 
 SWEEP_HELP = "A value, a list a,b,c or a range start:stop:step (both ends included)."
 DEFAULT_JOBS = max(1, min(2, os.cpu_count() or 1))
+
+
+def simulate_points(result: SweepResult, rows: list[dict[str, object]]) -> list:
+    """`--simulate`: each feasible point's plan simulated at its rate (planner.ranking.simulated); the
+    simulated percentiles go into the point's row (CSV, JSON) as sim_* columns."""
+    from planner.ranking.simulated import simulate_check
+
+    checks = []
+    for pt, row in zip(result.points, rows, strict=True):
+        if pt.plan is None:
+            continue
+        pct = pt.request.workload.slo_percentile  # --slo-percentile, as the point was searched with
+        check, _ = simulate_check(pt.plan, pt.request.rate_per_s, pct, imbalance=pt.request.imbalance)
+        word = f"{check.verdict.percentile:g}"
+        row.update(
+            {
+                "sim_rate_per_s": round(check.rate_per_s, 6),
+                "sim_ttft_ms": round(check.figures.get(f"p{word}_ttft_ms", 0.0), 3),
+                "sim_tpot_ms": round(check.figures.get(f"p{word}_tpot_ms", 0.0), 3),
+                "sim_slo_percentile": check.verdict.percentile,
+                "sim_meets_slo": check.verdict.met,
+            }
+        )
+        checks.append((pt, check))
+    return checks
 
 
 def _title(result: SweepResult, metric: str) -> str:
@@ -273,6 +299,15 @@ def sweep(
             "built (threads where fork is unavailable); results do not depend on it; default: up to 2 cores.",
         ),
     ] = DEFAULT_JOBS,
+    simulate: Annotated[
+        bool,
+        typer.Option(
+            "--simulate",
+            help="Check each point's plan by simulation at its rate (--rate, else the rate it claims): "
+            "simulated p90 TTFT and TPOT (--slo-percentile) and whether they meet the SLOs.",
+        ),
+    ] = False,
+    slo_percentile: SloPercentileOpt = None,
 ) -> None:
     """Sweep one or two parameters (SLOs, workload, budget, rate, machine) and print the best plan
     per point; infeasible points are rows naming what binds.
@@ -351,10 +386,12 @@ def sweep(
                 objective=objective,
                 price_per_card_hour=price_per_card_hour,
                 currency=currency,
+                slo_percentile=slo_percentile,
             )
             points.append((shown, request))
         result = _run_with_progress(points, axes, fixed, jobs)
         rows = sweep_rows(result)
+        checks = simulate_points(result, rows) if simulate else None
         if result.interrupted:
             if result.points:
                 console.print(sweep_table(result, rows))
@@ -398,6 +435,12 @@ def sweep(
             return
         console.print(sweep_table(result, rows, y_axis))
         console.print(cache_line(result))
+        if checks:
+            from planner.report.simulate_report import checks_caption, checks_table
+
+            labels = [", ".join(f"{k}={v}" for k, v in pt.values.items()) for pt, _ in checks]
+            console.print(checks_table([c for _, c in checks], "Checked by simulation", labels))
+            console.print(checks_caption([c for _, c in checks]))
         if plot is not None:
             console.print(f"frontier plot written to {plot}")
         elif curves is not None and published is not None:

@@ -8,6 +8,7 @@ changed where `--base NAME=VALUE` says (NAME is a flag's name without the dashes
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Annotated, Any
@@ -232,6 +233,21 @@ def _search_with_progress(request: PlanRequest, cache: TableCache) -> SearchOutc
     return outcome
 
 
+def simulate_columns(result: Any, request: PlanRequest) -> list[tuple[str, Any]]:
+    """`--simulate`: each column's plan simulated at the new --rate, or at the rate it claims
+    (planner.ranking.simulated), judged at the new workload's SLO percentile."""
+    from planner.ranking.simulated import simulate_check
+
+    out = []
+    for column in (result.base, result.new, result.rescored):
+        if column is not None and column.plan is not None:
+            check, _ = simulate_check(
+                column.plan, request.rate_per_s, request.workload.slo_percentile, imbalance=request.imbalance
+            )
+            out.append((column.title, check))
+    return out
+
+
 def whatif(
     base_plan: Annotated[
         str | None,
@@ -331,6 +347,14 @@ def whatif(
         typer.Option("--time-limit", min=0.1, max=86400.0, help="Solver time limit per search, s."),
     ] = DEFAULT_TIME_LIMIT_S,
     workers: Annotated[int, typer.Option("--workers", min=1, max=64, help="CP-SAT worker threads.")] = 2,
+    simulate: Annotated[
+        bool,
+        typer.Option(
+            "--simulate",
+            help="Also simulate each column's plan at the new --rate (else at the rate it claims): simulated "
+            "percentiles of TTFT and TPOT and whether they meet the SLOs at the workload's SLO percentile.",
+        ),
+    ] = False,
 ) -> None:
     """Re-plan under changed assumptions and compare with the base, side by side.
 
@@ -420,11 +444,22 @@ def whatif(
             if json_out is not None:  # as `plan --json`: the status, the reason and the nearest point
                 write_text_atomic(json_out, infeasible_document(str(exc)))
             raise
+        checks = simulate_columns(result, new_request) if simulate else []
         if json_out is not None:
-            write_text_atomic(json_out, whatif_document(result))
+            text = whatif_document(result)
+            if checks:
+                doc = json.loads(text)
+                doc["simulated"] = {label: c.as_dict() for label, c in checks}
+                text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+            write_text_atomic(json_out, text)
             if str(json_out) == "-":
                 return
         for renderable in whatif_renderables(result):
             console.print(renderable)
+        if checks:
+            from planner.report.simulate_report import checks_caption, checks_table
+
+            console.print(checks_table([c for _, c in checks], "Checked by simulation", [k for k, _ in checks]))
+            console.print(checks_caption([c for _, c in checks]))
 
     run_guarded(body)

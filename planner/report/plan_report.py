@@ -215,15 +215,21 @@ def economics_caption(plans: list[Plan], columns: list[tuple[str, str]]) -> str:
     return "; ".join(parts)
 
 
-def plans_document(plans: list[Plan], status: str, notes: list[str] | None = None) -> str:
-    """The JSON export: {"status": ..., ["notes": [...]], "plans": [...]}, deterministic byte for byte.
+def plans_document(
+    plans: list[Plan], status: str, notes: list[str] | None = None, simulated: list[dict[str, Any]] | None = None
+) -> str:
+    """The JSON export: {"status": ..., ["notes": [...]], "plans": [...], ["simulated": [...]]}, deterministic
+    byte for byte.
 
     `notes` (announced hardware: figures are vendor claims; mixed hardware; workload percentiles)
-    appear only when there are any."""
+    appear only when there are any; `simulated` (`plan --simulate`: each plan's simulated percentiles
+    and verdict, by rank) only when asked for."""
     doc: dict[str, Any] = {"status": status}
     if notes:
         doc["notes"] = notes
     doc["plans"] = [p.model_dump(mode="json", exclude_none=True) for p in plans]
+    if simulated is not None:
+        doc["simulated"] = simulated
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 

@@ -44,6 +44,14 @@ CSV_COLUMNS = [
 ]
 
 
+SIM_COLUMNS = ["sim_rate_per_s", "sim_ttft_ms", "sim_tpot_ms", "sim_slo_percentile", "sim_meets_slo"]
+
+
+def _columns(rows: list[dict[str, object]]) -> list[str]:
+    """The CSV columns, with `sweep --simulate`'s when the rows carry them."""
+    return CSV_COLUMNS + [c for c in SIM_COLUMNS if any(c in row for row in rows)]
+
+
 def point_row(pt: SweepPoint) -> dict[str, object]:
     """One point's figures by CSV column (blank where the point is infeasible or the phase "
     "absent)."""
@@ -203,7 +211,7 @@ def sweep_csv(result: SweepResult, rows: list[dict[str, object]] | None = None) 
     rows = rows if rows is not None else sweep_rows(result)
     keys = list(result.points[0].values) if result.points else []
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=keys + CSV_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=keys + _columns(rows), lineterminator="\n")
     writer.writeheader()
     for row in rows:
         writer.writerow(row)
@@ -217,7 +225,8 @@ def sweep_document(result: SweepResult, rows: list[dict[str, object]] | None = N
     for pt, row in zip(result.points, rows, strict=True):
         entry: dict[str, object] = {"values": pt.values, "status": pt.status}
         if pt.plan is not None:
-            entry["summary"] = {k: v for k, v in row.items() if k in CSV_COLUMNS and k not in ("status", "message")}
+            columns = _columns(rows)
+            entry["summary"] = {k: v for k, v in row.items() if k in columns and k not in ("status", "message")}
             entry["plan"] = pt.plan.model_dump(mode="json", exclude_none=True)
         else:
             entry["binds"] = pt.binding_tag
