@@ -127,6 +127,7 @@ def build_request(
     objective: str = "tokens-per-card",
     price_per_card_hour: str | None = None,
     currency: str = DEFAULT_CURRENCY,
+    simulate: bool = False,
 ) -> PlanRequest:
     """A PlanRequest from flag values; bad values raise BadInputError naming the flag."""
     extra = workload_fields(workload_file, prefix_hit_rate, slo_percentile)
@@ -189,6 +190,12 @@ def build_request(
     if engine is not None:
         engine, mtp_values, colocated = _engine_limits(engine, mtp_values, colocated, model)
         structures = engine_structures(engine, structures, structure is not None, model, decode_hardware or hardware)
+    if simulate and "afd" in structures:
+        if structure is not None:
+            raise BadInputError(
+                "--structure afd with --simulate: the simulator does not model AFD instances; drop afd or --simulate."
+            )
+        structures = tuple(x for x in structures if x != "afd")  # (--simulate checks what it can simulate)
     objective = check_objective(objective, rate)
     prices = parse_prices(price_per_card_hour)
     if prices:
@@ -669,6 +676,7 @@ def plan(
             objective=objective,
             price_per_card_hour=price_per_card_hour,
             currency=currency,
+            simulate=simulate,
         )
         try:
             outcome = add_bands(search_with_progress(request))

@@ -386,6 +386,7 @@ def sweep(
                 objective=objective,
                 price_per_card_hour=price_per_card_hour,
                 currency=currency,
+                simulate=simulate,
                 slo_percentile=slo_percentile,
             )
             points.append((shown, request))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import PLANS, run_cli
 
 
 @pytest.mark.parametrize(
@@ -21,6 +21,7 @@ from tests.conftest import run_cli
             "hardware 'atlas350' has no power_w_per_card",
         ),
         (("--price-per-card-hour", "-1"), "is not a positive price"),
+        (("--structure", "afd", "--simulate"), "--structure afd with --simulate: the simulator does not model AFD"),
         (
             ("--structure", "afd", "--prefill-hardware", "a2", "--decode-hardware", "cm384"),
             "--structure afd: AFD decode instances are searched on one machine",
@@ -76,3 +77,9 @@ def test_a_lower_is_better_front_keeps_the_cheapest_points():
     xy = [(10.0, 2.0), (10.0, 1.0), (20.0, 3.0), (5.0, 0.5), (15.0, 4.0)]
     assert pareto_front(xy, lower_y_better=True) == [3, 1, 2]
     assert pareto_front(xy) == [4, 2]
+
+
+def test_simulate_refuses_an_afd_plan_by_name():
+    r = run_cli("simulate", str(PLANS / "afd-a3-example.yaml"))
+    assert r.exit_code == 2, r.output
+    assert "afd: the simulator does not model attention-FFN disaggregated instances" in r.output
