@@ -35,7 +35,9 @@ os.environ["MOEPLAN_CACHE_DIR"] = "off"
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
 # every Markdown file with marked blocks (the README and the docs that show real output)
-DOCS = tuple([README, *(REPO / "docs" / name for name in ("whatif.md", "simulate.md", "fidelity.md", "search.md"))])
+DOCS = tuple(
+    [README, *(REPO / "docs" / name for name in ("whatif.md", "simulate.md", "fidelity.md", "search.md", "afd.md"))]
+)
 BEGIN = re.compile(r"^<!-- moeplan-output: (?P<name>[\w.-]+) -->$")
 END = "<!-- /moeplan-output -->"
 WALL_TIME = re.compile(r"\b\d[\d,]*\.\d+ s\b")
@@ -62,6 +64,28 @@ def _between(first: str, marker: str) -> Callable[[str], str]:
         lines = text.splitlines()
         start = next((i for i, line in enumerate(lines) if line.startswith(first)), 0)
         return _until(marker)("\n".join(lines[start:]) + "\n")
+
+
+def _rows_of(prefix: str) -> Callable[[str], str]:
+    """A Markdown table's header and the rows whose first cell starts with `prefix`."""
+
+    def cut(text: str) -> str:
+        lines = text.splitlines()
+        keep = lines[:2] + [line for line in lines[2:] if line.startswith(f"| {prefix}")]
+        return "\n".join(keep) + "\n"
+
+    return cut
+
+
+def _span(first: str, last: str) -> Callable[[str], str]:
+    """The output from the first line that starts with `first` (leading spaces aside) to the first
+    line after it that starts with `last`, both included."""
+
+    def cut(text: str) -> str:
+        lines = text.splitlines()
+        start = next(i for i, line in enumerate(lines) if line.strip().startswith(first))
+        end = next(i for i in range(start, len(lines)) if lines[i].startswith(last))
+        return "\n".join(lines[start : end + 1]) + "\n"
 
     return cut
 
@@ -144,6 +168,24 @@ def cm384_lead() -> str:
     )
 
 
+# the case of tests/search/test_objectives.py: dear A2 prefill cards, cheap CloudMatrix384 decode cards
+PRICED_TWO_MACHINES = (
+    "plan",
+    "--prefill-hardware",
+    "a2",
+    "--decode-hardware",
+    "cm384",
+    "--max-prefill-cards",
+    "16",
+    "--max-decode-cards",
+    "24",
+    "--price-per-card-hour",
+    "a2=20,cm384=1",
+    "--currency",
+    "USD",
+    "--top",
+    "1",
+)
 SIMULATED_PLAN = "docs/examples/plan-a2-48-cards.yaml"
 
 BLOCKS: dict[str, Block] = {
@@ -173,6 +215,18 @@ BLOCKS: dict[str, Block] = {
     ),
     # docs/whatif.md: the report's A2 decode deployment at 30 ms per token
     "whatif-a2-d70-30ms": Block(("whatif", "plans/a2-d70.yaml", "--tpot-ms", "30")),
+    # docs/afd.md: the shipped hand-written AFD plan, up to its HBM tables
+    "evaluate-afd-a3-example": Block(("evaluate", "plans/afd-a3-example.yaml"), _until("     AFD HBM")),
+    # docs/afd.md: the fidelity table's AFD rows
+    "fidelity-afd": Block(("fidelity", "--markdown"), _rows_of("AFD-plugin"), fenced=False),
+    # docs/afd.md: the search with AFD among the structures (the alternatives and the AFD line)
+    "plan-afd-a3-16k": Block(
+        ("plan", "--hardware", "a3", "--model", "deepseek-v3.2", "--input-tokens", "16384"),
+        _span("Best plan of each other structure", "AFD: "),
+    ),
+    # docs/afd.md: two machines priced per card-hour, ranked by tokens per card and by cost
+    "plan-two-machines-per-card": Block(PRICED_TWO_MACHINES, _until("P:D cards:")),
+    "plan-two-machines-cost": Block((*PRICED_TWO_MACHINES, "--objective", "cost"), _until("P:D cards:")),
     # docs/simulate.md: the default plan served at the rate it claims, from empty (simulate's defaults)
     "simulate-a2-48": Block(("simulate", SIMULATED_PLAN)),
     # docs/simulate.md: the same plan in a closed loop past its seats: the steady state against the static model

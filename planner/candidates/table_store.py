@@ -140,6 +140,24 @@ class TableStore:
             entry[2][name] = value
             self._mark(text)
 
+    def record(self, key: tuple) -> dict[Any, Any] | None:
+        """Values kept under `key` on their own, with no tables (what a search derived from a
+        pure function of the key): from the key's file, else a new empty record; None when the key
+        has no stable text. Call `touch(key)` after adding to it, so the next flush writes it."""
+        text = stable_key(key)
+        if text is None:
+            return None
+        entry = self._entry(text)
+        if entry is None:
+            entry = self._entries[text] = [None, None, {}]
+        return entry[2]
+
+    def touch(self, key: tuple) -> None:
+        """Write the record of `key` at the next flush."""
+        text = stable_key(key)
+        if text is not None and text in self._entries:
+            self._mark(text)
+
     def _entry(self, text: str) -> list | None:
         if text in self._entries:
             return self._entries[text]

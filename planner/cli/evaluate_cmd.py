@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,8 +12,20 @@ import typer
 
 from planner.cli.common import Outputs, check_output, check_outputs, command_line, console, err_console, run_guarded
 from planner.cli.emit_options import EmitOpt, ForceOpt, check_new_folders, parse_emits, stage_emits
-from planner.cli.options import HtmlOpt, check_hbm_utilization, imbalance_from_options, loads_array
+from planner.cli.options import (
+    DEFAULT_CURRENCY,
+    CurrencyOpt,
+    HtmlOpt,
+    PricePerCardHourOpt,
+    check_hbm_utilization,
+    check_price_names,
+    imbalance_from_options,
+    loads_array,
+    parse_prices,
+    priced,
+)
 from planner.costmodel.evaluate import (
+    PlanSpecs,
     evaluate_mixed_plan,
     evaluate_plan,
     load_plan_specs,
@@ -66,6 +79,18 @@ def check_problems(prediction: Prediction, default_itl_ms: float | None = None) 
     """What `--check` fails a plan for: HBM overflow or a missed SLO, per section
     (`default_itl_ms`: the ITL limit when it is the default one, which the message then says)."""
     out = []
+    afd = prediction.afd
+    if afd is not None:
+        for side, fits, headroom in (
+            ("attention", afd.attention_fits_hbm, afd.hbm_headroom_bytes),
+            ("FFN", afd.ffn_fits_hbm, afd.ffn_hbm_headroom_bytes),
+        ):
+            if not fits:
+                out.append(f"overflows HBM on the AFD {side} side by {-headroom / 1024**3:.2f} GiB per device")
+        if afd.meets_tpot_slo is False and prediction.colocated is None:
+            out.append(f"misses the TPOT SLO in afd ({afd.tpot_ms:.1f} ms)")
+        if afd.meets_itl_slo is False and prediction.colocated is None:
+            out.append(f"breaks the ITL limit in afd (a {afd.step_ms:.0f} ms step)")
     sections = (("colocated", prediction.colocated), ("decode", prediction.decode), ("prefill", prediction.prefill))
     for name, block in sections:
         if block is None or (name != "colocated" and prediction.colocated is not None):
@@ -102,16 +127,32 @@ class Scored:
 
 
 def score_plan(
-    plan: Plan, base: Path | None, loads: Path | None, skew_sigma: float | None, bands: bool = True
+    plan: Plan,
+    base: Path | None,
+    loads: Path | None,
+    skew_sigma: float | None,
+    bands: bool = True,
+    prices: dict[str | None, float] | None = None,
+    currency: str = DEFAULT_CURRENCY,
 ) -> Scored:
-    """Score `plan` (`--loads`/`--skew-sigma` pick the imbalance model); `bands`: with every figure's band."""
+    """Score `plan` (`--loads`/`--skew-sigma` pick the imbalance model); `bands`: with every figure's band;
+    `prices`: --price-per-card-hour, by machine name (None: every machine)."""
+    prices = prices or {}
     if is_mixed_plan(plan):
         # prefill on one machine, decode on another (no uncertainty bands: they are per machine)
         mixed = load_mixed_specs(plan, base, resolve_ref)
+        check_price_names(prices, sorted({mixed.decode_hw.name, mixed.prefill_hw.name}))
+        mixed = dataclasses.replace(
+            mixed,
+            decode_hw=priced(mixed.decode_hw, prices, currency),
+            prefill_hw=priced(mixed.prefill_hw, prices, currency),
+        )
         imbalance = imbalance_from_options(loads, skew_sigma, mixed.model)
         prediction = evaluate_mixed_plan(plan, base, imbalance, specs=mixed)
         return Scored(mixed.model, mixed.decode_hw, mixed.prefill_hw, imbalance, prediction)
     specs = load_plan_specs(plan, base)
+    check_price_names(prices, [specs.hw.name])
+    specs = PlanSpecs(specs.model, priced(specs.hw, prices, currency), specs.quant)
     imbalance = imbalance_from_options(loads, skew_sigma, specs.model)
     prediction = evaluate_plan(plan, base, imbalance, specs=specs)
     if bands:
@@ -207,6 +248,8 @@ def evaluate(
             help="Fraction of each device's HBM the plan may fill (default: the plan's hbm_utilization, 0.9).",
         ),
     ] = None,
+    price_per_card_hour: PricePerCardHourOpt = None,
+    currency: CurrencyOpt = DEFAULT_CURRENCY,
 ) -> None:
     """Score a plan: step time by module, HBM per device, throughput, and each SLO."""
 
@@ -224,7 +267,9 @@ def evaluate(
         if hbm_utilization is not None:
             plan = plan.model_copy(update={"hbm_utilization": check_hbm_utilization(hbm_utilization)})
         base = plan_base_dir(plan_file)
-        scored_by = score_plan(plan, base, loads, skew_sigma)
+        scored_by = score_plan(
+            plan, base, loads, skew_sigma, prices=parse_prices(price_per_card_hour), currency=currency
+        )
         model, hw, prefill_hw, prediction = scored_by.model, scored_by.hw, scored_by.prefill_hw, scored_by.prediction
         for note in prediction.notes:
             if "announced" in note:

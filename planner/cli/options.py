@@ -227,3 +227,100 @@ def workload_fields(
     if slo_percentile is not None:
         out["slo_percentile"] = slo_percentile
     return out
+
+
+# ---- the user's price of a card-hour ------------------------------------------------------------
+
+PricePerCardHourOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--price-per-card-hour",
+        metavar="PRICE|MACHINE=PRICE,...",
+        help="Your price of one card-hour (every machine of the run, or per machine: a2=1.2,cm384=3.1): "
+        "cost per million tokens and --objective cost. Overrides price_per_card_hour in the hardware files.",
+    ),
+]
+CurrencyOpt = Annotated[
+    str,
+    typer.Option("--currency", help="Unit of --price-per-card-hour (USD, CNY, credits, ...)."),
+]
+DEFAULT_CURRENCY = "units"
+
+
+def parse_prices(text: str | None) -> dict[str | None, float]:
+    """--price-per-card-hour as {machine name or None (every machine): price}; errors name the flag."""
+    if text is None:
+        return {}
+    out: dict[str | None, float] = {}
+    for part in text.split(","):
+        name, sep, value = part.strip().rpartition("=")
+        key = name.strip() if sep else None
+        if sep and not key:
+            raise BadInputError(f"--price-per-card-hour: '{part}' names no machine; give PRICE or MACHINE=PRICE.")
+        try:
+            price = float(value)
+        except ValueError:
+            raise BadInputError(
+                f"--price-per-card-hour: '{value.strip()}' is not a number; give the price of one card-hour, e.g. 2.5."
+            ) from None
+        if not (price > 0 and price < float("inf")):
+            raise BadInputError(
+                f"--price-per-card-hour: {value.strip()} is not a positive price; "
+                "give what one card-hour costs you (> 0)."
+            )
+        out[key] = price
+    return out
+
+
+def priced(hw, prices: dict[str | None, float], currency: str):
+    """`hw` with the price the flag gives it (unchanged when the flag names other machines only)."""
+    from planner.specs.hardware import PricePerCardHour
+
+    price = prices.get(hw.name, prices.get(None))
+    if price is None:
+        return hw
+    if not currency.strip():
+        raise BadInputError("--currency: give a unit, e.g. USD.")
+    spec = PricePerCardHour(value=price, currency=currency.strip(), source="--price-per-card-hour")
+    return hw.model_copy(update={"price_per_card_hour": spec})
+
+
+def check_price_names(prices: dict[str | None, float], machines: list[str]) -> None:
+    """Every machine a --price-per-card-hour entry names is one of the run's machines."""
+    for key in prices:
+        if key is not None and key not in machines:
+            raise BadInputError(
+                f"--price-per-card-hour: '{key}' is not a machine of this run ({', '.join(machines)}); "
+                "name one of them or give one PRICE for all."
+            )
+
+
+StructureOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--structure",
+        metavar="LIST",
+        help="Structures to search, a list of colocated, pd (prefill and decode instances apart) and afd "
+        "(attention-FFN disaggregated decode instances fed by prefill instances); default: all that the engine "
+        "runs (all three without --engine).",
+    ),
+]
+ObjectiveOpt = Annotated[
+    str,
+    typer.Option(
+        "--objective",
+        metavar="OBJECTIVE",
+        help="What the search optimises: tokens-per-card (output tokens/s per card), total (the most tokens/s "
+        "within --max-cards), cost (the least cost per token: needs --price-per-card-hour) or energy (the least "
+        "joules per token). With --rate: the fewest cards, the cheapest or the least-energy plan that serves it.",
+    ),
+]
+YAxisOpt = Annotated[
+    str,
+    typer.Option(
+        "--y-axis",
+        metavar="AXIS",
+        help="The frontier's y axis: tokens-per-card (output tokens/s per card), cost (cost per million output "
+        "tokens: needs a price, --price-per-card-hour) or energy (joules per output token: needs power_w_per_card).",
+    ),
+]

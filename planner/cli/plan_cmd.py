@@ -22,8 +22,10 @@ from planner.cli.common import (
 )
 from planner.cli.emit_options import EmitOpt, ForceOpt, check_new_folders, parse_emits, stage_emits
 from planner.cli.options import (
+    DEFAULT_CURRENCY,
     AnyTpOpt,
     ColocatedOpt,
+    CurrencyOpt,
     DecodeDevicesOpt,
     DecodeHardwareOpt,
     DecodeMicrobatchOpt,
@@ -37,19 +39,24 @@ from planner.cli.options import (
     MaxItlOpt,
     MaxPrefillCardsOpt,
     MaxRedundantOpt,
+    ObjectiveOpt,
     PhaseOpt,
     PrefillDevicesOpt,
     PrefillHardwareOpt,
     PrefixHitRateOpt,
+    PricePerCardHourOpt,
     QuantizationOpt,
     SkewSigmaOpt,
     SloPercentileOpt,
+    StructureOpt,
     TopOpt,
     WorkersOpt,
     WorkloadFileOpt,
     check_hbm_utilization,
+    check_price_names,
     imbalance_from_options,
     parse_int_list,
+    parse_prices,
     workload_fields,
 )
 from planner.costmodel.context import DEFAULT_HBM_UTILIZATION
@@ -58,6 +65,7 @@ from planner.errors import BadInputError, InfeasibleError
 from planner.ranking.binding import why_line
 from planner.report.evaluate_report import evaluate_tables
 from planner.report.plan_report import (
+    afd_line,
     alternatives_table,
     infeasible_document,
     plans_document,
@@ -128,6 +136,11 @@ def build_request(
     hbm_utilization: float = DEFAULT_HBM_UTILIZATION,
     max_itl_ms: float | None = None,
     decode_microbatch: bool = True,
+    structure: str | None = None,
+    objective: str = "tokens-per-card",
+    price_per_card_hour: str | None = None,
+    currency: str = DEFAULT_CURRENCY,
+    simulate: bool = False,
 ) -> PlanRequest:
     """A PlanRequest from flag values; bad values raise BadInputError naming the flag."""
     extra = workload_fields(workload_file, prefix_hit_rate, slo_percentile)
@@ -186,15 +199,32 @@ def build_request(
         if value is not None and not 1 <= value <= MAX_DEVICES_PER_INSTANCE:
             raise BadInputError(f"{flag} must be between 1 and {MAX_DEVICES_PER_INSTANCE}; got {value}.")
     mtp_values = parse_int_list(mtp, "--mtp", 0, 4) if mtp else None
+    structures = parse_structures(structure, colocated)
     if engine is not None:
         engine, mtp_values, colocated = _engine_limits(engine, mtp_values, colocated, model)
+        structures = engine_structures(engine, structures, structure is not None, model, decode_hardware or hardware)
+    if simulate and "afd" in structures:
+        if structure is not None:
+            raise BadInputError(
+                "--structure afd with --simulate: the simulator does not model AFD instances; drop afd or --simulate."
+            )
+        structures = tuple(x for x in structures if x != "afd")  # (--simulate checks what it can simulate)
+    objective = check_objective(objective, rate)
+    prices = parse_prices(price_per_card_hour)
+    if prices:
+        from planner.specs.catalog import load_hardware
+
+        runs_on = {prefill_hardware or hardware, decode_hardware or hardware}
+        check_price_names(prices, sorted(load_hardware(h).name for h in runs_on))
+    if not currency.strip():
+        raise BadInputError("--currency: give a unit, e.g. USD.")
     if max_redundant_experts is not None and max_redundant_experts < 0:
         raise BadInputError("--max-redundant-experts must be >= 0.")
     if max_extra_slots is not None and not 0 <= max_extra_slots <= 64:
         raise BadInputError(f"--max-extra-slots must be between 0 and 64; got {max_extra_slots}.")
     spec = load_model(model)
     imbalance = imbalance_from_options(loads, skew_sigma, spec)
-    return PlanRequest(
+    request = PlanRequest(
         model=model,
         hardware=hardware,
         quantization=quantization,
@@ -212,7 +242,12 @@ def build_request(
         max_redundant_experts=max_redundant_experts,
         max_extra_slots=max_extra_slots,
         any_tp=any_tp,
-        colocated=colocated,
+        colocated=colocated and "colocated" in structures,
+        disaggregated="pd" in structures,
+        afd="afd" in structures,
+        objective=objective,  # type: ignore[arg-type]
+        prices=tuple(prices.items()),
+        currency=currency.strip(),
         prefill_hardware=prefill_hardware,
         decode_hardware=decode_hardware,
         kv_transfer_bytes_per_s=None if kv_transfer_gbps is None else kv_transfer_gbps * 1e9,
@@ -225,6 +260,83 @@ def build_request(
         itl_from_tpot=max_itl_ms is None and tpot_ms is not None,
         decode_micro_batches=(1, 2) if decode_microbatch else (1,),
     )
+    if request.is_mixed and structure is not None and "afd" in structures:
+        raise BadInputError(
+            "--structure afd: AFD decode instances are searched on one machine with one card budget; drop "
+            "--prefill-hardware/--decode-hardware and the per-phase budgets (--max-prefill-cards, --max-decode-cards, "
+            "--max-cost, --kv-transfer-gbps), or afd."
+        )
+    return request
+
+
+STRUCTURES = ("colocated", "pd", "afd")
+OBJECTIVES = ("tokens-per-card", "total", "cost", "energy")
+
+
+def parse_structures(text: str | None, colocated: bool) -> tuple[str, ...]:
+    """--structure as a tuple of colocated, pd, afd (default: all three; --no-colocated drops the
+    first); errors name the flag."""
+    if text is None:
+        return tuple(s for s in STRUCTURES if colocated or s != "colocated")
+    out = []
+    for part in text.split(","):
+        name = part.strip().lower()
+        if name not in STRUCTURES:
+            raise BadInputError(
+                f"--structure: '{part.strip()}' is not a structure; give a list of {', '.join(STRUCTURES)}."
+            )
+        out.append(name)
+    if not out:
+        raise BadInputError(f"--structure: give at least one of {', '.join(STRUCTURES)}.")
+    if "colocated" in out and not colocated:
+        raise BadInputError("--structure colocated and --no-colocated contradict each other; give one.")
+    return tuple(s for s in STRUCTURES if s in out)
+
+
+def engine_structures(
+    engine: str, structures: tuple[str, ...], given: bool, model: str, hardware: str
+) -> tuple[str, ...]:
+    """The structures --engine runs among those asked for (default: every one it runs); a structure
+    asked for by name that the engine cannot run is refused naming why."""
+    from planner.engines.profiles import load_profile
+    from planner.specs.catalog import load_hardware
+
+    cap = load_profile(engine).capabilities
+    afd = cap.afd
+    reasons: dict[str, str] = {}
+    if not cap.colocated:
+        reasons["colocated"] = "it cannot run prefill and decode on the same instances"
+    if not cap.disaggregated:
+        reasons["pd"] = "it cannot disaggregate prefill and decode"
+    if afd is None:
+        reasons["afd"] = "it has no attention-FFN disaggregation"
+    else:
+        hw_name = load_hardware(hardware).name
+        archs = load_model(model).architectures
+        if hw_name not in afd.hardware:
+            reasons["afd"] = f"its AFD runs on {', '.join(afd.hardware)}, not on {hw_name}"
+        elif archs and not set(archs) & set(afd.architectures):
+            reasons["afd"] = f"its AFD runs {', '.join(afd.architectures)}, not {', '.join(archs)}"
+    if given:
+        for s in structures:
+            if s in reasons:
+                raise BadInputError(f"--structure {s}: --engine {engine} cannot run it: {reasons[s]}.")
+        return structures
+    return tuple(s for s in structures if s not in reasons)
+
+
+def check_objective(objective: str, rate: float | None) -> str:
+    """--objective, checked (cost and energy are priced per token; with --rate they pick the
+    cheapest or least-energy plan that serves it; total fills the budget, so it takes no --rate)."""
+    key = objective.strip().lower()
+    if key not in OBJECTIVES:
+        raise BadInputError(f"--objective: '{objective}' is not one of {', '.join(OBJECTIVES)}.")
+    if key == "total" and rate is not None:
+        raise BadInputError(
+            "--objective total fills the budget with the most tokens/s; --rate asks for the fewest cards that serve a "
+            "rate: give one of them."
+        )
+    return key
 
 
 def _engine_limits(
@@ -569,6 +681,9 @@ def print_outcome(outcome: SearchOutcome, show_variants: bool = False, explain_s
     if outcome.alternatives:
         by_cards = req.rate_per_s is not None
         console.print(alternatives_table(outcome.alternatives, outcome.plans[0], outcome.hw, by_cards))
+        afd = afd_line(outcome.alternatives, outcome.plans[0])
+        if afd:
+            console.print(afd)
     console.print(verdict_line(outcome))
     if explain_space:
         console.print(space_table(outcome.space))
@@ -737,6 +852,10 @@ def plan(
             "and the flag that lifts it.",
         ),
     ] = False,
+    structure: StructureOpt = None,
+    objective: ObjectiveOpt = "tokens-per-card",
+    price_per_card_hour: PricePerCardHourOpt = None,
+    currency: CurrencyOpt = DEFAULT_CURRENCY,
     simulate: Annotated[
         bool,
         typer.Option(
@@ -801,6 +920,11 @@ def plan(
             hbm_utilization=hbm_utilization,
             max_itl_ms=max_itl_ms,
             decode_microbatch=decode_microbatch,
+            structure=structure,
+            objective=objective,
+            price_per_card_hour=price_per_card_hour,
+            currency=currency,
+            simulate=simulate,
         )
         try:
             outcome = ranked_outcome(request, mode)

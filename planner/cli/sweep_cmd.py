@@ -21,8 +21,10 @@ from planner.cli.common import (
     run_guarded,
 )
 from planner.cli.options import (
+    DEFAULT_CURRENCY,
     AnyTpOpt,
     ColocatedOpt,
+    CurrencyOpt,
     DecodeDevicesOpt,
     DecodeMicrobatchOpt,
     HbmUtilizationOpt,
@@ -31,17 +33,24 @@ from planner.cli.options import (
     MaxExtraSlotsOpt,
     MaxItlOpt,
     MaxRedundantOpt,
+    ObjectiveOpt,
     PhaseOpt,
     PrefillDevicesOpt,
+    PricePerCardHourOpt,
     QuantizationOpt,
     SkewSigmaOpt,
     SloPercentileOpt,
+    StructureOpt,
     WorkersOpt,
+    YAxisOpt,
+    check_price_names,
+    parse_prices,
+    priced,
 )
 from planner.cli.plan_cmd import build_request
 from planner.costmodel.context import DEFAULT_HBM_UTILIZATION
 from planner.errors import BadInputError, InfeasibleError
-from planner.ranking.frontier import published_points, sweep_curves, sweep_metric
+from planner.ranking.frontier import ECONOMICS_FIGURE, Y_AXES, published_points, sweep_curves, sweep_metric
 from planner.report.sweep_report import (
     cache_line,
     sweep_csv,
@@ -142,7 +151,9 @@ def no_feasible_point(result: SweepResult, asked: list[Path | None]) -> str:
     return f"no point of the sweep is feasible: {why}.{unwritten}"
 
 
-def _sweep_page(result: SweepResult, rows, metric: str, curves, published, command: str, html: Path) -> str:
+def _sweep_page(
+    result: SweepResult, rows, metric: str, curves, published, command: str, html: Path, y_text: str
+) -> str:
     """The HTML report of a sweep (--html): the frontier (drawn always), the points, their plans."""
     from planner.report.html import SweepPage, sweep_html
     from planner.report.plot import frontier_figure, render
@@ -151,7 +162,7 @@ def _sweep_page(result: SweepResult, rows, metric: str, curves, published, comma
     title = _title(result, metric)
     svg = None
     if curves is not None and published is not None:
-        svg = render(frontier_figure(curves, published, metric, title), "svg", salt="moeplan-frontier")
+        svg = render(frontier_figure(curves, published, metric, title, y_text), "svg", salt="moeplan-frontier")
     page = SweepPage(
         result=result,
         rows=rows,
@@ -163,6 +174,32 @@ def _sweep_page(result: SweepResult, rows, metric: str, curves, published, comma
         html_name=str(html),
     )
     return sweep_html(page)
+
+
+def check_y_axis(y_axis: str, machines: list[str], price_per_card_hour: str | None, currency: str) -> None:
+    """--y-axis is one of the axes, and every machine of the sweep has the figure a cost or energy
+    axis needs (its price, from the flag or its file; its power); errors name the flag and the fix."""
+    from planner.specs.catalog import load_hardware
+
+    if y_axis not in Y_AXES:
+        raise BadInputError(f"--y-axis: '{y_axis}' is not one of {', '.join(Y_AXES)}.")
+    if y_axis not in ECONOMICS_FIGURE:
+        return
+    prices = parse_prices(price_per_card_hour)
+    hws = [load_hardware(m) for m in machines]
+    check_price_names(prices, [hw.name for hw in hws])
+    for hw in hws:
+        hw = priced(hw, prices, currency)
+        if y_axis == "cost" and hw.price_per_card_hour is None:
+            raise BadInputError(
+                f"--y-axis cost: hardware '{hw.name}' has no price_per_card_hour; give your price with "
+                "--price-per-card-hour."
+            )
+        if y_axis == "energy" and hw.power_w_per_card is None:
+            raise BadInputError(
+                f"--y-axis energy: hardware '{hw.name}' has no power_w_per_card; add power_w_per_card: "
+                "{value, basis, source} to a copy of its YAML."
+            )
 
 
 def _run_with_progress(points, axes, fixed, jobs: int) -> SweepResult:
@@ -236,6 +273,11 @@ def sweep(
     hbm_utilization: HbmUtilizationOpt = DEFAULT_HBM_UTILIZATION,
     max_itl_ms: MaxItlOpt = None,
     decode_microbatch: DecodeMicrobatchOpt = True,
+    structure: StructureOpt = None,
+    objective: ObjectiveOpt = "tokens-per-card",
+    price_per_card_hour: PricePerCardHourOpt = None,
+    currency: CurrencyOpt = DEFAULT_CURRENCY,
+    y_axis: YAxisOpt = "tokens-per-card",
     csv_out: Annotated[
         Path | None,
         typer.Option("--csv", help="Write one CSV line per point to FILE ('-': stdout)."),
@@ -305,7 +347,9 @@ def sweep(
             "rate": rate,
         }
         axes, fixed = parse_axes(texts)
-        budgets = parse_budgets(max_cards, parse_values(hardware, "hardware")) if "=" in max_cards else None
+        machines = parse_values(hardware, "hardware")
+        budgets = parse_budgets(max_cards, machines) if "=" in max_cards else None
+        check_y_axis(y_axis, [str(m) for m in machines], price_per_card_hour, currency)
         if fmt is not None and phase == "prefill":
             raise BadInputError("--plot draws tokens/s per user from TPOT: use --phase both or decode.")
         points = []
@@ -344,6 +388,11 @@ def sweep(
                 hbm_utilization=hbm_utilization,
                 max_itl_ms=max_itl_ms,
                 decode_microbatch=decode_microbatch,
+                structure=structure,
+                objective=objective,
+                price_per_card_hour=price_per_card_hour,
+                currency=currency,
+                simulate=simulate,
                 slo_percentile=slo_percentile,
             )
             points.append((shown, request))
@@ -372,21 +421,26 @@ def sweep(
             outputs.text(json_out, sweep_document(result, rows))
         metric = sweep_metric(result)
         curves = published = None
+        from planner.report.plot import y_label
+
+        y_text = y_label(metric, y_axis, result.points[0].request.currency)
         if metric != "prefill":
-            curves = sweep_curves(result)
+            curves = sweep_curves(result, y_axis)
             spec = load_model(result.points[0].request.model)
-            published = published_points(spec, {c.hardware for c in curves})
+            # published rows have no price or power: a cost or energy picture has no overlay
+            published = published_points(spec, {c.hardware for c in curves}) if y_axis not in ECONOMICS_FIGURE else []
         if plot is not None and fmt is not None and curves is not None and published is not None:
             from planner.report.plot import frontier_figure, render
 
-            fig = frontier_figure(curves, published, metric, _title(result, metric))
+            fig = frontier_figure(curves, published, metric, _title(result, metric), y_text)
             outputs.data(plot, render(fig, fmt))
         if html is not None:
-            outputs.text(html, _sweep_page(result, rows, metric, curves, published, command_line(ctx), html))
+            page = _sweep_page(result, rows, metric, curves, published, command_line(ctx), html, y_text)
+            outputs.text(html, page)
         outputs.commit()
         if any(o is not None and str(o) == "-" for o in (csv_out, json_out)):
             return
-        console.print(sweep_table(result, rows))
+        console.print(sweep_table(result, rows, y_axis))
         console.print(cache_line(result))
         if checks:
             from planner.report.simulate_report import checks_caption, checks_table
@@ -397,8 +451,6 @@ def sweep(
         if plot is not None:
             console.print(f"frontier plot written to {plot}")
         elif curves is not None and published is not None:
-            from planner.report.plot import y_label
-
-            console.print(terminal_chart(curves, published, y_label(metric)), markup=False, highlight=False)
+            console.print(terminal_chart(curves, published, y_text), markup=False, highlight=False)
 
     run_guarded(body)

@@ -125,9 +125,11 @@ def parse_base_pairs(pairs: list[str]) -> dict[str, object]:
 
 
 def _plan_phase(plan: Plan) -> str:
-    if plan.decode_phase is not None and plan.prefill_phase is not None:
+    decodes = plan.decode_phase is not None or plan.afd is not None  # AFD instances decode
+    prefills = plan.prefill_phase is not None or (plan.afd is not None and plan.afd.prefill_batch_tokens is not None)
+    if decodes and prefills:
         return "both"
-    return "decode" if plan.decode_phase is not None else "prefill"
+    return "decode" if decodes else "prefill"
 
 
 def _ref(ref: str, base_dir: Path | None) -> str:

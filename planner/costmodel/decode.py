@@ -45,6 +45,13 @@ def hash_routed_saving(ctx: CostContext, router_s: np.ndarray) -> np.ndarray:
     return router_s * gate_share * m.moe.hash_layers
 
 
+def mtp_projection_s(ctx: CostContext, tokens_per_device: ArrayLike) -> np.ndarray:
+    """The MTP module's 2h -> h projection of the embedding and the hidden state, on these tokens."""
+    t = np.asarray(tokens_per_device, dtype=float)
+    proj = 2 * ctx.model.hidden_size * ctx.model.hidden_size
+    return ctx.roofline_s(2 * t * proj, proj * ctx.quant.linear_weight_bytes, ctx.linear_flops_per_s)
+
+
 def emitted_tokens_per_step(mtp_tokens: int, acceptance: float) -> float:
     """Mean tokens one sequence emits per step with `mtp_tokens` drafts of acceptance a."""
     return 1.0 + sum(acceptance**i for i in range(1, mtp_tokens + 1))
@@ -151,9 +158,7 @@ def _step_parts(ctx: CostContext, phase: DecodePlan, b: np.ndarray) -> tuple[dic
                 )
             else:
                 pass_costs.append(dense_ffn_cost(ctx, phase.dense_layout, t_pass))
-            proj = 2 * m.hidden_size * m.hidden_size
-            eh = ctx.roofline_s(2 * t_pass * proj, proj * ctx.quant.linear_weight_bytes, ctx.linear_flops_per_s)
-            mtp = mtp + eh + sum(c.total_s for c in pass_costs)
+            mtp = mtp + mtp_projection_s(ctx, t_pass) + sum(c.total_s for c in pass_costs)
         parts["mtp"] = mtp + ctx.hw.fixed_costs.mtp_framework_per_step.value
     parts["launch_overhead"] = np.full_like(b, fixed_total)
     return parts, imbalance

@@ -18,6 +18,7 @@ import numpy as np
 from planner.costmodel.colocated import colocated_figures
 from planner.costmodel.context import CostContext
 from planner.costmodel.decode import decode_step, emitted_tokens_per_step
+from planner.costmodel.economics import PricedPart, plan_economics
 from planner.costmodel.imbalance import ImbalanceModel, default_imbalance_model
 from planner.costmodel.memory import (
     HbmUse,
@@ -27,6 +28,7 @@ from planner.costmodel.memory import (
     prefill_hbm,
 )
 from planner.costmodel.prediction import (
+    AfdPrediction,
     ColocatedPrediction,
     DecodePrediction,
     Prediction,
@@ -221,21 +223,137 @@ def predict_colocated(ctx: CostContext, plan: Plan) -> ColocatedPrediction:
     )
 
 
+def predict_afd(ctx: CostContext, plan: Plan) -> AfdPrediction:
+    """Figures of one AFD instance's decode steps (and of its prefill forward when it prefills too)."""
+    from planner.costmodel.afd import (
+        afd_decode_step,
+        afd_hbm,
+        afd_link,
+        afd_prefill_forward_s,
+        bound_side,
+        check_ffn_side_fits,
+        max_afd_concurrency,
+    )
+
+    section = plan.afd
+    assert section is not None
+    check_ffn_side_fits(ctx, section)
+    step = afd_decode_step(ctx, section)
+    att_use, ffn_use = afd_hbm(ctx, section, None, section.prefill_batch_tokens)
+    hbm = _hbm_fields(att_use, ctx)
+    ffn_total = int(round(float(ffn_use.total_bytes[0])))
+    hbm["fits_hbm"] = bool(att_use.fits[0]) and bool(ffn_use.fits[0])
+    per_dev = float(step.tokens_per_s_per_device[0])
+    tpot_ms = float(step.tpot_s[0]) * 1e3
+    slo = plan.slo.tpot_ms if plan.slo else None
+    itl = plan.slo.max_itl_ms if plan.slo else None
+    forward = (
+        _r(float(afd_prefill_forward_s(ctx, section)[0]) * 1e3) if section.prefill_batch_tokens is not None else None
+    )
+    return AfdPrediction(
+        attention_devices=section.attention_devices,
+        ffn_devices=section.ffn_devices,
+        micro_batches=section.micro_batches,
+        link=afd_link(ctx, section).name,
+        step_ms=_r(float(step.step_s[0]) * 1e3),
+        tpot_ms=_r(tpot_ms),
+        tokens_per_step_per_sequence=_r(emitted_tokens_per_step(section.mtp_tokens, ctx.workload.mtp_acceptance)),
+        tokens_per_s_per_device=_r(per_dev),
+        tokens_per_s_per_card=_r(per_dev * ctx.hw.devices_per_card),
+        tokens_per_s_per_attention_device=_r(float(step.tokens_per_s_per_attention_device[0])),
+        tokens_per_s_per_user=_r(1e3 / tpot_ms),
+        sequences_per_instance=section.concurrency_per_device * section.attention_devices,
+        moe_imbalance=_r(float(step.moe_imbalance[0])),
+        attention_layer_ms=_r(float(step.attention_layer_s[0]) * 1e3),
+        ffn_layer_ms=_r(float(step.ffn_layer_s[0]) * 1e3),
+        transfer_layer_ms=_r(float(step.transfer_layer_s[0]) * 1e3),
+        bound=bound_side(step, section.micro_batches)[0],
+        max_concurrency_per_device=max_afd_concurrency(ctx, section),
+        meets_tpot_slo=None if slo is None else bool(tpot_ms <= slo),
+        meets_itl_slo=None if itl is None else bool(float(step.step_s[0]) * 1e3 <= itl),
+        breakdown_ms=_ms(step.breakdown_s),
+        attention_fits_hbm=bool(att_use.fits[0]),
+        ffn_hbm_bytes_per_device=ffn_total,
+        ffn_hbm_headroom_bytes=int(ffn_use.capacity_bytes) - ffn_total,
+        ffn_hbm_free_bytes=int(ctx.hw.hbm_bytes) - ffn_total,
+        ffn_fits_hbm=bool(ffn_use.fits[0]),
+        ffn_hbm_breakdown_bytes={k: int(round(float(v[0]))) for k, v in ffn_use.breakdown_bytes.items()},
+        prefill_forward_ms=forward,
+        **hbm,  # type: ignore[arg-type]
+    )
+
+
+def predict_afd_colocated(ctx: CostContext, plan: Plan, afd: AfdPrediction) -> ColocatedPrediction:
+    """User-facing figures of AFD instances that prefill their own requests (whole forwards between
+    decode steps, by the formulas of planner.costmodel.colocated)."""
+    from planner.costmodel.afd import afd_hbm
+    from planner.costmodel.colocated import (
+        colocated_rate_and_latency,
+        itl_percentiles,
+        whole_forward_long_gap_fraction,
+    )
+
+    section = plan.afd
+    assert section is not None and section.prefill_batch_tokens is not None and afd.prefill_forward_ms is not None
+    step_s, forward_s = afd.step_ms / 1e3, afd.prefill_forward_ms / 1e3
+    emitted = afd.tokens_per_step_per_sequence
+    requests = section.prefill_batch_tokens / ctx.prefill_tokens_per_request
+    rate, fraction, tpot, ttft = (
+        float(np.asarray(x).reshape(-1)[0])
+        for x in colocated_rate_and_latency(
+            step_s,
+            emitted,
+            section.attention_devices,
+            section.concurrency_per_device,
+            forward_s,
+            requests,
+            ctx.workload.output_tokens,
+        )
+    )
+    long_fraction = whole_forward_long_gap_fraction(step_s, emitted, rate, forward_s, requests, fraction)
+    pause = step_s + forward_s
+    p50, p99 = (float(np.asarray(x).reshape(-1)[0]) for x in itl_percentiles(step_s, pause, long_fraction))
+    att_use, _ = afd_hbm(ctx, section, None, section.prefill_batch_tokens)
+    hbm = _hbm_fields(att_use, ctx)
+    hbm.pop("hbm_role")
+    hbm["fits_hbm"] = afd.fits_hbm
+    slo = plan.slo
+    cards = ctx.hw.cards(section.devices)
+    return ColocatedPrediction(
+        requests_per_s_per_instance=_r(rate, 6),
+        prefill_time_fraction=_r(fraction, 6),
+        tpot_ms=_r(tpot * 1e3),
+        ttft_ms=_r(ttft * 1e3),
+        longest_decode_pause_ms=_r(pause * 1e3),
+        itl_p50_ms=_r(p50 * 1e3),
+        itl_p99_ms=_r(p99 * 1e3),
+        chunk_tokens=None,
+        chunk_step_fraction=0.0,
+        tokens_per_s_per_user=_r(1e3 / (tpot * 1e3)) if tpot > 0 else 0.0,
+        tokens_per_s_per_card=_r(rate * ctx.workload.output_tokens / cards),
+        meets_tpot_slo=None if slo is None or slo.tpot_ms is None else bool(tpot * 1e3 <= slo.tpot_ms),
+        meets_ttft_slo=None if slo is None or slo.ttft_ms is None else bool(ttft * 1e3 <= slo.ttft_ms),
+        meets_itl_slo=None if slo is None or slo.max_itl_ms is None else bool(pause * 1e3 <= slo.max_itl_ms),
+        **hbm,  # type: ignore[arg-type]
+    )
+
+
 def predict_system(
     plan: Plan,
     hw: HardwareSpec,
-    decode: DecodePrediction,
-    prefill: PrefillPrediction,
+    decode: DecodePrediction | AfdPrediction,
+    prefill: PrefillPrediction | None,
     colocated: ColocatedPrediction | None = None,
 ) -> SystemPrediction:
     """Requests per second when prefill and decode capacity are matched (or shared, colocated)."""
     w = plan.workload
     if colocated is not None:
-        assert plan.colocated is not None
-        rps = colocated.requests_per_s_per_instance * plan.colocated.instances
-        cards = hw.cards(plan.colocated.total_devices)
+        section = plan.colocated if plan.colocated is not None else plan.afd
+        assert section is not None
+        rps = colocated.requests_per_s_per_instance * section.instances
+        cards = hw.cards(section.total_devices)
         return SystemPrediction(
-            devices=plan.colocated.total_devices,
+            devices=section.total_devices,
             cards=_r(cards),
             prefill_requests_per_s=_r(rps),
             decode_requests_per_s=_r(rps),
@@ -245,10 +363,12 @@ def predict_system(
             output_tokens_per_s_per_card=_r(rps * w.output_tokens / cards),
             input_tokens_per_s=_r(rps * w.input_tokens),
         )
-    assert plan.decode is not None and plan.prefill is not None
-    d_dev, p_dev = plan.decode.total_devices, plan.prefill.total_devices
+    decode_section = plan.decode if plan.decode is not None else plan.afd
+    assert decode_section is not None and plan.prefill is not None
+    d_dev, p_dev = decode_section.total_devices, plan.prefill.total_devices
     decode_out = decode.tokens_per_s_per_device * d_dev
     decode_rps = decode_out / w.output_tokens
+    assert prefill is not None
     prefill_rps = plan.prefill.instances * prefill.requests_per_forward / (prefill.forward_ms / 1e3)
     devices = d_dev + p_dev
     return SystemPrediction.matched(
@@ -397,17 +517,22 @@ def _evaluate_single(plan: Plan, specs: PlanSpecs, imb: ImbalanceModel, hbm_from
     decode = predict_decode(ctx, plan, d_from) if plan.decode_phase is not None else None
     prefill = predict_prefill(ctx, plan, p_from) if plan.prefill_phase is not None else None
     colocated = predict_colocated(ctx, plan) if plan.is_colocated else None
-    system = (
-        predict_system(plan, specs.hw, decode, prefill, colocated)
-        if decode is not None and prefill is not None
-        else None
-    )
-    return Prediction(
+    afd = predict_afd(ctx, plan) if plan.afd is not None else None
+    system = None
+    if afd is not None and afd.prefill_forward_ms is not None:
+        colocated = predict_afd_colocated(ctx, plan, afd)
+        system = predict_system(plan, specs.hw, afd, None, colocated)
+    elif afd is not None and prefill is not None:
+        system = predict_system(plan, specs.hw, afd, prefill)
+    elif decode is not None and prefill is not None:
+        system = predict_system(plan, specs.hw, decode, prefill, colocated)
+    prediction = Prediction(
         cost_model=COST_MODEL_VERSION,
         imbalance_model=imb.describe(),
         decode=decode,
         prefill=prefill,
         colocated=colocated,
+        afd=afd,
         system=system,
         notes=hardware_notes(specs.hw)
         + known_miss_notes(
@@ -420,10 +545,26 @@ def _evaluate_single(plan: Plan, specs: PlanSpecs, imb: ImbalanceModel, hbm_from
                 "colocated plan: its decode and prefill blocks are the instance's decode steps and prefill "
                 "forwards alone; its TPOT, TTFT, tokens/s per user, throughput and HBM are the colocated block's"
             ]
-            if colocated is not None
+            if colocated is not None and afd is None
+            else []
+        )
+        + (
+            [
+                "AFD instances that prefill too: the afd block is their decode steps alone; their TPOT, TTFT, "
+                "tokens/s per user, throughput and attention-side HBM are the colocated block's"
+            ]
+            if colocated is not None and afd is not None
             else []
         ),
     )
+    parts = [PricedPart(phase, specs.hw, devices) for phase, devices in plan_devices(plan)]
+    return prediction.model_copy(update={"economics": plan_economics(prediction, parts)})
+
+
+def plan_devices(plan: Plan) -> list[tuple[str, int]]:
+    """(phase, devices of all its instances) of every section of the plan that has devices."""
+    sections = (("decode", plan.decode), ("prefill", plan.prefill), ("colocated", plan.colocated), ("afd", plan.afd))
+    return [(name, section.total_devices) for name, section in sections if section is not None]
 
 
 def evaluate_mixed_plan(
@@ -443,7 +584,7 @@ def evaluate_mixed_plan(
     notes: list[str] = []
     if decode is not None and prefill is not None:
         system, notes = mixed_system(plan, specs.decode_hw, specs.prefill_hw, decode, prefill)
-    return Prediction(
+    prediction = Prediction(
         cost_model=COST_MODEL_VERSION,
         imbalance_model=d_ctx.imbalance.describe(),
         decode=decode,
@@ -451,6 +592,12 @@ def evaluate_mixed_plan(
         system=system,
         notes=hardware_notes(specs.decode_hw, specs.prefill_hw) + notes + workload_notes(p_ctx),
     )
+    parts = []
+    if plan.decode is not None:
+        parts.append(PricedPart("decode", specs.decode_hw, plan.decode.total_devices))
+    if plan.prefill is not None:
+        parts.append(PricedPart("prefill", specs.prefill_hw, plan.prefill.total_devices))
+    return prediction.model_copy(update={"economics": plan_economics(prediction, parts)})
 
 
 def plan_with_prediction(plan: Plan, prediction: Prediction) -> Plan:

@@ -50,6 +50,13 @@ def is_mixed_plan(plan: Plan) -> bool:
 
 def load_mixed_specs(plan: Plan, base_dir: Path | None, resolve) -> MixedSpecs:
     """Load the model, each phase's machine and the scheme; check each phase on its machine."""
+    if plan.afd is not None:
+        from planner.errors import BadInputError
+
+        raise BadInputError(
+            "prefill.hardware / prefill.kv_transfer_bytes_per_s: a plan with an 'afd' section is costed on one "
+            "machine (prefill on another machine beside AFD decode instances is not modelled); drop the field."
+        )
     model = load_model(resolve(plan.model, base_dir))
     d_ref, p_ref = phase_hardware_refs(plan)
     d_hw = load_hardware(resolve(d_ref, base_dir))

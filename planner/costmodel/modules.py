@@ -238,6 +238,23 @@ class MoECost(ModuleCost):
     imbalance: np.ndarray
 
 
+def shared_expert_s(ctx: CostContext, tokens_per_device: ArrayLike) -> np.ndarray:
+    """Roofline time of every shared expert of one MoE layer on `tokens_per_device` tokens."""
+    m = ctx.model
+    assert m.moe is not None
+    t = np.asarray(tokens_per_device, dtype=float)
+    p = m.moe.shared_experts * m.shared_expert_params()
+    return ctx.roofline_s(2 * t * p, p * ctx.quant.expert_weight_bytes, ctx.module_flops_per_s("experts"))
+
+
+SHARED_EXPERT_OPS = (2, 1)  # matrix and vector operators of the shared expert (fixed launch costs)
+
+
+def shared_expert_fixed_s(ctx: CostContext) -> float:
+    """Launch costs of the shared expert's operators in one MoE layer."""
+    return _fixed(ctx, *SHARED_EXPERT_OPS)
+
+
 def moe_cost(
     ctx: CostContext,
     devices: int,
@@ -247,6 +264,7 @@ def moe_cost(
     overlap_shared: bool,
     tokens_per_request: ArrayLike = 1.0,
     prefill: bool = False,
+    include_shared: bool = True,
 ) -> MoECost:
     """One MoE layer: router, dispatch, routed experts on the busiest device, shared expert, combine.
 
@@ -258,7 +276,8 @@ def moe_cost(
     the prompt); with top-k over EP devices a request puts tokens * k / ep assignments on a device,
     which the imbalance model's per-step overdispersion needs. `prefill`: the high-throughput
     dispatch (a token once per distinct device, forwarded inside remote nodes); decode sends one
-    message per expert copy (planner.costmodel.comm.moe_all_to_all_s).
+    message per expert copy (planner.costmodel.comm.moe_all_to_all_s). `include_shared=False` leaves the
+    shared expert out (an AFD plan may run it on the attention side).
     """
     m, q = ctx.model, ctx.quant
     assert m.moe is not None
@@ -281,6 +300,10 @@ def moe_cost(
     hot_assign = mean_assign * imb
     tokens_per_slot = tokens_total * k / (ep * slots)
     active_slots = slots * (1.0 - np.exp(-tokens_per_slot))
+    forced = getattr(ctx.imbalance, "active_experts_per_device", None)
+    if forced is not None:
+        # a benchmark's forced routing cycles over a fixed set of experts per device (ForcedBalance)
+        active_slots = np.minimum(active_slots * 0.0 + min(slots, forced), np.maximum(tokens_total * k / ep, 1.0))
     act_bytes = hot_assign * (h * q.dispatch_bytes_per_element + 4 * inter * BF16_BYTES + h * BF16_BYTES)
     experts_s = ctx.roofline_s(2 * hot_assign * expert_params, active_slots * expert_params * ew + act_bytes, lin)
     # the permutation, SwiGLU and un-permutation kernels around the expert GEMMs, on the busiest device
@@ -289,20 +312,14 @@ def moe_cost(
     # router (BF16 GEMM over every expert, on the device's own tokens)
     router_params = m.router_params()
     router_s = ctx.roofline_s(2 * t * router_params, router_params * BF16_BYTES, ctx.bf16_matmul_flops_per_s)
-    shared_params = m.shared_expert_params()
-    sew = q.expert_weight_bytes
-
     # shared expert
-    n_shared = m.moe.shared_experts
+    n_shared = m.moe.shared_experts if include_shared else 0
     if n_shared == 0:
         shared_s = np.zeros_like(t)
     elif shared.placement == "replicated":
-        p = n_shared * shared_params
-        shared_s = ctx.roofline_s(2 * t * p, p * sew, lin)
+        shared_s = shared_expert_s(ctx, t)
     else:
-        p = n_shared * shared_params
-        t_sh = tokens_total / shared.devices
-        shared_s = ctx.roofline_s(2 * t_sh * p, p * sew, lin)
+        shared_s = shared_expert_s(ctx, tokens_total / shared.devices)
 
     # dispatch and combine
     n_comm = devices
@@ -330,7 +347,7 @@ def moe_cost(
     else:
         compute = router_s + experts_s + shared_s
         comm_s = dc
-    shared_ops = (2, 1) if n_shared else (0, 0)
+    shared_ops = SHARED_EXPERT_OPS if n_shared else (0, 0)
     fixed = _fixed(ctx, 3 + shared_ops[0], 6 + shared_ops[1], 2)
     return MoECost(compute, comm_s, fixed, experts_s, shared_s, dc, router_s, imb)
 

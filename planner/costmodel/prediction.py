@@ -61,6 +61,45 @@ class PrefillPrediction(_HbmFigures):
     breakdown_ms: dict[str, float]
 
 
+class AfdPrediction(_HbmFigures):
+    """One attention-FFN disaggregated instance at its concurrency: its decode steps.
+
+    The `hbm_*` figures are an attention device's (it holds the KV cache); the `ffn_hbm_*` figures
+    an FFN device's; `fits_hbm` is true when both fit. Per device and per card figures count both
+    sides' devices; `tokens_per_s_per_attention_device` only the attention side's.
+    """
+
+    attention_devices: int
+    ffn_devices: int
+    micro_batches: int
+    link: str  # the machine's link level that carries the activations
+    step_ms: float
+    tpot_ms: float
+    tokens_per_step_per_sequence: float
+    tokens_per_s_per_device: float
+    tokens_per_s_per_card: float
+    tokens_per_s_per_attention_device: float
+    tokens_per_s_per_user: float
+    sequences_per_instance: int
+    moe_imbalance: float
+    attention_layer_ms: float  # one MoE layer of one micro-batch on the attention side
+    ffn_layer_ms: float  # the same layer on the FFN side (experts, router, dispatch/combine)
+    transfer_layer_ms: float  # one direction of that layer's activations
+    bound: str  # what sets the layer period: attention, ffn or transfer
+    hbm_role: str
+    max_concurrency_per_device: int
+    meets_tpot_slo: bool | None
+    meets_itl_slo: bool | None
+    breakdown_ms: dict[str, float]
+    attention_fits_hbm: bool
+    ffn_hbm_bytes_per_device: int
+    ffn_hbm_headroom_bytes: int
+    ffn_hbm_free_bytes: int
+    ffn_fits_hbm: bool
+    ffn_hbm_breakdown_bytes: dict[str, int]
+    prefill_forward_ms: float | None = None  # the instances also prefill: one forward of afd.prefill_batch_tokens
+
+
 class ColocatedPrediction(_HbmFigures):
     """One colocated instance: prefill and decode in turn on the same devices."""
 
@@ -122,6 +161,24 @@ class SystemPrediction(_Out):
         )
 
 
+class EconomicsPrediction(_Out):
+    """Cost and energy of the plan's devices at its predicted throughput (planner.costmodel.economics)."""
+
+    cards: float
+    output_tokens_per_s: float | None
+    total_tokens_per_s: float | None  # input + output
+    throughput_basis: str  # which devices and tokens the figures cover
+    power_w: float | None
+    power_basis: str | None
+    joules_per_output_token: float | None
+    joules_per_token: float | None  # per input or output token
+    price_per_hour: float | None
+    currency: str | None
+    cost_per_million_output_tokens: float | None
+    cost_per_million_tokens: float | None  # per million input + output tokens
+    missing: list[str]  # the hardware fields a figure above lacks
+
+
 class BandFigure(_Out):
     """A figure at the pessimistic end of the factor ranges, as predicted, and at the optimistic end."""
 
@@ -146,7 +203,9 @@ class Prediction(_Out):
     decode: DecodePrediction | None = None
     prefill: PrefillPrediction | None = None
     colocated: ColocatedPrediction | None = None
+    afd: AfdPrediction | None = None
     system: SystemPrediction | None = None
+    economics: EconomicsPrediction | None = None  # cost and energy at the predicted throughput
     uncertainty: Uncertainty | None = None  # set by `evaluate` and `plan` (costmodel.uncertainty), not by the search
     notes: list[str] = Field(
         default_factory=list,
@@ -157,6 +216,13 @@ class Prediction(_Out):
     def to_json(self) -> dict[str, Any]:
         """JSON form for a plan's `predicted` block (`uncertainty` and `notes` only when there are any)."""
         exclude = {
-            name for name, empty in (("uncertainty", self.uncertainty is None), ("notes", not self.notes)) if empty
+            name
+            for name, empty in (
+                ("uncertainty", self.uncertainty is None),
+                ("notes", not self.notes),
+                ("afd", self.afd is None),
+                ("economics", self.economics is None),
+            )
+            if empty
         }
         return self.model_dump(mode="json", exclude=exclude or None)

@@ -19,10 +19,11 @@ from typing import Any
 
 from planner.costmodel.evaluate import evaluate_plan
 from planner.costmodel.fitting import metric_value
+from planner.costmodel.forced_balance import ForcedBalance
 from planner.costmodel.imbalance import EngineImbalance, ImbalanceModel, SkewImbalance, default_imbalance_model
 from planner.costmodel.prediction import Prediction
 from planner.specs.catalog import load_plan, plan_base_dir
-from planner.specs.validation import StoredFigure, usable_figures
+from planner.specs.validation import StoredFigure, all_figures, usable_figures
 
 
 @dataclass(frozen=True)
@@ -54,14 +55,35 @@ def condition_imbalance(row: StoredFigure, engine: ImbalanceModel | None = None)
     base = engine if engine is not None else default_imbalance_model()
     if row.experts == "balanced":
         return SkewImbalance(0.0)
+    if row.experts == "forced":
+        assert row.row.forced_experts_per_device is not None
+        return ForcedBalance(row.row.forced_experts_per_device)
     if row.experts == "in_distribution" and isinstance(base, EngineImbalance):
         return EngineImbalance(base.popularity_sigma, 0.0, base.request_correlation)
     return base
 
 
 def evaluate_row(row: StoredFigure, imbalance: ImbalanceModel | None = None, **plan_specs: Any) -> RowResult:
-    """Evaluate a figure's plan under its expert condition (or `imbalance`, given) and pick its metric."""
+    """Evaluate a figure's plan under its expert condition (or `imbalance`, given) and pick its metric.
+
+    A figure with `ratio_to` is a ratio of two runs: its prediction is the ratio of the two plans'
+    predictions, each under its own row's condition (`imbalance`, if given, applies to both).
+    """
     plan, _ = load_plan(row.plan)
     imb = imbalance if imbalance is not None else condition_imbalance(row)
     prediction = evaluate_plan(plan, plan_base_dir(row.plan), imb, **plan_specs)
-    return RowResult(row, metric_value(prediction, row.metric), prediction)
+    value = metric_value(prediction, row.metric)
+    if row.figure.ratio_to:
+        base = ratio_reference(row)
+        base_plan, _ = load_plan(base.plan)
+        base_imb = imbalance if imbalance is not None else condition_imbalance(base)
+        value /= metric_value(evaluate_plan(base_plan, plan_base_dir(base.plan), base_imb), base.metric)
+    return RowResult(row, value, prediction)
+
+
+def ratio_reference(row: StoredFigure) -> StoredFigure:
+    """The figure a `ratio_to` figure is a ratio to."""
+    for fig, _ in all_figures():
+        if fig.id == row.figure.ratio_to:
+            return fig
+    raise KeyError(row.figure.ratio_to)

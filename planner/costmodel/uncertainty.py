@@ -40,6 +40,8 @@ BAND_FIGURES: dict[str, tuple[str, ...]] = {
     "decode": ("tokens_per_s_per_card", "tpot_ms", "step_ms"),
     "prefill": ("tokens_per_s_per_card", "ttft_ms", "forward_ms"),
     "colocated": ("tokens_per_s_per_card", "tpot_ms", "ttft_ms"),
+    "afd": ("tokens_per_s_per_card", "tpot_ms", "step_ms"),
+    "economics": ("cost_per_million_output_tokens", "joules_per_output_token"),
     "system": ("output_tokens_per_s_per_card", "requests_per_s"),
 }
 

@@ -59,6 +59,24 @@ def _one_micro_batch() -> list[Literal[1, 2]]:
     return [1]
 
 
+class AfdCapability(Strict):
+    """What an engine's attention-FFN disaggregation (AFD) runs (see the YAML files for the sources)."""
+
+    via: str = Field(min_length=1, description="the code that runs it (plugin or change) and the release read")
+    hardware: list[str] = Field(min_length=1, description="machines (catalog names) it runs on")
+    architectures: list[str] = Field(min_length=1, description="model classes (config.json 'architectures') it runs")
+    micro_batches: list[int] = Field(min_length=1)
+    attention_multiple_of_ffn: bool = Field(description="attention devices must be a whole multiple of FFN devices")
+    dense_ffn_on: list[Literal["ffn", "attention"]] = Field(min_length=1)
+    shared_expert_on: list[Literal["ffn", "attention"]] = Field(min_length=1)
+    shared_expert: list[Literal["replicated", "dedicated"]] = Field(min_length=1)
+    mtp_tokens_max: int = Field(ge=0, le=16)
+    prefill_too: bool = Field(description="AFD instances may also prefill (afd.prefill_batch_tokens)")
+    with_prefill_instances: bool = Field(description="AFD decode instances may be fed by prefill instances")
+    launch_documented: bool = Field(description="a launch recipe exists: --emit writes its files")
+    source: str = Field(min_length=1)
+
+
 class Capabilities(Strict):
     """What an engine can run (see the YAML files for the source of each entry)."""
 
@@ -82,6 +100,7 @@ class Capabilities(Strict):
     multi_node: bool
     max_nodes_per_instance: int | None = Field(default=None, ge=1, description="most nodes one instance may span")
     chunked_prefill: bool = Field(default=True, description="whether moeplan writes the engine's chunked prefill")
+    afd: AfdCapability | None = Field(default=None, description="attention-FFN disaggregation; None: none")
 
 
 class EngineProfile(Strict):
@@ -330,8 +349,81 @@ def phase_problems(
     return out
 
 
-def plan_problems(plan: Plan, hw: HardwareSpec, engine: str, experts: int | None, has_dense: bool) -> list[str]:
-    """Every field of `plan` that `engine` cannot run (empty: it can run the plan)."""
+def afd_problems(
+    profile: EngineProfile, plan: Plan, hw: HardwareSpec, architectures: tuple[str, ...] | None
+) -> list[str]:
+    """What `profile` cannot run of the plan's `afd` section (the plan has one)."""
+    section = plan.afd
+    assert section is not None
+    afd = profile.capabilities.afd
+    if afd is None:
+        return [
+            f"afd: {profile.label} has no attention-FFN disaggregation; plan with --structure colocated,pd or for "
+            "an engine that runs it (vllm-ascend with the afd-plugin, sglang on NPU for Qwen3-MoE)."
+        ]
+    via = f"{profile.engine} AFD ({afd.via})"
+    out = []
+    if hw.name not in afd.hardware:
+        out.append(f"afd: {via} runs on {', '.join(afd.hardware)}, not on {hw.name}; plan on one of them.")
+    if architectures is not None and not set(architectures) & set(afd.architectures):
+        named = ", ".join(architectures) or "no architecture in its config.json"
+        out.append(f"afd: {via} runs {', '.join(afd.architectures)}; the model is {named}.")
+    if section.micro_batches not in afd.micro_batches:
+        out.append(
+            f"afd.micro_batches: {section.micro_batches}: {via} runs {' or '.join(map(str, afd.micro_batches))}; "
+            "set one of them."
+        )
+    if afd.attention_multiple_of_ffn and section.attention_devices % section.ffn_devices:
+        out.append(
+            f"afd.attention_devices: {section.attention_devices} is not a multiple of ffn_devices "
+            f"({section.ffn_devices}); {via} maps each FFN device to a whole group of attention devices."
+        )
+    if section.dense_ffn_on not in afd.dense_ffn_on:
+        out.append(f"afd.dense_ffn_on: {via} runs the dense FFN on the {' or '.join(afd.dense_ffn_on)} side.")
+    if section.shared_expert_on not in afd.shared_expert_on:
+        out.append(
+            f"afd.shared_expert_on: {via} runs the shared expert on the {' or '.join(afd.shared_expert_on)} side."
+        )
+    if section.shared_expert.placement not in afd.shared_expert:
+        out.append(f"afd.shared_expert: {via} has no dedicated shared-expert devices; use placement: replicated.")
+    if section.mtp_tokens > afd.mtp_tokens_max:
+        out.append(
+            f"afd.mtp_tokens: {section.mtp_tokens} draft tokens; {via} runs at most {afd.mtp_tokens_max}; set "
+            f"mtp_tokens: {afd.mtp_tokens_max}."
+        )
+    if section.prefill_batch_tokens is not None and not afd.prefill_too:
+        out.append(
+            f"afd.prefill_batch_tokens: {via} does not prefill on AFD instances; feed them from prefill instances."
+        )
+    if plan.prefill is not None and not afd.with_prefill_instances:
+        out.append(f"prefill: {via} documents no prefill instances feeding AFD decode instances; plan decode only.")
+    return out
+
+
+def _afd_attention_side_problems(profile: EngineProfile, plan: Plan, hw: HardwareSpec) -> list[str]:
+    """The engine's layout rules on an AFD instance's attention side (a DP/TP server of its own)."""
+    section = plan.afd
+    assert section is not None
+    side = PhasePlan(
+        devices=section.attention_devices,
+        attention=section.attention,
+        lm_head=section.lm_head_layout,
+    )
+    return phase_problems(profile, hw, "afd.", side, None, False, 1, 0)
+
+
+def plan_problems(
+    plan: Plan,
+    hw: HardwareSpec,
+    engine: str,
+    experts: int | None,
+    has_dense: bool,
+    architectures: tuple[str, ...] | None = None,
+) -> list[str]:
+    """Every field of `plan` that `engine` cannot run (empty: it can run the plan).
+
+    `architectures`: the model's classes (config.json), which an AFD plan's engine must register.
+    """
     from planner.engines.plan_view import plan_view
 
     profile = load_profile(engine)
@@ -343,6 +435,11 @@ def plan_problems(plan: Plan, hw: HardwareSpec, engine: str, experts: int | None
             f"quantization: '{plan.quantization}' has no weights format in {profile.label} "
             f"(it runs {', '.join(cap.quantization)}); plan with --quantization a8w8c16."
         )
+    if plan.afd is not None:
+        out += afd_problems(profile, plan, hw, architectures)
+        out += _afd_attention_side_problems(profile, plan, hw)
+        if plan.prefill is not None and not cap.disaggregated:
+            out.append(f"prefill/afd: {profile.label} cannot disaggregate prefill and decode.")
     if view.colocated is not None:
         if not cap.colocated:
             out.append(f"colocated: {profile.label} cannot run prefill and decode on the same instances.")
@@ -370,6 +467,8 @@ def plan_problems(plan: Plan, hw: HardwareSpec, engine: str, experts: int | None
     return out
 
 
-def engines_that_run(plan: Plan, hw: HardwareSpec, experts: int | None, has_dense: bool) -> dict[str, list[str]]:
+def engines_that_run(
+    plan: Plan, hw: HardwareSpec, experts: int | None, has_dense: bool, architectures: tuple[str, ...] | None = None
+) -> dict[str, list[str]]:
     """For each engine, the problems it has with `plan` (an empty list: it runs it)."""
-    return {e: plan_problems(plan, hw, e, experts, has_dense) for e in ENGINES}
+    return {e: plan_problems(plan, hw, e, experts, has_dense, architectures) for e in ENGINES}

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -42,7 +42,7 @@ from planner.search.plan_search import SearchOutcome
 from planner.search.request import PlanRequest
 from planner.specs.catalog import load_hardware, load_model
 from planner.specs.hardware import HardwareSpec
-from planner.specs.plan import DecodePlan, Plan, PrefillPlan
+from planner.specs.plan import AfdPlan, DecodePlan, Plan, PrefillPlan
 from planner.specs.quantization import get_quantization
 
 GIB = 1024.0**3
@@ -200,6 +200,38 @@ def _axis_binding(axis: _Axis, slo: float | None) -> Binding:
     )
 
 
+def _concurrency_axis(phase: str, what: str, b: int, probe: Callable[[list[int]], _Probe], per: str, cap: int) -> _Axis:
+    """The concurrency axis of a decode or AFD instance (every value to `cap` is searched): `what`
+    names it ('decode', 'AFD'), `per` what it counts per ('device', 'attention device')."""
+
+    def slo_fix(m: int, m_card: float, now: float) -> str:
+        if not m:
+            return "no concurrency meets it with these layouts: re-plan"
+        return f"at most {m} per {per} meet it ({m_card:.0f} tokens/s per card instead of {now:.0f})"
+
+    return _Axis(
+        phase=phase,
+        value=b,
+        probe=probe,
+        slo_name="TPOT",
+        lat_format=".1f",
+        key="concurrency_per_device",
+        label=f"{what} B{b}",
+        cap=cap,
+        at=f"at {{v}} sequences per {per}",
+        slo_at=f"at {{v}} sequences per {per}",
+        over_fix=lambda m: f"at most {m} fit" if m else "not even one sequence fits with these layouts",
+        max_tag="B{m}",
+        slo_fix=slo_fix,
+        cap_text=f"search space binds: {what} concurrency is at the search's cap of {cap} per {per}.",
+        hbm_lead=f"{what} concurrency ({{v}} per {per})",
+        short_of="{n}",
+        one_more=f"one more sequence per {per} ({{n}})",
+        none_lead=f"nothing binds {what} concurrency: {{n}} sequences per {per}",
+        could="run more",
+    )
+
+
 def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | None) -> Binding:
     """What stops the decode concurrency from going one higher (or which rule it already breaks)."""
 
@@ -209,33 +241,26 @@ def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | Non
         per_card = np.asarray(step.tokens_per_s_per_device) * ctx.hw.devices_per_card
         return _Probe(np.asarray(step.tpot_s) * 1e3, np.asarray(use.total_bytes), float(use.capacity_bytes), per_card)
 
-    def slo_fix(m: int, m_card: float, now: float) -> str:
-        if not m:
-            return "no concurrency meets it with these layouts: re-plan"
-        return f"at most {m} per device meet it ({m_card:.0f} tokens/s per card instead of {now:.0f})"
+    axis = _concurrency_axis("decode", "decode", phase.concurrency_per_device, probe, "device", MAX_CONCURRENCY)
+    return _axis_binding(axis, tpot_slo_ms)
 
-    b = phase.concurrency_per_device
-    axis = _Axis(
-        phase="decode",
-        value=b,
-        probe=probe,
-        slo_name="TPOT",
-        lat_format=".1f",
-        key="concurrency_per_device",
-        label=f"decode B{b}",
-        cap=MAX_CONCURRENCY,
-        at="at {v} sequences per device",
-        slo_at="at {v} sequences per device",
-        over_fix=lambda m: f"at most {m} fit" if m else "not even one sequence fits with these layouts",
-        max_tag="B{m}",
-        slo_fix=slo_fix,
-        cap_text=f"search space binds: decode concurrency is at the search's cap of {MAX_CONCURRENCY} per device.",
-        hbm_lead="decode concurrency ({v} per device)",
-        short_of="{n}",
-        one_more="one more sequence per device ({n})",
-        none_lead="nothing binds decode concurrency: {n} sequences per device",
-        could="run more",
-    )
+
+def afd_binding(ctx: CostContext, section: AfdPlan, tpot_slo_ms: float | None) -> Binding:
+    """What stops an AFD instance's concurrency per attention device from going one higher (HBM of
+    either side, TPOT), as decode_binding says it for a decode instance."""
+    from planner.candidates.afd_candidates import MAX_CONCURRENCY as AFD_MAX_CONCURRENCY
+    from planner.costmodel.afd import afd_decode_step, afd_hbm
+
+    def probe(bs: list[int]) -> _Probe:
+        b = np.array(bs, dtype=float)
+        step = afd_decode_step(ctx, section, b)
+        att, ffn = afd_hbm(ctx, section, b, section.prefill_batch_tokens)
+        per_card = np.asarray(step.tokens_per_s_per_device) * ctx.hw.devices_per_card
+        used = np.maximum(np.asarray(att.total_bytes), np.asarray(ffn.total_bytes))
+        return _Probe(np.asarray(step.tpot_s) * 1e3, used, float(att.capacity_bytes), per_card)
+
+    b = section.concurrency_per_device
+    axis = _concurrency_axis("afd", "AFD", b, probe, "attention device", AFD_MAX_CONCURRENCY)
     return _axis_binding(axis, tpot_slo_ms)
 
 
@@ -411,6 +436,10 @@ def _instance_rates(plan: Plan, prediction: Prediction) -> tuple[float | None, f
     if plan.is_colocated and prediction.system is not None and plan.decode_phase is not None:
         # one colocated instance serves both phases: count it once, as a decode instance
         return prediction.system.requests_per_s / plan.decode_phase.instances, None
+    if plan.afd is not None and prediction.afd is not None:
+        if prediction.colocated is not None and prediction.system is not None:  # AFD instances that prefill too
+            return prediction.system.requests_per_s / plan.afd.instances, None
+        d_rps = prediction.afd.tokens_per_s_per_device * plan.afd.devices / plan.workload.output_tokens
     if plan.decode_phase is not None and prediction.decode is not None:
         d = prediction.decode
         d_rps = d.tokens_per_s_per_device * plan.decode_phase.devices / plan.workload.output_tokens
@@ -420,11 +449,16 @@ def _instance_rates(plan: Plan, prediction: Prediction) -> tuple[float | None, f
     return d_rps, p_rps
 
 
+def decoding_section(plan: Plan) -> Any:
+    """The section whose instances decode: the decode (or colocated) phase, or the AFD section."""
+    return plan.afd if plan.afd is not None else plan.decode_phase
+
+
 def cards_for_rate(plan: Plan, prediction: Prediction, hw: HardwareSpec, rate_per_s: float) -> float:
     """Cards this plan's instance configurations need to serve `rate_per_s` (instances scaled)."""
     d_rps, p_rps = _instance_rates(plan, prediction)
     devices = 0
-    for phase, rps in ((plan.decode_phase, d_rps), (plan.prefill_phase, p_rps)):
+    for phase, rps in ((decoding_section(plan), d_rps), (plan.prefill_phase, p_rps)):
         if phase is not None and rps:
             # 1e-4: the predicted figures are rounded to 4 digits; a plan serving its own rate needs
             # no extra instance for that rounding
@@ -447,12 +481,13 @@ def deployment_binding(
 ) -> Binding:
     """What limits the deployment's size: the card budget, the target rate, or nothing."""
     d_rps, p_rps = _instance_rates(plan, prediction)
+    d_name = "AFD" if plan.afd is not None else "decode"
     phases = [
         (name, ph, rps)
-        for name, ph, rps in (("decode", plan.decode_phase, d_rps), ("prefill", plan.prefill_phase, p_rps))
+        for name, ph, rps in ((d_name, decoding_section(plan), d_rps), ("prefill", plan.prefill_phase, p_rps))
         if ph is not None and rps
     ]
-    if plan.is_colocated:
+    if plan.is_colocated or (plan.afd is not None and plan.afd.prefill_batch_tokens is not None):
         phases = [("colocated", ph, rps) for _, ph, rps in phases]
     used = sum(ph.total_devices for _, ph, _ in phases)
     cards = hw.cards(used)
@@ -588,6 +623,8 @@ def plan_bindings(
         out.extend(colocated_bindings(plan, ctx))
     if plan.decode_phase is not None and not plan.is_colocated:
         out.append(decode_binding(ctx, plan.decode_phase, slo.tpot_ms if slo else None))
+    if plan.afd is not None:
+        out.append(afd_binding(ctx, plan.afd, slo.tpot_ms if slo else None))
     if plan.prefill_phase is not None and not plan.is_colocated:
         out.append(prefill_binding(ctx, plan.prefill_phase, slo.ttft_ms if slo else None))
     out.append(deployment_binding(plan, prediction, ctx.hw, max_cards, rate_per_s))
@@ -642,7 +679,7 @@ TAGS = {
 
 def binding_tags(bindings: list[Binding]) -> str:
     """A few characters for a table cell: e.g. "D:TPOT P:HBM cards" (nothing for 'none')."""
-    prefix = {"decode": "D:", "prefill": "P:", "deployment": "", "colocated": "C:"}
+    prefix = {"decode": "D:", "prefill": "P:", "deployment": "", "colocated": "C:", "afd": "AFD:"}
     parts = [
         prefix.get(b.phase, "") + TAGS[b.constraint] + ("!" if b.violated else "") + ("?" if not b.certain else "")
         for b in bindings

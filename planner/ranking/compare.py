@@ -92,7 +92,7 @@ def plan_devices(plan: Plan) -> int:
     """Devices a plan occupies (a colocated plan's two sections share theirs)."""
     if plan.is_colocated and plan.decode_phase is not None:
         return plan.decode_phase.total_devices
-    return sum(p.total_devices for p in (plan.decode_phase, plan.prefill_phase) if p is not None)
+    return plan.total_devices
 
 
 def pd_cards(plan: Plan, hw: HardwareSpec, sep: str = " : ") -> str:
@@ -116,7 +116,35 @@ def pd_cards(plan: Plan, hw: HardwareSpec, sep: str = " : ") -> str:
 
     if plan.is_colocated and plan.decode_phase is not None:
         return f"colocated {each(plan.decode_phase)}"
+    if plan.afd is not None:
+        a = plan.afd
+        afd = f"{a.instances}x({hw.cards(a.attention_devices):g}A+{hw.cards(a.ffn_devices):g}F)"
+        if a.prefill_batch_tokens is not None:
+            return f"AFD colocated {afd}"
+        return each(plan.prefill_phase) + sep + afd
     return each(plan.prefill_phase) + sep + each(plan.decode_phase)
+
+
+def afd_choices(plan: Plan) -> dict[str, str]:
+    """The choices of an AFD section, as plan_choices lists a phase's."""
+    a = plan.afd
+    if a is None:
+        return {}
+    moe = a.moe.short() if a.moe is not None else "-"
+    if a.shared_expert.placement == "dedicated":
+        moe += f"+shared x{a.shared_expert.devices}"
+    return {
+        "afd instances x devices": f"{a.instances} x ({a.attention_devices} + {a.ffn_devices})",
+        "afd attention": a.attention.short(),
+        "afd LM head": a.lm_head_layout.short(),
+        "afd MoE": moe,
+        "afd dense FFN": f"{a.dense_layout.short()} on {a.dense_ffn_on}",
+        "afd shared expert on": a.shared_expert_on,
+        "afd link": a.link,
+        "afd concurrency per attention device": str(a.concurrency_per_device),
+        "afd MTP draft tokens": str(a.mtp_tokens),
+        "afd micro-batches": str(a.micro_batches),
+    }
 
 
 def plan_choices(plan: Plan, hw: HardwareSpec, model: ModelSpec | None) -> dict[str, str]:
@@ -133,6 +161,7 @@ def plan_choices(plan: Plan, hw: HardwareSpec, model: ModelSpec | None) -> dict[
         if "cards" in system:
             out["cards"] = f"{system['cards']:g}"
     out.update(phase_choices("decode", plan.decode_phase, routed))
+    out.update(afd_choices(plan))
     prefill = phase_choices("prefill", plan.prefill_phase, routed)
     if plan.is_colocated:
         # the prefill section repeats the decode one's instances and layouts

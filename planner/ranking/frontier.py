@@ -6,6 +6,12 @@ decode cards together) when the sweep plans both phases, the decode cards' when 
 only. Published figures (validation/) are decode-only per card, so they are comparable
 with the decode-only frontier and an upper bound for the deployment one.
 
+`--y-axis cost` or `energy` puts the plan's cost per million output tokens or joules per output
+token (its `economics` block: the cards' price or power at its predicted throughput) on y
+instead; lower is better there, so the Pareto front is the points no other point beats in x and
+undercuts in y. Published rows carry no price or power, so those pictures have no published
+overlay.
+
 A curve is one machine, or one value of the second swept parameter; along it the plan's
 structure (decode EP size, MTP depth, P:D device ratio) changes at some points, which the plot
 annotates.
@@ -26,12 +32,18 @@ from planner.specs.validation import StoredFigure
 PD_RATIO_STEP = 0.10  # a P:D ratio change under 10% is not worth an annotation
 
 
+Y_AXES = ("tokens-per-card", "cost", "energy")
+# the economics figure each priced or powered y axis reads
+ECONOMICS_FIGURE = {"cost": "cost_per_million_output_tokens", "energy": "joules_per_output_token"}
+
+
 @dataclass(frozen=True)
 class FrontierPoint:
-    """One feasible sweep point on the frontier plane, with its plan's structure."""
+    """One feasible sweep point on the frontier plane, with its plan's structure; y is in the
+    unit of the sweep's y axis (`y_label`)."""
 
     x_tokens_per_s_per_user: float
-    y_tokens_per_s_per_card: float
+    y: float
     values: dict[str, object]
     structure: dict[str, str]
 
@@ -54,12 +66,15 @@ class PublishedPoint:
     id: str
     hardware: str
     x_tokens_per_s_per_user: float
-    y_tokens_per_s_per_card: float
+    y: float  # decode output tokens/s per card
     note: str
 
 
-def pareto_front(xy: list[tuple[float, float]]) -> list[int]:
-    """Indices of the points no other point beats in both x and y (ties kept once), by x."""
+def pareto_front(xy: list[tuple[float, float]], lower_y_better: bool = False) -> list[int]:
+    """Indices of the points no other point beats in both x and y (ties kept once), by x; with
+    `lower_y_better` (cost, energy) a smaller y beats a larger one."""
+    if lower_y_better:
+        xy = [(x, -y) for x, y in xy]
     order = sorted(range(len(xy)), key=lambda i: (-xy[i][0], -xy[i][1], i))
     front, best_y = [], float("-inf")
     for i in order:
@@ -70,9 +85,16 @@ def pareto_front(xy: list[tuple[float, float]]) -> list[int]:
 
 
 def structure_of(plan: Plan) -> dict[str, str]:
-    """What the plot annotates: decode EP size, MTP depth, and the P:D device ratio."""
+    """What the plot annotates: decode EP size (of the FFN side for AFD instances), MTP depth, and
+    the P:D device ratio."""
     out: dict[str, str] = {}
     d, p = plan.decode_phase, plan.prefill_phase
+    if plan.afd is not None:
+        out["EP"] = f"{plan.afd.moe.ep} AFD" if plan.afd.moe is not None else "- AFD"
+        out["MTP"] = str(plan.afd.mtp_tokens)
+        if p is not None:
+            out["P:D"] = f"1:{plan.afd.total_devices / p.total_devices:.1f}"
+        return out
     if d is not None:
         out["EP"] = str(d.moe.ep) if d.moe is not None else "-"
         out["MTP"] = str(d.mtp_tokens)
@@ -123,11 +145,15 @@ def sweep_metric(result: SweepResult) -> str:
     return "deployment"
 
 
-def _xy(plan: Plan, metric: str) -> tuple[float, float] | None:
+def _xy(plan: Plan, metric: str, y_axis: str = "tokens-per-card") -> tuple[float, float] | None:
     pred = plan.predicted or {}
-    d = pred.get("decode")
+    d = pred.get("decode") or pred.get("afd")
     if not d:
         return None
+    if y_axis in ECONOMICS_FIGURE:
+        xy = _xy(plan, metric)
+        y = (pred.get("economics") or {}).get(ECONOMICS_FIGURE[y_axis])
+        return None if xy is None or y is None else (xy[0], float(y))
     c = pred.get("colocated") if plan.is_colocated else None
     if c and pred.get("system"):
         # a colocated instance's TPOT includes its decode stalls during prefill
@@ -145,8 +171,9 @@ def series_flag(result: SweepResult) -> str | None:
     return swept[1] if len(swept) > 1 else None
 
 
-def sweep_curves(result: SweepResult) -> list[Curve]:
-    """One curve per machine or per value of the second parameter, feasible points only."""
+def sweep_curves(result: SweepResult, y_axis: str = "tokens-per-card") -> list[Curve]:
+    """One curve per machine or per value of the second parameter, feasible points only (with a
+    cost or energy y axis, those whose plan has that figure)."""
     metric = sweep_metric(result)
     flag = series_flag(result)
     groups: dict[str, list] = {}
@@ -157,19 +184,19 @@ def sweep_curves(result: SweepResult) -> list[Curve]:
         hw_of.setdefault(key, load_hardware(pt.request.hardware).name)
         if pt.plan is None:
             continue
-        xy = _xy(pt.plan, metric)
+        xy = _xy(pt.plan, metric, y_axis)
         if xy is None:
             continue
         groups[key].append(FrontierPoint(xy[0], xy[1], dict(pt.values), structure_of(pt.plan)))
     curves = []
     for key, pts in groups.items():
-        pts.sort(key=lambda p: (p.x_tokens_per_s_per_user, p.y_tokens_per_s_per_card))
+        pts.sort(key=lambda p: (p.x_tokens_per_s_per_user, p.y))
         name = key if flag == "hardware" else (f"{flag} {key}" if flag else hw_of[key])
         budgets = {p.values.get("max-cards") for p in pts} - {None}
         if flag == "hardware" and len(budgets) == 1:
             name += f", <= {budgets.pop():g} cards"
         curve = Curve(name, hw_of[key], pts)
-        curve.front = pareto_front([(p.x_tokens_per_s_per_user, p.y_tokens_per_s_per_card) for p in pts])
+        curve.front = pareto_front([(p.x_tokens_per_s_per_user, p.y) for p in pts], y_axis in ECONOMICS_FIGURE)
         curve.changes = structure_changes([pts[i] for i in curve.front])
         curve.changes = [(curve.front[i], text) for i, text in curve.changes]
         curves.append(curve)

@@ -74,6 +74,21 @@ def hardware_detail(h: HardwareSpec) -> list[RenderableType]:
     main.add_row("status", h.status + (f" ({h.status_source})" if h.status_source else ""))
     if h.price_per_card is not None:
         main.add_row("price per card", f"{h.price_per_card.value:g} cost units ({h.price_per_card.source})")
+    if h.power_w_per_card is not None:
+        pw = h.power_w_per_card
+        main.add_row("power per card", f"{pw.value:g} W ({pw.basis})")
+        main.add_row("  source", pw.source)
+    else:
+        main.add_row("power per card", "not given (no joules per token; add power_w_per_card to a copy of this file)")
+    if h.node_power_w is not None:
+        main.add_row("power per node besides cards", f"{h.node_power_w.value:g} W ({h.node_power_w.source})")
+    if h.price_per_card_hour is not None:
+        pr = h.price_per_card_hour
+        main.add_row("price per card-hour", f"{pr.value:g} {pr.currency} ({pr.source})")
+    else:
+        main.add_row(
+            "price per card-hour", "not given (yours: --price-per-card-hour, or price_per_card_hour in a copy)"
+        )
     main.add_row("KV transfer (P->D)", f"{_si(h.kv_transfer_bandwidth_bytes_per_s, 'B/s')} per device")
     levels = Table(title="Interconnect levels (innermost first; per device, per direction)")
     for col in ("level", "devices per group", "bandwidth", "latency", "source"):

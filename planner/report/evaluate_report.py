@@ -8,9 +8,15 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from planner.costmodel.prediction import DecodePrediction, Prediction, PrefillPrediction
+from planner.costmodel.prediction import (
+    AfdPrediction,
+    DecodePrediction,
+    EconomicsPrediction,
+    Prediction,
+    PrefillPrediction,
+)
 from planner.specs.hardware import HardwareSpec
-from planner.specs.plan import DecodePlan, PhasePlan, Plan, PrefillPlan
+from planner.specs.plan import AfdPlan, DecodePlan, PhasePlan, Plan, PrefillPlan
 
 GIB = 1024.0**3
 
@@ -26,6 +32,10 @@ BREAKDOWN_LABELS = {
     "mtp": "MTP module + its framework time",
     "micro_batch_overlap": "hidden by micro-batching",
     "launch_overhead": "operator launch costs",
+    "afd_attention": "attention side busy (attention, its collectives and launches, all micro-batches)",
+    "afd_ffn_wait": "attention side waits for the FFN side (experts busier)",
+    "afd_transfer": "A<->F transfers the ping-pong does not hide",
+    "afd_fill_drain": "pipeline fill and drain",
 }
 
 
@@ -171,12 +181,98 @@ def _prefill_summary(phase: PrefillPlan, p: PrefillPrediction, hw: HardwareSpec,
     return t
 
 
+def afd_layout_summary(section: AfdPlan) -> str:
+    """Short form of an AFD instance: sides, micro-batches, and each side's layouts."""
+    dense = f", ffn {section.dense_layout.short()} on {section.dense_ffn_on}" if section.dense_ffn is not None else ""
+    moe = section.moe.short() if section.moe is not None else "-"
+    shared = "" if section.shared_expert_on == "ffn" else ", shared expert on attention"
+    if section.shared_expert.placement == "dedicated":
+        shared = f", shared x{section.shared_expert.devices}"
+    return (
+        f"{section.attention_devices} attention + {section.ffn_devices} FFN devices: attn {section.attention.short()}, "
+        f"head {section.lm_head_layout.short()} | moe {moe}{dense}{shared}"
+    )
+
+
+def _afd_summary(section: AfdPlan, a: AfdPrediction, hw: HardwareSpec, plan: Plan) -> Table:
+    both = section.prefill_batch_tokens is not None
+    t = Table(
+        title="AFD decode steps (alone: the instances' prefill left out)"
+        if both
+        else "AFD decode (attention-FFN disaggregated)",
+        show_header=False,
+    )
+    t.add_column("figure")
+    t.add_column("value")
+    t.add_row(
+        "instances x devices",
+        f"{section.instances} x ({section.attention_devices} + {section.ffn_devices}) "
+        f"({hw.cards(section.total_devices):g} x {hw.card_name})",
+    )
+    t.add_row("layouts", afd_layout_summary(section))
+    t.add_row("A<->F link", f"{a.link}; {a.transfer_layer_ms * 1e3:.1f} us per layer, micro-batch and direction")
+    t.add_row(
+        "concurrency",
+        f"{section.concurrency_per_device} per attention device, {a.sequences_per_instance} per instance "
+        f"(HBM allows {a.max_concurrency_per_device})",
+    )
+    t.add_row(
+        "MTP",
+        f"{section.mtp_tokens} draft token(s) on the attention side, {a.tokens_per_step_per_sequence:.3f} tokens per "
+        "step per sequence",
+    )
+    t.add_row(
+        "micro-batches",
+        f"{section.micro_batches}"
+        + (" (ping-pong between the two sides)" if section.micro_batches > 1 else " (no ping-pong)"),
+    )
+    t.add_row(
+        "one MoE layer, one micro-batch",
+        f"attention side {a.attention_layer_ms:.3f} ms, FFN side {a.ffn_layer_ms:.3f} ms, transfer "
+        f"{a.transfer_layer_ms:.3f} ms each way: {a.bound} binds",
+    )
+    t.add_row("step", f"{a.step_ms:.2f} ms")
+    slo = plan.slo.tpot_ms if plan.slo and plan.slo.tpot_ms else None
+    if both:
+        t.add_row("TPOT of the decode steps alone", f"{a.tpot_ms:.2f} ms (with prefill: the colocated table)")
+        t.add_row("prefill forward", f"{a.prefill_forward_ms:.2f} ms for {section.prefill_batch_tokens} tokens")
+    else:
+        t.add_row("TPOT", f"{a.tpot_ms:.2f} ms" + (f" (SLO {slo:g} ms: {_ok(a.meets_tpot_slo)})" if slo else ""))
+        t.add_row("tokens/s per user", f"{a.tokens_per_s_per_user:.1f}")
+        t.add_row(
+            "output tokens/s",
+            f"{a.tokens_per_s_per_device:.1f} per device, {a.tokens_per_s_per_card:.1f} per card (both sides); "
+            f"{a.tokens_per_s_per_attention_device:.1f} per attention device",
+        )
+    t.add_row("MoE imbalance (busiest/mean)", f"{a.moe_imbalance:.3f}")
+    t.add_row(
+        "HBM per device",
+        f"attention {a.hbm_bytes_per_device / GIB:.2f}, FFN {a.ffn_hbm_bytes_per_device / GIB:.2f} of "
+        f"{a.hbm_capacity_bytes / GIB:.1f} GiB ({a.hbm_utilization:g} of {hw.hbm_bytes / GIB:.0f}), fits: "
+        f"{_ok(a.attention_fits_hbm)} / {_ok(a.ffn_fits_hbm)}",
+    )
+    return t
+
+
+def _afd_tables(plan: Plan, a: AfdPrediction, hw: HardwareSpec) -> list[RenderableType]:
+    assert plan.afd is not None
+    cap, util = a.hbm_capacity_bytes, a.hbm_utilization
+    return [
+        _afd_summary(plan.afd, a, hw, plan),
+        _breakdown_table("AFD decode step by part", a.breakdown_ms, a.step_ms),
+        _hbm_table("AFD HBM", a.hbm_breakdown_bytes, cap, "attention", util, a.hbm_free_bytes),
+        _hbm_table("AFD HBM", a.ffn_hbm_breakdown_bytes, cap, "FFN", util, a.ffn_hbm_free_bytes),
+    ]
+
+
 def evaluate_tables(
     plan: Plan, prediction: Prediction, hw: HardwareSpec, prefill_hw: HardwareSpec | None = None
 ) -> list[RenderableType]:
     """Every table `moeplan evaluate` prints (`prefill_hw`: the prefill machine of a mixed plan)."""
     out: list[RenderableType] = []
     colocated = prediction.colocated
+    if plan.afd is not None and prediction.afd is not None:
+        out.extend(_afd_tables(plan, prediction.afd, hw))
     if plan.decode_phase is not None and prediction.decode is not None:
         d = prediction.decode
         out.append(_decode_summary(plan.decode_phase, d, hw, plan))
@@ -209,7 +305,8 @@ def evaluate_tables(
                     p.hbm_free_bytes,
                 )
             )
-    if prediction.colocated is not None and plan.decode_phase is not None:
+    colocated_section = plan.decode_phase if plan.decode_phase is not None else plan.afd
+    if prediction.colocated is not None and colocated_section is not None:
         c = prediction.colocated
         chunked = c.chunk_tokens is not None
         t = Table(
@@ -219,8 +316,13 @@ def evaluate_tables(
         )
         t.add_column("figure")
         t.add_column("value")
-        t.add_row("instances x devices", _instances_row(plan.decode_phase, hw))
-        t.add_row("layouts (both phases)", layout_summary(plan.decode_phase))
+        if plan.afd is not None:
+            t.add_row("instances x devices", f"{plan.afd.instances} x {plan.afd.devices} (AFD, table above)")
+            t.add_row("layouts (both phases)", afd_layout_summary(plan.afd))
+        else:
+            assert plan.decode_phase is not None
+            t.add_row("instances x devices", _instances_row(plan.decode_phase, hw))
+            t.add_row("layouts (both phases)", layout_summary(plan.decode_phase))
         t.add_row("requests/s per instance", f"{c.requests_per_s_per_instance:.3f}")
         t.add_row("time spent in prefill", f"{c.prefill_time_fraction:.1%}")
         slo = plan.slo
@@ -258,15 +360,21 @@ def evaluate_tables(
         t.add_row(
             "HBM per device",
             f"{c.hbm_bytes_per_device / GIB:.2f} of {c.hbm_capacity_bytes / GIB:.1f} GiB "
-            f"({c.hbm_utilization:g} of {hw.hbm_bytes / GIB:.0f}; prefill batch included), fits: {_ok(c.fits_hbm)}",
+            f"({c.hbm_utilization:g} of {hw.hbm_bytes / GIB:.0f}; prefill batch included"
+            + ("; an attention device" if plan.afd is not None else "")
+            + f"), fits: {_ok(c.fits_hbm)}",
         )
         out.insert(0, t)
     if prediction.system is not None:
         s = prediction.system
-        t = Table(
-            title="System (colocated instances)" if colocated is not None else "System (prefill and decode matched)",
-            show_header=False,
-        )
+        title = "System (colocated instances)" if colocated is not None else "System (prefill and decode matched)"
+        if plan.afd is not None:
+            title = (
+                "System (AFD instances prefill and decode)"
+                if colocated is not None
+                else ("System (prefill instances and AFD decode instances matched)")
+            )
+        t = Table(title=title, show_header=False)
         t.add_column("figure")
         t.add_column("value")
         t.add_row("devices / cards", f"{s.devices} / {s.cards:g}")
@@ -283,9 +391,34 @@ def evaluate_tables(
         )
         t.add_row("input tokens/s", f"{s.input_tokens_per_s:.1f}")
         out.append(t)
+    if prediction.economics is not None:
+        out.append(economics_table(prediction.economics))
     if prediction.notes:
         out.append(Text("\n".join(f"note: {n}" for n in prediction.notes)))
     return out
+
+
+def economics_table(e: EconomicsPrediction) -> Table:
+    """Cost and energy at the predicted throughput, and what a missing figure needs."""
+    t = Table(title=f"Cost and energy ({e.throughput_basis})", show_header=False)
+    t.add_column("figure")
+    t.add_column("value")
+    t.add_row("cards", f"{e.cards:g}")
+    if e.power_w is not None:
+        t.add_row("power", f"{e.power_w / 1e3:.2f} kW ({e.power_basis})")
+    if e.joules_per_output_token is not None:
+        t.add_row("energy per output token", f"{e.joules_per_output_token:.3f} J")
+    if e.joules_per_token is not None:
+        t.add_row("energy per token (input + output)", f"{e.joules_per_token:.4f} J")
+    if e.price_per_hour is not None:
+        t.add_row("price per hour", f"{e.price_per_hour:.2f} {e.currency}")
+    if e.cost_per_million_output_tokens is not None:
+        t.add_row("cost per million output tokens", f"{e.cost_per_million_output_tokens:.4g} {e.currency}")
+    if e.cost_per_million_tokens is not None:
+        t.add_row("cost per million tokens (input + output)", f"{e.cost_per_million_tokens:.4g} {e.currency}")
+    for line in e.missing:
+        t.add_row("not computed", line)
+    return t
 
 
 def plan_json(plan: Plan) -> str:

@@ -11,7 +11,7 @@ from rich.table import Table
 from planner.ranking.compare import pd_cards
 from planner.ranking.robust import band_cell, tpot_band_cell
 from planner.specs.hardware import HardwareSpec
-from planner.specs.plan import PhasePlan, Plan
+from planner.specs.plan import AfdPlan, PhasePlan, Plan
 
 GIB = 1024.0**3
 
@@ -31,6 +31,8 @@ def headline(plan: Plan) -> float:
     if s is not None:
         return float(s)
     d = _p(plan, "decode", "tokens_per_s_per_card")
+    if d is None:
+        d = _p(plan, "afd", "tokens_per_s_per_card")
     if d is not None:
         return float(d)
     return float(_p(plan, "prefill", "tokens_per_s_per_card") or 0.0)
@@ -59,6 +61,39 @@ def compact_layouts(phase: PhasePlan) -> str:
     return "|".join(parts)
 
 
+def compact_afd(section: AfdPlan) -> str:
+    """An AFD instance in a few characters: attention side | FFN side, concurrency, MTP, micro-batches,
+    e.g. 48A:DP48|DP48 16F:EP16x16 A2A|DP16 B40 MTP0 mb2 (dense FFN and shared expert on the FFN side
+    unless marked)."""
+    moe = section.moe
+    ffn = f"EP{moe.ep}x{moe.slots_per_device} {'AG' if moe.comm == 'allgather' else 'A2A'}" if moe else "-"
+    if section.shared_expert.placement == "dedicated":
+        ffn += f"+S{section.shared_expert.devices}"
+    att = f"{section.attention.short()}|{section.lm_head_layout.short()}"
+    if section.dense_ffn is not None:
+        if section.dense_ffn_on == "attention":
+            att += f"|ffn {section.dense_ffn.short()}"
+        else:
+            ffn += f"|{section.dense_ffn.short()}"
+    if section.shared_expert_on == "attention":
+        att += "|shared"
+    return (
+        f"{section.attention_devices}A:{att} {section.ffn_devices}F:{ffn} B{section.concurrency_per_device} "
+        f"MTP{section.mtp_tokens} mb{section.micro_batches}"
+    )
+
+
+def decode_cell(plan: Plan) -> str:
+    """The ranked table's decode cell: layouts and integers of the decode or AFD instances."""
+    d = plan.decode_phase
+    if plan.afd is not None:
+        return "AFD " + compact_afd(plan.afd)
+    if d is None:
+        return "-"
+    dec = f"{compact_layouts(d)} B{d.concurrency_per_device} MTP{d.mtp_tokens}"  # type: ignore[attr-defined]
+    return dec + (f" mb{d.micro_batches}" if d.micro_batches > 1 else "")  # type: ignore[attr-defined]
+
+
 def ranked_table(
     plans: list[Plan],
     hw: HardwareSpec,
@@ -74,6 +109,12 @@ def ranked_table(
         "head over the instance's devices (dies); B: sequences per device (die); K: thousand "
         "tokens per forward; mb: micro-batches"
     )
+    if any(p.afd is not None for p in plans):
+        caption += (
+            "\nAFD: attention-FFN disaggregated decode instances, per instance A attention devices (attention, KV, "
+            "LM head) : F FFN devices (experts; dense FFN and shared expert too unless marked), micro-batches "
+            "ping-ponging between them"
+        )
     if any(p.is_colocated for p in plans):
         caption += (
             "\ncolocated: prefill and decode on the same instances, taking turns (whole forwards: decoding "
@@ -84,8 +125,8 @@ def ranked_table(
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("cards", justify="right", no_wrap=True)
     table.add_column("P:D cards", no_wrap=True)
-    table.add_column("decode")
-    table.add_column("prefill")
+    table.add_column("decode", overflow="fold")
+    table.add_column("prefill", overflow="fold")
     table.add_column("TPOT ms", justify="right")
     table.add_column("TTFT ms", justify="right")
     table.add_column("ITL max ms", justify="right")
@@ -94,6 +135,11 @@ def ranked_table(
     if banded:
         caption += "\n(low-high) under TPOT and tok/s/card: the band, every factor at the slow / fast end of its range"
         table.caption = caption
+    econ = economics_columns(plans)
+    for name, _ in econ:
+        table.add_column(name, justify="right")
+    if econ:
+        caption += "\n" + economics_caption(plans, econ)
     table.add_column("HBM free GiB", justify="right")
     if runs_on:
         table.add_column("runs on")
@@ -111,12 +157,12 @@ def ranked_table(
         )
     table.caption = caption
     for i, plan in enumerate(plans):
-        cells = _row_cells(plan, hw, banded)
+        cells = _row_cells(plan, hw, banded, econ)
         if runs_on:
             cells.append(", ".join(e for e, problems in runs_on[i].items() if not problems) or "none")
         table.add_row(*cells)
         for variant in variants[i] if variants else []:
-            more = _row_cells(variant, hw, banded)
+            more = _row_cells(variant, hw, banded, econ)
             more[0] = "variant"
             if runs_on:
                 more.append("")
@@ -124,14 +170,11 @@ def ranked_table(
     return table
 
 
-def _row_cells(plan: Plan, hw: HardwareSpec, banded: bool) -> list[str]:
+def _row_cells(plan: Plan, hw: HardwareSpec, banded: bool, econ: list[tuple[str, str]]) -> list[str]:
     """One row of the ranked table (without the engines column)."""
-    d, p = plan.decode_phase, plan.prefill_phase
+    p = plan.prefill_phase
     pd = pd_cards(plan, hw)
-    dec = "-"
-    if d is not None:
-        dec = f"{compact_layouts(d)} B{d.concurrency_per_device} MTP{d.mtp_tokens}"
-        dec += f" mb{d.micro_batches}" if d.micro_batches > 1 else ""
+    dec = decode_cell(plan)
     pre = "-"
     if p is not None:
         pre = "(same instances) " if plan.is_colocated else f"{compact_layouts(p)} "
@@ -140,11 +183,15 @@ def _row_cells(plan: Plan, hw: HardwareSpec, banded: bool) -> list[str]:
             pre += f"chunk {chunk / 1024:g}K/step"
         else:
             pre += f"{p.batch_tokens // 1024}K mb{p.micro_batches}"
-    tpot = _p(plan, "colocated", "tpot_ms") if plan.is_colocated else _p(plan, "decode", "tpot_ms")
-    ttft = _p(plan, "colocated", "ttft_ms") if plan.is_colocated else _p(plan, "prefill", "ttft_ms")
-    sources = ("colocated",) if plan.is_colocated else ("decode", "prefill")
+    together = plan.is_colocated or _p(plan, "colocated") is not None  # (AFD instances that prefill too)
+    decoding = "afd" if plan.afd is not None else "decode"
+    tpot = _p(plan, "colocated", "tpot_ms") if together else _p(plan, decoding, "tpot_ms")
+    ttft = _p(plan, "colocated", "ttft_ms") if together else _p(plan, "prefill", "ttft_ms")
+    sources = ("colocated",) if plan.is_colocated else (decoding, "prefill")
     heads = [x for x in (_p(plan, src, "hbm_free_bytes") for src in sources) if x is not None]
-    itl = _p(plan, "colocated", "longest_decode_pause_ms") if plan.is_colocated else _p(plan, "decode", "step_ms")
+    if plan.afd is not None and _p(plan, "afd", "ffn_hbm_free_bytes") is not None:
+        heads.append(_p(plan, "afd", "ffn_hbm_free_bytes"))
+    itl = _p(plan, "colocated", "longest_decode_pause_ms") if together else _p(plan, decoding, "step_ms")
     return [
         str(plan.rank or ""),
         f"{cards_of(plan, hw):g}",
@@ -155,8 +202,41 @@ def _row_cells(plan: Plan, hw: HardwareSpec, banded: bool) -> list[str]:
         f"{ttft:.0f}" if ttft is not None else "-",
         f"{itl:.0f}" if itl is not None else "-",
         f"{headline(plan):.1f}" + (f"\n({band_cell(plan)})" if banded else ""),
+        *(economics_cell(plan, key) for _, key in econ),
         f"{min(heads) / GIB:.1f}" if heads else "-",
     ]
+
+
+# (column, economics figure) of the ranked and alternatives tables, shown when a plan has the figure
+ECONOMICS_COLUMNS = (("cost/M out", "cost_per_million_output_tokens"), ("J/out tok", "joules_per_output_token"))
+
+
+def economics_columns(plans: list[Plan]) -> list[tuple[str, str]]:
+    """The cost and energy columns some plan of the list has a figure for."""
+    return [(name, key) for name, key in ECONOMICS_COLUMNS if any(_p(p, "economics", key) is not None for p in plans)]
+
+
+def economics_cell(plan: Plan, key: str) -> str:
+    value = _p(plan, "economics", key)
+    return "-" if value is None else f"{value:.4g}"
+
+
+def economics_caption(plans: list[Plan], columns: list[tuple[str, str]]) -> str:
+    """What the cost and energy columns shown count: the plan's cards (their price, their power)
+    at its predicted output tokens/s."""
+    parts = []
+    if any(key == "cost_per_million_output_tokens" for _, key in columns):
+        currencies = sorted({c for p in plans if (c := _p(p, "economics", "currency")) is not None})
+        unit = f" ({', '.join(currencies)})" if currencies else ""
+        parts.append(
+            f"cost/M out{unit}: the price of the plan's card-hours per million output tokens at its predicted "
+            "throughput"
+        )
+    if any(key == "joules_per_output_token" for _, key in columns):
+        bases = sorted({b for p in plans if (b := _p(p, "economics", "power_basis")) is not None})
+        power = f" (power: {' | '.join(bases)})" if bases else ""
+        parts.append(f"J/out tok: the cards' power (a node's too where given) per output token{power}")
+    return "; ".join(parts)
 
 
 def plans_document(
@@ -257,14 +337,16 @@ def alternatives_table(alternatives: list[Any], best: Plan, hw: HardwareSpec, by
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     table.add_column("tok/s/card", justify="right")
     table.add_column("price", justify="right")
+    econ = economics_columns([best, *(a.plan for a in alternatives if a.plan is not None)])
+    for name, _ in econ:
+        table.add_column(name, justify="right")
     top = headline(best)
     for alt in alternatives:
         plan = alt.plan
         if plan is None:
-            table.add_row(alt.label, "-", "-", alt.reason or "none fits", "-", "-")
+            table.add_row(alt.label, "-", "-", alt.reason or "none fits", "-", "-", *("-" for _ in econ))
             continue
-        d = plan.decode_phase
-        dec = f"{compact_layouts(d)} B{d.concurrency_per_device} MTP{d.mtp_tokens}" if d is not None else "-"
+        dec = decode_cell(plan)
         value = headline(plan)
         if by_cards:
             extra = cards_of(plan, hw) - cards_of(best, hw)
@@ -273,5 +355,37 @@ def alternatives_table(alternatives: list[Any], best: Plan, hw: HardwareSpec, by
             price = f"{(value - top) / top * 100:+.1f}%" if top > 0 else "-"
         if alt.rank is not None:
             price += f" (rank {alt.rank})"
-        table.add_row(alt.label, f"{cards_of(plan, hw):g}", pd_cards(plan, hw), dec, f"{value:.1f}", price)
+        cells = (economics_cell(plan, key) for _, key in econ)
+        table.add_row(alt.label, f"{cards_of(plan, hw):g}", pd_cards(plan, hw), dec, f"{value:.1f}", price, *cells)
     return table
+
+
+def afd_line(alternatives: list[Any], best: Plan) -> str | None:
+    """Whether attention-FFN disaggregation wins, and by how much (tokens/s per card of the whole
+    deployment): rank 1 against the best plan of the other kind; None when AFD was not searched."""
+    alt = next((a for a in alternatives if a.label in ("best AFD", "best non-AFD")), None)
+    if alt is None:
+        return None
+    top = headline(best)
+    if alt.plan is None:
+        why = (alt.reason or "").removeprefix("none fits: ")
+        if alt.label == "best AFD":
+            return f"AFD: does not win: no AFD deployment fits ({why})."
+        return f"AFD: wins: no deployment without AFD fits ({why})."
+    other = headline(alt.plan)
+    if other <= 0:
+        return None
+    if f"{other:.1f}" == f"{top:.1f}":
+        return (
+            f"AFD: ties: the best {'non-AFD' if best.afd is not None else 'AFD'} deployment gives the same "
+            f"{top:.1f} tokens/s per card as rank 1."
+        )
+    if best.afd is not None:
+        return (
+            f"AFD: wins: rank 1 is an AFD deployment, {top / other - 1:+.1%} tokens/s per card over the best "
+            f"deployment without AFD ({other:.1f})."
+        )
+    return (
+        f"AFD: does not win: the best AFD deployment gives {other:.1f} tokens/s per card, {other / top - 1:+.1%} "
+        f"against rank 1 ({top:.1f}, without AFD)."
+    )

@@ -32,14 +32,22 @@ def plot_format(path: Path) -> str:
     return fmt
 
 
-def y_label(metric: str) -> str:
-    """The y axis: the deployment's output tokens/s per card, or the decode cards'."""
+def y_label(metric: str, y_axis: str = "tokens-per-card", currency: str | None = None) -> str:
+    """The y axis: the deployment's output tokens/s per card, or the decode cards'; or its cost per
+    million output tokens or joules per output token (`--y-axis cost`, `energy`)."""
+    cards = "decode cards" if metric == "decode" else "prefill + decode cards"
+    if y_axis == "cost":
+        return f"{currency or 'cost'} per million output tokens ({cards}; lower is better)"
+    if y_axis == "energy":
+        return f"joules per output token ({cards}; lower is better)"
     if metric == "decode":
         return "decode output tokens/s per decode card"
     return "output tokens/s per card (prefill + decode cards)"
 
 
-def frontier_figure(curves: list[Curve], published: list[PublishedPoint], metric: str, title: str) -> Figure:
+def frontier_figure(
+    curves: list[Curve], published: list[PublishedPoint], metric: str, title: str, y_text: str | None = None
+) -> Figure:
     """The figure: curves (Pareto points joined, dominated points hollow), annotations, "
     "published."""
     # imported here: matplotlib takes a good part of a second to import; only --plot needs it
@@ -50,14 +58,12 @@ def frontier_figure(curves: list[Curve], published: list[PublishedPoint], metric
     ax = fig.subplots()
     every = [p for c in curves for p in c.points] + list(published)
     x_max = max((p.x_tokens_per_s_per_user for p in every), default=1.0) or 1.0
-    y_max = max((p.y_tokens_per_s_per_card for p in every), default=1.0) or 1.0
+    y_max = max((p.y for p in every), default=1.0) or 1.0
     # what is drawn where, as fractions of the axes: labels are placed away from it
     x_span, y_span = x_max * 1.22, y_max * 1.12
-    taken: list[tuple[float, float]] = [
-        (p.x_tokens_per_s_per_user / x_span, p.y_tokens_per_s_per_card / y_span) for p in every
-    ]
+    taken: list[tuple[float, float]] = [(p.x_tokens_per_s_per_user / x_span, p.y / y_span) for p in every]
     for k, pub in enumerate(sorted(published, key=lambda q: q.x_tokens_per_s_per_user)):  # their labels (below)
-        x, y = pub.x_tokens_per_s_per_user / x_span, pub.y_tokens_per_s_per_card / y_span
+        x, y = pub.x_tokens_per_s_per_user / x_span, pub.y / y_span
         taken += [(x + dx, y + (-0.025 if k % 2 == 0 else 0.02)) for dx in (0.05, 0.1, 0.15)]
 
     def place(x: float, y: float, text: str) -> tuple[tuple[int, int], int]:
@@ -79,7 +85,7 @@ def frontier_figure(curves: list[Curve], published: list[PublishedPoint], metric
         hw_color.setdefault(curve.hardware, color)
         front = [curve.points[j] for j in curve.front]
         xs = [p.x_tokens_per_s_per_user for p in front]
-        ys = [p.y_tokens_per_s_per_card for p in front]
+        ys = [p.y for p in front]
         (line,) = ax.plot(
             xs,
             ys,
@@ -94,7 +100,7 @@ def frontier_figure(curves: list[Curve], published: list[PublishedPoint], metric
         if dominated:
             ax.scatter(
                 [p.x_tokens_per_s_per_user for p in dominated],
-                [p.y_tokens_per_s_per_card for p in dominated],
+                [p.y for p in dominated],
                 facecolors="none",
                 edgecolors=color,
                 s=22,
@@ -102,14 +108,14 @@ def frontier_figure(curves: list[Curve], published: list[PublishedPoint], metric
             )
         for j, text in curve.changes:
             p = curve.points[j]
-            x, y = p.x_tokens_per_s_per_user / x_span, p.y_tokens_per_s_per_card / y_span
+            x, y = p.x_tokens_per_s_per_user / x_span, p.y / y_span
             offset, rotation = place(x, y, text)
             length = 0.0045 * len(text)
             slope = 0.36 if rotation > 0 else -0.36
             taken += [(x + 0.01 + length * f, y + offset[1] / 300 + slope * length * f) for f in (0.2, 0.5, 0.8)]
             ax.annotate(
                 text,
-                (p.x_tokens_per_s_per_user, p.y_tokens_per_s_per_card),
+                (p.x_tokens_per_s_per_user, p.y),
                 xytext=offset,
                 textcoords="offset points",
                 fontsize=6.5,
@@ -123,7 +129,7 @@ def frontier_figure(curves: list[Curve], published: list[PublishedPoint], metric
             color = hw_color.get(pub.hardware, "black")
             ax.scatter(
                 [pub.x_tokens_per_s_per_user],
-                [pub.y_tokens_per_s_per_card],
+                [pub.y],
                 marker="*",
                 s=130,
                 color=color,
@@ -133,7 +139,7 @@ def frontier_figure(curves: list[Curve], published: list[PublishedPoint], metric
             )
             ax.annotate(
                 f"{pub.id} (published)",
-                (pub.x_tokens_per_s_per_user, pub.y_tokens_per_s_per_card),
+                (pub.x_tokens_per_s_per_user, pub.y),
                 xytext=(6, -11 if k % 2 == 0 else 5),
                 textcoords="offset points",
                 fontsize=7,
@@ -142,7 +148,7 @@ def frontier_figure(curves: list[Curve], published: list[PublishedPoint], metric
         pub_label = "published (decode-only per card)" if metric == "deployment" else "published"
         ax.scatter([], [], marker="*", s=130, color="white", edgecolors="black", label=pub_label)
     ax.set_xlabel("tokens/s per user (1000 / TPOT)")
-    ax.set_ylabel(y_label(metric))
+    ax.set_ylabel(y_text or y_label(metric))
     # a long title would run past the figure's edges (matplotlib does not wrap): wrap each line
     lines = [textwrap.fill(line, TITLE_WIDTH_CHARS) for line in title.splitlines()]
     ax.set_title("\n".join(lines), fontsize=9)

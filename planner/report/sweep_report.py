@@ -14,7 +14,7 @@ from rich.text import Text
 from planner.ranking.binding import binding_tags, request_bindings
 from planner.ranking.compare import pd_cards, plan_devices
 from planner.ranking.frontier import Curve, PublishedPoint
-from planner.report.plan_report import compact_layouts, headline, plans_document
+from planner.report.plan_report import compact_afd, compact_layouts, decode_cell, headline, plans_document
 from planner.report.table_counts import tables_built_text
 from planner.search.sweep import SweepPoint, SweepResult
 from planner.specs.catalog import load_hardware
@@ -37,6 +37,8 @@ CSV_COLUMNS = [
     "decode_tokens_per_s_per_card",
     "tokens_per_s_per_user",
     "requests_per_s",
+    "cost_per_million_output_tokens",
+    "joules_per_output_token",
     "binds",
     "message",
 ]
@@ -65,6 +67,14 @@ def point_row(pt: SweepPoint) -> dict[str, object]:
     row["cards"] = hw.cards(plan_devices(plan))
     row["pd"] = pd_cards(plan, hw, ":")
     c = pred.get("colocated") if plan.is_colocated else None
+    a = pred.get("afd") or {}
+    if plan.afd is not None:
+        row["decode_layouts"] = "AFD " + compact_afd(plan.afd)
+        row["decode_concurrency_per_device"] = plan.afd.concurrency_per_device
+        row["decode_mtp_tokens"] = plan.afd.mtp_tokens
+        row["tpot_ms"] = a.get("tpot_ms", "")
+        row["decode_tokens_per_s_per_card"] = a.get("tokens_per_s_per_card", "")
+        row["tokens_per_s_per_user"] = a.get("tokens_per_s_per_user", "")
     if plan.decode_phase is not None:
         row["decode_layouts"] = compact_layouts(plan.decode_phase)
         row["decode_concurrency_per_device"] = plan.decode_phase.concurrency_per_device
@@ -84,6 +94,9 @@ def point_row(pt: SweepPoint) -> dict[str, object]:
         row["decode_tokens_per_s_per_card"] = ""
     row["output_tokens_per_s_per_card"] = round(headline(plan), 4)
     row["requests_per_s"] = s.get("requests_per_s", "")
+    e = pred.get("economics") or {}
+    for key in ("cost_per_million_output_tokens", "joules_per_output_token"):
+        row[key] = "" if e.get(key) is None else e[key]
     row["binds"] = binding_tags(request_bindings(plan, pt.request))
     return row
 
@@ -109,8 +122,17 @@ def short_layouts(phase: PhasePlan) -> str:
     return "|".join(parts)
 
 
-def sweep_table(result: SweepResult, rows: list[dict[str, object]] | None = None) -> Table:
-    """One row per point: the values swept, then the best plan's choices and figures.
+ECONOMICS_COLUMNS = {
+    "cost": ("cost/M out", "cost_per_million_output_tokens"),
+    "energy": ("J/out tok", "joules_per_output_token"),
+}
+
+
+def sweep_table(
+    result: SweepResult, rows: list[dict[str, object]] | None = None, y_axis: str = "tokens-per-card"
+) -> Table:
+    """One row per point: the values swept, then the best plan's choices and figures (with a cost
+    or energy y axis, that figure too).
 
     Infeasible points say why below the table ([n] in the row), so that the long diagnosis does
     not squeeze the layout columns.
@@ -135,7 +157,10 @@ def sweep_table(result: SweepResult, rows: list[dict[str, object]] | None = None
     cols += [("prefill", "left")] if has_p else []
     cols += [("TPOT ms", "right")] if has_d else []
     cols += [("TTFT ms", "right")] if has_p else []
-    cols += [("tok/s/card", "right"), ("tok/s/user", "right"), ("binds", "left")]
+    cols += [("tok/s/card", "right"), ("tok/s/user", "right")]
+    economics = ECONOMICS_COLUMNS.get(y_axis)
+    cols += [(economics[0], "right")] if economics else []
+    cols += [("binds", "left")]
     for name, just in cols:
         wraps = name in ("decode", "prefill", "binds")
         table.add_column(name, justify=just, no_wrap=not wraps)  # type: ignore[arg-type]
@@ -152,7 +177,9 @@ def sweep_table(result: SweepResult, rows: list[dict[str, object]] | None = None
             f"{row['cards']:g}",
             str(row["pd"]) if has_d and has_p else str(row["pd"]).strip("-:"),
         ]
-        if has_d:
+        if has_d and pt.plan.afd is not None:
+            cells.append(decode_cell(pt.plan))
+        elif has_d:
             mb = f" mb{d.micro_batches}" if d and d.micro_batches > 1 else ""
             cells.append(f"{short_layouts(d)} B{d.concurrency_per_device} MTP{d.mtp_tokens}{mb}" if d else "-")
         if has_p:
@@ -165,8 +192,10 @@ def sweep_table(result: SweepResult, rows: list[dict[str, object]] | None = None
         cells += [
             f"{row['output_tokens_per_s_per_card']:.1f}",
             f"{row['tokens_per_s_per_user']:.1f}" if row["tokens_per_s_per_user"] != "" else "-",
-            str(row["binds"]),
         ]
+        if economics:
+            cells.append(f"{row[economics[1]]:.4g}" if row[economics[1]] != "" else "-")
+        cells.append(str(row["binds"]))
         table.add_row(*values, *cells)  # type: ignore[arg-type]
     if notes:
         table.caption = (
@@ -241,6 +270,11 @@ def cache_line(result: SweepResult) -> str:
 CHART_MARKS = "ox+#%@&=~"
 
 
+def _tick(value: float) -> str:
+    """A y tick: whole numbers for tokens/s, three figures for the small cost and energy figures."""
+    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
+
+
 def terminal_chart(
     curves: list[Curve],
     published: list[PublishedPoint],
@@ -250,11 +284,11 @@ def terminal_chart(
 ) -> str:
     """The frontier as a character scatter: one mark per curve, '*' for published points."""
     pts = [
-        (p.x_tokens_per_s_per_user, p.y_tokens_per_s_per_card, CHART_MARKS[i % len(CHART_MARKS)])
+        (p.x_tokens_per_s_per_user, p.y, CHART_MARKS[i % len(CHART_MARKS)])
         for i, c in enumerate(curves)
         for p in c.points
     ]
-    pts += [(p.x_tokens_per_s_per_user, p.y_tokens_per_s_per_card, "*") for p in published]
+    pts += [(p.x_tokens_per_s_per_user, p.y, "*") for p in published]
     if not pts:
         return "(no feasible point with a decode phase to chart)"
     x_max = max(x for x, _, _ in pts) * 1.05
@@ -265,12 +299,13 @@ def terminal_chart(
         row = height - 1 - (min(height - 1, int(y / y_max * (height - 1))) if y_max > 0 else 0)
         cell = grid[row][col]
         grid[row][col] = mark if cell in (" ", mark) or mark == "*" else "&"
-    label_w = max(len(f"{y_max:.0f}"), 4)
+    ticks_y = [
+        _tick(y_max * (height - 1 - r) / (height - 1)) if r % 5 == 0 or r == height - 1 else "" for r in range(height)
+    ]
+    label_w = max(4, *(len(t) for t in ticks_y))
     lines = [f"{y_label}"]
     for r, cells in enumerate(grid):
-        y_val = y_max * (height - 1 - r) / (height - 1)
-        tick = f"{y_val:.0f}" if r % 5 == 0 or r == height - 1 else ""
-        lines.append(f"{tick:>{label_w}} |" + "".join(cells))
+        lines.append(f"{ticks_y[r]:>{label_w}} |" + "".join(cells))
     lines.append(" " * label_w + " +" + "-" * width)
     ticks = [0.0, x_max / 2, x_max]
     axis = f"{ticks[0]:<.0f}".ljust(width // 2) + f"{ticks[1]:.0f}".ljust(width - width // 2) + f"{ticks[2]:.0f}"
@@ -279,8 +314,7 @@ def terminal_chart(
     legend = [f"{CHART_MARKS[i % len(CHART_MARKS)]} {c.name}" for i, c in enumerate(curves)]
     if published:
         legend.append(
-            "* published: "
-            + ", ".join(f"{p.id} ({p.x_tokens_per_s_per_user:.0f}, {p.y_tokens_per_s_per_card:.0f})" for p in published)
+            "* published: " + ", ".join(f"{p.id} ({p.x_tokens_per_s_per_user:.0f}, {p.y:.0f})" for p in published)
         )
     lines.append("   ".join(legend))
     return "\n".join(lines)

@@ -14,6 +14,8 @@ FIGURE_LABELS = {
     "step_ms": "step ms",
     "forward_ms": "forward ms",
     "requests_per_s": "requests/s",
+    "cost_per_million_output_tokens": "cost per M output tokens",
+    "joules_per_output_token": "J per output token",
 }
 
 

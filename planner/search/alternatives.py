@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from planner.candidates.afd_candidates import AfdCandidate
 from planner.candidates.colocated_candidates import ColocatedCandidate
 from planner.candidates.phase_candidates import PhaseCandidate
 from planner.search.candidate_spaces import PhaseSpace, colocated_space, decode_pool
@@ -42,6 +43,7 @@ def distinct_plans(
     dspace: PhaseSpace | None,
     pspace: PhaseSpace | None,
     coloc: list[ColocatedCandidate],
+    afd: list[AfdCandidate] | None = None,
 ) -> tuple[list[Plan], list[Deployment], bool]:
     """The `top` best distinct plans in order: rank 1 as CP-SAT chose it, the rest by exact
     enumeration without rank 1's choice; plans that predict the same are one. Also whether fewer
@@ -50,14 +52,16 @@ def distinct_plans(
     p = pspace.candidates if pspace else []
     want = 2 * request.top
     while True:
-        rest = question.ranked(d, p, coloc, want, frozenset({first.choice}))
+        rest = question.ranked(d, p, coloc, want, frozenset({first.choice}), afd)
         plans: list[Plan] = []
         deps: list[Deployment] = []
         seen: set[str] = set()
         # rank 1 is CP-SAT's; if it stopped short of a proof (time limit), an enumerated deployment
         # that beats it goes first (stable: among equals CP-SAT's choice stays first)
         for dep in sorted([first, *rest], key=lambda dp: sort_key(dp, question.objective, 0)):
-            plan = scored_plan(deployment_plan(request, contexts, dep, dspace, pspace, len(plans) + 1, coloc), contexts)
+            plan = scored_plan(
+                deployment_plan(request, contexts, dep, dspace, pspace, len(plans) + 1, coloc, afd), contexts
+            )
             sig = plan_signature(plan)
             if sig in seen:
                 continue
@@ -80,10 +84,11 @@ def alternatives(
     pspace: PhaseSpace | None,
     coloc: list[ColocatedCandidate],
     plans: list[Plan],
+    afd: list[AfdCandidate] | None = None,
 ) -> list[Alternative]:
-    """The best plan of each structure rank 1 does not have: disaggregated vs colocated, MTP on vs
-    off, another EP size of the decode instances (each exact over its candidates, same budget),
-    with its rank in `plans` if it is there."""
+    """The best plan of each structure rank 1 does not have: disaggregated vs colocated, AFD vs
+    not, MTP on vs off, another EP size of the decode instances (each exact over its candidates,
+    same budget), with its rank in `plans` if it is there."""
     ctx = contexts.decode
     d_all = dspace.candidates if dspace else []
     p_all = pspace.candidates if pspace else []
@@ -122,6 +127,8 @@ def alternatives(
 
         structures.append((f"decode EP other than {ep}", other_ep, True, True, {"ep_not": ep}))
     out: list[Alternative] = []
+    if any(s.roles[0] == "afd" for s in question.structures):
+        out.append(_afd_alternative(request, contexts, question, best_dep, dspace, pspace, coloc, plans, afd or []))
     for label, keep_decode, disagg, colocated, drawn in structures:
         d_pool, c_pool = d_all, coloc
         if drawn is not None and dspace is not None:
@@ -149,6 +156,38 @@ def alternatives(
         plan = scored_plan(deployment_plan(request, contexts, found[0], ds, ps, 1, cc), contexts)
         out.append(Alternative(label, plan, _rank_in(plans, plan)))
     return out
+
+
+def _afd_alternative(
+    request: PlanRequest,
+    contexts: PhaseContexts,
+    question: Question,
+    best_dep: Deployment,
+    dspace: PhaseSpace | None,
+    pspace: PhaseSpace | None,
+    coloc: list[ColocatedCandidate],
+    plans: list[Plan],
+    afd: list[AfdCandidate],
+) -> Alternative:
+    """The best AFD plan when rank 1 is not one, else the best plan without AFD (same budget)."""
+    d = dspace.candidates if dspace else []
+    p = pspace.candidates if pspace else []
+    if best_dep.afd is None:
+        label = "best AFD"
+        if not afd:
+            return Alternative(label, None, None, "none fits: no AFD configuration meets the SLOs and HBM")
+        found = question.ranked([], p, [], 1, afd=afd)
+        ds: PhaseSpace | None = replace(dspace, candidates=[]) if dspace else None
+        dep_afd: list[AfdCandidate] | None = afd
+        cc: list[ColocatedCandidate] = []
+    else:
+        label = "best non-AFD"
+        found = question.ranked(d, p, coloc, 1)
+        ds, dep_afd, cc = dspace, None, coloc
+    if not found:
+        return Alternative(label, None, None, "none fits: no deployment of it within the card budget")
+    plan = scored_plan(deployment_plan(request, contexts, found[0], ds, pspace, 1, cc, dep_afd), contexts)
+    return Alternative(label, plan, _rank_in(plans, plan))
 
 
 def _rank_in(plans: list[Plan], plan: Plan) -> int | None:

@@ -18,7 +18,7 @@ nearest millionth per device; the cap rounded down).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from planner.costmodel.context import CostContext
 from planner.errors import BadInputError
@@ -67,11 +67,52 @@ def budget_devices(request: PlanRequest, hw: HardwareSpec) -> int:
 
 
 def request_budget(request: PlanRequest, contexts: PhaseContexts) -> Budget:
-    """The budget of a request (see the module docstring)."""
+    """The budget of a request (see the module docstring); with --objective cost or energy the
+    weights are each machine's price or power per device (`objective_weights`)."""
     if not contexts.mixed:
         devices = budget_devices(request, contexts.decode.hw)
-        return Budget((devices,), ((1,),), (1,), (devices,))
-    return _mixed_budget(request, contexts.decode, contexts.prefill)
+        budget = Budget((devices,), ((1,),), (1,), (devices,))
+    else:
+        budget = _mixed_budget(request, contexts.decode, contexts.prefill)
+    weighed = objective_weights(request.objective, contexts.decode.hw, contexts.prefill.hw)
+    if weighed is None:
+        return budget
+    weights, unit = weighed
+    return replace(budget, weight_per_device=weights if budget.mixed else weights[:1], unit=unit)
+
+
+POWER_SCALE = 1000  # watts, in thousandths
+
+
+def objective_weights(objective: str, d_hw: HardwareSpec, p_hw: HardwareSpec) -> tuple[tuple[int, int], str] | None:
+    """(weight of a decode device, of a prefill device) under --objective cost (price per card-hour,
+    in millionths, per device) or energy (watts per device in thousandths, a node's power besides
+    its cards shared over its devices); None for the other objectives. A machine without the
+    figure is refused naming the field."""
+    if objective not in ("cost", "energy"):
+        return None
+    out = []
+    for hw in (d_hw, p_hw):
+        if objective == "cost":
+            if hw.price_per_card_hour is None:
+                raise BadInputError(
+                    f"--objective cost: hardware '{hw.name}' has no price_per_card_hour; give your price with "
+                    "--price-per-card-hour (or price_per_card_hour: {value, currency, source} in its YAML)."
+                )
+            out.append(round(hw.price_per_card_hour.value / hw.devices_per_card * COST_SCALE))
+        else:
+            if hw.power_w_per_card is None:
+                raise BadInputError(
+                    f"--objective energy: hardware '{hw.name}' has no power_w_per_card; add power_w_per_card: "
+                    "{value, basis, source} to a copy of its YAML."
+                )
+            watts = hw.power_w_per_card.value / hw.devices_per_card
+            if hw.node_power_w is not None:
+                watts += hw.node_power_w.value / hw.devices_per_node
+            out.append(round(watts * POWER_SCALE))
+    if min(out) < 1:
+        raise BadInputError(f"--objective {objective}: a device's weight rounds to zero; check the hardware figures.")
+    return (out[0], out[1]), ("cost unit" if objective == "cost" else "mW")
 
 
 def _phase_cards(cards: float | None, flag: str, ctx: CostContext) -> int | None:

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from planner.candidates import restrictions as rules
+from planner.candidates.afd_candidates import AfdCandidate
 from planner.candidates.colocated_candidates import (
     ColocatedCandidate,
     colocated_candidates,
@@ -432,6 +433,85 @@ def _some_layout_runs_at_end(ctx: CostContext, request: PlanRequest, t: PhaseTab
     return False
 
 
+def afd_space(
+    ctx: CostContext,
+    request: PlanRequest,
+    budget: Budget,
+    keep: int,
+    floor: Callable[[list[AfdCandidate]], float] | None = None,
+    cache: TableCache | None = None,
+) -> list[AfdCandidate]:
+    """AFD decode instances (planner.candidates.afd_candidates) of every split the decode machine's
+    pool allows, less the smallest prefill instance when prefill instances feed them; the `keep`
+    best of each split, under the request's SLOs, MTP depths and engine.
+
+    `floor(found)`: the output tokens/s per device an AFD instance must exceed to matter, given the
+    candidates found so far (planner.search.plan_search derives it from the deployments it must
+    rank). Splits are visited best bound first (each split's bound is on tokens/s per device, over
+    every configuration: afd_candidates.afd_sizes) and the visit stops at the first whose bound
+    does not exceed it: exact, as no configuration of those splits reaches it."""
+    from planner.candidates.afd_candidates import AfdLimits, AfdSize, afd_sizes, size_candidates, with_bounds
+    from planner.candidates.table_store import table_store
+
+    devices = budget.pool_devices[budget.pool("afd")]
+    if request.phase == "both" and not budget.mixed:
+        experts, other = weights_bytes(ctx)
+        devices -= min_devices_for_weights(ctx.model, ctx.hw, experts, other, ctx.hbm_utilization)
+    if devices < 2:
+        return []
+    slo = request.slo
+    mtp = request.mtp_tokens if request.mtp_tokens is not None else ((0, 1, 2) if ctx.model.mtp_layers else (0,))
+    limits = AfdLimits(
+        max_devices=devices,
+        tpot_s=None if slo.tpot_ms is None else slo.tpot_ms / 1000,
+        max_itl_s=None if slo.max_itl_ms is None else slo.max_itl_ms / 1000,
+        mtp_tokens=tuple(mtp),
+        keep=keep,
+        engine=request.engine,
+        devices=request.decode_devices,
+    )
+    space = SpaceLimits(max_devices=devices, max_redundant_experts=request.max_redundant_experts, engine=request.engine)
+    # the splits' bounds and each visited split's candidates are pure functions of the tables' key
+    # and the limits: kept on disk (planner.candidates.table_store), a second run skips costing
+    # them (the bounds cost every split's both sides: about a second of a supernode search)
+    store = table_store()
+    key = ("afd", table_key(ctx, request, space), repr(limits))
+    record = store.record(key) if store is not None else None
+    full: dict[tuple[int, int], AfdSize] = {}
+    changed = False
+    if record is None or "splits" not in record:
+        # both sides costed without the SLOs (kept in `cache` for the searches that follow, say a
+        # sweep's other TPOT points), then bounded under them
+        free = replace(limits, tpot_s=None, max_itl_s=None)
+        free_key = ("afd", table_key(ctx, request, space), repr(free))
+        unbounded = cache.derived.get(free_key) if cache is not None else None
+        if unbounded is None:
+            unbounded = afd_sizes(ctx, space, free)
+            if cache is not None:
+                cache.derived[free_key] = unbounded
+        sizes = with_bounds(ctx, limits, unbounded)
+        full = {(z.a, z.f): z for z in sizes}
+        splits = [(z.a, z.f, z.bound) for z in sizes]
+        if record is not None:
+            record["splits"], changed = splits, True
+    else:
+        splits = record["splits"]
+    out: list[AfdCandidate] = []
+    for a, f, bound in splits:
+        if floor is not None and out and bound * (1 + 1e-9) <= floor(out):
+            break  # (splits come best bound first: no later one reaches the floor either)
+        found = record.get((a, f)) if record is not None else None
+        if found is None:
+            size = full.get((a, f)) or with_bounds(ctx, limits, afd_sizes(ctx, space, limits, only=(a, f)))[0]
+            found = size_candidates(ctx, limits, size)
+            if record is not None:
+                record[(a, f)], changed = found, True
+        out += found
+    if store is not None and changed:
+        store.touch(key)
+    return sorted(out, key=lambda c: (-c.tokens_per_s_per_device, c.devices))
+
+
 def colocated_space(
     ctx: CostContext,
     request: PlanRequest,
@@ -547,4 +627,6 @@ def best_per_size(cands: list[Any]) -> list[int]:
 def _rate_of(c: Any) -> Fraction:
     if isinstance(c, ColocatedCandidate):
         return Fraction(c.rate_milli)
+    if isinstance(c, AfdCandidate):
+        return Fraction(c.tokens_per_s)
     return Fraction(c.num, c.den)

@@ -38,6 +38,13 @@ def make_context(request: PlanRequest) -> CostContext:
     model = load_model(request.model)
     hw = load_hardware(request.hardware)
     imbalance = request.imbalance or default_imbalance_model()
+    price = dict(request.prices)
+    value = price.get(hw.name, price.get(None))
+    if value is not None:  # --price-per-card-hour: the user's price of this machine
+        from planner.specs.hardware import PricePerCardHour
+
+        card_hour = PricePerCardHour(value=value, currency=request.currency, source="--price-per-card-hour")
+        hw = hw.model_copy(update={"price_per_card_hour": card_hour})
     if request.pessimistic_factors:
         from planner.costmodel.uncertainty import corner, imbalance_corner
 

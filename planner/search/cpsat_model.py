@@ -14,7 +14,8 @@ them; the validator, planner.search.validate, checks every plan again without th
 
 Objective: most requests/s per weight (R / weight, a ratio solved exactly by Dinkelbach rounds:
 maximise w* R - r* weight, from the exact enumerator's best as the start), or with a target
-rate, the least weight. Ties are broken by a last solve with a fixed key (more throughput, then
+rate, the least weight, or (--objective total) the most R within the budget, then the least
+weight. Ties are broken by a last solve with a fixed key (more throughput, then
 less weight, then candidate order), so the result does not depend on the number of workers.
 Any cut -- the time limit, the round cap, an interrupt -- leaves the answer unproven.
 """
@@ -179,6 +180,25 @@ class DeploymentModel:
             self._partial = self._read(solver)
         return self._partial, proven and status == _cp_model().OPTIMAL, 2
 
+    def _solve_total(self, deadline: float | None) -> tuple[Deployment | None, bool, int]:
+        """The most requests/s within the budget (--objective total), then the tie-break (less
+        weight, then candidate order)."""
+        m = self.model
+        m.maximize(self.rate)
+        status, solver = self._run(deadline)
+        if status not in (_cp_model().OPTIMAL, _cp_model().FEASIBLE):
+            return None, status == _cp_model().INFEASIBLE, 1
+        proven = status == _cp_model().OPTIMAL
+        self._partial = self._read(solver)
+        fix = m.add(self.rate >= int(solver.value(self.rate)))
+        m.minimize(self.weight * self._tie_weight() + self._order_key())
+        status, solver = self._run(deadline)
+        m.clear_objective()
+        fix.proto.clear_linear()  # drop the temporary bound
+        if status in (_cp_model().OPTIMAL, _cp_model().FEASIBLE):
+            self._partial = self._read(solver)
+        return self._partial, proven and status == _cp_model().OPTIMAL, 2
+
     def _solve_ratio(self, deadline: float | None) -> tuple[Deployment | None, bool, int]:
         """Dinkelbach on rate / weight from the start (or a first solve), then the tie-break."""
         m = self.model
@@ -238,6 +258,8 @@ class DeploymentModel:
         try:
             if self.objective.kind == "target":
                 best, proven, solves = self._solve_target(deadline)
+            elif self.objective.kind == "total":
+                best, proven, solves = self._solve_total(deadline)
             else:
                 best, proven, solves = self._solve_ratio(deadline)
         except KeyboardInterrupt:

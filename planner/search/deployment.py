@@ -27,12 +27,13 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
+from planner.candidates.afd_candidates import AfdCandidate
 from planner.candidates.colocated_candidates import ColocatedCandidate
 from planner.candidates.phase_candidates import EMITTED_SCALE, PhaseCandidate
 
 RATE_SCALE = 1000  # requests per second, in thousandths: the one conversion of rates to integers
 
-Role = Literal["decode", "prefill", "colocated"]
+Role = Literal["decode", "prefill", "colocated", "afd"]
 
 
 @dataclass(frozen=True)
@@ -47,17 +48,23 @@ DISAGGREGATED = Structure("disaggregated", ("decode", "prefill"))
 COLOCATED = Structure("colocated", ("colocated",))
 DECODE_ONLY = Structure("decode only", ("decode",))
 PREFILL_ONLY = Structure("prefill only", ("prefill",))
+# attention-FFN disaggregated decode instances fed by prefill instances (planner.candidates.afd_candidates)
+AFD = Structure("AFD", ("afd", "prefill"))
+AFD_DECODE_ONLY = Structure("AFD decode only", ("afd",))
 
 
-def structures_for(phase: str, colocated: bool) -> tuple[Structure, ...]:
-    """The structures a request searches: both phases disaggregated (and colocated, when allowed:
-    one machine, `--colocated`), or the one phase asked for. The order is the order among equal
+def structures_for(phase: str, colocated: bool, disaggregated: bool = True, afd: bool = False) -> tuple[Structure, ...]:
+    """The structures a request searches: both phases disaggregated (`--structure pd`), colocated
+    (`colocated`: one machine) and AFD decode instances fed by prefill instances (`afd`), or the
+    one phase asked for (decode: plain or AFD instances). The order is the order among equal
     deployments."""
     if phase == "decode":
-        return (DECODE_ONLY,)
+        return ((DECODE_ONLY,) if disaggregated or not afd else ()) + ((AFD_DECODE_ONLY,) if afd else ())
     if phase == "prefill":
         return (PREFILL_ONLY,)
-    return (DISAGGREGATED, COLOCATED) if colocated else (DISAGGREGATED,)
+    out: tuple[Structure, ...] = (DISAGGREGATED,) if disaggregated else ()
+    out += (COLOCATED,) if colocated else ()
+    return out + ((AFD,) if afd else ())
 
 
 @dataclass(frozen=True)
@@ -74,19 +81,23 @@ class Offer:
 class Objective:
     """What a deployment choice optimises.
 
-    "ratio": most requests/s per unit of weight (tokens/s per card on one machine);
-    "target": serve `target_rate_milli` with the least weight.
+    "ratio": most requests/s per unit of weight (tokens/s per card on one machine; per cost unit or
+    per watt with --objective cost or energy, planner.search.budget);
+    "target": serve `target_rate_milli` with the least weight;
+    "total": most requests/s within the budget (--objective total: fill the budget), then the least
+    weight.
     """
 
-    kind: Literal["ratio", "target"] = "ratio"
+    kind: Literal["ratio", "target", "total"] = "ratio"
     target_rate_milli: int | None = None
 
     @staticmethod
-    def for_rate(rate_per_s: float | None) -> Objective:
-        """The objective of a request: with --rate, the least weight that serves it."""
-        if rate_per_s is None:
-            return Objective()
-        return Objective("target", int(math.ceil(rate_per_s * RATE_SCALE)))
+    def for_rate(rate_per_s: float | None, total: bool = False) -> Objective:
+        """The objective of a request: with --rate, the least weight that serves it; with
+        --objective total, the most throughput within the budget."""
+        if rate_per_s is not None:
+            return Objective("target", int(math.ceil(rate_per_s * RATE_SCALE)))
+        return Objective("total") if total else Objective()
 
 
 @dataclass(frozen=True)
@@ -132,6 +143,14 @@ class Deployment:
         return self._of("colocated")[1]
 
     @property
+    def afd(self) -> int | None:
+        return self._of("afd")[0]
+
+    @property
+    def afd_instances(self) -> int:
+        return self._of("afd")[1]
+
+    @property
     def choice(self) -> Choice:
         """What the deployment picks (runner-ups differ in it)."""
         return Choice(self.structure.name, self.picks)
@@ -156,6 +175,8 @@ def sort_key(dep: Deployment, objective: Objective, order: int) -> tuple:
     throughput, then less weight, then candidate order, as the CP-SAT model breaks ties."""
     if objective.kind == "target":
         return (dep.weight, -dep.rate_milli, order)
+    if objective.kind == "total":
+        return (-dep.rate_milli, dep.weight, order)
     return (-Fraction(dep.rate_milli, max(dep.weight, 1)), -dep.rate_milli, dep.weight, order)
 
 
@@ -170,8 +191,10 @@ def prefill_rate_milli(c: PhaseCandidate) -> int:
     return int(math.floor(c.num / c.den * 1e6 * RATE_SCALE))
 
 
-def rate_milli_of(c: PhaseCandidate | ColocatedCandidate, output_tokens: int) -> int:
+def rate_milli_of(c: PhaseCandidate | ColocatedCandidate | AfdCandidate, output_tokens: int) -> int:
     """Requests/s (thousandths) one instance of a candidate serves."""
     if isinstance(c, ColocatedCandidate):
         return c.rate_milli
+    if isinstance(c, AfdCandidate):
+        return int(math.floor(c.requests_per_s(output_tokens) * RATE_SCALE))
     return decode_rate_milli(c, output_tokens) if c.phase == "decode" else prefill_rate_milli(c)

@@ -19,6 +19,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from planner.candidates.afd_candidates import AfdCandidate
 from planner.candidates.colocated_candidates import ColocatedCandidate
 from planner.candidates.phase_candidates import PhaseCandidate
 from planner.search.budget import Budget, role_offers
@@ -82,7 +83,8 @@ def rank_deployments(
             continue
         for pos in order_a:
             i, j = int(i_a[pos]), int(j_a[pos])
-            kth = float(-keys[k - 1][0]) if objective.kind != "target" and len(keys) >= k else 0.0
+            # (the bound is a ratio: with --objective total every pair is counted)
+            kth = float(-keys[k - 1][0]) if objective.kind == "ratio" and len(keys) >= k else 0.0
             if float(bound_a[i, j]) * (1 + 1e-12) < kth:
                 break  # no pair left can enter the top k
             offer(s, (i, j))
@@ -134,7 +136,11 @@ class Question:
     output_tokens: int
 
     def offers(
-        self, d: list[PhaseCandidate], p: list[PhaseCandidate], cc: list[ColocatedCandidate]
+        self,
+        d: list[PhaseCandidate],
+        p: list[PhaseCandidate],
+        cc: list[ColocatedCandidate],
+        afd: list[AfdCandidate] | None = None,
     ) -> dict[Role, list[Offer]]:
         """Each role's offers, index for index with the candidate lists."""
         out = self.output_tokens
@@ -142,6 +148,7 @@ class Question:
             "decode": role_offers(self.budget, "decode", d, out),
             "prefill": role_offers(self.budget, "prefill", p, out),
             "colocated": role_offers(self.budget, "colocated", cc, out),
+            "afd": role_offers(self.budget, "afd", afd or [], out),
         }
 
     def ranked(
@@ -151,16 +158,17 @@ class Question:
         cc: list[ColocatedCandidate],
         k: int,
         exclude: frozenset[Choice] = frozenset(),
+        afd: list[AfdCandidate] | None = None,
     ) -> list[Deployment]:
         """The k best distinct deployments of these candidates, exactly, without the solver."""
-        offers = self.offers(d, p, cc)
+        offers = self.offers(d, p, cc, afd)
         return rank_deployments(list(self.structures), offers, self.budget, self.objective, k, exclude)
 
     def kth_ratio(self, d: list[PhaseCandidate], p: list[PhaseCandidate], k: int) -> Fraction:
         """Requests/s (thousandths) per weight of the k-th best deployment of these decode and
         prefill candidates (0 when fewer than k exist, or with a target rate, where deployments
         are ranked by weight): what a colocated instance must reach to enter the k best."""
-        if self.objective.kind == "target":
+        if self.objective.kind != "ratio":
             return Fraction(0)
         found = self.ranked(d, p, [], k)
         return Fraction(found[-1].rate_milli, found[-1].weight) if len(found) >= k else Fraction(0)

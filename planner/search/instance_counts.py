@@ -95,10 +95,15 @@ def _two_roles(a: Offer, b: Offer, budget: Budget, objective: Objective) -> Coun
         ok = m >= 1
         if not ok.any():
             continue
-        ratio = np.where(ok, rate / np.maximum(weight, 1), -1.0)
-        top = ratio.max()
-        for i in np.flatnonzero(ratio >= top * (1 - 1e-12)):
-            cand = (Fraction(int(rate[i]), int(weight[i])), int(rate[i]), -int(weight[i]), int(n[i]), int(m[i]))
+        if objective.kind == "total":
+            # the most throughput (it rises with m until m r_b >= n r_a), then the least weight
+            score = np.where(ok, rate.astype(float), -1.0)
+        else:
+            score = np.where(ok, rate / np.maximum(weight, 1), -1.0)
+        top = score.max()
+        for i in np.flatnonzero(score >= top * (1 - 1e-12)):
+            first = Fraction(int(rate[i])) if objective.kind == "total" else Fraction(int(rate[i]), int(weight[i]))
+            cand = (first, int(rate[i]), -int(weight[i]), int(n[i]), int(m[i]))
             if best is None or cand[:3] > best[:3]:
                 best = cand
     if best is None:

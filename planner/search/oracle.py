@@ -51,6 +51,9 @@ def best_deployment(
                     assert objective.target_rate_milli is not None
                     if rate >= objective.target_rate_milli and (best is None or weight < best):
                         best = Fraction(weight)
+                elif objective.kind == "total":
+                    if best is None or rate > best:
+                        best = Fraction(rate)
                 elif best is None or Fraction(rate, weight) > best:
                     best = Fraction(rate, weight)
     return best

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from planner.candidates.afd_candidates import AfdCandidate
 from planner.candidates.colocated_candidates import ColocatedCandidate
 from planner.candidates.phase_candidates import PhaseCandidate
 from planner.search.candidate_spaces import PhaseSpace
@@ -61,11 +62,15 @@ def deployment_plan(
     pspace: PhaseSpace | None,
     rank: int,
     coloc: list[ColocatedCandidate] | None = None,
+    afd: list[AfdCandidate] | None = None,
 ) -> Plan:
     """The plan file of one deployment (without `predicted`)."""
     decode: DecodePlan | PrefillPlan | None = None
     prefill: DecodePlan | PrefillPlan | None = None
     colocated: ColocatedPlan | None = None
+    afd_section = None
+    if dep.afd is not None and afd:
+        afd_section = afd[dep.afd].section.model_copy(update={"instances": dep.afd_instances})
     n_in = contexts.prefill.prefill_tokens_per_request
     if dep.colocated is not None and coloc:
         colocated = _colocated_section(coloc[dep.colocated], dep.colocated_instances, n_in)
@@ -91,6 +96,7 @@ def deployment_plan(
         decode=decode,  # type: ignore[arg-type]
         prefill=prefill,  # type: ignore[arg-type]
         colocated=colocated,
+        afd=afd_section,
         hbm_utilization=request.hbm_utilization,
         rank=rank,
     )

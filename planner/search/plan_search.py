@@ -21,9 +21,11 @@ steps 1-3 and the exact enumeration of deployments).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from planner.candidates.afd_candidates import AfdCandidate
 from planner.candidates.colocated_candidates import ColocatedCandidate
 from planner.candidates.restrictions import Restriction
 from planner.errors import InfeasibleError
@@ -32,6 +34,7 @@ from planner.search.budget import Budget, request_budget
 from planner.search.candidate_spaces import (
     PhaseSpace,
     Progress,
+    afd_space,
     best_per_size,
     candidate_spaces,
     colocated_space,
@@ -70,6 +73,7 @@ class SearchOutcome:
     hw: HardwareSpec
     deployments: list[Deployment] = field(default_factory=list)  # the solver's choices, as ranked
     colocated: list[ColocatedCandidate] = field(default_factory=list)  # candidates `deployments` index
+    afd: list[AfdCandidate] = field(default_factory=list)  # AFD candidates `deployments` index
     exhausted: bool = False  # fewer than `top` distinct deployments exist (the list is all of them)
     alternatives: list[Alternative] = field(default_factory=list)  # best plan of each other structure
     # --engine auto (planner.search.runnable): per plan, what each engine cannot run of it (empty: runs it);
@@ -87,8 +91,14 @@ class SearchOutcome:
 def question_of(request: PlanRequest, contexts: PhaseContexts, budget: Budget) -> Question:
     """The deployment question of a request: its structures (colocated instances need one
     machine), budget and objective."""
-    structures = structures_for(request.phase, request.colocated and not contexts.mixed)
-    return Question(structures, budget, Objective.for_rate(request.rate_per_s), request.workload.output_tokens)
+    structures = structures_for(
+        request.phase,
+        request.colocated and not contexts.mixed,
+        request.disaggregated,
+        request.afd and not contexts.mixed,
+    )
+    objective = Objective.for_rate(request.rate_per_s, request.objective == "total")
+    return Question(structures, budget, objective, request.workload.output_tokens)
 
 
 def run_search(
@@ -117,23 +127,33 @@ def run_search(
             )
         )
 
-    if (dspace and not dspace.candidates) or (pspace and not pspace.candidates):
-        raise infeasible()
     d_cands = dspace.candidates if dspace else []
     p_cands = pspace.candidates if pspace else []
+    afd_cands: list[AfdCandidate] = []
+    if any(s.roles[0] == "afd" for s in question.structures):
+        afd_floor_of = afd_floor(question, d_cands, p_cands, request.top, request.alternatives)
+        afd_cands = afd_space(contexts.decode, request, budget, request.top, afd_floor_of, cache)
+    if (dspace and not d_cands and not afd_cands) or (pspace and not p_cands):
+        raise infeasible()
     coloc: list[ColocatedCandidate] = []
     if dspace and pspace and COLOCATED in question.structures:
         # a colocated instance matters only if it reaches the `top`-th best deployment without
         # colocated ones (the alternatives need the best colocated plan whatever its value)
-        floor = Fraction(0) if request.alternatives else question.kth_ratio(d_cands, p_cands, request.top)
-        coloc = colocated_space(contexts.decode, request, dspace, pspace, request.top, floor_per_device=floor)
-    if question.objective.kind == "target" and not _rate_reachable(question, d_cands, p_cands):
+        coloc_floor = Fraction(0) if request.alternatives else question.kth_ratio(d_cands, p_cands, request.top)
+        coloc = colocated_space(contexts.decode, request, dspace, pspace, request.top, floor_per_device=coloc_floor)
+    if question.objective.kind == "target" and not _rate_reachable(question, d_cands, p_cands, afd_cands):
         raise infeasible()
 
     # CP-SAT needs only the best configuration of each size (it dominates the others of that
     # size: same devices, more throughput); the others serve the exact runner-up enumeration
     d_pick, p_pick, c_pick = best_per_size(d_cands), best_per_size(p_cands), best_per_size(coloc)
-    offers = question.offers([d_cands[i] for i in d_pick], [p_cands[i] for i in p_pick], [coloc[i] for i in c_pick])
+    a_pick = best_per_size(afd_cands)
+    offers = question.offers(
+        [d_cands[i] for i in d_pick],
+        [p_cands[i] for i in p_pick],
+        [coloc[i] for i in c_pick],
+        [afd_cands[i] for i in a_pick],
+    )
     structures = list(question.structures)
     start_at = rank_deployments(structures, offers, budget, question.objective, 1)
     model = DeploymentModel(
@@ -148,15 +168,17 @@ def run_search(
                 f"no deployment found within the time limit ({request.settings.time_limit_s:g} s); raise --time-limit."
             )
         raise infeasible()
-    first = result.deployment.remapped({"decode": d_pick, "prefill": p_pick, "colocated": c_pick})
+    first = result.deployment.remapped({"decode": d_pick, "prefill": p_pick, "colocated": c_pick, "afd": a_pick})
 
     if result.status == "INTERRUPTED" or not request.alternatives and request.top == 1:
-        plans = [scored_plan(deployment_plan(request, contexts, first, dspace, pspace, 1, coloc), contexts)]
+        plans = [scored_plan(deployment_plan(request, contexts, first, dspace, pspace, 1, coloc, afd_cands), contexts)]
         deployments, exhausted, others = [first], False, []
     else:
-        plans, deployments, exhausted = distinct_plans(request, contexts, question, first, dspace, pspace, coloc)
+        plans, deployments, exhausted = distinct_plans(
+            request, contexts, question, first, dspace, pspace, coloc, afd_cands
+        )
         others = (
-            alternatives(request, contexts, question, deployments[0], dspace, pspace, coloc, plans)
+            alternatives(request, contexts, question, deployments[0], dspace, pspace, coloc, plans, afd_cands)
             if request.alternatives
             else []
         )
@@ -174,17 +196,67 @@ def run_search(
         hw=contexts.decode.hw if request.phase != "prefill" else contexts.prefill.hw,
         deployments=deployments,
         colocated=coloc,
+        afd=afd_cands,
         exhausted=exhausted,
         alternatives=others,
         space=space_restrictions(request, contexts, dspace, pspace),
     )
 
 
-def _rate_reachable(question: Question, d_cands: list, p_cands: list) -> bool:
+def afd_floor(
+    question: Question, d_cands: list, p_cands: list, top: int, alternatives: bool = True
+) -> Callable[[list[AfdCandidate]], float] | None:
+    """The output tokens/s per device an AFD instance must exceed to matter (planner.search.
+    candidate_spaces.afd_space): to enter the `top` best deployments (the `top`-th without AFD) or,
+    with `alternatives`, to be the best AFD one (the alternatives show it), whichever is lower. A deployment of an AFD
+    instance serving r requests/s per device and prefill instances cannot beat the matched
+    fractional ratio 1 / (w / r + q), q the least weight per request/s of a prefill candidate (w the
+    weight of a device): the floor is that bound solved for r. None (no pruning) with a target rate
+    or --objective total, where deployments are not ranked by a ratio."""
+    if question.objective.kind != "ratio":
+        return None
+    w = question.budget.weight_per_device[question.budget.pool("afd")]
+    out_tokens = question.output_tokens
+    offers = question.offers([], p_cands, [])["prefill"]
+    q = min((Fraction(o.weight, o.rate_milli) for o in offers if o.rate_milli > 0), default=None)
+    with_prefill = any(s.roles == ("afd", "prefill") for s in question.structures)
+    if with_prefill and q is None:
+        return None
+    others = question.kth_ratio(d_cands, p_cands, top)
+    # `found` only grows (afd_space appends each split's candidates), and a deployment uses one
+    # AFD candidate: the best over all of them is the best of the best over each addition
+    counted = [0]  # candidates of `found` already ranked
+    best = [Fraction(0)]  # the best AFD deployment's ratio among them
+
+    def floor(found: list[AfdCandidate]) -> float:
+        if not alternatives:
+            return threshold(others)
+        added = found[counted[0] :]
+        counted[0] = len(found)
+        best_added = question.ranked([], p_cands, [], 1, afd=added) if added else []
+        if best_added:
+            best[0] = max(best[0], Fraction(best_added[0].rate_milli, best_added[0].weight))
+        return threshold(min(others, best[0]))
+
+    def threshold(value: Fraction) -> float:
+        """The tokens/s per device of an AFD instance whose deployment's ratio bound is `value`."""
+        if value <= 0:
+            return 0.0
+        per_request = 1 / value - (q if with_prefill and q is not None else 0)  # weight per request/s of the AFD side
+        if per_request <= 0:
+            return 0.0
+        # requests/s (thousandths) per device = w / per_request; tokens/s per device = that x output / 1000
+        return float(w / per_request) * out_tokens / 1000.0
+
+    return floor
+
+
+def _rate_reachable(question: Question, d_cands: list, p_cands: list, afd_cands: list | None = None) -> bool:
     """False when no deployment within the budget could serve the target rate even with the whole
     budget on one phase (a quick bound: the diagnosis then names what works)."""
-    offers = question.offers(d_cands, p_cands, [])
-    caps = [most_rate_milli(offers["decode"], question.budget)] if d_cands else []
+    offers = question.offers(d_cands, p_cands, [], afd_cands)
+    decoding = offers["decode"] + offers["afd"]
+    caps = [most_rate_milli(decoding, question.budget)] if decoding else []
     caps += [most_rate_milli(offers["prefill"], question.budget)] if p_cands else []
     assert question.objective.target_rate_milli is not None
     return bool(caps) and question.objective.target_rate_milli <= min(caps)

@@ -47,6 +47,14 @@ class PlanRequest:
     max_extra_slots: int | None = None  # expert slots per device beyond the fewest (None: 4, within 50% copies)
     any_tp: bool = False  # TP of any size dividing the instance and the heads
     colocated: bool = True  # also search colocated instances (prefill and decode on the same devices)
+    disaggregated: bool = True  # search prefill and decode instances apart (--structure pd)
+    afd: bool = False  # also search attention-FFN disaggregated decode instances (--structure afd)
+    # what the search optimises: tokens-per-card (tokens/s per card), total (tokens/s within the
+    # budget), cost (tokens/s per cost unit: the least cost per token) or energy (per watt)
+    objective: Literal["tokens-per-card", "total", "cost", "energy"] = "tokens-per-card"
+    # --price-per-card-hour: (machine name or None for every machine, price) pairs, in `currency`
+    prices: tuple[tuple[str | None, float], ...] = ()
+    currency: str = "units"
     alternatives: bool = True  # also find the best plan of each other structure (`plan` shows them)
     # engine capability: decode micro-batch overlap (DeepSeek/SGLang two-batch overlap); --no-decode-microbatch
     decode_micro_batches: tuple[int, ...] = (1, 2)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from planner.candidates.space import MAX_REDUNDANCY, SpaceLimits
 from planner.candidates.tables import IntTables, PhaseTables
@@ -29,6 +30,9 @@ class TableCache:
     """
 
     entries: dict[tuple, Tables] = field(default_factory=dict)
+    # other SLO-free costings kept for the searches that follow (the AFD splits' two sides,
+    # planner.search.candidate_spaces.afd_space), by a key of the same kind
+    derived: dict[tuple, Any] = field(default_factory=dict)
     hits: int = 0
     misses: int = 0  # ... of which `loaded` were read from the on-disk store, the rest built
     loaded: int = 0

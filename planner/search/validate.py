@@ -8,8 +8,19 @@ from __future__ import annotations
 
 from planner.costmodel.context import CostContext
 from planner.costmodel.evaluate import PlanSpecs, evaluate_plan, plan_with_prediction
-from planner.costmodel.prediction import Prediction
+from planner.costmodel.prediction import (
+    AfdPrediction,
+    ColocatedPrediction,
+    DecodePrediction,
+    Prediction,
+    PrefillPrediction,
+)
 from planner.specs.plan import Plan, check_plan
+
+
+def c_none(prediction: Prediction) -> bool:
+    """True when the plan has no colocated block (its phases are judged on their own)."""
+    return prediction.colocated is None
 
 
 def plan_problems(plan: Plan, prediction: Prediction) -> list[str]:
@@ -17,7 +28,14 @@ def plan_problems(plan: Plan, prediction: Prediction) -> list[str]:
     slo = plan.slo
     tpot = slo.tpot_ms if slo else None
     ttft = slo.ttft_ms if slo else None
-    blocks = (
+    blocks: list[
+        tuple[
+            str,
+            ColocatedPrediction | PrefillPrediction | DecodePrediction | AfdPrediction | None,
+            float | None,
+            float | None,
+        ]
+    ] = (
         [("colocated", prediction.colocated, tpot, ttft)]
         if prediction.colocated is not None
         else [
@@ -25,8 +43,13 @@ def plan_problems(plan: Plan, prediction: Prediction) -> list[str]:
             ("prefill", prediction.prefill, None, ttft),
         ]
     )
+    if prediction.afd is not None and prediction.colocated is None:
+        blocks.append(("afd", prediction.afd, tpot, None))
     problems = []
     itl = slo.max_itl_ms if slo else None
+    a = prediction.afd
+    if itl is not None and c_none(prediction) and a is not None and a.step_ms > itl + 1e-9:
+        problems.append(f"afd step {a.step_ms} ms exceeds the ITL limit {itl} ms")
     c, d = prediction.colocated, prediction.decode
     if itl is not None and c is not None and c.longest_decode_pause_ms > itl + 1e-9:
         problems.append(f"colocated longest gap {c.longest_decode_pause_ms} ms exceeds {itl} ms")

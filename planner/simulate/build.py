@@ -263,6 +263,11 @@ def build_simulation(
 ) -> Built:
     """Everything `run` needs; bad input raises BadInputError naming the field or flag."""
     _check_traffic(traffic)
+    if plan.afd is not None:
+        raise BadInputError(
+            "afd: the simulator does not model attention-FFN disaggregated instances (micro-batches ping-ponging "
+            "between attention and FFN devices); `moeplan evaluate` scores the plan, or simulate one without afd."
+        )
     routing = routing or engine_routing(None)
     plan = with_decode_concurrency(plan, decode_concurrency)
     imb = imbalance or default_imbalance_model()

@@ -128,6 +128,32 @@ class PricePerCard(Strict):
     source: str = Field(min_length=1)
 
 
+class CardPower(Strict):
+    """Electrical power one card draws while serving, in watts, and what the figure covers."""
+
+    value: PositiveFloat = Field(description="watts per card")
+    basis: Literal["card", "all-in", "assumption"] = Field(
+        description="card: the card alone (datasheet); all-in: the card's share of the whole system (hosts, "
+        "network, optics) as the source states it; assumption: no published figure, a stated guess"
+    )
+    source: str = Field(min_length=1)
+
+
+class NodePower(Strict):
+    """Power a node draws besides its cards (hosts, NICs, fans), in watts, where published."""
+
+    value: NonNegFloat = Field(description="watts per node on top of its cards")
+    source: str = Field(min_length=1)
+
+
+class PricePerCardHour(Strict):
+    """What one card-hour costs the user (their price: moeplan ships none)."""
+
+    value: PositiveFloat = Field(description="price of one card for one hour")
+    currency: str = Field(min_length=1, max_length=16, description="the unit of value: USD, CNY, EUR, credits, ...")
+    source: str = Field(min_length=1, description="where the price comes from (a quote, a contract, a cloud list)")
+
+
 class LinkLevel(Strict):
     """One level of the interconnect, as seen from one device."""
 
@@ -229,6 +255,17 @@ class HardwareSpec(Strict):
     status_source: str = Field(default="", description="where the status (and announcement date) comes from")
     price_per_card: PricePerCard | None = Field(
         default=None, description="cost units per card; enables --max-cost and cost-weighted mixed plans"
+    )
+    power_w_per_card: CardPower | None = Field(
+        default=None, description="watts per card while serving: joules per token and the energy objective"
+    )
+    node_power_w: NodePower | None = Field(
+        default=None, description="watts per node besides its cards (hosts, NICs), where published"
+    )
+    price_per_card_hour: PricePerCardHour | None = Field(
+        default=None,
+        description="the user's price of one card-hour: cost per million tokens and the cost objective "
+        "(no catalog machine carries one; see docs/examples/priced-a3.yaml)",
     )
 
     @property

@@ -496,6 +496,7 @@ def from_hf_config(top: dict[str, Any], name: str) -> dict[str, Any]:
         "max_context_tokens": _get(cfg, "max_position_embeddings", "max_sequence_length", default=4096),
         "expert_weight_format": fmt,
         "expert_weight_bits": bits if bits is not None and bits < 16 else None,
+        "architectures": [a for a in (top.get("architectures") or []) if isinstance(a, str)],
     }
 
 

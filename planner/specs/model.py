@@ -210,6 +210,10 @@ class ModelSpec(Strict):
     expert_weight_bits: float | None = Field(
         default=None, gt=0, le=32, description="bits per routed-expert weight in the checkpoint, scales included"
     )
+    architectures: tuple[str, ...] = Field(
+        default=(),
+        description="the checkpoint's model classes (config.json 'architectures'): what an engine registers a model by",
+    )
 
     @model_validator(mode="after")
     def _layers_consistent(self) -> ModelSpec:

@@ -293,6 +293,117 @@ class ColocatedPlan(PhasePlan):
         )
 
 
+AFD_MAX_MICRO_BATCHES = 4
+
+
+class AfdPlan(Strict):
+    """Attention-FFN disaggregated (AFD) instances: attention on some devices, experts on others.
+
+    One instance is `attention_devices` devices that run attention (with the KV cache), the
+    embedding, the LM head and the MTP module, and `ffn_devices` devices that hold the routed
+    experts (`moe`: EP over the FFN devices, slots and redundancy as in any plan). Every layer
+    ships its activations from the attention side to the FFN side and back over `link`, and
+    `micro_batches` micro-batches ping-pong so that both sides stay busy. Where the dense FFN
+    layers and the shared expert run is a choice (`dense_ffn_on`, `shared_expert_on`); the
+    default, both on the FFN side, is what vLLM's afd-plugin runs (its Ascend runtime refuses
+    `compute_gate_on_attention`, so the gate, the shared expert and the dense MLP stay with the
+    experts: vllm-project/afd-plugin afd_plugin/compat/npu/feature_validation.py,
+    docs/design/module/model_integration.md).
+
+    Without `prefill_batch_tokens` the instances decode (fed by the plan's `prefill` section, or
+    alone: a decode-only plan); with it they also prefill, whole forwards of that many tokens
+    between decode steps (AFD for both phases, as the afd-plugin's prefill/decode colocation
+    recipes).
+    """
+
+    attention_devices: int = Field(ge=1, le=MAX_DEVICES_PER_INSTANCE, description="attention devices of one instance")
+    ffn_devices: int = Field(ge=1, le=MAX_DEVICES_PER_INSTANCE, description="FFN (expert) devices of one instance")
+    instances: int = Field(default=1, ge=1, le=MAX_DEVICES_PER_INSTANCE)
+    micro_batches: int = Field(
+        default=2,
+        ge=1,
+        le=AFD_MAX_MICRO_BATCHES,
+        description="micro-batches that ping-pong between the attention and the FFN side (1: none)",
+    )
+    link: str = Field(
+        default="auto",
+        min_length=1,
+        description="the machine's link level that carries the per-layer activations between the two sides "
+        "(a level name of the hardware file, or its first word: hccs, ub, roce, ...); auto: the level the "
+        "instance's devices span, FFN devices first then attention devices",
+    )
+    attention: AttentionLayout = Field(description="attention layout over the attention devices")
+    dense_ffn: ParallelLayout | None = Field(
+        default=None, description="dense FFN layout over the devices of the side it runs on (default: DP)"
+    )
+    dense_ffn_on: Literal["ffn", "attention"] = "ffn"
+    moe: MoELayout | None = Field(default=None, description="experts over the FFN devices")
+    shared_expert: SharedExpertLayout = SharedExpertLayout()
+    shared_expert_on: Literal["ffn", "attention"] = "ffn"
+    lm_head: ParallelLayout | None = Field(
+        default=None, description="embedding and LM head over the attention devices (default: DP)"
+    )
+    concurrency_per_device: int = Field(ge=1, le=10_000_000, description="sequences in flight per attention device")
+    mtp_tokens: int = Field(
+        default=0, ge=0, le=4, description="MTP draft tokens (the MTP module runs on the attention side)"
+    )
+    prefill_batch_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000_000,
+        description="the instances also prefill: tokens of one prefill forward between decode steps "
+        "(unset: decode only)",
+    )
+
+    @model_validator(mode="after")
+    def _micro_batches_fit(self) -> AfdPlan:
+        if self.micro_batches > self.concurrency_per_device:
+            raise ValueError(
+                f"micro_batches ({self.micro_batches}) cannot exceed concurrency_per_device "
+                f"({self.concurrency_per_device}): each micro-batch needs a sequence per attention device"
+            )
+        if self.shared_expert_on == "attention" and self.shared_expert.placement == "dedicated":
+            raise ValueError(
+                "shared_expert_on: attention runs the shared expert on every attention device; "
+                "drop shared_expert.placement: dedicated (dedicated devices are FFN-side devices)"
+            )
+        return self
+
+    @property
+    def devices(self) -> int:
+        """Devices of one instance (both sides)."""
+        return self.attention_devices + self.ffn_devices
+
+    @property
+    def total_devices(self) -> int:
+        """Devices of all instances."""
+        return self.devices * self.instances
+
+    @property
+    def dense_side_devices(self) -> int:
+        """Devices of the side the dense FFN layers run on."""
+        return self.attention_devices if self.dense_ffn_on == "attention" else self.ffn_devices
+
+    @property
+    def dense_layout(self) -> ParallelLayout:
+        """Dense FFN layout; pure data parallel over its side when the plan leaves it out."""
+        return self.dense_ffn or ParallelLayout(dp=self.dense_side_devices, tp=1)
+
+    @property
+    def lm_head_layout(self) -> ParallelLayout:
+        """Embedding and LM head layout; pure data parallel over the attention devices when left out."""
+        return self.lm_head or ParallelLayout(dp=self.attention_devices, tp=1)
+
+    @property
+    def ffn_per_attention(self) -> float:
+        """Attention devices per FFN device (each FFN device serves this many attention devices)."""
+        return self.attention_devices / self.ffn_devices
+
+    def short(self) -> str:
+        """Compact form for tables: 64A16F mb2."""
+        return f"{self.attention_devices}A{self.ffn_devices}F mb{self.micro_batches}"
+
+
 def migrate_plan_document(data: Any) -> tuple[Any, list[str]]:
     """A plan document in the current format, and notes on what was changed to get there.
 
@@ -334,6 +445,11 @@ class Plan(Strict):
         default=None,
         description="prefill and decode take turns on the same instances (instead of 'decode'/'prefill')",
     )
+    afd: AfdPlan | None = Field(
+        default=None,
+        description="attention-FFN disaggregated decode instances (instead of 'decode'; with 'prefill' "
+        "or alone, or prefilling too with afd.prefill_batch_tokens)",
+    )
     hbm_utilization: float = Field(
         default=0.9,
         gt=0,
@@ -344,6 +460,11 @@ class Plan(Strict):
     )
     rank: int | None = Field(default=None, ge=1, description="position in a ranked export")
     predicted: dict[str, Any] | None = Field(default=None, description="filled in by evaluate/plan; ignored on input")
+
+    @property
+    def is_afd(self) -> bool:
+        """True when the decode instances are attention-FFN disaggregated (an `afd` section)."""
+        return self.afd is not None
 
     @property
     def is_colocated(self) -> bool:
@@ -365,7 +486,7 @@ class Plan(Strict):
         """Devices of the whole deployment (colocated instances count once)."""
         if self.colocated is not None:
             return self.colocated.total_devices
-        return sum(p.total_devices for p in (self.decode, self.prefill) if p is not None)
+        return sum(p.total_devices for p in (self.decode, self.prefill, self.afd) if p is not None)
 
     @model_validator(mode="before")
     @classmethod
@@ -375,6 +496,18 @@ class Plan(Strict):
 
     @model_validator(mode="after")
     def _has_a_phase(self) -> Plan:
+        if self.afd is not None:
+            if self.decode is not None or self.colocated is not None:
+                raise ValueError(
+                    "an AFD plan's decode instances are its 'afd' section: remove the 'decode'/'colocated' section "
+                    "(or remove 'afd')"
+                )
+            if self.afd.prefill_batch_tokens is not None and self.prefill is not None:
+                raise ValueError(
+                    "afd.prefill_batch_tokens makes the AFD instances prefill their own requests: remove the "
+                    "'prefill' section, or drop afd.prefill_batch_tokens to feed them from prefill instances"
+                )
+            return self
         if self.colocated is not None:
             if self.decode is not None or self.prefill is not None:
                 raise ValueError(
@@ -383,7 +516,9 @@ class Plan(Strict):
                 )
             return self
         if self.decode is None and self.prefill is None:
-            raise ValueError("a plan needs a 'decode' or a 'prefill' section (or both), or a 'colocated' section")
+            raise ValueError(
+                "a plan needs a 'decode' or a 'prefill' section (or both), a 'colocated' section or an 'afd' section"
+            )
         return self
 
 
@@ -473,6 +608,134 @@ def check_phase(phase_name: str, phase: PhasePlan, model: ModelSpec, hw: Hardwar
         )
 
 
+def _level_short(name: str) -> str:
+    """A link level's first word, lower case: 'HCCS (server)' -> 'hccs'."""
+    return name.split()[0].lower() if name.split() else name.lower()
+
+
+def afd_auto_link_level(hw: HardwareSpec, section: AfdPlan) -> int:
+    """Index of the outermost link level an AFD instance's attention-FFN pairs cross.
+
+    The instance's devices are laid out contiguously, FFN devices first, then attention devices
+    (the afd-plugin's recipes put the FFN ranks on their own node: recipe/npu/CAMP2pAFDConnector/
+    deepseek_v3_2/README.md), and attention device i sends to FFN device floor(i F / A).
+    """
+    import numpy as np
+
+    a, f = section.attention_devices, section.ffn_devices
+    att_pos = f + np.arange(a)
+    ffn_pos = (np.arange(a) * f) // a
+    sizes = hw.group_sizes(section.devices)
+    for index, size in enumerate(sizes):
+        if np.all(att_pos // size == ffn_pos // size):
+            return index
+    return len(sizes) - 1
+
+
+def afd_link_level(hw: HardwareSpec, section: AfdPlan, field: str = "afd.link") -> int:
+    """Index of the link level that carries an AFD instance's activations (BadInputError if it cannot)."""
+    auto = afd_auto_link_level(hw, section)
+    want = section.link.strip()
+    if want.lower() == "auto":
+        return auto
+    names = [lvl.name for lvl in hw.levels]
+    exact = [i for i, n in enumerate(names) if n.lower() == want.lower()]
+    short = [i for i, n in enumerate(names) if _level_short(n) == want.lower()]
+    choices = ", ".join(f"'{n}'" for n in names)
+    if exact:
+        index = exact[0]
+    elif len(short) == 1:
+        index = short[0]
+    elif len(short) > 1:
+        raise BadInputError(
+            f"{field}: '{want}' names {len(short)} levels of {hw.name} ({', '.join(repr(names[i]) for i in short)}); "
+            "give the full level name, or auto."
+        )
+    else:
+        raise BadInputError(f"{field}: {hw.name} has no link level '{want}'; choose auto or one of {choices}.")
+    if index < auto:
+        raise BadInputError(
+            f"{field}: '{names[index]}' cannot carry this instance's activations: its {section.ffn_devices} FFN and "
+            f"{section.attention_devices} attention devices ({section.devices}) span {hw.name}'s "
+            f"'{names[auto]}' level; use auto or a level at least that wide."
+        )
+    return index
+
+
+def check_afd(section: AfdPlan, model: ModelSpec, hw: HardwareSpec, field: str = "afd") -> None:
+    """The rules of an AFD section that need the model and the machine; raises BadInputError."""
+    a, f = section.attention_devices, section.ffn_devices
+    if hw.max_devices is not None and section.devices > hw.max_devices:
+        raise BadInputError(
+            f"{field}: attention_devices + ffn_devices = {a} + {f} = {section.devices} exceeds the "
+            f"{hw.max_devices} devices one {hw.name} instance can span; use at most {hw.max_devices}."
+        )
+    if model.moe is None:
+        raise BadInputError(
+            f"{field}: model '{model.name}' has no experts; attention-FFN disaggregation moves the experts to their "
+            "own devices, so plan it with a 'decode' section."
+        )
+    att = section.attention
+    _tiles(f"{field}.attention", att, a)
+    if att.pre is not None:
+        _tiles(f"{field}.attention.pre", att.pre, a)
+    if att.post is not None:
+        _tiles(f"{field}.attention.post", att.post, a)
+    heads = model.attention_tp_divisor()
+    heads_what = "attention heads" if heads == model.attention.num_heads else "attention head groups"
+    for label, lay in (("", att), (".pre", att.pre_layout), (".post", att.post_layout)):
+        _divides(f"{field}.attention{label}", lay.tp, heads, heads_what)
+    _tiles(f"{field}.lm_head", section.lm_head_layout, a)
+    if model.num_dense_layers:
+        _tiles(
+            f"{field}.dense_ffn (on the {section.dense_ffn_on} side)", section.dense_layout, section.dense_side_devices
+        )
+        _divides(
+            f"{field}.dense_ffn", section.dense_layout.tp, model.dense_intermediate_size, "dense intermediate size"
+        )
+    elif section.dense_ffn is not None:
+        raise BadInputError(f"{field}.dense_ffn: model '{model.name}' has no dense FFN layers; remove it.")
+    moe = section.moe
+    if moe is None:
+        raise BadInputError(
+            f"{field}.moe is missing: the FFN devices hold the routed experts; add "
+            f"moe: {{ep: {f}, slots_per_device: {-(-model.moe.routed_experts // f)}, comm: alltoall}}."
+        )
+    shared = section.shared_expert
+    if shared.placement == "dedicated" and model.moe.shared_experts == 0:
+        raise BadInputError(
+            f"{field}.shared_expert: model '{model.name}' has no shared expert; use placement: replicated."
+        )
+    if section.shared_expert_on == "attention" and model.moe.shared_experts == 0:
+        raise BadInputError(f"{field}.shared_expert_on: model '{model.name}' has no shared expert; remove it.")
+    if moe.ep + shared.dedicated_devices != f:
+        raise BadInputError(
+            f"{field}.moe: ep ({moe.ep}) + dedicated shared-expert devices ({shared.dedicated_devices}) = "
+            f"{moe.ep + shared.dedicated_devices} does not tile the instance's {f} FFN devices; "
+            f"make them add up to {f}."
+        )
+    experts = model.moe.routed_experts
+    slots = moe.ep * moe.slots_per_device
+    if slots < experts:
+        need = -(-experts // moe.ep)
+        raise BadInputError(
+            f"{field}.moe: the {f} FFN devices hold ep x slots_per_device = "
+            f"{moe.ep} x {moe.slots_per_device} = {slots} "
+            f"expert slots, {experts - slots} short of the model's {experts} routed experts; use slots_per_device >= "
+            f"{need} (or more FFN devices)."
+        )
+    if moe.slots_per_device > experts:
+        raise BadInputError(
+            f"{field}.moe: slots_per_device = {moe.slots_per_device} exceeds the model's {experts} routed experts; "
+            "a device holds each expert at most once."
+        )
+    if section.mtp_tokens and model.mtp_layers == 0:
+        raise BadInputError(
+            f"{field}.mtp_tokens = {section.mtp_tokens}: model '{model.name}' has no MTP layers; set mtp_tokens: 0."
+        )
+    afd_link_level(hw, section, f"{field}.link")
+
+
 def check_plan(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> None:
     """Every rule of a plan that needs the model and the machine; raises BadInputError."""
     w = plan.workload
@@ -483,9 +746,11 @@ def check_plan(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> None:
             f"{what} = {context} tokens exceeds the model's context of {model.max_context_tokens} tokens; "
             "shorten the workload."
         )
+    if plan.afd is not None:
+        check_afd(plan.afd, model, hw)
     if plan.colocated is not None:
         check_phase("colocated", plan.colocated, model, hw)
-    elif plan.prefill is not None:
+    if plan.prefill is not None:
         check_phase("prefill", plan.prefill, model, hw)
     decode = plan.decode_phase
     if decode is not None:

@@ -47,7 +47,7 @@ Reliability = Literal["controlled", "production", "claim"]
 Compare = Literal["static", "simulated"]
 Counted = Literal["die", "card", "node", "gpu", "deployment", "request", "step", "forward"]
 TrafficMode = Literal["steady", "closed", "open", "unknown"]
-ExpertCondition = Literal["engine", "in_distribution", "balanced"]
+ExpertCondition = Literal["engine", "in_distribution", "balanced", "forced"]
 SUFFIXES = (".yaml", ".yml")
 
 
@@ -133,7 +133,12 @@ class ValidationRow(Strict):
     experts: ExpertCondition = Field(
         default="engine",
         description="engine: the engine's own placement; in_distribution: placed from the served distribution "
-        "itself (no drift between windows); balanced: perfect balance (simulated or forced)",
+        "itself (no drift between windows); balanced: perfect balance (simulated or forced); forced: the "
+        "router's choices replaced by a deterministic cycle over forced_experts_per_device experts per device "
+        "(every device at the mean load, no sampling spread, only those experts' weights read)",
+    )
+    forced_experts_per_device: int | None = Field(
+        default=None, ge=1, description="experts: forced: how many experts of each device the cycle uses"
     )
     deployment: str = Field(
         default="",
@@ -147,6 +152,12 @@ class ValidationRow(Strict):
     excluded: str = Field(default="", description="why the whole row cannot be used")
     figures: list[Figure] = Field(min_length=1)
     note: str = ""
+
+    @model_validator(mode="after")
+    def _forced_names_its_experts(self) -> ValidationRow:
+        if (self.experts == "forced") != (self.forced_experts_per_device is not None):
+            raise ValueError(f"row '{self.id}': experts: forced goes with forced_experts_per_device (and only it does)")
+        return self
 
     @model_validator(mode="after")
     def _usable_rows_have_plans(self) -> ValidationRow:

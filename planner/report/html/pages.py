@@ -27,7 +27,7 @@ from planner.report.html.sureness import BandRow, Fidelity, bands, fidelity_for
 from planner.report.plan_report import cards_of, headline
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
-from planner.specs.plan import SLO, Plan, Workload
+from planner.specs.plan import SLO, AfdPlan, Plan, Workload
 
 if TYPE_CHECKING:
     import numpy as np
@@ -219,17 +219,22 @@ def instances_text(plan: Plan, hw: HardwareSpec, prefill_hw: HardwareSpec | None
         ("colocated", plan.colocated, hw),
         ("prefill", plan.prefill, prefill_hw or hw),
         ("decode", plan.decode, hw),
+        ("AFD decode", plan.afd, hw),
     ):
         if section is None:
             continue
         n = section.instances
-        parts.append(f"{n} {role} instance{'s' if n != 1 else ''} of {machine.cards(section.devices):g} cards")
+        what = f"{machine.cards(section.devices):g} cards"
+        if isinstance(section, AfdPlan):
+            what += f" ({section.attention_devices} attention + {section.ffn_devices} FFN devices)"
+        parts.append(f"{n} {role} instance{'s' if n != 1 else ''} of {what}")
     return " and ".join(parts)
 
 
 def headline_label(plan: Plan) -> str:
     """What the headline figure counts: output tokens per card, or input tokens for prefill alone."""
-    return "output tokens/s per card" if plan.decode_phase is not None else "input tokens/s per card"
+    decodes = plan.decode_phase is not None or plan.afd is not None
+    return "output tokens/s per card" if decodes else "input tokens/s per card"
 
 
 def answer_sentence(plan: Plan, hw: HardwareSpec, prefill_hw: HardwareSpec | None = None) -> str:
@@ -250,7 +255,8 @@ def answer_sentence(plan: Plan, hw: HardwareSpec, prefill_hw: HardwareSpec | Non
     if row.ttft_ms.value is not None:
         figures.append(f"TTFT {row.ttft_ms.text} ms")
     single = len(row.sections) == 1 and row.sections[0].instances == 1
-    verb = ("serve" if plan.decode_phase is not None else "process") + ("s" if single else "")
+    decodes = plan.decode_phase is not None or plan.afd is not None
+    verb = ("serve" if decodes else "process") + ("s" if single else "")
     text += f" {verb} " + ", ".join(figures)
     if not row.fits:
         text += "; it overflows HBM"

@@ -14,10 +14,10 @@ from typing import Any
 
 from planner.ranking.compare import pd_cards, plan_choices
 from planner.ranking.robust import headline_band
-from planner.report.plan_report import GIB, cards_of, compact_layouts, headline
+from planner.report.plan_report import GIB, cards_of, compact_afd, compact_layouts, headline
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
-from planner.specs.plan import AttentionLayout, PhasePlan, Plan
+from planner.specs.plan import AfdPlan, AttentionLayout, PhasePlan, Plan
 
 COMM_NAMES = {"allgather": "AllGather + ReduceScatter", "alltoall": "All2All"}
 
@@ -56,7 +56,7 @@ def attention_text(att: AttentionLayout) -> str:
     return f"{att.pre_layout.short()} before the core, {core} core, {att.post_layout.short()} output projection"
 
 
-def module_layouts(phase: PhasePlan, routed_experts: int | None) -> list[tuple[str, str]]:
+def module_layouts(phase: PhasePlan | AfdPlan, routed_experts: int | None) -> list[tuple[str, str]]:
     """(module, layout) for every module of an instance, in full."""
     rows = [("attention", attention_text(phase.attention))]
     if phase.dense_ffn is not None:
@@ -73,6 +73,33 @@ def module_layouts(phase: PhasePlan, routed_experts: int | None) -> list[tuple[s
             rows.append(("shared expert", f"{shared.devices} dedicated devices"))
     rows.append(("LM head", phase.lm_head_layout.short()))
     return rows
+
+
+def afd_layouts(afd: AfdPlan, routed_experts: int | None) -> list[tuple[str, str]]:
+    """(module and side, layout) of an AFD instance: attention and LM head on the attention
+    devices, experts on the FFN devices, the dense FFN and the shared expert where the plan puts them."""
+    side = {
+        "attention": "attention",
+        "LM head": "attention",
+        "experts": "ffn",
+        "dense FFN": afd.dense_ffn_on,
+        "shared expert": afd.shared_expert_on,
+    }
+    names = {"attention": f"{afd.attention_devices} attention devices", "ffn": f"{afd.ffn_devices} FFN devices"}
+    return [(f"{m} ({names[side.get(m, 'ffn')]})", text) for m, text in module_layouts(afd, routed_experts)]
+
+
+def afd_settings(plan: Plan) -> str:
+    """Concurrency, MTP, micro-batches and link of an AFD instance."""
+    a = plan.afd
+    if a is None:
+        return ""
+    link = _p(plan, "afd", "link") or a.link
+    text = f"{a.concurrency_per_device} sequences per attention device, MTP {a.mtp_tokens}"
+    text += f", {a.micro_batches} micro-batches ping-ponging over {link}"
+    if a.prefill_batch_tokens is not None:
+        text += f"; prefills {a.prefill_batch_tokens:,} tokens per forward between decode steps"
+    return text
 
 
 def decode_settings(plan: Plan) -> str:
@@ -102,6 +129,8 @@ def compact_code(plan: Plan) -> str:
     """The terminal's compact form of the plan (decode, then prefill), for readers who know it."""
     d, p = plan.decode_phase, plan.prefill_phase
     parts = []
+    if plan.afd is not None:
+        parts.append("AFD " + compact_afd(plan.afd))
     if d is not None:
         code = f"{compact_layouts(d)} B{d.concurrency_per_device} MTP{d.mtp_tokens}"
         parts.append(code + (f" mb{d.micro_batches}" if d.micro_batches > 1 else ""))
@@ -147,6 +176,18 @@ def plan_sections(
                 p_hw.cards(p.devices),
                 module_layouts(p, routed),
                 [prefill_settings(plan)],
+            )
+        )
+    if plan.afd is not None:
+        a = plan.afd
+        out.append(
+            Section(
+                "AFD decode",
+                a.instances,
+                a.devices,
+                hw.cards(a.devices),
+                afd_layouts(a, routed),
+                [afd_settings(plan)],
             )
         )
     if plan.decode is not None:
@@ -218,18 +259,17 @@ def plan_row(plan: Plan, hw: HardwareSpec, model: ModelSpec | None, prefill_hw: 
     """The table's row of one plan."""
     colocated = plan.is_colocated
     head_band = headline_band_of(plan)
-    tpot_block = "colocated" if colocated else "decode"
+    decoding = "afd" if plan.afd is not None else "decode"
+    tpot_block = "colocated" if colocated else decoding
     ttft_block = "colocated" if colocated else "prefill"
-    blocks = ("colocated",) if colocated else ("decode", "prefill")
+    blocks = ("colocated",) if colocated else (decoding, "prefill")
     frees = [x for x in (_p(plan, b, "hbm_free_bytes") for b in blocks) if x is not None]
+    if plan.afd is not None and _p(plan, "afd", "ffn_hbm_free_bytes") is not None:
+        frees.append(_p(plan, "afd", "ffn_hbm_free_bytes"))
     fits = all(_p(plan, b, "fits_hbm") is not False for b in blocks)
-    meets = [
-        _p(plan, b, k)
-        for b in (("colocated",) if colocated else ("decode", "prefill"))
-        for k in ("meets_tpot_slo", "meets_ttft_slo", "meets_itl_slo")
-    ]
+    meets = [_p(plan, b, k) for b in blocks for k in ("meets_tpot_slo", "meets_ttft_slo", "meets_itl_slo")]
     known = [m for m in meets if m is not None]
-    itl = _p(plan, "colocated", "longest_decode_pause_ms") if colocated else _p(plan, "decode", "step_ms")
+    itl = _p(plan, "colocated", "longest_decode_pause_ms") if colocated else _p(plan, decoding, "step_ms")
     return PlanRow(
         rank=plan.rank,
         cards=cards_of(plan, hw),
@@ -260,8 +300,12 @@ def headline_band_of(plan: Plan) -> tuple[float | None, float | None]:
 def _variant_key(plan: Plan, hw: HardwareSpec) -> tuple[Any, ...]:
     d, p = plan.decode_phase, plan.prefill_phase
     chunk = plan.colocated.chunk_tokens if plan.colocated is not None else None
+    a = plan.afd
     return (
         plan.is_colocated,
+        None
+        if a is None
+        else (a.attention_devices, a.ffn_devices, a.concurrency_per_device, a.mtp_tokens, a.micro_batches),
         f"{cards_of(plan, hw):g}",
         pd_cards(plan, hw),
         None if d is None else (d.concurrency_per_device, d.mtp_tokens, d.micro_batches),

@@ -90,8 +90,13 @@ def engines_line(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> str:
 
     experts = model.moe.routed_experts if model.moe is not None else None
     verdicts = []
-    for engine, problems in engines_that_run(plan, hw, experts, model.num_dense_layers > 0).items():
-        label = load_profile(engine).label
+    for engine, problems in engines_that_run(
+        plan, hw, experts, model.num_dense_layers > 0, model.architectures
+    ).items():
+        profile = load_profile(engine)
+        label = profile.label
+        if plan.afd is not None and profile.capabilities.afd is not None:
+            label += f" + {profile.capabilities.afd.via.split(' (')[0]}"
         if problems:
             more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
             verdicts.append(f"{label}: no, {problems[0].split(':')[0]}{more}")

@@ -183,7 +183,13 @@ def _prediction(plan: Plan, role: str) -> dict[str, Any]:
 def memory_fraction(plan: Plan, role: str, exclude: tuple[str, ...], profile: EngineProfile, flag: str) -> float:
     """The fraction of HBM an engine may take for everything but `exclude` (the runtime reserve is
     always left out), rounded down to thousandths; refused when the plan's own use would not fit."""
-    block = _prediction(plan, role)
+    return memory_fraction_of(_prediction(plan, role), role, exclude, profile, flag)
+
+
+def memory_fraction_of(
+    block: dict[str, Any], role: str, exclude: tuple[str, ...], profile: EngineProfile, flag: str
+) -> float:
+    """`memory_fraction` of one block of HBM figures (a prediction block, or one side of an AFD instance)."""
     # the engine's fraction is of the device's whole HBM; the plan may fill hbm_utilization of it
     # (--hbm-utilization), runtime reserve included, so the engine gets that share less the reserve
     cap = float(block["hbm_capacity_bytes"])
@@ -237,9 +243,16 @@ def check_runnable(plan: Plan, model: ModelSpec, hw: HardwareSpec, engine: str) 
     """The engine's profile; BadInputError listing every plan field the engine cannot run."""
     profile = load_profile(engine)
     experts = model.moe.routed_experts if model.moe is not None else None
-    problems = plan_problems(plan, hw, engine, experts, model.num_dense_layers > 0)
+    problems = plan_problems(plan, hw, engine, experts, model.num_dense_layers > 0, model.architectures)
     if problems:
         raise BadInputError(f"--emit {engine}: {profile.label} cannot run this plan: " + " | ".join(problems))
+    afd = profile.capabilities.afd
+    if plan.afd is not None and afd is not None and not afd.launch_documented:
+        raise BadInputError(
+            f"--emit {engine}: {profile.label}'s attention-FFN disaggregation ({afd.via}) documents no launch "
+            "(no recipe or guide says how to start its attention and FFN servers), so moeplan writes none; start "
+            "it by hand from the plan, or emit a non-AFD plan."
+        )
     return profile
 
 

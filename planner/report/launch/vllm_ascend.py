@@ -68,6 +68,10 @@ def build(
     plan: Plan, model: ModelSpec, hw: HardwareSpec, final_dir: Path, loads: np.ndarray | None
 ) -> tuple[Export, int]:
     """The vLLM-Ascend export of `plan` (files, processes); refuses what the release cannot run."""
+    if plan.afd is not None:
+        from planner.report.launch.afd_plugin import build_afd
+
+        return build_afd(plan, model, hw, final_dir, loads)
     profile = check_runnable(plan, model, hw, ENGINE)
     view = plan_view(plan)
     slots = allocate(view, hw)

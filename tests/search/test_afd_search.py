@@ -1,0 +1,61 @@
+"""AFD in the one search: `--structure` picks the structures, the best AFD plan is the same
+whether AFD is searched alone or beside colocated and PD, and AFD plans round-trip through
+evaluate."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import run_cli
+
+# a small instance (DeepSeek-V2-Lite on A3, 16 cards): the search takes about a second
+SMALL = ("--hardware", "a3", "--model", "deepseek-v2-lite", "--max-cards", "16")
+
+
+def _plans(*args: str) -> list[dict]:
+    r = run_cli("plan", "--json", "-", *SMALL, *args)
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output)["plans"]
+
+
+@pytest.fixture(scope="module")
+def afd_only() -> list[dict]:
+    return _plans("--structure", "afd", "--top", "3")
+
+
+def test_structure_afd_returns_afd_decode_instances_fed_by_prefill_instances(afd_only):
+    for plan in afd_only:
+        assert "afd" in plan and "decode" not in plan and "prefill" in plan
+        a = plan["afd"]
+        assert a["attention_devices"] >= 1 and a["ffn_devices"] >= 1 and 1 <= a["micro_batches"] <= 4
+        pred = plan["predicted"]
+        assert pred["afd"]["fits_hbm"] and pred["afd"]["tpot_ms"] <= plan["slo"]["tpot_ms"]
+        assert pred["system"]["cards"] <= 16
+    values = [p["predicted"]["system"]["output_tokens_per_s_per_card"] for p in afd_only]
+    assert values == sorted(values, reverse=True)
+
+
+def test_structure_pd_has_no_afd_and_no_colocated_plan():
+    for plan in _plans("--structure", "pd", "--top", "3"):
+        assert "afd" not in plan and "colocated" not in plan and "decode" in plan
+
+
+def test_the_best_afd_plan_is_the_same_searched_alone_or_beside_the_others(afd_only):
+    r = run_cli("plan", *SMALL, "--top", "1")
+    assert r.exit_code == 0, r.output
+    best_alone = afd_only[0]["predicted"]["system"]["output_tokens_per_s_per_card"]
+    rows = [line for line in r.output.splitlines() if line.startswith("│ best AFD")]
+    assert len(rows) == 1, r.output
+    assert f"{best_alone:.1f}" in rows[0]
+    top = _plans("--top", "1")[0]["predicted"]["system"]["output_tokens_per_s_per_card"]
+    assert top >= best_alone
+
+
+def test_an_afd_plan_evaluates_to_what_the_search_predicted(afd_only, tmp_path):
+    f = tmp_path / "afd.json"
+    f.write_text(json.dumps(afd_only[0]))
+    r = run_cli("evaluate", str(f), "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["predicted"]["afd"] == afd_only[0]["predicted"]["afd"]
