@@ -63,32 +63,40 @@ class PhaseCandidate:
         return (self.devices, self.option_index, self.k, self.micro_batches, -self.x)
 
 
-def undominated(arrays: list[np.ndarray]) -> np.ndarray:
+def undominated(arrays: list[np.ndarray], groups: np.ndarray | None = None) -> np.ndarray:
     """Indices of the options (axis 0) that no other option beats or ties in every array
     everywhere (time and HBM alike); of identical options the first is kept. Pruning them is
-    exact: a dominated option never makes a configuration better."""
+    exact: a dominated option never makes a configuration better. With `groups` (one label per
+    option) an option is pruned only by one of its own group, so a search restricted to some
+    groups afterwards (say, experts over another device count) stays exact too."""
     n = arrays[0].shape[0]
     flat = np.concatenate([a.reshape(n, -1) for a in arrays], axis=1)
     keep = []
     for i in range(n):
-        le = np.all(flat <= flat[i], axis=1)
-        eq = np.all(flat == flat[i], axis=1)
+        same = np.ones(n, dtype=bool) if groups is None else groups == groups[i]
+        le = np.all(flat <= flat[i], axis=1) & same
+        eq = np.all(flat == flat[i], axis=1) & same
         dominated = np.any(le & ~eq) or np.any(eq[:i])
         if not dominated:
             keep.append(i)
     return np.array(keep, dtype=np.int64)
 
 
-def _pruned(ints: IntTables, names: tuple[str, ...], t: PhaseTables | None = None) -> dict[str, np.ndarray]:
+def _pruned(
+    ints: IntTables, names: tuple[str, ...], t: PhaseTables | None = None, ep_of: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
     """Per module, the option indices that survive dominance over the given tables (all of them
     when an engine restricts which combinations may run: a dominating option may be one the
-    engine cannot combine, so pruning would not be exact)."""
+    engine cannot combine, so pruning would not be exact). Expert options are pruned only by
+    options over the same device count (`ep_of`, from the tables' options): the alternatives
+    search for another EP (`ep_not`) then finds its best exactly."""
     if t is not None and t.options.combo_ok is not None:
         return {mod: np.arange(ints.hbm_mib[mod].shape[0]) for mod in MODULES}
     if t is not None:  # the same for every SLO: kept with the tables
         from planner.candidates.table_store import derived
 
-        return derived(t, ("undominated", names), lambda: _pruned(ints, names))
+        eps = np.array([o.moe.ep for o in t.options.moe]) if t.options.moe else None
+        return derived(t, ("undominated_within_ep", names), lambda: _pruned(ints, names, ep_of=eps))
     tables = {
         "time": ints.time_us,
         "comm": ints.comm_us,
@@ -102,7 +110,8 @@ def _pruned(ints: IntTables, names: tuple[str, ...], t: PhaseTables | None = Non
     for mod in MODULES:
         arrays = [tables[n][mod] for n in names]
         arrays = [a for a in arrays if a.shape[0] == ints.hbm_mib[mod].shape[0]]
-        out[mod] = undominated(arrays)
+        groups = ep_of if mod == "moe" and ep_of is not None and ep_of.size == arrays[0].shape[0] else None
+        out[mod] = undominated(arrays, groups)
     return out
 
 
@@ -339,7 +348,7 @@ def _decode_bound(t: PhaseTables, ints: IntTables, overlap_factor: int) -> tuple
         return scores
 
     kept = _pruned(ints, _dominance_tables(t, ints), t)
-    return derived(t, ("decode_bound", overlap_factor), compute), kept
+    return derived(t, ("decode_bound_within_ep", overlap_factor), compute), kept
 
 
 def _dominance_tables(t: PhaseTables, ints: IntTables) -> tuple[str, ...]:
@@ -583,7 +592,7 @@ def _prefill_bound(
             best.append(np.where(hbm <= ints.hbm_capacity_mib, xs / np.maximum(forward, 1), -1.0).max(axis=-1))
         return engine_mask(np.stack(best), t, kept, micro=True)
 
-    return derived(t, ("prefill_bound", layers, efficiency), compute), kept
+    return derived(t, ("prefill_bound_within_ep", layers, efficiency), compute), kept
 
 
 def prefill_candidates(

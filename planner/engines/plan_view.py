@@ -55,6 +55,9 @@ def plan_view(plan: Plan) -> PlanView:
 def decode_slots(plan: Plan) -> int:
     """Sequences the plan keeps in flight: every decode slot of every instance (a prefill-only plan:
     the prompts of one forward per instance). The concurrency its benchmark runs at."""
+    if plan.afd is not None:  # sequences sit on the attention devices
+        a = plan.afd
+        return a.concurrency_per_device * a.attention_devices * a.instances
     view = plan_view(plan)
     if view.colocated is not None:
         c = view.colocated

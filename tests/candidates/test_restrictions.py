@@ -92,7 +92,9 @@ def test_instance_sizes_skip_only_what_the_rule_names():
 
 def test_mtp_depths_are_two_by_default_and_the_flag_reaches_deeper():
     default = run_cli("plan", "--phase", "decode", "--max-cards", "32", "--top", "1", "--json", "-")
-    deeper = run_cli("plan", "--phase", "decode", "--max-cards", "32", "--top", "1", "--mtp", "3", "--json", "-")
+    deeper = run_cli(
+        "plan", "--phase", "decode", "--max-cards", "32", "--top", "1", "--mtp", "3", "--engine", "none", "--json", "-"
+    )
     assert default.exit_code == 0 and deeper.exit_code == 0, default.output + deeper.output
     assert json.loads(default.output)["plans"][0]["decode"]["mtp_tokens"] <= 2
     assert json.loads(deeper.output)["plans"][0]["decode"]["mtp_tokens"] == 3

@@ -140,7 +140,7 @@ def test_cli_flag_switches_the_capability_off():
 
     from tests.conftest import run_cli
 
-    base = ("plan", "--phase", "decode", "--decode-devices", "32", "--top", "3", "--json", "-")
+    base = ("plan", "--phase", "decode", "--decode-devices", "32", "--top", "3", "--engine", "none", "--json", "-")
     on, off = run_cli(*base), run_cli(*base, "--no-decode-microbatch")
     assert on.exit_code == 0 and off.exit_code == 0, (on.output, off.output)
     mbs_on = {p["decode"].get("micro_batches", 1) for p in json.loads(on.output)["plans"]}

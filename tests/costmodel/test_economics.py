@@ -73,7 +73,7 @@ def test_mixed_hardware_prices_each_phase_on_its_machine(tmp_path):
     plan["prefill"] = yaml.safe_load((PLANS / "a2-p.yaml").read_text())["prefill"]
     path = tmp_path / "mixed.yaml"
     path.write_text(yaml.safe_dump(plan))
-    r = run_cli("evaluate", str(path), "--json")
+    r = run_cli("evaluate", str(path), "--json", "-")
     assert r.exit_code == 0, r.output
     e = json.loads(r.output)["predicted"]["economics"]
     decode_cards = plan["decode"]["devices"] / 2

@@ -21,7 +21,7 @@ def test_an_afd_plan_reads_as_attention_and_ffn_devices(tmp_path):
     doc = json.loads(embedded_json(text, str(page), "plan"))
     again = tmp_path / "again.json"
     again.write_text(json.dumps(doc["plans"][0]))
-    r2 = run_cli("evaluate", str(again), "--json")
+    r2 = run_cli("evaluate", str(again), "--json", "-")
     assert r2.exit_code == 0, r2.output
     assert json.loads(r2.output)["predicted"]["afd"] == doc["plans"][0]["predicted"]["afd"]
 
@@ -29,7 +29,7 @@ def test_an_afd_plan_reads_as_attention_and_ffn_devices(tmp_path):
 def test_the_rows_take_tpot_and_headroom_from_the_afd_block():
     plan, _ = load_plan(str(PLANS / "afd-a3-example.yaml"))
     hw, model = load_hardware(plan.hardware), load_model(plan.model)
-    r = run_cli("evaluate", str(PLANS / "afd-a3-example.yaml"), "--json")
+    r = run_cli("evaluate", str(PLANS / "afd-a3-example.yaml"), "--json", "-")
     scored = plan.model_copy(update={"predicted": json.loads(r.output)["predicted"]})
     row = plan_row(scored, hw, model)
     afd = scored.predicted["afd"]

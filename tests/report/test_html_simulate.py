@@ -81,8 +81,8 @@ def _read(path: Path) -> _Text:
 
 
 def test_evaluate_reads_the_simulated_plan_back_from_the_page(simulate_report):
-    from_page = run_cli("evaluate", str(simulate_report.html), "--json")
-    from_file = run_cli("evaluate", str(SMALL_PLAN), "--json")
+    from_page = run_cli("evaluate", str(simulate_report.html), "--json", "-")
+    from_file = run_cli("evaluate", str(SMALL_PLAN), "--json", "-")
     assert from_page.exit_code == 0 and from_file.exit_code == 0, from_page.output
     assert json.loads(from_page.output) == json.loads(from_file.output)
     doc = json.loads(embedded_json(simulate_report.html.read_text(encoding="utf-8"), "run.html", "plan"))

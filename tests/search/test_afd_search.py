@@ -56,6 +56,6 @@ def test_the_best_afd_plan_is_the_same_searched_alone_or_beside_the_others(afd_o
 def test_an_afd_plan_evaluates_to_what_the_search_predicted(afd_only, tmp_path):
     f = tmp_path / "afd.json"
     f.write_text(json.dumps(afd_only[0]))
-    r = run_cli("evaluate", str(f), "--json")
+    r = run_cli("evaluate", str(f), "--json", "-")
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["predicted"]["afd"] == afd_only[0]["predicted"]["afd"]

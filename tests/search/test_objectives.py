@@ -21,8 +21,9 @@ def _plan(*args: str) -> dict:
 
 def _shape(plan: dict) -> tuple:
     return tuple(
-        (plan[phase]["instances"], plan[phase]["devices"], plan[phase].get("concurrency_per_device"))
-        for phase in ("prefill", "decode")
+        (phase, plan[phase].get("instances"), plan[phase].get("devices"), plan[phase].get("concurrency_per_device"))
+        for phase in ("prefill", "decode", "colocated", "afd")
+        if phase in plan
     )
 
 
