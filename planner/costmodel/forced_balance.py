@@ -6,7 +6,7 @@ EP rank (vllm-project/afd-plugin, recipe/npu/CAMP2pAFDConnector/deepseek_v3_2/RE
 "Important configuration"): every device gets exactly the mean load every step (no skew, no
 sampling spread), and only those experts' weights are read. It is a property of the measurement,
 not of real traffic: only rows that ran so use it (`forced_balance_experts_per_device` in
-plans/published.yaml).
+validation/ (the measured rows, docs/validation.md)).
 """
 
 from __future__ import annotations
