@@ -594,11 +594,8 @@ def plan_page_html(
     from planner.report.html import PlanPage, plan_html
     from planner.report.launch import engines_line
 
-    # the page folds a plan's variants under it itself: it gets them right after their row
-    flat = [p for leader, more in zip(outcome.plans, outcome.variants or [[]] * len(outcome.plans), strict=False)
-            for p in (leader, *more)]  # fmt: skip
     page = PlanPage(
-        outcome=dataclasses.replace(outcome, plans=flat),
+        outcome=outcome,
         command=command,
         plans_json=document,
         verdict=verdict_line(outcome),

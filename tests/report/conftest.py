@@ -26,10 +26,11 @@ class Report:
 
 @pytest.fixture(scope="session")
 def default_report(tmp_path_factory) -> Report:
-    """`moeplan plan --engine none` (the free search) with its outputs: DeepSeek-V3 on 48 A2 cards."""
+    """`moeplan plan --engine none --no-colocated` (the free search, disaggregated plans: prefill and decode
+    instances to draw) with its outputs: DeepSeek-V3 on 48 A2 cards."""
     folder = tmp_path_factory.mktemp("report")
     html, doc = folder / "plan.html", folder / "plan.json"
-    result = run_cli("plan", "--engine", "none", "--json", str(doc), "--html", str(html))
+    result = run_cli("plan", "--engine", "none", "--no-colocated", "--json", str(doc), "--html", str(html))
     assert result.exit_code == 0, result.output
     return Report(html, doc)
 

@@ -86,9 +86,9 @@ def test_the_cluster_has_one_cell_per_device_in_its_instance_colour(seen, plans)
     assert len({next(iter(f)) for f in by_instance.values()}) == len(by_instance)  # ... each its own
 
 
-def test_the_table_rows_are_the_plans_of_plan_json(seen, plans):
+def test_the_table_rows_are_the_plans_of_plan_json(seen, plans, default_report):
     rows = seen.page.eval_on_selector_all(
-        "#plans-table tr.plan",
+        "#plans-table tr.plan:not(.variant)",
         """trs => trs.map(tr => ({
             rank: tr.cells[0].innerText.trim(),
             cards: tr.cells[1].innerText.trim(),
@@ -107,9 +107,11 @@ def test_the_table_rows_are_the_plans_of_plan_json(seen, plans):
         for phase in (plan.decode, plan.prefill):
             assert f"dense FFN: {phase.dense_layout.short()}" in row["layouts"]
             assert f"LM head: {phase.lm_head_layout.short()}" in row["layouts"]
-    # variants are folded: only the first plan of each group shows until its box is ticked
+    # variants (the search's own folding: `variants` in plan --json) show only once a box is ticked
     groups = seen.page.locator("#plans-table tbody.group").count()
-    assert groups < len(plans) and sum(r["shown"] for r in rows) == groups
+    assert groups == len(plans) and all(r["shown"] for r in rows)
+    folded = sum(len(p.get("variants", [])) for p in json.loads(default_report.json.read_text())["plans"])
+    assert folded > 0 and seen.page.locator("#plans-table tr.plan.variant").count() == folded
     box = seen.page.locator("#plans-table input.fold").first
     box.check()
     shown = seen.page.eval_on_selector_all(
@@ -158,7 +160,7 @@ def test_without_javascript_the_page_reads_the_same(browser, default_report, pla
     try:
         page = s.page
         assert page.locator("#plans-table th button").count() == 0  # no sort buttons ...
-        assert page.locator("#plans-table tr.plan").count() == len(plans)  # ... the rest is there
+        assert page.locator("#plans-table tr.plan:not(.variant)").count() == len(plans)  # ... the rest is there
         assert page.locator("svg.cluster g.device[data-role=decode]").count() == plans[0].decode.total_devices
         for section in ("question", "cluster", "experts", "time", "sure", "reproduce"):
             assert page.locator(f"#{section}").is_visible()

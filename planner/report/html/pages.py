@@ -460,7 +460,7 @@ def plan_html(page: PlanPage) -> str:
     ctx["answer"] = "Best plan (rank 1): " + answer_sentence(best, hw, prefill_hw)
     ctx["tiles"] = tiles(best, hw, prefill_hw)
     ctx["headline_label"] = headline_label(best)
-    ctx["groups"] = grouped_rows(outcome.plans, hw, model, prefill_hw)
+    ctx["groups"] = grouped_rows(outcome.plans, hw, model, prefill_hw, outcome.variants or None)
     ctx["alternatives"] = _alternatives(outcome, hw)
     ctx["lines"] = [page.verdict, *([page.space] if page.space else []), page.why, page.engines]
     ctx["lines"] += [f"note: {n}" for n in page.notes]

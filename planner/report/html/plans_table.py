@@ -315,9 +315,27 @@ def _variant_key(plan: Plan, hw: HardwareSpec) -> tuple[Any, ...]:
 
 
 def grouped_rows(
-    plans: list[Plan], hw: HardwareSpec, model: ModelSpec | None, prefill_hw: HardwareSpec | None = None
+    plans: list[Plan],
+    hw: HardwareSpec,
+    model: ModelSpec | None,
+    prefill_hw: HardwareSpec | None = None,
+    variants: list[list[Plan]] | None = None,
 ) -> list[RowGroup]:
-    """The plans as rows, consecutive variants folded under the first of them."""
+    """The plans as rows with their variants folded under them: `variants` (per plan, the search's own
+    folding, planner.ranking.rows) where the search gave them, else consecutive plans that differ only
+    in the dense FFN or LM head layout."""
+    if variants is not None:
+        out = []
+        for plan, more in zip(plans, variants, strict=True):
+            lead = plan_choices(plan, hw, model)
+            rows = []
+            for v in more:
+                row = plan_row(v, hw, model, prefill_hw)
+                this = plan_choices(v, hw, model)
+                row.differs = [k for k in this if this[k] != lead.get(k)]
+                rows.append(row)
+            out.append(RowGroup(plan_row(plan, hw, model, prefill_hw), rows))
+        return out
     groups: list[RowGroup] = []
     leaders: list[Plan] = []
     for plan in plans:

@@ -3,7 +3,7 @@
 Nothing here recomputes a figure its own way: bands are the prediction's (`planner.costmodel.uncertainty`
 through `planner.report.uncertainty_report.band_rows`), the lead of rank 1 is the terminal's
 (`planner.ranking.robust.lead_verdict`, passed in as its lines), and the fidelity rows are
-`planner.costmodel.fidelity.fidelity_report` over the rows of validation/ (the measured rows, docs/validation.md) that run on
+`planner.costmodel.fidelity.fidelity_report` over the rows of validation/ (docs/validation.md) that run on
 the plan's machine, printed by `planner.report.fidelity_report` (each machine's factors are
 fitted on its own rows, so the subset gives the same figures as `moeplan fidelity`).
 """
@@ -126,7 +126,7 @@ def _store(path: Path, data: dict[str, object]) -> None:
 
 
 def fidelity_for(hw: HardwareSpec) -> Fidelity:
-    """The rows of validation/ (the measured rows, docs/validation.md) that run on a machine named like `hw`, with their errors."""
+    """The rows of validation/ that run on a machine named like `hw`, with their errors."""
     from planner.errors import BadInputError
     from planner.specs.catalog import load_hardware
 
