@@ -200,7 +200,7 @@ BLOCKS: dict[str, Block] = {
     "plan": Block(("plan",), _until("Best plan (rank 1) in detail")),
     # README "Size a cluster for a request rate": the fewest cards that serve 20 requests/s
     "plan-rate": Block(
-        ("plan", "--rate", "20", "--max-cards", "256", "--top", "2"), _until("Best plan (rank 1) in detail")
+        ("plan", "--rate", "20", "--max-cards", "256", "--top", "1"), _until("Best plan (rank 1) in detail")
     ),
     # docs/evaluate.md: `moeplan evaluate plans/a2-d70.yaml`, every table
     "evaluate-a2-d70": Block(("evaluate", "plans/a2-d70.yaml")),
