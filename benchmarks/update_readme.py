@@ -72,6 +72,8 @@ def _between(first: str, marker: str) -> Callable[[str], str]:
         start = next((i for i, line in enumerate(lines) if line.startswith(first)), 0)
         return _until(marker)("\n".join(lines[start:]) + "\n")
 
+    return cut
+
 
 def _rows_of(prefix: str) -> Callable[[str], str]:
     """A Markdown table's header and the rows whose first cell starts with `prefix`."""
