@@ -80,7 +80,8 @@ def _rows_of(prefix: str) -> Callable[[str], str]:
 
     def cut(text: str) -> str:
         lines = text.splitlines()
-        keep = lines[:2] + [line for line in lines[2:] if line.startswith(f"| {prefix}")]
+        head = next(i for i, line in enumerate(lines) if line.startswith("| "))  # the summary lines come first
+        keep = lines[head : head + 2] + [line for line in lines[head + 2 :] if line.startswith(f"| {prefix}")]
         return "\n".join(keep) + "\n"
 
     return cut
