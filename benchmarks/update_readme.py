@@ -2,6 +2,7 @@
 
     python benchmarks/update_readme.py           # rewrite the marked blocks of README.md
     python benchmarks/update_readme.py --check   # exit 1 (and show a diff) if README.md has drifted
+    python benchmarks/update_readme.py --only plan,plan-rate   # only these blocks (with or without --check)
 
 Every example of moeplan's output in README.md sits between two marker lines:
 
@@ -36,7 +37,13 @@ REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
 # every Markdown file with marked blocks (the README and the docs that show real output)
 DOCS = tuple(
-    [README, *(REPO / "docs" / name for name in ("whatif.md", "simulate.md", "fidelity.md", "search.md", "afd.md"))]
+    [
+        README,
+        *(
+            REPO / "docs" / name
+            for name in ("whatif.md", "simulate.md", "fidelity.md", "search.md", "afd.md", "evaluate.md", "model.md")
+        ),
+    ]
 )
 BEGIN = re.compile(r"^<!-- moeplan-output: (?P<name>[\w.-]+) -->$")
 END = "<!-- /moeplan-output -->"
@@ -65,13 +72,16 @@ def _between(first: str, marker: str) -> Callable[[str], str]:
         start = next((i for i, line in enumerate(lines) if line.startswith(first)), 0)
         return _until(marker)("\n".join(lines[start:]) + "\n")
 
+    return cut
+
 
 def _rows_of(prefix: str) -> Callable[[str], str]:
     """A Markdown table's header and the rows whose first cell starts with `prefix`."""
 
     def cut(text: str) -> str:
         lines = text.splitlines()
-        keep = lines[:2] + [line for line in lines[2:] if line.startswith(f"| {prefix}")]
+        head = next(i for i, line in enumerate(lines) if line.startswith("| "))  # the summary lines come first
+        keep = lines[head : head + 2] + [line for line in lines[head + 2 :] if line.startswith(f"| {prefix}")]
         return "\n".join(keep) + "\n"
 
     return cut
@@ -191,9 +201,15 @@ SIMULATED_PLAN = "docs/examples/plan-a2-48-cards.yaml"
 BLOCKS: dict[str, Block] = {
     # `moeplan plan` with no flags: the ranked table, the status and the why line
     "plan": Block(("plan",), _until("Best plan (rank 1) in detail")),
-    # `moeplan evaluate plans/a2-d70.yaml`: every table
+    # README "Size a cluster for a request rate": the fewest cards that serve 20 requests/s
+    "plan-rate": Block(
+        ("plan", "--rate", "20", "--max-cards", "256", "--top", "1"), _until("Best plan (rank 1) in detail")
+    ),
+    # docs/evaluate.md: `moeplan evaluate plans/a2-d70.yaml`, every table
     "evaluate-a2-d70": Block(("evaluate", "plans/a2-d70.yaml")),
-    # `moeplan fidelity --markdown`: the README's fidelity table (the static figures)
+    # README "How sure are the figures": the summary lines above the fidelity table
+    "fidelity-summary": Block(("fidelity", "--markdown"), _until("| row"), fenced=False),
+    # `moeplan fidelity --markdown`: docs/fidelity.md's table (the static figures)
     "fidelity": Block(("fidelity", "--markdown"), _until("| simulated run"), fenced=False),
     # docs/search.md: the verdict and the named limits of the space, deepseek-v2-lite on 8 A2 cards
     "explain-space-v2-lite": Block(
@@ -324,13 +340,16 @@ def normalized(text: str) -> str:
     return WALL_TIME.sub("<time> s", text)
 
 
-def update(path: Path, check: bool) -> bool:
-    """Rewrite (or with `check`, compare) the marked blocks of one file; True when it had drifted."""
+def update(path: Path, check: bool, only: frozenset[str] | None = None) -> bool:
+    """Rewrite (or with `check`, compare) the marked blocks of one file (with `only`, those named
+    there alone); True when it had drifted."""
     text = path.read_text(encoding="utf-8")
     present = blocks_of(text)
     unknown = sorted(set(present) - set(BLOCKS))
     if unknown:
         raise SystemExit(f"{path.name}: unknown blocks {unknown}; add them to BLOCKS")
+    if only is not None:
+        present = {name: body for name, body in present.items() if name in only}
     fresh = {name: render(name) for name in present}
     drifted = [n for n in present if normalized(present[n]) != normalized(fresh[n])]
     if check:
@@ -351,10 +370,25 @@ def update(path: Path, check: bool) -> bool:
     return bool(drifted)
 
 
+def _only(argv: list[str]) -> frozenset[str] | None:
+    """The block names given with `--only NAME[,NAME...]` (None without it: every block)."""
+    if "--only" not in argv:
+        return None
+    i = argv.index("--only")
+    if i + 1 >= len(argv):
+        raise SystemExit("--only: give block names, e.g. --only plan,plan-rate")
+    names = frozenset(n for n in argv[i + 1].split(",") if n)
+    unknown = sorted(names - set(BLOCKS))
+    if unknown:
+        raise SystemExit(f"--only: unknown blocks {unknown}; known: {', '.join(BLOCKS)}")
+    return names
+
+
 def main(argv: list[str]) -> int:
     check = "--check" in argv
-    drifted = [update(path, check) for path in DOCS if path.is_file()]
-    if not check:
+    only = _only(argv)
+    drifted = [update(path, check, only) for path in DOCS if path.is_file()]
+    if not check and only is None:
         for picture, args in PICTURES.items():
             run(args)
             print(f"{picture}: redrawn")
