@@ -654,6 +654,12 @@ def engine_lines(outcome: SearchOutcome) -> list[str]:
     return [f"--engine {mode}: only plans {load_profile(mode).label} runs"]
 
 
+def economics_asked(request: PlanRequest) -> bool:
+    """Whether the tables show cost and energy columns: when the ranking is by them or a price was given
+    (the figures are in every plan's `predicted.economics` and its detail table either way)."""
+    return request.objective in ("cost", "energy") or bool(request.prices)
+
+
 def print_outcome(outcome: SearchOutcome, show_variants: bool = False, explain_space: bool = False) -> None:
     """The ranked table, the status line, and the best plan in detail."""
     req = outcome.request
@@ -661,7 +667,8 @@ def print_outcome(outcome: SearchOutcome, show_variants: bool = False, explain_s
 
     runs_on = outcome.runs_on if outcome.engine_mode == AUTO else None
     shown = outcome.variants if show_variants else None
-    console.print(ranked_table(outcome.plans, outcome.hw, title_of(outcome), runs_on, shown))
+    econ = economics_asked(outcome.request)
+    console.print(ranked_table(outcome.plans, outcome.hw, title_of(outcome), runs_on, shown, economics=econ))
     console.print(ORDER_RULE_RATE if req.rate_per_s is not None else ORDER_RULE)
     folded = sum(len(v) for v in outcome.variants)
     if folded and not show_variants:
@@ -677,7 +684,11 @@ def print_outcome(outcome: SearchOutcome, show_variants: bool = False, explain_s
         )
     if outcome.alternatives:
         by_cards = req.rate_per_s is not None
-        console.print(alternatives_table(outcome.alternatives, outcome.plans[0], outcome.hw, by_cards))
+        console.print(
+            alternatives_table(
+                outcome.alternatives, outcome.plans[0], outcome.hw, by_cards, economics_asked(outcome.request)
+            )
+        )
         afd = afd_line(outcome.alternatives, outcome.plans[0])
         if afd:
             console.print(afd)

@@ -100,6 +100,7 @@ def ranked_table(
     title: str,
     runs_on: list[dict[str, list[str]]] | None = None,
     variants: list[list[Plan]] | None = None,
+    economics: bool = True,
 ) -> Table:
     """One row per plan: cards, P:D, layouts, concurrency, TPOT, TTFT, tokens/s per card, headroom;
     with `runs_on` (per plan: engine -> what it cannot run), the engines that run it; with
@@ -127,7 +128,7 @@ def ranked_table(
     table.add_column("P:D cards", no_wrap=True)
     table.add_column("decode", overflow="fold")
     table.add_column("prefill", overflow="fold")
-    table.add_column("TPOT ms", justify="right")
+    table.add_column("TPOT ms", justify="right", overflow="fold")
     table.add_column("TTFT ms", justify="right")
     table.add_column("ITL max ms", justify="right")
     table.add_column("tok/s/card", justify="right")
@@ -135,7 +136,7 @@ def ranked_table(
     if banded:
         caption += "\n(low-high) under TPOT and tok/s/card: the band, every factor at the slow / fast end of its range"
         table.caption = caption
-    econ = economics_columns(plans)
+    econ = economics_columns(plans) if economics else []
     for name, _ in econ:
         table.add_column(name, justify="right")
     if econ:
@@ -321,7 +322,9 @@ def space_table(space: list[Any]) -> Table:
     return table
 
 
-def alternatives_table(alternatives: list[Any], best: Plan, hw: HardwareSpec, by_cards: bool = False) -> Table:
+def alternatives_table(
+    alternatives: list[Any], best: Plan, hw: HardwareSpec, by_cards: bool = False, economics: bool = True
+) -> Table:
     """The best plan of each other structure (label, plan, rank) and its price against rank 1: in
     tokens/s per card, or with a target rate (`by_cards`) in cards."""
     table = Table(
@@ -337,7 +340,7 @@ def alternatives_table(alternatives: list[Any], best: Plan, hw: HardwareSpec, by
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     table.add_column("tok/s/card", justify="right")
     table.add_column("price", justify="right")
-    econ = economics_columns([best, *(a.plan for a in alternatives if a.plan is not None)])
+    econ = economics_columns([best, *(a.plan for a in alternatives if a.plan is not None)]) if economics else []
     for name, _ in econ:
         table.add_column(name, justify="right")
     top = headline(best)
