@@ -120,7 +120,23 @@ def test_the_cost_model_uses_the_matching_peak():
 
 def test_planning_on_announced_hardware_warns_and_says_so_in_json(tmp_path):
     out = tmp_path / "p.json"
-    r = run_cli("plan", "--hardware", "atlas950", "--quantization", "fp8", "--max-cards", "64", "--json", str(out))
+    r = run_cli(
+        "plan",
+        "--hardware",
+        "atlas950",
+        "--quantization",
+        "fp8",
+        "--max-cards",
+        "64",
+        "--structure",
+        "pd",
+        "--top",
+        "1",
+        "--engine",
+        "none",
+        "--json",
+        str(out),
+    )
     assert r.exit_code == 0, r.output
     assert "warning" in r.output and "vendor claims" in r.output
     doc = json.loads(out.read_text())
@@ -132,7 +148,7 @@ def test_planning_on_announced_hardware_warns_and_says_so_in_json(tmp_path):
     r = run_cli("evaluate", str(single))
     assert r.exit_code == 0 and "vendor claims" in r.output
     # shipping machines carry no announced note (A3 carries its known decode miss, validation/)
-    r = run_cli("plan", "--hardware", "a3", "--max-cards", "64", "--json", "-")
+    r = run_cli("plan", "--hardware", "a3", "--max-cards", "64", "--top", "1", "--engine", "none", "--json", "-")
     assert r.exit_code == 0
     assert all(n.startswith("known miss: on a3") for n in json.loads(r.output).get("notes", []))
 
