@@ -32,3 +32,17 @@ def test_a_shipped_plan_passes_its_check_or_says_why_it_is_kept(path: Path):
         assert "--check:" in r.output
     else:
         assert r.exit_code == 0, r.output
+
+
+def test_every_shipped_plan_file_is_in_the_current_schema():
+    """No shipped plan loads through the version-1 migration (its note would greet every user of it)."""
+    import yaml
+
+    from planner.specs.plan import PLAN_SCHEMA_VERSION
+
+    files = sorted((REPO / "plans").glob("*.yaml")) + sorted((REPO / "docs" / "examples").rglob("*.yaml"))
+    plans = [(p, yaml.safe_load(p.read_text())) for p in files]
+    plans = [(p, d) for p, d in plans if isinstance(d, dict) and "model" in d and "hardware" in d]
+    assert len(plans) > 50
+    old = [p.name for p, d in plans if d.get("schema_version") != PLAN_SCHEMA_VERSION]
+    assert old == []
