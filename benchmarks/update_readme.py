@@ -243,6 +243,8 @@ BLOCKS: dict[str, Block] = {
     # docs/afd.md: two machines priced per card-hour, ranked by tokens per card and by cost
     "plan-two-machines-per-card": Block(PRICED_TWO_MACHINES, _until("P:D cards:")),
     "plan-two-machines-cost": Block((*PRICED_TWO_MACHINES, "--objective", "cost"), _until("P:D cards:")),
+    # README: the simulated run's latency percentiles beside the static figures
+    "simulate-a2-48-latency": Block(("simulate", SIMULATED_PLAN), _span("latency, ms", "└")),
     # docs/simulate.md: the default plan served at the rate it claims, from empty (simulate's defaults)
     "simulate-a2-48": Block(("simulate", SIMULATED_PLAN)),
     # docs/simulate.md: the same plan in a closed loop past its seats: the steady state against the static model
