@@ -48,3 +48,13 @@ def test_the_script_rewrites_only_the_marked_blocks():
     assert script.blocks_of(readme) == {"x": "old\n"}
     assert script.rewritten(readme, {"x": "new\n"}) == readme.replace("old", "new")
     assert script.normalized("OPTIMAL; 10 solves, 0.35 s.") == script.normalized("OPTIMAL; 10 solves, 1.20 s.")
+
+
+def test_the_readme_is_for_users():
+    """Under 350 lines, and no development log: the history is in CHANGELOG.md (issue 22)."""
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) < 350
+    assert "simulate-a2-48-latency" in text and "docs/simulate-a2-48.png" in text  # one simulated run
+    for word in ("issue 1", "issue 2", "commit ", "helper", "merge "):
+        assert word not in text.lower(), word
+    assert (REPO / "CHANGELOG.md").is_file()
