@@ -173,11 +173,16 @@ class Choice:
 def sort_key(dep: Deployment, objective: Objective, order: int) -> tuple:
     """Sort key of a deployment, best first (`order`: position among equals). Among equals: more
     throughput, then less weight, then candidate order, as the CP-SAT model breaks ties."""
+    return counts_key(dep.rate_milli, dep.weight, objective, order)
+
+
+def counts_key(rate_milli: int, weight: int, objective: Objective, order: int) -> tuple:
+    """`sort_key` of a deployment of this rate and weight (before the deployment is built)."""
     if objective.kind == "target":
-        return (dep.weight, -dep.rate_milli, order)
+        return (weight, -rate_milli, order)
     if objective.kind == "total":
-        return (-dep.rate_milli, dep.weight, order)
-    return (-Fraction(dep.rate_milli, max(dep.weight, 1)), -dep.rate_milli, dep.weight, order)
+        return (-rate_milli, weight, order)
+    return (-Fraction(rate_milli, max(weight, 1)), -rate_milli, weight, order)
 
 
 def decode_rate_milli(c: PhaseCandidate, output_tokens: int) -> int:

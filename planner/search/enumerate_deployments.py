@@ -23,8 +23,12 @@ from planner.candidates.afd_candidates import AfdCandidate
 from planner.candidates.colocated_candidates import ColocatedCandidate
 from planner.candidates.phase_candidates import PhaseCandidate
 from planner.search.budget import Budget, role_offers
-from planner.search.deployment import Choice, Deployment, Objective, Offer, Role, Structure, sort_key
-from planner.search.instance_counts import best_counts, target_counts
+from planner.search.deployment import Choice, Deployment, Objective, Offer, Role, Structure, counts_key, sort_key
+from planner.search.instance_counts import Counts, best_counts, pairs_best_counts, target_counts
+
+# pairs counted at once (numpy) between two checks of the k-th best; doubled up to the cap as the
+# visit goes on (the first pairs usually settle the k-th best)
+FIRST_CHUNK, MAX_CHUNK = 64, 8192
 
 
 def rank_deployments(
@@ -36,27 +40,34 @@ def rank_deployments(
     exclude: frozenset[Choice] = frozenset(),
 ) -> list[Deployment]:
     """The k best distinct deployments (different choices), best first."""
-    found: list[tuple[tuple, Deployment]] = []
-    keys: list[tuple] = []  # sorted
+    found: list[tuple[tuple, Deployment]] = []  # the k best so far, sorted by key (keys are unique)
     order = 0
+    worst = -1.0  # the ratio objective: the k-th best's requests/s per weight, once k are found
 
-    def offer(structure: Structure, picks: tuple[int, ...]) -> None:
-        nonlocal order
-        if Choice(structure.name, picks) in exclude:
-            return
-        got = best_counts(tuple(offers[r][p] for r, p in zip(structure.roles, picks, strict=True)), budget, objective)
-        if got is None:
+    def keep(key: tuple, structure: Structure, picks: tuple[int, ...], got: Counts) -> None:
+        nonlocal worst
+        if len(found) >= k and key >= found[-1][0]:
             return
         dep = Deployment(structure, picks, got.counts, got.rate_milli, got.devices, got.weight)
-        key = sort_key(dep, objective, order)
-        found.append((key, dep))
-        bisect.insort(keys, key)
+        bisect.insort(found, (key, dep))
+        del found[k:]
+        if objective.kind == "ratio" and len(found) >= k:
+            worst = float(-found[-1][0][0])
+
+    def offer(structure: Structure, picks: tuple[int, ...], got: Counts | None) -> None:
+        nonlocal order
+        if Choice(structure.name, picks) in exclude or got is None:
+            return
+        # (a ratio clearly below the k-th best cannot enter: its exact key is not needed)
+        if got.rate_milli / max(got.weight, 1) >= worst * (1 - 1e-9):
+            keep(counts_key(got.rate_milli, got.weight, objective, order), structure, picks, got)
         order += 1
 
     for s in structures:
         if len(s.roles) == 1:
-            for i in range(len(offers.get(s.roles[0], []))):
-                offer(s, (i,))
+            role_offers_ = offers.get(s.roles[0], [])
+            for i in range(len(role_offers_)):
+                offer(s, (i,), best_counts((role_offers_[i],), budget, objective))
     for s in structures:
         if len(s.roles) != 2:
             continue
@@ -79,17 +90,28 @@ def rank_deployments(
         order_a = np.lexsort((j_a, i_a, wa[i_a, 0] + wb[0, j_a], -bound_a[i_a, j_a]))
         if objective.kind == "target":
             order = _target_pairs(s, a, b, budget, objective, k, exclude, i_a[order_a], j_a[order_a], order, found)
-            keys = sorted(f[0] for f in found)
             continue
-        for pos in order_a:
-            i, j = int(i_a[pos]), int(j_a[pos])
-            # (the bound is a ratio: with --objective total every pair is counted)
-            kth = float(-keys[k - 1][0]) if objective.kind == "ratio" and len(keys) >= k else 0.0
-            if float(bound_a[i, j]) * (1 + 1e-12) < kth:
-                break  # no pair left can enter the top k
-            offer(s, (i, j))
-    found.sort(key=lambda f: f[0])
-    return [dep for _, dep in found[:k]]
+        # Pairs in bound order, a chunk at a time: the visit stops at the first pair whose bound is
+        # below the k-th best found (no pair after it can enter the top k). Pairs of a chunk past
+        # that point (the k-th best rose within the chunk) are counted too; they cannot enter the
+        # top k either (each is at most its bound), so the result is the pair-by-pair visit's.
+        start, size = 0, FIRST_CHUNK
+        while start < order_a.size:
+            chunk = order_a[start : start + size]
+            ii, jj = i_a[chunk], j_a[chunk]
+            stop = False
+            if objective.kind == "ratio" and len(found) >= k:  # (with --objective total every pair counts)
+                kth = float(-found[k - 1][0][0])
+                below = np.flatnonzero(bound_a[ii, jj] * (1 + 1e-12) < kth)
+                if below.size:
+                    ii, jj, stop = ii[: below[0]], jj[: below[0]], True
+            for q, got in enumerate(pairs_best_counts(a, b, ii, jj, budget, objective)):
+                offer(s, (int(ii[q]), int(jj[q])), got)
+            if stop:
+                break
+            start += size
+            size = min(2 * size, MAX_CHUNK)
+    return [dep for _, dep in found]
 
 
 def _target_pairs(
@@ -106,7 +128,8 @@ def _target_pairs(
     found: list[tuple[tuple, Deployment]],
 ) -> int:
     """With a target rate every pair is counted (planner.search.instance_counts.target_counts, all
-    at once), in the visit order `i_v`, `j_v`; the k least-weight pairs join `found`. Returns the
+    at once), in the visit order `i_v`, `j_v`; the k least-weight pairs join `found` (sorted, the
+    k best kept). Returns the
     order counter after them (as if each pair that fits had been offered in turn)."""
     assert objective.target_rate_milli is not None
     t = target_counts(a, b, budget, objective.target_rate_milli)
@@ -121,7 +144,8 @@ def _target_pairs(
         dep = Deployment(
             s, (i, j), (int(t.n[i, j]), int(t.m[i, j])), int(rate[q]), int(t.devices[i, j]), int(weight[q])
         )
-        found.append((sort_key(dep, objective, int(orders[q])), dep))
+        bisect.insort(found, (sort_key(dep, objective, int(orders[q])), dep))
+    del found[k:]
     return order + int(i_v.size)
 
 

@@ -112,6 +112,82 @@ def _two_roles(a: Offer, b: Offer, budget: Budget, objective: Objective) -> Coun
     return Counts((n_v, m_v), rate_v, n_v * a.devices + m_v * b.devices, -neg_weight)
 
 
+def pairs_best_counts(
+    a: list[Offer], b: list[Offer], ia: np.ndarray, jb: np.ndarray, budget: Budget, objective: Objective
+) -> list[Counts | None]:
+    """`best_counts` of the pairs (a[ia[q]], b[jb[q]]) at once, for the ratio and total objectives:
+    the same counts, to the tie (exact integer comparisons; first of equals in `_two_roles`' visiting
+    order). A pair whose exact comparison would not fit in 64-bit integers is counted by `_two_roles`."""
+    assert objective.kind in ("ratio", "total")
+    out: list[Counts | None] = [None] * len(ia)
+    if len(ia) == 0:
+        return out
+    caps = len(budget.limits)
+    lim = np.array(budget.limits, dtype=np.int64)
+    ua_all = np.array([o.uses for o in a], dtype=np.int64).reshape(len(a), caps)
+    ub_all = np.array([o.uses for o in b], dtype=np.int64).reshape(len(b), caps)
+    ra = np.array([o.rate_milli for o in a], dtype=np.int64)[ia]
+    rb = np.array([o.rate_milli for o in b], dtype=np.int64)[jb]
+    wa = np.array([o.weight for o in a], dtype=np.int64)[ia]
+    wb = np.array([o.weight for o in b], dtype=np.int64)[jb]
+    u, v = ua_all[ia], ub_all[jb]  # [P, caps]
+    # n_max as `_two_roles`: every n that leaves room for one instance of b under every cap
+    blocked = ((u == 0) & (v > lim)).any(axis=1)
+    room = np.where(u > 0, (lim - v) // np.maximum(u, 1), np.iinfo(np.int64).max)
+    n_max = np.where((u > 0).any(axis=1), room.min(axis=1), 0)
+    live = (ra > 0) & (rb > 0) & ~blocked & (n_max >= 1)
+    if not live.any():
+        return out
+    width = int(n_max[live].max())
+    n = np.arange(1, width + 1, dtype=np.int64)[None, :]  # [1, N]
+    in_range = n <= n_max[:, None]
+    m_room = np.full((len(ia), width), np.iinfo(np.int64).max // 4, dtype=np.int64)
+    for c in range(caps):
+        has = v[:, c] > 0
+        m_room = np.where(
+            has[:, None], np.minimum(m_room, (lim[c] - n * u[:, c : c + 1]) // np.maximum(v[:, c : c + 1], 1)), m_room
+        )
+    m_lo = np.maximum(1, (n * ra[:, None]) // np.maximum(rb, 1)[:, None])  # (rb <= 0: not live)
+    m = np.stack([np.minimum(m_lo, m_room), np.minimum(m_lo + 1, m_room)], axis=1)  # [P, 2, N]
+    nn = np.broadcast_to(n[:, None, :], m.shape)
+    rate = np.minimum(nn * ra[:, None, None], m * rb[:, None, None])
+    weight = nn * wa[:, None, None] + m * wb[:, None, None]
+    ok = (m >= 1) & in_range[:, None, :] & live[:, None, None]
+    flat = (len(ia), 2 * width)
+    rate, weight, ok, mm = rate.reshape(flat), weight.reshape(flat), ok.reshape(flat), m.reshape(flat)
+    nf = nn.reshape(flat)
+    if objective.kind == "ratio":
+        if (weight[ok] <= 0).any() or int(rate.max()) * int(weight.max()) >= 2**62:
+            return [
+                _two_roles(a[i], b[j], budget, objective) if live[q] else None
+                for q, (i, j) in enumerate(zip(ia, jb, strict=True))
+            ]
+        score = np.where(ok, rate / np.maximum(weight, 1), -1.0)
+        c = score.argmax(axis=1)
+        rows = np.arange(len(ia))
+        rc, wc = rate[rows, c][:, None], weight[rows, c][:, None]
+        cross = rate * wc - rc * weight  # > 0: exactly better than the float's best
+        exact_more = ((cross > 0) & ok).any(axis=1)
+        tie = ok & (cross == 0)
+    else:
+        exact_more = np.zeros(len(ia), dtype=bool)
+        tie = ok
+    best_rate = np.where(tie, rate, -1).max(axis=1, keepdims=True)
+    tie &= rate == best_rate
+    least_weight = np.where(tie, weight, np.iinfo(np.int64).max).min(axis=1, keepdims=True)
+    tie &= weight == least_weight
+    pick = tie.argmax(axis=1)  # the first of equals: variant m_lo first, then n ascending
+    for q in np.flatnonzero(live & ok.any(axis=1)):
+        if exact_more[q]:  # (float rounding hid an exactly better count: the scalar solver decides)
+            out[q] = _two_roles(a[int(ia[q])], b[int(jb[q])], budget, objective)
+            continue
+        k = int(pick[q])
+        n_v, m_v = int(nf[q, k]), int(mm[q, k])
+        i, j = int(ia[q]), int(jb[q])
+        out[q] = Counts((n_v, m_v), int(rate[q, k]), n_v * a[i].devices + m_v * b[j].devices, int(weight[q, k]))
+    return out
+
+
 @dataclass(frozen=True)
 class PairCounts:
     """Counts of every pair (axis 0: the first role's offers, axis 1: the second's)."""
