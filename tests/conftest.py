@@ -34,6 +34,19 @@ def runner() -> CliRunner:
     return CliRunner()
 
 
+def load_script(path: Path):
+    """A benchmarks/ script imported as a module (its functions are what the docs' tests check)."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # (dataclasses look their module up there)
+    spec.loader.exec_module(module)
+    return module
+
+
 def run_cli(*args: str):
     """Run `moeplan ARGS` in-process; returns typer's Result (exit_code, output, exception)."""
     return CliRunner().invoke(app, list(args))

@@ -4,12 +4,9 @@ and the summary under the table is recomputed from its rows."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, load_script
 
 SCRIPT = REPO / "benchmarks" / "afd_when.py"
 DOC = REPO / "docs" / "afd.md"
@@ -20,12 +17,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("afd_when", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # (dataclasses look their module up there)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def test_the_table_covers_the_grid_and_its_summary_is_its_rows():

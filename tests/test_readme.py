@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, load_script
 
 SCRIPT = REPO / "benchmarks" / "update_readme.py"
 README = REPO / "README.md"
@@ -18,12 +15,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("update_readme", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # (dataclasses look their module up there)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def test_every_marked_block_matches_a_fresh_run_of_its_command():

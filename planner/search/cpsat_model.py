@@ -23,6 +23,7 @@ Any cut -- the time limit, the round cap, an interrupt -- leaves the answer unpr
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,34 +165,36 @@ class DeploymentModel:
 
     def _solve_target(self, deadline: float | None) -> tuple[Deployment | None, bool, int]:
         """The least weight that serves the target rate, then the tie-break."""
-        m = self.model
-        m.minimize(self.weight)
-        status, solver = self._run(deadline)
-        if status not in (_cp_model().OPTIMAL, _cp_model().FEASIBLE):
-            return None, status == _cp_model().INFEASIBLE, 1
-        proven = status == _cp_model().OPTIMAL
-        self._partial = self._read(solver)
-        fix = m.add(self.weight <= int(solver.value(self.weight)))
-        m.maximize(self.rate * self._tie_weight() - self._order_key())
-        status, solver = self._run(deadline)
-        m.clear_objective()
-        fix.proto.clear_linear()  # drop the temporary bound
-        if status in (_cp_model().OPTIMAL, _cp_model().FEASIBLE):
-            self._partial = self._read(solver)
-        return self._partial, proven and status == _cp_model().OPTIMAL, 2
+        self.model.minimize(self.weight)
+        return self._then_tie_break(
+            deadline,
+            lambda solver: self.weight <= int(solver.value(self.weight)),
+            lambda: self.model.maximize(self.rate * self._tie_weight() - self._order_key()),
+        )
 
     def _solve_total(self, deadline: float | None) -> tuple[Deployment | None, bool, int]:
         """The most requests/s within the budget (--objective total), then the tie-break (less
         weight, then candidate order)."""
+        self.model.maximize(self.rate)
+        return self._then_tie_break(
+            deadline,
+            lambda solver: self.rate >= int(solver.value(self.rate)),
+            lambda: self.model.minimize(self.weight * self._tie_weight() + self._order_key()),
+        )
+
+    def _then_tie_break(
+        self, deadline: float | None, hold: Callable[[Any], Any], tie_break: Callable[[], None]
+    ) -> tuple[Deployment | None, bool, int]:
+        """Solve the objective set on the model; then, with its optimum held (`hold(solver)`: the
+        constraint), solve the tie-break objective `tie_break()` sets. Proven when both solves are."""
         m = self.model
-        m.maximize(self.rate)
         status, solver = self._run(deadline)
         if status not in (_cp_model().OPTIMAL, _cp_model().FEASIBLE):
             return None, status == _cp_model().INFEASIBLE, 1
         proven = status == _cp_model().OPTIMAL
         self._partial = self._read(solver)
-        fix = m.add(self.rate >= int(solver.value(self.rate)))
-        m.minimize(self.weight * self._tie_weight() + self._order_key())
+        fix = m.add(hold(solver))
+        tie_break()
         status, solver = self._run(deadline)
         m.clear_objective()
         fix.proto.clear_linear()  # drop the temporary bound

@@ -24,7 +24,7 @@ from planner.candidates.colocated_candidates import ColocatedCandidate
 from planner.candidates.phase_candidates import PhaseCandidate
 from planner.search.budget import Budget, role_offers
 from planner.search.deployment import Choice, Deployment, Objective, Offer, Role, Structure, counts_key, sort_key
-from planner.search.instance_counts import Counts, best_counts, pairs_best_counts, target_counts
+from planner.search.instance_counts import Counts, OfferArrays, best_counts, pairs_best_counts, target_counts
 
 # pairs counted at once (numpy) between two checks of the k-th best; doubled up to the cap as the
 # visit goes on (the first pairs usually settle the k-th best)
@@ -75,15 +75,11 @@ def rank_deployments(
         if not a or not b:
             continue
         # every pair's bound at once, visited best first (then less weight, then index order)
-        ra = np.array([o.rate_milli for o in a], dtype=np.int64)[:, None]
-        wa = np.array([o.weight for o in a], dtype=np.int64)[:, None]
-        rb = np.array([o.rate_milli for o in b], dtype=np.int64)[None, :]
-        wb = np.array([o.weight for o in b], dtype=np.int64)[None, :]
+        oa, ob = OfferArrays.of(a, len(budget.limits)), OfferArrays.of(b, len(budget.limits))
+        ra, wa, rb, wb = oa.rate[:, None], oa.weight[:, None], ob.rate[None, :], ob.weight[None, :]
         usable = (ra > 0) & (rb > 0)
         for cap, lim in enumerate(budget.limits):
-            ua = np.array([o.uses[cap] for o in a], dtype=np.int64)[:, None]
-            ub = np.array([o.uses[cap] for o in b], dtype=np.int64)[None, :]
-            usable &= ua + ub <= lim
+            usable &= oa.uses[:, cap][:, None] + ob.uses[:, cap][None, :] <= lim
         with np.errstate(divide="ignore", invalid="ignore"):
             bound_a = np.where(usable, (ra * rb) / np.where(usable, wa * rb + wb * ra, 1), 0.0)
         i_a, j_a = np.nonzero(usable)
@@ -105,7 +101,7 @@ def rank_deployments(
                 below = np.flatnonzero(bound_a[ii, jj] * (1 + 1e-12) < kth)
                 if below.size:
                     ii, jj, stop = ii[: below[0]], jj[: below[0]], True
-            for q, got in enumerate(pairs_best_counts(a, b, ii, jj, budget, objective)):
+            for q, got in enumerate(pairs_best_counts(oa, ob, ii, jj, budget, objective)):
                 offer(s, (int(ii[q]), int(jj[q])), got)
             if stop:
                 break

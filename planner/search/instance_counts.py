@@ -112,25 +112,40 @@ def _two_roles(a: Offer, b: Offer, budget: Budget, objective: Objective) -> Coun
     return Counts((n_v, m_v), rate_v, n_v * a.devices + m_v * b.devices, -neg_weight)
 
 
+@dataclass(frozen=True)
+class OfferArrays:
+    """One role's offers as integer arrays (built once per ranking, read by every chunk of pairs)."""
+
+    offers: list[Offer]
+    rate: np.ndarray  # [n] thousandths of requests/s per instance
+    weight: np.ndarray  # [n]
+    uses: np.ndarray  # [n, caps]
+
+    @staticmethod
+    def of(offers: list[Offer], caps: int) -> OfferArrays:
+        return OfferArrays(
+            offers,
+            np.array([o.rate_milli for o in offers], dtype=np.int64),
+            np.array([o.weight for o in offers], dtype=np.int64),
+            np.array([o.uses for o in offers], dtype=np.int64).reshape(len(offers), caps),
+        )
+
+
 def pairs_best_counts(
-    a: list[Offer], b: list[Offer], ia: np.ndarray, jb: np.ndarray, budget: Budget, objective: Objective
+    oa: OfferArrays, ob: OfferArrays, ia: np.ndarray, jb: np.ndarray, budget: Budget, objective: Objective
 ) -> list[Counts | None]:
-    """`best_counts` of the pairs (a[ia[q]], b[jb[q]]) at once, for the ratio and total objectives:
+    """`best_counts` of the pairs (oa[ia[q]], ob[jb[q]]) at once, for the ratio and total objectives:
     the same counts, to the tie (exact integer comparisons; first of equals in `_two_roles`' visiting
     order). A pair whose exact comparison would not fit in 64-bit integers is counted by `_two_roles`."""
     assert objective.kind in ("ratio", "total")
     out: list[Counts | None] = [None] * len(ia)
     if len(ia) == 0:
         return out
+    a, b = oa.offers, ob.offers
     caps = len(budget.limits)
     lim = np.array(budget.limits, dtype=np.int64)
-    ua_all = np.array([o.uses for o in a], dtype=np.int64).reshape(len(a), caps)
-    ub_all = np.array([o.uses for o in b], dtype=np.int64).reshape(len(b), caps)
-    ra = np.array([o.rate_milli for o in a], dtype=np.int64)[ia]
-    rb = np.array([o.rate_milli for o in b], dtype=np.int64)[jb]
-    wa = np.array([o.weight for o in a], dtype=np.int64)[ia]
-    wb = np.array([o.weight for o in b], dtype=np.int64)[jb]
-    u, v = ua_all[ia], ub_all[jb]  # [P, caps]
+    ra, rb, wa, wb = oa.rate[ia], ob.rate[jb], oa.weight[ia], ob.weight[jb]
+    u, v = oa.uses[ia], ob.uses[jb]  # [P, caps]
     # n_max as `_two_roles`: every n that leaves room for one instance of b under every cap
     blocked = ((u == 0) & (v > lim)).any(axis=1)
     room = np.where(u > 0, (lim - v) // np.maximum(u, 1), np.iinfo(np.int64).max)

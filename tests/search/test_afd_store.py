@@ -3,8 +3,6 @@ through planner.candidates.table_store): a second run reads them and plans exact
 
 from __future__ import annotations
 
-import pytest
-
 from planner.candidates import table_store
 from planner.search.plan_search import TableCache, run_search
 from planner.search.request import PlanRequest
@@ -18,14 +16,6 @@ REQUEST = PlanRequest(
     afd=True,
     settings=SolverSettings(time_limit_s=30, workers=1),
 )
-
-
-@pytest.fixture
-def store_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("MOEPLAN_CACHE_DIR", str(tmp_path))
-    table_store.table_store.cache_clear()
-    yield tmp_path
-    table_store.table_store.cache_clear()
 
 
 def test_a_second_run_reads_the_afd_record_and_plans_the_same(store_dir):

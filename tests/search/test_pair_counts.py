@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from planner.search.budget import Budget
 from planner.search.deployment import DISAGGREGATED, Objective, Offer, sort_key
 from planner.search.enumerate_deployments import rank_deployments
-from planner.search.instance_counts import Counts, _two_roles, pairs_best_counts
+from planner.search.instance_counts import Counts, OfferArrays, _two_roles, pairs_best_counts
 
 
 def _offer(rate: int, devices: int, weight_per_device: int, caps: int) -> Offer:
@@ -41,7 +41,7 @@ def _budget(limit: int) -> Budget:
 def test_at_once_is_pair_by_pair(a: list[Offer], b: list[Offer], limit: int, kind: str):
     budget, objective = _budget(limit), Objective(kind)  # type: ignore[arg-type]
     ia, jb = (x.ravel() for x in np.meshgrid(np.arange(len(a)), np.arange(len(b)), indexing="ij"))
-    got = pairs_best_counts(a, b, ia, jb, budget, objective)
+    got = pairs_best_counts(OfferArrays.of(a, 1), OfferArrays.of(b, 1), ia, jb, budget, objective)
     want = [_two_roles(a[i], b[j], budget, objective) for i, j in zip(ia, jb, strict=True)]
     assert got == want
 

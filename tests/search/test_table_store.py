@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 
 import numpy as np
-import pytest
 
 from planner.candidates import table_store
 from planner.search.plan_search import TableCache, run_search
@@ -20,14 +19,6 @@ REQUEST = PlanRequest(
     workload=Workload(input_tokens=1024, output_tokens=512),
     settings=SolverSettings(time_limit_s=30, workers=1),
 )
-
-
-@pytest.fixture
-def store_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("MOEPLAN_CACHE_DIR", str(tmp_path))
-    table_store.table_store.cache_clear()
-    yield tmp_path
-    table_store.table_store.cache_clear()
 
 
 def _tables_files(folder):

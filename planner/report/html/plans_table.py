@@ -324,27 +324,26 @@ def grouped_rows(
     """The plans as rows with their variants folded under them: `variants` (per plan, the search's own
     folding, planner.ranking.rows) where the search gave them, else consecutive plans that differ only
     in the dense FFN or LM head layout."""
-    if variants is not None:
-        out = []
-        for plan, more in zip(plans, variants, strict=True):
-            lead = plan_choices(plan, hw, model)
-            rows = []
-            for v in more:
-                row = plan_row(v, hw, model, prefill_hw)
-                this = plan_choices(v, hw, model)
-                row.differs = [k for k in this if this[k] != lead.get(k)]
-                rows.append(row)
-            out.append(RowGroup(plan_row(plan, hw, model, prefill_hw), rows))
-        return out
-    groups: list[RowGroup] = []
-    leaders: list[Plan] = []
-    for plan in plans:
-        row = plan_row(plan, hw, model, prefill_hw)
-        if leaders and _variant_key(plan, hw) == _variant_key(leaders[-1], hw):
-            lead, this = plan_choices(leaders[-1], hw, model), plan_choices(plan, hw, model)
+    groups = list(zip(plans, variants, strict=True)) if variants is not None else _consecutive_variants(plans, hw)
+    out = []
+    for leader, more in groups:
+        lead = plan_choices(leader, hw, model)
+        rows = []
+        for v in more:
+            row = plan_row(v, hw, model, prefill_hw)
+            this = plan_choices(v, hw, model)
             row.differs = [k for k in this if this[k] != lead.get(k)]
-            groups[-1].variants.append(row)
-            continue
-        groups.append(RowGroup(row, []))
-        leaders.append(plan)
+            rows.append(row)
+        out.append(RowGroup(plan_row(leader, hw, model, prefill_hw), rows))
+    return out
+
+
+def _consecutive_variants(plans: list[Plan], hw: HardwareSpec) -> list[tuple[Plan, list[Plan]]]:
+    """Each plan with the consecutive plans after it that differ only in the dense FFN or LM head layout."""
+    groups: list[tuple[Plan, list[Plan]]] = []
+    for plan in plans:
+        if groups and _variant_key(plan, hw) == _variant_key(groups[-1][0], hw):
+            groups[-1][1].append(plan)
+        else:
+            groups.append((plan, []))
     return groups
