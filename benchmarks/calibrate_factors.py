@@ -140,17 +140,35 @@ def main() -> int:
         )
         if not p.groups:
             continue
-        group = p.groups[0]
+        machines = [m for g in p.groups for m in config.groups[g].machines]
         source = (
-            f"fitted on the {nrows[group]} measured rows of validation/ from group '{group}' "
-            f"({', '.join(config.groups[group].machines)}), jointly with every other group and the imbalance "
-            "parameters (benchmarks/calibrate_factors.py)"
+            f"fitted on the {sum(nrows[g] for g in p.groups)} measured rows of validation/ from group"
+            f"{'s' if len(p.groups) > 1 else ''} {', '.join(repr(g) for g in p.groups)} ({', '.join(machines)}), "
+            "jointly with every other group and the imbalance parameters (benchmarks/calibrate_factors.py)"
         )
+        after = {config.groups[g].after for g in p.groups} - {None}
+        if after:
+            source = (
+                f"fitted on the {sum(nrows[g] for g in p.groups)} measured rows of validation/ from group "
+                f"{', '.join(repr(g) for g in p.groups)} ({', '.join(machines)}), after group"
+                f" {', '.join(repr(g) for g in sorted(after))} and the imbalance parameters, whose values it holds "
+                "(benchmarks/calibrate_factors.py)"
+            )
+        blocks = {m: source for m in machines}
+        for name, g in config.groups.items():
+            if g.after in p.groups and p.factor not in g.factors:
+                taken = (
+                    f"the value of group '{g.after}', which group '{name}' ({', '.join(g.machines)}) takes: that "
+                    f"group is fitted after it, on its own rows, which do not move this value; {source}"
+                )
+                blocks.update({m: taken for m in g.machines})
         section, _, factor = p.factor.partition(".")
-        for machine in config.groups[group].machines:
+        for machine, text_source in blocks.items():
             path = catalog_dir("hardware") / f"{machine}.yaml"
             text = path.read_text(encoding="utf-8")
-            path.write_text(set_factor(text, section, factor, _block(section, factor, value, lo, hi, source, derived)))
+            path.write_text(
+                set_factor(text, section, factor, _block(section, factor, value, lo, hi, text_source, derived))
+            )
 
     imb_path = REPO / "planner" / "costmodel" / "data" / "imbalance.yaml"
     lines = [

@@ -136,10 +136,6 @@ class AfdLimits:
         )
 
 
-def _total(cost) -> np.ndarray:
-    return cost.compute_s + cost.comm_s + cost.fixed_s
-
-
 def _link(ctx: CostContext, a: int, f: int):
     from planner.specs.plan import afd_auto_link_level
 
@@ -438,7 +434,7 @@ def _ffn_side(
         for o in opts:
             shared = o.shared if shared_on == "ffn" else SharedExpertLayout()
             cost = moe_cost(ctx, f, o.moe, shared, t_f, overlap, 1.0 + ks, include_shared=shared_on == "ffn")
-            times.append(_total(cost) - hash_routed_saving(ctx, cost.router_s) / max(m.num_moe_layers, 1))
+            times.append(cost.total_s - hash_routed_saving(ctx, cost.router_s) / max(m.num_moe_layers, 1))
             parts, _ = moe_hbm(ctx, f, o.moe, shared, all_f)
             if shared_on == "attention":
                 shared_w = float(np.max(parts.pop("shared_expert_weights")))
@@ -447,7 +443,7 @@ def _ffn_side(
                 x = t_f if i_pass == 0 else seqs_f
                 per_request = 1.0 + ks if i_pass == 0 else 1.0
                 mc = moe_cost(ctx, f, o.moe, shared, x, overlap, per_request, include_shared=shared_on == "ffn")
-                passes[i_pass].append(_total(mc))
+                passes[i_pass].append(mc.total_s)
         out[shared_on] = {}
         for n, (r, _) in enumerate(grids):
             sl = slice(bounds[n], bounds[n + 1])
@@ -482,23 +478,23 @@ def _attention_side(ctx: CostContext, limits: AfdLimits, a: int) -> tuple:
     t, seqs = g.tokens, g.seqs
     kv = np.concatenate([kv_tokens_in_use(ctx, g.b[sl], k) for (mb, k), sl in g.slices.items()])
     all_tokens = g.b * (1 + g.k)
-    a_time = np.stack([_total(layers_cost(ctx, lay, t, seqs, decode=True)) / m.num_layers for lay in att_opts])
+    a_time = np.stack([layers_cost(ctx, lay, t, seqs, decode=True).total_s / m.num_layers for lay in att_opts])
     a_hbm = np.stack([sum(attention_hbm(ctx, lay, all_tokens, kv, g.b).values()) for lay in att_opts])
     lm_time = []
     for lay in lm_opts:
-        head = _total(lm_head_cost(ctx, lay, t)) + _total(embedding_cost(ctx, lay, t))
+        head = lm_head_cost(ctx, lay, t).total_s + embedding_cost(ctx, lay, t).total_s
         for i_pass in range(int(k_max)):
             # MTP passes: the first on every token, later ones on one per sequence (where k > i_pass)
             x = t if i_pass == 0 else seqs
             head = head + np.where(
-                g.k > i_pass, _total(lm_head_cost(ctx, lay, x)) + _total(embedding_cost(ctx, lay, x)), 0.0
+                g.k > i_pass, lm_head_cost(ctx, lay, x).total_s + embedding_cost(ctx, lay, x).total_s, 0.0
             )
         lm_time.append(g.mb * head)
     lm_hbm = np.stack([sum(lm_head_hbm(ctx, lay, all_tokens).values()) for lay in lm_opts])
     mtp_att = []
     for i_pass in range(int(k_max)):
         x = t if i_pass == 0 else seqs
-        mtp_att.append(np.stack([_total(layers_cost(ctx, lay, x, seqs, decode=True, mtp=True)) for lay in att_opts]))
+        mtp_att.append(np.stack([layers_cost(ctx, lay, x, seqs, decode=True, mtp=True).total_s for lay in att_opts]))
     # no step is shorter than every layer's attention for every micro-batch plus the LM head: grid
     # points whose lower bound already breaks the TPOT or ITL limit are dropped (exact)
     lower = m.num_layers * g.mb * a_time.min(axis=0) + np.stack(lm_time).min(axis=0)
@@ -520,7 +516,7 @@ def _attention_side(ctx: CostContext, limits: AfdLimits, a: int) -> tuple:
     dense = {}
     if m.num_dense_layers and "attention" in limits.dense_sides:
         for lay in parallel_options(hw, a, m.dense_intermediate_size):
-            dense[lay] = (_total(dense_ffn_cost(ctx, lay, t)), sum(dense_ffn_hbm(ctx, lay, all_tokens).values()))
+            dense[lay] = (dense_ffn_cost(ctx, lay, t).total_s, sum(dense_ffn_hbm(ctx, lay, all_tokens).values()))
     if limits.engine is None:
         # an attention layout slower and fuller than another everywhere never wins (exact)
         kept = undominated([a_time, a_hbm, *mtp_att])
@@ -580,7 +576,7 @@ def _best_of_size(
                 dense_opts = list(dense_a.items()) or [(None, (0.0 * t, 0.0 * t))]
             elif m.num_dense_layers:
                 dense_opts = [
-                    (lay, (_total(dense_ffn_cost(ctx, lay, t_f)), sum(dense_ffn_hbm(ctx, lay, ffn_all).values())))
+                    (lay, (dense_ffn_cost(ctx, lay, t_f).total_s, sum(dense_ffn_hbm(ctx, lay, ffn_all).values())))
                     for lay in parallel_options(hw, f, m.dense_intermediate_size)
                 ]
             else:

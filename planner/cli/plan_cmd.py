@@ -946,8 +946,11 @@ def plan(
                 raise InfeasibleError(f"{exc} Not written: {html}.") from None
             raise
         notes = outcome_notes(outcome)
+        stack = outcome.hw.engine_machine_warning(mode) if mode not in (AUTO, NONE) else None
+        if stack is not None:
+            notes = [*notes, stack]
         for note in notes:
-            if "announced" in note:
+            if "announced" in note or note == stack:
                 err_console.print(f"[bold yellow]warning:[/] {note}", markup=True, highlight=False)
         if outcome.status == "INTERRUPTED":
             print_outcome(outcome, variants, explain_space)

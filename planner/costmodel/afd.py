@@ -178,7 +178,7 @@ def _pass_layers(
     assert m.moe is not None and section.moe is not None
     layers = m.num_layers
     att = layers_cost(ctx, section.attention, tokens, sequences, decode=True)
-    att_layer = (att.compute_s + att.comm_s + att.fixed_s) / layers
+    att_layer = att.total_s / layers
     ffn_tokens = tokens * section.ffn_per_attention
     moe = moe_cost(
         ctx,
@@ -219,7 +219,7 @@ def _mtp_pass_s(
     k = section.mtp_tokens
     mb = section.micro_batches
     att = layers_cost(ctx, section.attention, tokens, sequences, decode=True, mtp=True)
-    a = att.compute_s + att.comm_s + att.fixed_s
+    a = att.total_s
     if section.shared_expert_on == "attention":
         a = a + shared_expert_s(ctx, tokens) + shared_expert_fixed_s(ctx)
     moe = moe_cost(
@@ -303,7 +303,7 @@ def afd_prefill_forward_s(ctx: CostContext, section: AfdPlan, batch_tokens: Arra
     tokens = bt / section.attention_devices / mb
     requests = bt / ctx.prefill_tokens_per_request / section.attention_devices / mb
     att = layers_cost(ctx, section.attention, tokens, requests, decode=False)
-    a = (att.compute_s + att.comm_s + att.fixed_s) / m.num_layers
+    a = att.total_s / m.num_layers
     ffn_tokens = tokens * section.ffn_per_attention
     moe = moe_cost(
         ctx,

@@ -10,7 +10,9 @@ then the attention core on the attention unit: its FLOPs and the bytes it reads 
 - DSA (DeepSeek-V3.2, GLM-5; DeepSeek-V3.2 tech report, 2025-09): the lightning indexer scores
   every earlier position with its own heads (`index_n_heads` x `index_head_dim`) against one
   cached key per position, then MLA (absorbed in decode) reads only the top-k entries. Decode
-  reads the whole indexer-key cache but only top-k latent entries per sequence.
+  reads the whole indexer-key cache but only top-k latent entries per sequence. A stack whose
+  indexer and top-k run sequence by sequence pays the machine's `sparse_attention_per_sequence`
+  on top, per sequence and sparse layer (none by default; fitted where rows determine it).
 - DeepSeek-V4 (model card / tech report, 2026-04): each layer attends to its sliding window of
   `sliding_window` uncompressed entries plus compressed entries (one per `ratio` tokens); CSA
   layers (ratio 4) score the compressed entries with the indexer and attend to its top-k,
@@ -197,6 +199,10 @@ def layer_group_cost(
         out_width = float(a.num_heads * a.head_dim)
         latent_width = float(a.head_dim + (a.q_lora_rank or 0))
         ops = (8 if kind == "csa" else 7, 8)
+    per_sequence = ctx.hw.fixed_costs.sparse_attention_per_sequence
+    if decode and per_sequence is not None and a.indexer is not None and kind in ("dsa", "csa"):
+        # a stack whose indexer and top-k run sequence by sequence pays its per-sequence cost on each device
+        compute = compute + seqs * core_tp * per_sequence.value
     comm_s, collectives = attention_comm(ctx, layout, t, latent_width, out_width)
     return ModuleCost(compute, comm_s, _fixed(ctx, ops[0], ops[1], collectives))
 

@@ -206,6 +206,10 @@ def fidelity_report(subset: list[StoredFigure] | None = None) -> FidelityReport:
         sens = {k: v for k, v in elasticity.get(r.id, {}).items() if abs(v) >= 1e-3}
         in_fit = r.figure.role == "fit" and config.group_of(r.machine) is not None
         fitted_to = [k for k, v in sens.items() if abs(v) >= SENSITIVE_ELASTICITY] if r.figure.role == "fit" else []
+        group = config.group_of(r.machine)
+        if group in config.late_groups():
+            # fitted in the second stage (validation/_fit.yaml `after`): on its own group's factors only
+            fitted_to = [k for k in fitted_to if k.startswith(f"{group}:")]
         if not in_fit:
             # imbalance parameters are fitted on every fit row, a machine outside the groups included
             fitted_to = [k for k in fitted_to if k.startswith("imbalance.")] if r.figure.role == "fit" else []

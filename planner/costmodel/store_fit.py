@@ -11,6 +11,12 @@ perfectly balanced twin the drift, and so on. The objective is the fitter's
 `weight`, with SciPy's trust-region reflective method; the Jacobian is sparse (a group's factors
 touch only its machines' rows), which SciPy's grouped finite differences use.
 
+A group may be fitted `after` another (one engine on a chip whose kernel factors another group's rows
+already determine): its machines take that group's factors except those it fits itself, and the fit
+runs in two stages, so its rows move only its own factors. Stage one fits every other group and the
+imbalance parameters on their rows; stage two fits the late groups' own factors on theirs, stage one's
+values held.
+
 Leave-one-out (`leave_one_out`) refits every parameter without one deployment at a time (rows of
 one plan, or sharing a `deployment` key, go together) and predicts the rows left out; a parameter
 no remaining row is sensitive to cannot be refitted and stays at the full fit's value (it is
@@ -29,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from planner.costmodel.context import CostContext
 from planner.costmodel.decode import decode_step
@@ -66,6 +72,11 @@ class FitGroup(Strict):
     machines: list[str] = Field(min_length=1)
     note: str = ""
     factors: dict[str, tuple[float, float]]
+    after: str | None = Field(
+        None,
+        description="a group whose fitted factors this group's machines take (those it does not fit itself); "
+        "this group is fitted after that one, on its own rows, so its rows do not move the factors it takes",
+    )
 
 
 class SharedFactors(Strict):
@@ -84,12 +95,34 @@ class FitConfig(Strict):
     imbalance: dict[str, tuple[float, float]]
     start: dict[str, float] = Field(default_factory=dict, description="where the fit starts, per parameter")
 
+    @model_validator(mode="after")
+    def _after_names_a_first_stage_group(self) -> FitConfig:
+        for name, g in self.groups.items():
+            if g.after is None:
+                continue
+            if g.after not in self.groups:
+                raise ValueError(f"group {name!r}: after names {g.after!r}, which is not a group here")
+            if self.groups[g.after].after is not None:
+                raise ValueError(f"group {name!r}: after names {g.after!r}, which is itself fitted after another")
+        return self
+
     def group_of(self, machine: str) -> str | None:
         """The group a machine's factors are fitted in (None: not fitted)."""
         for name, g in self.groups.items():
             if machine in g.machines:
                 return name
         return None
+
+    def takes_from(self, group: str | None) -> list[str]:
+        """The groups whose fitted factors a group's machines take, the group's own last (they win)."""
+        if group is None:
+            return []
+        after = self.groups[group].after
+        return [after, group] if after else [group]
+
+    def late_groups(self) -> set[str]:
+        """Groups fitted in the second stage (they name a group they are fitted after)."""
+        return {name for name, g in self.groups.items() if g.after is not None}
 
 
 def fit_config(folder: Path | None = None) -> FitConfig:
@@ -245,8 +278,9 @@ class Model:
     def machine(self, name: str, x: np.ndarray) -> HardwareSpec:
         """Machine `name` with its group's fitted factors from `x`."""
         hw = self._hw.get(name) or load_hardware(name)
-        group = self.config.group_of(name)
-        vals = {p.factor: float(v) for p, v in zip(self.params, x, strict=True) if group and group in p.groups}
+        vals: dict[str, float] = {}
+        for group in self.config.takes_from(self.config.group_of(name)):
+            vals.update({p.factor: float(v) for p, v in zip(self.params, x, strict=True) if group in p.groups})
         return with_factors(hw, vals) if vals else hw
 
     def imbalance(self, x: np.ndarray) -> EngineImbalance:
@@ -268,8 +302,8 @@ class Model:
         return np.array([self.predict(r, x) for r in (self.rows if rows is None else rows)], dtype=float)
 
     def depends(self, row: Row, p: Param) -> bool:
-        """Whether the row can depend on the parameter (its machine's group, or imbalance)."""
-        return not p.groups or self.config.group_of(row.machine) in p.groups
+        """Whether the row can depend on the parameter (its machine's group or the group it takes from, or imbalance)."""
+        return not p.groups or any(g in p.groups for g in self.config.takes_from(self.config.group_of(row.machine)))
 
 
 @dataclass
@@ -315,20 +349,28 @@ def _scales(params: Sequence[Param]) -> np.ndarray:
     return np.array([max(p.high - p.low, 1e-9) for p in params], dtype=float)
 
 
-def fit(
-    model: Model,
-    rows: Sequence[Row] | None = None,
-    start: np.ndarray | None = None,
-    free: Sequence[str] | None = None,
-    diagnostics: bool = True,
-) -> FitOutcome:
-    """Bounded least squares of every (or every `free`) parameter on `rows` (default: all)."""
+def _stages(model: Model, rows: Sequence[Row], free_idx: Sequence[int]) -> list[tuple[list[Row], list[int]]]:
+    """The fit's stages: every group not fitted after another (with the imbalance parameters) on its rows,
+    then the groups fitted after one (validation/_fit.yaml `after`) on theirs, the first stage's values fixed."""
+    late = model.config.late_groups()
+    if not late:
+        return [(list(rows), list(free_idx))]
+    late_rows = [r for r in rows if model.config.group_of(r.machine) in late]
+    late_idx = [j for j in free_idx if model.params[j].groups and set(model.params[j].groups) <= late]
+    early_rows = [r for r in rows if model.config.group_of(r.machine) not in late]
+    early_idx = [j for j in free_idx if j not in late_idx]
+    return [(early_rows, early_idx), (late_rows, late_idx)]
+
+
+def _least_squares(
+    model: Model, rows: Sequence[Row], x0: np.ndarray, free_idx: Sequence[int]
+) -> tuple[np.ndarray, bool, str]:
+    """Bounded least squares of the `free_idx` parameters on `rows`, the others held at `x0`."""
     from scipy.optimize import least_squares
 
-    rows = list(model.rows if rows is None else rows)
-    x0 = model.start() if start is None else np.array(start, dtype=float)
-    names = [p.name for p in model.params]
-    free_idx = [j for j, n in enumerate(names) if free is None or n in free]
+    if not free_idx or not rows:
+        return x0.copy(), True, "nothing to fit"
+    free_idx = list(free_idx)
     lo = np.array([model.params[j].low for j in free_idx])
     hi = np.array([model.params[j].high for j in free_idx])
     scale = _scales([model.params[j] for j in free_idx])
@@ -344,26 +386,40 @@ def fit(
         out: np.ndarray = sw * (model.predict_all(full(z), rows) / measured - 1.0)
         return out
 
-    success, message = True, "nothing to fit"
-    x = x0.copy()
-    if free_idx and rows:
-        sparsity = np.array(
-            [[1 if model.depends(r, model.params[j]) else 0 for j in free_idx] for r in rows], dtype=int
-        )
-        z0 = np.clip(x0[free_idx], lo, hi) / scale
-        z0 = np.clip(z0, lo / scale + 1e-9, hi / scale - 1e-9)
-        res = least_squares(
-            residual,
-            z0,
-            bounds=(lo / scale, hi / scale),
-            method="trf",
-            diff_step=DIFF_STEP,
-            xtol=FIT_TOLERANCE,
-            ftol=FIT_TOLERANCE,
-            jac_sparsity=sparsity,
-        )
-        x = full(res.x)
-        success, message = bool(res.success), str(res.message)
+    sparsity = np.array([[1 if model.depends(r, model.params[j]) else 0 for j in free_idx] for r in rows], dtype=int)
+    z0 = np.clip(x0[free_idx], lo, hi) / scale
+    z0 = np.clip(z0, lo / scale + 1e-9, hi / scale - 1e-9)
+    res = least_squares(
+        residual,
+        z0,
+        bounds=(lo / scale, hi / scale),
+        method="trf",
+        diff_step=DIFF_STEP,
+        xtol=FIT_TOLERANCE,
+        ftol=FIT_TOLERANCE,
+        # one parameter: a dense Jacobian (SciPy's sparse trust-region step needs two dimensions)
+        jac_sparsity=sparsity if len(free_idx) > 1 else None,
+    )
+    return full(res.x), bool(res.success), str(res.message)
+
+
+def fit(
+    model: Model,
+    rows: Sequence[Row] | None = None,
+    start: np.ndarray | None = None,
+    free: Sequence[str] | None = None,
+    diagnostics: bool = True,
+) -> FitOutcome:
+    """Bounded least squares of every (or every `free`) parameter on `rows` (default: all), stage by stage."""
+    rows = list(model.rows if rows is None else rows)
+    x = model.start() if start is None else np.array(start, dtype=float)
+    names = [p.name for p in model.params]
+    free_idx = [j for j, n in enumerate(names) if free is None or n in free]
+    success, messages = True, []
+    for stage_rows, stage_idx in _stages(model, rows, free_idx):
+        x, ok, message = _least_squares(model, stage_rows, x, stage_idx)
+        success = success and ok
+        messages.append(message)
     predicted = dict(zip([r.id for r in rows], model.predict_all(x, rows), strict=True))
     elasticity = _elasticities(model, x, rows) if diagnostics else {}
     undetermined = []
@@ -372,6 +428,7 @@ def fit(
             n = names[j]
             if not any(abs(elasticity[r.id].get(n, 0.0)) >= SENSITIVE_ELASTICITY for r in rows):
                 undetermined.append(n)
+    message = messages[0] if len(set(messages)) == 1 else "; ".join(messages)
     return FitOutcome(list(model.params), model.values(x), predicted, elasticity, undetermined, success, message)
 
 

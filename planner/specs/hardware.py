@@ -189,6 +189,12 @@ class FixedCosts(Strict):
     vector_op: Seconds
     collective: Seconds
     mtp_framework_per_step: Seconds
+    sparse_attention_per_sequence: Seconds | None = Field(
+        default=None,
+        description="per sequence and sparse-attention layer (DSA, CSA) of a decode step: what a stack whose indexer "
+        "and top-k run sequence by sequence pays on top of the roofline (launches, per-request metadata); none where "
+        "the file states none (kernels that take a step's sequences in one batched launch)",
+    )
 
 
 class MemoryReserve(Strict):
@@ -267,6 +273,11 @@ class HardwareSpec(Strict):
         description="the user's price of one card-hour: cost per million tokens and the cost objective "
         "(no catalog machine carries one; see docs/examples/priced-a3.yaml)",
     )
+    engine_machines: dict[str, str] = Field(
+        default_factory=dict,
+        description="engine -> the catalog machine whose factors are fitted on that engine's runs of this "
+        "hardware, where this file's factors are another software stack's (validation/_fit.yaml)",
+    )
 
     @property
     def is_announced(self) -> bool:
@@ -281,6 +292,18 @@ class HardwareSpec(Strict):
         return (
             f"hardware '{self.name}' is announced, not shipping{src}: its peaks, memory and links are vendor "
             "claims and its efficiencies are not measured; treat the figures as estimates."
+        )
+
+    def engine_machine_warning(self, engine: str) -> str | None:
+        """The warning to print when planning for `engine` on this machine while another file holds the
+        factors fitted on that engine's runs of it (None when this file's are the ones)."""
+        other = self.engine_machines.get(engine)
+        if other is None or other == self.name:
+            return None
+        return (
+            f"hardware '{self.name}': its efficiency factors are fitted on another software stack's runs; "
+            f"{engine}'s measured runs on this hardware are fitted in '{other}': plan with --hardware {other} "
+            "for the factors of the engine you will launch (docs/fidelity.md)."
         )
 
     @model_validator(mode="after")

@@ -33,7 +33,7 @@ from tests.conftest import PLANS, run_cli
         ),
         (
             ("--engine", "vllm-ascend", "--structure", "afd", "--model", "deepseek-v3"),
-            "--structure afd: --engine vllm-ascend cannot run it: its AFD runs on a3, cm384, not on a2",
+            "--structure afd: --engine vllm-ascend cannot run it: its AFD runs on a3, a3-superpod, cm384, not on a2",
         ),
     ],
 )

@@ -132,3 +132,73 @@ def test_the_fit_is_bounded_by_its_sources(model):
         )
         assert lo - 1e-12 <= v <= hi + 1e-12, p.name
     assert np.isfinite([p.low for p in model.params]).all()
+
+
+def test_a_group_fitted_after_another_takes_its_factors_and_its_rows_cannot_move_them(model):
+    # validation/_fit.yaml: 910c-vllm-ascend (a3-superpod) is fitted after 910c-open (a3). Scale its rows'
+    # measured values by 1.5: its own factors move, no factor of any other group or of the imbalance model does
+    import dataclasses
+
+    from planner.costmodel.store_fit import Row
+
+    config = model.config
+    late = config.late_groups()
+    assert late == {"910c-vllm-ascend"}
+    assert any(config.group_of(r.machine) in late for r in model.rows)
+
+    def scaled(r: Row) -> Row:
+        if config.group_of(r.machine) not in late:
+            return r
+        fig = dataclasses.replace(r.figure, figure=r.figure.figure.model_copy(update={"value": r.measured * 1.5}))
+        return Row(fig, r.machine, r.base)
+
+    moved = Model(config, [scaled(r) for r in model.rows], model.params)
+    a = fit(model, start=model.configured_start(), diagnostics=False)
+    b = fit(moved, start=model.configured_start(), diagnostics=False)
+    own = [p.name for p in model.params if p.groups and set(p.groups) <= late]
+    assert own and any(abs(a.values[n] - b.values[n]) > 1e-3 * abs(a.values[n]) for n in own)
+    for p in model.params:
+        if p.name not in own:
+            assert b.values[p.name] == a.values[p.name], p.name
+    # the machine of the late group is costed with the early group's values for the factors it takes
+    x = np.array([a.values[p.name] for p in model.params])
+    superpod = model.machine("a3-superpod", x)
+    assert factor_value(superpod, "efficiency.attention_compute") == pytest.approx(
+        a.values["910c-open:efficiency.attention_compute"]
+    )
+    assert factor_value(superpod, "efficiency.hbm_bandwidth") == pytest.approx(
+        a.values["910c-vllm-ascend:efficiency.hbm_bandwidth"]
+    )
+    # and the shipped file holds the taken value
+    assert factor_value(load_hardware("a3-superpod"), "efficiency.attention_compute") == pytest.approx(
+        factor_value(load_hardware("a3"), "efficiency.attention_compute")
+    )
+
+
+@pytest.mark.parametrize(
+    ("after", "needle"),
+    [("nowhere", "'nowhere', which is not a group here"), ("b", "'b', which is itself fitted after another")],
+)
+def test_after_must_name_a_first_stage_group(after, needle):
+    from pydantic import ValidationError
+
+    from planner.costmodel.store_fit import FitConfig
+
+    groups = {
+        "a": {"machines": ["a2"], "factors": {}},
+        "b": {"machines": ["a3"], "factors": {}, "after": "a"},
+        "c": {"machines": ["cm384"], "factors": {}, "after": after},
+    }
+    with pytest.raises(ValidationError) as err:
+        FitConfig.model_validate({"groups": groups, "imbalance": {}})
+    assert needle in str(err.value)
+
+
+def test_a_row_of_a_late_group_says_it_fitted_only_its_own_groups_factors(fidelity_doc):
+    rows = {r["name"]: r for r in fidelity_doc["rows"]}
+    ep64 = rows["AFD-plugin EP64 16K"]
+    assert ep64["role"] == "fit"
+    assert ep64["fitted_to"], ep64
+    assert all(k.startswith("910c-vllm-ascend:") for k in ep64["fitted_to"]), ep64["fitted_to"]
+    # it is sensitive to the attention factor it takes from 910c-open, which it did not fit
+    assert "910c-open:efficiency.attention_compute" in ep64["sensitivity"]

@@ -54,8 +54,8 @@ def test_the_shipped_afd_plans_pass_every_rule():
         ),
         ({"model": "qwen3-235b-a22b"}, "afd.dense_ffn: model 'qwen3-235b-a22b' has no dense FFN layers"),
         ({"afd__link": "sio"}, "afd.link: 'SIO (two dies of a package)' cannot carry"),
-        ({"afd__link": "nvlink"}, "afd.link: cm384 has no link level 'nvlink'"),
-        ({"afd__link": "ub"}, "names 2 levels of cm384"),
+        ({"afd__link": "nvlink"}, "afd.link: a3-superpod has no link level 'nvlink'"),
+        ({"afd__link": "ub"}, "names 2 levels of a3-superpod"),
     ],
 )
 def test_afd_rules_name_the_field(changes, needle):

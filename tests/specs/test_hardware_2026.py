@@ -159,3 +159,56 @@ def test_plan_on_a3_for_deepseek_v3():
     best = json.loads(r.output)["plans"][0]
     assert best["hardware"] == "a3"
     assert best["predicted"]["system"]["output_tokens_per_s_per_card"] > 0
+
+
+def test_the_superpod_file_is_cm384s_hardware_with_vllm_ascends_factors():
+    sp, cm, a3 = load_hardware("a3-superpod"), load_hardware("cm384"), load_hardware("a3")
+    # the same machine: peaks, HBM, links, power
+    assert sp.peak_flops_per_s.listed() == cm.peak_flops_per_s.listed()
+    assert (sp.hbm_bytes, sp.hbm_bandwidth_bytes_per_s, sp.max_devices) == (
+        cm.hbm_bytes,
+        cm.hbm_bandwidth_bytes_per_s,
+        cm.max_devices,
+    )
+    assert [(lvl.devices_per_group, lvl.bandwidth_bytes_per_s) for lvl in sp.levels] == [
+        (lvl.devices_per_group, lvl.bandwidth_bytes_per_s) for lvl in cm.levels
+    ]
+    assert sp.power_w_per_card.value == cm.power_w_per_card.value
+    # the open engines' kernel factors (taken from a3's group), its own HBM and sparse-attention cost
+    assert sp.efficiency.attention_compute.value == a3.efficiency.attention_compute.value
+    assert "910c-vllm-ascend" in sp.efficiency.hbm_bandwidth.source
+    assert sp.fixed_costs.sparse_attention_per_sequence is not None
+    assert cm.fixed_costs.sparse_attention_per_sequence is None
+    # cm384 points vLLM-Ascend users at it; every catalog pointer names a real engine and machine
+    assert cm.engine_machines == {"vllm-ascend": "a3-superpod"}
+    from planner.engines.profiles import ENGINES, engine_name
+
+    for name in catalog_names("hardware"):
+        for engine, machine in load_hardware(name).engine_machines.items():
+            assert engine_name(engine) == engine and engine in ENGINES
+            assert load_hardware(machine).peak_flops_per_s.listed() == load_hardware(name).peak_flops_per_s.listed()
+
+
+@pytest.mark.parametrize(("engine", "warned"), [("vllm-ascend", True), ("sglang", False)])
+def test_planning_cm384_for_vllm_ascend_names_the_machine_fitted_on_its_runs(tmp_path, engine, warned):
+    out = tmp_path / "p.json"
+    r = run_cli(
+        "plan",
+        "--hardware",
+        "cm384",
+        "--phase",
+        "decode",
+        "--max-cards",
+        "64",
+        "--top",
+        "1",
+        "--engine",
+        engine,
+        "--json",
+        str(out),
+    )
+    assert r.exit_code == 0, r.output
+    doc = json.loads(out.read_text())
+    said = [n for n in doc["notes"] if "--hardware a3-superpod" in n]
+    assert bool(said) == warned, doc["notes"]
+    assert ("plan with --hardware a3-superpod" in r.output) == warned
