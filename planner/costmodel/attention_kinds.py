@@ -172,7 +172,7 @@ def layer_group_cost(
         flops_per_query = _mean_prefill_flops(m, kind, ratio, prompt)
         kv_bytes = np.zeros_like(t)
     rate = ctx.attention_flops_per_s if decode else ctx.prefill_attention_flops_per_s
-    t_att = ctx.roofline_s(t_core * flops_per_query / core_tp, kv_bytes, rate)
+    t_att = ctx.roofline_s(t_core * flops_per_query / core_tp, kv_bytes, rate, ctx.kv_read_bytes_per_s)
     if decode and core_dp > 1 and kind != "linear":
         # DP ranks wait for the one with the longest contexts (as in modules.attention_cost)
         spread = ctx.decode_context_std_tokens / max(ctx.mean_decode_context_tokens, 1.0)

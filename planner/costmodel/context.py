@@ -98,11 +98,21 @@ class CostContext:
         """Effective HBM bandwidth per device."""
         return self.hw.hbm_bandwidth_bytes_per_s * self.hw.efficiency.hbm_bandwidth.value
 
-    def roofline_s(self, flops: ArrayLike, hbm_bytes: ArrayLike, flops_per_s: float) -> np.ndarray:
-        """Time of an operator: math at `flops_per_s` or HBM traffic, whichever is longer."""
+    @property
+    def kv_read_bytes_per_s(self) -> float:
+        """Effective HBM bandwidth of the decode attention kernel's KV-cache reads per device (the machine's
+        `efficiency.decode_kv_read_bandwidth`, else the HBM factor every other read uses)."""
+        factor = self.hw.efficiency.decode_kv_read_bandwidth
+        return self.hbm_bytes_per_s if factor is None else self.hw.hbm_bandwidth_bytes_per_s * factor.value
+
+    def roofline_s(
+        self, flops: ArrayLike, hbm_bytes: ArrayLike, flops_per_s: float, hbm_bytes_per_s: float | None = None
+    ) -> np.ndarray:
+        """Time of an operator: math at `flops_per_s` or HBM traffic (at `hbm_bytes_per_s`, default the
+        effective HBM rate), whichever is longer."""
         return np.maximum(
             np.asarray(flops, dtype=float) / flops_per_s,
-            np.asarray(hbm_bytes, dtype=float) / self.hbm_bytes_per_s,
+            np.asarray(hbm_bytes, dtype=float) / (self.hbm_bytes_per_s if hbm_bytes_per_s is None else hbm_bytes_per_s),
         )
 
     def elementwise_s(self, tokens: ArrayLike, bytes_per_token: float) -> np.ndarray:

@@ -181,7 +181,10 @@ def attention_cost(
     att_flops = 2 * t_core * heads_core * attended_tokens * (score_dim + value_dim)
     kv_bytes = seqs * core.tp * kv_read_tokens * kv_elems * kvb
     t_att = ctx.roofline_s(
-        att_flops, kv_bytes, ctx.attention_flops_per_s if decode else ctx.prefill_attention_flops_per_s
+        att_flops,
+        kv_bytes,
+        ctx.attention_flops_per_s if decode else ctx.prefill_attention_flops_per_s,
+        ctx.kv_read_bytes_per_s,
     )
     if decode and core.dp > 1:
         # DP ranks wait for the one with the longest contexts (sequences at different positions)

@@ -175,6 +175,11 @@ class Efficiencies(Strict):
     attention_compute: Factor = Field(description="attention kernel, fraction of BF16 peak")
     hbm_bandwidth: Factor
     link_bandwidth: Factor
+    decode_kv_read_bandwidth: Factor | None = Field(
+        default=None,
+        description="the decode attention kernel's KV-cache read, fraction of HBM peak (a paged-KV streaming kernel "
+        "such as FlashMLA reaches more of the peak than GEMMs that read weights at small M); default hbm_bandwidth's",
+    )
     prefill_attention_compute: Factor | None = Field(
         default=None,
         description="the prefill attention kernel (non-absorbed, FlashAttention-style over the prompt), fraction of "
