@@ -3,6 +3,9 @@
     python benchmarks/calibrate_factors.py            # fit, leave one out, write everything
     python benchmarks/calibrate_factors.py --no-loo   # fit and write the factors only (minutes faster)
     python benchmarks/calibrate_factors.py --check    # exit 1 if a shipped value differs from the fit
+    python benchmarks/calibrate_factors.py --restarts 4 --restarts-out start.json
+                                                      # fit from 4 more starts too; write nothing but
+                                                      # the best start (for --start, then _fit.yaml)
 
 The fit is planner.costmodel.store_fit's: every group of validation/_fit.yaml and the engine
 imbalance model's three parameters, jointly, by bounded least squares on the relative errors of
@@ -79,6 +82,14 @@ def main() -> int:
     parser.add_argument(
         "--start", help="a JSON file of {parameter: value} to start from instead of validation/_fit.yaml's"
     )
+    parser.add_argument(
+        "--restarts",
+        type=int,
+        default=0,
+        help="also fit from this many seeded perturbations of the start, print each one's weighted squared "
+        "error, and write nothing but the best start (--restarts-out)",
+    )
+    parser.add_argument("--restarts-out", help="where --restarts writes the best start as JSON (default: stdout)")
     opts = parser.parse_args()
 
     import numpy as np
@@ -106,6 +117,22 @@ def main() -> int:
     if opts.start:
         given = json.loads(Path(opts.start).read_text())
         start = np.array([float(given.get(p.name, v)) for p, v in zip(params, start, strict=True)])
+    if opts.restarts:
+        from planner.costmodel.store_fit import restarts
+
+        t0 = time.time()
+        tried = restarts(model, start, opts.restarts)
+        print(f"{len(tried)} fits in {time.time() - t0:.1f} s; weighted squared error of each:")
+        for k, (sse, _) in enumerate(tried):
+            print(f"  {'the start' if k == 0 else f'restart {k}'}: {sse:.6g}")
+        best = {p.name: float(v) for p, v in zip(params, min(tried, key=lambda t: t[0])[1], strict=True)}
+        text = json.dumps(best, indent=1, sort_keys=True) + "\n"
+        if opts.restarts_out:
+            Path(opts.restarts_out).write_text(text, encoding="utf-8")
+            print(f"best start written to {opts.restarts_out} (fit from it: --start {opts.restarts_out})")
+        else:
+            print(text, end="")
+        return 0
     full = fit(model, start=start)
     print(f"fit of {len(params)} parameters on {len(rows)} rows: {time.time() - t0:.1f} s, {full.message}")
     for p in params:

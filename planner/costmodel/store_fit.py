@@ -432,6 +432,36 @@ def fit(
     return FitOutcome(list(model.params), model.values(x), predicted, elasticity, undetermined, success, message)
 
 
+def weighted_sse(model: Model, x: np.ndarray, rows: Sequence[Row] | None = None) -> float:
+    """The fit's objective at `x`: the weighted sum of squared relative errors over `rows` (default: all)."""
+    rows = list(model.rows if rows is None else rows)
+    measured = np.array([r.measured for r in rows])
+    weights = np.array([r.weight for r in rows])
+    return float(np.sum(weights * (model.predict_all(x, rows) / measured - 1.0) ** 2))
+
+
+def restarts(model: Model, start: np.ndarray, count: int, seed: int = 0) -> list[tuple[float, np.ndarray]]:
+    """Fits from `start` and from `count` seeded perturbations of it (every parameter times U(0.7, 1.3),
+    a tenth of its bound's width standing in for a zero, clipped into its bounds), in that order, each as
+    (weighted squared error, values): the
+    least-squares solver stops where its steps become small, which on this piecewise objective (placements
+    are discrete) depends on where it starts."""
+    rng = np.random.default_rng(seed)
+    starts = [np.array(start, dtype=float)]
+    for _ in range(count):
+        x = np.array(start, dtype=float)
+        for j, p in enumerate(model.params):
+            base = x[j] if x[j] > 0 else 0.1 * (p.high - p.low)
+            x[j] = min(max(base * rng.uniform(0.7, 1.3), p.low), p.high)
+        starts.append(x)
+    out = []
+    for x0 in starts:
+        done = fit(model, start=x0, diagnostics=False)
+        x = np.array([done.values[p.name] for p in model.params])
+        out.append((weighted_sse(model, x), x))
+    return out
+
+
 @dataclass
 class HeldOut:
     """One leave-out refit: the deployment's rows, their held-out predictions, and what could not be refitted."""

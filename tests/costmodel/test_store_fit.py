@@ -202,3 +202,27 @@ def test_a_row_of_a_late_group_says_it_fitted_only_its_own_groups_factors(fideli
     assert all(k.startswith("910c-vllm-ascend:") for k in ep64["fitted_to"]), ep64["fitted_to"]
     # it is sensitive to the attention factor it takes from 910c-open, which it did not fit
     assert "910c-open:efficiency.attention_compute" in ep64["sensitivity"]
+
+
+def test_restarts_fit_from_the_start_and_from_seeded_perturbations_of_it(model):
+    from planner.costmodel.store_fit import restarts, weighted_sse
+
+    start = model.configured_start()
+    tried = restarts(model, start, 1, seed=0)
+    assert len(tried) == 2
+    shipped = fit(model, start=start, diagnostics=False)
+    x = np.array([shipped.values[p.name] for p in model.params])
+    assert tried[0][0] == pytest.approx(weighted_sse(model, x), rel=1e-12)
+    for sse, values in tried:
+        assert math.isfinite(sse) and sse >= 0
+        for p, v in zip(model.params, values, strict=True):
+            assert p.low <= v <= p.high, p.name
+    # seeded: the same restart twice gives the same fit
+    again = restarts(model, start, 1, seed=0)
+    assert again[1][0] == tried[1][0]
+    # the objective is the weighted sum of squared relative errors
+    measured = np.array([r.measured for r in model.rows])
+    weights = np.array([r.weight for r in model.rows])
+    assert weighted_sse(model, x) == pytest.approx(
+        float(np.sum(weights * (model.predict_all(x) / measured - 1) ** 2)), rel=1e-12
+    )
