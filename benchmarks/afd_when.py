@@ -31,9 +31,10 @@ REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "afd.md"
 BEGIN, END = "<!-- afd-when: table -->", "<!-- /afd-when -->"
 
-# (machine, card budget): an A3 deployment of six 8-card servers (moeplan's default budget) and a
-# whole CloudMatrix384 supernode
-MACHINES = (("a3", 48), ("cm384", 384))
+# (machine, card budget): an A3 deployment of six 8-card servers (moeplan's default budget), a
+# whole CloudMatrix384 supernode with Huawei's stack's factors, and the same supernode with the
+# factors fitted on vLLM-Ascend's afd-plugin runs (the engine that runs AFD on it)
+MACHINES = (("a3", 48), ("cm384", 384), ("a3-superpod", 384))
 # the models the two AFD engines run (DeepSeek V3 and V3.2 with the afd-plugin, Qwen3-MoE with SGLang)
 MODELS = ("deepseek-v3.2", "deepseek-v3", "qwen3-235b-a22b")
 INPUT_TOKENS = (4096, 16384, 32768)
