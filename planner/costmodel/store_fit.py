@@ -302,7 +302,7 @@ class Model:
         return np.array([self.predict(r, x) for r in (self.rows if rows is None else rows)], dtype=float)
 
     def depends(self, row: Row, p: Param) -> bool:
-        """Whether the row can depend on the parameter (its machine's group or the group it takes from, or imbalance)."""
+        """Whether the row can depend on the parameter (its group or the one it takes from, or imbalance)."""
         return not p.groups or any(g in p.groups for g in self.config.takes_from(self.config.group_of(row.machine)))
 
 

@@ -28,11 +28,11 @@ from planner.specs.hardware import HardwareSpec
 from planner.specs.plan import Plan
 
 BAND_METHOD = (
-    "slow/fast end: every factor at the end of its range that makes the figure slower/faster (a time larger, "
-    "a rate smaller; ranges in the hardware file), and the engine imbalance model's skew, drift and request "
-    "correlation at the slow/fast end of theirs (ranges: the joint fit's leave-one-out refits, and sources), "
-    "widened by the model's RMS leave-one-out error on the machine's group of measured rows (the largest "
-    "group's on a machine without measured rows)"
+    "slow/fast end: every factor at the end of its range that makes the figure slower/faster (a time or a "
+    "cost per output token larger, a rate smaller; ranges in the hardware file), and the engine imbalance "
+    "model's skew, drift and request correlation at the slow/fast end of theirs (ranges: the joint fit's "
+    "leave-one-out refits, and sources), widened by the model's RMS leave-one-out error on the machine's "
+    "group of measured rows (the largest group's on a machine without measured rows)"
 )
 
 # The figures that carry a band, per block of `predicted`.

@@ -19,11 +19,15 @@ FIGURE_LABELS = {
 }
 
 
+# figures that grow as the deployment slows: times, and what each output token costs (money, energy)
+_LARGER_WHEN_SLOW = ("_ms", "_per_output_token", "_per_million_output_tokens")
+
+
 def slow_fast(name: str, band: BandFigure) -> tuple[float, float, str]:
     """(the figure at the slow end, at the fast end, 'slow / fast' spread) of a band: a time
-    (`..._ms`) is largest at the slow end, a rate smallest."""
+    (`..._ms`) or a cost per output token is largest at the slow end, a rate smallest."""
     up, down = max(0.0, band.high / band.mid - 1), max(0.0, 1 - band.low / band.mid)
-    if name.endswith("_ms"):
+    if name.endswith(_LARGER_WHEN_SLOW):
         return band.high, band.low, f"+{up:.1%} / -{down:.1%}"
     return band.low, band.high, f"-{down:.1%} / +{up:.1%}"
 

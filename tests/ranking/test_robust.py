@@ -202,5 +202,8 @@ def test_the_band_table_names_its_columns_by_slow_and_fast_end():
     assert slow > mid > fast  # a time is largest at the slow end
     slow, mid, fast = rows[("decode", "tokens/s per card")]
     assert slow < mid < fast  # a rate smallest
+    # what an output token costs grows as the deployment slows: joules (a2 states its power) too
+    slow, mid, fast = rows[("economics", "J per output token")]
+    assert slow > mid > fast
     table = uncertainty_table(pred)
     assert [c.header for c in table.columns][2:5] == ["slow end", "predicted", "fast end"]
