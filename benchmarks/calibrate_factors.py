@@ -105,6 +105,7 @@ def main() -> int:
         leave_one_out,
         outcome_json,
         parameters,
+        restarts,
         spread,
     )
 
@@ -118,8 +119,6 @@ def main() -> int:
         given = json.loads(Path(opts.start).read_text())
         start = np.array([float(given.get(p.name, v)) for p, v in zip(params, start, strict=True)])
     if opts.restarts:
-        from planner.costmodel.store_fit import restarts
-
         t0 = time.time()
         tried = restarts(model, start, opts.restarts)
         print(f"{len(tried)} fits in {time.time() - t0:.1f} s; weighted squared error of each:")
@@ -168,19 +167,17 @@ def main() -> int:
         if not p.groups:
             continue
         machines = [m for g in p.groups for m in config.groups[g].machines]
+        after = sorted({config.groups[g].after for g in p.groups} - {None})
+        how = (
+            f"after group {', '.join(repr(g) for g in after)} and the imbalance parameters, whose values it holds"
+            if after
+            else "jointly with every other group and the imbalance parameters"
+        )
         source = (
             f"fitted on the {sum(nrows[g] for g in p.groups)} measured rows of validation/ from group"
             f"{'s' if len(p.groups) > 1 else ''} {', '.join(repr(g) for g in p.groups)} ({', '.join(machines)}), "
-            "jointly with every other group and the imbalance parameters (benchmarks/calibrate_factors.py)"
+            f"{how} (benchmarks/calibrate_factors.py)"
         )
-        after = {config.groups[g].after for g in p.groups} - {None}
-        if after:
-            source = (
-                f"fitted on the {sum(nrows[g] for g in p.groups)} measured rows of validation/ from group "
-                f"{', '.join(repr(g) for g in p.groups)} ({', '.join(machines)}), after group"
-                f" {', '.join(repr(g) for g in sorted(after))} and the imbalance parameters, whose values it holds "
-                "(benchmarks/calibrate_factors.py)"
-            )
         blocks = {m: source for m in machines}
         for name, g in config.groups.items():
             if g.after in p.groups and p.factor not in g.factors:

@@ -204,9 +204,9 @@ def fidelity_report(subset: list[StoredFigure] | None = None) -> FidelityReport:
             continue
         predicted = all_model.predict(r, x)
         sens = {k: v for k, v in elasticity.get(r.id, {}).items() if abs(v) >= 1e-3}
-        in_fit = r.figure.role == "fit" and config.group_of(r.machine) is not None
-        fitted_to = [k for k, v in sens.items() if abs(v) >= SENSITIVE_ELASTICITY] if r.figure.role == "fit" else []
         group = config.group_of(r.machine)
+        in_fit = r.figure.role == "fit" and group is not None
+        fitted_to = [k for k, v in sens.items() if abs(v) >= SENSITIVE_ELASTICITY] if r.figure.role == "fit" else []
         if group in config.late_groups():
             # fitted in the second stage (validation/_fit.yaml `after`): on its own group's factors only
             fitted_to = [k for k in fitted_to if k.startswith(f"{group}:")]

@@ -349,6 +349,14 @@ def _scales(params: Sequence[Param]) -> np.ndarray:
     return np.array([max(p.high - p.low, 1e-9) for p in params], dtype=float)
 
 
+def weighted_residuals(model: Model, x: np.ndarray, rows: Sequence[Row]) -> np.ndarray:
+    """Each row's relative error at `x`, times the square root of its weight (what the fit squares and sums)."""
+    measured = np.array([r.measured for r in rows])
+    sqrt_weight = np.sqrt(np.array([r.weight for r in rows]))
+    out: np.ndarray = sqrt_weight * (model.predict_all(x, rows) / measured - 1.0)
+    return out
+
+
 def _stages(model: Model, rows: Sequence[Row], free_idx: Sequence[int]) -> list[tuple[list[Row], list[int]]]:
     """The fit's stages: every group not fitted after another (with the imbalance parameters) on its rows,
     then the groups fitted after one (validation/_fit.yaml `after`) on theirs, the first stage's values fixed."""
@@ -374,8 +382,6 @@ def _least_squares(
     lo = np.array([model.params[j].low for j in free_idx])
     hi = np.array([model.params[j].high for j in free_idx])
     scale = _scales([model.params[j] for j in free_idx])
-    measured = np.array([r.measured for r in rows])
-    sw = np.sqrt(np.array([r.weight for r in rows]))
 
     def full(z: np.ndarray) -> np.ndarray:
         x = x0.copy()
@@ -383,8 +389,7 @@ def _least_squares(
         return x
 
     def residual(z: np.ndarray) -> np.ndarray:
-        out: np.ndarray = sw * (model.predict_all(full(z), rows) / measured - 1.0)
-        return out
+        return weighted_residuals(model, full(z), rows)
 
     sparsity = np.array([[1 if model.depends(r, model.params[j]) else 0 for j in free_idx] for r in rows], dtype=int)
     z0 = np.clip(x0[free_idx], lo, hi) / scale
@@ -434,18 +439,14 @@ def fit(
 
 def weighted_sse(model: Model, x: np.ndarray, rows: Sequence[Row] | None = None) -> float:
     """The fit's objective at `x`: the weighted sum of squared relative errors over `rows` (default: all)."""
-    rows = list(model.rows if rows is None else rows)
-    measured = np.array([r.measured for r in rows])
-    weights = np.array([r.weight for r in rows])
-    return float(np.sum(weights * (model.predict_all(x, rows) / measured - 1.0) ** 2))
+    return float(np.sum(weighted_residuals(model, x, model.rows if rows is None else rows) ** 2))
 
 
 def restarts(model: Model, start: np.ndarray, count: int, seed: int = 0) -> list[tuple[float, np.ndarray]]:
     """Fits from `start` and from `count` seeded perturbations of it (every parameter times U(0.7, 1.3),
     a tenth of its bound's width standing in for a zero, clipped into its bounds), in that order, each as
-    (weighted squared error, values): the
-    least-squares solver stops where its steps become small, which on this piecewise objective (placements
-    are discrete) depends on where it starts."""
+    (weighted squared error, values). The least-squares solver stops where its steps become small, which
+    on this piecewise objective (placements are discrete) depends on where it starts."""
     rng = np.random.default_rng(seed)
     starts = [np.array(start, dtype=float)]
     for _ in range(count):
