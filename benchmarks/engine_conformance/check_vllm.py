@@ -153,8 +153,9 @@ def _expert_map(vllm_config, ascend_config) -> dict:
     from vllm_ascend.eplb.core.eplb_utils import expert_file_to_tensor
 
     hf = vllm_config.model_config.hf_config
-    experts = hf.n_routed_experts
-    moe_layers = hf.num_hidden_layers - hf.first_k_dense_replace
+    # DeepSeek's config names the routed experts n_routed_experts, Qwen3-MoE's num_experts
+    experts = getattr(hf, "n_routed_experts", None) or hf.num_experts
+    moe_layers = hf.num_hidden_layers - (getattr(hf, "first_k_dense_replace", None) or 0)
     ep = vllm_config.parallel_config.tensor_parallel_size * vllm_config.parallel_config.data_parallel_size
     counts = set()
     for layer in range(moe_layers):

@@ -91,7 +91,8 @@ WRITTEN: dict[str, dict] = {
 }
 # the published deployments that exercise per-module layouts: A2-D70 (LM head and dense FFN TP8
 # beside DP32 attention, all-gather MoE) and CM-D (shared expert on 32 dedicated dies)
-PUBLISHED = ("a2-d70", "cm-d")
+PUBLISHED = ("a2-d70", "cm-d", "a3-sglang-qwen3-235b-w8a8-d32")
+# (the last: SGLang's A3 Qwen3-235B decode with an EAGLE-3 draft head beside the model, draft_model)
 
 
 def scored(plan: Plan) -> Plan:

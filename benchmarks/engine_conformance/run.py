@@ -77,11 +77,43 @@ def model_folder(cache: Path, name: str) -> Path:
     return folder
 
 
+def draft_folder(cache: Path, name: str) -> Path:
+    """A stand-in for a draft model's weights folder: its catalog config.json (drafts/)."""
+    from planner.specs.catalog import catalog_dir
+
+    folder = cache / "drafts" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    os.chmod(folder, 0o750)
+    target = folder / "config.json"
+    target.write_text((catalog_dir("drafts") / f"{name}.json").read_text())
+    os.chmod(target, 0o640)
+    return folder
+
+
+def _local_paths(plan_doc: dict, cache: Path) -> list[tuple[str, str]]:
+    """(hub id, local folder) pairs to substitute in an export: the model's, and its draft model's."""
+    from planner.report.launch.common import draft_model_path, model_path
+    from planner.specs.plan import Plan
+
+    plan = Plan.model_validate(plan_doc)
+    out = [(model_path(plan), str(model_folder(cache, plan.model)))]
+    draft = draft_model_path(plan)
+    if draft is not None and plan.draft_model is not None:
+        out.append((draft, str(draft_folder(cache, plan.draft_model))))
+    return out
+
+
+def _localised(text: str, pairs: list[tuple[str, str]]) -> str:
+    for hub, local in pairs:
+        text = text.replace(hub, local)
+    return text
+
+
 def export_all(plans: dict, engines: tuple[str, ...], out: Path) -> dict[tuple[str, str], dict]:
     """Export every plan for every engine: {(plan, engine): {"dir"} or {"refused": message}}."""
     from planner.errors import BadInputError
     from planner.report.launch import emit
-    from planner.specs.catalog import load_hardware, load_model
+    from planner.specs.catalog import load_hardware, load_model, with_draft
 
     done = {}
     for name, plan in plans.items():
@@ -89,7 +121,8 @@ def export_all(plans: dict, engines: tuple[str, ...], out: Path) -> dict[tuple[s
             target = out / name / engine
             target.parent.mkdir(parents=True, exist_ok=True)
             try:
-                emit(engine, plan, load_model(plan.model), load_hardware(plan.hardware), target)
+                model = with_draft(load_model(plan.model), plan.draft_model)
+                emit(engine, plan, model, load_hardware(plan.hardware), target)
             except BadInputError as exc:
                 done[(name, engine)] = {"refused": str(exc)}
                 continue
@@ -100,14 +133,12 @@ def export_all(plans: dict, engines: tuple[str, ...], out: Path) -> dict[tuple[s
 def cases_for(engine: str, name: str, folder: Path, cache: Path) -> list[dict]:
     doc = json.loads((folder / "launch.json").read_text())
     plan = json.loads((folder / "plan.json").read_text())
-    weights = str(model_folder(cache, plan["model"]))
-    from planner.report.launch.common import model_path
+    pairs = _local_paths(plan, cache)
     from planner.specs.plan import Plan
 
-    hf = model_path(Plan.model_validate(plan))
     out = []
     for p in doc["processes"]:
-        argv = [loopback(a).replace(hf, weights) for a in p["argv"]]
+        argv = [_localised(loopback(a), pairs) for a in p["argv"]]
         env = {k: loopback(v) for k, v in p["env"].items()}
         out.append({"id": f"{name}/{p['role']}{p['instance']}/node{p['node']}", "argv": argv, "env": env})
     # the engine's benchmark client command of bench/ (vLLM's for vLLM-Ascend, SGLang's for SGLang)
@@ -118,7 +149,7 @@ def cases_for(engine: str, name: str, folder: Path, cache: Path) -> list[dict]:
     if client is not None:
         for suffix, rate in (("", None), ("-rate", 12.5)):
             commands = bench_commands(Plan.model_validate(plan), rate)
-            argv = [a.replace("$ROUTER", "http://127.0.0.1:8000").replace(hf, weights) for a in commands[client]]
+            argv = [_localised(a.replace("$ROUTER", "http://127.0.0.1:8000"), pairs) for a in commands[client]]
             out.append({"id": f"{name}/bench/{client}{suffix}", "argv": argv, "env": {}})
     return out
 

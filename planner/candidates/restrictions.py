@@ -18,6 +18,7 @@ from planner.candidates.space import DENSE_NODE_COUNTS, MAX_EXTRA_SLOTS, MAX_INS
 from planner.candidates.tables import MAX_CONCURRENCY, MAX_REQUESTS_PER_FORWARD
 
 DEFAULT_MTP_DEPTHS = (0, 1, 2)  # what a model with MTP layers is searched at without --mtp
+DEFAULT_DRAFT_DEPTHS = (1, 2, 3)  # what a model with a draft model (--draft-model) is searched at without --mtp
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,14 @@ MTP_DEPTHS = Restriction(
     f"MTP draft depths above {max(DEFAULT_MTP_DEPTHS)} (the engines run up to 3-4)",
     "choice: each deeper draft is accepted less often (planner.costmodel.decode)",
     "--mtp 0,1,2,3",
+)
+DRAFT_DEPTHS = Restriction(
+    "draft-depths",
+    f"draft {min(DEFAULT_DRAFT_DEPTHS)}-{max(DEFAULT_DRAFT_DEPTHS)} tokens",
+    f"with --draft-model: no drafting (depth 0: the loaded draft model would never run) and draft depths above "
+    f"{max(DEFAULT_DRAFT_DEPTHS)}",
+    "choice: SGLang's Ascend best-practice EAGLE-3 runs use 3 and 4 steps; each deeper draft is accepted less often",
+    "--mtp 1,2,3,4",
 )
 MICRO_BATCHES = Restriction(
     "micro-batches",
@@ -135,6 +144,7 @@ ALL = (
     TP_POWERS,
     INSTANCE_SIZES,
     MTP_DEPTHS,
+    DRAFT_DEPTHS,
     MICRO_BATCHES,
     SHARED_COUNTS,
     HYBRID_POST_TP,

@@ -21,6 +21,7 @@ from planner.candidates.space import MoEOption, SizeOptions
 from planner.costmodel.attention_kinds import layers_cost
 from planner.costmodel.context import CostContext
 from planner.costmodel.decode import emitted_tokens_per_step, hash_routed_saving
+from planner.costmodel.draft import draft_context, draft_projections_s
 from planner.costmodel.memory import (
     attention_hbm,
     dense_ffn_hbm,
@@ -38,6 +39,7 @@ from planner.costmodel.modules import (
     moe_cost,
 )
 from planner.costmodel.prefill import kv_transfer_s
+from planner.specs.plan import ParallelLayout
 
 MODULES = ("attention", "dense_ffn", "moe", "lm_head")
 MAX_CONCURRENCY = 2048
@@ -170,9 +172,10 @@ def decode_tables_by_micro_batches(
     comm_tables: dict[str, np.ndarray] = {}
     cover_tables: dict[str, np.ndarray] = {}
 
-    def stack(fn, options, main_layers: int, mtp_uses: bool, name: str, main_fn=None) -> np.ndarray:
-        """Main layers (`main_fn`, or `fn` times `main_layers`) plus the MTP passes (`fn`); the main
-        layers' communication and compute also go to `comm_tables` / `cover_tables`."""
+    def stack(fn, options, main_layers: int, mtp_fn, name: str, main_fn=None) -> np.ndarray:
+        """Main layers (`main_fn`, or `fn` times `main_layers`) plus the draft passes (`mtp_fn`: the MTP
+        layer's or the draft head's share of this module; None: none); the main layers' communication
+        and compute also go to `comm_tables` / `cover_tables`."""
         size = max(1, len(options))
         out = np.zeros((size, nk, nb))
         comm_out, cover_out = np.zeros((size, nk, nb)), np.zeros((size, nk, nb))
@@ -185,10 +188,10 @@ def decode_tables_by_micro_batches(
             main = per_k if main_fn is None else main_fn(opt, tokens_all, seqs_all)
             scale = main_layers if main_fn is None else 1
             total = shaped(main.total_s) * scale
-            if mtp_uses and ks.max() >= 1:
-                total = total + first * per_k.total_s.reshape(nk, nb)
+            if mtp_fn is not None and ks.max() >= 1:
+                total = total + first * shaped(mtp_fn(opt, tokens_all, seqs_all).total_s)
                 if ks.max() >= 2:
-                    total = total + later * fn(opt, b, b).total_s[None, :]
+                    total = total + later * mtp_fn(opt, b, b).total_s[None, :]
             out[i] = total * per_b
             comm_out[i] = shaped(main.comm_s) * scale * per_b
             cover_out[i] = shaped(main.compute_s) * scale * per_b
@@ -202,31 +205,38 @@ def decode_tables_by_micro_batches(
             c.compute_s * layers - hash_routed_saving(ctx, c.router_s), c.comm_s * layers, c.fixed_s * layers
         )
 
+    def moe_pass(o, t, q) -> ModuleCost:
+        return moe_cost(ctx, n, o.moe, o.shared, t, overlap, t / np.maximum(q, 1e-12))
+
+    def dense_pass(o, t, q) -> ModuleCost:
+        return dense_ffn_cost(ctx, o, t)
+
+    # the draft passes of each module: the MTP layer's (attention, MoE or dense FFN, LM head), or an
+    # EAGLE-3 head's (its attention, its FFN, its LM head; planner.costmodel.draft) in their place
+    dctx = draft_context(ctx) if m.draft is not None else None
+    if dctx is None:
+        mtp_attention = lambda o, t, q: layers_cost(ctx, o, t, q, decode=True, mtp=True)  # noqa: E731
+        mtp_dense = dense_pass if m.moe is None else None
+        mtp_moe = moe_pass
+        mtp_head = lambda o, t, q: _head(ctx, o, t)  # noqa: E731
+    else:
+        draft_layers = dctx.model.num_dense_layers
+        mtp_attention = lambda o, t, q: layers_cost(dctx, o, t, q, decode=True)  # noqa: E731
+        mtp_dense = lambda o, t, q: _scaled(dense_ffn_cost(dctx, o, t), draft_layers)  # noqa: E731
+        mtp_moe = None
+        mtp_head = lambda o, t, q: _head(dctx, o, t)  # noqa: E731
     time_s = {
         "attention": stack(
             lambda o, t, q: layers_cost(ctx, o, t, q, decode=True, mtp=True),
             opts.attention,
             m.num_layers,
-            True,
+            mtp_attention,
             "attention",
             main_fn=lambda o, t, q: layers_cost(ctx, o, t, q, decode=True),
         ),
-        "dense_ffn": stack(
-            lambda o, t, q: dense_ffn_cost(ctx, o, t),
-            opts.dense_ffn,
-            m.num_dense_layers,
-            m.moe is None,
-            "dense_ffn",
-        ),
-        "moe": stack(
-            lambda o, t, q: moe_cost(ctx, n, o.moe, o.shared, t, overlap, t / np.maximum(q, 1e-12)),
-            opts.moe,
-            m.num_moe_layers,
-            True,
-            "moe",
-            main_fn=moe_main,
-        ),
-        "lm_head": stack(lambda o, t, q: _head(ctx, o, t), opts.lm_head, 1, True, "lm_head"),
+        "dense_ffn": stack(dense_pass, opts.dense_ffn, m.num_dense_layers, mtp_dense, "dense_ffn"),
+        "moe": stack(moe_pass, opts.moe, m.num_moe_layers, mtp_moe, "moe", main_fn=moe_main),
+        "lm_head": stack(lambda o, t, q: _head(ctx, o, t), opts.lm_head, 1, mtp_head, "lm_head"),
     }
     comm_tables["lm_head"] = np.zeros_like(comm_tables["lm_head"])
     cover_tables["lm_head"] = np.zeros_like(cover_tables["lm_head"])
@@ -234,10 +244,17 @@ def decode_tables_by_micro_batches(
     proj = 2 * m.hidden_size * m.hidden_size
     for j, k in enumerate(k_values):
         if k:
-            eh = sum(
-                ctx.roofline_s(2 * t * proj, proj * ctx.quant.linear_weight_bytes, ctx.linear_flops_per_s)
-                for t in _decode_pass_tokens(b, k)
-            )
+            eh = np.zeros_like(b)
+            for i, t in enumerate(_decode_pass_tokens(b, k)):
+                if dctx is None:  # the MTP module's 2h -> h projection
+                    lin = ctx.linear_flops_per_s
+                    eh = eh + ctx.roofline_s(2 * t * proj, proj * ctx.quant.linear_weight_bytes, lin)
+                    continue
+                # the head's fc and wider Q/K/V inputs; its FFN when the plan has no dense-FFN layout
+                eh = eh + draft_projections_s(ctx, t, first=i == 0)
+                if not opts.dense_ffn:
+                    ffn = dense_ffn_cost(dctx, ParallelLayout(dp=n, tp=1), t).total_s
+                    eh = eh + ffn * dctx.model.num_dense_layers
             const[j] = eh * per_b + ctx.hw.fixed_costs.mtp_framework_per_step.value * per_b
 
     # HBM holds every sequence of the step, whatever the micro-batch count
@@ -280,6 +297,10 @@ def decode_tables_by_micro_batches(
             )
         )
     return out
+
+
+def _scaled(cost: ModuleCost, times: float) -> ModuleCost:
+    return ModuleCost(cost.compute_s * times, cost.comm_s * times, cost.fixed_s * times)
 
 
 def _head(ctx: CostContext, layout, tokens: np.ndarray) -> ModuleCost:

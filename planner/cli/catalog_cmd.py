@@ -11,7 +11,14 @@ from planner.cli.common import console, run_guarded
 from planner.cli.metavars import MetavarCommand
 from planner.errors import BadInputError
 from planner.report import catalog_report
-from planner.specs.catalog import catalog_names, load_hardware, load_model, model_source
+from planner.specs.catalog import (
+    catalog_names,
+    draft_source,
+    load_draft,
+    load_hardware,
+    load_model,
+    model_source,
+)
 
 hardware_app = typer.Typer(help="The hardware catalog.", no_args_is_help=True)
 models_app = typer.Typer(help="The model catalog.", no_args_is_help=True)
@@ -39,6 +46,10 @@ def models_list() -> None:
     specs = run_guarded(lambda: [load_model(n) for n in names])
     sources = {n: str(model_source(n).get("source", "")) for n in names}
     console.print(catalog_report.model_list_table(specs, sources))
+    drafts = run_guarded(lambda: [load_draft(n) for n in catalog_names("drafts")])
+    if drafts:
+        draft_sources = {d.name: str(draft_source(d.name).get("source", "")) for d in drafts}
+        console.print(catalog_report.draft_list_table(drafts, draft_sources))
 
 
 @models_app.command("show", cls=MetavarCommand)

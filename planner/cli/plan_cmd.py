@@ -88,7 +88,7 @@ from planner.search.request import (
 )
 from planner.search.runnable import AUTO, NONE, run_runnable
 from planner.search.settings import DEFAULT_TIME_LIMIT_S, SolverSettings
-from planner.specs.catalog import load_model
+from planner.specs.catalog import load_model, with_draft
 from planner.specs.files import validate_model
 from planner.specs.plan import MAX_DEVICES_PER_INSTANCE, SLO, Plan, Workload
 from planner.specs.quantization import DEFAULT_QUANTIZATION
@@ -141,6 +141,7 @@ def build_request(
     price_per_card_hour: str | None = None,
     currency: str = DEFAULT_CURRENCY,
     simulate: bool = False,
+    draft_model: str | None = None,
 ) -> PlanRequest:
     """A PlanRequest from flag values; bad values raise BadInputError naming the flag."""
     extra = workload_fields(workload_file, prefix_hit_rate, slo_percentile)
@@ -200,8 +201,17 @@ def build_request(
             raise BadInputError(f"{flag} must be between 1 and {MAX_DEVICES_PER_INSTANCE}; got {value}.")
     mtp_values = parse_int_list(mtp, "--mtp", 0, 4) if mtp else None
     structures = parse_structures(structure, colocated)
+    if draft_model is not None:
+        with_draft(load_model(model), draft_model, field="--draft-model")  # refuses a draft the model cannot take
+        if "afd" in structures:
+            if structure is not None:
+                raise BadInputError(
+                    "--structure afd with --draft-model: moeplan does not model a draft model's place in an "
+                    "attention-FFN split; drop afd or --draft-model."
+                )
+            structures = tuple(x for x in structures if x != "afd")
     if engine is not None:
-        engine, mtp_values, colocated = _engine_limits(engine, mtp_values, colocated, model)
+        engine, mtp_values, colocated = _engine_limits(engine, mtp_values, colocated, model, draft_model)
         structures = engine_structures(engine, structures, structure is not None, model, decode_hardware or hardware)
     if simulate and "afd" in structures:
         if structure is not None:
@@ -237,6 +247,7 @@ def build_request(
         rate_per_s=rate,
         top=top,
         mtp_tokens=tuple(mtp_values) if mtp_values is not None else None,
+        draft_model=draft_model,
         settings=SolverSettings(time_limit_s=time_limit, workers=workers),
         imbalance=imbalance,
         max_redundant_experts=max_redundant_experts,
@@ -340,15 +351,24 @@ def check_objective(objective: str, rate: float | None) -> str:
 
 
 def _engine_limits(
-    engine: str, mtp_values: list[int] | None, colocated: bool, model: str
+    engine: str, mtp_values: list[int] | None, colocated: bool, model: str, draft_model: str | None = None
 ) -> tuple[str, list[int], bool]:
     """--engine: its name, the MTP depths it runs (within --mtp), whether it runs colocated instances."""
+    from planner.candidates.restrictions import DEFAULT_DRAFT_DEPTHS, DEFAULT_MTP_DEPTHS
     from planner.engines.profiles import engine_name, load_profile
 
     key = engine_name(engine)
     cap = load_profile(key).capabilities
+    if draft_model is not None and "eagle3" not in cap.draft_models:
+        raise BadInputError(
+            f"--draft-model: {key} runs no EAGLE-3 draft model beside the target; use --engine sglang or "
+            "vllm-ascend, or drop --draft-model."
+        )
     if mtp_values is None:
-        mtp_values = [0, 1, 2] if load_model(model).mtp_layers else [0]
+        if draft_model is not None:
+            mtp_values = list(DEFAULT_DRAFT_DEPTHS)
+        else:
+            mtp_values = list(DEFAULT_MTP_DEPTHS) if load_model(model).mtp_layers else [0]
     allowed = [k for k in mtp_values if k <= cap.mtp_tokens_max]
     if not allowed:
         raise BadInputError(
@@ -797,6 +817,15 @@ def plan(
         str | None,
         typer.Option(help="MTP depths to consider, e.g. '0,1,2' (default: all the model allows)."),
     ] = None,
+    draft_model: Annotated[
+        str | None,
+        typer.Option(
+            "--draft-model",
+            metavar="DRAFT",
+            help="An EAGLE-3 draft head beside the model (catalog name in drafts/, e.g. qwen3-235b-a22b-eagle3, or a "
+            "config.json path): --mtp then counts its draft tokens (default 1,2,3).",
+        ),
+    ] = None,
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Write {'plans': [...]} to FILE ('-' for stdout).")
     ] = None,
@@ -933,6 +962,7 @@ def plan(
             price_per_card_hour=price_per_card_hour,
             currency=currency,
             simulate=simulate,
+            draft_model=draft_model,
         )
         try:
             outcome = ranked_outcome(request, mode)

@@ -76,6 +76,7 @@ ASSUMPTIONS: dict[str, tuple[type, object]] = {
     "max-decode-cards": (float, None),
     "max-cost": (float, None),
     "prefix-hit-rate": (float, None),
+    "draft-model": (str, None),
 }
 BOOLEANS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 NULLABLE = {
@@ -96,6 +97,7 @@ NULLABLE = {
     "max-decode-cards",
     "max-cost",
     "prefix-hit-rate",
+    "draft-model",
 }
 
 
@@ -164,6 +166,7 @@ def plan_assumptions(plan: Plan, base_dir: Path | None) -> dict[str, object]:
             # a plan without an ITL limit is compared without one (0: none; unset: 3x TPOT)
             "max-itl-ms": (plan.slo.max_itl_ms or 0.0) if plan.slo else 0.0,
             "prefix-hit-rate": plan.workload.prefix_hit_rate,
+            "draft-model": _ref(plan.draft_model, base_dir) if plan.draft_model else None,
         }
     )
     if is_mixed_plan(plan):
@@ -222,6 +225,7 @@ def request_from(assumptions: dict[str, object], time_limit: float, workers: int
         max_decode_cards=_opt(a["max-decode-cards"], float),
         max_cost=_opt(a["max-cost"], float),
         prefix_hit_rate=_opt(a["prefix-hit-rate"], float),
+        draft_model=_opt(a["draft-model"], str),
     )
 
 
@@ -301,6 +305,10 @@ def whatif(
         typer.Option("--rate", help="Serve this many requests/s with the fewest cards."),
     ] = None,
     mtp: Annotated[str | None, typer.Option(help="MTP depths to consider, e.g. '0,1'.")] = None,
+    draft_model: Annotated[
+        str | None,
+        typer.Option("--draft-model", metavar="DRAFT", help="New EAGLE-3 draft head beside the model ('none': none)."),
+    ] = None,
     skew_sigma: Annotated[
         float | None, typer.Option("--skew-sigma", min=0.0, max=5.0, help="New expert skew sigma.")
     ] = None,
@@ -389,6 +397,7 @@ def whatif(
             "prefill-devices": prefill_devices,
             "rate": rate,
             "mtp": mtp,
+            "draft-model": draft_model,
             "skew-sigma": skew_sigma,
             "loads": loads,
             "max-redundant-experts": max_redundant_experts,

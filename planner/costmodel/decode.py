@@ -4,7 +4,7 @@ A step processes 1 + mtp_tokens tokens per sequence through every layer (attenti
 weight absorption reading the KV cache, then the dense FFN or the MoE), the LM head on every
 position, then the MTP module once per draft token (embedding, the 2h->h projection, one MoE layer and
 the LM head; the first pass on every position, later passes on one token per sequence) with its
-framework time. A step emits on average
+framework time (with an EAGLE-3 draft model, `costmodel.draft`, its head's passes instead). A step emits on average
 1 + a + a^2 + ... + a^k tokens per sequence for k draft tokens of acceptance a (a draft counts
 only if every earlier draft of the step was accepted). TPOT = step time / tokens emitted.
 
@@ -26,6 +26,7 @@ from numpy.typing import ArrayLike
 
 from planner.costmodel.attention_kinds import layers_cost
 from planner.costmodel.context import CostContext
+from planner.costmodel.draft import draft_pass_s
 from planner.costmodel.modules import (
     ModuleCost,
     dense_ffn_cost,
@@ -140,7 +141,10 @@ def _step_parts(ctx: CostContext, phase: DecodePlan, b: np.ndarray) -> tuple[dic
     parts["lm_head"] = head.compute_s + head.comm_s + emb.compute_s + emb.comm_s
     fixed_total += head.fixed_s + emb.fixed_s
 
-    if k:
+    if k and m.draft is not None:  # an EAGLE-3 head drafts instead of MTP layers (costmodel.draft)
+        passes = [draft_pass_s(ctx, phase, tokens if i == 0 else b, b, first=i == 0) for i in range(k)]
+        parts["mtp"] = np.sum(passes, axis=0) + ctx.hw.fixed_costs.mtp_framework_per_step.value
+    elif k:
         mtp = np.zeros_like(b)
         for i in range(k):
             t_pass = tokens if i == 0 else b

@@ -36,7 +36,7 @@ from planner.costmodel.prediction import (
     SystemPrediction,
 )
 from planner.costmodel.prefill import prefill_forward
-from planner.specs.catalog import load_hardware, load_model
+from planner.specs.catalog import load_hardware, load_plan_model
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan, check_plan
@@ -71,7 +71,7 @@ def resolve_ref(ref: str, base_dir: Path | None) -> str:
 
 def load_plan_specs(plan: Plan, base_dir: Path | None = None) -> PlanSpecs:
     """Load the model, machine and scheme a plan names, and check the plan against them."""
-    model = load_model(resolve_ref(plan.model, base_dir))
+    model = load_plan_model(plan, base_dir, resolve_ref)
     hw = load_hardware(resolve_ref(plan.hardware, base_dir))
     quant = get_quantization(plan.quantization)
     check_plan(plan, model, hw)

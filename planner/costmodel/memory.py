@@ -23,6 +23,7 @@ from numpy.typing import ArrayLike
 
 from planner.costmodel.attention_kinds import attention_split_params
 from planner.costmodel.context import CostContext
+from planner.costmodel.draft import draft_kv_bytes_per_token, draft_weight_bytes
 from planner.costmodel.imbalance import busiest_over_mean
 from planner.costmodel.modules import BF16_BYTES, LOGIT_BYTES
 from planner.specs.plan import (
@@ -95,17 +96,19 @@ def _kv_fixed_bytes_per_sequence(ctx: CostContext, core_tp: int) -> float:
 
 
 def _kv_bytes_per_token(ctx: CostContext, core_tp: int) -> float:
-    """KV bytes per token on one device of a DP rank, all layers (the MLA latent is replicated)."""
+    """KV bytes per token on one device of a DP rank, all layers (the MLA latent is replicated),
+    a draft head's included."""
     m = ctx.model
     a = m.attention
     if not m.is_plain():
-        return m.kv_cache_bytes(1.0, ctx.quant.kv_bytes_per_element, core_tp)[0]
+        growing = m.kv_cache_bytes(1.0, ctx.quant.kv_bytes_per_element, core_tp)[0]
+        return growing + draft_kv_bytes_per_token(ctx, core_tp)
     elems = (
         float(a.kv_lora_rank + a.qk_rope_head_dim)
         if a.kind == "mla"
         else 2.0 * a.head_dim * max(1.0, a.num_kv_heads / core_tp)
     )
-    return elems * m.kv_layers() * ctx.quant.kv_bytes_per_element
+    return elems * m.kv_layers() * ctx.quant.kv_bytes_per_element + draft_kv_bytes_per_token(ctx, core_tp)
 
 
 def _attention_weight_bytes(ctx: CostContext, layout: AttentionLayout) -> float:
@@ -222,11 +225,13 @@ def lm_head_hbm(ctx: CostContext, layout: ParallelLayout, logit_tokens_per_devic
 
 
 def fixed_hbm(ctx: CostContext) -> dict[str, float]:
-    """What does not depend on the layout: MTP projection, communication buffers, runtime reserve."""
+    """What does not depend on the layout: MTP projection, a draft model, communication buffers, runtime reserve."""
     m, hw = ctx.model, ctx.hw
     out = {}
     if m.mtp_layers:
         out["mtp_projection_weights"] = m.mtp_layers * m.mtp_extra_params() * ctx.quant.linear_weight_bytes
+    if m.draft is not None:
+        out["draft_model_weights"] = draft_weight_bytes(ctx)
     out["comm_buffers"] = hw.memory.comm_buffers.value
     out["runtime_reserve"] = hw.memory.runtime_reserve.value
     return out

@@ -17,7 +17,7 @@ from pathlib import Path
 from planner.costmodel.context import CostContext
 from planner.costmodel.imbalance import ImbalanceModel, default_imbalance_model
 from planner.costmodel.prediction import DecodePrediction, PrefillPrediction, SystemPrediction
-from planner.specs.catalog import load_hardware, load_model
+from planner.specs.catalog import load_hardware, load_plan_model
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan, check_phase, check_plan
@@ -57,7 +57,7 @@ def load_mixed_specs(plan: Plan, base_dir: Path | None, resolve) -> MixedSpecs:
             "prefill.hardware / prefill.kv_transfer_bytes_per_s: a plan with an 'afd' section is costed on one "
             "machine (prefill on another machine beside AFD decode instances is not modelled); drop the field."
         )
-    model = load_model(resolve(plan.model, base_dir))
+    model = load_plan_model(plan, base_dir, resolve)
     d_ref, p_ref = phase_hardware_refs(plan)
     d_hw = load_hardware(resolve(d_ref, base_dir))
     p_hw = d_hw if p_ref == d_ref else load_hardware(resolve(p_ref, base_dir))

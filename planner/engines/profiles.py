@@ -90,6 +90,9 @@ class Capabilities(Strict):
     lm_head_tp: TpRule
     moe_comm: dict[str, list[Literal["allgather", "alltoall"]]]
     mtp_tokens_max: int = Field(ge=0, le=16)
+    draft_models: list[Literal["eagle3"]] = Field(
+        default_factory=list, description="separate draft models it runs beside the target (EAGLE-3 heads)"
+    )
     prefill_micro_batches: list[int] = Field(min_length=1)
     decode_micro_batches: list[Literal[1, 2]] = Field(
         default_factory=_one_micro_batch, min_length=1, description="decode micro-batch counts (two-batch overlap)"
@@ -434,6 +437,11 @@ def plan_problems(
         out.append(
             f"quantization: '{plan.quantization}' has no weights format in {profile.label} "
             f"(it runs {', '.join(cap.quantization)}); plan with --quantization a8w8c16."
+        )
+    if plan.draft_model is not None and "eagle3" not in cap.draft_models:
+        out.append(
+            f"draft_model: {profile.label} runs no EAGLE-3 draft model beside the target (only its MTP layers); "
+            "plan without --draft-model or export for sglang or vllm-ascend."
         )
     if plan.afd is not None:
         out += afd_problems(profile, plan, hw, architectures)

@@ -6,7 +6,7 @@ from rich.console import RenderableType
 from rich.table import Table
 
 from planner.specs.hardware import HardwareSpec
-from planner.specs.model import ModelSpec
+from planner.specs.model import DraftSpec, ModelSpec
 
 GIB = 1024**3
 
@@ -177,6 +177,24 @@ def model_list_table(specs: list[ModelSpec], sources: dict[str, str] | None = No
             str(m.mtp_layers),
             str(m.max_context_tokens),
             (sources or {}).get(m.name, "").split(" (")[0].removeprefix("https://"),
+        )
+    return table
+
+
+def draft_list_table(drafts: list[DraftSpec], sources: dict[str, str]) -> Table:
+    """One row per draft model (drafts/): what it serves, its size and where its config.json comes from."""
+    table = Table(title="Draft models (--draft-model; a plan's draft_model)")
+    for col in ("name", "method", "for model", "params", "draft vocabulary", "checkpoint", "source"):
+        table.add_column(col, no_wrap=col == "name")
+    for d in drafts:
+        table.add_row(
+            d.name,
+            d.method,
+            d.target,
+            f"{d.params() / 1e9:.2f} B",
+            str(d.layer.vocab_size),
+            d.checkpoint,
+            sources.get(d.name, "").split(" (")[0].removeprefix("https://"),
         )
     return table
 

@@ -29,7 +29,7 @@ BREAKDOWN_LABELS = {
     "moe_comm": "MoE dispatch/combine (shared expert overlapped)",
     "lm_head": "embedding + LM head + sampling",
     "lm_head_comm": "embedding + LM head collectives",
-    "mtp": "MTP module + its framework time",
+    "mtp": "MTP module (or draft head) + framework time",
     "micro_batch_overlap": "hidden by micro-batching",
     "launch_overhead": "operator launch costs",
     "afd_attention": "attention side busy (attention, its collectives and launches, all micro-batches)",
@@ -111,9 +111,11 @@ def _decode_summary(phase: DecodePlan, d: DecodePrediction, hw: HardwareSpec, pl
         f"{phase.concurrency_per_device} per device, {d.sequences_per_instance} per instance "
         f"(HBM allows {d.max_concurrency_per_device}" + (" without the prefill batch)" if colocated else ")"),
     )
+    drafter = f" from the EAGLE-3 head {plan.draft_model}" if plan.draft_model else ""
     t.add_row(
-        "MTP",
-        f"{phase.mtp_tokens} draft token(s), {d.tokens_per_step_per_sequence:.3f} tokens per step per sequence",
+        "MTP" if not plan.draft_model else "draft tokens",
+        f"{phase.mtp_tokens} draft token(s){drafter}, {d.tokens_per_step_per_sequence:.3f} tokens per step per "
+        "sequence",
     )
     t.add_row(
         "micro-batches",

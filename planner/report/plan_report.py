@@ -90,7 +90,8 @@ def decode_cell(plan: Plan) -> str:
         return "AFD " + compact_afd(plan.afd)
     if d is None:
         return "-"
-    dec = f"{compact_layouts(d)} B{d.concurrency_per_device} MTP{d.mtp_tokens}"  # type: ignore[attr-defined]
+    spec = "EAGLE3:" if plan.draft_model else "MTP"
+    dec = f"{compact_layouts(d)} B{d.concurrency_per_device} {spec}{d.mtp_tokens}"  # type: ignore[attr-defined]
     return dec + (f" mb{d.micro_batches}" if d.micro_batches > 1 else "")  # type: ignore[attr-defined]
 
 
@@ -110,6 +111,8 @@ def ranked_table(
         "head over the instance's devices (dies); B: sequences per device (die); K: thousand "
         "tokens per forward; mb: micro-batches"
     )
+    if any(p.draft_model for p in plans):
+        caption += "; EAGLE3:k: k draft tokens per step from the EAGLE-3 draft head (--draft-model)"
     if any(p.afd is not None for p in plans):
         caption += (
             "\nAFD: attention-FFN disaggregated decode instances, per instance A attention devices (attention, KV, "

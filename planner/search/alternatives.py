@@ -111,7 +111,12 @@ def alternatives(
         else:
             structures.append(("colocated", anything, False, True, None))
     depths = request.mtp_tokens if request.mtp_tokens is not None else (0, 1)
-    if head is not None and ctx.model.mtp_layers and any((k > 0) != (head.k > 0) for k in depths):
+    if (
+        head is not None
+        and ctx.model.mtp_layers
+        and ctx.model.draft is None
+        and any((k > 0) != (head.k > 0) for k in depths)
+    ):
         mtp_alternative = not head.k > 0
 
         def other_mtp(c: PhaseCandidate, mtp: bool = mtp_alternative) -> bool:

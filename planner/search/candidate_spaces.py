@@ -47,7 +47,7 @@ from planner.candidates.phase_candidates import (
     prefill_forward_us,
     prefill_ttft_us,
 )
-from planner.candidates.restrictions import DEFAULT_MTP_DEPTHS
+from planner.candidates.restrictions import DEFAULT_DRAFT_DEPTHS, DEFAULT_MTP_DEPTHS
 from planner.candidates.space import SizeOptions, SpaceLimits, instance_sizes, min_devices_for_weights, size_options
 from planner.candidates.tables import (
     MAX_CONCURRENCY,
@@ -247,8 +247,11 @@ def build_phase_space(
         opts = size_options(m, ctx.hw, n, phase, limits)  # type: ignore[arg-type]
         key = (phase, n, fingerprint)
         if phase == "decode":
-            ks = list(request.mtp_tokens) if request.mtp_tokens is not None else list(DEFAULT_MTP_DEPTHS)
-            ks = ks if m.mtp_layers or request.mtp_tokens is not None else [0]
+            default = DEFAULT_DRAFT_DEPTHS if m.draft is not None else DEFAULT_MTP_DEPTHS
+            ks = list(request.mtp_tokens) if request.mtp_tokens is not None else list(default)
+            ks = ks if m.speculates or request.mtp_tokens is not None else [0]
+            if m.draft is not None:  # a draft model is loaded to run: every decode candidate drafts
+                ks = [k for k in ks if k > 0] or [1]
             if limits.engine is not None:  # MTP depths the engine runs
                 ks = [k for k in ks if k <= mtp_tokens_max(limits.engine)] or [0]
             slo_us = None if slo.tpot_ms is None else int(math.floor(slo.tpot_ms * 1000))
@@ -382,8 +385,8 @@ def space_restrictions(
     pinned = [request.decode_devices if dspace else 1, request.prefill_devices if pspace else 1]
     if any(p is None for p in pinned):
         out.append(rules.INSTANCE_SIZES)
-    if m.mtp_layers and request.mtp_tokens is None and dspace is not None:
-        out.append(rules.MTP_DEPTHS)
+    if m.speculates and request.mtp_tokens is None and dspace is not None:
+        out.append(rules.DRAFT_DEPTHS if m.draft is not None else rules.MTP_DEPTHS)
     out.append(rules.MICRO_BATCHES)
     if pspace is not None:
         out.append(rules.HYBRID_POST_TP)
@@ -453,6 +456,8 @@ def afd_space(
     from planner.candidates.afd_candidates import AfdLimits, AfdSize, afd_sizes, size_candidates, with_bounds
     from planner.candidates.table_store import table_store
 
+    if ctx.model.draft is not None:  # a draft model's place in an AFD split is not modelled (specs.plan.check_afd)
+        return []
     devices = budget.pool_devices[budget.pool("afd")]
     if request.phase == "both" and not budget.mixed:
         experts, other = weights_bytes(ctx)

@@ -16,7 +16,7 @@ from planner.costmodel.context import CostContext
 from planner.costmodel.imbalance import default_imbalance_model
 from planner.errors import BadInputError
 from planner.search.request import PlanRequest
-from planner.specs.catalog import load_hardware, load_model
+from planner.specs.catalog import load_hardware, load_model, with_draft
 from planner.specs.quantization import get_quantization
 
 
@@ -35,7 +35,7 @@ class PhaseContexts:
 
 def make_context(request: PlanRequest) -> CostContext:
     """Specs loaded and the cost context built for a request (on its `hardware`)."""
-    model = load_model(request.model)
+    model = with_draft(load_model(request.model), request.draft_model, field="--draft-model")
     hw = load_hardware(request.hardware)
     imbalance = request.imbalance or default_imbalance_model()
     price = dict(request.prices)
@@ -57,8 +57,15 @@ def make_context(request: PlanRequest) -> CostContext:
             f"--input-tokens + --output-tokens = {w.longest_context_tokens} (the longest request) exceeds the model's "
             f"context of {model.max_context_tokens} tokens."
         )
-    if request.mtp_tokens and max(request.mtp_tokens) > 0 and model.mtp_layers == 0:
-        raise BadInputError(f"--mtp: model '{model.name}' has no MTP layers; use --mtp 0.")
+    if request.mtp_tokens and max(request.mtp_tokens) > 0 and not model.speculates:
+        raise BadInputError(
+            f"--mtp: model '{model.name}' has no MTP layers; use --mtp 0 (or --draft-model NAME: an EAGLE-3 head)."
+        )
+    if model.draft is not None and request.mtp_tokens is not None and max(request.mtp_tokens) == 0:
+        raise BadInputError(
+            f"--draft-model {request.draft_model} with --mtp 0: the draft model would never run; give --mtp depths "
+            "above 0 or drop --draft-model."
+        )
     return CostContext(model, hw, quant, w, imbalance, request.hbm_utilization)
 
 

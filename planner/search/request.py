@@ -42,6 +42,7 @@ class PlanRequest:
     rate_per_s: float | None = None
     top: int = 5
     mtp_tokens: tuple[int, ...] | None = None
+    draft_model: str | None = None  # an EAGLE-3 head beside the model (drafts/): drafts instead of MTP layers
     max_redundant_experts: int | None = None  # redundant expert copies per instance (0: none)
     # named limits of the space the user lifts (planner.candidates.restrictions)
     max_extra_slots: int | None = None  # expert slots per device beyond the fewest (None: 4, within 50% copies)

@@ -10,6 +10,7 @@ moeplan's form or a HuggingFace config.json; plan YAML or JSON, or an HTML repor
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -18,11 +19,12 @@ from planner.errors import BadInputError
 from planner.specs.files import HTML_SUFFIXES, load_mapping, validate_model
 from planner.specs.hardware import HardwareSpec
 from planner.specs.hf_config import from_hf_config, looks_like_hf_config
-from planner.specs.model import ModelSpec
+from planner.specs.model import DraftSpec, ModelSpec
 from planner.specs.plan import Plan, migrate_plan_document
 
-CatalogKind = Literal["hardware", "models", "plans", "validation"]
+CatalogKind = Literal["hardware", "models", "drafts", "plans", "validation"]
 _SUFFIXES = (".yaml", ".yml", ".json")
+_FILE_KINDS = {"models": "YAML or config.json", "drafts": "config.json"}
 _PLAN_SUFFIXES = _SUFFIXES + HTML_SUFFIXES  # a plan may also come from an HTML report (--html)
 
 
@@ -96,7 +98,7 @@ def _resolve(kind: CatalogKind, name_or_path: str, what: str) -> Path:
     raise BadInputError(
         f"unknown {what} '{name_or_path}'"
         + (f": {hint} Known" if hint else "; known")
-        + f" names: {known}. Or give a path to a {'YAML or config.json' if kind == 'models' else 'YAML'} file."
+        + f" names: {known}. Or give a path to a {_FILE_KINDS.get(kind, 'YAML')} file."
     )
 
 
@@ -206,6 +208,86 @@ def load_hardware(name_or_path: str) -> HardwareSpec:
 def load_model(name_or_path: str) -> ModelSpec:
     """The model called `name_or_path` in the catalog, or read from that YAML/config.json path."""
     return _load_model_path(_resolve("models", name_or_path, "model").resolve())
+
+
+@lru_cache(maxsize=1)
+def _draft_sources() -> dict[str, dict[str, object]]:
+    path = catalog_dir("drafts") / "_sources.yaml"
+    if not path.is_file():
+        return {}
+    data, _ = load_mapping(path, "draft sources")
+    return {str(k): v for k, v in data.items() if isinstance(v, dict)}
+
+
+def draft_source(name: str) -> dict[str, object]:
+    """Where a catalog draft model comes from, the model it serves and its checkpoint ({} for user files)."""
+    return dict(_draft_sources().get(name, {}))
+
+
+@lru_cache(maxsize=16)
+def _load_draft_path(path: Path) -> DraftSpec:
+    data, _ = load_mapping(path, "draft model")
+    where = f"draft model config '{path}'"
+    archs = data.get("architectures") or []
+    if not any("Eagle3" in str(a) for a in archs if isinstance(archs, list)):
+        raise BadInputError(
+            f"{where}: architectures {archs} names no EAGLE-3 head (e.g. LlamaForCausalLMEagle3); moeplan models "
+            "EAGLE-3 draft heads only (a model's own MTP layers need no draft model)."
+        )
+    meta = draft_source(path.stem) if path.parent == catalog_dir("drafts") else {}
+    eagle = data.get("eagle_config") or {}
+    aux = eagle.get("eagle_aux_hidden_state_layer_ids") or [0, 1, 2]  # EAGLE-3: low, middle and high layers
+    layer_cfg = {k: v for k, v in data.items() if k not in ("eagle_config", "draft_vocab_size", "architectures")}
+    layer_cfg["vocab_size"] = data.get("draft_vocab_size") or data.get("vocab_size")
+    try:
+        fields = from_hf_config(layer_cfg, path.stem)
+        layer = ModelSpec.model_validate(fields)
+        return DraftSpec(
+            name=path.stem,
+            target=str(meta.get("target", "")) or "(user file)",
+            checkpoint=str(meta.get("checkpoint", "")) or str(path.parent),
+            layer=layer,
+            aux_hidden_states=len(aux),
+            embedding_vocab=int(data.get("vocab_size") or layer.vocab_size),
+        )
+    except (ValueError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
+        raise BadInputError(f"{where} cannot be read: {exc}.") from None
+
+
+def load_draft(name_or_path: str) -> DraftSpec:
+    """The draft model called `name_or_path` in the catalog (drafts/), or read from that config.json path."""
+    return _load_draft_path(_resolve("drafts", name_or_path, "draft model").resolve())
+
+
+def with_draft(model: ModelSpec, draft_name: str | None, field: str = "draft_model") -> ModelSpec:
+    """`model` with the draft model `draft_name` beside it (unchanged for None).
+
+    Refused by name: a draft whose hidden size or embedding vocabulary differs from the model's
+    (its fc reads the model's hidden states and its embedding the model's token ids) and a model
+    that has MTP layers of its own (one speculator per plan)."""
+    if draft_name is None:
+        return model
+    draft = load_draft(draft_name)
+    if model.mtp_layers:
+        raise BadInputError(
+            f"{field} = '{draft_name}': model '{model.name}' drafts with its own {model.mtp_layers} MTP layer(s); "
+            f"drop {field} (its MTP layers draft with {'--mtp' if field.startswith('--') else 'mtp_tokens'})."
+        )
+    if draft.layer.hidden_size != model.hidden_size or draft.embedding_vocab != model.vocab_size:
+        raise BadInputError(
+            f"{field} = '{draft_name}': the draft reads hidden states of size {draft.layer.hidden_size} and token ids "
+            f"of a {draft.embedding_vocab}-entry vocabulary; model '{model.name}' has {model.hidden_size} and "
+            f"{model.vocab_size}; pick a draft trained for it (trained for: {draft.target})."
+        )
+    return model.model_copy(update={"draft": draft})
+
+
+def load_plan_model(plan: Plan, base_dir: Path | None, resolve: Callable[[str, Path | None], str]) -> ModelSpec:
+    """The model a plan names, with its draft model (`draft_model`) beside it; `resolve` turns a
+    reference in the plan into a catalog name or a path (relative paths beside the plan)."""
+    model = load_model(resolve(plan.model, base_dir))
+    draft = resolve(plan.draft_model, base_dir) if plan.draft_model is not None else None
+    return with_draft(model, draft)
 
 
 # keys `plan --json` writes beside each plan's own fields: the engines that run it and its variants

@@ -214,6 +214,10 @@ class ModelSpec(Strict):
         default=(),
         description="the checkpoint's model classes (config.json 'architectures'): what an engine registers a model by",
     )
+    draft: DraftSpec | None = Field(
+        default=None,
+        description="a separate draft model (EAGLE-3 head) drafting the decode's tokens instead of MTP layers",
+    )
 
     @model_validator(mode="after")
     def _layers_consistent(self) -> ModelSpec:
@@ -239,6 +243,18 @@ class ModelSpec(Strict):
         if self.moe is not None and self.moe.hash_layers > self.num_moe_layers:
             raise ValueError("moe.hash_layers cannot exceed the MoE layers")
         return self
+
+    @property
+    def speculates(self) -> bool:
+        """True when decode can draft tokens: the model's own MTP layers or a draft model beside it."""
+        return self.mtp_layers > 0 or self.draft is not None
+
+    @property
+    def speculator_label(self) -> str:
+        """What drafts the decode's tokens: 'MTP' or the draft's method and name."""
+        if self.draft is not None:
+            return f"EAGLE-3 ({self.draft.name})"
+        return "MTP"
 
     # ---- layer counts -------------------------------------------------------------------------
     @property
@@ -581,3 +597,40 @@ def _attention_groups(model: ModelSpec, mtp: bool) -> tuple[tuple[LayerKind, int
         key = (model.layer_kind(i), model.compress_ratio(i))
         counts[key] = counts.get(key, 0) + 1
     return tuple((kind, ratio, n) for (kind, ratio), n in counts.items())
+
+
+class DraftSpec(Strict):
+    """An EAGLE-3 draft head: one decoder layer that runs beside the target model and drafts tokens.
+
+    EAGLE-3 (Li et al., arXiv 2503.01840, section 3) feeds the draft layer the target's hidden
+    states of `aux_hidden_states` layers, fused by one `aux_hidden_states x h -> h` projection (the
+    `fc`), concatenated with the token embedding, so the layer's Q, K and V projections take 2h
+    inputs; its LM head covers a reduced draft vocabulary (`draft_vocab_size`) mapped back to the
+    target's. `layer` is that decoder layer as a one-layer dense model (its LM head over the draft
+    vocabulary); `extra_params()` is what the layer holds beyond it (the fc and the wider Q/K/V
+    inputs). The embedding table is the target's size (`embedding_vocab`).
+    """
+
+    name: str = Field(min_length=1)
+    method: Literal["eagle3"] = "eagle3"
+    target: str = Field(min_length=1, description="the catalog model the head was trained for")
+    checkpoint: str = Field(min_length=1, description="the checkpoint an engine loads (hub id or path)")
+    layer: ModelSpec
+    aux_hidden_states: int = Field(ge=1, le=16, description="target layers whose hidden states the fc fuses")
+    embedding_vocab: int = Field(ge=1, le=100_000_000)
+
+    def extra_params(self) -> int:
+        """The fc (aux x h -> h) and the Q/K/V projections' second h inputs (the embedding half)."""
+        h = self.layer.hidden_size
+        a = self.layer.attention
+        qkv_out = a.num_heads * a.head_dim + 2 * a.num_kv_heads * a.head_dim
+        return self.aux_hidden_states * h * h + h * qkv_out
+
+    def params(self) -> int:
+        """Every weight of the head: its layer, LM head, fc, wider inputs and embedding table."""
+        layer = self.layer.attention_params_per_layer()
+        body = sum(layer.values()) + self.layer.dense_ffn_params()
+        return body + self.extra_params() + self.layer.vocab_params() + self.embedding_vocab * self.layer.hidden_size
+
+
+ModelSpec.model_rebuild()

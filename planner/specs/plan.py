@@ -458,6 +458,12 @@ class Plan(Strict):
         description="fraction of each device's HBM the engine may fill (vLLM's gpu_memory_utilization; "
         "default 0.9 as engines default)",
     )
+    draft_model: str | None = Field(
+        default=None,
+        min_length=1,
+        description="a draft model (catalog name in drafts/ or a config.json path: an EAGLE-3 head) that drafts "
+        "the decode's mtp_tokens instead of MTP layers; for models without MTP layers",
+    )
     rank: int | None = Field(default=None, ge=1, description="position in a ranked export")
     predicted: dict[str, Any] | None = Field(default=None, description="filled in by evaluate/plan; ignored on input")
 
@@ -729,6 +735,11 @@ def check_afd(section: AfdPlan, model: ModelSpec, hw: HardwareSpec, field: str =
             f"{field}.moe: slots_per_device = {moe.slots_per_device} exceeds the model's {experts} routed experts; "
             "a device holds each expert at most once."
         )
+    if model.draft is not None:
+        raise BadInputError(
+            f"draft_model = '{model.draft.name}' with an afd section: moeplan does not model a draft model's place "
+            "in an attention-FFN split; drop draft_model (or the afd section)."
+        )
     if section.mtp_tokens and model.mtp_layers == 0:
         raise BadInputError(
             f"{field}.mtp_tokens = {section.mtp_tokens}: model '{model.name}' has no MTP layers; set mtp_tokens: 0."
@@ -757,8 +768,13 @@ def check_plan(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> None:
         section = "colocated" if plan.is_colocated else "decode"
         if plan.decode is not None:
             check_phase("decode", plan.decode, model, hw)
-        if decode.mtp_tokens and model.mtp_layers == 0:
+        if decode.mtp_tokens and not model.speculates:
             raise BadInputError(
                 f"{section}.mtp_tokens = {decode.mtp_tokens}: model '{model.name}' has no MTP layers; "
-                "set mtp_tokens: 0."
+                "set mtp_tokens: 0 (or name an EAGLE-3 head in draft_model)."
+            )
+        if model.draft is not None and not decode.mtp_tokens:
+            raise BadInputError(
+                f"draft_model = '{model.draft.name}' but {section}.mtp_tokens = 0: the draft model would be loaded "
+                "and never run; set mtp_tokens (the draft tokens per step) or drop draft_model."
             )

@@ -161,6 +161,16 @@ def model_path(plan: Plan) -> str:
     return HF_NAMES.get(plan.model, plan.model)
 
 
+def draft_model_path(plan: Plan) -> str | None:
+    """The draft model's weights the servers load (its checkpoint for a catalog draft, else the plan's
+    path); None without a draft model."""
+    if plan.draft_model is None:
+        return None
+    from planner.specs.catalog import draft_source
+
+    return str(draft_source(plan.draft_model).get("checkpoint") or plan.draft_model)
+
+
 def context_tokens(plan: Plan) -> int:
     """Longest sequence the plan serves: prompt plus completion."""
     return plan.workload.input_tokens + plan.workload.output_tokens

@@ -25,6 +25,7 @@ from planner.report.launch.common import (
     allocate,
     check_runnable,
     context_tokens,
+    draft_model_path,
     memory_fraction,
     model_path,
     node_addr,
@@ -158,10 +159,22 @@ def _server_flags(plan: Plan, model: ModelSpec, slot: Slot, phase: PhasePlan, vi
             argv += ["--ep-num-redundant-experts", str(redundant), "--init-expert-location", str(path)]
     mtp = view.colocated.mtp_tokens if view.colocated is not None else (view.decode.mtp_tokens if view.decode else 0)
     if mtp:
-        # prefill instances run the same NEXTN draft as decode (the draft needs the prefill's hidden states)
+        # prefill instances run the same draft as decode (the draft needs the prefill's hidden states);
+        # an EAGLE-3 head runs unquantised, as moeplan costs it (--speculative-draft-model-quantization
+        # unquant, SGLang's Ascend best-practice Qwen3-235B runs)
+        draft = draft_model_path(plan)
+        if draft is not None:
+            argv += [
+                "--speculative-algorithm",
+                "EAGLE3",
+                "--speculative-draft-model-path",
+                draft,
+                "--speculative-draft-model-quantization",
+                "unquant",
+            ]
+        else:
+            argv += ["--speculative-algorithm", "NEXTN"]
         argv += [
-            "--speculative-algorithm",
-            "NEXTN",
             "--speculative-num-steps",
             str(mtp),
             "--speculative-eagle-topk",

@@ -25,6 +25,7 @@ from planner.report.launch.common import (
     allocate,
     check_runnable,
     context_tokens,
+    draft_model_path,
     memory_fraction,
     model_path,
     node_addr,
@@ -119,7 +120,11 @@ def build(
         common += _batch_flags(plan, slot.role, phase)
         mtp = _mtp_tokens(slot.role, view, decode_mtp)
         if mtp:
-            common += ["--speculative-config", _json({"method": "mtp", "num_speculative_tokens": mtp})]
+            draft = draft_model_path(plan)
+            spec: dict[str, object] = {"method": "mtp", "num_speculative_tokens": mtp}
+            if draft is not None:  # an EAGLE-3 head (vLLM SpeculativeConfig method 'eagle3', its weights' path)
+                spec = {"method": "eagle3", "model": draft, "num_speculative_tokens": mtp}
+            common += ["--speculative-config", _json(spec)]
         if pd:
             common += ["--kv-transfer-config", _json(_kv_config(slot, k, view))]
         if extra_by_role[slot.role]:
