@@ -264,6 +264,10 @@ def sweep(
     decode_devices: DecodeDevicesOpt = None,
     prefill_devices: PrefillDevicesOpt = None,
     mtp: Annotated[str | None, typer.Option(help="MTP depths to consider, e.g. '0,1,2'.")] = None,
+    draft_model: Annotated[
+        str | None,
+        typer.Option("--draft-model", metavar="DRAFT", help="An EAGLE-3 draft head beside the model (drafts/)."),
+    ] = None,
     loads: LoadsOpt = None,
     skew_sigma: SkewSigmaOpt = None,
     max_redundant_experts: MaxRedundantOpt = None,
@@ -393,6 +397,7 @@ def sweep(
                 price_per_card_hour=price_per_card_hour,
                 currency=currency,
                 simulate=simulate,
+                draft_model=draft_model,
                 slo_percentile=slo_percentile,
             )
             points.append((shown, request))

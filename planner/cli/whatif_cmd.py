@@ -413,6 +413,8 @@ def whatif(
             "prefix-hit-rate": prefix_hit_rate,
         }
         changes = {k: v for k, v in changes.items() if v is not None}
+        if str(changes.get("draft-model", "")).lower() == "none":  # --draft-model none: drop the base's head
+            changes["draft-model"] = None
         plan = base_dir = None
         base_ref, pairs = base_plan, list(base or [])
         if base_ref is None and len(pairs) == 1 and "=" not in pairs[0] and Path(pairs[0]).is_file():

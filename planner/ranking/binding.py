@@ -40,7 +40,7 @@ from planner.costmodel.prediction import ColocatedPrediction, Prediction
 from planner.costmodel.prefill import prefill_forward
 from planner.search.plan_search import SearchOutcome
 from planner.search.request import PlanRequest
-from planner.specs.catalog import load_hardware, load_model
+from planner.specs.catalog import load_hardware, load_model, with_draft
 from planner.specs.hardware import HardwareSpec
 from planner.specs.plan import AfdPlan, DecodePlan, Plan, PrefillPlan
 from planner.specs.quantization import get_quantization
@@ -636,7 +636,7 @@ def request_bindings(plan: Plan, req: PlanRequest) -> list[Binding]:
     if req.is_mixed:
         return mixed_request_bindings(plan, req)
     ctx = CostContext(
-        load_model(req.model),
+        with_draft(load_model(req.model), req.draft_model, field="--draft-model"),
         load_hardware(req.hardware),
         get_quantization(req.quantization),
         req.workload,

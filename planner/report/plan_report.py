@@ -83,6 +83,11 @@ def compact_afd(section: AfdPlan) -> str:
     )
 
 
+def draft_label(plan: Plan, tokens: int) -> str:
+    """`MTP<k>`, or `EAGLE3:<k>` when an EAGLE-3 head drafts (the plan's draft_model)."""
+    return f"{'EAGLE3:' if plan.draft_model else 'MTP'}{tokens}"
+
+
 def decode_cell(plan: Plan) -> str:
     """The ranked table's decode cell: layouts and integers of the decode or AFD instances."""
     d = plan.decode_phase
@@ -90,8 +95,7 @@ def decode_cell(plan: Plan) -> str:
         return "AFD " + compact_afd(plan.afd)
     if d is None:
         return "-"
-    spec = "EAGLE3:" if plan.draft_model else "MTP"
-    dec = f"{compact_layouts(d)} B{d.concurrency_per_device} {spec}{d.mtp_tokens}"  # type: ignore[attr-defined]
+    dec = f"{compact_layouts(d)} B{d.concurrency_per_device} {draft_label(plan, d.mtp_tokens)}"  # type: ignore[attr-defined]
     return dec + (f" mb{d.micro_batches}" if d.micro_batches > 1 else "")  # type: ignore[attr-defined]
 
 

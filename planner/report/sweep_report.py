@@ -14,7 +14,14 @@ from rich.text import Text
 from planner.ranking.binding import binding_tags, request_bindings
 from planner.ranking.compare import pd_cards, plan_devices
 from planner.ranking.frontier import Curve, PublishedPoint
-from planner.report.plan_report import compact_afd, compact_layouts, decode_cell, headline, plans_document
+from planner.report.plan_report import (
+    compact_afd,
+    compact_layouts,
+    decode_cell,
+    draft_label,
+    headline,
+    plans_document,
+)
 from planner.report.table_counts import tables_built_text
 from planner.search.sweep import SweepPoint, SweepResult
 from planner.specs.catalog import load_hardware
@@ -181,7 +188,8 @@ def sweep_table(
             cells.append(decode_cell(pt.plan))
         elif has_d:
             mb = f" mb{d.micro_batches}" if d and d.micro_batches > 1 else ""
-            cells.append(f"{short_layouts(d)} B{d.concurrency_per_device} MTP{d.mtp_tokens}{mb}" if d else "-")
+            spec = draft_label(pt.plan, d.mtp_tokens) if d else ""
+            cells.append(f"{short_layouts(d)} B{d.concurrency_per_device} {spec}{mb}" if d else "-")
         if has_p:
             same = "(same) " if pt.plan.is_colocated else (f"{short_layouts(p)} " if p else "")
             cells.append(f"{same}{p.batch_tokens // 1024}K mb{p.micro_batches}" if p else "-")

@@ -73,3 +73,16 @@ def test_models_list_shows_the_draft_heads():
     r = run_cli("models", "list")
     assert r.exit_code == 0
     assert DRAFT in r.output and "lmsys/Qwen3-235B" in r.output
+
+
+def test_sweep_and_whatif_carry_the_draft_head():
+    r = run_cli("sweep", *QWEN, "--draft-model", DRAFT, "--tpot-ms", "50", "--max-cards", "24")
+    assert r.exit_code == 0, r.output
+    assert "EAGLE3:" in r.output  # the decode cell names the head's draft tokens
+    plan = str(PLANS / "a3-sglang-qwen3-235b-w8a8-d32.yaml")
+    r = run_cli("whatif", plan, "--tpot-ms", "30")
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "new (re-planned)" in text and "│ tpot-ms │ unset │ 30 │" in text  # the head stays: not a changed assumption
+    r = run_cli("whatif", plan, "--draft-model", "none", "--mtp", "0")
+    assert r.exit_code == 0, r.output

@@ -130,3 +130,20 @@ def test_search_tables_agree_with_the_evaluation(dense_layout):
     step_us = decode_step(ctx, d).step_s[0] * 1e6
     # integers round up: never shorter than the float step, and within a few microseconds per module
     assert step_us <= cand.time_us <= step_us + 20
+
+
+def test_the_binding_sentences_cost_the_step_with_the_head():
+    """`why:` / whatif's binding probes the next concurrency with the head beside the model."""
+    from planner.ranking.binding import request_bindings
+    from planner.search.request import PlanRequest
+    from planner.specs.plan import SLO
+
+    ctx, plan = _ctx()
+    plan = plan.model_copy(update={"slo": SLO(tpot_ms=500.0, ttft_ms=None)})
+    req = PlanRequest(
+        model=plan.model, hardware=plan.hardware, workload=plan.workload, slo=plan.slo, draft_model=plan.draft_model
+    )
+    decode = next(b for b in request_bindings(plan, req) if b.phase == "decode")
+    b = plan.decode.concurrency_per_device + 1
+    expected = decode_step(ctx, plan.decode, np.array([float(b)])).tpot_s[0] * 1e3
+    assert decode.figures["next_tpot_ms"] == pytest.approx(expected, rel=1e-9)

@@ -14,7 +14,7 @@ from typing import Any
 
 from planner.ranking.compare import pd_cards, plan_choices
 from planner.ranking.robust import headline_band
-from planner.report.plan_report import GIB, cards_of, compact_afd, compact_layouts, headline
+from planner.report.plan_report import GIB, cards_of, compact_afd, compact_layouts, draft_label, headline
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
 from planner.specs.plan import AfdPlan, AttentionLayout, PhasePlan, Plan
@@ -132,7 +132,7 @@ def compact_code(plan: Plan) -> str:
     if plan.afd is not None:
         parts.append("AFD " + compact_afd(plan.afd))
     if d is not None:
-        code = f"{compact_layouts(d)} B{d.concurrency_per_device} MTP{d.mtp_tokens}"
+        code = f"{compact_layouts(d)} B{d.concurrency_per_device} {draft_label(plan, d.mtp_tokens)}"
         parts.append(code + (f" mb{d.micro_batches}" if d.micro_batches > 1 else ""))
     if p is not None and not plan.is_colocated:
         parts.append(f"{compact_layouts(p)} {p.batch_tokens // 1024}K mb{p.micro_batches}")
