@@ -5,8 +5,9 @@ LM head over a reduced vocabulary. A step of k draft tokens with top-k 1 (SGLang
 `--speculative-eagle-topk 1`, `--speculative-num-draft-tokens k+1`; vLLM's
 `num_speculative_tokens`) runs it k times, as moeplan's MTP model runs the MTP layer:
 the first pass extends the head over the 1 + k positions the target just verified (through the
-fc that fuses the target's `aux_hidden_states` hidden states, SGLang's
-`forward_draft_extend_after_decode`), the other k - 1 passes draft one token per sequence.
+fc that fuses the target's `aux_hidden_states` hidden states), the other k - 1 passes draft one
+token per sequence (sglang 0.5.23 `speculative/eagle_worker_v2.py`: `draft` forwards the head
+`speculative_num_steps - 1` times, `_draft_extend_for_decode` once over the verified tokens).
 Every pass: the layer's attention over the head's own KV cache (GQA, one layer, the context's
 length), its FFN, the wider Q/K/V inputs (the embedding half of EAGLE-3's [embedding; hidden]
 input), the LM head over the draft vocabulary and the embedding lookup.

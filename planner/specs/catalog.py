@@ -73,10 +73,10 @@ def catalog_names(kind: CatalogKind) -> list[str]:
 
 def _resolve(kind: CatalogKind, name_or_path: str, what: str) -> Path:
     path = Path(name_or_path)
-    if kind == "models" and path.is_dir():
+    if kind in ("models", "drafts") and path.is_dir():
         config = path / "config.json"  # a Hugging Face model folder
         if not config.is_file():
-            raise BadInputError(f"model folder '{name_or_path}' holds no config.json; give a model file or folder.")
+            raise BadInputError(f"{what} folder '{name_or_path}' holds no config.json; give a {what} file or folder.")
         return config
     if kind == "plans" and path.is_dir():
         found = ", ".join(p.name for p in plan_files(path)) or "none"
@@ -239,11 +239,12 @@ def _load_draft_path(path: Path) -> DraftSpec:
     aux = eagle.get("eagle_aux_hidden_state_layer_ids") or [0, 1, 2]  # EAGLE-3: low, middle and high layers
     layer_cfg = {k: v for k, v in data.items() if k not in ("eagle_config", "draft_vocab_size", "architectures")}
     layer_cfg["vocab_size"] = data.get("draft_vocab_size") or data.get("vocab_size")
+    name = path.parent.name if path.name == "config.json" else path.stem  # a Hugging Face folder: its name
     try:
-        fields = from_hf_config(layer_cfg, path.stem)
+        fields = from_hf_config(layer_cfg, name)
         layer = ModelSpec.model_validate(fields)
         return DraftSpec(
-            name=path.stem,
+            name=name,
             target=str(meta.get("target", "")) or "(user file)",
             checkpoint=str(meta.get("checkpoint", "")) or str(path.parent),
             layer=layer,

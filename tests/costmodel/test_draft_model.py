@@ -147,3 +147,16 @@ def test_the_binding_sentences_cost_the_step_with_the_head():
     b = plan.decode.concurrency_per_device + 1
     expected = decode_step(ctx, plan.decode, np.array([float(b)])).tpot_s[0] * 1e3
     assert decode.figures["next_tpot_ms"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_users_head_folder_is_read_like_a_model_folder(tmp_path):
+    from planner.specs.catalog import catalog_dir
+
+    folder = tmp_path / "my-eagle3"
+    folder.mkdir()
+    (folder / "config.json").write_text((catalog_dir("drafts") / f"{DRAFT}.json").read_text())
+    d = load_draft(str(folder))
+    assert d.name == "my-eagle3" and d.target == "(user file)" and d.checkpoint == str(folder)
+    assert d.params() == load_draft(DRAFT).params()
+    with pytest.raises(BadInputError, match="draft model folder .* holds no config.json"):
+        load_draft(str(tmp_path))
