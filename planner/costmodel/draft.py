@@ -70,16 +70,17 @@ def draft_pass_s(
     ffn = dense_ffn_cost(dctx, phase.dense_layout, t)
     head = lm_head_cost(dctx, phase.lm_head_layout, t)
     emb = embedding_cost(dctx, phase.lm_head_layout, t)
-    projections = draft_projections_s(ctx, t, first)
+    projections = _projections_s(draft, dctx, t, first)
     return att.total_s + ffn.total_s * layer.num_dense_layers + head.total_s + emb.total_s + projections
 
 
 def draft_projections_s(ctx: CostContext, tokens_per_device: ArrayLike, first: bool) -> np.ndarray:
     """The head's weights beyond its layer on these tokens: the wider Q/K/V inputs, and on the extend
     pass (`first`) the fc over the target's hidden states."""
-    draft = _draft(ctx)
-    dctx = draft_context(ctx)
-    t = np.asarray(tokens_per_device, dtype=float)
+    return _projections_s(_draft(ctx), draft_context(ctx), np.asarray(tokens_per_device, dtype=float), first)
+
+
+def _projections_s(draft: DraftSpec, dctx: CostContext, t: np.ndarray, first: bool) -> np.ndarray:
     h = draft.layer.hidden_size
     extra = draft.extra_params() - (0 if first else draft.aux_hidden_states * h * h)
     return dctx.roofline_s(2 * t * extra, extra * DRAFT_WEIGHT_BYTES, dctx.linear_flops_per_s)

@@ -186,18 +186,19 @@ def _validate_hf(fields: dict[str, Any], path: Path, data: dict[str, Any]) -> Mo
         raise BadInputError(f"model config '{path}'{how}: " + "; ".join(problems) + ".") from None
 
 
-@lru_cache(maxsize=1)
-def _model_sources() -> dict[str, dict[str, object]]:
-    path = catalog_dir("models") / "_sources.yaml"
+@lru_cache(maxsize=2)
+def _sources(kind: CatalogKind) -> dict[str, dict[str, object]]:
+    """A catalog's `_sources.yaml` (models/, drafts/): entry name -> what it says of that entry."""
+    path = catalog_dir(kind) / "_sources.yaml"
     if not path.is_file():
         return {}
-    data, _ = load_mapping(path, "model sources")
+    data, _ = load_mapping(path, f"{kind} sources")
     return {str(k): v for k, v in data.items() if isinstance(v, dict)}
 
 
 def model_source(name: str) -> dict[str, object]:
     """Where a catalog model comes from and its publisher's parameter counts ({} for user files)."""
-    return dict(_model_sources().get(name, {}))
+    return dict(_sources("models").get(name, {}))
 
 
 def load_hardware(name_or_path: str) -> HardwareSpec:
@@ -210,18 +211,9 @@ def load_model(name_or_path: str) -> ModelSpec:
     return _load_model_path(_resolve("models", name_or_path, "model").resolve())
 
 
-@lru_cache(maxsize=1)
-def _draft_sources() -> dict[str, dict[str, object]]:
-    path = catalog_dir("drafts") / "_sources.yaml"
-    if not path.is_file():
-        return {}
-    data, _ = load_mapping(path, "draft sources")
-    return {str(k): v for k, v in data.items() if isinstance(v, dict)}
-
-
 def draft_source(name: str) -> dict[str, object]:
     """Where a catalog draft model comes from, the model it serves and its checkpoint ({} for user files)."""
-    return dict(_draft_sources().get(name, {}))
+    return dict(_sources("drafts").get(name, {}))
 
 
 @lru_cache(maxsize=16)

@@ -249,13 +249,6 @@ class ModelSpec(Strict):
         """True when decode can draft tokens: the model's own MTP layers or a draft model beside it."""
         return self.mtp_layers > 0 or self.draft is not None
 
-    @property
-    def speculator_label(self) -> str:
-        """What drafts the decode's tokens: 'MTP' or the draft's method and name."""
-        if self.draft is not None:
-            return f"EAGLE-3 ({self.draft.name})"
-        return "MTP"
-
     # ---- layer counts -------------------------------------------------------------------------
     @property
     def num_moe_layers(self) -> int:
