@@ -502,11 +502,25 @@ def leave_one_out(model: Model, full_fit: FitOutcome) -> list[HeldOut]:
     return out
 
 
-def spread(full_fit: FitOutcome, held: Sequence[HeldOut]) -> dict[str, tuple[float, float]]:
-    """Lowest and highest value of every parameter over the full fit and the leave-one-out refits."""
+# A refit from another start whose weighted squared error is within this fraction of the full fit's fits the
+# rows as well as it does: the rows do not choose between the two, so a parameter's range spans both.
+NEAR_OPTIMAL_SSE_FRACTION = 0.01
+
+
+def near_optimal(tried: Sequence[tuple[float, np.ndarray]], best_sse: float) -> list[np.ndarray]:
+    """The values of the fits of `tried` (from `restarts`) that are within NEAR_OPTIMAL_SSE_FRACTION of
+    `best_sse`, the full fit's weighted squared error."""
+    return [x for sse, x in tried if sse <= best_sse * (1.0 + NEAR_OPTIMAL_SSE_FRACTION)]
+
+
+def spread(
+    full_fit: FitOutcome, held: Sequence[HeldOut], alternatives: Sequence[np.ndarray] = ()
+) -> dict[str, tuple[float, float]]:
+    """Lowest and highest value of every parameter over the full fit, the leave-one-out refits and
+    `alternatives` (near-optimal fits from other starts: `near_optimal`)."""
     out = {}
-    for p in full_fit.params:
-        vals = [full_fit.values[p.name]] + [h.values[p.name] for h in held]
+    for j, p in enumerate(full_fit.params):
+        vals = [full_fit.values[p.name]] + [h.values[p.name] for h in held] + [float(x[j]) for x in alternatives]
         out[p.name] = (min(vals), max(vals))
     return out
 

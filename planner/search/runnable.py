@@ -18,7 +18,7 @@ from planner.engines.profiles import ENGINES, engines_that_run
 from planner.errors import InfeasibleError
 from planner.search.candidate_spaces import Progress
 from planner.search.plan_files import plan_signature
-from planner.search.plan_search import SearchOutcome, run_search
+from planner.search.plan_search import Alternative, SearchOutcome, run_search
 from planner.search.request import PlanRequest
 from planner.search.table_cache import TableCache
 from planner.specs.plan import Plan
@@ -112,6 +112,7 @@ def run_runnable(
         lead,
         request=request,  # as asked (the engines' searches each had their engine and a wider top)
         plans=plans,
+        alternatives=_best_alternatives(lead, outcomes, plans),
         optimal=not interrupted and all(o.optimal for o in outcomes.values()),
         status="INTERRUPTED"
         if interrupted
@@ -126,3 +127,33 @@ def run_runnable(
         engine_mode=AUTO,
         engine_failures=failures,
     )
+
+
+def _best_alternatives(lead: SearchOutcome, outcomes: dict[str, SearchOutcome], plans: list[Plan]) -> list[Alternative]:
+    """Rank 1's alternatives (the lead engine's labels, in its order), each the best plan of that label
+    over every engine's search: the lead engine may not run a structure another engine runs (MindIE
+    has no AFD: its "best AFD" is empty while vLLM-Ascend's is not), and a plan of the label from one
+    engine is no worse an answer than the lead's. A label no engine fills keeps the lead's reason."""
+    best: dict[str, tuple[Alternative, SearchOutcome]] = {}
+    for outcome in [lead, *(o for o in outcomes.values() if o is not lead)]:
+        for alt in outcome.alternatives:
+            held = best.get(alt.label)
+            if (
+                held is None
+                or (alt.plan is not None and held[0].plan is None)
+                or (
+                    alt.plan is not None
+                    and held[0].plan is not None
+                    and _rank_key(alt.plan, outcome) < _rank_key(held[0].plan, held[1])
+                )
+            ):
+                best[alt.label] = (alt, outcome)
+    signatures = [plan_signature(p) for p in plans]
+    out = []
+    for alt in lead.alternatives:
+        chosen = best[alt.label][0]
+        rank = None
+        if chosen.plan is not None and (sig := plan_signature(chosen.plan)) in signatures:
+            rank = signatures.index(sig) + 1
+        out.append(dataclasses.replace(chosen, rank=rank))
+    return out

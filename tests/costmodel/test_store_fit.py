@@ -13,6 +13,7 @@ import pytest
 from planner.costmodel.fitting import factor_value
 from planner.costmodel.imbalance import fitted_parameters
 from planner.costmodel.store_fit import (
+    OUTCOME_FILE,
     Model,
     fit,
     fit_config,
@@ -64,9 +65,17 @@ def test_the_shipped_outcome_matches_the_rows_catalogs_and_code():
 def test_leave_one_out_refits_the_imbalance_parameters_too():
     out = stored_outcome()
     assert out is not None
+    undetermined = json.loads(OUTCOME_FILE.read_text())["undetermined"]
+    refitted = 0
     for name in ("imbalance.popularity_sigma", "imbalance.drift_sigma", "imbalance.request_correlation"):
         refits = {round(v[name], 6) for v in out.loo_values}
+        if name in undetermined:
+            # no row's prediction moves with it at the fit (the full fit says so): nothing to refit it on,
+            # and its range comes from the near-optimal refits from other starts instead
+            continue
         assert len(refits) > 1, f"{name} was never refitted"
+        refitted += 1
+    assert refitted >= 2
 
 
 def test_every_row_says_what_was_fitted_on_it(fidelity_doc):

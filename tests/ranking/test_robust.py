@@ -78,10 +78,10 @@ def test_a_lead_no_factor_range_moves_is_not_said_to_hold_at_the_ends():
 
 def test_a_lead_that_a_factor_end_reverses_is_reported_inside_the_band():
     plan, specs = _d70()
-    # one micro-batch with the LM head data-parallel against two micro-batches: ahead by 1.8 tok/s/card
-    # at the predicted factors, behind at an end of the ranges (under the refitted model)
-    first = _variant(plan, lm_head=ParallelLayout(dp=32, tp=1))
-    verdict = lead_verdict(first, _variant(plan, micro_batches=2), specs, None)
+    # two micro-batches against one micro-batch with the LM head data-parallel: ahead at the predicted
+    # factors, behind at an end of the ranges (the micro-batch overlap factor's low end)
+    first = _variant(plan, micro_batches=2)
+    verdict = lead_verdict(first, _variant(plan, lm_head=ParallelLayout(dp=32, tp=1)), specs, None)
     assert verdict.lead > 0
     assert verdict.inside_band and verdict.worst_lead <= 0
     assert "inside the uncertainty band" in verdict.lines()[0]

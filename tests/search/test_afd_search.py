@@ -59,3 +59,30 @@ def test_an_afd_plan_evaluates_to_what_the_search_predicted(afd_only, tmp_path):
     r = run_cli("evaluate", str(f), "--json", "-")
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["predicted"]["afd"] == afd_only[0]["predicted"]["afd"]
+
+
+def test_an_alternative_is_the_best_of_every_engines_search_not_only_the_lead_engines():
+    """MindIE runs no AFD: when its plan is rank 1, its own "best AFD" is empty, and the row must show
+    vLLM-Ascend's AFD plan instead of saying none fits (planner.search.runnable)."""
+    from types import SimpleNamespace
+
+    from planner.search.alternatives import Alternative
+    from planner.search.runnable import _best_alternatives
+    from planner.specs.catalog import load_plan
+
+    afd_plan, _ = load_plan("afd-a3-example")
+    other, _ = load_plan("a2-d70")
+    request = SimpleNamespace(rate_per_s=None)
+    lead = SimpleNamespace(
+        request=request,
+        alternatives=[Alternative("best AFD", None, None, "none fits: no AFD configuration meets the SLOs and HBM")],
+    )
+    vllm = SimpleNamespace(request=request, alternatives=[Alternative("best AFD", afd_plan, None)])
+    merged = _best_alternatives(lead, {"mindie": lead, "vllm-ascend": vllm}, [other])  # type: ignore[arg-type]
+    assert [a.label for a in merged] == ["best AFD"]
+    assert merged[0].plan is afd_plan and merged[0].rank is None
+    # a label no engine fills keeps the lead's reason; a plan in the list gets its rank
+    alone = _best_alternatives(lead, {"mindie": lead}, [other])  # type: ignore[arg-type]
+    assert alone[0].plan is None and alone[0].reason and alone[0].reason.startswith("none fits")
+    ranked = _best_alternatives(lead, {"mindie": lead, "vllm-ascend": vllm}, [other, afd_plan])  # type: ignore[arg-type]
+    assert ranked[0].rank == 2
