@@ -404,12 +404,17 @@ def known_miss_notes(machine: str, phases: tuple[str, ...]) -> list[str]:
 
     notes = []
     for phase in phases:
-        misses = [(fid, why) for m, ph, fid, why in known_misses() if m == machine and ph == phase]
-        if misses:
+        # each row with its own reason (rows that share one are named together)
+        by_reason: dict[str, list[str]] = {}
+        for m, ph, fid, why in known_misses():
+            if m == machine and ph == phase:
+                by_reason.setdefault(why, []).append(fid)
+        if by_reason:
+            said = "; ".join(f"{', '.join(fids)}: {why}" for why, fids in by_reason.items())
             notes.append(
                 f"known miss: on {machine} the cost model misses measured {phase} rows outside their tolerance "
-                f"({', '.join(fid for fid, _ in misses)}: {misses[0][1]}); read this plan's {phase} figures "
-                "with that error in mind (moeplan fidelity, docs/fidelity.md)"
+                f"({said}); read this plan's {phase} figures with that error in mind (moeplan fidelity, "
+                "docs/fidelity.md)"
             )
     return notes
 

@@ -42,7 +42,9 @@ leave-one-out range in data/imbalance.yaml. The rows that determine each part mo
 2. *Drift*: the engine places from a past window (a profiling run, or EPLB every few minutes:
    deepseek-ai/EPLB takes the per-layer loads of a past window) and the placement serves the
    next one. Log-popularity moves between windows by `drift_sigma` (stationary: both windows
-   keep skew sigma, correlation 1 - drift^2 / (2 sigma^2)); the static factor is the placement
+   keep skew sigma, correlation 1 - drift^2 / (2 sigma^2), held at 0 from drift sqrt(2) sigma on:
+   past that the windows are independent, and a placement is uninformed about the next window,
+   never its mirror image, which a negative correlation would make it); the static factor is the placement
    made from window A scored on window B. The one published measured price of real imbalance on
    Ascend determines it most: CloudMatrix384 prefill 5,655 tokens/s per NPU with its default EPLB
    against 6,688 with perfect balance (arXiv 2506.12708; rows `CM-P EPLB` and `CM-P balanced`).
@@ -201,6 +203,16 @@ def lognormal_sigma_for_gini(gini: float) -> float:
     return math.sqrt(2.0) * NormalDist().inv_cdf((1.0 + gini) / 2.0)
 
 
+def window_correlation(sigma: float, drift: float) -> float:
+    """Correlation of log-popularity between two windows whose difference has standard deviation
+    `drift` (both of skew `sigma`): 1 - drift^2 / (2 sigma^2), and 0 (independent windows) from
+    drift sqrt(2) sigma on. Popularity that changes between windows loses what the placement knew;
+    nothing makes the next window the inverse of the last, so the correlation is never negative."""
+    if sigma <= 0:
+        return 1.0
+    return max(0.0, min(1.0, 1.0 - drift**2 / (2.0 * sigma**2)))
+
+
 def drifted_windows(experts: int, sigma: float, drift: float, layers: int = ENGINE_LAYERS, seed: int = ENGINE_SEED):
     """Two windows of per-layer expert popularity, [layers, experts] each (the second drifted).
 
@@ -210,8 +222,7 @@ def drifted_windows(experts: int, sigma: float, drift: float, layers: int = ENGI
     rng = np.random.default_rng(seed)
     z_a = rng.standard_normal((layers, experts))
     z_new = rng.standard_normal((layers, experts))
-    corr = 1.0 - (drift**2) / (2.0 * sigma**2) if sigma > 0 else 1.0
-    corr = max(-1.0, min(1.0, corr))
+    corr = window_correlation(sigma, drift)
     z_b = corr * z_a + math.sqrt(max(0.0, 1.0 - corr**2)) * z_new
     return np.exp(sigma * z_a) * 1e6, np.exp(sigma * z_b) * 1e6
 
@@ -298,7 +309,8 @@ class EngineImbalance:
         return (
             f"engine imbalance: intrinsic log-normal sigma {self.popularity_sigma:.3g} "
             f"(Gini {gini_of_lognormal(self.popularity_sigma):.2f}), "
-            f"drift {self.drift_sigma:g} between placement windows, request correlation "
+            f"drift {self.drift_sigma:g} between placement windows (correlation "
+            f"{window_correlation(self.popularity_sigma, self.drift_sigma):.2f}), request correlation "
             f"{self.request_correlation:g} (see planner/costmodel/imbalance.py)"
         )
 

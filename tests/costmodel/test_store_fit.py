@@ -129,6 +129,22 @@ def test_a_machine_with_a_known_miss_says_so_in_its_plans():
     assert any(n.startswith(f"known miss: on {machine}") and phase in n for n in notes)
 
 
+def test_a_known_miss_note_gives_each_row_its_own_reason():
+    """Rows of one machine and phase that miss for different reasons each carry theirs (the note once
+    followed every row's id with the first row's reason)."""
+    from planner.costmodel.evaluate import known_miss_notes
+    from planner.specs.validation import known_misses
+
+    by_place: dict[tuple[str, str], dict[str, list[str]]] = {}
+    for machine, phase, fid, why in known_misses():
+        by_place.setdefault((machine, phase), {}).setdefault(why, []).append(fid)
+    (machine, phase), reasons = max(by_place.items(), key=lambda kv: len(kv[1]))
+    assert len(reasons) >= 2, "no machine and phase has two rows missing for different reasons"
+    (note,) = known_miss_notes(machine, (phase,))
+    for why, fids in reasons.items():
+        assert f"{', '.join(fids)}: {why}" in note
+
+
 def test_the_fit_is_bounded_by_its_sources(model):
     # the CloudMatrix384 paper's INT8 GEMM range holds the cm384 matmul wherever the config fits it
     cfg = fit_config()
