@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from planner.candidates.afd_candidates import AfdCandidate
+from planner.candidates.afd_candidates import AfdCandidate, AfdLimits
 from planner.candidates.colocated_candidates import ColocatedCandidate
 from planner.candidates.phase_candidates import PhaseCandidate
 from planner.search.candidate_spaces import PhaseSpace, colocated_space, decode_pool
@@ -180,7 +180,7 @@ def _afd_alternative(
     if best_dep.afd is None:
         label = "best AFD"
         if not afd:
-            return Alternative(label, None, None, "none fits: no AFD configuration meets the SLOs and HBM")
+            return Alternative(label, None, None, no_afd_reason(request, contexts))
         found = question.ranked([], p, [], 1, afd=afd)
         ds: PhaseSpace | None = replace(dspace, candidates=[]) if dspace else None
         dep_afd: list[AfdCandidate] | None = afd
@@ -193,6 +193,21 @@ def _afd_alternative(
         return Alternative(label, None, None, "none fits: no deployment of it within the card budget")
     plan = scored_plan(deployment_plan(request, contexts, found[0], ds, pspace, 1, cc, dep_afd), contexts)
     return Alternative(label, plan, _rank_in(plans, plan))
+
+
+NO_AFD_FITS = "none fits: no AFD configuration meets the SLOs and HBM"
+ENGINE_RUNS_NO_AFD = "none fits: {engine} runs no AFD of this model on this machine"
+NO_ENGINE_RUNS_AFD = "none fits: no engine runs AFD of this model on this machine"
+
+
+def no_afd_reason(request: PlanRequest, contexts: PhaseContexts) -> str:
+    """Why a search found no AFD plan: its engine runs no AFD of this model on this machine, or no AFD
+    configuration meets the SLOs and HBM."""
+    if request.engine is not None:
+        ctx = contexts.decode
+        if AfdLimits(max_devices=2, tpot_s=None, max_itl_s=None, engine=request.engine).for_engine(ctx) is None:
+            return ENGINE_RUNS_NO_AFD.format(engine=request.engine)
+    return NO_AFD_FITS
 
 
 def _rank_in(plans: list[Plan], plan: Plan) -> int | None:

@@ -16,6 +16,7 @@ import time
 
 from planner.engines.profiles import ENGINES, engines_that_run
 from planner.errors import InfeasibleError
+from planner.search.alternatives import ENGINE_RUNS_NO_AFD, NO_AFD_FITS, NO_ENGINE_RUNS_AFD
 from planner.search.candidate_spaces import Progress
 from planner.search.plan_files import plan_signature
 from planner.search.plan_search import Alternative, SearchOutcome, run_search
@@ -152,8 +153,20 @@ def _best_alternatives(lead: SearchOutcome, outcomes: dict[str, SearchOutcome], 
     out = []
     for alt in lead.alternatives:
         chosen = best[alt.label][0]
+        if chosen.plan is None and chosen.label == "best AFD":
+            chosen = dataclasses.replace(chosen, reason=_no_afd_reason(lead, outcomes))
         rank = None
         if chosen.plan is not None and (sig := plan_signature(chosen.plan)) in signatures:
             rank = signatures.index(sig) + 1
         out.append(dataclasses.replace(chosen, rank=rank))
     return out
+
+
+def _no_afd_reason(lead: SearchOutcome, outcomes: dict[str, SearchOutcome]) -> str:
+    """Why no engine's search found an AFD plan: when an engine that runs AFD here found none, none fits
+    the SLOs and HBM; when none of them runs it here, say so (and how to search it anyway)."""
+    runs_none = {ENGINE_RUNS_NO_AFD.format(engine=engine) for engine in outcomes}
+    reasons = [a.reason for o in outcomes.values() for a in o.alternatives if a.label == "best AFD"]
+    if reasons and all(r in runs_none for r in reasons):
+        return NO_ENGINE_RUNS_AFD
+    return NO_AFD_FITS

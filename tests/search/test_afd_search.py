@@ -86,3 +86,28 @@ def test_an_alternative_is_the_best_of_every_engines_search_not_only_the_lead_en
     assert alone[0].plan is None and alone[0].reason and alone[0].reason.startswith("none fits")
     ranked = _best_alternatives(lead, {"mindie": lead, "vllm-ascend": vllm}, [other, afd_plan])  # type: ignore[arg-type]
     assert ranked[0].rank == 2
+
+
+def test_where_no_engine_runs_afd_the_row_says_so_not_that_none_fits():
+    """On A2 no engine runs AFD (the afd-plugin targets 910C): the row and the AFD line say that, and
+    how to search it anyway, instead of claiming no AFD configuration meets the SLOs."""
+    r = run_cli("plan", "--hardware", "a2", "--model", "deepseek-v2-lite", "--max-cards", "8", "--top", "1")
+    assert r.exit_code == 0, r.output
+    row = next(line for line in r.output.splitlines() if line.startswith("│ best AFD"))
+    assert "no engine runs AFD of this model on this machine" in row
+    assert "AFD: not in the list: no engine runs AFD of this model on this machine (--engine none" in r.output
+
+
+def test_the_no_afd_reason_is_none_fits_when_an_engine_that_runs_afd_found_none():
+    from types import SimpleNamespace
+
+    from planner.search.alternatives import ENGINE_RUNS_NO_AFD, NO_AFD_FITS, NO_ENGINE_RUNS_AFD, Alternative
+    from planner.search.runnable import _no_afd_reason
+
+    def outcome(reason: str) -> SimpleNamespace:
+        return SimpleNamespace(alternatives=[Alternative("best AFD", None, None, reason)])
+
+    none_run = {e: outcome(ENGINE_RUNS_NO_AFD.format(engine=e)) for e in ("vllm-ascend", "sglang", "mindie")}
+    assert _no_afd_reason(none_run["mindie"], none_run) == NO_ENGINE_RUNS_AFD  # type: ignore[arg-type]
+    one_searched = {**none_run, "vllm-ascend": outcome(NO_AFD_FITS)}
+    assert _no_afd_reason(one_searched["mindie"], one_searched) == NO_AFD_FITS  # type: ignore[arg-type]
