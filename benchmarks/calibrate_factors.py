@@ -104,6 +104,7 @@ def main() -> int:
     import numpy as np
 
     from planner.costmodel.store_fit import (
+        NEAR_OPTIMAL_SSE_FRACTION,
         OUTCOME_FILE,
         Model,
         fit,
@@ -166,14 +167,15 @@ def main() -> int:
     if opts.range_restarts and not opts.no_loo:
         t0 = time.time()
         best_sse = weighted_sse(model, np.array([full.values[p.name] for p in params]))
-        tried = restarts(model, start, opts.range_restarts)[1:]
+        tried = restarts(model, start, opts.range_restarts, include_start=False)
         alternatives = near_optimal(tried, best_sse)
         print(
             f"{len(tried)} refits from perturbed starts: {time.time() - t0:.1f} s; {len(alternatives)} within "
-            f"1% of the full fit's weighted squared error ({best_sse:.6g}) widen the ranges"
+            f"{NEAR_OPTIMAL_SSE_FRACTION:.0%} of the full fit's weighted squared error ({best_sse:.6g}) widen "
+            "the ranges"
         )
         better = min(sse for sse, _ in tried)
-        if better < best_sse * 0.99:
+        if better < best_sse * (1.0 - NEAR_OPTIMAL_SSE_FRACTION):
             print(
                 f"  warning: a refit reaches {better:.6g}, below the full fit's {best_sse:.6g}: find the better "
                 "start with --restarts and write it into validation/_fit.yaml (start:)"
@@ -188,7 +190,8 @@ def main() -> int:
         lo, hi = min(lo, value), max(hi, value)
         derived = (
             f"lowest and highest over the full fit, its {len(held)} leave-one-out refits"
-            f" and {len(alternatives)} refits from other starts within 1% of its squared error"
+            f" and {len(alternatives)} refits from other starts within {NEAR_OPTIMAL_SSE_FRACTION:.0%} of its"
+            " squared error"
             if held
             else "the full fit's value (no leave-one-out run)"
         )

@@ -119,12 +119,10 @@ class AfdLimits:
         on this machine (no engine: unchanged)."""
         if self.engine is None:
             return self
-        from planner.engines.profiles import load_profile
+        from planner.engines.profiles import afd_refusal, load_profile
 
         cap = load_profile(self.engine).capabilities.afd
-        if cap is None or ctx.hw.name not in cap.hardware:
-            return None
-        if ctx.model.architectures and not set(ctx.model.architectures) & set(cap.architectures):
+        if cap is None or afd_refusal(cap, ctx.hw.name, ctx.model.architectures) is not None:
             return None
         return replace(
             self,

@@ -309,25 +309,18 @@ def engine_structures(
 ) -> tuple[str, ...]:
     """The structures --engine runs among those asked for (default: every one it runs); a structure
     asked for by name that the engine cannot run is refused naming why."""
-    from planner.engines.profiles import load_profile
+    from planner.engines.profiles import afd_refusal, load_profile
     from planner.specs.catalog import load_hardware
 
     cap = load_profile(engine).capabilities
-    afd = cap.afd
     reasons: dict[str, str] = {}
     if not cap.colocated:
         reasons["colocated"] = "it cannot run prefill and decode on the same instances"
     if not cap.disaggregated:
         reasons["pd"] = "it cannot disaggregate prefill and decode"
-    if afd is None:
-        reasons["afd"] = "it has no attention-FFN disaggregation"
-    else:
-        hw_name = load_hardware(hardware).name
-        archs = load_model(model).architectures
-        if hw_name not in afd.hardware:
-            reasons["afd"] = f"its AFD runs on {', '.join(afd.hardware)}, not on {hw_name}"
-        elif archs and not set(archs) & set(afd.architectures):
-            reasons["afd"] = f"its AFD runs {', '.join(afd.architectures)}, not {', '.join(archs)}"
+    afd_why = afd_refusal(cap.afd, load_hardware(hardware).name, load_model(model).architectures)
+    if afd_why is not None:
+        reasons["afd"] = afd_why
     if given:
         for s in structures:
             if s in reasons:

@@ -442,13 +442,16 @@ def weighted_sse(model: Model, x: np.ndarray, rows: Sequence[Row] | None = None)
     return float(np.sum(weighted_residuals(model, x, model.rows if rows is None else rows) ** 2))
 
 
-def restarts(model: Model, start: np.ndarray, count: int, seed: int = 0) -> list[tuple[float, np.ndarray]]:
-    """Fits from `start` and from `count` seeded perturbations of it (every parameter times U(0.7, 1.3),
-    a tenth of its bound's width standing in for a zero, clipped into its bounds), in that order, each as
-    (weighted squared error, values). The least-squares solver stops where its steps become small, which
-    on this piecewise objective (placements are discrete) depends on where it starts."""
+def restarts(
+    model: Model, start: np.ndarray, count: int, seed: int = 0, include_start: bool = True
+) -> list[tuple[float, np.ndarray]]:
+    """Fits from `start` (unless `include_start` is False: the caller has that fit) and from `count`
+    seeded perturbations of it (every parameter times U(0.7, 1.3), a tenth of its bound's width standing
+    in for a zero, clipped into its bounds), in that order, each as (weighted squared error, values).
+    The least-squares solver stops where its steps become small, which on this piecewise objective
+    (placements are discrete) depends on where it starts."""
     rng = np.random.default_rng(seed)
-    starts = [np.array(start, dtype=float)]
+    starts = [np.array(start, dtype=float)] if include_start else []
     for _ in range(count):
         x = np.array(start, dtype=float)
         for j, p in enumerate(model.params):

@@ -15,6 +15,7 @@ quantization schemes it can run). This module loads them and answers one questio
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -350,6 +351,18 @@ def phase_problems(
             f"attention TP ({att.tp}) that divides a node; {fix}."
         )
     return out
+
+
+def afd_refusal(afd: AfdCapability | None, hardware: str, architectures: Sequence[str]) -> str | None:
+    """Why an engine with this AFD capability runs no AFD of a model (its config.json `architectures`;
+    empty: not known) on `hardware` (a catalog machine name); None when it does."""
+    if afd is None:
+        return "it has no attention-FFN disaggregation"
+    if hardware not in afd.hardware:
+        return f"its AFD runs on {', '.join(afd.hardware)}, not on {hardware}"
+    if architectures and not set(architectures) & set(afd.architectures):
+        return f"its AFD runs {', '.join(afd.architectures)}, not {', '.join(architectures)}"
+    return None
 
 
 def afd_problems(

@@ -380,7 +380,7 @@ def afd_line(alternatives: list[Any], best: Plan) -> str | None:
     if alt.plan is None:
         why = (alt.reason or "").removeprefix("none fits: ")
         if alt.label == "best AFD":
-            if "runs no AFD" in why or "no engine runs AFD" in why:
+            if alt.unsearched:
                 return f"AFD: not in the list: {why} (--engine none searches it anyway)."
             return f"AFD: does not win: no AFD deployment fits ({why})."
         return f"AFD: wins: no deployment without AFD fits ({why})."

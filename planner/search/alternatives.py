@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from planner.candidates.afd_candidates import AfdCandidate, AfdLimits
+from planner.candidates.afd_candidates import AfdCandidate
 from planner.candidates.colocated_candidates import ColocatedCandidate
 from planner.candidates.phase_candidates import PhaseCandidate
 from planner.search.candidate_spaces import PhaseSpace, colocated_space, decode_pool
@@ -33,6 +33,7 @@ class Alternative:
     plan: Plan | None  # None: no deployment of that structure fits (`reason` says what)
     rank: int | None  # its rank in the list above, if it is there
     reason: str | None = None
+    unsearched: bool = False  # no plan because the search's engine does not run this structure here
 
 
 def distinct_plans(
@@ -180,7 +181,7 @@ def _afd_alternative(
     if best_dep.afd is None:
         label = "best AFD"
         if not afd:
-            return Alternative(label, None, None, no_afd_reason(request, contexts))
+            return no_afd_alternative(request, contexts)
         found = question.ranked([], p, [], 1, afd=afd)
         ds: PhaseSpace | None = replace(dspace, candidates=[]) if dspace else None
         dep_afd: list[AfdCandidate] | None = afd
@@ -196,18 +197,20 @@ def _afd_alternative(
 
 
 NO_AFD_FITS = "none fits: no AFD configuration meets the SLOs and HBM"
-ENGINE_RUNS_NO_AFD = "none fits: {engine} runs no AFD of this model on this machine"
 NO_ENGINE_RUNS_AFD = "none fits: no engine runs AFD of this model on this machine"
 
 
-def no_afd_reason(request: PlanRequest, contexts: PhaseContexts) -> str:
-    """Why a search found no AFD plan: its engine runs no AFD of this model on this machine, or no AFD
-    configuration meets the SLOs and HBM."""
+def no_afd_alternative(request: PlanRequest, contexts: PhaseContexts) -> Alternative:
+    """The "best AFD" row of a search that found no AFD plan: its engine runs no AFD of this model on
+    this machine (`unsearched`, with the engine's reason), or no AFD configuration meets the SLOs and HBM."""
     if request.engine is not None:
+        from planner.engines.profiles import afd_refusal, load_profile
+
         ctx = contexts.decode
-        if AfdLimits(max_devices=2, tpot_s=None, max_itl_s=None, engine=request.engine).for_engine(ctx) is None:
-            return ENGINE_RUNS_NO_AFD.format(engine=request.engine)
-    return NO_AFD_FITS
+        why = afd_refusal(load_profile(request.engine).capabilities.afd, ctx.hw.name, ctx.model.architectures)
+        if why is not None:
+            return Alternative("best AFD", None, None, f"none fits: {request.engine}: {why}", unsearched=True)
+    return Alternative("best AFD", None, None, NO_AFD_FITS)
 
 
 def _rank_in(plans: list[Plan], plan: Plan) -> int | None:

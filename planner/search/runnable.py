@@ -16,7 +16,7 @@ import time
 
 from planner.engines.profiles import ENGINES, engines_that_run
 from planner.errors import InfeasibleError
-from planner.search.alternatives import ENGINE_RUNS_NO_AFD, NO_AFD_FITS, NO_ENGINE_RUNS_AFD
+from planner.search.alternatives import NO_AFD_FITS, NO_ENGINE_RUNS_AFD
 from planner.search.candidate_spaces import Progress
 from planner.search.plan_files import plan_signature
 from planner.search.plan_search import Alternative, SearchOutcome, run_search
@@ -154,7 +154,7 @@ def _best_alternatives(lead: SearchOutcome, outcomes: dict[str, SearchOutcome], 
     for alt in lead.alternatives:
         chosen = best[alt.label][0]
         if chosen.plan is None and chosen.label == "best AFD":
-            chosen = dataclasses.replace(chosen, reason=_no_afd_reason(lead, outcomes))
+            chosen = _no_afd_alternative(chosen, outcomes)
         rank = None
         if chosen.plan is not None and (sig := plan_signature(chosen.plan)) in signatures:
             rank = signatures.index(sig) + 1
@@ -162,11 +162,10 @@ def _best_alternatives(lead: SearchOutcome, outcomes: dict[str, SearchOutcome], 
     return out
 
 
-def _no_afd_reason(lead: SearchOutcome, outcomes: dict[str, SearchOutcome]) -> str:
-    """Why no engine's search found an AFD plan: when an engine that runs AFD here found none, none fits
-    the SLOs and HBM; when none of them runs it here, say so (and how to search it anyway)."""
-    runs_none = {ENGINE_RUNS_NO_AFD.format(engine=engine) for engine in outcomes}
-    reasons = [a.reason for o in outcomes.values() for a in o.alternatives if a.label == "best AFD"]
-    if reasons and all(r in runs_none for r in reasons):
-        return NO_ENGINE_RUNS_AFD
-    return NO_AFD_FITS
+def _no_afd_alternative(empty: Alternative, outcomes: dict[str, SearchOutcome]) -> Alternative:
+    """The "best AFD" row when no engine's search found an AFD plan: none of the engines runs AFD here
+    (`unsearched`), or one that does found none that meets the SLOs and HBM."""
+    rows = [a for o in outcomes.values() for a in o.alternatives if a.label == "best AFD"]
+    if rows and all(a.unsearched for a in rows):
+        return dataclasses.replace(empty, reason=NO_ENGINE_RUNS_AFD, unsearched=True)
+    return dataclasses.replace(empty, reason=NO_AFD_FITS, unsearched=False)

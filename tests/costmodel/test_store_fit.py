@@ -245,6 +245,9 @@ def test_restarts_fit_from_the_start_and_from_seeded_perturbations_of_it(model):
     # seeded: the same restart twice gives the same fit
     again = restarts(model, start, 1, seed=0)
     assert again[1][0] == tried[1][0]
+    # without the start's own fit (the caller has it): the same perturbed fits
+    perturbed = restarts(model, start, 1, seed=0, include_start=False)
+    assert len(perturbed) == 1 and perturbed[0][0] == tried[1][0]
     # the objective is the weighted sum of squared relative errors
     measured = np.array([r.measured for r in model.rows])
     weights = np.array([r.weight for r in model.rows])

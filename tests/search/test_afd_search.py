@@ -101,13 +101,17 @@ def test_where_no_engine_runs_afd_the_row_says_so_not_that_none_fits():
 def test_the_no_afd_reason_is_none_fits_when_an_engine_that_runs_afd_found_none():
     from types import SimpleNamespace
 
-    from planner.search.alternatives import ENGINE_RUNS_NO_AFD, NO_AFD_FITS, NO_ENGINE_RUNS_AFD, Alternative
-    from planner.search.runnable import _no_afd_reason
+    from planner.search.alternatives import NO_AFD_FITS, NO_ENGINE_RUNS_AFD, Alternative
+    from planner.search.runnable import _no_afd_alternative
 
-    def outcome(reason: str) -> SimpleNamespace:
-        return SimpleNamespace(alternatives=[Alternative("best AFD", None, None, reason)])
+    def outcome(engine: str, searched: bool) -> SimpleNamespace:
+        reason = NO_AFD_FITS if searched else f"none fits: {engine}: it has no attention-FFN disaggregation"
+        return SimpleNamespace(alternatives=[Alternative("best AFD", None, None, reason, unsearched=not searched)])
 
-    none_run = {e: outcome(ENGINE_RUNS_NO_AFD.format(engine=e)) for e in ("vllm-ascend", "sglang", "mindie")}
-    assert _no_afd_reason(none_run["mindie"], none_run) == NO_ENGINE_RUNS_AFD  # type: ignore[arg-type]
-    one_searched = {**none_run, "vllm-ascend": outcome(NO_AFD_FITS)}
-    assert _no_afd_reason(one_searched["mindie"], one_searched) == NO_AFD_FITS  # type: ignore[arg-type]
+    none_run = {e: outcome(e, False) for e in ("vllm-ascend", "sglang", "mindie")}
+    empty = none_run["mindie"].alternatives[0]
+    merged = _no_afd_alternative(empty, none_run)  # type: ignore[arg-type]
+    assert merged.reason == NO_ENGINE_RUNS_AFD and merged.unsearched
+    one_searched = {**none_run, "vllm-ascend": outcome("vllm-ascend", True)}
+    merged = _no_afd_alternative(empty, one_searched)  # type: ignore[arg-type]
+    assert merged.reason == NO_AFD_FITS and not merged.unsearched
