@@ -62,7 +62,8 @@ QuantizationOpt = Annotated[
     str,
     typer.Option(
         "--quantization",
-        help="Number formats of weights, activations and KV cache: "
+        help="Number formats of weights, activations and KV cache: auto (a8w8c16 where the machine has INT8 "
+        "math, else the first of fp8, mxfp8, hif8, bf16 it runs), "
         + ", ".join(QUANTIZATION_SCHEMES)
         + " (planner/specs/quantization.py describes each; FP8, MX and HiF8 need a machine whose YAML lists "
         "that format's peak_flops_per_s).",

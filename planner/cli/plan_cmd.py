@@ -91,10 +91,24 @@ from planner.search.settings import DEFAULT_TIME_LIMIT_S, SolverSettings
 from planner.specs.catalog import load_model, with_draft
 from planner.specs.files import validate_model
 from planner.specs.plan import MAX_DEVICES_PER_INSTANCE, SLO, Plan, Workload
-from planner.specs.quantization import DEFAULT_QUANTIZATION
+from planner.specs.quantization import AUTO_QUANTIZATION
 
 ModelOpt = Annotated[str, typer.Option("--model", help="Catalog name or path to a YAML / config.json.")]
 HardwareOpt = Annotated[str, typer.Option("--hardware", help="Catalog name or path to a hardware YAML.")]
+
+
+def quantization_for(
+    quantization: str, hardware: str, prefill_hardware: str | None = None, decode_hardware: str | None = None
+) -> tuple[str, str | None]:
+    """The scheme a request runs (`auto` resolved on every machine the plan uses) and why, when `auto`
+    had to leave the default."""
+    from planner.specs.catalog import load_hardware
+    from planner.specs.quantization import resolve_quantization
+
+    if quantization != AUTO_QUANTIZATION:
+        return quantization, None
+    names = {prefill_hardware or hardware, decode_hardware or hardware}
+    return resolve_quantization(quantization, [load_hardware(n) for n in sorted(names)])
 
 
 def build_request(
@@ -234,6 +248,7 @@ def build_request(
         raise BadInputError(f"--max-extra-slots must be between 0 and 64; got {max_extra_slots}.")
     spec = load_model(model)
     imbalance = imbalance_from_options(loads, skew_sigma, spec)
+    quantization = quantization_for(quantization, hardware, prefill_hardware, decode_hardware)[0]
     request = PlanRequest(
         model=model,
         hardware=hardware,
@@ -782,7 +797,7 @@ def plan(
     ctx: typer.Context,
     model: ModelOpt = DEFAULT_MODEL,
     hardware: HardwareOpt = DEFAULT_HARDWARE,
-    quantization: QuantizationOpt = DEFAULT_QUANTIZATION,
+    quantization: QuantizationOpt = AUTO_QUANTIZATION,
     input_tokens: Annotated[int, typer.Option("--input-tokens", help="Prompt length.")] = DEFAULT_WORKLOAD.input_tokens,
     output_tokens: Annotated[
         int, typer.Option("--output-tokens", help="Completion length.")
@@ -969,6 +984,10 @@ def plan(
                 raise InfeasibleError(f"{exc} Not written: {html}.") from None
             raise
         notes = outcome_notes(outcome)
+        quant_note = quantization_for(quantization, hardware, prefill_hardware, decode_hardware)[1]
+        if quant_note is not None:
+            notes = [quant_note, *notes]
+            err_console.print(f"note: {quant_note}", highlight=False)
         stack = outcome.hw.engine_machine_warning(mode) if mode not in (AUTO, NONE) else None
         if stack is not None:
             notes = [*notes, stack]

@@ -47,7 +47,7 @@ from planner.cli.options import (
     parse_prices,
     priced,
 )
-from planner.cli.plan_cmd import build_request
+from planner.cli.plan_cmd import build_request, quantization_for
 from planner.costmodel.context import DEFAULT_HBM_UTILIZATION
 from planner.errors import BadInputError, InfeasibleError
 from planner.ranking.frontier import ECONOMICS_FIGURE, Y_AXES, published_points, sweep_curves, sweep_metric
@@ -76,7 +76,7 @@ from planner.search.sweep import (
     run_sweep,
 )
 from planner.specs.catalog import load_model
-from planner.specs.quantization import DEFAULT_QUANTIZATION
+from planner.specs.quantization import AUTO_QUANTIZATION
 
 SWEEP_HELP = "A value, a list a,b,c or a range start:stop:step (both ends included)."
 DEFAULT_JOBS = max(1, min(2, os.cpu_count() or 1))
@@ -259,7 +259,7 @@ def sweep(
     model: Annotated[
         str, typer.Option("--model", help="Catalog name or path to a YAML / config.json.")
     ] = DEFAULT_MODEL,
-    quantization: QuantizationOpt = DEFAULT_QUANTIZATION,
+    quantization: QuantizationOpt = AUTO_QUANTIZATION,
     phase: PhaseOpt = "both",
     decode_devices: DecodeDevicesOpt = None,
     prefill_devices: PrefillDevicesOpt = None,
@@ -357,6 +357,7 @@ def sweep(
         if fmt is not None and phase == "prefill":
             raise BadInputError("--plot draws tokens/s per user from TPOT: use --phase both or decode.")
         points = []
+        quant_notes: dict[str, str] = {}  # machine -> why `auto` left the default scheme there
         for values in grid(axes):
             v = {**fixed, **values}
             shown = dict(values)
@@ -401,6 +402,9 @@ def sweep(
                 slo_percentile=slo_percentile,
             )
             points.append((shown, request))
+            note = quantization_for(quantization, str(v["hardware"]))[1]
+            if note is not None:
+                quant_notes[str(v["hardware"])] = note
         result = _run_with_progress(points, axes, fixed, jobs)
         rows = sweep_rows(result)
         checks = simulate_points(result, rows) if simulate else None
@@ -446,6 +450,8 @@ def sweep(
         if any(o is not None and str(o) == "-" for o in (csv_out, json_out)):
             return
         console.print(sweep_table(result, rows, y_axis))
+        for note in quant_notes.values():
+            console.print(f"note: {note}", highlight=False)
         console.print(cache_line(result))
         if checks:
             from planner.report.simulate_report import checks_caption, checks_table

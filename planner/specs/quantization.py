@@ -219,6 +219,37 @@ QUANTIZATION_SCHEMES: dict[str, QuantizationScheme] = {
 }
 
 DEFAULT_QUANTIZATION = "a8w8c16"
+AUTO_QUANTIZATION = "auto"
+# What `auto` takes, in order: the report's INT8 scheme where the chip has INT8 math (A2, A3,
+# CloudMatrix384), else the 8-bit float formats the newer chips list instead (Ascend 950: FP8, MXFP8,
+# HiF8, no INT8 peak), else BF16.
+AUTO_PREFERENCE = (DEFAULT_QUANTIZATION, "fp8", "mxfp8", "hif8", "bf16")
+
+
+def runs_on(quant: QuantizationScheme, hw: HardwareSpec) -> bool:
+    """Whether every GEMM of the scheme has a math format the machine lists a peak for."""
+    return all(hw.peak_flops_per_s.get(fmt) is not None for fmt in quant.math_formats().values())
+
+
+def resolve_quantization(name: str, machines: list[HardwareSpec]) -> tuple[str, str | None]:
+    """`name`, or for `auto` the first scheme of AUTO_PREFERENCE that every machine runs, with a note
+    saying why when that is not the default (None otherwise)."""
+    if name != AUTO_QUANTIZATION:
+        return name, None
+    for candidate in AUTO_PREFERENCE:
+        if all(runs_on(QUANTIZATION_SCHEMES[candidate], hw) for hw in machines):
+            if candidate == DEFAULT_QUANTIZATION:
+                return candidate, None
+            names = ", ".join(sorted({hw.name for hw in machines}))
+            return candidate, (
+                f"quantization {candidate} (--quantization auto): {names} lists no INT8 peak for the default "
+                f"{DEFAULT_QUANTIZATION}; pass --quantization to choose another scheme."
+            )
+    names = ", ".join(sorted({hw.name for hw in machines}))
+    raise BadInputError(
+        f"--quantization auto: no scheme of {', '.join(AUTO_PREFERENCE)} runs on every machine ({names}); "
+        "pass --quantization with a scheme they all list a peak for."
+    )
 
 
 def get_quantization(name: str) -> QuantizationScheme:

@@ -213,3 +213,15 @@ def test_planning_cm384_for_vllm_ascend_names_the_machine_fitted_on_its_runs(tmp
     said = [n for n in notes if "--hardware a3-superpod" in n]
     assert bool(said) == warned, notes
     assert ("plan with --hardware a3-superpod" in r.output) == warned
+
+
+def test_auto_quantization_takes_the_first_scheme_every_machine_runs():
+    from planner.specs.quantization import resolve_quantization
+
+    a2, a950 = load_hardware("a2"), load_hardware("atlas950")
+    assert resolve_quantization("auto", [a2]) == ("a8w8c16", None)
+    name, note = resolve_quantization("auto", [a950])
+    assert name == "fp8" and note is not None and "atlas950" in note
+    # a mixed plan: A2 has no FP8 math, the 950 no INT8: only BF16 runs on both
+    assert resolve_quantization("auto", [a2, a950])[0] == "bf16"
+    assert resolve_quantization("w4a8", [a950]) == ("w4a8", None)  # a named scheme is the caller's to check
