@@ -266,9 +266,7 @@ def check_scheme_on_hardware(quant: QuantizationScheme, hw: HardwareSpec) -> Non
     for module, fmt in quant.math_formats().items():
         if hw.peak_flops_per_s.get(fmt) is None:
             listed = hw.peak_flops_per_s.listed()
-            fits = [
-                s.name for s in QUANTIZATION_SCHEMES.values() if all(f in listed for f in s.math_formats().values())
-            ]
+            fits = [s.name for s in QUANTIZATION_SCHEMES.values() if runs_on(s, hw)]
             raise BadInputError(
                 f"quantization '{quant.name}': the {module} run in {fmt.upper()}, but hardware '{hw.name}' lists no "
                 f"peak_flops_per_s.{fmt} (it lists {', '.join(listed)}); choose a scheme it runs "
