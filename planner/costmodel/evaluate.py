@@ -397,6 +397,16 @@ def workload_notes(ctx: CostContext) -> list[str]:
     return notes
 
 
+KNOWN_MISS_IDS_SHOWN = 3  # a reason shared by more figures names this many and counts the rest
+
+
+def _named(fids: list[str]) -> str:
+    """The figures that miss for one reason: all of them, or the first few and how many more."""
+    if len(fids) <= KNOWN_MISS_IDS_SHOWN:
+        return ", ".join(fids)
+    return f"{', '.join(fids[:KNOWN_MISS_IDS_SHOWN])} and {len(fids) - KNOWN_MISS_IDS_SHOWN} more"
+
+
 def known_miss_notes(machine: str, phases: tuple[str, ...]) -> list[str]:
     """One note per phase on which the cost model misses measured rows of `machine` (validation/'s
     `known_miss` marks, each checked by tests/costmodel/test_published.py to really miss)."""
@@ -410,7 +420,7 @@ def known_miss_notes(machine: str, phases: tuple[str, ...]) -> list[str]:
             if m == machine and ph == phase:
                 by_reason.setdefault(why, []).append(fid)
         if by_reason:
-            said = "; ".join(f"{', '.join(fids)}: {why}" for why, fids in by_reason.items())
+            said = "; ".join(f"{_named(fids)}: {why}" for why, fids in by_reason.items())
             notes.append(
                 f"known miss: on {machine} the cost model misses measured {phase} rows outside their tolerance "
                 f"({said}); read this plan's {phase} figures with that error in mind (moeplan fidelity, "

@@ -316,11 +316,33 @@ def usable_figures(folder: Path | None = None, compare: Compare | None = None) -
     return [f for f, why in all_figures(folder) if not why and (compare is None or f.compare == compare)]
 
 
+# the phase a simulated run's figure judges (vLLM bench serve names): TTFT is the prefill's (its queueing
+# included), TPOT and ITL the decode's; a run's throughput is the whole deployment's, no one phase's
+SIMULATED_METRIC_PHASE = {
+    "mean_ttft_ms": "prefill",
+    "median_ttft_ms": "prefill",
+    "p99_ttft_ms": "prefill",
+    "mean_tpot_ms": "decode",
+    "median_tpot_ms": "decode",
+    "mean_itl_ms": "decode",
+}
+
+
+def figure_phase(fig: StoredFigure) -> str | None:
+    """The plan phase a figure judges: a static figure's metric names it ('decode.tpot_ms'); a simulated
+    one's by SIMULATED_METRIC_PHASE (None: no single phase)."""
+    if fig.compare == "static":
+        return fig.metric.split(".", 1)[0]
+    return SIMULATED_METRIC_PHASE.get(fig.metric)
+
+
 @lru_cache(maxsize=1)
 def known_misses() -> tuple[tuple[str, str, str, str], ...]:
-    """(machine, phase, figure id, why) of every usable static figure the store marks `known_miss`."""
+    """(machine, phase, figure id, why) of every usable figure the store marks `known_miss`, static or
+    simulated (a simulated run's TTFT is a prefill miss, its TPOT a decode one)."""
     out = []
-    for fig in usable_figures(compare="static"):
-        if fig.known_miss and fig.row.hardware:
-            out.append((fig.row.hardware, fig.metric.split(".", 1)[0], fig.id, fig.known_miss))
+    for fig in usable_figures():
+        phase = figure_phase(fig)
+        if fig.known_miss and fig.row.hardware and phase:
+            out.append((fig.row.hardware, phase, fig.id, fig.known_miss))
     return tuple(out)
