@@ -167,6 +167,16 @@ def test_sweep_csv_to_stdout_only():
     assert lines[0].startswith("tpot-ms,status,cards") and len(lines) == 3
 
 
+def test_sweep_over_machines_takes_each_machines_default_scheme():
+    # with no --quantization, the Ascend 950 point runs FP8 (it lists no INT8 peak) and the A2 point
+    # the report's INT8 scheme; the note names the machine that left the default
+    r = run_cli("sweep", "--hardware", "a2,atlas950", "--tpot-ms", "100", *SMALL)
+    assert r.exit_code == 0, r.output
+    assert "2 points (2 feasible)" in r.output
+    assert "note: quantization fp8 (--quantization auto): atlas950 lists no INT8 peak" in r.output
+    assert "a2 lists" not in r.output
+
+
 def test_sweep_per_machine_budgets():
     r = run_cli(
         "sweep",
