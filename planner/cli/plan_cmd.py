@@ -923,6 +923,7 @@ def plan(
         check_outputs({"--json": json_out, "--html": html})
         check_output("--html", html, stdout_ok=False)
         mode = engine_mode(engine, emits, prefill_hardware is not None or decode_hardware is not None)
+        scheme, quant_note = quantization_for(quantization, hardware, prefill_hardware, decode_hardware)
         cards = max_cards
         source = ctx.get_parameter_source("max_cards")
         if rate is not None and (source is None or source.name == "DEFAULT"):
@@ -930,7 +931,7 @@ def plan(
         request = build_request(
             model=model,
             hardware=hardware,
-            quantization=quantization,
+            quantization=scheme,
             input_tokens=input_tokens,
             output_tokens=output_tokens,
             mtp_acceptance=mtp_acceptance,
@@ -984,7 +985,6 @@ def plan(
                 raise InfeasibleError(f"{exc} Not written: {html}.") from None
             raise
         notes = outcome_notes(outcome)
-        quant_note = quantization_for(quantization, hardware, prefill_hardware, decode_hardware)[1]
         if quant_note is not None:
             notes = [quant_note, *notes]
             err_console.print(f"note: {quant_note}", highlight=False)

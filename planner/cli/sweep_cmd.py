@@ -356,8 +356,9 @@ def sweep(
         check_y_axis(y_axis, [str(m) for m in machines], price_per_card_hour, currency)
         if fmt is not None and phase == "prefill":
             raise BadInputError("--plot draws tokens/s per user from TPOT: use --phase both or decode.")
+        # each machine's scheme (`auto` resolved on it) and why, where `auto` left the default there
+        schemes = {str(m): quantization_for(quantization, str(m)) for m in machines}
         points = []
-        quant_notes: dict[str, str] = {}  # machine -> why `auto` left the default scheme there
         for values in grid(axes):
             v = {**fixed, **values}
             shown = dict(values)
@@ -369,7 +370,7 @@ def sweep(
             request = build_request(
                 model=model,
                 hardware=str(v["hardware"]),
-                quantization=quantization,
+                quantization=schemes[str(v["hardware"])][0],
                 input_tokens=int(v["input-tokens"]),
                 output_tokens=int(v["output-tokens"]),
                 mtp_acceptance=float(v["mtp-acceptance"]),
@@ -402,9 +403,6 @@ def sweep(
                 slo_percentile=slo_percentile,
             )
             points.append((shown, request))
-            note = quantization_for(quantization, str(v["hardware"]))[1]
-            if note is not None:
-                quant_notes[str(v["hardware"])] = note
         result = _run_with_progress(points, axes, fixed, jobs)
         rows = sweep_rows(result)
         checks = simulate_points(result, rows) if simulate else None
@@ -450,8 +448,9 @@ def sweep(
         if any(o is not None and str(o) == "-" for o in (csv_out, json_out)):
             return
         console.print(sweep_table(result, rows, y_axis))
-        for note in quant_notes.values():
-            console.print(f"note: {note}", highlight=False)
+        for _, note in schemes.values():
+            if note is not None:
+                console.print(f"note: {note}", highlight=False)
         console.print(cache_line(result))
         if checks:
             from planner.report.simulate_report import checks_caption, checks_table

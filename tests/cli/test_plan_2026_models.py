@@ -57,13 +57,18 @@ def test_deepseek_v32_no_longer_plans_as_v3():
     assert row and row32 and row[0] != row32[0]
 
 
+def _best_plan_doc(tmp_path, model: str, hardware: str) -> dict:
+    """`plan --json` of the best plan of `model` on `hardware` with every other flag at its default."""
+    out = tmp_path / "plan.json"
+    r = run_cli("plan", "--model", model, "--hardware", hardware, "--top", "1", "--json", str(out))
+    assert r.exit_code == 0, r.output
+    return json.loads(out.read_text())
+
+
 def test_default_quantization_follows_the_machine(tmp_path):
     # the Ascend 950 lists no INT8 peak: with no --quantization the plan runs FP8 and says so,
     # while a scheme the user names is still refused by the field it lacks
-    out = tmp_path / "plan.json"
-    r = run_cli("plan", "--model", "minimax-m2.5", "--hardware", "atlas950", "--top", "1", "--json", str(out))
-    assert r.exit_code == 0, r.output
-    doc = json.loads(out.read_text())
+    doc = _best_plan_doc(tmp_path, "minimax-m2.5", "atlas950")
     assert doc["plans"][0]["quantization"] == "fp8"
     assert any(n.startswith("quantization fp8 (--quantization auto)") for n in doc["notes"]), doc["notes"]
     named = run_cli("plan", "--model", "minimax-m2.5", "--hardware", "atlas950", "--quantization", "a8w8c16")
@@ -72,9 +77,6 @@ def test_default_quantization_follows_the_machine(tmp_path):
 
 
 def test_default_quantization_keeps_int8_where_the_machine_has_it(tmp_path):
-    out = tmp_path / "plan.json"
-    r = run_cli("plan", "--model", "deepseek-v3", "--hardware", "a2", "--top", "1", "--json", str(out))
-    assert r.exit_code == 0, r.output
-    doc = json.loads(out.read_text())
+    doc = _best_plan_doc(tmp_path, "deepseek-v3", "a2")
     assert doc["plans"][0]["quantization"] == "a8w8c16"
     assert not any("--quantization auto" in n for n in doc.get("notes", []))
