@@ -480,14 +480,16 @@ def _attention_side(ctx: CostContext, limits: AfdLimits, a: int) -> tuple:
     a_hbm = np.stack([sum(attention_hbm(ctx, lay, all_tokens, kv, g.b).values()) for lay in att_opts])
     lm_time = []
     for lay in lm_opts:
-        head = lm_head_cost(ctx, lay, t).total_s + embedding_cost(ctx, lay, t).total_s
+        # the embedding in every micro-batch's forward, the LM head once on their merged output
+        # (planner.costmodel.afd); each MTP pass's head and embedding per micro-batch
+        head = embedding_cost(ctx, lay, t).total_s
         for i_pass in range(int(k_max)):
             # MTP passes: the first on every token, later ones on one per sequence (where k > i_pass)
             x = t if i_pass == 0 else seqs
             head = head + np.where(
                 g.k > i_pass, lm_head_cost(ctx, lay, x).total_s + embedding_cost(ctx, lay, x).total_s, 0.0
             )
-        lm_time.append(g.mb * head)
+        lm_time.append(g.mb * head + lm_head_cost(ctx, lay, t * g.mb).total_s)
     lm_hbm = np.stack([sum(lm_head_hbm(ctx, lay, all_tokens).values()) for lay in lm_opts])
     mtp_att = []
     for i_pass in range(int(k_max)):

@@ -32,8 +32,11 @@ micro-batches of a layer in turn, so a layer takes the period
 for M micro-batches to cover them), and the step adds its fill and drain once:
 (a + f + 2c) + (M - 1) max(a, f) - P, i.e. f + 2c when the attention side binds, a + 2c when the
 FFN side binds. With M = 1 the layers run back to back (a + f + 2c each). Dense layers whose FFN
-runs on the attention side have no F side: P = M a. The embedding, LM head and sampling run on the
-attention side for every micro-batch after the last layer; each MTP draft token is one more pass
+runs on the attention side have no F side: P = M a. The embedding runs on the attention side in every
+micro-batch's forward; the LM head and sampling once per step, on the micro-batches' merged
+output: vLLM's micro-batching wraps the model's forward and the runner computes the logits on
+the concatenated hidden states (afd-plugin at 2e4378f, afd_plugin/v1/worker/npu/npu_ubatch_wrapper.py,
+`_merge_outputs`). Each MTP draft token is one more pass
 through the pipeline (its attention and projection on the attention side, its MoE layer on the
 FFN side, whose experts hold the MTP layer's too) plus the MTP framework time per step.
 
@@ -252,9 +255,11 @@ def afd_decode_step(ctx: CostContext, section: AfdPlan, concurrency: ArrayLike |
     moe_class, dense_class, imbalance, _ = _pass_layers(ctx, section, tokens, seqs, 1.0 + k)
     layers = [lc for lc in (dense_class, moe_class) if lc is not None]
     parts = _pipeline_parts(layers, mb)
-    head = lm_head_cost(ctx, section.lm_head_layout, tokens).total_s
+    # the embedding runs in each micro-batch's forward; the LM head and sampling once per step on the
+    # merged micro-batches (module docstring)
+    head = lm_head_cost(ctx, section.lm_head_layout, tokens * mb).total_s
     emb = embedding_cost(ctx, section.lm_head_layout, tokens).total_s
-    parts["lm_head"] = mb * (head + emb)
+    parts["lm_head"] = head + mb * emb
     if k:
         mtp = np.zeros_like(b)
         for i in range(k):
@@ -335,11 +340,9 @@ def afd_prefill_forward_s(ctx: CostContext, section: AfdPlan, batch_tokens: Arra
             )
     layers.append(LayerClass(m.num_moe_layers, a_moe, f, c))
     total: np.ndarray = np.sum(list(_pipeline_parts(layers, mb).values()), axis=0)
-    head = (
-        lm_head_cost(ctx, section.lm_head_layout, requests).total_s
-        + embedding_cost(ctx, section.lm_head_layout, tokens).total_s
-    )
-    return total + mb * head
+    # the embedding runs in each micro-batch's forward, the LM head once on their merged output
+    head = lm_head_cost(ctx, section.lm_head_layout, requests * mb).total_s
+    return total + head + mb * embedding_cost(ctx, section.lm_head_layout, tokens).total_s
 
 
 # ---- HBM on each side ---------------------------------------------------------------------------

@@ -6,7 +6,8 @@ every group of machines on the usable static rows. For each row:
 - `predicted`, `error`: under the shipped values (the full fit), the figure the tool prints;
 - `fitted_to`: every factor or parameter fitted on this row (those its figure is sensitive to,
   elasticity >= `SENSITIVE_ELASTICITY`, for a row of the fit; none for a holdout row or a row on a
-  machine no group fits); `out_of_sample` is true only when that list is empty;
+  machine no group fits), then every choice made with the row in view (its `chosen_on`, each as
+  "chosen: ..."); `out_of_sample` is true only when that list is empty;
 - `loo_predicted`, `loo_error`: with every parameter refitted without the row's deployment (same
   baseline as `error`: the joint fit, less that deployment); `loo_undetermined` lists the
   parameters no other deployment determines, kept at the full fit's value (for them the held-out
@@ -213,6 +214,7 @@ def fidelity_report(subset: list[StoredFigure] | None = None) -> FidelityReport:
         if not in_fit:
             # imbalance parameters are fitted on every fit row, a machine outside the groups included
             fitted_to = [k for k in fitted_to if k.startswith("imbalance.")] if r.figure.role == "fit" else []
+        fitted_to += [f"chosen: {c}" for c in r.figure.row.chosen_on]
         band = None if r.base is not None else _band(r.figure)
         out.append(
             FidelityRow(

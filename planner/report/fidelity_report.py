@@ -33,6 +33,8 @@ TABLE_CAPTION = (
 
 
 def _short(name: str) -> str:
+    if name.startswith("chosen: "):
+        return name
     return name.split(":", 1)[-1].split(".", 1)[-1]
 
 

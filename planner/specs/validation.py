@@ -148,6 +148,11 @@ class ValidationRow(Strict):
     role: Literal["fit", "holdout"] = Field(
         default="fit", description="holdout: never fitted to (its error is out-of-sample in every fit)"
     )
+    chosen_on: list[str] = Field(
+        default_factory=list,
+        description="choices made with this row's figures in view, though nothing is fitted on them (each names "
+        "the choice): `moeplan fidelity` lists them in the row's fitted_to, so the row is not out-of-sample",
+    )
     assumptions: str = Field(default="", description="what the plan assumes where the source is silent")
     excluded: str = Field(default="", description="why the whole row cannot be used")
     figures: list[Figure] = Field(min_length=1)

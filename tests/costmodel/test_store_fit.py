@@ -85,13 +85,19 @@ def test_every_row_says_what_was_fitted_on_it(fidelity_doc):
         assert r["out_of_sample"] == (not r["fitted_to"]), r["name"]
         assert math.isfinite(r["loo_error"]) and math.isfinite(r["error"])
         if r["role"] == "holdout":
-            assert r["out_of_sample"] and r["loo_error"] == pytest.approx(r["error"], abs=1e-6)
+            # nothing is fitted on a holdout; a choice made with it in view still takes it out of sample
+            assert all(f.startswith("chosen: ") for f in r["fitted_to"]), r["name"]
+            assert r["loo_error"] == pytest.approx(r["error"], abs=1e-6)
     by = {r["name"]: r for r in rows}
     # CM-D pins the expert skew (one routed expert per die): it is fitted on it, not out-of-sample
     assert "imbalance.popularity_sigma" in by["CM-D"]["fitted_to"]
     assert not by["CM-D"]["out_of_sample"]
     # the default-placement prefill rows pin the request correlation
     assert any("imbalance.request_correlation" in by[n]["fitted_to"] for n in ("SGLang-H100-P", "CM-P EPLB"))
+    # the 950PR's row: a holdout, but the machine's factors were switched with its miss in view
+    v4 = by["V4-Flash-950PR TPOT"]
+    assert v4["role"] == "holdout" and not v4["out_of_sample"]
+    assert [f for f in v4["fitted_to"] if f.startswith("chosen: ")] == v4["fitted_to"] != []
 
 
 def test_rows_of_one_deployment_are_left_out_together(fidelity_doc):
@@ -168,7 +174,7 @@ def test_a_group_fitted_after_another_takes_its_factors_and_its_rows_cannot_move
 
     config = model.config
     late = config.late_groups()
-    assert late == {"910c-vllm-ascend"}
+    assert late == {"910c-vllm-ascend", "950pr-open"}
     assert any(config.group_of(r.machine) in late for r in model.rows)
 
     def scaled(r: Row) -> Row:
@@ -198,6 +204,12 @@ def test_a_group_fitted_after_another_takes_its_factors_and_its_rows_cannot_move
     assert factor_value(load_hardware("a3-superpod"), "efficiency.attention_compute") == pytest.approx(
         factor_value(load_hardware("a3"), "efficiency.attention_compute")
     )
+    # a group that fits nothing (950pr-open: the Atlas 350) takes every factor of the group it follows
+    for factor in ("efficiency.matmul", "efficiency.attention_compute", "efficiency.hbm_bandwidth"):
+        assert factor_value(model.machine("atlas350", x), factor) == pytest.approx(a.values[f"910c-open:{factor}"])
+        assert factor_value(load_hardware("atlas350"), factor) == pytest.approx(
+            factor_value(load_hardware("a3"), factor)
+        )
 
 
 @pytest.mark.parametrize(

@@ -33,8 +33,9 @@ def test_structure_afd_returns_afd_decode_instances_fed_by_prefill_instances(afd
         pred = plan["predicted"]
         assert pred["afd"]["fits_hbm"] and pred["afd"]["tpot_ms"] <= plan["slo"]["tpot_ms"]
         assert pred["system"]["cards"] <= 16
+    # listed by tokens/s per card, plans within 0.5% of each other by TTFT (shorter first)
     values = [p["predicted"]["system"]["output_tokens_per_s_per_card"] for p in afd_only]
-    assert values == sorted(values, reverse=True)
+    assert all(later <= earlier * 1.005 for earlier, later in zip(values, values[1:], strict=False))
 
 
 def test_structure_pd_has_no_afd_and_no_colocated_plan():
@@ -45,7 +46,8 @@ def test_structure_pd_has_no_afd_and_no_colocated_plan():
 def test_the_best_afd_plan_is_the_same_searched_alone_or_beside_the_others(afd_only):
     r = run_cli("plan", *SMALL, "--top", "1")
     assert r.exit_code == 0, r.output
-    best_alone = afd_only[0]["predicted"]["system"]["output_tokens_per_s_per_card"]
+    # the search's own best (--top 1): a longer list orders plans within 0.5% of each other by TTFT
+    best_alone = _plans("--structure", "afd", "--top", "1")[0]["predicted"]["system"]["output_tokens_per_s_per_card"]
     rows = [line for line in r.output.splitlines() if line.startswith("│ best AFD")]
     assert len(rows) == 1, r.output
     assert f"{best_alone:.1f}" in rows[0]
