@@ -420,7 +420,8 @@ def ranked_outcome(request: PlanRequest, mode: str, cache: TableCache | None = N
 def ordered_rows(outcome: SearchOutcome, top: int, first: Plan | None) -> SearchOutcome:
     """The rows in their order (near-ties by TTFT, the band's slow end, HBM headroom; with a target
     rate fewest cards first; --robust keeps the low-end order) cut to `top`, ranks renumbered and the
-    alternatives' ranks pointing at the rows shown. `first`: the search's own best plan."""
+    alternatives' ranks pointing at the rows shown. `first`: the search's own best plan, which stays
+    in the list (in its last row when the near-tie order would cut it)."""
     from planner.ranking.rows import order_plans, renumbered
     from planner.search.plan_files import plan_signature
 
@@ -436,9 +437,13 @@ def ordered_rows(outcome: SearchOutcome, top: int, first: Plan | None) -> Search
 
         by_cards = {i: cards_of(p, outcome.hw) for i, p in enumerate(outcome.plans)}
     plans = outcome.plans if outcome.request.pessimistic_factors else order_plans(outcome.plans, by_cards)
-    leaders = renumbered(plans[:top])
+    cut = plans[:top]
+    if first is not None and top > 1 and all(identity(p) != identity(first) for p in cut):
+        # the near-tie order put more than `top` - 1 plans ahead of the search's best: it keeps the last row
+        cut = cut[: top - 1] + [p for p in plans if identity(p) == identity(first)][:1]
+    leaders = renumbered(cut)
     variants = [extras[identity(p)][0] for p in leaders]
-    row_of = {plan_signature(p.model_copy(update={"rank": None})): i for i, p in enumerate(plans[:top], start=1)}
+    row_of = {plan_signature(p.model_copy(update={"rank": None})): i for i, p in enumerate(cut, start=1)}
     for i, more in enumerate(variants, start=1):
         row_of.update({plan_signature(v.model_copy(update={"rank": None})): i for v in more})
 
@@ -728,9 +733,16 @@ def print_outcome(outcome: SearchOutcome, show_variants: bool = False, explain_s
     if outcome.proven_first is not None:
         from planner.ranking.rows import headline
 
+        proven = outcome.proven_first.model_dump_json(exclude={"predicted", "rank"})
+        proven_ranks = [
+            i
+            for i, p in enumerate(outcome.plans, start=1)
+            if p.model_dump_json(exclude={"predicted", "rank"}) == proven
+        ]
+        where = f", rank {proven_ranks[0]}" if proven_ranks else ""
         console.print(
-            f"rank 1 is within 0.5% of the search's best plan ({headline(outcome.proven_first):.1f} tok/s/card) and "
-            "comes first by the near-tie order above."
+            f"rank 1 is within 0.5% of the search's best plan ({headline(outcome.proven_first):.1f} tok/s/card{where}) "
+            "and comes first by the near-tie order above."
         )
     if outcome.request.pessimistic_factors:
         console.print(
