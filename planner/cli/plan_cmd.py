@@ -438,9 +438,11 @@ def ordered_rows(outcome: SearchOutcome, top: int, first: Plan | None) -> Search
         by_cards = {i: cards_of(p, outcome.hw) for i, p in enumerate(outcome.plans)}
     plans = outcome.plans if outcome.request.pessimistic_factors else order_plans(outcome.plans, by_cards)
     cut = plans[:top]
-    if first is not None and top > 1 and all(identity(p) != identity(first) for p in cut):
+    proven = [p for p in plans if first is not None and identity(p) == identity(first)][:1]
+    if top > 1 and proven and proven[0] not in cut:
         # the near-tie order put more than `top` - 1 plans ahead of the search's best: it keeps the last row
-        cut = cut[: top - 1] + [p for p in plans if identity(p) == identity(first)][:1]
+        # (a best folded under another row as its variant is shown with that row)
+        cut = cut[: top - 1] + proven
     leaders = renumbered(cut)
     variants = [extras[identity(p)][0] for p in leaders]
     row_of = {plan_signature(p.model_copy(update={"rank": None})): i for i, p in enumerate(cut, start=1)}
