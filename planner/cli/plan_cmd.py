@@ -417,6 +417,11 @@ def ranked_outcome(request: PlanRequest, mode: str, cache: TableCache | None = N
     return ordered_rows(add_bands(trimmed), top, raw.plans[0] if raw.plans else None)
 
 
+def plan_identity(plan: Plan) -> str:
+    """A plan as a deployment: every field but its figures and its rank."""
+    return plan.model_dump_json(exclude={"predicted", "rank"})
+
+
 def ordered_rows(outcome: SearchOutcome, top: int, first: Plan | None) -> SearchOutcome:
     """The rows in their order (near-ties by TTFT, the band's slow end, HBM headroom; with a target
     rate fewest cards first; --robust keeps the low-end order) cut to `top`, ranks renumbered and the
@@ -425,10 +430,7 @@ def ordered_rows(outcome: SearchOutcome, top: int, first: Plan | None) -> Search
     from planner.ranking.rows import order_plans, renumbered
     from planner.search.plan_files import plan_signature
 
-    def identity(plan: Plan) -> str:
-        return plan.model_dump_json(exclude={"predicted", "rank"})
-
-    extras = {identity(p): (v, r) for p, v, r in zip(
+    extras = {plan_identity(p): (v, r) for p, v, r in zip(
         outcome.plans, outcome.variants or [[]] * len(outcome.plans), outcome.runs_on or [{}] * len(outcome.plans),
         strict=False)}  # fmt: skip
     by_cards = None
@@ -438,13 +440,13 @@ def ordered_rows(outcome: SearchOutcome, top: int, first: Plan | None) -> Search
         by_cards = {i: cards_of(p, outcome.hw) for i, p in enumerate(outcome.plans)}
     plans = outcome.plans if outcome.request.pessimistic_factors else order_plans(outcome.plans, by_cards)
     cut = plans[:top]
-    proven = [p for p in plans if first is not None and identity(p) == identity(first)][:1]
-    if top > 1 and proven and proven[0] not in cut:
+    proven = [p for p in plans if first is not None and plan_identity(p) == plan_identity(first)][:1]
+    if top > 1 and proven and all(plan_identity(p) != plan_identity(proven[0]) for p in cut):
         # the near-tie order put more than `top` - 1 plans ahead of the search's best: it keeps the last row
         # (a best folded under another row as its variant is shown with that row)
         cut = cut[: top - 1] + proven
     leaders = renumbered(cut)
-    variants = [extras[identity(p)][0] for p in leaders]
+    variants = [extras[plan_identity(p)][0] for p in leaders]
     row_of = {plan_signature(p.model_copy(update={"rank": None})): i for i, p in enumerate(cut, start=1)}
     for i, more in enumerate(variants, start=1):
         row_of.update({plan_signature(v.model_copy(update={"rank": None})): i for v in more})
@@ -454,12 +456,12 @@ def ordered_rows(outcome: SearchOutcome, top: int, first: Plan | None) -> Search
             return None
         return row_of.get(plan_signature(plan.model_copy(update={"rank": None})))
 
-    leader_first = first is not None and leaders and identity(leaders[0]) != identity(first)
+    leader_first = first is not None and leaders and plan_identity(leaders[0]) != plan_identity(first)
     return dataclasses.replace(
         outcome,
         plans=leaders,
         variants=variants,
-        runs_on=[extras[identity(p)][1] for p in leaders] if outcome.runs_on else [],
+        runs_on=[extras[plan_identity(p)][1] for p in leaders] if outcome.runs_on else [],
         alternatives=[dataclasses.replace(a, rank=rank_of(a.plan)) for a in outcome.alternatives],
         proven_first=first if leader_first else None,
         exhausted=outcome.exhausted and len(leaders) < top,
@@ -735,12 +737,8 @@ def print_outcome(outcome: SearchOutcome, show_variants: bool = False, explain_s
     if outcome.proven_first is not None:
         from planner.ranking.rows import headline
 
-        proven = outcome.proven_first.model_dump_json(exclude={"predicted", "rank"})
-        proven_ranks = [
-            i
-            for i, p in enumerate(outcome.plans, start=1)
-            if p.model_dump_json(exclude={"predicted", "rank"}) == proven
-        ]
+        proven = plan_identity(outcome.proven_first)
+        proven_ranks = [i for i, p in enumerate(outcome.plans, start=1) if plan_identity(p) == proven]
         where = f", rank {proven_ranks[0]}" if proven_ranks else ""
         console.print(
             f"rank 1 is within 0.5% of the search's best plan ({headline(outcome.proven_first):.1f} tok/s/card{where}) "
