@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -83,7 +83,8 @@ class FitGroup(Strict):
 
 
 class SharedFactors(Strict):
-    """Factors of one chip's kernels that several groups (stacks on that chip) share."""
+    """Factors several groups share, one value fitted on all their rows: one chip's kernels under several
+    stacks, or one engine's on several chips (validation/_fit.yaml says which and why)."""
 
     groups: list[str] = Field(min_length=2)
     note: str = ""
@@ -128,6 +129,58 @@ class FitConfig(Strict):
         return {name for name, g in self.groups.items() if g.after is not None}
 
 
+def with_shared(config: FitConfig, factor: str, groups: Sequence[str]) -> FitConfig:
+    """`config` with `factor` fitted as one value for `groups`, named `shared-<groups>` (benchmarks/fit_whatif.py).
+
+    Each group gives up its own `factor` (or leaves the share of it it was in, whose other groups join
+    this one); the share's bounds span the groups'. Raises ValueError naming a group that is not one
+    or does not fit the factor."""
+    groups_out = {n: g.model_copy(deep=True) for n, g in config.groups.items()}
+    shared_out = {n: sh.model_copy(deep=True) for n, sh in config.shared.items()}
+    members: list[str] = []
+    bounds: list[tuple[float, float]] = []
+    for g in groups:
+        if g not in groups_out:
+            raise ValueError(f"no group {g!r}; the groups: {', '.join(config.groups)}")
+        if factor in groups_out[g].factors:
+            bounds.append(groups_out[g].factors.pop(factor))
+            members.append(g)
+            continue
+        held = [n for n, sh in shared_out.items() if g in sh.groups and factor in sh.factors]
+        if not held:
+            raise ValueError(f"group {g!r} does not fit {factor}")
+        sh = shared_out[held[0]]
+        bounds.append(sh.factors.pop(factor))
+        members += [m for m in sh.groups if m not in members]
+        if not sh.factors:
+            del shared_out[held[0]]
+    members = list(dict.fromkeys(members))
+    if len(members) < 2:
+        raise ValueError(f"{factor}: a share needs two groups or more, got {members}")
+    name = "shared-" + "-".join(members)
+    shared_out[name] = SharedFactors(
+        groups=members, factors={factor: (min(lo for lo, _ in bounds), max(hi for _, hi in bounds))}
+    )
+    return config.model_copy(update={"groups": groups_out, "shared": shared_out})
+
+
+def without_share(config: FitConfig, name: str) -> FitConfig:
+    """`config` with the share `name` split: each of its groups fits each of its factors on its own, in
+    the share's bounds, from the share's start (benchmarks/fit_whatif.py). ValueError for an unknown name."""
+    if name not in config.shared:
+        raise ValueError(f"no share {name!r}; the shares: {', '.join(config.shared) or 'none'}")
+    sh = config.shared[name]
+    groups_out = {n: g.model_copy(deep=True) for n, g in config.groups.items()}
+    start = dict(config.start)
+    for g in sh.groups:
+        groups_out[g].factors.update(sh.factors)
+        for f in sh.factors:
+            if f"{name}:{f}" in config.start:
+                start[f"{g}:{f}"] = config.start[f"{name}:{f}"]
+    shared_out = {n: s for n, s in config.shared.items() if n != name}
+    return config.model_copy(update={"groups": groups_out, "shared": shared_out, "start": start})
+
+
 def fit_config(folder: Path | None = None) -> FitConfig:
     """The shipped fit configuration (read once per folder)."""
     return _fit_config((folder or validation_dir()).resolve())
@@ -149,6 +202,11 @@ class Param:
     factor: str
     low: float
     high: float
+
+    @property
+    def fixed(self) -> bool:
+        """Whether the bounds meet: the parameter is held at that value, not fitted."""
+        return self.low >= self.high
 
     @property
     def group(self) -> str | None:
@@ -422,7 +480,8 @@ def fit(
     rows = list(model.rows if rows is None else rows)
     x = model.start() if start is None else np.array(start, dtype=float)
     names = [p.name for p in model.params]
-    free_idx = [j for j, n in enumerate(names) if free is None or n in free]
+    # a parameter whose bounds meet is held at that value (benchmarks/fit_whatif.py fixes factors so)
+    free_idx = [j for j, n in enumerate(names) if (free is None or n in free) and not model.params[j].fixed]
     success, messages = True, []
     for stage_rows, stage_idx in _stages(model, rows, free_idx):
         x, ok, message = _least_squares(model, stage_rows, x, stage_idx)
@@ -438,6 +497,19 @@ def fit(
                 undetermined.append(n)
     message = messages[0] if len(set(messages)) == 1 else "; ".join(messages)
     return FitOutcome(list(model.params), model.values(x), predicted, elasticity, undetermined, success, message)
+
+
+def with_bounds(params: Sequence[Param], bounds: Mapping[str, tuple[float, float]]) -> list[Param]:
+    """`params` with the named ones' bounds replaced (equal bounds hold a parameter at that value).
+
+    Raises ValueError naming an unknown parameter (with the known ones) or bounds whose low exceeds high."""
+    known = {p.name for p in params}
+    for name, (low, high) in bounds.items():
+        if name not in known:
+            raise ValueError(f"no fitted parameter {name!r}; the fitted ones: {', '.join(sorted(known))}")
+        if low > high:
+            raise ValueError(f"{name}: low {low:g} is above high {high:g}")
+    return [replace(p, low=bounds[p.name][0], high=bounds[p.name][1]) if p.name in bounds else p for p in params]
 
 
 def weighted_sse(model: Model, x: np.ndarray, rows: Sequence[Row] | None = None) -> float:
@@ -497,7 +569,7 @@ def _best_refit(model: Model, rows: Sequence[Row], x_full: np.ndarray, live: Seq
     The objective is piecewise (placements are discrete): from the full fit's values alone the solver
     can stop at once where a lower point of the same rows exists."""
     names = [p.name for p in model.params]
-    live_idx = [j for j, n in enumerate(names) if n in live]
+    live_idx = [j for j, n in enumerate(names) if n in live and not model.params[j].fixed]
     starts = [x_full]
     configured = x_full.copy()
     configured[live_idx] = model.configured_start()[live_idx]
@@ -515,14 +587,17 @@ def _best_refit(model: Model, rows: Sequence[Row], x_full: np.ndarray, live: Seq
     return best[1]
 
 
-def leave_one_out(model: Model, full_fit: FitOutcome) -> list[HeldOut]:
-    """Refit every parameter without each deployment in turn (see the module docstring)."""
+def leave_one_out(model: Model, full_fit: FitOutcome, deployments: Sequence[str] | None = None) -> list[HeldOut]:
+    """Refit every parameter without each deployment in turn (see the module docstring); `deployments`:
+    only these (default: every deployment of the rows)."""
     x_full = np.array([full_fit.values[p.name] for p in model.params])
     groups: dict[str, list[Row]] = {}
     for r in model.rows:
         groups.setdefault(r.deployment, []).append(r)
     out = []
     for dep, held in groups.items():
+        if deployments is not None and dep not in deployments:
+            continue
         rest = [r for r in model.rows if r.deployment != dep]
         # a parameter only the held-out rows are sensitive to cannot be refitted without them
         live = [

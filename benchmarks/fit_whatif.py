@@ -1,0 +1,165 @@
+"""What a changed bound or share does to the fit and to its leave-one-out errors; writes nothing.
+
+    python benchmarks/fit_whatif.py --bound 910c-open:efficiency.link_bandwidth=0.7,0.7
+    python benchmarks/fit_whatif.py --unshare sglang-weight-reads     # one HBM factor per chip again
+    python benchmarks/fit_whatif.py --share efficiency.hbm_bandwidth=910c-open,910c-huawei,910b-huawei
+    python benchmarks/fit_whatif.py --bound 910c-huawei:efficiency.hbm_bandwidth=0.3,0.841 \\
+        --loo sglang-a3-r1-w8a8-low-latency --loo sglang-a3-r1-w4a8-pd16
+
+Refits every parameter of validation/_fit.yaml under the given bounds (equal bounds hold a factor at
+that value, e.g. at a figure a source measured) and shares (`--share`: one value for several groups,
+joining any share the groups' factor is in; `--unshare`: a share of _fit.yaml split back into each
+group's own) from the fit's documented start, exactly as
+benchmarks/calibrate_factors.py does, then refits without each `--loo` deployment (default: every
+deployment; about 3 minutes). It prints the weighted squared error, every parameter and every row's
+error and leave-one-out error beside the shipped ones (planner/costmodel/data/fit_outcome.json), and
+how many refitted figures fall outside their tolerance leave-one-out before and after. A bound chosen
+with these figures in view is a choice made on the rows: a change that ships this way names the rows
+in `chosen_on` (validation/*.yaml).
+
+Bad arguments exit 2 with a sentence naming the flag and the fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def parse_bound(text: str) -> tuple[str, tuple[float, float]]:
+    """`NAME=LOW,HIGH` (or `NAME=VALUE` to hold it) as (name, (low, high)); ValueError with the fix."""
+    name, sep, rest = text.partition("=")
+    parts = rest.split(",")
+    if not sep or not name or len(parts) not in (1, 2):
+        raise ValueError(
+            f"--bound {text!r}: write NAME=LOW,HIGH or NAME=VALUE (e.g. 910c-huawei:efficiency.hbm_bandwidth=0.3,0.9)"
+        )
+    try:
+        low, high = float(parts[0]), float(parts[-1])
+    except ValueError:
+        raise ValueError(f"--bound {text!r}: LOW and HIGH must be numbers") from None
+    return name.strip(), (low, high)
+
+
+def parse_share(text: str) -> tuple[str, list[str]]:
+    """`FACTOR=GROUP,GROUP,...` as (factor, groups); ValueError with the fix."""
+    factor, sep, rest = text.partition("=")
+    groups = [g.strip() for g in rest.split(",") if g.strip()]
+    if not sep or not factor.strip() or len(groups) < 2:
+        raise ValueError(
+            f"--share {text!r}: write FACTOR=GROUP,GROUP (e.g. efficiency.hbm_bandwidth=910c-open,gh100-nvidia)"
+        )
+    return factor.strip(), groups
+
+
+def _pct(v: float | None) -> str:
+    return "" if v is None else f"{100 * v:+.1f}%"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bound", action="append", default=[], help="NAME=LOW,HIGH or NAME=VALUE (repeatable)")
+    parser.add_argument(
+        "--share", action="append", default=[], help="FACTOR=GROUP,GROUP,...: fit the factor as one value (repeatable)"
+    )
+    parser.add_argument("--unshare", action="append", default=[], help="split this share of _fit.yaml (repeatable)")
+    parser.add_argument("--loo", action="append", default=[], help="refit without this deployment (repeatable)")
+    opts = parser.parse_args(argv)
+
+    import numpy as np
+
+    from planner.costmodel.store_fit import (
+        Model,
+        fit,
+        fit_config,
+        fit_rows,
+        leave_one_out,
+        parameters,
+        stored_outcome,
+        weighted_sse,
+        with_bounds,
+        with_shared,
+        without_share,
+    )
+
+    shipped_config = fit_config()
+    every = fit_rows()
+    rows = [r for r in every if r.figure.role == "fit"]
+    shipped_params = parameters(shipped_config)
+    try:
+        config = shipped_config
+        for name in opts.unshare:
+            config = without_share(config, name)
+        for text in opts.share:
+            factor, groups = parse_share(text)
+            config = with_shared(config, factor, groups)
+        bounds = dict(parse_bound(b) for b in opts.bound)
+        params = with_bounds(parameters(config), bounds)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    deployments = sorted({r.deployment for r in rows})
+    unknown = [d for d in opts.loo if d not in deployments]
+    if unknown:
+        print(
+            f"error: --loo {unknown[0]!r} is no deployment of the fitted rows; they are: {', '.join(deployments)}",
+            file=sys.stderr,
+        )
+        return 2
+
+    shipped_model = Model(shipped_config, rows, shipped_params)
+    model = Model(config, rows, params)
+    t0 = time.time()
+    full = fit(model, start=model.configured_start())
+    held = leave_one_out(model, full, opts.loo or None)
+    print(f"fit and {len(held)} leave-one-out refits: {time.time() - t0:.0f} s")
+    shipped = stored_outcome()
+    x_shipped = shipped_model.start()
+    x_new = np.array([full.values[p.name] for p in params])
+    print(
+        f"weighted squared error: shipped {weighted_sse(shipped_model, x_shipped):.4g} -> "
+        f"what-if {weighted_sse(model, x_new):.4g}"
+    )
+    print("\nparameter (what-if)                                          bounds          shipped   what-if")
+    before = {p.name: (p.low, p.high) for p in shipped_params}
+    for q, v in zip(params, model.start(), strict=True):  # start(): the shipped value of each (its first machine's)
+        changed = f"[{q.low:g}, {q.high:g}]" if before.get(q.name) != (q.low, q.high) else ""
+        print(f"  {q.name:58s} {changed:15s} {v:8.4g}  {full.values[q.name]:8.4g}")
+
+    loo_new = {k: v for h in held for k, v in h.predicted.items()}
+    head = ("row", "role", "tol", "error: shipped", "what-if", "leave-one-out: shipped", "what-if")
+    print("\n  {:42s} {:7s} {:>4s} {:>15s} {:>8s} {:>23s} {:>8s}".format(*head))
+    outside = [0, 0]
+    for r in every:
+        tol = r.figure.tolerance
+        e_old = shipped_model.predict(r, x_shipped) / r.measured - 1.0
+        e_new = model.predict(r, x_new) / r.measured - 1.0
+        refitted = r.id in loo_new
+        l_old = shipped.loo_predicted.get(r.id) if shipped and refitted else None
+        l_old_e = l_old / r.measured - 1.0 if l_old is not None else None
+        l_new_e = loo_new[r.id] / r.measured - 1.0 if refitted else None
+        if r.figure.role != "fit":  # a holdout's error is its out-of-sample error
+            l_old_e, l_new_e = e_old, e_new
+        if l_new_e is not None and tol:
+            outside[0] += bool(l_old_e is not None and abs(l_old_e) > tol)
+            outside[1] += abs(l_new_e) > tol
+        print(
+            f"  {r.id[:42]:42s} {r.figure.role:7s} {tol or 0:4.0%} {_pct(e_old):>15s} {_pct(e_new):>8s} "
+            f"{_pct(l_old_e):>23s} {_pct(l_new_e):>8s}"
+        )
+    print(
+        "\nfigures outside their tolerance (leave-one-out; holdouts as they are): "
+        f"shipped {outside[0]} -> what-if {outside[1]}"
+    )
+    if shipped is not None and not shipped.current:
+        print("note: the shipped outcome is stale (run benchmarks/calibrate_factors.py): its columns are not current")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
