@@ -11,7 +11,7 @@ that value, e.g. at a figure a source measured) and shares (`--share`: one value
 joining any share the groups' factor is in; `--unshare`: a share of _fit.yaml split back into each
 group's own) from the fit's documented start, exactly as
 benchmarks/calibrate_factors.py does, then refits without each `--loo` deployment (default: every
-deployment; about 3 minutes). It prints the weighted squared error, every parameter and every row's
+deployment; 3 to 6 minutes on a 2-core machine). It prints the weighted squared error, every parameter and every row's
 error and leave-one-out error beside the shipped ones (planner/costmodel/data/fit_outcome.json), and
 how many refitted figures fall outside their tolerance leave-one-out before and after. A bound chosen
 with these figures in view is a choice made on the rows: a change that ships this way names the rows
