@@ -142,6 +142,8 @@ def with_shared(config: FitConfig, factor: str, groups: Sequence[str]) -> FitCon
     for g in groups:
         if g not in groups_out:
             raise ValueError(f"no group {g!r}; the groups: {', '.join(config.groups)}")
+        if g in members:  # named twice, or already in through the share it was in
+            continue
         if factor in groups_out[g].factors:
             bounds.append(groups_out[g].factors.pop(factor))
             members.append(g)
@@ -154,7 +156,6 @@ def with_shared(config: FitConfig, factor: str, groups: Sequence[str]) -> FitCon
         members += [m for m in sh.groups if m not in members]
         if not sh.factors:
             del shared_out[held[0]]
-    members = list(dict.fromkeys(members))
     if len(members) < 2:
         raise ValueError(f"{factor}: a share needs two groups or more, got {members}")
     name = "shared-" + "-".join(members)
@@ -660,6 +661,7 @@ def outcome_json(
     """The fit and its leave-one-out refits as the JSON document shipped beside the cost model."""
     return {
         "digest": digest,
+        "environment": fit_environment(),
         "values": {k: round(v, 8) for k, v in full_fit.values.items()},
         "predicted": {k: round(v, 6) for k, v in full_fit.predicted.items()},
         "elasticity": {r: {k: round(v, 5) for k, v in e.items()} for r, e in full_fit.elasticity.items()},
@@ -676,6 +678,16 @@ def outcome_json(
             for h in held
         ],
     }
+
+
+def fit_environment() -> dict[str, str]:
+    """The numerical libraries the fit runs on. Other numpy or SciPy releases stop the bounded least
+    squares elsewhere on the fit's flat directions (numpy 2.4.6 / SciPy 1.17.1 against the previous
+    environment moved the A3 attention factor 0.2178 -> 0.2181), so the shipped outcome says which
+    ones made it and the test extra pins them."""
+    import scipy
+
+    return {"numpy": np.__version__, "scipy": scipy.__version__}
 
 
 def finite(values: Mapping[str, float]) -> bool:
@@ -721,6 +733,7 @@ class StoredOutcome:
     loo_kept: dict[str, list[str]]
     loo_values: list[dict[str, float]]
     current: bool
+    environment: dict[str, str] = field(default_factory=dict)
 
     def sensitive(self, row_id: str) -> list[str]:
         return [n for n, e in self.elasticity.get(row_id, {}).items() if abs(e) >= SENSITIVE_ELASTICITY]
@@ -748,6 +761,7 @@ def stored_outcome() -> StoredOutcome | None:
         loo_kept=kept,
         loo_values=[h["values"] for h in doc.get("leave_one_out", [])],
         current=doc.get("digest") == inputs_digest(),
+        environment={str(k): str(v) for k, v in doc.get("environment", {}).items()},
     )
 
 

@@ -17,6 +17,7 @@ from planner.costmodel.store_fit import (
     Model,
     fit,
     fit_config,
+    fit_environment,
     fit_rows,
     parameters,
     stored_outcome,
@@ -55,6 +56,23 @@ def test_the_shipped_values_are_what_the_fitter_produces(model):
             ]
         for s in shipped:
             assert s == pytest.approx(got, rel=1e-4, abs=1e-9), p.name
+
+
+def test_the_fit_is_checked_on_the_numpy_and_scipy_it_was_made_with():
+    # the check above holds to 1e-4 only on the releases that made the shipped fit: the outcome records
+    # them, the test extra pins them (a fit made elsewhere fails here, naming the fix)
+    import tomllib
+    from pathlib import Path
+
+    stored = stored_outcome()
+    assert stored is not None
+    fix = "install the test extra's pins, or re-run benchmarks/calibrate_factors.py and move the pins"
+    assert stored.environment == fit_environment(), fix
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text(encoding="utf-8"))
+    extras = project["project"]["optional-dependencies"]
+    for extra in ("test", "dev"):
+        pins = {d.split("==")[0]: d.split("==")[1] for d in extras[extra] if "==" in d}
+        assert pins == stored.environment, (extra, fix)
 
 
 def test_the_shipped_outcome_matches_the_rows_catalogs_and_code():
