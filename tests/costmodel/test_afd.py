@@ -152,9 +152,10 @@ def test_a_slower_link_costs_more_transfer():
             "moe": plan.afd.moe.model_copy(update={"ep": 4, "slots_per_device": 64}),
         }
     )
-    hccs = float(transfer_s(ctx, small, np.array([20.0]))[0])
-    roce = float(transfer_s(ctx, small.model_copy(update={"link": "roce"}), np.array([20.0]))[0])
-    assert roce > 3 * hccs
+    # named, the supernode's HCCS between servers (5.5 us a hop, 3% less bandwidth) carries what fits one server
+    server = float(transfer_s(ctx, small, np.array([20.0]))[0])
+    supernode = float(transfer_s(ctx, small.model_copy(update={"link": "HCCS (supernode)"}), np.array([20.0]))[0])
+    assert supernode > server + 4e-6
 
 
 def test_evaluate_scores_the_shipped_hand_written_afd_plan():
@@ -162,7 +163,7 @@ def test_evaluate_scores_the_shipped_hand_written_afd_plan():
     p = evaluate_plan(plan, None)
     assert p.afd is not None and p.prefill is not None and p.system is not None
     assert p.afd.fits_hbm and p.prefill.fits_hbm
-    assert p.afd.link == "RoCE (between servers)"
+    assert p.afd.link == "HCCS (supernode)"
     # the system counts both AFD sides and the prefill cards
     cards = (plan.afd.total_devices + plan.prefill.total_devices) / 2
     assert p.system.cards == cards

@@ -111,13 +111,13 @@ def test_auto_link_is_the_level_the_pairs_cross():
     # 16 FFN dies on the first node, 64 attention dies on the next four: the supernode's UB
     plan = AfdPlan(attention_devices=64, ffn_devices=16, attention={"dp": 64, "tp": 1}, concurrency_per_device=2)
     assert cm.levels[afd_auto_link_level(cm, plan)].name == "UB (supernode)"
-    assert a3.levels[afd_link_level(a3, plan)].name == "RoCE (between servers)"
+    assert a3.levels[afd_link_level(a3, plan)].name == "HCCS (supernode)"
     # 4 FFN + 12 attention dies fit one A3 server: HCCS carries them
     small = AfdPlan(attention_devices=12, ffn_devices=4, attention={"dp": 12, "tp": 1}, concurrency_per_device=2)
     assert a3.levels[afd_auto_link_level(a3, small)].name == "HCCS (server)"
-    # a slower level than needed may be named (attention and FFN in other buildings)
-    roce = small.model_copy(update={"link": "roce"})
-    assert a3.levels[afd_link_level(a3, roce)].name == "RoCE (between servers)"
+    # a slower level than needed may be named (attention and FFN in other servers)
+    wider = small.model_copy(update={"link": "HCCS (supernode)"})
+    assert a3.levels[afd_link_level(a3, wider)].name == "HCCS (supernode)"
 
 
 def test_bad_afd_input_is_one_line_and_exit_2(tmp_path):

@@ -49,13 +49,15 @@ def test_a3_is_the_910c_die_of_cm384_with_its_own_links():
     # the other factors are fitted apart: A3's rows are SGLang's and vllm-ascend's, CM384's Huawei's stack
     assert a3.efficiency.hbm_bandwidth.fitted_on == cm.efficiency.hbm_bandwidth.fitted_on == "validation"
     assert "910c-open" in a3.efficiency.hbm_bandwidth.source and "910c-huawei" in cm.efficiency.hbm_bandwidth.source
-    # 8 packages = 16 dies of 64 GiB; SIO pairs, HCCS in the server, unbounded RoCE between servers
+    # 8 packages = 16 dies of 64 GiB; SIO pairs, HCCS in the server and between the servers of a supernode
+    # (DeepEP-Ascend has no other path between A3 servers), at most one 384-card supernode
     assert (a3.devices_per_card, a3.devices_per_node, a3.hbm_bytes) == (2, 16, 64 * 2**30)
     assert [lvl.devices_per_group for lvl in a3.levels] == [2, 16, None]
     assert a3.levels[0].bandwidth_bytes_per_s == pytest.approx(224e9)
     assert a3.levels[1].bandwidth_bytes_per_s == pytest.approx(196e9)
-    assert a3.levels[2].bandwidth_bytes_per_s < 50e9  # RoCE, not UB
-    assert a3.max_devices is None and cm.max_devices == 768
+    assert a3.levels[2].bandwidth_bytes_per_s == pytest.approx(190e9)  # the supernode's, as cm384's UB
+    assert a3.levels[2].latency_s > a3.levels[1].latency_s
+    assert a3.max_devices == cm.max_devices == 768
 
 
 def test_announced_figures_are_the_published_claims():
