@@ -3,19 +3,17 @@
     python benchmarks/link_kernel_bounds.py           # print the derivation
     python benchmarks/link_kernel_bounds.py --check   # exit 1 if _fit.yaml's bound differs from it
 
-For each DeepEP-Ascend low-latency kernel timed inside one A3 server (planner.costmodel.link_kernels)
-it prints the measured time, the model's time at the shipped link factor and the link factor at
-which the model takes the measured time. The open engines' link factor (group 910c-open) is bounded
-by the slowest and fastest of those, rounded to three decimals; tests/costmodel/test_link_kernels.py
-checks the bound in _fit.yaml against the same derivation.
+For each DeepEP-Ascend low-latency kernel timed on A3 HCCS, at EP8 and EP16 inside one server and
+EP32 across two (planner.costmodel.link_kernels), it prints the measured time, the model's time at
+the shipped link factor and the link factor at which the model takes the measured time. The open
+engines' link factor (group 910c-open) is bounded by the slowest and fastest of those, rounded to
+three decimals; tests/costmodel/test_link_kernels.py checks the bound in _fit.yaml against the same
+derivation.
 """
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-
-import yaml
 
 from planner.costmodel.link_kernels import (
     DEEPEP_ASCEND_LOW_LATENCY_HCCS,
@@ -25,9 +23,9 @@ from planner.costmodel.link_kernels import (
     link_factor_bounds,
     model_time_s,
 )
+from planner.costmodel.store_fit import fit_config
 from planner.specs.catalog import load_hardware
 
-FIT_CONFIG = Path(__file__).resolve().parent.parent / "validation" / "_fit.yaml"
 GROUP, MACHINE = "910c-open", "a3"
 
 
@@ -39,8 +37,7 @@ def derived_bound() -> tuple[float, float]:
 
 def shipped_bound() -> tuple[float, float]:
     """The bound validation/_fit.yaml states for the group's link factor."""
-    config = yaml.safe_load(FIT_CONFIG.read_text(encoding="utf-8"))
-    low, high = config["groups"][GROUP]["factors"][LINK_FACTOR]
+    low, high = fit_config().groups[GROUP].factors[LINK_FACTOR]
     return float(low), float(high)
 
 
