@@ -46,6 +46,7 @@ METAVARS = {
     "--prefix-hit-rate": "FRACTION",
     "--slo-percentile": "PERCENTILE",
     "--skew-sigma": "SIGMA",
+    "--acceptance-spread": "TAU",
     "--max-redundant-experts": "COPIES",
     "--time-limit": "SECONDS",
     "--workers": "THREADS",

@@ -222,6 +222,17 @@ def simulate(
     ] = None,
     loads: LoadsOpt = None,
     skew_sigma: SkewSigmaOpt = None,
+    acceptance_spread: Annotated[
+        float | None,
+        typer.Option(
+            "--acceptance-spread",
+            min=0.0,
+            max=5.0,
+            help="Spread of each request's own MTP acceptance (standard deviation on the logit scale; 0: every "
+            "request at the plan's acceptance). Default: the value fitted on SGLang's A3 runs "
+            "(planner/simulate/data/acceptance_spread.json).",
+        ),
+    ] = None,
 ) -> None:
     """Simulate the plan's instances serving a benchmark client's traffic, event by event, with every step
     and forward timed by the cost model; print TTFT, TPOT, ITL and E2E percentiles, throughput and goodput."""
@@ -310,6 +321,7 @@ def simulate(
             imbalance=imbalance,
             decode_concurrency=decode_concurrency,
             prediction=prediction,
+            acceptance_spread=acceptance_spread,
         )
         result.built.notes[:0] = notes
         result.summary["moeplan"]["notes"][:0] = notes

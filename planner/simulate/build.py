@@ -33,6 +33,7 @@ from planner.errors import BadInputError
 from planner.simulate.colocated_instance import ColocatedInstance
 from planner.simulate.decode_instance import DecodeInstance, DecodeSetup
 from planner.simulate.engine import Simulation
+from planner.simulate.mtp import default_acceptance_spread, request_steps_scale
 from planner.simulate.predictor import (
     chunk_times,
     decode_times,
@@ -52,6 +53,9 @@ from planner.specs.workload import WorkloadFile
 
 MAX_REQUESTS = 10_000_000
 SERIES_POINTS = 800
+MAX_ACCEPTANCE_SPREAD = 5.0  # logit-scale standard deviation: beyond it every request is all or nothing
+SPREAD_STREAM = 0x5EED  # second key of the random stream of the requests' own acceptance
+SPREAD_SOURCE = "fitted by benchmarks/fit_acceptance_spread.py, planner/simulate/data/acceptance_spread.json"
 
 
 @dataclass(frozen=True)
@@ -260,9 +264,18 @@ def build_simulation(
     decode_concurrency: int | None = None,
     prediction: Prediction | None = None,
     series_points: int = SERIES_POINTS,
+    acceptance_spread: float | None = None,
 ) -> Built:
-    """Everything `run` needs; bad input raises BadInputError naming the field or flag."""
+    """Everything `run` needs; bad input raises BadInputError naming the field or flag.
+
+    `acceptance_spread`: tau, the spread of each request's own MTP acceptance on the logit scale
+    (planner.simulate.mtp; None: the shipped fit, 0: every request at the workload's acceptance)."""
     _check_traffic(traffic)
+    if acceptance_spread is not None and not 0.0 <= acceptance_spread <= MAX_ACCEPTANCE_SPREAD:
+        raise BadInputError(
+            f"--acceptance-spread {acceptance_spread:g} is out of range: give tau between 0 and "
+            f"{MAX_ACCEPTANCE_SPREAD:g} (the standard deviation of a request's acceptance on the logit scale)."
+        )
     if plan.afd is not None:
         raise BadInputError(
             "afd: the simulator does not model attention-FFN disaggregated instances (micro-batches ping-ponging "
@@ -322,6 +335,20 @@ def build_simulation(
     decode_phase = plan.decode_phase
     mtp = decode_phase.mtp_tokens if decode_phase is not None else 0
     max_context = float(longest + mtp)
+    tau = default_acceptance_spread() if acceptance_spread is None else acceptance_spread
+    # a stream of its own: the spread leaves every other draw of a seed as it was
+    spread_rng = np.random.default_rng([traffic.seed, SPREAD_STREAM])
+
+    def steps_scale(count: int) -> np.ndarray:
+        return request_steps_scale(mtp, plan.workload.mtp_acceptance, tau, count, spread_rng)
+
+    table.steps_scale[:] = steps_scale(table.count)
+    if mtp and tau > 0.0 and 0.0 < plan.workload.mtp_acceptance < 1.0:
+        notes.append(
+            f"MTP acceptance per request: logit-normal about the workload's {plan.workload.mtp_acceptance:g}, "
+            f"spread tau = {tau:.3g} ({'--acceptance-spread' if acceptance_spread is not None else SPREAD_SOURCE}); "
+            "the mean TPOT is the workload's, the tail is wider"
+        )
     pool_tokens = 0.0
     seats = 0
 
@@ -385,7 +412,7 @@ def build_simulation(
             sim.decode = [DecodeInstance(k, sim, setup) for k in range(instances)]
         seats = seats_per_rank * dp * instances
     if traffic.warm_start and sim.decode:
-        preloaded = _preload(plan, prediction, traffic, sim, rng)
+        preloaded = _preload(plan, prediction, traffic, sim, rng, steps_scale)
         notes.append(
             f"warm start: {preloaded:,} sequences decoding at time 0, at random points of their outputs (as the "
             f"rate fills decode at steady state); not measured"
@@ -433,7 +460,14 @@ def with_seed(traffic: Traffic, seed: int) -> Traffic:
     return dataclasses.replace(traffic, seed=seed)
 
 
-def _preload(plan: Plan, prediction: Prediction, traffic: Traffic, sim: Simulation, rng: np.random.Generator) -> int:
+def _preload(
+    plan: Plan,
+    prediction: Prediction,
+    traffic: Traffic,
+    sim: Simulation,
+    rng: np.random.Generator,
+    steps_scale: Callable[[int], np.ndarray],
+) -> int:
     """Fill the decode instances as the traffic's rate fills them at steady state: rate x the time a request
     decodes (its output at the static TPOT) sequences, at most the seats, each at a random point of its
     output; lengths drawn as the traffic's, weighted by output length (a long request stays longer)."""
@@ -452,6 +486,7 @@ def _preload(plan: Plan, prediction: Prediction, traffic: Traffic, sim: Simulati
     pick = rng.choice(probe_in.size, size=count, p=probe_out / probe_out.sum())
     inp, out = probe_in[pick], probe_out[pick]
     rows = sim.table.add_preloaded(inp, out)
+    sim.table.steps_scale[rows] = steps_scale(count)
     done = np.minimum((rng.random(count) * out).astype(np.int64), out - 1)
     # each seat of each rank of each instance, in a random order: the first `count` are taken
     seat_inst = np.concatenate([np.full(d.seats * d.dp, k) for k, d in enumerate(sim.decode)])

@@ -10,8 +10,9 @@ sequence of every rank at once (DP attention waits for its slowest rank, `Decode
 A request's first token reaches the client with its first step (the PD proxies stream from the
 decode instance; the token the prefill computed rides on it); a sequence leaves at the end of the
 step that generates its last token. How many steps that takes is drawn when it is admitted, with
-the MTP acceptance drawn per step (`mtp.StepSampler`); meanwhile its KV grows by the mean tokens
-a step generates, and is counted exactly when it leaves.
+the MTP acceptance drawn per step about the request's own acceptance (`mtp.StepSampler`,
+`mtp.request_steps_scale`); meanwhile its KV grows by the mean tokens a step generates, and is
+counted exactly when it leaves.
 
 When the tokens the running sequences hold outgrow a rank's KV cache, the rank preempts its most
 recently admitted sequences until they fit (vLLM V1's scheduler preempts the last of its running
@@ -183,7 +184,7 @@ class DecodeInstance:
     ) -> None:
         """A sequence starts decoding with the next step; `first`: its first token comes with that step;
         `last_s`: when it last emitted, if not at the previous step's end."""
-        steps = self.sampler.steps(to_generate) if to_generate > 0 else 1
+        steps = self.sampler.steps(to_generate, float(self.sim.table.steps_scale[rid])) if to_generate > 0 else 1
         self.running[rid] = [r, self.step_no, tokens, steps, max(to_generate, 0), self.admitted]
         self.admitted += 1
         self.finishing.setdefault(self.step_no + steps - 1, []).append(rid)
@@ -196,7 +197,7 @@ class DecodeInstance:
 
     def preload(self, rids: np.ndarray, ranks: np.ndarray, tokens: np.ndarray, to_generate: np.ndarray) -> None:
         """Sequences already decoding at time 0 (a warm start): each emitted its last token then."""
-        steps = self.sampler.steps_many(to_generate)
+        steps = self.sampler.steps_many(to_generate, self.sim.table.steps_scale[rids])
         for rid, r, t, s, g in zip(
             rids.tolist(), ranks.tolist(), tokens.tolist(), steps.tolist(), to_generate.tolist(), strict=True
         ):

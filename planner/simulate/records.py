@@ -44,6 +44,8 @@ class RequestTable:
         self.dp_rank = np.full(n, -1, dtype=np.int32)
         self.preemptions = np.zeros(n, dtype=np.int32)
         self.delivered_tokens = np.zeros(n, dtype=np.int64)
+        # each request's factor on the decode steps its tokens take (its own MTP acceptance; mtp.py)
+        self.steps_scale = np.ones(n)
 
     @property
     def count(self) -> int:
@@ -62,6 +64,7 @@ class RequestTable:
         self.output_tokens = np.concatenate([self.output_tokens, np.asarray(output_tokens, dtype=np.int64)])
         for name in ("cached_tokens", "delivered_tokens"):
             setattr(self, name, np.concatenate([getattr(self, name), np.zeros(k, dtype=np.int64)]))
+        self.steps_scale = np.concatenate([self.steps_scale, np.ones(k)])
         for name in ("prefill_instance", "decode_instance", "dp_rank"):
             setattr(self, name, np.concatenate([getattr(self, name), np.full(k, -1, dtype=np.int32)]))
         self.preemptions = np.concatenate([self.preemptions, np.zeros(k, dtype=np.int32)])

@@ -24,12 +24,14 @@ import numpy as np
 
 from planner.errors import PlannerError
 from planner.simulate.build import RandomDataset, Traffic
+from planner.simulate.mtp import spread_record
 from planner.simulate.routing import Routing, engine_routing
-from planner.simulate.run import simulate_plan
+from planner.simulate.run import SimResult, simulate_plan
 from planner.specs.catalog import load_plan, plan_base_dir
 from planner.specs.validation import StoredFigure, usable_figures
 
 SEEDS = (0, 1, 2)
+SPREAD_METRICS = ("median_tpot_ms", "p99_tpot_ms")  # the figures the acceptance spread is fitted on
 DEFAULT_PROMPTS_PER_SLOT = 4  # a closed loop that does not state its prompts: this many per concurrency slot
 
 
@@ -47,6 +49,14 @@ class SimulatedFigure:
     def error(self) -> float | None:
         """Relative error against the published figure."""
         return None if self.predicted is None else self.predicted / self.figure.published - 1.0
+
+    @property
+    def fitted_to(self) -> list[str]:
+        """What was fitted on this figure: the acceptance spread on its fit runs' median and P99 TPOT."""
+        record = spread_record()
+        if self.figure.metric in SPREAD_METRICS and self.figure.row.id in record.get("fitted_on", []):
+            return ["simulate.acceptance_spread"]
+        return []
 
     @property
     def within_tolerance(self) -> bool | None:
@@ -69,6 +79,7 @@ class SimulatedFigure:
             "traffic": self.traffic,
             "not_simulated": self.reason or None,
             "known_miss": self.figure.known_miss or None,
+            "fitted_to": self.fitted_to,
             "source": self.figure.citation,
         }
 
@@ -150,16 +161,13 @@ def _simulate_row(group: list[StoredFigure]) -> list[SimulatedFigure]:
     todo = [r for r in results if not r.reason]
     if not todo:
         return results
-    routing = row_routing(first.row.engine)
-    base = plan_base_dir(first.plan)
-    for seed in SEEDS:
-        try:
-            traffic, text = row_traffic(first, seed)
-            res = simulate_plan(plan, traffic, base_dir=base, routing=routing, series_points=50)
-        except PlannerError as exc:
-            for r in todo:
-                r.reason = str(exc)
-            return results
+    try:
+        runs = row_runs(first)
+    except PlannerError as exc:
+        for r in todo:
+            r.reason = str(exc)
+        return results
+    for res, text in runs:
         for r in todo:
             r.traffic = text
             try:
@@ -170,6 +178,22 @@ def _simulate_row(group: list[StoredFigure]) -> list[SimulatedFigure]:
         if not r.reason and r.per_seed:
             r.predicted = float(np.mean(r.per_seed))
     return results
+
+
+def row_runs(figure: StoredFigure, acceptance_spread: float | None = None) -> list[tuple[SimResult, str]]:
+    """The figure's row simulated once per seed of `SEEDS`, as its client ran it, with the traffic in words;
+    `acceptance_spread`: tau of the requests' own MTP acceptance (None: the shipped fit)."""
+    plan, _ = load_plan(figure.plan)
+    routing = row_routing(figure.row.engine)
+    base = plan_base_dir(figure.plan)
+    runs = []
+    for seed in SEEDS:
+        traffic, text = row_traffic(figure, seed)
+        res = simulate_plan(
+            plan, traffic, base_dir=base, routing=routing, series_points=50, acceptance_spread=acceptance_spread
+        )
+        runs.append((res, text))
+    return runs
 
 
 def simulated_fidelity() -> list[SimulatedFigure]:
