@@ -453,11 +453,13 @@ def sweep(
                 console.print(f"note: {note}", highlight=False)
         console.print(cache_line(result))
         if checks:
-            from planner.report.simulate_report import checks_caption, checks_table
+            from planner.report.simulate_report import checks_caption, checks_table, miss_lines
 
             labels = [", ".join(f"{k}={v}" for k, v in pt.values.items()) for pt, _ in checks]
             console.print(checks_table([c for _, c in checks], "Checked by simulation", labels))
             console.print(checks_caption([c for _, c in checks]))
+            for line in miss_lines([c for _, c in checks], labels):
+                console.print(line, highlight=False)
         if plot is not None:
             console.print(f"frontier plot written to {plot}")
         elif curves is not None and published is not None:

@@ -468,9 +468,12 @@ def whatif(
         for renderable in whatif_renderables(result):
             console.print(renderable)
         if checks:
-            from planner.report.simulate_report import checks_caption, checks_table
+            from planner.report.simulate_report import checks_caption, checks_table, miss_lines
 
-            console.print(checks_table([c for _, c in checks], "Checked by simulation", [k for k, _ in checks]))
+            labels = [k for k, _ in checks]
+            console.print(checks_table([c for _, c in checks], "Checked by simulation", labels))
             console.print(checks_caption([c for _, c in checks]))
+            for line in miss_lines([c for _, c in checks], labels):
+                console.print(line, highlight=False)
 
     run_guarded(body)

@@ -306,18 +306,20 @@ def _median_meets_tpot(check: Any) -> str:
     value, limit, _ = tpot
     return (
         f" (its median TPOT, {median:.1f} ms, meets it: the static TPOT is the mean step, and requests spread "
-        "about it, each at its own MTP acceptance, docs/simulate.md; to meet it at this percentile, plan with "
+        "about it, each at its own MTP acceptance, docs/simulate.md; to meet it at this percentile, ask for "
         f"--tpot-ms {limit * limit / value:.0f})"
     )
 
 
-def miss_lines(checks: list[Any]) -> list[str]:
-    """One line for each checked plan that misses its SLOs at the percentile."""
+def miss_lines(checks: list[Any], labels: list[str] | None = None) -> list[str]:
+    """One line for each checked plan that misses its SLOs at the percentile (`labels`: each plan's name,
+    default 'rank N')."""
+    names = labels if labels is not None else [f"rank {c.rank}" for c in checks]
     return [
-        f"rank {c.rank} misses its SLOs at p{c.verdict.percentile:g} of simulated requests: "
+        f"{name} misses its SLOs at p{c.verdict.percentile:g} of simulated requests: "
         + "; ".join(c.verdict.misses())
         + _median_meets_tpot(c)
-        for c in checks
+        for name, c in zip(names, checks, strict=True)
         if c.verdict.met is False
     ]
 

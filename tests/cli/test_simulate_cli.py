@@ -180,6 +180,16 @@ def test_whatif_simulate_checks_every_column():
     assert new["figures"]["median_tpot_ms"] <= 50 < new["figures"]["p90_tpot_ms"] <= 50 * 1.15
 
 
+def test_whatif_simulate_says_which_column_misses_and_the_slo_to_ask_for():
+    r = run_cli("whatif", "a2-d70", "--tpot-ms", "50", "--simulate")
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "base re-scored misses its SLOs at p90 of simulated requests: TPOT p90" in text
+    # the re-planned plan misses only above its median: the line says so and gives the SLO to ask for
+    new = text.split("new (re-planned) misses its SLOs at p90")[1].split("base re-scored misses")[0]
+    assert "meets it: the static TPOT is the mean step" in new and "ask for --tpot-ms" in new
+
+
 def test_sweep_simulate_adds_the_simulated_percentiles_per_point():
     r = run_cli(
         "sweep",

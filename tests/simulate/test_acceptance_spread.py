@@ -98,7 +98,7 @@ def test_the_cli_takes_the_spread_and_refuses_one_out_of_range():
     assert bad.exit_code == 2 and "--acceptance-spread" in bad.output
 
 
-def test_a_plan_missing_tpot_only_above_its_median_is_told_why_and_what_to_plan_to():
+def test_a_plan_missing_tpot_only_above_its_median_is_told_why_and_what_to_ask_for():
     from types import SimpleNamespace
 
     from planner.report.simulate_report import miss_lines
