@@ -83,6 +83,25 @@ SkewSigmaOpt = Annotated[
         help="Oracle skew model with this log-normal sigma (default: engine imbalance with drift).",
     ),
 ]
+AcceptanceSpreadOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--acceptance-spread",
+        min=0.0,
+        max=5.0,
+        help="Spread of each request's own MTP acceptance in the simulation (standard deviation on the logit "
+        "scale; 0: every request at the plan's acceptance). Default: the value fitted on SGLang's A3 runs "
+        "(planner/simulate/data/acceptance_spread.json).",
+    ),
+]
+
+
+def check_spread_needs_simulate(acceptance_spread: float | None, simulate: bool) -> None:
+    """--acceptance-spread only sets how a simulation draws; without --simulate it is refused (exit 2)."""
+    if acceptance_spread is not None and not simulate:
+        raise BadInputError("--acceptance-spread sets the simulation's spread: add --simulate, or drop it.")
+
+
 MaxRedundantOpt = Annotated[
     int | None,
     typer.Option(

@@ -23,6 +23,7 @@ from planner.cli.common import (
 from planner.cli.emit_options import EmitOpt, ForceOpt, check_new_folders, parse_emits, stage_emits
 from planner.cli.options import (
     DEFAULT_CURRENCY,
+    AcceptanceSpreadOpt,
     AnyTpOpt,
     ColocatedOpt,
     CurrencyOpt,
@@ -54,6 +55,7 @@ from planner.cli.options import (
     WorkloadFileOpt,
     check_hbm_utilization,
     check_price_names,
+    check_spread_needs_simulate,
     imbalance_from_options,
     parse_int_list,
     parse_prices,
@@ -772,10 +774,13 @@ def print_outcome(outcome: SearchOutcome, show_variants: bool = False, explain_s
         console.print(band)
 
 
-def simulated_checks(outcome: SearchOutcome, mode: str) -> tuple[SearchOutcome, tuple[list, list[str]]]:
+def simulated_checks(
+    outcome: SearchOutcome, mode: str, acceptance_spread: float | None = None
+) -> tuple[SearchOutcome, tuple[list, list[str]]]:
     """`--simulate`: the ranked plans checked by simulation; with `--rate`, sized until one meets the SLOs at
     the simulated percentile (planner.ranking.simulated). Returns the outcome kept, its checks and lines.
-    `mode`: --engine as resolved (auto and none simulate with the default engine's routing)."""
+    `mode`: --engine as resolved (auto and none simulate with the default engine's routing);
+    `acceptance_spread`: --acceptance-spread (None: the shipped fit)."""
     from planner.ranking.simulated import check_plans, size_for_rate
     from planner.simulate.routing import engine_routing
 
@@ -783,8 +788,10 @@ def simulated_checks(outcome: SearchOutcome, mode: str) -> tuple[SearchOutcome, 
     routing = engine_routing(None if mode in (AUTO, NONE) else mode)
     pct = req.workload.slo_percentile
     if req.rate_per_s is None:
-        return outcome, (check_plans(outcome.plans, None, pct, routing, req.imbalance), [])
-    sized = size_for_rate(req, lambda r: ranked_outcome(r, mode), pct, routing, first=outcome)
+        return outcome, (check_plans(outcome.plans, None, pct, routing, req.imbalance, acceptance_spread), [])
+    sized = size_for_rate(
+        req, lambda r: ranked_outcome(r, mode), pct, routing, first=outcome, acceptance_spread=acceptance_spread
+    )
     lines = []
     if len(sized.attempts) > 1:
         tried = ", ".join(f"{r:.4g} ({'met' if ok else 'missed'})" for r, ok in sized.attempts)
@@ -921,6 +928,7 @@ def plan(
             "until the simulated --slo-percentile of TTFT and TPOT meets the SLOs); see docs/simulate.md.",
         ),
     ] = False,
+    acceptance_spread: AcceptanceSpreadOpt = None,
 ) -> None:
     """Search deployments (instance sizes, per-module layouts, expert slots, concurrency, MTP,
     P:D) under HBM and the SLOs, and print them ranked by output tokens/s per card."""
@@ -930,6 +938,7 @@ def plan(
             _body()
 
     def _body() -> None:
+        check_spread_needs_simulate(acceptance_spread, simulate)
         emits = parse_emits(emit)
         check_new_folders(emits, force)
         check_outputs({"--json": json_out, "--html": html})
@@ -989,7 +998,7 @@ def plan(
             outcome = ranked_outcome(request, mode)
             checks: tuple[list, list[str]] | None = None
             if simulate:
-                outcome, checks = simulated_checks(outcome, mode)
+                outcome, checks = simulated_checks(outcome, mode, acceptance_spread)
         except InfeasibleError as exc:
             if json_out is not None:  # scripts read the verdict from the JSON too
                 write_text_atomic(json_out, infeasible_document(str(exc)))

@@ -11,7 +11,7 @@ import typer
 
 from planner.cli.common import Outputs, check_output, check_outputs, command_line, console, err_console, run_guarded
 from planner.cli.evaluate_cmd import Scored, plan_lines, score_plan
-from planner.cli.options import LoadsOpt, SkewSigmaOpt, SloPercentileOpt
+from planner.cli.options import AcceptanceSpreadOpt, LoadsOpt, SkewSigmaOpt, SloPercentileOpt
 from planner.errors import BadInputError
 from planner.specs.plan import Plan
 
@@ -222,17 +222,7 @@ def simulate(
     ] = None,
     loads: LoadsOpt = None,
     skew_sigma: SkewSigmaOpt = None,
-    acceptance_spread: Annotated[
-        float | None,
-        typer.Option(
-            "--acceptance-spread",
-            min=0.0,
-            max=5.0,
-            help="Spread of each request's own MTP acceptance (standard deviation on the logit scale; 0: every "
-            "request at the plan's acceptance). Default: the value fitted on SGLang's A3 runs "
-            "(planner/simulate/data/acceptance_spread.json).",
-        ),
-    ] = None,
+    acceptance_spread: AcceptanceSpreadOpt = None,
 ) -> None:
     """Simulate the plan's instances serving a benchmark client's traffic, event by event, with every step
     and forward timed by the cost model; print TTFT, TPOT, ITL and E2E percentiles, throughput and goodput."""

@@ -22,6 +22,7 @@ from planner.cli.common import (
 )
 from planner.cli.options import (
     DEFAULT_CURRENCY,
+    AcceptanceSpreadOpt,
     AnyTpOpt,
     ColocatedOpt,
     CurrencyOpt,
@@ -44,6 +45,7 @@ from planner.cli.options import (
     WorkersOpt,
     YAxisOpt,
     check_price_names,
+    check_spread_needs_simulate,
     parse_prices,
     priced,
 )
@@ -82,9 +84,10 @@ SWEEP_HELP = "A value, a list a,b,c or a range start:stop:step (both ends includ
 DEFAULT_JOBS = max(1, min(2, os.cpu_count() or 1))
 
 
-def simulate_points(result: SweepResult, rows: list[dict[str, object]]) -> list:
+def simulate_points(result: SweepResult, rows: list[dict[str, object]], acceptance_spread: float | None = None) -> list:
     """`--simulate`: each feasible point's plan simulated at its rate (planner.ranking.simulated); the
-    simulated percentiles go into the point's row (CSV, JSON) as sim_* columns."""
+    simulated percentiles go into the point's row (CSV, JSON) as sim_* columns. `acceptance_spread`:
+    --acceptance-spread (None: the shipped fit)."""
     from planner.ranking.simulated import simulate_check
 
     checks = []
@@ -92,7 +95,9 @@ def simulate_points(result: SweepResult, rows: list[dict[str, object]]) -> list:
         if pt.plan is None:
             continue
         pct = pt.request.workload.slo_percentile  # --slo-percentile, as the point was searched with
-        check, _ = simulate_check(pt.plan, pt.request.rate_per_s, pct, imbalance=pt.request.imbalance)
+        check, _ = simulate_check(
+            pt.plan, pt.request.rate_per_s, pct, imbalance=pt.request.imbalance, acceptance_spread=acceptance_spread
+        )
         word = f"{check.verdict.percentile:g}"
         row.update(
             {
@@ -316,6 +321,7 @@ def sweep(
         ),
     ] = False,
     slo_percentile: SloPercentileOpt = None,
+    acceptance_spread: AcceptanceSpreadOpt = None,
 ) -> None:
     """Sweep one or two parameters (SLOs, workload, budget, rate, machine) and print the best plan
     per point; infeasible points are rows naming what binds.
@@ -333,6 +339,8 @@ def sweep(
 
     def body() -> None:
         from planner.report.plot import plot_format
+
+        check_spread_needs_simulate(acceptance_spread, simulate)
 
         fmt = plot_format(plot) if plot is not None else None
         if sum(1 for o in (csv_out, json_out) if o is not None and str(o) == "-") > 1:
@@ -405,7 +413,7 @@ def sweep(
             points.append((shown, request))
         result = _run_with_progress(points, axes, fixed, jobs)
         rows = sweep_rows(result)
-        checks = simulate_points(result, rows) if simulate else None
+        checks = simulate_points(result, rows, acceptance_spread) if simulate else None
         if result.interrupted:
             if result.points:
                 console.print(sweep_table(result, rows))

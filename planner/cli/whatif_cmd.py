@@ -17,6 +17,7 @@ import typer
 
 from planner.cli.common import check_output, console, run_guarded, write_text_atomic
 from planner.cli.options import (
+    AcceptanceSpreadOpt,
     DecodeHardwareOpt,
     KvTransferGbpsOpt,
     MaxCostOpt,
@@ -24,6 +25,7 @@ from planner.cli.options import (
     MaxPrefillCardsOpt,
     PrefillHardwareOpt,
     PrefixHitRateOpt,
+    check_spread_needs_simulate,
 )
 from planner.cli.plan_cmd import build_request, search_with_progress
 from planner.costmodel.context import DEFAULT_HBM_UTILIZATION
@@ -237,16 +239,23 @@ def _search_with_progress(request: PlanRequest, cache: TableCache) -> SearchOutc
     return outcome
 
 
-def simulate_columns(result: Any, request: PlanRequest) -> list[tuple[str, Any]]:
+def simulate_columns(
+    result: Any, request: PlanRequest, acceptance_spread: float | None = None
+) -> list[tuple[str, Any]]:
     """`--simulate`: each column's plan simulated at the new --rate, or at the rate it claims
-    (planner.ranking.simulated), judged at the new workload's SLO percentile."""
+    (planner.ranking.simulated), judged at the new workload's SLO percentile; `acceptance_spread`:
+    --acceptance-spread (None: the shipped fit)."""
     from planner.ranking.simulated import simulate_check
 
     out = []
     for column in (result.base, result.new, result.rescored):
         if column is not None and column.plan is not None:
             check, _ = simulate_check(
-                column.plan, request.rate_per_s, request.workload.slo_percentile, imbalance=request.imbalance
+                column.plan,
+                request.rate_per_s,
+                request.workload.slo_percentile,
+                imbalance=request.imbalance,
+                acceptance_spread=acceptance_spread,
             )
             out.append((column.title, check))
     return out
@@ -363,6 +372,7 @@ def whatif(
             "percentiles of TTFT and TPOT and whether they meet the SLOs at the workload's SLO percentile.",
         ),
     ] = False,
+    acceptance_spread: AcceptanceSpreadOpt = None,
 ) -> None:
     """Re-plan under changed assumptions and compare with the base, side by side.
 
@@ -382,6 +392,7 @@ def whatif(
     """
 
     def body() -> None:
+        check_spread_needs_simulate(acceptance_spread, simulate)
         changes = {
             "model": model,
             "hardware": hardware,
@@ -455,7 +466,7 @@ def whatif(
             if json_out is not None:  # as `plan --json`: the status, the reason and the nearest point
                 write_text_atomic(json_out, infeasible_document(str(exc)))
             raise
-        checks = simulate_columns(result, new_request) if simulate else []
+        checks = simulate_columns(result, new_request, acceptance_spread) if simulate else []
         if json_out is not None:
             text = whatif_document(result)
             if checks:

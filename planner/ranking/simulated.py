@@ -53,6 +53,8 @@ class SimulatedCheck:
     figures: dict[str, float]  # the summary's latency keys (mean/median/pNN of ttft, tpot, itl, e2el)
     static: dict[str, float | None]
     notes: list[str]
+    acceptance_spread: float = 0.0  # tau of the requests' own MTP acceptance the run drew with
+    spread_given: bool = False  # tau came from --acceptance-spread (else: the shipped fit)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -67,6 +69,8 @@ class SimulatedCheck:
             "misses": v.misses(),
             "figures": self.figures,
             "static": self.static,
+            "acceptance_spread": self.acceptance_spread,
+            "acceptance_spread_source": "--acceptance-spread" if self.spread_given else "fitted",
         }
 
 
@@ -93,8 +97,12 @@ def simulate_check(
     routing: Routing | None = None,
     imbalance: ImbalanceModel | None = None,
     prediction: Prediction | None = None,
+    acceptance_spread: float | None = None,
 ) -> tuple[SimulatedCheck, SimResult]:
-    """Simulate `plan` at `rate_per_s` (None: the rate it claims) and judge it."""
+    """Simulate `plan` at `rate_per_s` (None: the rate it claims) and judge it; `acceptance_spread`: tau of
+    the requests' own MTP acceptance (None: the shipped fit, planner.simulate.mtp)."""
+    from planner.simulate.mtp import default_acceptance_spread
+
     if prediction is None:
         if plan.predicted is not None:
             prediction = Prediction.model_validate(plan.predicted)
@@ -117,6 +125,7 @@ def simulate_check(
         imbalance=imbalance,
         prediction=prediction,
         series_points=CHECK_SERIES_POINTS,
+        acceptance_spread=acceptance_spread,
     )
     s = result.summary
     keys = [k for k in s if k.endswith("_ms") and k.split("_")[1] in ("ttft", "tpot", "itl", "e2el")]
@@ -129,6 +138,8 @@ def simulate_check(
         figures={k: float(s[k]) for k in keys},
         static={k: v for k, v in s["moeplan"]["static"].items() if k in ("ttft_ms", "tpot_ms")},
         notes=list(s["moeplan"]["notes"]),
+        acceptance_spread=default_acceptance_spread() if acceptance_spread is None else acceptance_spread,
+        spread_given=acceptance_spread is not None,
     )
     return check, result
 
@@ -139,9 +150,13 @@ def check_plans(
     slo_pct: float | None = None,
     routing: Routing | None = None,
     imbalance: ImbalanceModel | None = None,
+    acceptance_spread: float | None = None,
 ) -> list[SimulatedCheck]:
     """Every plan checked (see `simulate_check`)."""
-    return [simulate_check(p, rate_per_s, slo_pct, routing, imbalance)[0] for p in plans]
+    return [
+        simulate_check(p, rate_per_s, slo_pct, routing, imbalance, acceptance_spread=acceptance_spread)[0]
+        for p in plans
+    ]
 
 
 @dataclass
@@ -160,6 +175,7 @@ def size_for_rate(
     slo_pct: float | None,
     routing: Routing | None = None,
     first: Any = None,
+    acceptance_spread: float | None = None,
 ) -> SizedForRate:
     """Search for `request.rate_per_s`, check by simulation, and search again for more capacity while no
     plan meets the SLOs at the simulated percentile (module docstring). `first`: the first search's
@@ -169,7 +185,7 @@ def size_for_rate(
     attempts: list[tuple[float, bool]] = []
     outcome = first if first is not None else search(request)
     while True:
-        checks = check_plans(outcome.plans, target, slo_pct, routing, request.imbalance)
+        checks = check_plans(outcome.plans, target, slo_pct, routing, request.imbalance, acceptance_spread)
         ok = any(c.verdict.met is not False for c in checks)
         attempts.append((target * factor, ok))
         if ok or factor + RATE_STEP > MAX_RATE_FACTOR + 1e-9:

@@ -293,7 +293,9 @@ def checks_caption(checks: list[Any]) -> str:
     return (
         "simulated: Poisson arrivals at each plan's rate, decode warm-started full at that rate, "
         f">= {n:,} measured requests per plan (a cool-down keeps the load on until the last of them ends), seed 0; "
-        f"p{_pword(checks[0].verdict.percentile)} of simulated TTFT and TPOT judged against the SLOs (--slo-percentile)"
+        f"p{_pword(checks[0].verdict.percentile)} of simulated TTFT and TPOT judged against the SLOs "
+        f"(--slo-percentile); each request's own MTP acceptance spread, tau {checks[0].acceptance_spread:.3g} "
+        f"({'--acceptance-spread' if checks[0].spread_given else 'fitted, docs/simulate.md'})"
     )
 
 

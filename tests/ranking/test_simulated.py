@@ -28,7 +28,8 @@ def test_rate_sizing_searches_for_more_capacity_until_a_plan_meets_its_slos(monk
         searched.append(request.rate_per_s)
         return SimpleNamespace(plans=[f"plan for {request.rate_per_s:g}"])
 
-    def check_plans(plans, rate, pct, routing, imbalance):
+    def check_plans(plans, rate, pct, routing, imbalance, acceptance_spread):
+        assert acceptance_spread is None  # the shipped fit, unless --acceptance-spread gives one
         checked_at.append(rate)
         # plans sized for less than 1.25x the rate miss at it
         sized_for = float(plans[0].split()[-1])

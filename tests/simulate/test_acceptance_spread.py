@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -114,3 +115,28 @@ def test_a_plan_missing_tpot_only_above_its_median_is_told_why_and_what_to_ask_f
     (line,) = miss_lines([check(60.0, 66.0)])  # the median misses too: no such hint
     assert "median" not in line
     assert miss_lines([check(40.0, 45.0)]) == []
+
+
+@pytest.mark.parametrize("command", [["plan"], ["whatif", "a2-d70"], ["sweep", "--tpot-ms", "50,100"]])
+def test_the_spread_without_a_simulation_is_refused_by_name(command):
+    r = CliRunner().invoke(app, [*command, "--acceptance-spread", "0.2"])
+    assert r.exit_code == 2
+    assert "--acceptance-spread sets the simulation's spread: add --simulate" in r.output
+
+
+def test_whatif_simulates_with_the_spread_it_is_given_and_says_which():
+    r = CliRunner().invoke(
+        app, ["whatif", "a2-d70", "--tpot-ms", "50", "--simulate", "--acceptance-spread", "0", "--json", "-"]
+    )
+    assert r.exit_code == 0, r.output
+    sims = json.loads(r.output)["simulated"]
+    new = sims["new (re-planned)"]
+    assert new["acceptance_spread"] == 0.0 and new["acceptance_spread_source"] == "--acceptance-spread"
+    # with every request at the plan's acceptance the p90 stays within 2% of the mean step the search held
+    # to the SLO; with the fitted spread it does not (test_simulate_cli's whatif tests)
+    assert new["meets_slo"] is True and new["figures"]["p90_tpot_ms"] <= 1.02 * new["static"]["tpot_ms"]
+    fitted = CliRunner().invoke(app, ["whatif", "a2-d70", "--tpot-ms", "50", "--simulate", "--json", "-"])
+    fitted_new = json.loads(fitted.output)["simulated"]["new (re-planned)"]
+    assert fitted_new["acceptance_spread"] == pytest.approx(default_acceptance_spread())
+    assert fitted_new["acceptance_spread_source"] == "fitted"
+    assert fitted_new["figures"]["p90_tpot_ms"] > new["figures"]["p90_tpot_ms"]
