@@ -56,9 +56,10 @@ class ColocatedInstance(DecodeInstance):
         if not self.pending:
             return
         table = self.sim.table
+        free = (self.seats - self.rank_n - self.reserved_n).tolist()  # seats left per rank (seat_free's test)
         for r in sorted(self.pending):
             q = self.rank_queue[r]
-            while q and self.seat_free(r):
+            while q and free[r] > 0:
                 rid = q[0]
                 tokens = float(table.input_tokens[rid])
                 if not self.kv_fits(r, tokens):
@@ -67,9 +68,10 @@ class ColocatedInstance(DecodeInstance):
                 q.popleft()
                 self.queued[r] -= 1
                 self.reserved_n[r] += 1
+                free[r] -= 1
                 self.reserved_tokens[r] += tokens
                 self.prefilling.append([rid, r, int(table.cached_tokens[rid])])
-            if q and not self.seat_free(r):
+            if q and free[r] <= 0:
                 self.seat_blocked_steps += 1
             if not q:
                 self.pending.discard(r)
