@@ -1,9 +1,10 @@
 """Fit the simulator's per-request MTP acceptance spread (tau) on measured runs, and check it on others.
 
-    python benchmarks/fit_acceptance_spread.py          # fit, print, write planner/simulate/data/acceptance_spread.json
+    python benchmarks/fit_acceptance_spread.py          # fit, print, write it
+                                                        # (planner/costmodel/data/acceptance_spread.json)
     python benchmarks/fit_acceptance_spread.py --check  # refit; exit 1 if the shipped tau is not what it gives
 
-A request's own MTP acceptance is logit-normal about the workload's (planner/simulate/mtp.py); tau is
+A request's own MTP acceptance is logit-normal about the workload's (planner/costmodel/acceptance_spread.py); tau is
 its standard deviation on the logit scale. It sets how far the requests' TPOTs spread around their
 median, not the median itself, so it is fitted on the ratio of a run's P99 TPOT to its median TPOT:
 the published ratio against the simulated one (each run simulated as its client ran it, seeds 0-2,
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from planner.simulate.mtp import SPREAD_FILE, spread_record
+from planner.costmodel.acceptance_spread import SPREAD_FILE, spread_record
 from planner.simulate.validation import SEEDS, row_runs
 from planner.specs.validation import StoredFigure, usable_figures
 
@@ -122,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     record = {
         "tau": tau,
-        "meaning": "standard deviation of a request's own MTP acceptance on the logit scale (planner/simulate/mtp.py)",
+        "meaning": "standard deviation of a request's own MTP acceptance on the logit scale "
+        "(planner/costmodel/acceptance_spread.py)",
         "fitted_on": list(FIT_RUNS),
         "target": "published P99 TPOT / median TPOT of each fit run against the simulated one (seeds 0-2)",
         "objective": round(value, 6),

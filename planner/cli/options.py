@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from planner.costmodel.acceptance_spread import MAX_ACCEPTANCE_SPREAD
 from planner.costmodel.imbalance import ImbalanceModel, LoadsImbalance, SkewImbalance
 from planner.errors import BadInputError
 from planner.specs.model import ModelSpec
@@ -88,10 +89,10 @@ AcceptanceSpreadOpt = Annotated[
     typer.Option(
         "--acceptance-spread",
         min=0.0,
-        max=5.0,
+        max=MAX_ACCEPTANCE_SPREAD,
         help="Spread of each request's own MTP acceptance in the simulation (standard deviation on the logit "
         "scale; 0: every request at the plan's acceptance). Default: the value fitted on SGLang's A3 runs "
-        "(planner/simulate/data/acceptance_spread.json).",
+        "(planner/costmodel/data/acceptance_spread.json).",
     ),
 ]
 
@@ -223,7 +224,8 @@ SloPercentileOpt = Annotated[
     typer.Option(
         "--slo-percentile",
         help="Share of requests, %, whose TTFT and TPOT must meet the SLOs (default 90): the cost model judges "
-        "the TTFT of that percentile's prompt; with --simulate the simulated TTFT and TPOT percentiles are judged.",
+        "the TTFT of that percentile's prompt and the mean TPOT, and reports the TPOT of that percentile's request "
+        "at its own MTP acceptance; with --simulate the simulated TTFT and TPOT percentiles are judged.",
     ),
 ]
 

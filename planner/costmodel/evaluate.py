@@ -6,6 +6,7 @@ it exports, so an exported plan evaluates to the same figures (the round trip).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from planner.costmodel.acceptance_spread import default_acceptance_spread, tpot_percentile_factor
 from planner.costmodel.colocated import colocated_figures
 from planner.costmodel.context import CostContext
 from planner.costmodel.decode import decode_step, emitted_tokens_per_step
@@ -132,6 +134,16 @@ def _hbm_taken_over(block: DecodePrediction | PrefillPrediction | None, ctx: Cos
     return {k: getattr(block, k) for k in HBM_FIELDS}
 
 
+def acceptance_percentile_fields(ctx: CostContext, mtp_tokens: int, tpot_ms: float) -> dict[str, float | None]:
+    """With MTP: the request percentile the workload judges its SLOs at, and the TPOT of the request at
+    that percentile of its own MTP acceptance (planner.costmodel.acceptance_spread, the shipped tau)."""
+    if mtp_tokens <= 0:
+        return {"acceptance_percentile": None, "tpot_at_acceptance_percentile_ms": None}
+    pct = ctx.workload.tpot_percentile
+    factor = tpot_percentile_factor(mtp_tokens, ctx.workload.mtp_acceptance, default_acceptance_spread(), pct)
+    return {"acceptance_percentile": pct, "tpot_at_acceptance_percentile_ms": _r(tpot_ms * factor)}
+
+
 def predict_decode(ctx: CostContext, plan: Plan, hbm_from: DecodePrediction | None = None) -> DecodePrediction:
     """Decode figures of the plan's decode phase (HBM figures from `hbm_from`, see `evaluate_plan`)."""
     phase = plan.decode_phase
@@ -161,6 +173,7 @@ def predict_decode(ctx: CostContext, plan: Plan, hbm_from: DecodePrediction | No
         meets_tpot_slo=None if slo is None else bool(tpot_ms <= slo),
         meets_itl_slo=None if itl is None else bool(float(step.step_s[0]) * 1e3 <= itl),
         breakdown_ms=_ms(step.breakdown_s),
+        **acceptance_percentile_fields(ctx, phase.mtp_tokens, tpot_ms),  # type: ignore[arg-type]
         **hbm,  # type: ignore[arg-type]
     )
 
@@ -219,6 +232,7 @@ def predict_colocated(ctx: CostContext, plan: Plan) -> ColocatedPrediction:
         meets_tpot_slo=None if slo is None or slo.tpot_ms is None else bool(tpot_ms <= slo.tpot_ms),
         meets_ttft_slo=None if slo is None or slo.ttft_ms is None else bool(ttft_ms <= slo.ttft_ms),
         meets_itl_slo=None if slo is None or slo.max_itl_ms is None else bool(fig.pause_s * 1e3 <= slo.max_itl_ms),
+        **acceptance_percentile_fields(ctx, section.mtp_tokens, tpot_ms),  # type: ignore[arg-type]
         **hbm,  # type: ignore[arg-type]
     )
 
@@ -279,6 +293,7 @@ def predict_afd(ctx: CostContext, plan: Plan) -> AfdPrediction:
         ffn_fits_hbm=bool(ffn_use.fits[0]),
         ffn_hbm_breakdown_bytes={k: int(round(float(v[0]))) for k, v in ffn_use.breakdown_bytes.items()},
         prefill_forward_ms=forward,
+        **acceptance_percentile_fields(ctx, section.mtp_tokens, tpot_ms),  # type: ignore[arg-type]
         **hbm,  # type: ignore[arg-type]
     )
 
@@ -334,6 +349,7 @@ def predict_afd_colocated(ctx: CostContext, plan: Plan, afd: AfdPrediction) -> C
         meets_tpot_slo=None if slo is None or slo.tpot_ms is None else bool(tpot * 1e3 <= slo.tpot_ms),
         meets_ttft_slo=None if slo is None or slo.ttft_ms is None else bool(ttft * 1e3 <= slo.ttft_ms),
         meets_itl_slo=None if slo is None or slo.max_itl_ms is None else bool(pause * 1e3 <= slo.max_itl_ms),
+        **acceptance_percentile_fields(ctx, section.mtp_tokens, tpot * 1e3),  # type: ignore[arg-type]
         **hbm,  # type: ignore[arg-type]
     )
 
@@ -395,6 +411,36 @@ def workload_notes(ctx: CostContext) -> list[str]:
             "tokens per request but KV (and the transfer to decode) covers the whole prompt"
         )
     return notes
+
+
+def acceptance_spread_notes(
+    plan: Plan, block: DecodePrediction | AfdPrediction | ColocatedPrediction | None
+) -> list[str]:
+    """A note when the mean TPOT meets the SLO but the request at the judged percentile of its own MTP
+    acceptance does not (`block`: the one whose TPOT the user sees), with the SLO to ask for instead."""
+    slo = plan.slo.tpot_ms if plan.slo else None
+    if block is None or slo is None or not block.meets_tpot_slo:
+        return []
+    at, pct = block.tpot_at_acceptance_percentile_ms, block.acceptance_percentile
+    if at is None or pct is None or at <= slo:
+        return []
+    from planner.costmodel.acceptance_spread import spread_fit_runs
+
+    ask = slo * block.tpot_ms / at
+    wider = (
+        f"; the draft model {plan.draft_model} is not an MTP head and may spread wider (SGLang's Qwen3-235B EAGLE-3 "
+        "run on A3 reports a P99 TPOT twice its median)"
+        if plan.draft_model
+        else ""
+    )
+    return [
+        f"TPOT at p{pct:g}: the mean TPOT ({block.tpot_ms:.1f} ms) meets the {slo:g} ms SLO, but the p{pct:g} "
+        f"request, at its own MTP acceptance, takes about {at:.1f} ms (acceptance spread tau "
+        f"{default_acceptance_spread():.3g} on the logit scale, fitted on {len(spread_fit_runs())} DeepSeek-R1 MTP "
+        "runs, planner/costmodel/data/acceptance_spread.json; the search holds the mean step to the SLO, as the "
+        f"measured TPOTs it is fitted on are means){wider}; to hold p{pct:g} to the SLO, ask for about "
+        f"--tpot-ms {math.floor(ask * 10) / 10:g}"
+    ]
 
 
 KNOWN_MISS_IDS_SHOWN = 3  # a reason shared by more figures names this many and counts the rest
@@ -555,6 +601,7 @@ def _evaluate_single(plan: Plan, specs: PlanSpecs, imb: ImbalanceModel, hbm_from
             tuple(p for p, present in (("decode", decode or colocated), ("prefill", prefill or colocated)) if present),
         )
         + workload_notes(ctx)
+        + acceptance_spread_notes(plan, colocated or afd or decode)
         + (
             [
                 "colocated plan: its decode and prefill blocks are the instance's decode steps and prefill "

@@ -44,6 +44,10 @@ class DecodePrediction(_HbmFigures):
     meets_tpot_slo: bool | None
     meets_itl_slo: bool | None  # the step (the gap between two emissions) within slo.max_itl_ms
     breakdown_ms: dict[str, float]
+    acceptance_percentile: float | None = None  # MTP: the share of requests, %, the next figure is read at
+    # MTP: TPOT of the request at that percentile of its own acceptance (planner.costmodel.acceptance_spread);
+    # the mean TPOT above is what the search holds to the SLO; other sources of spread are the simulator's
+    tpot_at_acceptance_percentile_ms: float | None = None
 
 
 class PrefillPrediction(_HbmFigures):
@@ -98,6 +102,10 @@ class AfdPrediction(_HbmFigures):
     ffn_fits_hbm: bool
     ffn_hbm_breakdown_bytes: dict[str, int]
     prefill_forward_ms: float | None = None  # the instances also prefill: one forward of afd.prefill_batch_tokens
+    acceptance_percentile: float | None = None  # MTP: the share of requests, %, the next figure is read at
+    # MTP: TPOT of the request at that percentile of its own acceptance (planner.costmodel.acceptance_spread);
+    # the mean TPOT above is what the search holds to the SLO; other sources of spread are the simulator's
+    tpot_at_acceptance_percentile_ms: float | None = None
 
 
 class ColocatedPrediction(_HbmFigures):
@@ -117,6 +125,10 @@ class ColocatedPrediction(_HbmFigures):
     meets_tpot_slo: bool | None
     meets_ttft_slo: bool | None
     meets_itl_slo: bool | None
+    acceptance_percentile: float | None = None  # MTP: the share of requests, %, the next figure is read at
+    # MTP: TPOT of the request at that percentile of its own acceptance (planner.costmodel.acceptance_spread);
+    # the mean TPOT above is what the search holds to the SLO; other sources of spread are the simulator's
+    tpot_at_acceptance_percentile_ms: float | None = None
 
 
 class SystemPrediction(_Out):

@@ -101,7 +101,7 @@ def simulate_check(
 ) -> tuple[SimulatedCheck, SimResult]:
     """Simulate `plan` at `rate_per_s` (None: the rate it claims) and judge it; `acceptance_spread`: tau of
     the requests' own MTP acceptance (None: the shipped fit, planner.simulate.mtp)."""
-    from planner.simulate.mtp import default_acceptance_spread
+    from planner.costmodel.acceptance_spread import default_acceptance_spread
 
     if prediction is None:
         if plan.predicted is not None:

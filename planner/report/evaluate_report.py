@@ -10,6 +10,7 @@ from rich.text import Text
 
 from planner.costmodel.prediction import (
     AfdPrediction,
+    ColocatedPrediction,
     DecodePrediction,
     EconomicsPrediction,
     Prediction,
@@ -43,6 +44,14 @@ def _ok(flag: bool | None) -> str:
     if flag is None:
         return "-"
     return "[green]yes[/]" if flag else "[red]NO[/]"
+
+
+def _at_percentile(block: DecodePrediction | AfdPrediction | ColocatedPrediction) -> str:
+    """'; p90 request ...': the TPOT of the request at the judged percentile of its own MTP acceptance."""
+    at, pct = block.tpot_at_acceptance_percentile_ms, block.acceptance_percentile
+    if at is None or pct is None:
+        return ""
+    return f"; p{pct:g} request about {at:.2f} ms, at its own MTP acceptance"
 
 
 def layout_summary(phase: PhasePlan) -> str:
@@ -129,7 +138,7 @@ def _decode_summary(phase: DecodePlan, d: DecodePrediction, hw: HardwareSpec, pl
     else:
         t.add_row(
             "TPOT",
-            f"{d.tpot_ms:.2f} ms" + (f" (SLO {slo:g} ms: {_ok(d.meets_tpot_slo)})" if slo else ""),
+            f"{d.tpot_ms:.2f} ms" + (f" (SLO {slo:g} ms: {_ok(d.meets_tpot_slo)})" if slo else "") + _at_percentile(d),
         )
         t.add_row("tokens/s per user", f"{d.tokens_per_s_per_user:.1f}")
         t.add_row(
@@ -239,7 +248,10 @@ def _afd_summary(section: AfdPlan, a: AfdPrediction, hw: HardwareSpec, plan: Pla
         t.add_row("TPOT of the decode steps alone", f"{a.tpot_ms:.2f} ms (with prefill: the colocated table)")
         t.add_row("prefill forward", f"{a.prefill_forward_ms:.2f} ms for {section.prefill_batch_tokens} tokens")
     else:
-        t.add_row("TPOT", f"{a.tpot_ms:.2f} ms" + (f" (SLO {slo:g} ms: {_ok(a.meets_tpot_slo)})" if slo else ""))
+        t.add_row(
+            "TPOT",
+            f"{a.tpot_ms:.2f} ms" + (f" (SLO {slo:g} ms: {_ok(a.meets_tpot_slo)})" if slo else "") + _at_percentile(a),
+        )
         t.add_row("tokens/s per user", f"{a.tokens_per_s_per_user:.1f}")
         t.add_row(
             "output tokens/s",
@@ -331,7 +343,8 @@ def evaluate_tables(
         t.add_row(
             "TPOT (decode stalls during prefill)",
             f"{c.tpot_ms:.2f} ms"
-            + (f" (SLO {slo.tpot_ms:g} ms: {_ok(c.meets_tpot_slo)})" if slo and slo.tpot_ms else ""),
+            + (f" (SLO {slo.tpot_ms:g} ms: {_ok(c.meets_tpot_slo)})" if slo and slo.tpot_ms else "")
+            + _at_percentile(c),
         )
         t.add_row(
             "TTFT (step in flight, queue, own chunks)" if chunked else "TTFT (step in flight + 1.5 forwards)",

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from planner.costmodel.acceptance_spread import MAX_ACCEPTANCE_SPREAD, default_acceptance_spread
 from planner.costmodel.context import CostContext
 from planner.costmodel.evaluate import evaluate_mixed_plan, evaluate_plan, load_plan_specs, resolve_ref
 from planner.costmodel.imbalance import ImbalanceModel, default_imbalance_model
@@ -33,7 +34,7 @@ from planner.errors import BadInputError
 from planner.simulate.colocated_instance import ColocatedInstance
 from planner.simulate.decode_instance import DecodeInstance, DecodeSetup
 from planner.simulate.engine import Simulation
-from planner.simulate.mtp import default_acceptance_spread, request_steps_scale
+from planner.simulate.mtp import request_steps_scale
 from planner.simulate.predictor import (
     chunk_times,
     decode_times,
@@ -53,9 +54,8 @@ from planner.specs.workload import WorkloadFile
 
 MAX_REQUESTS = 10_000_000
 SERIES_POINTS = 800
-MAX_ACCEPTANCE_SPREAD = 5.0  # logit-scale standard deviation: beyond it every request is all or nothing
 SPREAD_STREAM = 0x5EED  # second key of the random stream of the requests' own acceptance
-SPREAD_SOURCE = "fitted by benchmarks/fit_acceptance_spread.py, planner/simulate/data/acceptance_spread.json"
+SPREAD_SOURCE = "fitted by benchmarks/fit_acceptance_spread.py, planner/costmodel/data/acceptance_spread.json"
 
 
 @dataclass(frozen=True)

@@ -10,32 +10,20 @@ within [R / (1 + k), R]. Drawing S instead of every step's X lets a step cost wh
 not what its thousands of sequences cost; the distribution of each request's steps (and so of
 its TPOT) is the same.
 
-Acceptance also differs from request to request: what a request generates sets how well the draft
-head guesses it. The measured runs show it: SGLang's single-wave DeepSeek-R1 runs on A3 (32
-requests decoding in the same synchronous steps, MTP 3 drafts) report a P99 TPOT 17-27% above the
-median, where draws that differ only step by step give about 3%, and the one run there without
-speculation (Qwen3-480B) 2%. So a request draws its own acceptance, logit-normal about the
-workload's: logit(a_i) = logit(a) + tau z_i (`request_steps_scale`), and its steps scale by
-E[X | a] / E[X | a_i], normalised so that the mean steps per token, and so the mean TPOT, stay
-the cost model's (the workload's acceptance is the run's, a mean over its steps). `tau` is fitted
-on measured runs by benchmarks/fit_acceptance_spread.py and shipped in
-planner/simulate/data/acceptance_spread.json (`default_acceptance_spread`), with the runs it was
-fitted on; the CLI's `--acceptance-spread` overrides it.
+Acceptance also differs from request to request (planner.costmodel.acceptance_spread): each request
+draws its own standard normal z once, and its steps scale by `steps_scale` at that z
+(`request_steps_scale`); the CLI's `--acceptance-spread` overrides the shipped tau.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from functools import cache
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from planner.costmodel.acceptance_spread import steps_scale
+
 EXACT_TOKENS = 64
-SPREAD_FILE = Path(__file__).parent / "data" / "acceptance_spread.json"
-QUADRATURE_POINTS = 48  # Gauss-Hermite points for the normalising mean (exact to far below a step)
 
 
 def step_moments(mtp_tokens: int, acceptance: float) -> tuple[float, float]:
@@ -46,48 +34,14 @@ def step_moments(mtp_tokens: int, acceptance: float) -> tuple[float, float]:
     return 1.0 + mean_j, max(0.0, second_j - mean_j**2)
 
 
-@cache
-def spread_record() -> dict[str, Any]:
-    """The shipped fit of the acceptance spread (value, the runs it was fitted on, how)."""
-    record: dict[str, Any] = json.loads(SPREAD_FILE.read_text())
-    return record
-
-
-def default_acceptance_spread() -> float:
-    """tau, the standard deviation of a request's acceptance on the logit scale, as shipped."""
-    return float(spread_record()["tau"])
-
-
-def _logit(a: float) -> float:
-    return math.log(a / (1.0 - a))
-
-
-def _emitted(mtp_tokens: int, acceptance: np.ndarray) -> np.ndarray:
-    """E[X] at each acceptance: 1 + a + ... + a^k."""
-    out = np.ones_like(acceptance)
-    for m in range(1, mtp_tokens + 1):
-        out = out + acceptance**m
-    return out
-
-
 def request_steps_scale(
     mtp_tokens: int, acceptance: float, tau: float, count: int, rng: np.random.Generator
 ) -> np.ndarray:
-    """Each of `count` requests' factor on the steps its tokens take (mean 1; all 1 without MTP or spread).
-
-    A request's acceptance is logit-normal about the workload's (`tau` on the logit scale); its steps
-    per token are 1 / E[X | a_i], divided by their mean over the acceptance distribution (Gauss-Hermite)
-    so that the mean is the workload's 1 / E[X | a]."""
+    """Each of `count` requests' factor on the steps its tokens take (mean 1; all 1 without MTP or spread):
+    planner.costmodel.acceptance_spread.steps_scale at a standard normal draw per request."""
     if mtp_tokens <= 0 or tau <= 0.0 or count <= 0 or not 0.0 < acceptance < 1.0:
         return np.ones(max(count, 0))
-    z = rng.standard_normal(count)
-    nodes, weights = np.polynomial.hermite_e.hermegauss(QUADRATURE_POINTS)
-    centre = _logit(acceptance)
-    mean_inverse = float(np.sum(weights / _emitted(mtp_tokens, 1.0 / (1.0 + np.exp(-(centre + tau * nodes))))))
-    mean_inverse /= math.sqrt(2.0 * math.pi)
-    inverse = 1.0 / _emitted(mtp_tokens, 1.0 / (1.0 + np.exp(-(centre + tau * z))))
-    out: np.ndarray = inverse / mean_inverse
-    return out
+    return steps_scale(mtp_tokens, acceptance, tau, rng.standard_normal(count))
 
 
 class StepSampler:

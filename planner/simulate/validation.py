@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from planner.costmodel.acceptance_spread import spread_record
 from planner.errors import PlannerError
 from planner.simulate.build import RandomDataset, Traffic
-from planner.simulate.mtp import spread_record
 from planner.simulate.routing import Routing, engine_routing
 from planner.simulate.run import SimResult, simulate_plan
 from planner.specs.catalog import load_plan, plan_base_dir

@@ -153,6 +153,11 @@ class Workload(Strict):
         return self.slo_percentile if self.slo_percentile is not None else DEFAULT_SLO_PERCENTILE
 
     @property
+    def tpot_percentile(self) -> float:
+        """Percentile of requests a request's own TPOT is read at (the TTFT's share: one --slo-percentile)."""
+        return self.ttft_percentile
+
+    @property
     def longest_context_tokens(self) -> int:
         """Prompt plus completion of the longest request."""
         return self.stats.longest_context

@@ -11,8 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from planner.cli.app import app
+from planner.costmodel.acceptance_spread import default_acceptance_spread, spread_record
 from planner.simulate.build import RandomDataset, Traffic
-from planner.simulate.mtp import StepSampler, default_acceptance_spread, request_steps_scale, spread_record
+from planner.simulate.mtp import StepSampler, request_steps_scale
 from planner.simulate.routing import engine_routing
 from planner.simulate.run import simulate_plan
 from planner.simulate.validation import simulate_figures
