@@ -39,6 +39,7 @@ CSV_COLUMNS = [
     "prefill_batch_tokens",
     "prefill_micro_batches",
     "tpot_ms",
+    "tpot_at_acceptance_percentile_ms",
     "ttft_ms",
     "output_tokens_per_s_per_card",
     "decode_tokens_per_s_per_card",
@@ -80,6 +81,7 @@ def point_row(pt: SweepPoint) -> dict[str, object]:
         row["decode_concurrency_per_device"] = plan.afd.concurrency_per_device
         row["decode_mtp_tokens"] = plan.afd.mtp_tokens
         row["tpot_ms"] = a.get("tpot_ms", "")
+        row["tpot_at_acceptance_percentile_ms"] = a.get("tpot_at_acceptance_percentile_ms") or ""
         row["decode_tokens_per_s_per_card"] = a.get("tokens_per_s_per_card", "")
         row["tokens_per_s_per_user"] = a.get("tokens_per_s_per_user", "")
     if plan.decode_phase is not None:
@@ -87,6 +89,7 @@ def point_row(pt: SweepPoint) -> dict[str, object]:
         row["decode_concurrency_per_device"] = plan.decode_phase.concurrency_per_device
         row["decode_mtp_tokens"] = plan.decode_phase.mtp_tokens
         row["tpot_ms"] = d.get("tpot_ms", "")
+        row["tpot_at_acceptance_percentile_ms"] = d.get("tpot_at_acceptance_percentile_ms") or ""
         row["decode_tokens_per_s_per_card"] = d.get("tokens_per_s_per_card", "")
         row["tokens_per_s_per_user"] = d.get("tokens_per_s_per_user", "")
     if plan.prefill_phase is not None:
@@ -97,6 +100,7 @@ def point_row(pt: SweepPoint) -> dict[str, object]:
     if c:
         # the phases' own latencies ignore that they share devices: report the colocated ones
         row["tpot_ms"], row["ttft_ms"] = c["tpot_ms"], c["ttft_ms"]
+        row["tpot_at_acceptance_percentile_ms"] = c.get("tpot_at_acceptance_percentile_ms") or ""
         row["tokens_per_s_per_user"] = c["tokens_per_s_per_user"]
         row["decode_tokens_per_s_per_card"] = ""
     row["output_tokens_per_s_per_card"] = round(headline(plan), 4)

@@ -16,6 +16,7 @@ from planner.report.table_counts import tables_built_text
 ALWAYS_SHOWN = ("hardware", "cards", "P:D cards")
 DIGITS = {
     "tpot_ms": 1,
+    "tpot_at_acceptance_percentile_ms": 1,
     "ttft_ms": 0,
     "decode_hbm_headroom_gib": 2,
     "prefill_hbm_headroom_gib": 2,

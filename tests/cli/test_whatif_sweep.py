@@ -42,6 +42,9 @@ def test_whatif_json_has_base_new_rescored_changes_deltas_binding(tmp_path):
     assert doc["rescored"]["meets_slo"] is False and doc["base"]["meets_slo"] is True
     tpot = next(d for d in doc["deltas"] if d["name"] == "tpot_ms")
     assert tpot["delta"] == pytest.approx(tpot["new"] - tpot["base"]) and tpot["delta"] < 0
+    # with MTP, the TPOT of the p90 request at its own acceptance beside the mean, for both plans
+    at = next(d for d in doc["deltas"] if d["name"] == "tpot_at_acceptance_percentile_ms")
+    assert at["base"] > tpot["base"] and at["new"] > tpot["new"]
     assert {b["phase"] for b in doc["binding"]["new"]} == {"decode", "deployment"}
     assert any(b["violated"] for b in doc["binding"]["rescored"])
     # the same document to a file (atomically)
@@ -145,6 +148,9 @@ def test_sweep_table_exports_and_infeasible_rows(tmp_path):
     assert [r_["tpot-ms"] for r_ in rows] == ["10.0", "50.0", "100.0"]
     assert rows[0]["status"] == "infeasible" and rows[0]["binds"] == "TPOT"
     assert float(rows[1]["tpot_ms"]) <= 50 < float(rows[2]["tpot_ms"])
+    for row in rows[1:]:  # with MTP the p90 request's TPOT beside the mean; without, blank
+        at = row["tpot_at_acceptance_percentile_ms"]
+        assert (float(at) > float(row["tpot_ms"])) if int(row["decode_mtp_tokens"]) else at == ""
     doc = json.loads(json_path.read_text())
     assert doc["swept"] == {"tpot-ms": [10.0, 50.0, 100.0]}
     assert doc["table_cache"]["hits"] > 0 and len(doc["points"]) == 3
