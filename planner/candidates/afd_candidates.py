@@ -113,6 +113,9 @@ class AfdLimits:
     max_ratio: int = MAX_RATIO
     engine: str | None = None  # restrict to what this engine's AFD runs (planner.engines.profiles)
     devices: int | None = None  # an instance of exactly this many devices, both sides (--decode-devices)
+    # (depth, TPOT of the SLO-percentile request over the mean) when tpot_s holds that request's TPOT
+    # (planner.costmodel.acceptance_spread); empty: tpot_s holds the mean
+    tpot_factor_by_k: tuple[tuple[int, float], ...] = ()
 
     def for_engine(self, ctx: CostContext) -> AfdLimits | None:
         """These limits narrowed to the engine's AFD capability; None when it runs no AFD of this model
@@ -236,6 +239,17 @@ def _emitted(ctx: CostContext, k: np.ndarray) -> np.ndarray:
     """Tokens one sequence emits per step at each point's MTP depth."""
     per_k = {int(x): emitted_tokens_per_step(int(x), ctx.workload.mtp_acceptance) for x in np.unique(k)}
     return np.array([per_k[int(x)] for x in k]) if len(k) else np.zeros(0)
+
+
+def _slo_emitted(ctx: CostContext, limits: AfdLimits, k: np.ndarray) -> np.ndarray:
+    """Tokens per step as the TPOT limit counts them: `_emitted` over each depth's factor of the
+    SLO-percentile request (`limits.tpot_factor_by_k`; none: the mean's)."""
+    emitted = _emitted(ctx, k)
+    if not limits.tpot_factor_by_k or not len(k):
+        return emitted
+    factor = dict(limits.tpot_factor_by_k)
+    out: np.ndarray = emitted / np.array([factor.get(int(x), 1.0) for x in k])
+    return out
 
 
 def _grid(limits: AfdLimits, b_max: int, has_mtp: bool) -> _Grid:
@@ -397,7 +411,7 @@ def _size_bound(ctx: CostContext, limits: AfdLimits, a: int, f: int, attention: 
     emitted = _emitted(ctx, g.k)
     ok = fits.copy()
     if limits.tpot_s is not None:
-        ok &= lower / emitted <= limits.tpot_s
+        ok &= lower / _slo_emitted(ctx, limits, g.k) <= limits.tpot_s
     if limits.max_itl_s is not None:
         ok &= lower <= limits.max_itl_s
     if not ok.any():
@@ -498,10 +512,9 @@ def _attention_side(ctx: CostContext, limits: AfdLimits, a: int) -> tuple:
     # no step is shorter than every layer's attention for every micro-batch plus the LM head: grid
     # points whose lower bound already breaks the TPOT or ITL limit are dropped (exact)
     lower = m.num_layers * g.mb * a_time.min(axis=0) + np.stack(lm_time).min(axis=0)
-    emitted = _emitted(ctx, g.k)
     keep = np.ones(len(g.b), dtype=bool)
     if limits.tpot_s is not None:
-        keep &= lower / emitted <= limits.tpot_s
+        keep &= lower / _slo_emitted(ctx, limits, g.k) <= limits.tpot_s
     if limits.max_itl_s is not None:
         keep &= lower <= limits.max_itl_s
     if not keep.all():
@@ -548,6 +561,7 @@ def _best_of_size(
     a_fixed = sum(fixed.values())
     f_fixed = a_fixed - fixed.get("mtp_projection_weights", 0.0)
     emitted = _emitted(ctx, g.k)
+    slo_emitted = _slo_emitted(ctx, limits, g.k)
     k_max = int(g.k.max()) if len(g.k) else 0
     shared_sides = limits.shared_sides if m.moe.shared_experts else ("ffn",)
     dense_sides = limits.dense_sides if m.num_dense_layers else ("ffn",)
@@ -625,7 +639,7 @@ def _best_of_size(
                     ok = np.isfinite(lm_best[i, x]) & (ffn_side[p, x] <= cap)
                     total = step_at(i, p, x)
                     if limits.tpot_s is not None:
-                        ok &= total / emitted[x] <= limits.tpot_s
+                        ok &= total / slo_emitted[x] <= limits.tpot_s
                     if limits.max_itl_s is not None:
                         ok &= total <= limits.max_itl_s
                     return ok

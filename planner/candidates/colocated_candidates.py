@@ -47,10 +47,12 @@ import numpy as np
 from planner.candidates.phase_candidates import (
     EMITTED_SCALE,
     PhaseCandidate,
+    TpotLimitUs,
     _combine,
     _option_lists,
     engine_mask,
     prefill_forward_us,
+    tpot_limit_at,
 )
 from planner.candidates.table_store import derived
 from planner.candidates.tables import MODULES, IntTables, PhaseTables, prefill_tables
@@ -316,7 +318,7 @@ def colocated_size_bound(
     di: IntTables,
     pt: PhaseTables,
     pi: IntTables,
-    tpot_slo_us: int | None,
+    tpot_slo_us: TpotLimitUs,
     ttft_slo_us: int | None,
     max_itl_us: int | None = None,
     mtp: bool | None = None,
@@ -357,14 +359,15 @@ def colocated_size_bound(
     for j, k in enumerate(dt.k_values):
         if mtp is not None and (k > 0) != mtp:
             continue
+        slo_us = tpot_limit_at(tpot_slo_us, j)
         e = int(np.floor(dt.emitted[j] * EMITTED_SCALE + 1e-9))
         step = sum(di.time_us[mod][:, j, :].min(axis=0) for mod in MODULES) + di.const_us[j]
         hbm = sum(di.hbm_mib[mod][:, j, :].min(axis=0) for mod in MODULES)
         step = np.asarray(step, dtype=float)
         hbm = np.asarray(hbm, dtype=float)
         ok = hbm <= cap
-        if tpot_slo_us is not None:
-            ok &= step * EMITTED_SCALE <= tpot_slo_us * e
+        if slo_us is not None:
+            ok &= step * EMITTED_SCALE <= slo_us * e
         if max_itl_us is not None:
             ok &= step <= max_itl_us
         if not ok.any():
@@ -374,8 +377,8 @@ def colocated_size_bound(
         r_idx = np.searchsorted(rs, np.floor((cap - hbm) / max(kv_one, 1e-9)), side="right") - 1
         at = np.where(r_idx >= 0, prefill_least[np.clip(r_idx, 0, rs.size - 1)], np.inf)
         whole_ok = ok & (r_idx >= 0)
-        if tpot_slo_us is not None:
-            whole_ok &= at <= decode_s * (tpot_slo_us * e / (np.maximum(step, 1) * EMITTED_SCALE) - 1.0) * (1 + 1e-9)
+        if slo_us is not None:
+            whole_ok &= at <= decode_s * (slo_us * e / (np.maximum(step, 1) * EMITTED_SCALE) - 1.0) * (1 + 1e-9)
         total = np.where(whole_ok, decode_s + at, np.inf)
         # chunked prefill, per chunk size: the module docstring's conditions with t_c at its floor
         sequences_e = n * xs * (e / EMITTED_SCALE)
@@ -384,7 +387,7 @@ def colocated_size_bound(
             phi = w.input_tokens * sequences_e / (w.output_tokens * chunk)
             t_c_us = 1e6 * chunk * slope_least[c]
             c_ok = chunk_ok & _chunked_meets(
-                step, t_c_us, phi, e, w.input_tokens, chunk, tpot_slo_us, ttft_slo_us, max_itl_us
+                step, t_c_us, phi, e, w.input_tokens, chunk, slo_us, ttft_slo_us, max_itl_us
             )
             total = np.minimum(total, np.where(c_ok, decode_s + w.input_tokens * slope_least[c], np.inf))
         least = float(total.min())
@@ -400,7 +403,7 @@ def colocated_upper_bounds(
     di: IntTables,
     pt: PhaseTables,
     pi: IntTables,
-    tpot_slo_us: int | None,
+    tpot_slo_us: TpotLimitUs,
     ttft_slo_us: int | None,
     max_itl_us: int | None = None,
 ) -> tuple[np.ndarray, list[tuple[int, np.ndarray, np.ndarray]]]:
@@ -430,6 +433,7 @@ def colocated_upper_bounds(
     per_k: list[tuple[int, np.ndarray, np.ndarray]] = []
     totals, chunked_totals = [], []
     for j in range(len(dt.k_values)):
+        slo_us = tpot_limit_at(tpot_slo_us, j)
         e = int(np.floor(dt.emitted[j] * EMITTED_SCALE + 1e-9))
         step = _combine([di.time_us[mod][:, j, :] for mod in MODULES]) + di.const_us[j][None, None, None, None, :]
         hbm = _combine([di.hbm_mib[mod][:, j, :] for mod in MODULES])
@@ -438,8 +442,8 @@ def colocated_upper_bounds(
         least_hbm = sum(di.hbm_mib[mod][:, j, :].min(axis=0) for mod in MODULES)
         least_step = sum(di.time_us[mod][:, j, :].min(axis=0) for mod in MODULES) + di.const_us[j]
         reach = least_hbm <= di.hbm_capacity_mib
-        if tpot_slo_us is not None:
-            reach &= least_step * EMITTED_SCALE <= tpot_slo_us * e
+        if slo_us is not None:
+            reach &= least_step * EMITTED_SCALE <= slo_us * e
         if max_itl_us is not None:
             reach &= least_step <= max_itl_us
         nb = int(np.flatnonzero(reach).max(initial=-1)) + 1
@@ -449,8 +453,8 @@ def colocated_upper_bounds(
             continue
         step, hbm = step[..., :nb], hbm[..., :nb]
         ok = hbm <= di.hbm_capacity_mib
-        if tpot_slo_us is not None:
-            ok &= step * EMITTED_SCALE <= tpot_slo_us * e
+        if slo_us is not None:
+            ok &= step * EMITTED_SCALE <= slo_us * e
         if max_itl_us is not None:
             ok &= step <= max_itl_us
         decode_s = out_tokens * 1e-3 * step / (n * xs[:nb] * e)  # decode seconds per request at each B
@@ -465,19 +469,17 @@ def colocated_upper_bounds(
             if not (phi < 1.0).any():
                 continue
             t_c_us = 1e6 * chunk * slopes[c]
-            c_ok = chunk_ok & _chunked_meets(
-                step, t_c_us, phi, e, in_tokens, chunk, tpot_slo_us, ttft_slo_us, max_itl_us
-            )
+            c_ok = chunk_ok & _chunked_meets(step, t_c_us, phi, e, in_tokens, chunk, slo_us, ttft_slo_us, max_itl_us)
             chunked = np.minimum(chunked, np.where(c_ok, decode_s + in_tokens * slopes[c], np.inf).min(axis=-1))
         chunked_totals.append(chunked)
         room = (di.hbm_capacity_mib - hbm) / np.maximum(kv_one, 1e-9)[:, None, None, None, None]
         r_idx = np.searchsorted(rs, np.floor(room), side="right") - 1  # largest batch that fits
         at = np.take_along_axis(prefill_s, np.clip(r_idx, 0, rs.size - 1), axis=-1)
         ok &= r_idx >= 0
-        if tpot_slo_us is not None:
+        if slo_us is not None:
             # TPOT stretches to step / e / (1 - f) with f = p / (d + p) the prefill share of time:
             # within the SLO only if p <= d (SLO e / step - 1), and p is at least `at`
-            ok &= at <= decode_s * (tpot_slo_us * e / (np.maximum(step, 1) * EMITTED_SCALE) - 1.0) * (1 + 1e-9)
+            ok &= at <= decode_s * (slo_us * e / (np.maximum(step, 1) * EMITTED_SCALE) - 1.0) * (1 + 1e-9)
         total = np.where(ok, decode_s + at, np.inf)
         totals.append(total.min(axis=-1))
     # chunked candidates are searched for every combination: the bound is the larger of the two
@@ -494,7 +496,7 @@ def colocated_candidates(
     di: IntTables,
     pt: PhaseTables,
     pi: IntTables,
-    tpot_slo_us: int | None,
+    tpot_slo_us: TpotLimitUs,
     ttft_slo_us: int | None,
     keep: int,
     first_round: int = 8,
@@ -542,7 +544,7 @@ def _evaluate_memo(
     di: IntTables,
     pt: PhaseTables,
     pi: IntTables,
-    tpot_slo_us: int | None,
+    tpot_slo_us: TpotLimitUs,
     ttft_slo_us: int | None,
     chosen: list[tuple[int, tuple[int, ...]]],
     per_k: list[tuple[int, np.ndarray, np.ndarray]],
@@ -643,7 +645,7 @@ def _evaluate(
     di: IntTables,
     pt: PhaseTables,
     pi: IntTables,
-    tpot_slo_us: int | None,
+    tpot_slo_us: TpotLimitUs,
     ttft_slo_us: int | None,
     chosen: list[tuple[int, tuple[int, ...]]],
     per_k: list[tuple[int, np.ndarray, np.ndarray]],
@@ -664,8 +666,10 @@ def _evaluate(
     # a colocated TPOT is at least the pure decode TPOT, and a TTFT at least 1.5 forwards: cut the
     # concurrency and batch axes to what could meet the SLOs at all
     b_ok = hbm_cb <= di.hbm_capacity_mib
+    slo_c = [tpot_limit_at(tpot_slo_us, j) for j, _ in chosen]  # each chosen depth's TPOT limit
     if tpot_slo_us is not None:
-        b_ok &= step_cb * EMITTED_SCALE <= tpot_slo_us * (emitted_c[:, None] * EMITTED_SCALE)
+        limits = np.array(slo_c, dtype=float)[:, None]
+        b_ok &= step_cb * EMITTED_SCALE <= limits * (emitted_c[:, None] * EMITTED_SCALE)
     nb = int(np.flatnonzero(b_ok.any(axis=0)).max(initial=-1)) + 1
     if nb == 0:
         return []
@@ -678,7 +682,7 @@ def _evaluate(
             forward = _forward_us(ctx, pi, idx, mb)  # [R]
             extra = _prefill_extra_mib(ctx, dt, pt, idx, mb)
             args = (step_cb[c], hbm_cb[c], float(emitted_c[c]), xs, forward, extra, rs, mb)
-            found = _whole_forward_best(ctx, n, di.hbm_capacity_mib, tpot_slo_us, ttft_slo_us, max_itl_us, *args)
+            found = _whole_forward_best(ctx, n, di.hbm_capacity_mib, slo_c[c], ttft_slo_us, max_itl_us, *args)
             if found is not None and found[0] > best_score[c]:
                 best_score[c], best_at[c] = found
     for c, (_, idx) in enumerate(chosen):
@@ -692,7 +696,7 @@ def _evaluate(
             float(emitted_c[c]),
             xs,
             di.hbm_capacity_mib,
-            tpot_slo_us,
+            slo_c[c],
             ttft_slo_us,
             max_itl_us,
         )

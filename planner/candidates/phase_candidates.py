@@ -24,6 +24,17 @@ from planner.candidates.tables import MODULES, IntTables, PhaseTables
 from planner.specs.plan import AttentionLayout, ParallelLayout
 
 EMITTED_SCALE = 1000  # tokens per step per sequence, in thousandths
+# a TPOT limit on the mean step over the tokens it emits, in us: one for every MTP depth, or one per depth
+# of the tables (in `k_values` order; an SLO held at a percentile request's own acceptance, see
+# planner.costmodel.acceptance_spread), or None
+TpotLimitUs = int | tuple[int, ...] | None
+
+
+def tpot_limit_at(limit: TpotLimitUs, j: int) -> int | None:
+    """The limit at the tables' depth index j."""
+    return limit[j] if isinstance(limit, tuple) else limit
+
+
 # the prefill overlap factor in millionths: the hidden part of a prefill forward is hundreds of ms, and
 # thousandths (the earlier scale) lost up to a millisecond of it, enough for the search to refuse a
 # batch whose TTFT the evaluation puts 0.7 ms under the SLO
@@ -303,7 +314,7 @@ def _best_concurrency(
 
 
 def _decode_scores(
-    t: PhaseTables, ints: IntTables, tpot_slo_us: int | None, max_step_us: int | None, overlap_factor: int
+    t: PhaseTables, ints: IntTables, tpot_slo_us: TpotLimitUs, max_step_us: int | None, overlap_factor: int
 ) -> tuple[np.ndarray, list[tuple], dict[str, np.ndarray]]:
     """Per (MTP depth, undominated layout combination) [K, A, F, M, L]: the best throughput ratio
     over the concurrencies that fit HBM and meet the SLOs (-1 where none does, or the engine cannot
@@ -319,13 +330,14 @@ def _decode_scores(
     kept = _pruned(ints, _dominance_tables(t, ints), t)
     for j, k in enumerate(t.k_values):
         e = int(np.floor(t.emitted[j] * EMITTED_SCALE + 1e-9))
-        nb = _reachable_concurrencies(t, ints, kept, j, e, tpot_slo_us, max_step_us, overlap_factor if two else 0)
+        slo_j = tpot_limit_at(tpot_slo_us, j)
+        nb = _reachable_concurrencies(t, ints, kept, j, e, slo_j, max_step_us, overlap_factor if two else 0)
 
         def combined(tables: dict[str, np.ndarray], j: int = j, nb: int = nb) -> np.ndarray:
             return _combine([tables[mod][kept[mod], j, :nb] for mod in MODULES])
 
         score, step_at, hbm_at, b_idx = _best_concurrency(
-            combined, ints, j, xs[:nb], e, overlap_factor if two else None, tpot_slo_us, max_step_us, t.micro_batches
+            combined, ints, j, xs[:nb], e, overlap_factor if two else None, slo_j, max_step_us, t.micro_batches
         )
         best_score.append(score)
         per_k.append((k, e, step_at, hbm_at, b_idx))
@@ -374,7 +386,7 @@ def _decode_scores_of(
     ints: IntTables,
     kept: dict[str, np.ndarray],
     combos: np.ndarray,
-    tpot_slo_us: int | None,
+    tpot_slo_us: TpotLimitUs,
     max_step_us: int | None,
     overlap_factor: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -390,7 +402,8 @@ def _decode_scores_of(
         rows = np.flatnonzero(combos[:, 0] == j)
         c = combos[rows]
         e = int(np.floor(t.emitted[j] * EMITTED_SCALE + 1e-9))
-        nb = _reachable_concurrencies(t, ints, kept, int(j), e, tpot_slo_us, max_step_us, overlap_factor if two else 0)
+        slo_j = tpot_limit_at(tpot_slo_us, int(j))
+        nb = _reachable_concurrencies(t, ints, kept, int(j), e, slo_j, max_step_us, overlap_factor if two else 0)
 
         def gathered(tables: dict[str, np.ndarray], j: int = int(j), c: np.ndarray = c, nb: int = nb) -> np.ndarray:
             return sum(tables[mod][kept[mod][c[:, 1 + m]], j, :nb] for m, mod in enumerate(MODULES))  # type: ignore[return-value]
@@ -402,7 +415,7 @@ def _decode_scores_of(
             xs[:nb],
             e,
             overlap_factor if two else None,
-            tpot_slo_us,
+            slo_j,
             max_step_us,
             t.micro_batches,
         )
@@ -452,7 +465,7 @@ def _branch_and_bound(
 def decode_candidates(
     t: PhaseTables,
     ints: IntTables,
-    tpot_slo_us: int | None,
+    tpot_slo_us: TpotLimitUs,
     keep: int,
     max_step_us: int | None = None,
     overlap_factor: int = 0,

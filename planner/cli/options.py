@@ -229,6 +229,15 @@ SloPercentileOpt = Annotated[
     ),
 ]
 
+TpotAtPercentileOpt = Annotated[
+    bool,
+    typer.Option(
+        "--tpot-at-percentile",
+        help="Hold --tpot-ms to the TPOT of the request at --slo-percentile (default p90) of its own MTP "
+        "acceptance, not to the mean TPOT (planner/costmodel/acceptance_spread.py; no effect without MTP).",
+    ),
+]
+
 
 def workload_fields(
     workload_file: Path | None, prefix_hit_rate: float | None, slo_percentile: float | None

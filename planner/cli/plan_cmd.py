@@ -51,6 +51,7 @@ from planner.cli.options import (
     SloPercentileOpt,
     StructureOpt,
     TopOpt,
+    TpotAtPercentileOpt,
     WorkersOpt,
     WorkloadFileOpt,
     check_hbm_utilization,
@@ -158,6 +159,7 @@ def build_request(
     currency: str = DEFAULT_CURRENCY,
     simulate: bool = False,
     draft_model: str | None = None,
+    tpot_at_percentile: bool = False,
 ) -> PlanRequest:
     """A PlanRequest from flag values; bad values raise BadInputError naming the flag."""
     extra = workload_fields(workload_file, prefix_hit_rate, slo_percentile)
@@ -192,7 +194,7 @@ def build_request(
     itl = (default_max_itl_ms(tpot_ms) if tpot_valid else None) if max_itl_ms is None else (max_itl_ms or None)
     slo = validate_model(
         SLO,
-        {"tpot_ms": tpot_ms, "ttft_ms": ttft_ms, "max_itl_ms": itl},
+        {"tpot_ms": tpot_ms, "ttft_ms": ttft_ms, "max_itl_ms": itl, "tpot_at_percentile": tpot_at_percentile},
         "flags",
         "SLO flags (--tpot-ms, --ttft-ms, --max-itl-ms)",
     )
@@ -520,6 +522,11 @@ def lead_lines(outcome: SearchOutcome) -> list[str]:
     return lead_verdict(outcome.plans[0], outcome.plans[1], specs, req.imbalance, req.pessimistic_factors).lines()
 
 
+def tpot_judged_text(req: PlanRequest) -> str:
+    """' of the p90 request' when the TPOT SLO holds the SLO-percentile request's own MTP acceptance."""
+    return f" of the p{req.workload.tpot_percentile:g} request" if req.slo.tpot_at_percentile else ""
+
+
 def itl_text(slo: SLO) -> str:
     """How the ITL limit reads in a title: its value and where it comes from."""
     if slo.max_itl_ms is None:
@@ -662,7 +669,8 @@ def title_of(outcome: SearchOutcome) -> str:
         budget = f"{req.rate_per_s:g} requests/s with the fewest cards ({budget})"
     return (
         f"{outcome.model.name} on {where}, {req.workload.input_tokens}+{req.workload.output_tokens} "
-        f"tokens, TPOT <= {req.slo.tpot_ms} ms, TTFT <= {req.slo.ttft_ms} ms, {itl_text(req.slo)}, {budget}"
+        f"tokens, TPOT{tpot_judged_text(req)} <= {req.slo.tpot_ms} ms, TTFT <= {req.slo.ttft_ms} ms, "
+        f"{itl_text(req.slo)}, {budget}"
     )
 
 
@@ -895,6 +903,7 @@ def plan(
     workload_file: WorkloadFileOpt = None,
     prefix_hit_rate: PrefixHitRateOpt = None,
     slo_percentile: SloPercentileOpt = None,
+    tpot_at_percentile: TpotAtPercentileOpt = False,
     decode_microbatch: DecodeMicrobatchOpt = True,
     time_limit: Annotated[
         float,
@@ -993,6 +1002,7 @@ def plan(
             currency=currency,
             simulate=simulate,
             draft_model=draft_model,
+            tpot_at_percentile=tpot_at_percentile,
         )
         try:
             outcome = ranked_outcome(request, mode)

@@ -42,6 +42,7 @@ from planner.cli.options import (
     SkewSigmaOpt,
     SloPercentileOpt,
     StructureOpt,
+    TpotAtPercentileOpt,
     WorkersOpt,
     YAxisOpt,
     check_price_names,
@@ -321,6 +322,7 @@ def sweep(
         ),
     ] = False,
     slo_percentile: SloPercentileOpt = None,
+    tpot_at_percentile: TpotAtPercentileOpt = False,
     acceptance_spread: AcceptanceSpreadOpt = None,
 ) -> None:
     """Sweep one or two parameters (SLOs, workload, budget, rate, machine) and print the best plan
@@ -409,6 +411,7 @@ def sweep(
                 simulate=simulate,
                 draft_model=draft_model,
                 slo_percentile=slo_percentile,
+                tpot_at_percentile=tpot_at_percentile,
             )
             points.append((shown, request))
         result = _run_with_progress(points, axes, fixed, jobs)

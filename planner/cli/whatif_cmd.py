@@ -79,6 +79,7 @@ ASSUMPTIONS: dict[str, tuple[type, object]] = {
     "max-cost": (float, None),
     "prefix-hit-rate": (float, None),
     "draft-model": (str, None),
+    "tpot-at-percentile": (bool, False),
 }
 BOOLEANS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 NULLABLE = {
@@ -169,6 +170,7 @@ def plan_assumptions(plan: Plan, base_dir: Path | None) -> dict[str, object]:
             "max-itl-ms": (plan.slo.max_itl_ms or 0.0) if plan.slo else 0.0,
             "prefix-hit-rate": plan.workload.prefix_hit_rate,
             "draft-model": _ref(plan.draft_model, base_dir) if plan.draft_model else None,
+            "tpot-at-percentile": bool(plan.slo.tpot_at_percentile) if plan.slo else False,
         }
     )
     if is_mixed_plan(plan):
@@ -228,6 +230,7 @@ def request_from(assumptions: dict[str, object], time_limit: float, workers: int
         max_cost=_opt(a["max-cost"], float),
         prefix_hit_rate=_opt(a["prefix-hit-rate"], float),
         draft_model=_opt(a["draft-model"], str),
+        tpot_at_percentile=bool(a["tpot-at-percentile"]),
     )
 
 
@@ -333,6 +336,14 @@ def whatif(
             help="Whether the new plan may use colocated instances (default: as the base).",
         ),
     ] = None,
+    tpot_at_percentile: Annotated[
+        bool | None,
+        typer.Option(
+            "--tpot-at-percentile/--tpot-at-mean",
+            help="Hold --tpot-ms to the TPOT of the p90 request at its own MTP acceptance, or to the mean "
+            "(default: as the base).",
+        ),
+    ] = None,
     max_itl_ms: Annotated[
         float | None,
         typer.Option("--max-itl-ms", help="New limit on the longest gap between two tokens, ms (0: none)."),
@@ -413,6 +424,7 @@ def whatif(
             "loads": loads,
             "max-redundant-experts": max_redundant_experts,
             "colocated": colocated,
+            "tpot-at-percentile": tpot_at_percentile,
             "hbm-utilization": hbm_utilization,
             "max-itl-ms": max_itl_ms,
             "prefill-hardware": prefill_hardware,

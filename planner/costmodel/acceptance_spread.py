@@ -25,9 +25,13 @@ import math
 from functools import cache, lru_cache
 from pathlib import Path
 from statistics import NormalDist
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from planner.specs.plan import SLO
+    from planner.specs.workload import Workload
 
 SPREAD_FILE = Path(__file__).parent / "data" / "acceptance_spread.json"
 MAX_ACCEPTANCE_SPREAD = 5.0  # logit-scale standard deviation: beyond it every request is all or nothing
@@ -87,3 +91,14 @@ def tpot_percentile_factor(mtp_tokens: int, acceptance: float, tau: float, perce
         raise ValueError(f"percentile {percentile:g} must lie in (0, 100]")
     z = -math.inf if percentile >= 100.0 else -NormalDist().inv_cdf(percentile / 100.0)
     return float(steps_scale(mtp_tokens, acceptance, tau, np.array([z]))[0])
+
+
+def slo_tpot_factor(slo: SLO | None, workload: Workload, mtp_tokens: int) -> float:
+    """What the SLO's TPOT limit holds over the mean TPOT at this MTP depth: 1 (the mean), or with
+    `slo.tpot_at_percentile` the TPOT of the workload's `slo_percentile` request over the mean (the
+    shipped tau). A mean TPOT of `tpot_ms` / this factor meets the SLO."""
+    if slo is None or not slo.tpot_at_percentile or mtp_tokens <= 0:
+        return 1.0
+    return tpot_percentile_factor(
+        mtp_tokens, workload.mtp_acceptance, default_acceptance_spread(), workload.tpot_percentile
+    )

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from planner.costmodel.acceptance_spread import default_acceptance_spread, tpot_percentile_factor
+from planner.costmodel.acceptance_spread import default_acceptance_spread, slo_tpot_factor, tpot_percentile_factor
 from planner.costmodel.colocated import colocated_figures
 from planner.costmodel.context import CostContext
 from planner.costmodel.decode import decode_step, emitted_tokens_per_step
@@ -144,6 +144,12 @@ def acceptance_percentile_fields(ctx: CostContext, mtp_tokens: int, tpot_ms: flo
     return {"acceptance_percentile": pct, "tpot_at_acceptance_percentile_ms": _r(tpot_ms * factor)}
 
 
+def judged_tpot_ms(ctx: CostContext, plan: Plan, mtp_tokens: int, tpot_ms: float) -> float:
+    """The TPOT the plan's SLO judges: the mean, or with `slo.tpot_at_percentile` the TPOT of the
+    SLO-percentile request at its own MTP acceptance."""
+    return tpot_ms * slo_tpot_factor(plan.slo, ctx.workload, mtp_tokens)
+
+
 def predict_decode(ctx: CostContext, plan: Plan, hbm_from: DecodePrediction | None = None) -> DecodePrediction:
     """Decode figures of the plan's decode phase (HBM figures from `hbm_from`, see `evaluate_plan`)."""
     phase = plan.decode_phase
@@ -170,7 +176,7 @@ def predict_decode(ctx: CostContext, plan: Plan, hbm_from: DecodePrediction | No
         sequences_per_instance=phase.concurrency_per_device * phase.devices,
         moe_imbalance=_r(float(step.moe_imbalance[0])),
         max_concurrency_per_device=max_concurrency,
-        meets_tpot_slo=None if slo is None else bool(tpot_ms <= slo),
+        meets_tpot_slo=None if slo is None else bool(judged_tpot_ms(ctx, plan, phase.mtp_tokens, tpot_ms) <= slo),
         meets_itl_slo=None if itl is None else bool(float(step.step_s[0]) * 1e3 <= itl),
         breakdown_ms=_ms(step.breakdown_s),
         **acceptance_percentile_fields(ctx, phase.mtp_tokens, tpot_ms),  # type: ignore[arg-type]
@@ -229,7 +235,9 @@ def predict_colocated(ctx: CostContext, plan: Plan) -> ColocatedPrediction:
         chunk_step_fraction=_r(fig.chunk_step_fraction, 6),
         tokens_per_s_per_user=_r(1e3 / tpot_ms) if tpot_ms > 0 else 0.0,
         tokens_per_s_per_card=_r(out_per_s / ctx.hw.cards(section.devices)),
-        meets_tpot_slo=None if slo is None or slo.tpot_ms is None else bool(tpot_ms <= slo.tpot_ms),
+        meets_tpot_slo=None
+        if slo is None or slo.tpot_ms is None
+        else bool(judged_tpot_ms(ctx, plan, section.mtp_tokens, tpot_ms) <= slo.tpot_ms),
         meets_ttft_slo=None if slo is None or slo.ttft_ms is None else bool(ttft_ms <= slo.ttft_ms),
         meets_itl_slo=None if slo is None or slo.max_itl_ms is None else bool(fig.pause_s * 1e3 <= slo.max_itl_ms),
         **acceptance_percentile_fields(ctx, section.mtp_tokens, tpot_ms),  # type: ignore[arg-type]
@@ -283,7 +291,7 @@ def predict_afd(ctx: CostContext, plan: Plan) -> AfdPrediction:
         transfer_layer_ms=_r(float(step.transfer_layer_s[0]) * 1e3),
         bound=bound_side(step, section.micro_batches)[0],
         max_concurrency_per_device=max_afd_concurrency(ctx, section),
-        meets_tpot_slo=None if slo is None else bool(tpot_ms <= slo),
+        meets_tpot_slo=None if slo is None else bool(judged_tpot_ms(ctx, plan, section.mtp_tokens, tpot_ms) <= slo),
         meets_itl_slo=None if itl is None else bool(float(step.step_s[0]) * 1e3 <= itl),
         breakdown_ms=_ms(step.breakdown_s),
         attention_fits_hbm=bool(att_use.fits[0]),
@@ -346,7 +354,9 @@ def predict_afd_colocated(ctx: CostContext, plan: Plan, afd: AfdPrediction) -> C
         chunk_step_fraction=0.0,
         tokens_per_s_per_user=_r(1e3 / (tpot * 1e3)) if tpot > 0 else 0.0,
         tokens_per_s_per_card=_r(rate * ctx.workload.output_tokens / cards),
-        meets_tpot_slo=None if slo is None or slo.tpot_ms is None else bool(tpot * 1e3 <= slo.tpot_ms),
+        meets_tpot_slo=None
+        if slo is None or slo.tpot_ms is None
+        else bool(judged_tpot_ms(ctx, plan, section.mtp_tokens, tpot * 1e3) <= slo.tpot_ms),
         meets_ttft_slo=None if slo is None or slo.ttft_ms is None else bool(ttft * 1e3 <= slo.ttft_ms),
         meets_itl_slo=None if slo is None or slo.max_itl_ms is None else bool(pause * 1e3 <= slo.max_itl_ms),
         **acceptance_percentile_fields(ctx, section.mtp_tokens, tpot * 1e3),  # type: ignore[arg-type]
@@ -419,7 +429,7 @@ def acceptance_spread_notes(
     """A note when the mean TPOT meets the SLO but the request at the judged percentile of its own MTP
     acceptance does not (`block`: the one whose TPOT the user sees), with the SLO to ask for instead."""
     slo = plan.slo.tpot_ms if plan.slo else None
-    if block is None or slo is None or not block.meets_tpot_slo:
+    if block is None or slo is None or not block.meets_tpot_slo or (plan.slo and plan.slo.tpot_at_percentile):
         return []
     at, pct = block.tpot_at_acceptance_percentile_ms, block.acceptance_percentile
     if at is None or pct is None or at <= slo:

@@ -31,6 +31,7 @@ import numpy as np
 from planner.candidates.colocated_candidates import CHUNK_TOKENS_PER_DEVICE
 from planner.candidates.space import instance_sizes
 from planner.candidates.tables import MAX_CONCURRENCY, MAX_REQUESTS_PER_FORWARD
+from planner.costmodel.acceptance_spread import slo_tpot_factor
 from planner.costmodel.context import CostContext
 from planner.costmodel.decode import decode_step
 from planner.costmodel.evaluate import PlanSpecs, evaluate_plan
@@ -42,7 +43,7 @@ from planner.search.plan_search import SearchOutcome
 from planner.search.request import PlanRequest
 from planner.specs.catalog import load_hardware, load_model, with_draft
 from planner.specs.hardware import HardwareSpec
-from planner.specs.plan import AfdPlan, DecodePlan, Plan, PrefillPlan
+from planner.specs.plan import SLO, AfdPlan, DecodePlan, Plan, PrefillPlan
 from planner.specs.quantization import get_quantization
 
 GIB = 1024.0**3
@@ -232,20 +233,22 @@ def _concurrency_axis(phase: str, what: str, b: int, probe: Callable[[list[int]]
     )
 
 
-def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | None) -> Binding:
-    """What stops the decode concurrency from going one higher (or which rule it already breaks)."""
+def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | None, tpot_factor: float = 1.0) -> Binding:
+    """What stops the decode concurrency from going one higher (or which rule it already breaks);
+    `tpot_factor`: the TPOT the SLO judges over the mean (planner.costmodel.acceptance_spread.slo_tpot_factor)."""
 
     def probe(bs: list[int]) -> _Probe:
         step = decode_step(ctx, phase, np.array(bs, dtype=float))
         use = decode_hbm(ctx, phase, np.array(bs, dtype=float))
         per_card = np.asarray(step.tokens_per_s_per_device) * ctx.hw.devices_per_card
-        return _Probe(np.asarray(step.tpot_s) * 1e3, np.asarray(use.total_bytes), float(use.capacity_bytes), per_card)
+        tpot = np.asarray(step.tpot_s) * 1e3 * tpot_factor
+        return _Probe(tpot, np.asarray(use.total_bytes), float(use.capacity_bytes), per_card)
 
     axis = _concurrency_axis("decode", "decode", phase.concurrency_per_device, probe, "device", MAX_CONCURRENCY)
     return _axis_binding(axis, tpot_slo_ms)
 
 
-def afd_binding(ctx: CostContext, section: AfdPlan, tpot_slo_ms: float | None) -> Binding:
+def afd_binding(ctx: CostContext, section: AfdPlan, tpot_slo_ms: float | None, tpot_factor: float = 1.0) -> Binding:
     """What stops an AFD instance's concurrency per attention device from going one higher (HBM of
     either side, TPOT), as decode_binding says it for a decode instance."""
     from planner.candidates.afd_candidates import MAX_CONCURRENCY as AFD_MAX_CONCURRENCY
@@ -257,7 +260,7 @@ def afd_binding(ctx: CostContext, section: AfdPlan, tpot_slo_ms: float | None) -
         att, ffn = afd_hbm(ctx, section, b, section.prefill_batch_tokens)
         per_card = np.asarray(step.tokens_per_s_per_device) * ctx.hw.devices_per_card
         used = np.maximum(np.asarray(att.total_bytes), np.asarray(ffn.total_bytes))
-        return _Probe(np.asarray(step.tpot_s) * 1e3, used, float(att.capacity_bytes), per_card)
+        return _Probe(np.asarray(step.tpot_s) * 1e3 * tpot_factor, used, float(att.capacity_bytes), per_card)
 
     b = section.concurrency_per_device
     axis = _concurrency_axis("afd", "AFD", b, probe, "attention device", AFD_MAX_CONCURRENCY)
@@ -317,6 +320,12 @@ def _colocated_figures(plan: Plan, ctx: CostContext) -> ColocatedPrediction:
     return pred.colocated
 
 
+def _judged_tpot(slo: SLO | None, block: ColocatedPrediction) -> float:
+    """The TPOT the SLO judges: the mean, or with `slo.tpot_at_percentile` the SLO-percentile request's (MTP)."""
+    at = block.tpot_at_acceptance_percentile_ms
+    return at if slo is not None and slo.tpot_at_percentile and at is not None else block.tpot_ms
+
+
 def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
     """What stops a colocated instance (both phases on the same devices) from doing more.
 
@@ -336,8 +345,8 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
     if not now.fits_hbm:
         over = -now.hbm_headroom_bytes / GIB
         broken.append(("hbm", f"overflows HBM by {over:.2f} GiB per device"))
-    if tpot_slo is not None and now.tpot_ms > tpot_slo + 1e-9:
-        broken.append(("tpot", f"misses the TPOT SLO: {now.tpot_ms:.1f} ms > {tpot_slo:g} ms"))
+    if tpot_slo is not None and _judged_tpot(slo, now) > tpot_slo + 1e-9:
+        broken.append(("tpot", f"misses the TPOT SLO: {_judged_tpot(slo, now):.1f} ms > {tpot_slo:g} ms"))
     if ttft_slo is not None and now.ttft_ms > ttft_slo + 1e-9:
         broken.append(("ttft", f"misses the TTFT SLO: {now.ttft_ms:.0f} ms > {ttft_slo:g} ms"))
     itl_slo = slo.max_itl_ms if slo else None
@@ -364,10 +373,10 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
         if f.hbm_headroom_bytes < ROUNDING_BYTES:
             short = max(-f.hbm_headroom_bytes, 0) / GIB
             return "hbm", f"capped by HBM: {short:.2f} GiB short of {label}", "HBM"
-        if tpot_slo is not None and f.tpot_ms > tpot_slo - ROUNDING_MS:
+        if tpot_slo is not None and _judged_tpot(slo, f) > tpot_slo - ROUNDING_MS:
             return (
                 "tpot",
-                f"TPOT binds: {label} gives {f.tpot_ms:.1f} ms > {tpot_slo:g} ms (decode stalls "
+                f"TPOT binds: {label} gives {_judged_tpot(slo, f):.1f} ms > {tpot_slo:g} ms (decode stalls "
                 "during prefill included)",
                 "TPOT",
             )
@@ -622,9 +631,11 @@ def plan_bindings(
     if plan.is_colocated:
         out.extend(colocated_bindings(plan, ctx))
     if plan.decode_phase is not None and not plan.is_colocated:
-        out.append(decode_binding(ctx, plan.decode_phase, slo.tpot_ms if slo else None))
+        factor = slo_tpot_factor(slo, ctx.workload, plan.decode_phase.mtp_tokens)
+        out.append(decode_binding(ctx, plan.decode_phase, slo.tpot_ms if slo else None, factor))
     if plan.afd is not None:
-        out.append(afd_binding(ctx, plan.afd, slo.tpot_ms if slo else None))
+        factor = slo_tpot_factor(slo, ctx.workload, plan.afd.mtp_tokens)
+        out.append(afd_binding(ctx, plan.afd, slo.tpot_ms if slo else None, factor))
     if plan.prefill_phase is not None and not plan.is_colocated:
         out.append(prefill_binding(ctx, plan.prefill_phase, slo.ttft_ms if slo else None))
     out.append(deployment_binding(plan, prediction, ctx.hw, max_cards, rate_per_s))
@@ -655,7 +666,8 @@ def mixed_request_bindings(plan: Plan, req: PlanRequest) -> list[Binding]:
     slo = plan.slo
     out = []
     if plan.decode is not None:
-        out.append(decode_binding(d_ctx, plan.decode, slo.tpot_ms if slo else None))
+        factor = slo_tpot_factor(slo, d_ctx.workload, plan.decode.mtp_tokens)
+        out.append(decode_binding(d_ctx, plan.decode, slo.tpot_ms if slo else None, factor))
     if plan.prefill is not None:
         out.append(prefill_binding(p_ctx, plan.prefill, slo.ttft_ms if slo else None))
     return out

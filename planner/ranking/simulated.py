@@ -55,6 +55,7 @@ class SimulatedCheck:
     notes: list[str]
     acceptance_spread: float = 0.0  # tau of the requests' own MTP acceptance the run drew with
     spread_given: bool = False  # tau came from --acceptance-spread (else: the shipped fit)
+    tpot_at_percentile: bool = False  # the plan's TPOT SLO held the SLO-percentile request's own acceptance
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -140,6 +141,7 @@ def simulate_check(
         notes=list(s["moeplan"]["notes"]),
         acceptance_spread=default_acceptance_spread() if acceptance_spread is None else acceptance_spread,
         spread_given=acceptance_spread is not None,
+        tpot_at_percentile=bool(plan.slo and plan.slo.tpot_at_percentile),
     )
     return check, result
 

@@ -134,6 +134,7 @@ def request_assumptions(req: PlanRequest) -> dict[str, object]:
         "output-tokens": w.output_tokens,
         "mtp-acceptance": w.mtp_acceptance,
         "tpot-ms": s.tpot_ms,
+        "tpot-at-percentile": s.tpot_at_percentile,
         "ttft-ms": s.ttft_ms,
         "max-cards": req.max_cards,
         "phase": req.phase,

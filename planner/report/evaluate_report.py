@@ -54,6 +54,16 @@ def _at_percentile(block: DecodePrediction | AfdPrediction | ColocatedPrediction
     return f"; p{pct:g} request about {at:.2f} ms, at its own MTP acceptance"
 
 
+def _tpot_text(plan: Plan, block: DecodePrediction | AfdPrediction | ColocatedPrediction) -> str:
+    """The TPOT row: the mean, the SLO-percentile request's (MTP), and the SLO beside the figure it judges."""
+    slo = plan.slo.tpot_ms if plan.slo and plan.slo.tpot_ms else None
+    verdict = f" (SLO {slo:g} ms: {_ok(block.meets_tpot_slo)})" if slo else ""
+    at_pct = plan.slo is not None and plan.slo.tpot_at_percentile and block.tpot_at_acceptance_percentile_ms is not None
+    if at_pct:
+        return f"{block.tpot_ms:.2f} ms{_at_percentile(block)}{verdict}"
+    return f"{block.tpot_ms:.2f} ms{verdict}{_at_percentile(block)}"
+
+
 def layout_summary(phase: PhasePlan) -> str:
     """Short form of a phase's layouts: attention, dense FFN, MoE, shared expert, LM head."""
     parts = [f"attn {phase.attention.short()}"]
@@ -132,13 +142,12 @@ def _decode_summary(phase: DecodePlan, d: DecodePrediction, hw: HardwareSpec, pl
         + (" (compute of one overlaps the other's MoE dispatch/combine)" if phase.micro_batches > 1 else ""),
     )
     t.add_row("step", f"{d.step_ms:.2f} ms")
-    slo = plan.slo.tpot_ms if plan.slo and plan.slo.tpot_ms else None
     if colocated:
         t.add_row("TPOT of the decode steps alone", f"{d.tpot_ms:.2f} ms (with prefill: the colocated table)")
     else:
         t.add_row(
             "TPOT",
-            f"{d.tpot_ms:.2f} ms" + (f" (SLO {slo:g} ms: {_ok(d.meets_tpot_slo)})" if slo else "") + _at_percentile(d),
+            _tpot_text(plan, d),
         )
         t.add_row("tokens/s per user", f"{d.tokens_per_s_per_user:.1f}")
         t.add_row(
@@ -243,14 +252,13 @@ def _afd_summary(section: AfdPlan, a: AfdPrediction, hw: HardwareSpec, plan: Pla
         f"{a.transfer_layer_ms:.3f} ms each way: {a.bound} binds",
     )
     t.add_row("step", f"{a.step_ms:.2f} ms")
-    slo = plan.slo.tpot_ms if plan.slo and plan.slo.tpot_ms else None
     if both:
         t.add_row("TPOT of the decode steps alone", f"{a.tpot_ms:.2f} ms (with prefill: the colocated table)")
         t.add_row("prefill forward", f"{a.prefill_forward_ms:.2f} ms for {section.prefill_batch_tokens} tokens")
     else:
         t.add_row(
             "TPOT",
-            f"{a.tpot_ms:.2f} ms" + (f" (SLO {slo:g} ms: {_ok(a.meets_tpot_slo)})" if slo else "") + _at_percentile(a),
+            _tpot_text(plan, a),
         )
         t.add_row("tokens/s per user", f"{a.tokens_per_s_per_user:.1f}")
         t.add_row(
@@ -342,9 +350,7 @@ def evaluate_tables(
         slo = plan.slo
         t.add_row(
             "TPOT (decode stalls during prefill)",
-            f"{c.tpot_ms:.2f} ms"
-            + (f" (SLO {slo.tpot_ms:g} ms: {_ok(c.meets_tpot_slo)})" if slo and slo.tpot_ms else "")
-            + _at_percentile(c),
+            _tpot_text(plan, c),
         )
         t.add_row(
             "TTFT (step in flight, queue, own chunks)" if chunked else "TTFT (step in flight + 1.5 forwards)",

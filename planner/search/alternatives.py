@@ -138,7 +138,7 @@ def alternatives(
     for label, keep_decode, disagg, colocated, drawn in structures:
         d_pool, c_pool = d_all, coloc
         if drawn is not None and dspace is not None:
-            d_pool = decode_pool(request, dspace, drawn)
+            d_pool = decode_pool(ctx, request, dspace, drawn)
             if coloc and pspace is not None:
                 # (the size bounds then come from the decode candidates of the same structure);
                 # a colocated instance is the answer only if it reaches the best disaggregated one

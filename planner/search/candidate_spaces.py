@@ -21,7 +21,7 @@ rate: what a deployment of them can reach is the next steps' question.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import partial
@@ -40,6 +40,7 @@ from planner.candidates.colocated_candidates import (
 from planner.candidates.phase_candidates import (
     EMITTED_SCALE,
     PhaseCandidate,
+    TpotLimitUs,
     decode_candidates,
     decode_micro_batch_factor,
     overlapped_step_us,
@@ -59,6 +60,7 @@ from planner.candidates.tables import (
     prefill_tables,
     to_integer_tables,
 )
+from planner.costmodel.acceptance_spread import slo_tpot_factor
 from planner.costmodel.context import CostContext
 from planner.costmodel.memory import fixed_hbm
 from planner.errors import BadInputError
@@ -69,6 +71,18 @@ from planner.search.table_cache import TableCache, cached_tables, table_key
 
 KEEP_PER_SIZE = 3
 Progress = Callable[[str, float], None]
+
+
+def tpot_limit_us(ctx: CostContext, request: PlanRequest, k_values: Sequence[int]) -> TpotLimitUs:
+    """The limit on the mean step over the tokens it emits, in us, for tables of these MTP depths: the
+    TPOT SLO, or with `slo.tpot_at_percentile` per depth the SLO over that depth's factor of the
+    SLO-percentile request's TPOT (planner.costmodel.acceptance_spread.slo_tpot_factor)."""
+    slo = request.slo
+    if slo.tpot_ms is None:
+        return None
+    if not slo.tpot_at_percentile:
+        return int(math.floor(slo.tpot_ms * 1000))
+    return tuple(int(math.floor(slo.tpot_ms * 1000 / slo_tpot_factor(slo, ctx.workload, k))) for k in k_values)
 
 
 @dataclass
@@ -254,7 +268,6 @@ def build_phase_space(
                 ks = [k for k in ks if k > 0] or [1]
             if limits.engine is not None:  # MTP depths the engine runs
                 ks = [k for k in ks if k <= mtp_tokens_max(limits.engine)] or [0]
-            slo_us = None if slo.tpot_ms is None else int(math.floor(slo.tpot_ms * 1000))
             itl_us = None if slo.max_itl_ms is None else int(math.floor(slo.max_itl_ms * 1000))
             factor = decode_micro_batch_factor(m.num_layers, ctx.hw.overlap.decode_micro_batch_efficiency.value)
             mbs = request.decode_micro_batches
@@ -263,6 +276,7 @@ def build_phase_space(
             by_micro_batches = _decode_tables(ctx, opts, ks, mbs, key, cache)
             found = []
             for t, ints in by_micro_batches:
+                slo_us = tpot_limit_us(ctx, request, t.k_values)
                 memo_key = ("decode_candidates", slo_us, itl_us, keep, factor)
                 if memo_key not in t.memo:  # candidates depend on the SLOs and `keep`, never on the budget
                     t.memo[memo_key] = decode_candidates(t, ints, slo_us, keep, itl_us, factor)  # type: ignore[arg-type]
@@ -419,7 +433,7 @@ def _some_layout_runs_at_end(ctx: CostContext, request: PlanRequest, t: PhaseTab
                     ctx.model.num_layers, ctx.hw.overlap.decode_micro_batch_efficiency.value
                 )
                 step = int(overlapped_step_us(step, comm, cover, factor))
-            e = float(t.emitted[j])
+            e = float(t.emitted[j]) / slo_tpot_factor(slo, ctx.workload, k)
             if slo.tpot_ms is not None and step / e > slo.tpot_ms * 1000:
                 continue
             if slo.max_itl_ms is not None and step > slo.max_itl_ms * 1000:
@@ -474,6 +488,9 @@ def afd_space(
         keep=keep,
         engine=request.engine,
         devices=request.decode_devices,
+        tpot_factor_by_k=tuple((int(k), slo_tpot_factor(slo, ctx.workload, int(k))) for k in mtp)
+        if slo.tpot_at_percentile
+        else (),
     )
     space = SpaceLimits(max_devices=devices, max_redundant_experts=request.max_redundant_experts, engine=request.engine)
     # the splits' bounds and each visited split's candidates are pure functions of the tables' key
@@ -487,7 +504,7 @@ def afd_space(
     if record is None or "splits" not in record:
         # both sides costed without the SLOs (kept in `cache` for the searches that follow, say a
         # sweep's other TPOT points), then bounded under them
-        free = replace(limits, tpot_s=None, max_itl_s=None)
+        free = replace(limits, tpot_s=None, max_itl_s=None, tpot_factor_by_k=())
         free_key = ("afd", table_key(ctx, request, space), repr(free))
         unbounded = cache.derived.get(free_key) if cache is not None else None
         if unbounded is None:
@@ -536,7 +553,6 @@ def colocated_space(
     reach to matter at all (the `top`-th best deployment without colocated ones): sizes and
     combinations whose bound is below it are not costed, and those kept all reach it."""
     slo = request.slo
-    tpot = None if slo.tpot_ms is None else int(math.floor(slo.tpot_ms * 1000))
     ttft = None if slo.ttft_ms is None else int(math.floor(slo.ttft_ms * 1000))
     itl = None if slo.max_itl_ms is None else int(math.floor(slo.max_itl_ms * 1000))
     sizes = sorted(set(dspace.tables) & set(pspace.tables))
@@ -563,6 +579,7 @@ def colocated_space(
         for n in sizes:
             if rough[n] > 0:
                 (dt, di), (pt, pi) = dspace.tables[n], pspace.tables[n]
+                tpot = tpot_limit_us(ctx, request, dt.k_values)
                 rough[n] = min(rough[n], colocated_size_bound(ctx, dt, di, pt, pi, tpot, ttft, itl, mtp))
     order = sorted(sizes, key=lambda n: (-rough[n] / n, n)) if per_device else sizes
     out: list[ColocatedCandidate] = []
@@ -570,6 +587,7 @@ def colocated_space(
         if rough[n] <= 0:
             continue  # no decode configuration of this size meets the SLO
         (dt, di), (pt, pi) = dspace.tables[n], pspace.tables[n]
+        tpot = tpot_limit_us(ctx, request, dt.k_values)
         floor = float(floor_per_device) / 1000 * n
         if per_device and len(out) >= keep:
             floor = max(floor, sorted((c.rate_milli / 1000 / c.devices for c in out), reverse=True)[keep - 1] * n)
@@ -604,16 +622,16 @@ def colocated_space(
     return sorted(out, key=lambda c: (c.devices, -c.rate_milli, c.decode.key()))
 
 
-def decode_pool(request: PlanRequest, dspace: PhaseSpace, drawn: dict) -> list[PhaseCandidate]:
+def decode_pool(ctx: CostContext, request: PlanRequest, dspace: PhaseSpace, drawn: dict) -> list[PhaseCandidate]:
     """The best decode candidate of each size and micro-batch count among those `drawn` allows
     (`decode_candidates`' filters `mtp`, `ep_not`), from the tables again."""
-    slo_us = None if request.slo.tpot_ms is None else int(math.floor(request.slo.tpot_ms * 1000))
     itl_us = None if request.slo.max_itl_ms is None else int(math.floor(request.slo.max_itl_ms * 1000))
     pool: list[PhaseCandidate] = []
     for t0, ints0 in dspace.tables.values():
         # every decode micro-batch count's tables of the size (build_phase_space keeps them)
         factor, tables = t0.memo.get("decode_micro_batch_tables", (0, [(t0, ints0)]))
         for t, ints in tables:
+            slo_us = tpot_limit_us(ctx, request, t.k_values)
             pool.extend(decode_candidates(t, ints, slo_us, 1, itl_us, factor, **drawn))
     return pool
 

@@ -122,7 +122,12 @@ def _slo_message(
 ) -> str:
     """No instance of a phase meets its SLO: the value of the SLO flag (or of the ITL limit) from
     which a whole deployment within the budget works, checked."""
-    alone = f"one {phase} instance alone reaches {lowest / 1000:.1f} ms, with {at} devices"
+    mean = (
+        " (a mean TPOT; the SLO holds the percentile request's)"
+        if slo_name == "TPOT" and request.slo.tpot_at_percentile
+        else ""
+    )
+    alone = f"one {phase} instance alone reaches {lowest / 1000:.1f} ms{mean}, with {at} devices"
     asks = "no limit" if value is None else f"{value:g} ms"
     head = f"{slo_name}: the SLO asks for {asks}; {alone}"
     near = smallest_slo(request, flag, feasible, lowest) if value is not None else None

@@ -14,9 +14,11 @@ from fractions import Fraction
 
 from planner.candidates.phase_candidates import (
     EMITTED_SCALE,
+    TpotLimitUs,
     overlapped_step_us,
     prefill_forward_us,
     prefill_ttft_us,
+    tpot_limit_at,
 )
 from planner.candidates.tables import MODULES, IntTables, PhaseTables
 from planner.search.budget import Budget
@@ -62,7 +64,7 @@ def best_deployment(
 def best_phase_ratio(
     t: PhaseTables,
     ints: IntTables,
-    slo_us: int | None,
+    slo_us: TpotLimitUs,
     layers: int = 1,
     overlap_efficiency: float = 1.0,
     overlap_factor: int = 0,
@@ -90,7 +92,8 @@ def best_phase_ratio(
                         step = int(overlapped_step_us(step, comm, cover, overlap_factor))
                     if x < t.micro_batches or (max_step_us is not None and step > max_step_us):
                         continue
-                    if slo_us is not None and step * EMITTED_SCALE > slo_us * e:
+                    limit = tpot_limit_at(slo_us, j)
+                    if limit is not None and step * EMITTED_SCALE > limit * e:
                         continue
                     best = max(best, Fraction(x * e, step))
                 else:

@@ -40,6 +40,11 @@ class SLO(Strict):
         allow_inf_nan=False,
         description="longest gap between two steps that emit a sequence's tokens (inter-token latency)",
     )
+    tpot_at_percentile: bool = Field(
+        default=False,
+        description="hold to tpot_ms the TPOT of the request at the workload's slo_percentile of its own MTP "
+        "acceptance (planner.costmodel.acceptance_spread), not the mean TPOT",
+    )
 
 
 class ParallelLayout(Strict):
