@@ -119,3 +119,10 @@ def test_whatif_can_move_a_plan_to_p90():
     new = doc["new"]["plan"]["predicted"]["decode"]
     assert new["tpot_at_acceptance_percentile_ms"] <= 100.0 and new["meets_tpot_slo"]
     assert doc["rescored"]["meets_slo"] is False  # the base's layouts miss at p90
+
+
+def test_the_html_page_says_which_tpot_the_slo_holds():
+    from planner.report.html.pages import slo_text
+
+    assert slo_text(SLO(tpot_ms=50.0)) == "TPOT ≤ 50 ms"
+    assert "SLO-percentile request" in slo_text(SLO(tpot_ms=50.0, tpot_at_percentile=True))

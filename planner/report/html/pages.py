@@ -130,7 +130,8 @@ def slo_text(slo: SLO | None) -> str:
         return "none"
     parts = []
     if slo.tpot_ms is not None:
-        parts.append(f"TPOT ≤ {slo.tpot_ms:g} ms")
+        judged = " for the SLO-percentile request at its own MTP acceptance" if slo.tpot_at_percentile else ""
+        parts.append(f"TPOT{judged} ≤ {slo.tpot_ms:g} ms")
     if slo.ttft_ms is not None:
         parts.append(f"TTFT ≤ {slo.ttft_ms:,.0f} ms")
     if slo.max_itl_ms is not None:
