@@ -241,10 +241,9 @@ def _emitted(ctx: CostContext, k: np.ndarray) -> np.ndarray:
     return np.array([per_k[int(x)] for x in k]) if len(k) else np.zeros(0)
 
 
-def _slo_emitted(ctx: CostContext, limits: AfdLimits, k: np.ndarray) -> np.ndarray:
-    """Tokens per step as the TPOT limit counts them: `_emitted` over each depth's factor of the
-    SLO-percentile request (`limits.tpot_factor_by_k`; none: the mean's)."""
-    emitted = _emitted(ctx, k)
+def _slo_emitted(limits: AfdLimits, k: np.ndarray, emitted: np.ndarray) -> np.ndarray:
+    """Tokens per step as the TPOT limit counts them: `emitted` (`_emitted` at the points' depths `k`)
+    over each depth's factor of the SLO-percentile request (`limits.tpot_factor_by_k`; none: the mean's)."""
     if not limits.tpot_factor_by_k or not len(k):
         return emitted
     factor = dict(limits.tpot_factor_by_k)
@@ -411,7 +410,7 @@ def _size_bound(ctx: CostContext, limits: AfdLimits, a: int, f: int, attention: 
     emitted = _emitted(ctx, g.k)
     ok = fits.copy()
     if limits.tpot_s is not None:
-        ok &= lower / _slo_emitted(ctx, limits, g.k) <= limits.tpot_s
+        ok &= lower / _slo_emitted(limits, g.k, emitted) <= limits.tpot_s
     if limits.max_itl_s is not None:
         ok &= lower <= limits.max_itl_s
     if not ok.any():
@@ -514,7 +513,7 @@ def _attention_side(ctx: CostContext, limits: AfdLimits, a: int) -> tuple:
     lower = m.num_layers * g.mb * a_time.min(axis=0) + np.stack(lm_time).min(axis=0)
     keep = np.ones(len(g.b), dtype=bool)
     if limits.tpot_s is not None:
-        keep &= lower / _slo_emitted(ctx, limits, g.k) <= limits.tpot_s
+        keep &= lower / _slo_emitted(limits, g.k, _emitted(ctx, g.k)) <= limits.tpot_s
     if limits.max_itl_s is not None:
         keep &= lower <= limits.max_itl_s
     if not keep.all():
@@ -561,7 +560,7 @@ def _best_of_size(
     a_fixed = sum(fixed.values())
     f_fixed = a_fixed - fixed.get("mtp_projection_weights", 0.0)
     emitted = _emitted(ctx, g.k)
-    slo_emitted = _slo_emitted(ctx, limits, g.k)
+    slo_emitted = _slo_emitted(limits, g.k, emitted)
     k_max = int(g.k.max()) if len(g.k) else 0
     shared_sides = limits.shared_sides if m.moe.shared_experts else ("ffn",)
     dense_sides = limits.dense_sides if m.num_dense_layers else ("ffn",)

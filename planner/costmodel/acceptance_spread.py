@@ -93,12 +93,18 @@ def tpot_percentile_factor(mtp_tokens: int, acceptance: float, tau: float, perce
     return float(steps_scale(mtp_tokens, acceptance, tau, np.array([z]))[0])
 
 
-def slo_tpot_factor(slo: SLO | None, workload: Workload, mtp_tokens: int) -> float:
-    """What the SLO's TPOT limit holds over the mean TPOT at this MTP depth: 1 (the mean), or with
-    `slo.tpot_at_percentile` the TPOT of the workload's `slo_percentile` request over the mean (the
-    shipped tau). A mean TPOT of `tpot_ms` / this factor meets the SLO."""
-    if slo is None or not slo.tpot_at_percentile or mtp_tokens <= 0:
-        return 1.0
+def percentile_request_factor(workload: Workload, mtp_tokens: int) -> float:
+    """The TPOT of the workload's `slo_percentile` request over the mean TPOT at this MTP depth, with
+    the shipped tau."""
     return tpot_percentile_factor(
         mtp_tokens, workload.mtp_acceptance, default_acceptance_spread(), workload.tpot_percentile
     )
+
+
+def slo_tpot_factor(slo: SLO | None, workload: Workload, mtp_tokens: int) -> float:
+    """What the SLO's TPOT limit holds over the mean TPOT at this MTP depth: 1 (the mean), or with
+    `slo.tpot_at_percentile` `percentile_request_factor`. A mean TPOT of `tpot_ms` / this factor
+    meets the SLO."""
+    if slo is None or not slo.tpot_at_percentile or mtp_tokens <= 0:
+        return 1.0
+    return percentile_request_factor(workload, mtp_tokens)

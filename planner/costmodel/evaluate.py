@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from planner.costmodel.acceptance_spread import default_acceptance_spread, slo_tpot_factor, tpot_percentile_factor
+from planner.costmodel.acceptance_spread import default_acceptance_spread, percentile_request_factor, slo_tpot_factor
 from planner.costmodel.colocated import colocated_figures
 from planner.costmodel.context import CostContext
 from planner.costmodel.decode import decode_step, emitted_tokens_per_step
@@ -139,9 +139,11 @@ def acceptance_percentile_fields(ctx: CostContext, mtp_tokens: int, tpot_ms: flo
     that percentile of its own MTP acceptance (planner.costmodel.acceptance_spread, the shipped tau)."""
     if mtp_tokens <= 0:
         return {"acceptance_percentile": None, "tpot_at_acceptance_percentile_ms": None}
-    pct = ctx.workload.tpot_percentile
-    factor = tpot_percentile_factor(mtp_tokens, ctx.workload.mtp_acceptance, default_acceptance_spread(), pct)
-    return {"acceptance_percentile": pct, "tpot_at_acceptance_percentile_ms": _r(tpot_ms * factor)}
+    factor = percentile_request_factor(ctx.workload, mtp_tokens)
+    return {
+        "acceptance_percentile": ctx.workload.tpot_percentile,
+        "tpot_at_acceptance_percentile_ms": _r(tpot_ms * factor),
+    }
 
 
 def judged_tpot_ms(ctx: CostContext, plan: Plan, mtp_tokens: int, tpot_ms: float) -> float:

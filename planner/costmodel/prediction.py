@@ -191,6 +191,15 @@ class EconomicsPrediction(_Out):
     missing: list[str]  # the hardware fields a figure above lacks
 
 
+def slo_judged_tpot_ms(
+    at_percentile: bool, block: DecodePrediction | AfdPrediction | ColocatedPrediction
+) -> tuple[float, bool]:
+    """(the TPOT a TPOT SLO judges in `block`, whether it is the SLO-percentile request's): with
+    `slo.tpot_at_percentile` (`at_percentile`) and MTP that request's figure, else the mean."""
+    at = block.tpot_at_acceptance_percentile_ms
+    return (at, True) if at_percentile and at is not None else (block.tpot_ms, False)
+
+
 class BandFigure(_Out):
     """A figure at the pessimistic end of the factor ranges, as predicted, and at the optimistic end."""
 

@@ -37,7 +37,7 @@ from planner.costmodel.decode import decode_step
 from planner.costmodel.evaluate import PlanSpecs, evaluate_plan
 from planner.costmodel.imbalance import default_imbalance_model
 from planner.costmodel.memory import decode_hbm, prefill_hbm
-from planner.costmodel.prediction import ColocatedPrediction, Prediction
+from planner.costmodel.prediction import ColocatedPrediction, Prediction, slo_judged_tpot_ms
 from planner.costmodel.prefill import prefill_forward
 from planner.search.plan_search import SearchOutcome
 from planner.search.request import PlanRequest
@@ -322,8 +322,7 @@ def _colocated_figures(plan: Plan, ctx: CostContext) -> ColocatedPrediction:
 
 def _judged_tpot(slo: SLO | None, block: ColocatedPrediction) -> float:
     """The TPOT the SLO judges: the mean, or with `slo.tpot_at_percentile` the SLO-percentile request's (MTP)."""
-    at = block.tpot_at_acceptance_percentile_ms
-    return at if slo is not None and slo.tpot_at_percentile and at is not None else block.tpot_ms
+    return slo_judged_tpot_ms(bool(slo and slo.tpot_at_percentile), block)[0]
 
 
 def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:

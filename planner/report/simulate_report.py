@@ -309,7 +309,7 @@ def _median_meets_tpot(check: Any) -> str:
     why = (
         "the search held the percentile request's TPOT as its own MTP acceptance spreads it, and batching, "
         "context lengths and queueing spread the requests further"
-        if getattr(check, "tpot_at_percentile", False)
+        if getattr(check, "tpot_at_percentile", False)  # (a SimulatedCheck; duck-typed checks lack it)
         else "the static TPOT is the mean step, and requests spread about it, each at its own MTP acceptance"
     )
     return (

@@ -14,6 +14,7 @@ from planner.costmodel.prediction import (
     DecodePrediction,
     Prediction,
     PrefillPrediction,
+    slo_judged_tpot_ms,
 )
 from planner.specs.plan import Plan, check_plan
 
@@ -61,14 +62,10 @@ def plan_problems(plan: Plan, prediction: Prediction) -> list[str]:
         if not block.fits_hbm:
             problems.append(f"{name} HBM {block.hbm_bytes_per_device} B exceeds {block.hbm_capacity_bytes} B")
         if tpot_slo is not None:
-            # held at the SLO-percentile request (MTP): its figure, rounded to 4 decimals as reported
-            at = getattr(block, "tpot_at_acceptance_percentile_ms", None)
-            judged, slack, what = (
-                (at, 5e-5, "TPOT of the SLO-percentile request")
-                if slo is not None and slo.tpot_at_percentile and at is not None
-                else (block.tpot_ms, 1e-9, "TPOT")  # type: ignore[union-attr]
-            )
+            judged, at_pct = slo_judged_tpot_ms(bool(slo and slo.tpot_at_percentile), block)  # type: ignore[arg-type]
+            slack = 5e-5 if at_pct else 1e-9  # (the percentile figure is rounded to 4 decimals as reported)
             if judged > tpot_slo + slack:
+                what = "TPOT of the SLO-percentile request" if at_pct else "TPOT"
                 problems.append(f"{name} {what} {judged} ms exceeds the SLO {tpot_slo} ms")
         if ttft_slo is not None and block.ttft_ms > ttft_slo + 1e-9:  # type: ignore[union-attr]
             problems.append(f"{name} TTFT {block.ttft_ms} ms exceeds the SLO {ttft_slo} ms")  # type: ignore[union-attr]
