@@ -6,7 +6,14 @@ import typer
 
 from planner.cli.common import console, run_guarded
 from planner.costmodel.fidelity import fidelity_report
-from planner.report.fidelity_report import fidelity_json, fidelity_markdown, fidelity_table, fit_lines
+from planner.errors import BadInputError
+from planner.report.fidelity_report import (
+    fidelity_json,
+    fidelity_markdown,
+    fidelity_table,
+    fit_lines,
+    known_miss_text,
+)
 
 
 def fidelity(
@@ -17,11 +24,35 @@ def fidelity(
         "--simulated/--no-simulated",
         help="Also judge the queueing-dominated figures (compare: simulated) by simulating their runs.",
     ),
+    misses: bool = typer.Option(
+        False,
+        "--misses",
+        help="Only list the figures the cost model misses outside their tolerance (validation/'s known_miss), "
+        "each with its reason in full: what the plans' 'known miss' notes point to.",
+    ),
+    hardware: str | None = typer.Option(
+        None, "--hardware", metavar="MACHINE", help="With --misses: only this machine's (e.g. a3)."
+    ),
 ) -> None:
     """Predicted vs published for every row of the validation/ store: the error under the shipped factors,
     the leave-one-out error (factors refitted without the row) and the factors each row determines."""
 
     def body() -> None:
+        if hardware is not None and not misses:
+            raise BadInputError("--hardware: it selects the machine of --misses; add --misses, or drop --hardware")
+        if misses:
+            from planner.specs.catalog import catalog_names, did_you_mean
+            from planner.specs.validation import known_misses
+
+            if hardware is not None and hardware not in catalog_names("hardware"):
+                hint = did_you_mean("hardware", hardware)
+                raise BadInputError(
+                    f"--hardware: no machine '{hardware}' in the catalog"
+                    + (f"; {hint}" if hint else f"; one of {', '.join(catalog_names('hardware'))}")
+                )
+
+            console.file.write(known_miss_text(known_misses(), hardware))
+            return
         report = fidelity_report()
         sims = []
         if not simulated:  # the queueing-dominated figures are the simulator's: left out, not 'needs simulation'

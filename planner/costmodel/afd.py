@@ -40,9 +40,11 @@ the concatenated hidden states (afd-plugin at 2e4378f, afd_plugin/v1/worker/npu/
 through the pipeline (its attention and projection on the attention side, its MoE layer on the
 FFN side, whose experts hold the MTP layer's too) plus the MTP framework time per step.
 
-The breakdown splits the step into parts that add up to it: the attention side's busy time, the
-time it waits for the FFN side (M (f - a) per layer where f > a), the transfers the ping-pong does
-not hide (P - M max(a, f)), the fill and drain, the LM head and the MTP passes.
+The breakdown splits the step into parts that add up to it: the attention side's busy time (M a
+per layer), the transfers the pipeline does not hide (min(2c, P - M max(a, f)): with M >= 2 the part
+of the round trip the ping-pong cannot cover, with M = 1 both transfers), the time the attention
+side waits for the FFN side (the rest of P: M (f - a) where f > a; with M = 1 all of f, as the
+sides work in turn), the fill and drain, the LM head and the MTP passes.
 
 HBM: the attention devices hold the attention weights, the KV cache of their B sequences, the
 embedding and LM head, the MTP projection (and the dense FFN or shared expert when placed there);
@@ -126,6 +128,12 @@ def pipeline_fill_drain_s(a: ArrayLike, f: ArrayLike, c: ArrayLike, micro_batche
     return pipeline_layer_s(a, f, c, micro_batches)[1]
 
 
+def _exposed_transfer_s(a: np.ndarray, f: np.ndarray, c: np.ndarray, micro_batches: int) -> np.ndarray:
+    """The transfers of a layer that its period does not hide: min(2c, P - M max(a, f))."""
+    slack = pipeline_period_s(a, f, c, micro_batches) - micro_batches * np.maximum(a, f)
+    return np.minimum(2.0 * np.asarray(c, dtype=float), np.maximum(slack, 0.0))
+
+
 @dataclass
 class LayerClass:
     """Layers that cost the same: per micro-batch, the attention side, the FFN side, one transfer."""
@@ -141,10 +149,14 @@ def _pipeline_parts(layers: list[LayerClass], micro_batches: int) -> dict[str, n
     drain are the last layer class's (the MoE layers for every model with dense layers first)."""
     m = micro_batches
     busy = sum(lc.count * m * lc.attention_s for lc in layers)
-    wait = sum(lc.count * m * np.maximum(lc.ffn_s - lc.attention_s, 0.0) for lc in layers)
-    exposed = sum(
+    exposed = sum(lc.count * _exposed_transfer_s(lc.attention_s, lc.ffn_s, lc.transfer_s, m) for lc in layers)
+    wait = sum(
         lc.count
-        * (pipeline_period_s(lc.attention_s, lc.ffn_s, lc.transfer_s, m) - m * np.maximum(lc.attention_s, lc.ffn_s))
+        * (
+            pipeline_period_s(lc.attention_s, lc.ffn_s, lc.transfer_s, m)
+            - m * lc.attention_s
+            - _exposed_transfer_s(lc.attention_s, lc.ffn_s, lc.transfer_s, m)
+        )
         for lc in layers
     )
     last = layers[-1]
@@ -284,7 +296,11 @@ def afd_decode_step(ctx: CostContext, section: AfdPlan, concurrency: ArrayLike |
 
 
 def bound_side(step: AfdStep, micro_batches: int) -> list[str]:
-    """What sets each concurrency's MoE-layer period: 'attention', 'ffn' or 'transfer'."""
+    """What sets each concurrency's MoE-layer period: 'in turn' with one micro-batch (the sides work
+    one after the other, P = a + f + 2c, so no single side or link binds), else 'transfer' when the
+    round trip exceeds M max(a, f), else the slower side, 'attention' or 'ffn'."""
+    if micro_batches == 1:
+        return ["in turn"] * len(step.attention_layer_s)
     a, f, c = step.attention_layer_s, step.ffn_layer_s, step.transfer_layer_s
     period = pipeline_period_s(a, f, c, micro_batches)
     out = []

@@ -46,6 +46,7 @@ from planner.specs.quantization import QuantizationScheme, get_quantization
 
 if TYPE_CHECKING:
     from planner.costmodel.mixed import MixedSpecs
+    from planner.specs.validation import KnownMiss
 
 COST_MODEL_VERSION = "moeplan-roofline-1"
 
@@ -465,25 +466,41 @@ def _named(fids: list[str]) -> str:
     return f"{', '.join(fids[:KNOWN_MISS_IDS_SHOWN])} and {len(fids) - KNOWN_MISS_IDS_SHOWN} more"
 
 
-def known_miss_notes(machine: str, phases: tuple[str, ...]) -> list[str]:
+def known_miss_notes(machine: str, phases: tuple[str, ...], model: str | None = None) -> list[str]:
     """One note per phase on which the cost model misses measured rows of `machine` (validation/'s
-    `known_miss` marks, each checked by tests/costmodel/test_published.py to really miss)."""
+    `known_miss` marks, each checked by tests/costmodel/test_published.py to really miss): the figures,
+    their models and the first clause of each reason (`moeplan fidelity --misses` prints them in
+    full), and whether one is of `model`, the plan's own."""
     from planner.specs.validation import known_misses
 
     notes = []
     for phase in phases:
-        # each row with its own reason (rows that share one are named together)
-        by_reason: dict[str, list[str]] = {}
-        for m, ph, fid, why in known_misses():
-            if m == machine and ph == phase:
-                by_reason.setdefault(why, []).append(fid)
-        if by_reason:
-            said = "; ".join(f"{_named(fids)}: {why}" for why, fids in by_reason.items())
-            notes.append(
-                f"known miss: on {machine} the cost model misses measured {phase} rows outside their tolerance "
-                f"({said}); read this plan's {phase} figures with that error in mind (moeplan fidelity, "
-                "docs/fidelity.md)"
-            )
+        # rows that share a reason are named together, with their models and the reason's gist
+        by_reason: dict[str, list[KnownMiss]] = {}
+        for miss in known_misses():
+            if miss.machine == machine and miss.phase == phase:
+                by_reason.setdefault(miss.why, []).append(miss)
+        if not by_reason:
+            continue
+        misses = [m for group in by_reason.values() for m in group]
+        said = "; ".join(
+            f"{_named([m.figure_id for m in group])} "
+            f"({', '.join(sorted({m.model for m in group if m.model}))}: {group[0].gist})"
+            for group in by_reason.values()
+        )
+        own = sum(1 for m in misses if model and m.model == model)
+        whose = (
+            f"{own} of them {'is' if own == 1 else 'are'} of this plan's model ({model})"
+            if own
+            else (f"none is of this plan's model ({model})" if model else "")
+        )
+        notes.append(
+            f"known miss: on {machine} the cost model misses {len(misses)} measured {phase} "
+            f"figure{'s' if len(misses) != 1 else ''} outside their tolerance: {said}"
+            + (f"; {whose}" if whose else "")
+            + f"; read this plan's {phase} figures with that error in mind (each reason in full: "
+            f"moeplan fidelity --misses; docs/fidelity.md)"
+        )
     return notes
 
 
@@ -610,7 +627,12 @@ def _evaluate_single(plan: Plan, specs: PlanSpecs, imb: ImbalanceModel, hbm_from
         notes=hardware_notes(specs.hw)
         + known_miss_notes(
             specs.hw.name,
-            tuple(p for p, present in (("decode", decode or colocated), ("prefill", prefill or colocated)) if present),
+            tuple(
+                p
+                for p, present in (("decode", decode or colocated), ("prefill", prefill or colocated), ("afd", afd))
+                if present
+            ),
+            specs.model.name,
         )
         + workload_notes(ctx)
         + acceptance_spread_notes(plan, colocated or afd or decode)

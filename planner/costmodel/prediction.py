@@ -89,7 +89,7 @@ class AfdPrediction(_HbmFigures):
     attention_layer_ms: float  # one MoE layer of one micro-batch on the attention side
     ffn_layer_ms: float  # the same layer on the FFN side (experts, router, dispatch/combine)
     transfer_layer_ms: float  # one direction of that layer's activations
-    bound: str  # what sets the layer period: attention, ffn or transfer
+    bound: str  # what sets the layer period: attention, ffn, transfer, or 'in turn' (one micro-batch)
     hbm_role: str
     max_concurrency_per_device: int
     meets_tpot_slo: bool | None

@@ -34,8 +34,8 @@ BREAKDOWN_LABELS = {
     "micro_batch_overlap": "hidden by micro-batching",
     "launch_overhead": "operator launch costs",
     "afd_attention": "attention side busy (attention, its collectives and launches, all micro-batches)",
-    "afd_ffn_wait": "attention side waits for the FFN side (experts busier)",
-    "afd_transfer": "A<->F transfers the ping-pong does not hide",
+    "afd_ffn_wait": "attention side waits for the FFN side (its experts; all of them with one micro-batch)",
+    "afd_transfer": "A<->F transfers the pipeline does not hide",
     "afd_fill_drain": "pipeline fill and drain",
 }
 
@@ -249,7 +249,12 @@ def _afd_summary(section: AfdPlan, a: AfdPrediction, hw: HardwareSpec, plan: Pla
     t.add_row(
         "one MoE layer, one micro-batch",
         f"attention side {a.attention_layer_ms:.3f} ms, FFN side {a.ffn_layer_ms:.3f} ms, transfer "
-        f"{a.transfer_layer_ms:.3f} ms each way: {a.bound} binds",
+        f"{a.transfer_layer_ms:.3f} ms each way: "
+        + (
+            "one micro-batch, so the sides work in turn (attention + FFN + both transfers a layer)"
+            if a.bound == "in turn"
+            else f"{a.bound} binds"
+        ),
     )
     t.add_row("step", f"{a.step_ms:.2f} ms")
     if both:

@@ -7,6 +7,7 @@ import json
 from rich.table import Table
 
 from planner.costmodel.fidelity import FidelityReport, FidelityRow
+from planner.specs.validation import KnownMiss
 
 # the columns of the tables (rich, Markdown) and of the HTML report (row_cells), and those aligned right
 COLUMNS = (
@@ -171,3 +172,26 @@ def fidelity_json(report: FidelityReport) -> str:
         "stale_outcome": report.stale,
     }
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
+def known_miss_text(misses: tuple[KnownMiss, ...], machine: str | None = None) -> str:
+    """Every figure the store marks `known_miss` (on `machine`, or all), by machine and phase, each with
+    its model and its reason in full: what the plans' one-line "known miss" notes point to."""
+    chosen = [m for m in misses if machine is None or m.machine == machine]
+    if not chosen:
+        where = f" on {machine}" if machine else ""
+        return f"no measured figure{where} is marked as a known miss of the cost model\n"
+    out: list[str] = []
+    places: dict[tuple[str, str], list[KnownMiss]] = {}
+    for m in chosen:
+        places.setdefault((m.machine, m.phase), []).append(m)
+    for (hw, phase), group in places.items():
+        out.append(f"{hw}, {phase}: {len(group)} figure{'s' if len(group) != 1 else ''} outside tolerance")
+        by_reason: dict[str, list[KnownMiss]] = {}
+        for m in group:
+            by_reason.setdefault(m.why, []).append(m)
+        for why, same in by_reason.items():
+            for m in same:
+                out.append(f"  - {m.figure_id} ({m.model or 'model not stated'})")
+            out.append(f"    why: {why}")
+    return "\n".join(out) + "\n"

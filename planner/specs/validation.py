@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import Field, model_validator
 
@@ -341,13 +341,29 @@ def figure_phase(fig: StoredFigure) -> str | None:
     return SIMULATED_METRIC_PHASE.get(fig.metric)
 
 
+class KnownMiss(NamedTuple):
+    """A usable figure the store marks `known_miss`: where it is, whose it is and why the model misses it."""
+
+    machine: str
+    phase: str
+    figure_id: str
+    model: str
+    why: str
+
+    @property
+    def gist(self) -> str:
+        """The reason's first clause (up to its first ': ', '; ' or '. '), for one-line notes."""
+        cuts = [i for i in (self.why.find(": "), self.why.find("; "), self.why.find(". ")) if i > 0]
+        return self.why[: min(cuts)] if cuts else self.why
+
+
 @lru_cache(maxsize=1)
-def known_misses() -> tuple[tuple[str, str, str, str], ...]:
-    """(machine, phase, figure id, why) of every usable figure the store marks `known_miss`, static or
-    simulated (a simulated run's TTFT is a prefill miss, its TPOT a decode one)."""
+def known_misses() -> tuple[KnownMiss, ...]:
+    """Every usable figure the store marks `known_miss`, static or simulated (a simulated run's TTFT is a
+    prefill miss, its TPOT a decode one)."""
     out = []
     for fig in usable_figures():
         phase = figure_phase(fig)
         if fig.known_miss and fig.row.hardware and phase:
-            out.append((fig.row.hardware, phase, fig.id, fig.known_miss))
+            out.append(KnownMiss(fig.row.hardware, phase, fig.id, fig.row.model or "", fig.known_miss))
     return tuple(out)

@@ -8,6 +8,7 @@ import pytest
 from planner.costmodel.afd import (
     afd_decode_step,
     afd_hbm,
+    bound_side,
     max_afd_concurrency,
     pipeline_fill_drain_s,
     pipeline_period_s,
@@ -95,6 +96,33 @@ def test_the_breakdown_adds_up_to_the_step():
         assert np.all(np.diff(step.step_s) > 0)  # a larger batch never makes a step shorter
 
 
+def test_one_micro_batch_shows_the_wait_and_the_two_transfers_and_no_side_binds():
+    # with M = 1 the sides work in turn: the attention side waits all of f, the transfers are 2c a layer
+    # (not a + 2c), and neither a side nor the link is "the" bound
+    ctx, plan = _ctx("afd-plugin-64a16f-16k")
+    section = plan.afd.model_copy(update={"micro_batches": 1})
+    step = afd_decode_step(ctx, section)
+    layers = ctx.model.num_layers
+    assert ctx.model.num_dense_layers > 0  # its dense layers' f is the dense FFN: the MoE layers' f bounds the wait
+    assert float(step.breakdown_s["afd_transfer"][0]) == pytest.approx(
+        2 * layers * float(step.transfer_layer_s[0]), rel=1e-9
+    )
+    assert float(step.breakdown_s["afd_ffn_wait"][0]) < layers * float(step.ffn_layer_s[0])
+    assert float(step.breakdown_s["afd_ffn_wait"][0]) > ctx.model.num_moe_layers * float(step.ffn_layer_s[0])
+    assert bound_side(step, 1) == ["in turn"]
+    # with the run's two micro-batches the sides are near even (a ~ f): the round trip a + f + 2c exceeds
+    # 2 max(a, f), the transfers bind, and only that excess (less than 2c) is exposed
+    two = afd_decode_step(ctx, plan.afd)
+    a, f, c = (float(x[0]) for x in (two.attention_layer_s, two.ffn_layer_s, two.transfer_layer_s))
+    assert plan.afd.micro_batches == 2 and a + f + 2 * c > 2 * max(a, f)
+    assert bound_side(two, 2) == ["transfer"]
+    moe_excess = a + f + 2 * c - 2 * max(a, f)
+    assert 0 < moe_excess < 2 * c
+    assert float(two.breakdown_s["afd_transfer"][0]) <= layers * 2 * c
+    assert float(two.breakdown_s["afd_transfer"][0]) >= ctx.model.num_moe_layers * moe_excess * (1 - 1e-9)
+    assert np.allclose(sum(two.breakdown_s.values()), two.step_s)
+
+
 def test_kv_only_on_the_attention_side_experts_only_on_the_ffn_side():
     ctx, plan = _ctx("afd-plugin-64a16f-16k")
     att, ffn = afd_hbm(ctx, plan.afd)
@@ -168,6 +196,19 @@ def test_evaluate_scores_the_shipped_hand_written_afd_plan():
     cards = (plan.afd.total_devices + plan.prefill.total_devices) / 2
     assert p.system.cards == cards
     assert p.system.requests_per_s == min(p.system.prefill_requests_per_s, p.system.decode_requests_per_s)
+
+
+def test_afd_plans_on_a_machine_with_afd_misses_say_so():
+    # the afd-plugin ratios the model misses (a3-superpod, phase 'afd') reach the AFD plans of that machine
+    plan, _ = load_plan("afd-plugin-64a16f-16k")
+    notes = evaluate_plan(plan, None).notes
+    (note,) = [n for n in notes if n.startswith("known miss: on a3-superpod")]
+    assert "measured afd figures" in note and "of this plan's model (deepseek-v3.2)" in note
+    assert _no_afd_miss_note(load_plan("afd-a3-example")[0])  # a3 (not the SuperPoD) has no AFD miss
+
+
+def _no_afd_miss_note(plan) -> bool:
+    return not any("afd figure" in n for n in evaluate_plan(plan, None).notes)
 
 
 def test_afd_instances_that_prefill_too_are_scored_as_colocated():

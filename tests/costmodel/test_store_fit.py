@@ -154,22 +154,59 @@ def test_a_machine_with_a_known_miss_says_so_in_its_plans():
 
 
 def test_a_known_miss_note_gives_each_row_its_own_reason():
-    """Rows of one machine and phase that miss for different reasons each carry theirs (the note once
-    followed every row's id with the first row's reason)."""
+    """Rows of one machine and phase that miss for different reasons each carry the gist of theirs and
+    their models (the note once followed every row's id with the first row's reason); the reasons in
+    full are `moeplan fidelity --misses`'s."""
     from planner.costmodel.evaluate import KNOWN_MISS_IDS_SHOWN, known_miss_notes
     from planner.specs.validation import known_misses
 
-    by_place: dict[tuple[str, str], dict[str, list[str]]] = {}
-    for machine, phase, fid, why in known_misses():
-        by_place.setdefault((machine, phase), {}).setdefault(why, []).append(fid)
+    by_place: dict[tuple[str, str], dict[str, list]] = {}
+    for miss in known_misses():
+        by_place.setdefault((miss.machine, miss.phase), {}).setdefault(miss.why, []).append(miss)
     (machine, phase), reasons = max(by_place.items(), key=lambda kv: len(kv[1]))
     assert len(reasons) >= 2, "no machine and phase has two rows missing for different reasons"
     (note,) = known_miss_notes(machine, (phase,))
-    for why, fids in reasons.items():
+    total = sum(len(group) for group in reasons.values())
+    assert f"misses {total} measured {phase} figures" in note
+    for group in reasons.values():
+        fids = [m.figure_id for m in group]
         # a long list is named by its first few rows and a count
         shown = fids if len(fids) <= KNOWN_MISS_IDS_SHOWN else fids[:KNOWN_MISS_IDS_SHOWN]
         more = f" and {len(fids) - len(shown)} more" if len(fids) > len(shown) else ""
-        assert f"{', '.join(shown)}{more}: {why}" in note
+        models = ", ".join(sorted({m.model for m in group}))
+        assert f"{', '.join(shown)}{more} ({models}: {group[0].gist})" in note
+        assert group[0].gist and group[0].why.startswith(group[0].gist)
+    assert "moeplan fidelity --misses" in note
+
+
+def test_a_known_miss_note_says_whether_a_missed_row_is_of_the_plans_model():
+    from planner.costmodel.evaluate import known_miss_notes
+    from planner.specs.validation import known_misses
+
+    miss = known_misses()[0]
+    (own,) = known_miss_notes(miss.machine, (miss.phase,), miss.model)
+    same = sum(1 for m in known_misses() if (m.machine, m.phase, m.model) == (miss.machine, miss.phase, miss.model))
+    assert f"{same} of them {'is' if same == 1 else 'are'} of this plan's model ({miss.model})" in own
+    (other,) = known_miss_notes(miss.machine, (miss.phase,), "no-such-model")
+    assert "none is of this plan's model (no-such-model)" in other
+
+
+def test_fidelity_misses_prints_every_known_miss_with_its_reason_in_full():
+    from planner.specs.validation import known_misses
+
+    r = run_cli("fidelity", "--misses")
+    assert r.exit_code == 0, r.output
+    for miss in known_misses():
+        assert f"  - {miss.figure_id} ({miss.model})" in r.output
+        assert f"why: {miss.why}" in r.output
+    machine = known_misses()[0].machine
+    only = run_cli("fidelity", "--misses", "--hardware", machine)
+    assert only.exit_code == 0
+    assert all(line.startswith(machine + ",") for line in only.output.splitlines() if not line.startswith(" "))
+    assert "no measured figure on h100" in run_cli("fidelity", "--misses", "--hardware", "h100").output
+    bad = run_cli("fidelity", "--misses", "--hardware", "A3")
+    assert bad.exit_code == 2 and "did you mean 'a3'" in bad.output
+    assert run_cli("fidelity", "--hardware", "a3").exit_code == 2  # --hardware without --misses
 
 
 def test_the_fit_is_bounded_by_its_sources(model):
