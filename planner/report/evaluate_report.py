@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 from rich.console import RenderableType
 from rich.table import Table
@@ -419,9 +420,34 @@ def evaluate_tables(
         out.append(t)
     if prediction.economics is not None:
         out.append(economics_table(prediction.economics))
-    if prediction.notes:
-        out.append(Text("\n".join(f"note: {n}" for n in prediction.notes)))
+    notes = list(prediction.notes) + whole_forward_notes(plan, prediction)
+    if notes:
+        out.append(Text("\n".join(f"note: {n}" for n in notes)))
     return out
+
+
+def whole_forward_notes(plan: Plan, prediction: Prediction) -> list[str]:
+    """A colocated instance in whole prefill forwards: how many prompts a forward holds when the
+    engine prefills what it admits, against the batch the static figures assume (docs/simulate.md)."""
+    co, d = plan.colocated, prediction.decode
+    if co is None or co.chunk_tokens is not None or co.prefill_batch_tokens is None or d is None:
+        return []
+    w = plan.workload
+    per_request = max(1.0, w.input_tokens * (1.0 - w.hit_rate))
+    batch = co.prefill_batch_tokens / per_request
+    admitted = co.devices * co.concurrency_per_device * d.tokens_per_step_per_sequence / w.output_tokens
+    held = admitted / -math.expm1(-admitted) if admitted > 0 else 1.0
+    if held >= 0.9 * batch:
+        return []
+    return [
+        f"whole prefill forwards: a full instance frees about {admitted:.2f} seats a decode step, so an engine "
+        "that prefills what it admits (vLLM, SGLang; MindIE with supportSelectBatch off, as the launch files set "
+        f"it) runs forwards of about {held:.1f} prompts, not the {batch:.1f} of this plan's batch; the TPOT and "
+        "requests/s above assume full forwards and are optimistic for it (the serving simulator, which admits as "
+        "the engines do, put the 2026-12-03 default plan's median TPOT at 111 ms against 98.9 ms static: "
+        "docs/simulate.md); `--simulate` checks this plan; chunked-prefill plans (a tighter --max-itl-ms) have "
+        "no such gap"
+    ]
 
 
 def economics_table(e: EconomicsPrediction) -> Table:

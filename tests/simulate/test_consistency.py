@@ -77,3 +77,23 @@ def test_whole_forward_colocation_is_slower_than_the_static_model_says():
     steady, static, _ = _steady("small-colocated-whole", Traffic(requests=3000, concurrency=140, warmup=600, seed=0))
     assert steady["output_throughput"] < 0.95 * static["output_throughput"]
     assert steady["mean_tpot_ms"] > 1.05 * static["tpot_ms"]
+
+
+def test_evaluate_says_how_many_prompts_a_whole_forward_holds():
+    # the note next to the static figures: a full instance frees N e / out seats a step and a forward
+    # follows each step that admitted one, a / (1 - e^-a) prompts, far below the plan's batch here
+    import math
+
+    from tests.conftest import run_cli
+
+    plan, _ = load_plan(str(HERE / "small-colocated-whole.yaml"))
+    co = plan.colocated
+    r = run_cli("evaluate", str(HERE / "small-colocated-whole.yaml"))
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    e = 1.7  # MTP 1 at acceptance 0.7
+    a = co.devices * co.concurrency_per_device * e / plan.workload.output_tokens
+    assert f"frees about {a:.2f} seats a decode step" in text
+    assert f"forwards of about {a / -math.expm1(-a):.1f} prompts, not the 16.0 of this plan's batch" in text
+    chunked = run_cli("evaluate", str(HERE / "small-colocated.yaml"))
+    assert chunked.exit_code == 0 and "whole prefill forwards" not in chunked.output
