@@ -433,7 +433,7 @@ def whole_forward_notes(plan: Plan, prediction: Prediction) -> list[str]:
     if co is None or co.chunk_tokens is not None or co.prefill_batch_tokens is None or d is None:
         return []
     w = plan.workload
-    per_request = max(1.0, w.input_tokens * (1.0 - w.hit_rate))
+    per_request = max(1, round(w.stats.mean_input * (1.0 - w.hit_rate)))  # CostContext.prefill_tokens_per_request
     batch = co.prefill_batch_tokens / per_request
     admitted = co.devices * co.concurrency_per_device * d.tokens_per_step_per_sequence / w.output_tokens
     held = admitted / -math.expm1(-admitted) if admitted > 0 else 1.0
@@ -443,10 +443,9 @@ def whole_forward_notes(plan: Plan, prediction: Prediction) -> list[str]:
         f"whole prefill forwards: a full instance frees about {admitted:.2f} seats a decode step, so an engine "
         "that prefills what it admits (vLLM, SGLang; MindIE with supportSelectBatch off, as the launch files set "
         f"it) runs forwards of about {held:.1f} prompts, not the {batch:.1f} of this plan's batch; the TPOT and "
-        "requests/s above assume full forwards and are optimistic for it (the serving simulator, which admits as "
-        "the engines do, put the 2026-12-03 default plan's median TPOT at 111 ms against 98.9 ms static: "
-        "docs/simulate.md); `--simulate` checks this plan; chunked-prefill plans (a tighter --max-itl-ms) have "
-        "no such gap"
+        "requests/s above assume full forwards and are optimistic for it (the serving simulator admits as the "
+        "engines do: docs/simulate.md gives the measured gap); `--simulate` checks this plan; chunked-prefill "
+        "plans (a tighter --max-itl-ms) have no such gap"
     ]
 
 

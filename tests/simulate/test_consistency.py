@@ -84,6 +84,7 @@ def test_evaluate_says_how_many_prompts_a_whole_forward_holds():
     # follows each step that admitted one, a / (1 - e^-a) prompts, far below the plan's batch here
     import math
 
+    from planner.costmodel.decode import emitted_tokens_per_step
     from tests.conftest import run_cli
 
     plan, _ = load_plan(str(HERE / "small-colocated-whole.yaml"))
@@ -91,7 +92,7 @@ def test_evaluate_says_how_many_prompts_a_whole_forward_holds():
     r = run_cli("evaluate", str(HERE / "small-colocated-whole.yaml"))
     assert r.exit_code == 0, r.output
     text = " ".join(r.output.split())
-    e = 1.7  # MTP 1 at acceptance 0.7
+    e = emitted_tokens_per_step(co.mtp_tokens, plan.workload.mtp_acceptance)
     a = co.devices * co.concurrency_per_device * e / plan.workload.output_tokens
     assert f"frees about {a:.2f} seats a decode step" in text
     assert f"forwards of about {a / -math.expm1(-a):.1f} prompts, not the 16.0 of this plan's batch" in text
