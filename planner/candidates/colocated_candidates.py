@@ -6,18 +6,24 @@ batch R and the engine's prefill micro-batch counts; the rate, the prefill time 
 stretched TPOT and the TTFT follow the cost model, HBM adds the prefill batch's KV cache and
 activations to the decode instance's. Chunked prefill: every concurrency B against the chunk
 sizes of `CHUNK_TOKENS_PER_DEVICE` (times the instance's devices), the chunk's time t_c from the
-float cost model of the combination's prefill forward. Each combination keeps its best
-whole-forward and its best chunked instance; `max_itl_us` (the longest gap between two tokens,
---max-itl-ms) prunes both, and combinations the engine cannot run are never tried.
+float cost model of the combination's prefill forward; only with engines whose chunked prefill
+moeplan writes (an engine profile's `chunked_prefill`: MindIE's SplitFuse is not written). Each
+combination keeps its best whole-forward and its best chunked instance; `max_itl_us` (the longest
+gap between two tokens, --max-itl-ms) prunes both, and combinations the engine cannot run are never tried.
 
 The combinations are evaluated best-bound first, in rounds (branch and bound), with a bound that
 holds for both schedules (`colocated_upper_bounds`):
 
-- whole forwards serve at most 1 / min over B of (out * step_B / (n B e) + min over R <= R_B of
-  forward_R / R) requests/s, where R_B is the largest batch whose KV cache alone fits next to the
-  decode instance's HBM at concurrency B, the TPOT stretched by that prefill share of time meets
-  its SLO, 1.5 forwards meet the TTFT SLO and a forward alone fits in the ITL limit (the real
-  instance also holds activations and waits a step, so the bound is never below the real rate);
+- whole forwards serve at most 1 / min over B of (out * step_B / (n B e) + p_B) requests/s, where
+  R_B is the largest batch whose KV cache alone fits next to the decode instance's HBM at
+  concurrency B and p_B a floor on the prefill seconds per request: a forward holds
+  min(R, H_B) requests, H_B the prompts a full instance admits between forwards
+  (planner.costmodel.colocated), so p_B is the least forward_R / R over the batches below H_B up
+  to R_B whose 1.5 forwards meet the TTFT SLO and whose forward fits in the ITL limit, or, if a
+  batch of at least H_B fits, the least forward_R / R up to the first such batch (F(H_B) / H_B
+  lies between the F(R) / R of the whole batches on either side) -- and the TPOT stretched by
+  that prefill share of time meets its SLO (the real instance also holds activations and waits
+  a step, so the bound is never below the real rate);
 - chunked prefill serves 1 / lambda = out * step_B / (n B e) + in * t_c / C seconds per request
   (planner.costmodel.colocated: lambda = N e / (out (step + phi t_c)), phi = in N e / (out C)),
   where t_c / C = max(F(2X) - F(X), 0) / X. With one micro-batch a forward F is the sum of its
@@ -57,10 +63,12 @@ from planner.candidates.phase_candidates import (
 from planner.candidates.table_store import derived
 from planner.candidates.tables import MODULES, IntTables, PhaseTables, prefill_tables
 from planner.costmodel.colocated import (
+    admitted_per_step,
     chunk_time_s,
     chunked_rate_and_latency,
     chunked_reference_tokens,
     colocated_rate_and_latency,
+    prompts_per_forward,
 )
 from planner.costmodel.context import CostContext
 from planner.costmodel.memory import prefill_hbm
@@ -312,6 +320,38 @@ def _chunked_meets(
     return ok
 
 
+def _first_held_index(ctx: CostContext, n: int, xs: np.ndarray, e: int, rs: np.ndarray) -> np.ndarray:
+    """Per concurrency B: the index of the first batch of at least H_B requests, the prompts a
+    forward holds when a full instance of n devices at B emits e / EMITTED_SCALE tokens a step
+    (planner.costmodel.colocated); rs.size when no batch of the axis reaches H_B."""
+    admitted = admitted_per_step(n, xs, e / EMITTED_SCALE, ctx.workload.output_tokens)
+    held = np.maximum(float(rs[0]), prompts_per_forward(admitted))
+    return np.searchsorted(rs, held - 1e-9, side="left")
+
+
+def _admitted_prefill_floor(
+    prefill_s: np.ndarray, prefill_free: np.ndarray, r_idx: np.ndarray, first_held: np.ndarray
+) -> np.ndarray:
+    """A floor on the prefill seconds per request of a whole-forward instance at each concurrency
+    B, over [..., B]: `prefill_s` [..., R] is the least F(R) / R up to R among the forwards that
+    meet the TTFT and ITL limits, `prefill_free` the same without limits, `r_idx` [..., B] the
+    largest batch that fits, `first_held` [B] the first batch of at least H_B requests. A batch
+    below H_B costs its own F(R) / R (the limits apply to it); from H_B on every batch costs
+    F(H_B) / H_B, read linearly between the whole batches on either side of H_B, and so at least
+    the lesser of their F(R) / R: at least `prefill_free` at the first batch of at least H_B (the
+    forward of R, not of H_B, meets the limits, so the floor of H_B's cost takes none)."""
+    size = prefill_s.shape[-1]
+    below = np.minimum(r_idx, first_held - 1)  # the largest fitting batch of fewer than H_B requests
+    at_below = np.take_along_axis(
+        prefill_s, np.broadcast_to(np.clip(below, 0, size - 1), r_idx.shape).astype(np.int64), axis=-1
+    )
+    at_below = np.where(below >= 0, at_below, np.inf)
+    held_at = np.broadcast_to(np.clip(first_held, 0, size - 1), r_idx.shape).astype(np.int64)
+    at_held = np.take_along_axis(np.broadcast_to(prefill_free, (*r_idx.shape[:-1], size)), held_at, axis=-1)
+    at_held = np.where((first_held <= r_idx) & (r_idx >= 0), at_held, np.inf)
+    return np.minimum(at_below, at_held)
+
+
 def colocated_size_bound(
     ctx: CostContext,
     dt: PhaseTables,
@@ -349,6 +389,7 @@ def colocated_size_bound(
     forward_least = _least_forward_us(ctx, dt, pt, pi)
     limit = min(math.inf if ttft_slo_us is None else ttft_slo_us / 1.5, math.inf if max_itl_us is None else max_itl_us)
     prefill_least = np.minimum.accumulate(np.where(forward_least <= limit, forward_least * 1e-6 / rs, np.inf))
+    prefill_free_least = np.minimum.accumulate(forward_least * 1e-6 / rs)
     kv_one = float(_kv_one_prompt_mib(ctx, dt, pt).min())
     chunks = np.array([g * n for g in CHUNK_TOKENS_PER_DEVICE], dtype=float)
     x_tokens, diff = _chunk_differences(ctx, dt, pt)
@@ -375,7 +416,7 @@ def colocated_size_bound(
         decode_s = w.output_tokens * 1e-3 * step / (n * xs * e)
         # whole forwards: the largest batch whose KV alone fits next to the least decode HBM
         r_idx = np.searchsorted(rs, np.floor((cap - hbm) / max(kv_one, 1e-9)), side="right") - 1
-        at = np.where(r_idx >= 0, prefill_least[np.clip(r_idx, 0, rs.size - 1)], np.inf)
+        at = _admitted_prefill_floor(prefill_least, prefill_free_least, r_idx, _first_held_index(ctx, n, xs, e, rs))
         whole_ok = ok & (r_idx >= 0)
         if slo_us is not None:
             whole_ok &= at <= decode_s * (slo_us * e / (np.maximum(step, 1) * EMITTED_SCALE) - 1.0) * (1 + 1e-9)
@@ -383,7 +424,7 @@ def colocated_size_bound(
         # chunked prefill, per chunk size: the module docstring's conditions with t_c at its floor
         sequences_e = n * xs * (e / EMITTED_SCALE)
         chunk_ok = ok & (hbm + kv_one <= cap)
-        for c, chunk in enumerate(chunks):
+        for c, chunk in enumerate(chunks if dt.options.chunked_prefill else ()):
             phi = w.input_tokens * sequences_e / (w.output_tokens * chunk)
             t_c_us = 1e6 * chunk * slope_least[c]
             c_ok = chunk_ok & _chunked_meets(
@@ -421,6 +462,7 @@ def colocated_upper_bounds(
     out_tokens = ctx.workload.output_tokens
     # prefill seconds per request at the best batch of at most R requests [A, F, M, L, R]
     prefill_s = _prefill_seconds_per_request(ctx, dt, pt, pi, ttft_slo_us, max_itl_us)
+    prefill_free = _prefill_seconds_per_request(ctx, dt, pt, pi, None, None)  # no limit on the forward
     # MiB of KV cache one prompt leaves on a device, per attention layout: the prefill batch's
     # KV alone (activations come on top) must fit next to the decode instance's HBM
     kv_one = _kv_one_prompt_mib(ctx, dt, pt)
@@ -464,7 +506,7 @@ def colocated_upper_bounds(
         sequences_e = n * xs[:nb] * (e / EMITTED_SCALE)
         chunk_ok = ok & (hbm + kv_one[:, None, None, None, None] <= di.hbm_capacity_mib)
         chunked = np.full(step.shape[:-1], np.inf)
-        for c, chunk in enumerate(chunks):
+        for c, chunk in enumerate(chunks if dt.options.chunked_prefill else ()):
             phi = in_tokens * sequences_e / (out_tokens * chunk)
             if not (phi < 1.0).any():
                 continue
@@ -474,7 +516,7 @@ def colocated_upper_bounds(
         chunked_totals.append(chunked)
         room = (di.hbm_capacity_mib - hbm) / np.maximum(kv_one, 1e-9)[:, None, None, None, None]
         r_idx = np.searchsorted(rs, np.floor(room), side="right") - 1  # largest batch that fits
-        at = np.take_along_axis(prefill_s, np.clip(r_idx, 0, rs.size - 1), axis=-1)
+        at = _admitted_prefill_floor(prefill_s, prefill_free, r_idx, _first_held_index(ctx, n, xs[:nb], e, rs))
         ok &= r_idx >= 0
         if slo_us is not None:
             # TPOT stretches to step / e / (1 - f) with f = p / (d + p) the prefill share of time:
@@ -562,6 +604,19 @@ def _evaluate_memo(
     return [rc for c in chosen for rc in memo[c]]
 
 
+def _held_forwards(
+    forward_r: np.ndarray, rs: np.ndarray, held_b: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per concurrency B: (index of the first batch of at least H_B requests, the forward of H_B
+    requests read linearly between the whole batches on either side, that forward's seconds per
+    request). A forward holds R_h = min(R, H_B), H_B = max(R_0, a / (1 - e^-a))
+    (planner.costmodel.colocated); the batch axis is every whole batch from R_0, so the linear
+    reading is the cost model's."""
+    first = np.searchsorted(rs, held_b - 1e-9, side="left")
+    forward_h = np.interp(held_b, rs.astype(float), forward_r)
+    return first, forward_h, forward_h / held_b
+
+
 def _whole_forward_best(
     ctx: CostContext,
     n: int,
@@ -582,16 +637,22 @@ def _whole_forward_best(
     """The best whole-forward instance of one combination and prefill micro-batch count, exactly
     over every concurrency B and batch R: (requests/s, its figures), or None.
 
-    For a given B the rate is 1 / (decode seconds + p_R), p_R the prefill seconds per request of
-    a forward of R requests, and the TPOT (step / e / (1 - f), f = p_R / (decode seconds + p_R))
-    grows with p_R: the best R is the one of least p_R among those the other limits allow. Those
-    limits -- HBM (the batch's KV and activations next to the decode HBM), the TTFT (step + 1.5
-    forwards) and the longest gap (step + a forward) -- each grow with R, so the batches they
-    allow at B are the R up to the largest that meets all three: one search per limit per B and
-    a running minimum of p_R give the best R at every B. Where a forward or its HBM falls with R
-    somewhere (not monotone), or with `exhaustive` (the tests' reference), every (B, R) is
-    evaluated instead."""
+    A forward holds R_h = min(R, H_B) requests (H_B the prompts a full instance admits between
+    forwards at B, planner.costmodel.colocated), so for a given B the rate is
+    1 / (decode seconds + p), p = F(R_h) / R_h: F(R) / R below H_B, and the same p_H = F(H_B) / H_B
+    at every batch from the first of at least H_B requests on. The TPOT (step / e / (1 - f),
+    f = p / (decode seconds + p)) grows with p: the best R is the one of least p among those the
+    other limits allow. Those limits -- HBM (the batch's KV and activations next to the decode
+    HBM), the TTFT (step + 1.5 forwards of R) and the longest gap (step + a forward of R) -- each
+    grow with R, so the batches they allow at B are the R up to the largest that meets all three:
+    one search per limit per B, a running minimum of F(R) / R below H_B and p_H from the first
+    batch of at least H_B give the best R at every B (a larger batch only adds to the limits).
+    Where a forward or its HBM falls with R somewhere (not monotone), or with `exhaustive` (the
+    tests' reference), every (B, R) is evaluated instead."""
     w = ctx.workload
+    admitted = admitted_per_step(n, xs, emitted, w.output_tokens)
+    held_b = np.maximum(float(rs[0]), prompts_per_forward(admitted))
+    first_h, forward_h, per_held = _held_forwards(forward_r, rs, held_b)
     monotone = not exhaustive and bool(np.all(np.diff(forward_r) >= 0) and np.all(np.diff(extra_r) >= 0))
     if monotone:
         # the largest batch index each B allows (-1: none)
@@ -604,15 +665,31 @@ def _whole_forward_best(
         # index of the least prefill seconds per request among the first r + 1 batches (the first of equals)
         lower = np.concatenate([[True], per_request[1:] < np.minimum.accumulate(per_request)[:-1]])
         least_upto = np.maximum.accumulate(np.where(lower, np.arange(rs.size), 0))
-        r_at = np.where(top >= 0, least_upto[np.maximum(top, 0)], 0)
+        below = np.minimum(top, first_h - 1)  # the largest allowed batch of fewer than H_B requests
+        r_below = least_upto[np.maximum(below, 0)]
+        p_below = np.where(below >= 0, per_request[r_below], np.inf)
+        held_ok = first_h <= top  # a batch of at least H_B requests is allowed: it holds H_B
+        use_held = held_ok & (per_held < p_below)
+        r_at = np.where(use_held, np.minimum(first_h, rs.size - 1), r_below)
         b_at = np.arange(xs.size)
         ok_b = top >= 0
     else:
         b_at, r_at = (a.reshape(-1) for a in np.meshgrid(np.arange(xs.size), np.arange(rs.size), indexing="ij"))
         ok_b = np.ones(b_at.size, dtype=bool)
     step, fwd, extra = step_b[b_at], forward_r[r_at], extra_r[r_at]
+    holds_h = r_at >= first_h[b_at]
+    held = np.where(holds_h, held_b[b_at], rs[r_at])
+    fwd_held = np.where(holds_h, forward_h[b_at], fwd)
     rate, _, tpot, ttft = colocated_rate_and_latency(
-        step / 1e6, emitted, n, xs[b_at].astype(float), fwd / 1e6, rs[r_at].astype(float), w.output_tokens
+        step / 1e6,
+        emitted,
+        n,
+        xs[b_at].astype(float),
+        fwd / 1e6,
+        rs[r_at].astype(float),
+        w.output_tokens,
+        fwd_held / 1e6,
+        held,
     )
     ok = ok_b & (hbm_b[b_at] + extra <= capacity_mib)
     if max_itl_us is not None:
@@ -685,7 +762,7 @@ def _evaluate(
             found = _whole_forward_best(ctx, n, di.hbm_capacity_mib, slo_c[c], ttft_slo_us, max_itl_us, *args)
             if found is not None and found[0] > best_score[c]:
                 best_score[c], best_at[c] = found
-    for c, (_, idx) in enumerate(chosen):
+    for c, (_, idx) in enumerate(chosen if dt.options.chunked_prefill else ()):
         found = _chunked_best(
             ctx,
             dt,

@@ -74,6 +74,8 @@ class SizeOptions:
     prefill_micro_batches: tuple[int, ...] = (1, 2)
     # with an engine: per MoE option, whether it may run more than one prefill micro-batch
     moe_micro_ok: np.ndarray | None = None
+    # with an engine: whether moeplan writes its chunked prefill (colocated instances may use it)
+    chunked_prefill: bool = True
 
     @property
     def count(self) -> int:
@@ -253,4 +255,5 @@ def restrict_to_engine(opts: SizeOptions, model: ModelSpec, hw: HardwareSpec, en
         combo_ok=mask,
         prefill_micro_batches=micro_batches(profile),
         moe_micro_ok=np.array([multi_micro_ok(profile, o.moe) for o in moe] or [True], dtype=bool),
+        chunked_prefill=profile.capabilities.chunked_prefill,
     )

@@ -3,14 +3,25 @@
 Notation: n devices, B decoding sequences per device (N = n B per instance), e tokens emitted per
 step per sequence (MTP), `in`/`out` prompt and completion lengths, step = the decode step at B.
 
-**Whole forwards** (`chunk_tokens` unset): prefill forwards of R requests take turns with decode
-steps. Per request an instance spends out * step / (N e) seconds decoding and forward / R
-prefilling, so it serves lambda = 1 / (out * step / (N e) + forward / R) requests per second. A
-fraction f = lambda * forward / R of its time goes to prefill, during which decoding stalls: a
-sequence sees TPOT = (step / e) / (1 - f) on average, but the gap between two of its tokens is a
-whole forward plus a step when a prefill comes between them. A new request waits for the decode
-step in flight and the forward in flight (half a forward on average), then its own forward:
-TTFT = step + 1.5 forward. HBM adds the prefill batch's KV cache and activations.
+**Whole forwards** (`chunk_tokens` unset): prefill forwards take turns with decode steps, and a
+forward prefills the prompts admitted since the last one, at most the plan's batch of R requests.
+A full instance admits a prompt only when a sequence finishes, a = N e / out of them a decode
+step, and the engines prefill what they admit (vLLM's and SGLang's schedulers run a waiting
+prompt at the next step, MindIE with supportSelectBatch off, as the launch files set it). With
+admissions per step Poisson of mean a and a forward after every step that admitted one, a
+forward holds H = a / (1 - e^-a) prompts (the mean of a Poisson count given it is not zero),
+and never more than R nor fewer than the fewest requests the search's batch axis holds
+(`least_requests_per_forward`): R_h = min(R, max(R_0, H)), its forward F_h read linearly between
+the forwards of the whole batches on either side. Per request an instance spends
+out * step / (N e) seconds decoding and F_h / R_h prefilling, so it serves
+lambda = 1 / (out * step / (N e) + F_h / R_h) requests per second. A fraction
+f = lambda * F_h / R_h of its time goes to prefill, during which decoding stalls: a sequence sees
+TPOT = (step / e) / (1 - f) on average. The limits stay at the plan's batch, the largest forward
+the engine may run: the gap between two of a sequence's tokens is at most a forward of R plus a
+step, a new request waits for the decode step in flight and the forward in flight (half a
+forward on average), then its own forward: TTFT = step + 1.5 F(R), and HBM holds the KV cache
+and activations of R prompts. (Checked against the serving simulator, which admits as the
+engines do: tests/simulate/test_consistency.py.)
 
 **Chunked prefill** (`chunk_tokens` = C, the prompt tokens one step may carry; vLLM's chunked
 prefill: `max_num_batched_tokens` is the "maximum number of tokens to be processed in a single
@@ -44,6 +55,7 @@ gaps that hold a forward (forwards per second over steps per second).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,7 +63,7 @@ import numpy as np
 from planner.costmodel.context import CostContext
 from planner.costmodel.decode import decode_step
 from planner.costmodel.memory import HbmUse, decode_hbm, prefill_hbm
-from planner.costmodel.prefill import prefill_forward
+from planner.costmodel.prefill import least_requests_per_forward, prefill_forward
 from planner.specs.plan import DecodePlan, PrefillPlan
 
 
@@ -68,14 +80,45 @@ class ColocatedFigures:
     itl_p50_s: float = 0.0
     itl_p99_s: float = 0.0
     chunk_step_fraction: float = 0.0  # chunked: steps carrying a chunk (phi); whole forwards: 0
+    held_requests: float = 0.0  # whole forwards: the requests a forward holds (R_h); chunked: 0
+
+
+def admitted_per_step(devices: int, concurrency, emitted, output_tokens: int) -> np.ndarray:
+    """a = N e / out: the prompts a full instance admits a decode step (the sequences it finishes)."""
+    return devices * np.asarray(concurrency, dtype=float) * np.asarray(emitted, dtype=float) / output_tokens
+
+
+def prompts_per_forward(admitted) -> np.ndarray:
+    """H = a / (1 - e^-a): the prompts a forward holds when one follows every decode step that
+    admitted any, admissions Poisson of mean a a step (1 as a goes to 0)."""
+    a = np.maximum(np.asarray(admitted, dtype=float), 1e-12)
+    return a / -np.expm1(-a)
+
+
+def held_requests(batch_requests, admitted, least_requests: int) -> np.ndarray:
+    """R_h = min(R, max(R_0, H)): the requests a whole forward holds (module docstring)."""
+    held = np.maximum(float(least_requests), prompts_per_forward(admitted))
+    return np.minimum(np.asarray(batch_requests, dtype=float), held)
 
 
 def colocated_rate_and_latency(
-    step_s, emitted, devices: int, concurrency, forward_s, requests_per_forward, output_tokens: int
+    step_s,
+    emitted,
+    devices: int,
+    concurrency,
+    forward_s,
+    requests_per_forward,
+    output_tokens: int,
+    held_forward_s=None,
+    held_requests_per_forward=None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(requests/s, prefill time fraction, TPOT s, TTFT s) by the formulas of the module docstring."""
+    """(requests/s, prefill time fraction, TPOT s, TTFT s) by the formulas of the module docstring:
+    the rate and the stretched TPOT from the forwards the instance runs (`held_forward_s` of
+    `held_requests_per_forward`, by default the plan's), the TTFT from the plan's forward."""
     decode_s_per_request = output_tokens * np.asarray(step_s) / (devices * np.asarray(concurrency) * emitted)
-    prefill_s_per_request = np.asarray(forward_s) / np.asarray(requests_per_forward)
+    if held_forward_s is None:
+        held_forward_s, held_requests_per_forward = forward_s, requests_per_forward
+    prefill_s_per_request = np.asarray(held_forward_s) / np.asarray(held_requests_per_forward)
     rate = 1.0 / (decode_s_per_request + prefill_s_per_request)
     fraction = rate * prefill_s_per_request
     tpot = np.asarray(step_s) / emitted / np.maximum(1.0 - fraction, 1e-12)
@@ -97,6 +140,22 @@ def whole_forward_long_gap_fraction(step_s, emitted, rate, forward_s, requests_p
     forwards_per_s = np.asarray(rate) / np.asarray(requests_per_forward)
     steps_per_s = (1.0 - np.asarray(fraction)) / np.asarray(step_s)
     return np.minimum(1.0, forwards_per_s / np.maximum(steps_per_s, 1e-12))
+
+
+def forward_held_s(
+    forward_at, held: float, batch_requests: float, batch_forward_s: float, tokens_per_request: int
+) -> float:
+    """F_h: the forward of `held` requests, read linearly between the forwards of the whole
+    batches on either side (`forward_at` maps prompt tokens to seconds); the plan's own forward
+    when the forward holds its whole batch."""
+    if held >= batch_requests - 1e-9:
+        return batch_forward_s
+    lo = math.floor(held + 1e-9)
+    hi = min(lo + 1.0, batch_requests)
+    if held - lo <= 1e-9:
+        return float(np.asarray(forward_at(np.array([lo * tokens_per_request], dtype=float)))[0])
+    f_lo, f_hi = (float(x) for x in np.asarray(forward_at(np.array([lo, hi], dtype=float) * tokens_per_request)))
+    return f_lo + (held - lo) / (hi - lo) * (f_hi - f_lo)
 
 
 def chunk_time_s(forward_x_s, forward_2x_s, chunk_tokens, x_tokens) -> np.ndarray:
@@ -176,22 +235,24 @@ def colocated_figures(
         )
     fwd = prefill_forward(ctx, prefill)
     forward_s = float(fwd.forward_s[0])
-    rate, fraction, tpot, ttft = colocated_rate_and_latency(
-        step_s,
-        emitted,
-        decode.devices,
-        decode.concurrency_per_device,
+    batch = float(fwd.requests_per_forward[0])
+    admitted = admitted_per_step(decode.devices, decode.concurrency_per_device, emitted, w.output_tokens)
+    held = float(held_requests(batch, admitted, least_requests_per_forward(ctx)))
+    held_s = forward_held_s(
+        lambda tokens: prefill_forward(ctx, prefill, tokens).forward_s,
+        held,
+        batch,
         forward_s,
-        fwd.requests_per_forward[0],
-        w.output_tokens,
+        ctx.prefill_tokens_per_request,
+    )
+    rate, fraction, tpot, ttft = colocated_rate_and_latency(
+        step_s, emitted, decode.devices, decode.concurrency_per_device, forward_s, batch, w.output_tokens, held_s, held
     )
     p_use = prefill_hbm(ctx, prefill)
     parts["prefill_kv_cache"] = p_use.breakdown_bytes["kv_cache"]
     parts["prefill_activations"] = p_use.breakdown_bytes["activations"]
-    long_share = whole_forward_long_gap_fraction(
-        step_s, emitted, rate, forward_s, fwd.requests_per_forward[0], fraction
-    )
-    p50, p99 = itl_percentiles(step_s, forward_s + step_s, long_share)
+    long_share = whole_forward_long_gap_fraction(step_s, emitted, rate, held_s, held, fraction)
+    p50, p99 = itl_percentiles(step_s, held_s + step_s, long_share)
     return ColocatedFigures(
         requests_per_s=float(rate),
         prefill_time_fraction=float(fraction),
@@ -201,4 +262,5 @@ def colocated_figures(
         hbm=HbmUse(parts, d_use.role, ctx.hbm_capacity_bytes),
         itl_p50_s=float(p50),
         itl_p99_s=float(p99),
+        held_requests=held,
     )

@@ -236,6 +236,7 @@ def predict_colocated(ctx: CostContext, plan: Plan) -> ColocatedPrediction:
         itl_p99_ms=_r(fig.itl_p99_s * 1e3),
         chunk_tokens=section.chunk_tokens,
         chunk_step_fraction=_r(fig.chunk_step_fraction, 6),
+        prompts_per_forward=None if section.chunk_tokens is not None else _r(fig.held_requests, 3),
         tokens_per_s_per_user=_r(1e3 / tpot_ms) if tpot_ms > 0 else 0.0,
         tokens_per_s_per_card=_r(out_per_s / ctx.hw.cards(section.devices)),
         meets_tpot_slo=None
@@ -312,18 +313,33 @@ def predict_afd(ctx: CostContext, plan: Plan) -> AfdPrediction:
 def predict_afd_colocated(ctx: CostContext, plan: Plan, afd: AfdPrediction) -> ColocatedPrediction:
     """User-facing figures of AFD instances that prefill their own requests (whole forwards between
     decode steps, by the formulas of planner.costmodel.colocated)."""
-    from planner.costmodel.afd import afd_hbm
+    from planner.costmodel.afd import afd_hbm, afd_prefill_forward_s
     from planner.costmodel.colocated import (
+        admitted_per_step,
         colocated_rate_and_latency,
+        forward_held_s,
+        held_requests,
         itl_percentiles,
         whole_forward_long_gap_fraction,
     )
+    from planner.costmodel.prefill import least_requests_per_forward
 
     section = plan.afd
     assert section is not None and section.prefill_batch_tokens is not None and afd.prefill_forward_ms is not None
     step_s, forward_s = afd.step_ms / 1e3, afd.prefill_forward_ms / 1e3
     emitted = afd.tokens_per_step_per_sequence
     requests = section.prefill_batch_tokens / ctx.prefill_tokens_per_request
+    admitted = admitted_per_step(
+        section.attention_devices, section.concurrency_per_device, emitted, ctx.workload.output_tokens
+    )
+    held = float(held_requests(requests, admitted, least_requests_per_forward(ctx)))
+    held_s = forward_held_s(
+        lambda tokens: afd_prefill_forward_s(ctx, section, tokens),
+        held,
+        requests,
+        forward_s,
+        ctx.prefill_tokens_per_request,
+    )
     rate, fraction, tpot, ttft = (
         float(np.asarray(x).reshape(-1)[0])
         for x in colocated_rate_and_latency(
@@ -334,11 +350,13 @@ def predict_afd_colocated(ctx: CostContext, plan: Plan, afd: AfdPrediction) -> C
             forward_s,
             requests,
             ctx.workload.output_tokens,
+            held_s,
+            held,
         )
     )
-    long_fraction = whole_forward_long_gap_fraction(step_s, emitted, rate, forward_s, requests, fraction)
+    long_fraction = whole_forward_long_gap_fraction(step_s, emitted, rate, held_s, held, fraction)
     pause = step_s + forward_s
-    p50, p99 = (float(np.asarray(x).reshape(-1)[0]) for x in itl_percentiles(step_s, pause, long_fraction))
+    p50, p99 = (float(np.asarray(x).reshape(-1)[0]) for x in itl_percentiles(step_s, held_s + step_s, long_fraction))
     att_use, _ = afd_hbm(ctx, section, None, section.prefill_batch_tokens)
     hbm = _hbm_fields(att_use, ctx)
     hbm.pop("hbm_role")
@@ -355,6 +373,7 @@ def predict_afd_colocated(ctx: CostContext, plan: Plan, afd: AfdPrediction) -> C
         itl_p99_ms=_r(p99 * 1e3),
         chunk_tokens=None,
         chunk_step_fraction=0.0,
+        prompts_per_forward=_r(held, 3),
         tokens_per_s_per_user=_r(1e3 / (tpot * 1e3)) if tpot > 0 else 0.0,
         tokens_per_s_per_card=_r(rate * ctx.workload.output_tokens / cards),
         meets_tpot_slo=None

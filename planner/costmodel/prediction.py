@@ -120,6 +120,9 @@ class ColocatedPrediction(_HbmFigures):
     itl_p99_ms: float
     chunk_tokens: int | None  # chunked prefill's prompt tokens per step (None: whole forwards)
     chunk_step_fraction: float  # chunked: share of the steps that carry a chunk
+    # whole forwards: requests a forward holds when the engine prefills what a full instance admits
+    # (planner.costmodel.colocated: min(batch, a / (1 - e^-a)), a = N e / out); chunked: None
+    prompts_per_forward: float | None = None
     tokens_per_s_per_user: float  # 1000 / TPOT, the stalls included: what `plan`, `evaluate`, `whatif` show
     tokens_per_s_per_card: float
     meets_tpot_slo: bool | None

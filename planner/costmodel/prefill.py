@@ -20,6 +20,7 @@ computed (planner.specs.workload).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,6 +50,12 @@ class PrefillForward:
     requests_per_forward: np.ndarray
     breakdown_s: dict[str, np.ndarray]
     moe_imbalance: np.ndarray
+
+
+def least_requests_per_forward(ctx: CostContext) -> int:
+    """Fewest requests per prefill forward whose tokens hold the TTFT-percentile prompt whole."""
+    need = ctx.ttft_input_tokens * (1.0 - ctx.workload.hit_rate)
+    return max(1, math.ceil(need / ctx.prefill_tokens_per_request - 1e-9))
 
 
 def kv_transfer_s(ctx: CostContext) -> float:

@@ -52,7 +52,7 @@ ROUNDING_BYTES = 8 * 1024.0**2
 # ... and each module's µs up, which moves TPOT/TTFT by a few µs at most
 ROUNDING_MS = 0.01
 
-Constraint = Literal["hbm", "tpot", "ttft", "itl", "card_budget", "rate", "search_space", "none"]
+Constraint = Literal["hbm", "tpot", "ttft", "itl", "card_budget", "rate", "search_space", "admission", "none"]
 
 
 @dataclass(frozen=True)
@@ -423,6 +423,17 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
         message = f"colocated chunked prefill ({chunk} prompt tokens per step): {text}."
         out.append(Binding("prefill", kind, message, f"colocated chunk {chunk}: {tag}"))
         return out
+    held = now.prompts_per_forward
+    if held is not None and held < r + 1 - 1e-9:
+        # a full instance admits fewer prompts between forwards than one more request: a larger
+        # batch would run the same forwards (planner.costmodel.colocated), only its limits grow
+        text = (
+            f"admissions bind: a full instance admits about {held:.2f} prompts between forwards (the sequences "
+            f"its decode steps finish), so a batch of {r + 1} would run the same forwards and serve no more"
+        )
+        message = f"colocated prefill batch ({r} requests per forward): {text}."
+        out.append(Binding("prefill", "admission", message, f"colocated {r} req/forward: admissions bind"))
+        return out
     more_requests = {"prefill_batch_tokens": (r + 1) * n_in}
     kind, text, tag = at_cap(
         *neighbour(f"{r + 1} requests per forward", more_requests),
@@ -685,6 +696,7 @@ TAGS = {
     "card_budget": "cards",
     "rate": "rate",
     "search_space": "space",
+    "admission": "admits",
 }
 
 

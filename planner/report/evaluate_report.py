@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 
 from rich.console import RenderableType
 from rich.table import Table
@@ -371,7 +370,12 @@ def evaluate_tables(
                 f"{c.chunk_step_fraction:.0%} of the steps carry a chunk",
             )
         else:
-            t.add_row("prefill schedule", "whole forwards between decode steps (decoding stops during each)")
+            held = (
+                ""
+                if c.prompts_per_forward is None
+                else f"; a forward holds about {c.prompts_per_forward:.2f} prompts, what a full instance admits"
+            )
+            t.add_row("prefill schedule", "whole forwards between decode steps (decoding stops during each)" + held)
         itl_slo = slo.max_itl_ms if slo else None
         t.add_row(
             "inter-token latency P50 / P99",
@@ -427,25 +431,23 @@ def evaluate_tables(
 
 
 def whole_forward_notes(plan: Plan, prediction: Prediction) -> list[str]:
-    """A colocated instance in whole prefill forwards: how many prompts a forward holds when the
-    engine prefills what it admits, against the batch the static figures assume (docs/simulate.md)."""
-    co, d = plan.colocated, prediction.decode
-    if co is None or co.chunk_tokens is not None or co.prefill_batch_tokens is None or d is None:
+    """A colocated instance in whole prefill forwards whose forwards hold fewer prompts than its
+    batch: how many, and which figures are at which (planner.costmodel.colocated)."""
+    co, c = plan.colocated, prediction.colocated
+    if co is None or co.chunk_tokens is not None or c is None or c.prompts_per_forward is None:
         return []
     w = plan.workload
     per_request = max(1, round(w.stats.mean_input * (1.0 - w.hit_rate)))  # CostContext.prefill_tokens_per_request
-    batch = co.prefill_batch_tokens / per_request
-    admitted = co.devices * co.concurrency_per_device * d.tokens_per_step_per_sequence / w.output_tokens
-    held = admitted / -math.expm1(-admitted) if admitted > 0 else 1.0
-    if held >= 0.9 * batch:
+    batch = (co.prefill_batch_tokens or per_request) / per_request
+    if c.prompts_per_forward >= batch - 1e-3:
         return []
     return [
-        f"whole prefill forwards: a full instance frees about {admitted:.2f} seats a decode step, so an engine "
-        "that prefills what it admits (vLLM, SGLang; MindIE with supportSelectBatch off, as the launch files set "
-        f"it) runs forwards of about {held:.1f} prompts, not the {batch:.1f} of this plan's batch; the TPOT and "
-        "requests/s above assume full forwards and are optimistic for it (the serving simulator admits as the "
-        "engines do: docs/simulate.md gives the measured gap); `--simulate` checks this plan; chunked-prefill "
-        "plans (a tighter --max-itl-ms) have no such gap"
+        f"whole prefill forwards: a full instance admits a prompt only as a sequence finishes, so its forwards "
+        f"hold about {c.prompts_per_forward:.2f} prompts, not the {batch:.1f} of this plan's batch (vLLM and SGLang "
+        "prefill what they admit; MindIE with supportSelectBatch off, as the launch files set it): the TPOT, time "
+        "in prefill and requests/s above are at those forwards, the TTFT, longest gap and HBM at the full batch, "
+        "so a smaller batch would serve the same with less HBM and shorter gaps (docs/simulate.md compares "
+        "this with the serving simulator)"
     ]
 
 

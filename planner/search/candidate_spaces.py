@@ -63,6 +63,7 @@ from planner.candidates.tables import (
 from planner.costmodel.acceptance_spread import slo_tpot_factor
 from planner.costmodel.context import CostContext
 from planner.costmodel.memory import fixed_hbm
+from planner.costmodel.prefill import least_requests_per_forward
 from planner.errors import BadInputError
 from planner.search.budget import Budget
 from planner.search.contexts import PhaseContexts
@@ -149,7 +150,7 @@ def batch_axis(ctx: CostContext, devices: int, cap: int | None = None) -> np.nda
     if cap is None:
         usable, _, per_prompt = _fixed_and_kv(ctx)
         cap = int(usable * devices // max(per_prompt, 1.0)) + 1
-    lo = min_requests_per_forward(ctx)
+    lo = least_requests_per_forward(ctx)
     return np.arange(lo, max(lo, min(MAX_REQUESTS_PER_FORWARD, cap)) + 1, dtype=np.int64)
 
 
@@ -168,13 +169,6 @@ def _may_fit_beyond(t: PhaseTables, ints: IntTables) -> bool:
         if np.any(np.diff(least) < 0) or least[-1] <= ints.hbm_capacity_mib:
             return True
     return False
-
-
-def min_requests_per_forward(ctx: CostContext) -> int:
-    """Fewest requests per prefill forward whose tokens hold the TTFT-percentile prompt whole."""
-    w = ctx.workload
-    need = ctx.ttft_input_tokens * (1.0 - w.hit_rate)
-    return max(1, math.ceil(need / ctx.prefill_tokens_per_request - 1e-9))
 
 
 def engine_decode_micro_batches(engine: str) -> tuple[int, ...]:

@@ -157,6 +157,22 @@ class DeploymentModel:
         solver = self.settings.make_solver(remaining)
         return solver.solve(self.model), solver
 
+    def _hint(self, d: Deployment) -> None:
+        """Hint every variable with deployment `d` (the exact enumerator's best): the solver starts
+        from a solution of the round's optimum, so its search only has to prove the bound."""
+        m = self.model
+        m.clear_hints()
+        for s, lit in zip(self.structures, self.structure_lit, strict=True):
+            m.add_hint(lit, s == d.structure)
+        for r in self.roles:
+            pick, count = d._of(r)
+            for i, (lit, cnt) in enumerate(zip(self.lit[r], self.count[r], strict=True)):
+                m.add_hint(lit, i == pick)
+                m.add_hint(cnt, count if i == pick else 0)
+        m.add_hint(self.rate, d.rate_milli)
+        m.add_hint(self.weight, d.weight)
+        m.add_hint(self.devices, d.devices)
+
     def _order_key(self) -> Any:
         return sum((self.order_offset[r] + i) * v for r in self.roles for i, v in enumerate(self.lit[r]))
 
@@ -208,6 +224,7 @@ class DeploymentModel:
         solves = 0
         if self.start is not None:
             self._partial, proven = self.start, True
+            self._hint(self.start)
         else:
             m.maximize(self.rate * (self.weight_most + 1) - self.weight)
             status, solver = self._run(deadline)

@@ -304,7 +304,7 @@ def _v1_colocated(tmp_path):
         "workload": {"input_tokens": 2048, "output_tokens": 2048},
         "slo": {"ttft_ms": 3000, "tpot_ms": 100},
         "colocated": True,
-        "decode": dict(layout, concurrency_per_device=40, mtp_tokens=1),
+        "decode": dict(layout, concurrency_per_device=36, mtp_tokens=1),
         "prefill": dict(layout, batch_tokens=65536, micro_batches=1),
     }
     path = tmp_path / "v1.yaml"

@@ -113,15 +113,16 @@ def _per_user_lines(text: str) -> list[float]:
 
 def test_tokens_per_user_is_one_figure_in_plan_evaluate_and_whatif(tmp_path):
     out = tmp_path / "plans.json"
-    r = run_cli("plan", "--top", "1", "--no-decode-microbatch", "--json", str(out))
+    args = ("plan", "--top", "1", "--no-decode-microbatch", "--structure", "colocated")
+    r = run_cli(*args, "--json", str(out))
     assert r.exit_code == 0
     plan = json.loads(out.read_text())["plans"][0]
-    assert plan.get("colocated"), "without decode micro-batches the default rank 1 is colocated"
+    assert plan.get("colocated")
     want = plan["predicted"]["colocated"]["tokens_per_s_per_user"]
     assert want == pytest.approx(1000 / plan["predicted"]["colocated"]["tpot_ms"], rel=1e-4)
     # plan's detail and evaluate print it once, the colocated figure (before: 12.2 from the decode
     # steps alone in evaluate, 10.1 in whatif)
-    plan_text = run_cli("plan", "--top", "1", "--no-decode-microbatch").output
+    plan_text = run_cli(*args).output
     eval_text = run_cli("evaluate", str(out)).output
     for text in (plan_text, eval_text):
         assert _per_user_lines(text) == [pytest.approx(want, abs=0.05)]

@@ -3,6 +3,8 @@ breaks the rule it names; the search's best plans are never left with nothing bi
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from planner.costmodel.decode import decode_step
@@ -65,11 +67,14 @@ def test_why_line_names_every_phase(default_outcome):
 COLOCATED_REQUESTS = {
     # chunked prefill: deepseek-v3 on 16 A2 cards
     "chunked": PlanRequest(max_cards=16, top=1),
-    # whole forwards: deepseek-v2-lite on 8 A2 cards, TPOT 50 ms (ITL 150 ms)
+    # whole forwards: deepseek-v2-lite on 8 A2 cards for MindIE (whose chunked prefill moeplan does not
+    # write), colocated only, TPOT 50 ms (ITL 150 ms)
     "whole": PlanRequest(
         model="deepseek-v2-lite",
         max_cards=8,
         top=1,
+        engine="mindie",
+        disaggregated=False,
         slo=SLO(tpot_ms=50, ttft_ms=2000, max_itl_ms=150),
         workload=Workload(input_tokens=2048, output_tokens=2048),
     ),
@@ -85,7 +90,11 @@ def test_colocated_neighbours_are_scored_as_colocated_plans(schedule):
     assert plan.is_colocated and (plan.colocated.chunk_tokens is not None) == (schedule == "chunked")
     decode, prefill, deployment = outcome_bindings(outcome)
     assert "colocated" in decode.message and decode.constraint in ("tpot", "hbm", "itl")
-    assert prefill.constraint in ("ttft", "tpot", "hbm", "itl", "search_space")
+    assert prefill.constraint in ("ttft", "tpot", "hbm", "itl", "search_space", "admission")
+    if schedule == "whole":  # a full instance admits fewer prompts than the batch's next size
+        held = evaluate_plan(plan.model_copy(update={"predicted": None})).colocated.prompts_per_forward
+        assert prefill.constraint == "admission" and held < plan.colocated.prefill_batch_tokens / 2048 + 1
+        assert f"{held:.2f} prompts between forwards" in prefill.message
     b = plan.colocated.concurrency_per_device
     more = plan.model_copy(
         update={
@@ -184,3 +193,11 @@ def test_cards_for_a_rate_scale_instances(default_outcome):
     assert cards_for_rate(plan, pred, default_outcome.hw, rate) == pytest.approx(48)
     # twice the rate: twice the decode instances (decode binds), prefill still enough
     assert cards_for_rate(plan, pred, default_outcome.hw, 2 * rate) == pytest.approx(16 + 64)
+
+
+def test_an_engine_without_written_chunked_prefill_gets_whole_forward_colocated_plans():
+    """MindIE's SplitFuse is not written by moeplan: the search gives it colocated instances in whole
+    forwards only, where without an engine the same request's best colocated instance is chunked."""
+    request = COLOCATED_REQUESTS["whole"]
+    assert run_search(dataclasses.replace(request, engine=None)).plans[0].colocated.chunk_tokens is not None
+    assert run_search(request).plans[0].colocated.chunk_tokens is None

@@ -6,6 +6,7 @@ is the exhaustive one."""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -137,5 +138,11 @@ def test_the_colocated_batch_at_each_concurrency_is_the_exhaustive_best(lite_sea
                 assert (fast is None) == (every is None)
                 if fast is not None:
                     assert fast[0] == pytest.approx(every[0], rel=1e-12)
+                    # a batch larger than the prompts admitted between forwards gains nothing: the
+                    # best is never beyond the first batch of at least H_B requests
+                    b_i, batch = fast[1][0], fast[1][1]
+                    admitted = n * int(dt.x_values[b_i]) * (e / 1000) / ctx.workload.output_tokens
+                    held = max(int(pt.x_values[0]), admitted / -math.expm1(-admitted))
+                    assert batch <= math.ceil(held - 1e-9)
                     compared += 1
     assert compared > 0

@@ -71,30 +71,36 @@ def test_open_loop_below_capacity_serves_the_rate_and_obeys_littles_law():
     assert result.summary["p99_ttft_ms"] < 2000
 
 
-def test_whole_forward_colocation_is_slower_than_the_static_model_says():
-    # prefill-first scheduling runs a forward whenever a seat frees, not full batches: decode stalls
-    # more often than the static formula's full forwards (a finding the docs report, pinned here)
+def test_whole_forward_colocation_matches_the_static_prediction():
+    # prefill-first scheduling runs a forward whenever a seat frees, not full batches; the static model
+    # holds a forward to the prompts a full instance admits between forwards (a / (1 - e^-a)), so the
+    # closed loop agrees with it (before: static throughput 18% above the simulated one, static TPOT 15% below)
     steady, static, _ = _steady("small-colocated-whole", Traffic(requests=3000, concurrency=140, warmup=600, seed=0))
-    assert steady["output_throughput"] < 0.95 * static["output_throughput"]
-    assert steady["mean_tpot_ms"] > 1.05 * static["tpot_ms"]
+    assert steady["output_throughput"] == pytest.approx(static["output_throughput"], rel=0.03)
+    assert steady["mean_tpot_ms"] == pytest.approx(static["tpot_ms"], rel=0.03)
 
 
 def test_evaluate_says_how_many_prompts_a_whole_forward_holds():
-    # the note next to the static figures: a full instance frees N e / out seats a step and a forward
-    # follows each step that admitted one, a / (1 - e^-a) prompts, far below the plan's batch here
+    # a full instance frees N e / out seats a step and a forward follows each step that admitted one:
+    # a / (1 - e^-a) prompts, far below the plan's batch here; the rate and TPOT are at those forwards
     import math
 
     from planner.costmodel.decode import emitted_tokens_per_step
+    from planner.costmodel.evaluate import evaluate_plan
     from tests.conftest import run_cli
 
     plan, _ = load_plan(str(HERE / "small-colocated-whole.yaml"))
     co = plan.colocated
+    e = emitted_tokens_per_step(co.mtp_tokens, plan.workload.mtp_acceptance)
+    a = co.devices * co.concurrency_per_device * e / plan.workload.output_tokens
+    held = max(1.0, a / -math.expm1(-a))
+    predicted = evaluate_plan(plan).colocated
+    assert predicted.prompts_per_forward == pytest.approx(held, abs=1e-3)
+    fewer = evaluate_plan(plan.model_copy(update={"colocated": co.model_copy(update={"concurrency_per_device": 1})}))
+    assert 1.0 <= fewer.colocated.prompts_per_forward < held  # fewer seats free a step: smaller forwards, never < 1
     r = run_cli("evaluate", str(HERE / "small-colocated-whole.yaml"))
     assert r.exit_code == 0, r.output
     text = " ".join(r.output.split())
-    e = emitted_tokens_per_step(co.mtp_tokens, plan.workload.mtp_acceptance)
-    a = co.devices * co.concurrency_per_device * e / plan.workload.output_tokens
-    assert f"frees about {a:.2f} seats a decode step" in text
-    assert f"forwards of about {a / -math.expm1(-a):.1f} prompts, not the 16.0 of this plan's batch" in text
+    assert f"forwards hold about {held:.2f} prompts, not the 16.0 of this plan's batch" in text
     chunked = run_cli("evaluate", str(HERE / "small-colocated.yaml"))
     assert chunked.exit_code == 0 and "whole prefill forwards" not in chunked.output
