@@ -20,8 +20,8 @@ holds for both schedules (`colocated_upper_bounds`):
   min(R, H_B) requests, H_B the prompts a full instance admits between forwards
   (planner.costmodel.colocated), so p_B is the least forward_R / R over the batches below H_B up
   to R_B whose 1.5 forwards meet the TTFT SLO and whose forward fits in the ITL limit, or, if a
-  batch of at least H_B fits, the least forward_R / R up to the first such batch (F(H_B) / H_B
-  lies between the F(R) / R of the whole batches on either side) -- and the TPOT stretched by
+  batch of at least H_B fits, F(H_B) / H_B read linearly between the shortest forwards (over the
+  micro-batch counts) of the whole batches on either side of H_B -- and the TPOT stretched by
   that prefill share of time meets its SLO (the real instance also holds activations and waits
   a step, so the bound is never below the real rate);
 - chunked prefill serves 1 / lambda = out * step_B / (n B e) + in * t_c / C seconds per request
@@ -258,16 +258,18 @@ def _kv_one_prompt_mib(ctx: CostContext, dt: PhaseTables, pt: PhaseTables) -> np
 
 def _prefill_seconds_per_request(
     ctx: CostContext, dt: PhaseTables, pt: PhaseTables, pi: IntTables, ttft_slo_us: int | None, max_itl_us: int | None
-) -> np.ndarray:
-    """Prefill seconds per request [A, F, M, L, R] at the best whole forward of at most R requests
+) -> tuple[np.ndarray, np.ndarray]:
+    """(prefill seconds per request [A, F, M, L, R] at the best whole forward of at most R requests
     (any micro-batch count) whose 1.5 forwards meet the TTFT SLO and whose forward fits in the ITL
-    limit (memoised with the prefill tables)."""
+    limit, the shortest forward in us of R requests [A, F, M, L, R] over the micro-batch counts,
+    without limits), memoised with the prefill tables."""
     key = ("prefill_s_upto", dt.devices, ttft_slo_us, max_itl_us)
     if key in pt.memo:
         return pt.memo[key]
     n_att = len(dt.options.attention)
     rs = pt.x_values.astype(float)
-    prefill_s = np.full((n_att, *[len(o) or 1 for o in _option_lists(dt)[1:]], rs.size), np.inf)
+    shape = (n_att, *[len(o) or 1 for o in _option_lists(dt)[1:]], rs.size)
+    prefill_s, shortest = np.full(shape, np.inf), np.full(shape, np.inf)
     for _, forward in _prefill_forwards_us(ctx, pt, pi, n_att):
         ok = np.ones(forward.shape, dtype=bool)
         if ttft_slo_us is not None:
@@ -275,7 +277,8 @@ def _prefill_seconds_per_request(
         if max_itl_us is not None:
             ok &= forward <= max_itl_us  # the longest gap holds a whole forward (and a step)
         prefill_s = np.minimum(prefill_s, np.where(ok, forward * 1e-6 / rs, np.inf))
-    pt.memo[key] = np.minimum.accumulate(prefill_s, axis=-1)
+        shortest = np.minimum(shortest, forward)
+    pt.memo[key] = (np.minimum.accumulate(prefill_s, axis=-1), shortest)
     return pt.memo[key]
 
 
@@ -320,35 +323,46 @@ def _chunked_meets(
     return ok
 
 
-def _first_held_index(ctx: CostContext, n: int, xs: np.ndarray, e: int, rs: np.ndarray) -> np.ndarray:
-    """Per concurrency B: the index of the first batch of at least H_B requests, the prompts a
-    forward holds when a full instance of n devices at B emits e / EMITTED_SCALE tokens a step
-    (planner.costmodel.colocated); rs.size when no batch of the axis reaches H_B."""
+def _held(ctx: CostContext, n: int, xs: np.ndarray, e: int, rs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per concurrency B: (H_B, the prompts a forward holds when a full instance of n devices at B
+    emits e / EMITTED_SCALE tokens a step (planner.costmodel.colocated), and the index of the first
+    batch of at least H_B requests: rs.size when no batch of the axis reaches H_B)."""
     admitted = admitted_per_step(n, xs, e / EMITTED_SCALE, ctx.workload.output_tokens)
     held = np.maximum(float(rs[0]), prompts_per_forward(admitted))
-    return np.searchsorted(rs, held - 1e-9, side="left")
+    return held, np.searchsorted(rs, held - 1e-9, side="left")
+
+
+def _held_floor_s(shortest_us: np.ndarray, rs: np.ndarray, held: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """[..., B]: a floor on F(H_B) / H_B in seconds, F read linearly between the whole batches on
+    either side of H_B as the evaluation reads it, from `shortest_us` [..., R], the shortest
+    forward of each batch over the micro-batch counts (the reading of the shortest forwards is at
+    most the reading of any one count's); inf where no batch reaches H_B."""
+    size = rs.size
+    k = np.clip(first, 0, size - 1)
+    lo = np.maximum(k - 1, 0)
+    frac = np.where(k > lo, (held - rs[lo]) / np.maximum(rs[k] - rs[lo], 1e-12), 0.0)
+    f_lo, f_k = shortest_us[..., lo], shortest_us[..., k]
+    floor = (f_lo + frac * (f_k - f_lo)) * 1e-6 / held * (1.0 - 1e-12)
+    return np.where(first < size, floor, np.inf)
 
 
 def _admitted_prefill_floor(
-    prefill_s: np.ndarray, prefill_free: np.ndarray, r_idx: np.ndarray, first_held: np.ndarray
+    prefill_s: np.ndarray, held_floor_s: np.ndarray, r_idx: np.ndarray, first_held: np.ndarray
 ) -> np.ndarray:
     """A floor on the prefill seconds per request of a whole-forward instance at each concurrency
     B, over [..., B]: `prefill_s` [..., R] is the least F(R) / R up to R among the forwards that
-    meet the TTFT and ITL limits, `prefill_free` the same without limits, `r_idx` [..., B] the
-    largest batch that fits, `first_held` [B] the first batch of at least H_B requests. A batch
-    below H_B costs its own F(R) / R (the limits apply to it); from H_B on every batch costs
-    F(H_B) / H_B, read linearly between the whole batches on either side of H_B, and so at least
-    the lesser of their F(R) / R: at least `prefill_free` at the first batch of at least H_B (the
-    forward of R, not of H_B, meets the limits, so the floor of H_B's cost takes none)."""
+    meet the TTFT and ITL limits, `held_floor_s` [..., B] a floor on F(H_B) / H_B (`_held_floor_s`),
+    `r_idx` [..., B] the largest batch that fits, `first_held` [B] the first batch of at least H_B
+    requests. A batch below H_B costs its own F(R) / R (the limits apply to it); every batch from
+    H_B on costs F(H_B) / H_B (the forward of R, not of H_B, meets the limits, so that floor takes
+    none), if one fits."""
     size = prefill_s.shape[-1]
     below = np.minimum(r_idx, first_held - 1)  # the largest fitting batch of fewer than H_B requests
     at_below = np.take_along_axis(
         prefill_s, np.broadcast_to(np.clip(below, 0, size - 1), r_idx.shape).astype(np.int64), axis=-1
     )
     at_below = np.where(below >= 0, at_below, np.inf)
-    held_at = np.broadcast_to(np.clip(first_held, 0, size - 1), r_idx.shape).astype(np.int64)
-    at_held = np.take_along_axis(np.broadcast_to(prefill_free, (*r_idx.shape[:-1], size)), held_at, axis=-1)
-    at_held = np.where((first_held <= r_idx) & (r_idx >= 0), at_held, np.inf)
+    at_held = np.where((first_held <= r_idx) & (r_idx >= 0), held_floor_s, np.inf)
     return np.minimum(at_below, at_held)
 
 
@@ -389,7 +403,6 @@ def colocated_size_bound(
     forward_least = _least_forward_us(ctx, dt, pt, pi)
     limit = min(math.inf if ttft_slo_us is None else ttft_slo_us / 1.5, math.inf if max_itl_us is None else max_itl_us)
     prefill_least = np.minimum.accumulate(np.where(forward_least <= limit, forward_least * 1e-6 / rs, np.inf))
-    prefill_free_least = np.minimum.accumulate(forward_least * 1e-6 / rs)
     kv_one = float(_kv_one_prompt_mib(ctx, dt, pt).min())
     chunks = np.array([g * n for g in CHUNK_TOKENS_PER_DEVICE], dtype=float)
     x_tokens, diff = _chunk_differences(ctx, dt, pt)
@@ -416,7 +429,8 @@ def colocated_size_bound(
         decode_s = w.output_tokens * 1e-3 * step / (n * xs * e)
         # whole forwards: the largest batch whose KV alone fits next to the least decode HBM
         r_idx = np.searchsorted(rs, np.floor((cap - hbm) / max(kv_one, 1e-9)), side="right") - 1
-        at = _admitted_prefill_floor(prefill_least, prefill_free_least, r_idx, _first_held_index(ctx, n, xs, e, rs))
+        held, first = _held(ctx, n, xs, e, rs)
+        at = _admitted_prefill_floor(prefill_least, _held_floor_s(forward_least, rs, held, first), r_idx, first)
         whole_ok = ok & (r_idx >= 0)
         if slo_us is not None:
             whole_ok &= at <= decode_s * (slo_us * e / (np.maximum(step, 1) * EMITTED_SCALE) - 1.0) * (1 + 1e-9)
@@ -461,8 +475,7 @@ def colocated_upper_bounds(
     rs = pt.x_values.astype(float)
     out_tokens = ctx.workload.output_tokens
     # prefill seconds per request at the best batch of at most R requests [A, F, M, L, R]
-    prefill_s = _prefill_seconds_per_request(ctx, dt, pt, pi, ttft_slo_us, max_itl_us)
-    prefill_free = _prefill_seconds_per_request(ctx, dt, pt, pi, None, None)  # no limit on the forward
+    prefill_s, shortest_us = _prefill_seconds_per_request(ctx, dt, pt, pi, ttft_slo_us, max_itl_us)
     # MiB of KV cache one prompt leaves on a device, per attention layout: the prefill batch's
     # KV alone (activations come on top) must fit next to the decode instance's HBM
     kv_one = _kv_one_prompt_mib(ctx, dt, pt)
@@ -516,7 +529,8 @@ def colocated_upper_bounds(
         chunked_totals.append(chunked)
         room = (di.hbm_capacity_mib - hbm) / np.maximum(kv_one, 1e-9)[:, None, None, None, None]
         r_idx = np.searchsorted(rs, np.floor(room), side="right") - 1  # largest batch that fits
-        at = _admitted_prefill_floor(prefill_s, prefill_free, r_idx, _first_held_index(ctx, n, xs[:nb], e, rs))
+        held, first = _held(ctx, n, xs[:nb], e, rs)
+        at = _admitted_prefill_floor(prefill_s, _held_floor_s(shortest_us, rs, held, first), r_idx, first)
         ok &= r_idx >= 0
         if slo_us is not None:
             # TPOT stretches to step / e / (1 - f) with f = p / (d + p) the prefill share of time:
