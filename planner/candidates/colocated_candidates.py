@@ -68,7 +68,7 @@ from planner.costmodel.colocated import (
     chunked_rate_and_latency,
     chunked_reference_tokens,
     colocated_rate_and_latency,
-    prompts_per_forward,
+    held_requests,
 )
 from planner.costmodel.context import CostContext
 from planner.costmodel.memory import prefill_hbm
@@ -323,12 +323,13 @@ def _chunked_meets(
     return ok
 
 
-def _held(ctx: CostContext, n: int, xs: np.ndarray, e: int, rs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _held(ctx: CostContext, n: int, xs: np.ndarray, emitted: float, rs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per concurrency B: (H_B, the prompts a forward holds when a full instance of n devices at B
-    emits e / EMITTED_SCALE tokens a step (planner.costmodel.colocated), and the index of the first
+    emits `emitted` tokens a step per sequence, never fewer than the batch axis's first, R_0
+    (planner.costmodel.colocated.held_requests with no batch limit), and the index of the first
     batch of at least H_B requests: rs.size when no batch of the axis reaches H_B)."""
-    admitted = admitted_per_step(n, xs, e / EMITTED_SCALE, ctx.workload.output_tokens)
-    held = np.maximum(float(rs[0]), prompts_per_forward(admitted))
+    admitted = admitted_per_step(n, xs, emitted, ctx.workload.output_tokens)
+    held = held_requests(np.inf, admitted, int(rs[0]))
     return held, np.searchsorted(rs, held - 1e-9, side="left")
 
 
@@ -336,14 +337,13 @@ def _held_floor_s(shortest_us: np.ndarray, rs: np.ndarray, held: np.ndarray, fir
     """[..., B]: a floor on F(H_B) / H_B in seconds, F read linearly between the whole batches on
     either side of H_B as the evaluation reads it, from `shortest_us` [..., R], the shortest
     forward of each batch over the micro-batch counts (the reading of the shortest forwards is at
-    most the reading of any one count's); inf where no batch reaches H_B."""
-    size = rs.size
-    k = np.clip(first, 0, size - 1)
+    most the reading of any one count's). Where no batch reaches H_B the value is unused
+    (`_admitted_prefill_floor` takes it only where a batch of at least H_B fits)."""
+    k = np.clip(first, 0, rs.size - 1)
     lo = np.maximum(k - 1, 0)
     frac = np.where(k > lo, (held - rs[lo]) / np.maximum(rs[k] - rs[lo], 1e-12), 0.0)
     f_lo, f_k = shortest_us[..., lo], shortest_us[..., k]
-    floor = (f_lo + frac * (f_k - f_lo)) * 1e-6 / held * (1.0 - 1e-12)
-    return np.where(first < size, floor, np.inf)
+    return (f_lo + frac * (f_k - f_lo)) * 1e-6 / held * (1.0 - 1e-12)
 
 
 def _admitted_prefill_floor(
@@ -429,7 +429,7 @@ def colocated_size_bound(
         decode_s = w.output_tokens * 1e-3 * step / (n * xs * e)
         # whole forwards: the largest batch whose KV alone fits next to the least decode HBM
         r_idx = np.searchsorted(rs, np.floor((cap - hbm) / max(kv_one, 1e-9)), side="right") - 1
-        held, first = _held(ctx, n, xs, e, rs)
+        held, first = _held(ctx, n, xs, e / EMITTED_SCALE, rs)
         at = _admitted_prefill_floor(prefill_least, _held_floor_s(forward_least, rs, held, first), r_idx, first)
         whole_ok = ok & (r_idx >= 0)
         if slo_us is not None:
@@ -529,7 +529,7 @@ def colocated_upper_bounds(
         chunked_totals.append(chunked)
         room = (di.hbm_capacity_mib - hbm) / np.maximum(kv_one, 1e-9)[:, None, None, None, None]
         r_idx = np.searchsorted(rs, np.floor(room), side="right") - 1  # largest batch that fits
-        held, first = _held(ctx, n, xs[:nb], e, rs)
+        held, first = _held(ctx, n, xs[:nb], e / EMITTED_SCALE, rs)
         at = _admitted_prefill_floor(prefill_s, _held_floor_s(shortest_us, rs, held, first), r_idx, first)
         ok &= r_idx >= 0
         if slo_us is not None:
@@ -618,19 +618,6 @@ def _evaluate_memo(
     return [rc for c in chosen for rc in memo[c]]
 
 
-def _held_forwards(
-    forward_r: np.ndarray, rs: np.ndarray, held_b: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per concurrency B: (index of the first batch of at least H_B requests, the forward of H_B
-    requests read linearly between the whole batches on either side, that forward's seconds per
-    request). A forward holds R_h = min(R, H_B), H_B = max(R_0, a / (1 - e^-a))
-    (planner.costmodel.colocated); the batch axis is every whole batch from R_0, so the linear
-    reading is the cost model's."""
-    first = np.searchsorted(rs, held_b - 1e-9, side="left")
-    forward_h = np.interp(held_b, rs.astype(float), forward_r)
-    return first, forward_h, forward_h / held_b
-
-
 def _whole_forward_best(
     ctx: CostContext,
     n: int,
@@ -664,9 +651,11 @@ def _whole_forward_best(
     Where a forward or its HBM falls with R somewhere (not monotone), or with `exhaustive` (the
     tests' reference), every (B, R) is evaluated instead."""
     w = ctx.workload
-    admitted = admitted_per_step(n, xs, emitted, w.output_tokens)
-    held_b = np.maximum(float(rs[0]), prompts_per_forward(admitted))
-    first_h, forward_h, per_held = _held_forwards(forward_r, rs, held_b)
+    held_b, first_h = _held(ctx, n, xs, emitted, rs)
+    # the forward of H_B read linearly between the whole batches on either side (the batch axis is
+    # every whole batch from R_0, so this is the cost model's reading)
+    forward_h = np.interp(held_b, rs.astype(float), forward_r)
+    per_held = forward_h / held_b
     monotone = not exhaustive and bool(np.all(np.diff(forward_r) >= 0) and np.all(np.diff(extra_r) >= 0))
     if monotone:
         # the largest batch index each B allows (-1: none)

@@ -158,6 +158,17 @@ def forward_held_s(
     return f_lo + (held - lo) / (hi - lo) * (f_hi - f_lo)
 
 
+def held_forward(
+    ctx: CostContext, devices: int, concurrency, emitted, batch_requests: float, batch_forward_s: float, forward_at
+) -> tuple[float, float]:
+    """(R_h, F_h): the requests a whole forward of an instance of `devices` at `concurrency` holds,
+    and that forward's seconds (`forward_at` maps prompt tokens to seconds; the plan's batch of
+    `batch_requests` takes `batch_forward_s`), by the module docstring."""
+    admitted = admitted_per_step(devices, concurrency, emitted, ctx.workload.output_tokens)
+    held = float(held_requests(batch_requests, admitted, least_requests_per_forward(ctx)))
+    return held, forward_held_s(forward_at, held, batch_requests, batch_forward_s, ctx.prefill_tokens_per_request)
+
+
 def chunk_time_s(forward_x_s, forward_2x_s, chunk_tokens, x_tokens) -> np.ndarray:
     """t_c: the time C prompt tokens add to a decode step (module docstring)."""
     slope = np.maximum(np.asarray(forward_2x_s) - np.asarray(forward_x_s), 0.0) / np.asarray(x_tokens)
@@ -236,14 +247,14 @@ def colocated_figures(
     fwd = prefill_forward(ctx, prefill)
     forward_s = float(fwd.forward_s[0])
     batch = float(fwd.requests_per_forward[0])
-    admitted = admitted_per_step(decode.devices, decode.concurrency_per_device, emitted, w.output_tokens)
-    held = float(held_requests(batch, admitted, least_requests_per_forward(ctx)))
-    held_s = forward_held_s(
-        lambda tokens: prefill_forward(ctx, prefill, tokens).forward_s,
-        held,
+    held, held_s = held_forward(
+        ctx,
+        decode.devices,
+        decode.concurrency_per_device,
+        emitted,
         batch,
         forward_s,
-        ctx.prefill_tokens_per_request,
+        lambda tokens: prefill_forward(ctx, prefill, tokens).forward_s,
     )
     rate, fraction, tpot, ttft = colocated_rate_and_latency(
         step_s, emitted, decode.devices, decode.concurrency_per_device, forward_s, batch, w.output_tokens, held_s, held

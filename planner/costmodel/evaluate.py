@@ -315,30 +315,25 @@ def predict_afd_colocated(ctx: CostContext, plan: Plan, afd: AfdPrediction) -> C
     decode steps, by the formulas of planner.costmodel.colocated)."""
     from planner.costmodel.afd import afd_hbm, afd_prefill_forward_s
     from planner.costmodel.colocated import (
-        admitted_per_step,
         colocated_rate_and_latency,
-        forward_held_s,
-        held_requests,
+        held_forward,
         itl_percentiles,
         whole_forward_long_gap_fraction,
     )
-    from planner.costmodel.prefill import least_requests_per_forward
 
     section = plan.afd
     assert section is not None and section.prefill_batch_tokens is not None and afd.prefill_forward_ms is not None
     step_s, forward_s = afd.step_ms / 1e3, afd.prefill_forward_ms / 1e3
     emitted = afd.tokens_per_step_per_sequence
     requests = section.prefill_batch_tokens / ctx.prefill_tokens_per_request
-    admitted = admitted_per_step(
-        section.attention_devices, section.concurrency_per_device, emitted, ctx.workload.output_tokens
-    )
-    held = float(held_requests(requests, admitted, least_requests_per_forward(ctx)))
-    held_s = forward_held_s(
-        lambda tokens: afd_prefill_forward_s(ctx, section, tokens),
-        held,
+    held, held_s = held_forward(
+        ctx,
+        section.attention_devices,
+        section.concurrency_per_device,
+        emitted,
         requests,
         forward_s,
-        ctx.prefill_tokens_per_request,
+        lambda tokens: afd_prefill_forward_s(ctx, section, tokens),
     )
     rate, fraction, tpot, ttft = (
         float(np.asarray(x).reshape(-1)[0])

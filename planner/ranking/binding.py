@@ -424,9 +424,10 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
         out.append(Binding("prefill", kind, message, f"colocated chunk {chunk}: {tag}"))
         return out
     held = now.prompts_per_forward
-    if held is not None and held < r + 1 - 1e-9:
-        # a full instance admits fewer prompts between forwards than one more request: a larger
-        # batch would run the same forwards (planner.costmodel.colocated), only its limits grow
+    if held is not None and held <= r + 1e-9:
+        # the forwards already hold fewer prompts than the batch (what a full instance admits): a
+        # larger batch would run the same forwards (planner.costmodel.colocated), only its limits
+        # grow; with r < held < r + 1 one more request would fill forwards more, so it is scored
         text = (
             f"admissions bind: a full instance admits about {held:.2f} prompts between forwards (the sequences "
             f"its decode steps finish), so a batch of {r + 1} would run the same forwards and serve no more"

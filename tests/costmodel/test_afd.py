@@ -219,6 +219,16 @@ def test_afd_instances_that_prefill_too_are_scored_as_colocated():
     # decoding stalls during prefill forwards: the user sees a longer TPOT than the steps alone
     assert p.colocated.tpot_ms > p.afd.tpot_ms
     assert p.colocated.longest_decode_pause_ms == pytest.approx(p.afd.step_ms + p.afd.prefill_forward_ms, abs=0.01)
+    # a forward holds what a full instance admits between forwards, a / (1 - e^-a), at most the batch
+    w = both.workload
+    for batch in (2, 8):
+        section = plan.afd.model_copy(update={"prefill_batch_tokens": batch * w.input_tokens})
+        q = evaluate_plan(both.model_copy(update={"afd": section}), None)
+        a = section.attention_devices * section.concurrency_per_device * q.afd.tokens_per_step_per_sequence
+        a /= w.output_tokens
+        held = min(batch, max(1.0, a / -np.expm1(-a)))
+        assert q.colocated.prompts_per_forward == pytest.approx(held, abs=1e-3)
+    assert held < 8  # the second batch is above what is admitted: its forwards are read between batches
 
 
 @pytest.mark.parametrize(("tag", "room"), [("16k", 0.0006), ("32k", None)])

@@ -17,6 +17,7 @@ from planner.ranking.binding import (
     outcome_bindings,
     plan_bindings,
     plan_context,
+    request_bindings,
     why_line,
 )
 from planner.search.plan_search import run_search
@@ -91,10 +92,16 @@ def test_colocated_neighbours_are_scored_as_colocated_plans(schedule):
     decode, prefill, deployment = outcome_bindings(outcome)
     assert "colocated" in decode.message and decode.constraint in ("tpot", "hbm", "itl")
     assert prefill.constraint in ("ttft", "tpot", "hbm", "itl", "search_space", "admission")
-    if schedule == "whole":  # a full instance admits fewer prompts than the batch's next size
+    if schedule == "whole":  # the forwards hold no more than the batch: what a full instance admits
         held = evaluate_plan(plan.model_copy(update={"predicted": None})).colocated.prompts_per_forward
-        assert prefill.constraint == "admission" and held < plan.colocated.prefill_batch_tokens / 2048 + 1
+        assert prefill.constraint == "admission" and held <= plan.colocated.prefill_batch_tokens / 2048
         assert f"{held:.2f} prompts between forwards" in prefill.message
+        # a batch below what is admitted: one more request fills the forwards more, so admissions do not bind
+        smaller = int(held - 1e-9)
+        assert 1 <= smaller < held
+        section = plan.colocated.model_copy(update={"prefill_batch_tokens": smaller * 2048})
+        below = plan.model_copy(update={"colocated": section, "predicted": None})
+        assert request_bindings(below, COLOCATED_REQUESTS[schedule])[1].constraint != "admission"
     b = plan.colocated.concurrency_per_device
     more = plan.model_copy(
         update={
