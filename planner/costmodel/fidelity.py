@@ -27,11 +27,13 @@ from functools import lru_cache
 
 import numpy as np
 
-from planner.costmodel.evaluate import PlanSpecs, load_plan_specs
-from planner.costmodel.fitting import SENSITIVE_ELASTICITY
-from planner.costmodel.reference import condition_imbalance, evaluate_row
-from planner.costmodel.uncertainty import prediction_uncertainty
+from planner.costmodel.evaluate import PlanSpecs, evaluate_plan, load_plan_specs
+from planner.costmodel.fitting import SENSITIVE_ELASTICITY, metric_value
+from planner.costmodel.reference import condition_imbalance
+from planner.costmodel.store_fit import heldout_error
+from planner.costmodel.uncertainty import imbalance_corner, prediction_uncertainty, scenarios, widened
 from planner.specs.catalog import load_plan, plan_base_dir
+from planner.specs.hardware import HardwareSpec
 from planner.specs.plan import Plan
 from planner.specs.validation import StoredFigure, all_figures
 
@@ -148,13 +150,49 @@ def not_compared_figures() -> list[tuple[StoredFigure, str]]:
     return out
 
 
-def _band(fig: StoredFigure) -> tuple[float, float] | None:
+def _band(fig: StoredFigure, base: StoredFigure | None) -> tuple[float, float] | None:
+    """The row's band: its own metric at the slow and the fast corner (every ranged factor and imbalance
+    parameter at its end), widened by the machine group's held-out RMS error, as every band of a plan.
+
+    A ratio of two runs (`ratio_to`) is banded as a ratio: both plans run on the same machine, so their
+    factor errors are shared (as when the ranking compares two plans). The ratio is not monotone in the
+    factors, so besides the two corners it is taken with each ranged factor alone at either end of its
+    range; the band spans every such ratio, widened by the same held-out error."""
     plan, specs = _plan_and_specs(fig.plan)
-    res = evaluate_row(fig, specs=specs)
-    unc = prediction_uncertainty(plan, specs, res.prediction, plan_base_dir(fig.plan), condition_imbalance(fig))
-    block, _, figure = fig.metric.partition(".")
-    b = unc.bands.get(block, {}).get(figure)
-    return None if b is None else (b.low, b.high)
+    block, _, name = fig.metric.partition(".")
+    imb = condition_imbalance(fig)
+    mid = evaluate_plan(plan, plan_base_dir(fig.plan), imb, specs=specs)
+    err = heldout_error(specs.hw.name)
+    if base is None:
+        unc = prediction_uncertainty(plan, specs, mid, plan_base_dir(fig.plan), imb, {block: (name,)})
+        b = unc.bands.get(block, {}).get(name)
+        return None if b is None else (b.low, b.high)
+    base_plan, base_specs = _plan_and_specs(base.plan)
+    if base_specs.hw.name != specs.hw.name:
+        return None  # not a ratio on one machine: its factor errors are not shared
+    base_imb = condition_imbalance(base)
+
+    def ratio(hw: HardwareSpec, slow: bool | None) -> float | None:
+        a_imb = imb if slow is None else imbalance_corner(imb, slow)
+        b_imb = base_imb if slow is None else imbalance_corner(base_imb, slow)
+        a = evaluate_plan(plan, plan_base_dir(fig.plan), a_imb, specs=PlanSpecs(specs.model, hw, specs.quant))
+        b = evaluate_plan(
+            base_plan, plan_base_dir(base.plan), b_imb, specs=PlanSpecs(base_specs.model, hw, base_specs.quant)
+        )
+        try:
+            return metric_value(a, fig.metric) / metric_value(b, base.metric)
+        except (KeyError, ZeroDivisionError):
+            return None
+
+    values = [ratio(specs.hw, None)]
+    for i, scenario in enumerate(scenarios(specs.hw)):
+        # the first two scenarios are the corners (every factor at its slow, then its fast end): the
+        # imbalance parameters go to the same end there; each factor alone keeps the row's imbalance
+        corner_end = {0: True, 1: False}.get(i)
+        values.append(ratio(scenario.hw, corner_end))
+    if any(v is None for v in values):
+        return None
+    return widened([float(v) for v in values if v is not None], err)
 
 
 def fidelity_report(subset: list[StoredFigure] | None = None) -> FidelityReport:
@@ -215,7 +253,7 @@ def fidelity_report(subset: list[StoredFigure] | None = None) -> FidelityReport:
             # imbalance parameters are fitted on every fit row, a machine outside the groups included
             fitted_to = [k for k in fitted_to if k.startswith("imbalance.")] if r.figure.role == "fit" else []
         fitted_to += [f"chosen: {c}" for c in r.figure.row.chosen_on]
-        band = None if r.base is not None else _band(r.figure)
+        band = _band(r.figure, r.base)
         out.append(
             FidelityRow(
                 row=r.figure,

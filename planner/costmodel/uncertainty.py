@@ -119,14 +119,42 @@ def imbalance_corner(imbalance: ImbalanceModel | None, slow: bool) -> ImbalanceM
     )
 
 
-def _figures(prediction: Prediction) -> dict[str, dict[str, float]]:
+def _figures(prediction: Prediction, extra: dict[str, tuple[str, ...]] | None = None) -> dict[str, dict[str, float]]:
     dump: dict[str, Any] = prediction.model_dump()
     out: dict[str, dict[str, float]] = {}
-    for block, names in BAND_FIGURES.items():
+    wanted = {block: tuple(names) for block, names in BAND_FIGURES.items()}
+    for block, names in (extra or {}).items():
+        wanted[block] = wanted.get(block, ()) + tuple(n for n in names if n not in wanted.get(block, ()))
+    for block, names in wanted.items():
         node = dump.get(block)
         if node:
             out[block] = {n: float(node[n]) for n in names if node.get(n) is not None}
     return out
+
+
+def corner_figures(
+    plan: Plan,
+    specs: PlanSpecs,
+    mid: Prediction,
+    base_dir: Path | None = None,
+    imbalance: ImbalanceModel | None = None,
+    extra: dict[str, tuple[str, ...]] | None = None,
+) -> dict[str, dict[str, dict[str, float]]]:
+    """The banded figures (and those `extra` names, block -> figures) of `mid`, the plan's prediction on
+    `specs.hw`, and of the same plan on the slow and on the fast corner: {"mid"|"slow"|"fast": block: figure:
+    value}, not yet widened."""
+    figures = {"mid": _figures(mid, extra)}
+    for key, slow in (("slow", True), ("fast", False)):
+        spec = PlanSpecs(specs.model, corner(specs.hw, slow), specs.quant)
+        imb = imbalance_corner(imbalance, slow)
+        same = imb is imbalance
+        figures[key] = _figures(evaluate_plan(plan, base_dir, imb, specs=spec, hbm_from=mid if same else None), extra)
+    return figures
+
+
+def widened(values: list[float], error: float) -> tuple[float, float]:
+    """(low, high) of `values` widened by the relative `error` on either side."""
+    return min(values) * (1.0 - error), max(values) * (1.0 + error)
 
 
 def prediction_uncertainty(
@@ -135,15 +163,12 @@ def prediction_uncertainty(
     mid: Prediction,
     base_dir: Path | None = None,
     imbalance: ImbalanceModel | None = None,
+    extra: dict[str, tuple[str, ...]] | None = None,
 ) -> Uncertainty:
-    """The band of every banded figure of `mid` (the plan's prediction on `specs.hw`)."""
+    """The band of every banded figure of `mid` (the plan's prediction on `specs.hw`), and of the figures
+    `extra` names (block -> figures; `moeplan fidelity` bands each row's own metric)."""
     hw = specs.hw
-    figures = {"mid": _figures(mid)}
-    for key, slow in (("slow", True), ("fast", False)):
-        spec = PlanSpecs(specs.model, corner(hw, slow), specs.quant)
-        imb = imbalance_corner(imbalance, slow)
-        same = imb is imbalance
-        figures[key] = _figures(evaluate_plan(plan, base_dir, imb, specs=spec, hbm_from=mid if same else None))
+    figures = corner_figures(plan, specs, mid, base_dir, imbalance, extra)
     from planner.costmodel.store_fit import heldout_error
 
     err = heldout_error(hw.name)
@@ -151,8 +176,7 @@ def prediction_uncertainty(
     for block, values in figures["mid"].items():
         bands[block] = {}
         for name, m in values.items():
-            a, b = figures["slow"][block][name], figures["fast"][block][name]
-            low, high = min(a, b, m) * (1.0 - err), max(a, b, m) * (1.0 + err)
+            low, high = widened([figures["slow"][block][name], figures["fast"][block][name], m], err)
             bands[block][name] = BandFigure(low=round(low, 4), mid=m, high=round(high, 4))
     ranges = {n: [lo, hi] for n, (lo, hi) in factor_ranges(hw).items()}
     return Uncertainty(method=BAND_METHOD, factors=ranges, bands=bands)

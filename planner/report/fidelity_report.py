@@ -110,7 +110,11 @@ def summary_lines(report: FidelityReport) -> list[str]:
     banded = [r for r in rows if r.band is not None]
     if banded:
         inside = sum(1 for r in banded if r.in_band)
-        lines.append(f"measured figure inside the prediction's band: {inside} of {len(banded)} rows")
+        unbanded = [r.row.id for r in rows if r.band is None]
+        lines.append(
+            f"measured figure inside the prediction's band: {inside} of {len(banded)} rows"
+            + (f" ({len(unbanded)} without a band: {', '.join(unbanded)})" if unbanded else "")
+        )
     misses = report.misses()
     if misses:
         lines.append(

@@ -128,12 +128,50 @@ def test_rows_of_one_deployment_are_left_out_together(fidelity_doc):
 def test_the_bands_are_around_the_prediction(fidelity_doc):
     inside = 0
     for r in fidelity_doc["rows"]:
-        if r["band"] is None:
-            continue
+        # every row has a band, the AFD plugin's figures per device and the ratios of two runs included
+        assert r["band"] is not None, r["name"]
         lo, hi = r["band"]
         assert lo <= r["predicted"] * (1 + 1e-6) and r["predicted"] <= hi * (1 + 1e-6), r["name"]
         inside += r["in_band"]
     assert inside >= 1
+
+
+def test_a_ratio_is_banded_with_both_runs_on_the_same_corner(fidelity_doc):
+    # a ratio of two runs on one machine shares their factor errors: at either corner (every factor at its
+    # slow or its fast end) both runs move together, and the ratio there lies inside the row's band, which is
+    # narrower than the two runs' own bands divided crosswise (independent errors)
+    from planner.costmodel.evaluate import evaluate_plan
+    from planner.costmodel.fidelity import _plan_and_specs
+    from planner.costmodel.fitting import metric_value
+    from planner.costmodel.reference import condition_imbalance, ratio_reference
+    from planner.costmodel.uncertainty import corner, imbalance_corner
+    from planner.specs.catalog import plan_base_dir
+    from planner.specs.validation import all_figures
+
+    by = {r["name"]: r for r in fidelity_doc["rows"]}
+    figures = {f.id: f for f, why in all_figures() if not why}
+    ratios = [r for r in fidelity_doc["rows"] if r["ratio_to"]]
+    assert len(ratios) >= 2
+    for r in ratios:
+        fig = figures[r["name"]]
+        base = ratio_reference(fig)
+        lo, hi = r["band"]
+        for slow in (True, False):
+            values = []
+            for f in (fig, base):
+                plan, specs = _plan_and_specs(f.plan)
+                imb = imbalance_corner(condition_imbalance(f), slow)
+                hw_specs = type(specs)(specs.model, corner(specs.hw, slow), specs.quant)
+                values.append(metric_value(evaluate_plan(plan, plan_base_dir(f.plan), imb, specs=hw_specs), f.metric))
+            ratio = values[0] / values[1]
+            assert lo <= ratio * (1 + 1e-6) and ratio <= hi * (1 + 1e-6), (r["name"], slow, ratio)
+        # the AFD plugin's "X over EP64" rows have both runs as rows of their own (the context-parallel
+        # ratios' 32K base is not a row)
+        own = by.get(fig.id.split(" over ")[0]) if " over " in fig.id else None
+        ref = by.get(base.id)
+        if own is not None and ref is not None:
+            crosswise = own["band"][1] / ref["band"][0] - own["band"][0] / ref["band"][1]
+            assert hi - lo < crosswise, r["name"]
 
 
 def test_a_machine_with_a_known_miss_says_so_in_its_plans():
