@@ -159,11 +159,10 @@ def _band(fig: StoredFigure, base: StoredFigure | None) -> tuple[float, float] |
     factors, so besides the two corners it is taken with each ranged factor alone at either end of its
     range; the band spans every such ratio, widened by the same held-out error."""
     plan, specs = _plan_and_specs(fig.plan)
-    block, _, name = fig.metric.partition(".")
     imb = condition_imbalance(fig)
-    mid = evaluate_plan(plan, plan_base_dir(fig.plan), imb, specs=specs)
-    err = heldout_error(specs.hw.name)
     if base is None:
+        block, _, name = fig.metric.partition(".")
+        mid = evaluate_plan(plan, plan_base_dir(fig.plan), imb, specs=specs)
         unc = prediction_uncertainty(plan, specs, mid, plan_base_dir(fig.plan), imb, {block: (name,)})
         b = unc.bands.get(block, {}).get(name)
         return None if b is None else (b.low, b.high)
@@ -192,7 +191,7 @@ def _band(fig: StoredFigure, base: StoredFigure | None) -> tuple[float, float] |
         values.append(ratio(scenario.hw, corner_end))
     if any(v is None for v in values):
         return None
-    return widened([float(v) for v in values if v is not None], err)
+    return widened([float(v) for v in values if v is not None], heldout_error(specs.hw.name))
 
 
 def fidelity_report(subset: list[StoredFigure] | None = None) -> FidelityReport:

@@ -121,35 +121,16 @@ def imbalance_corner(imbalance: ImbalanceModel | None, slow: bool) -> ImbalanceM
 
 def _figures(prediction: Prediction, extra: dict[str, tuple[str, ...]] | None = None) -> dict[str, dict[str, float]]:
     dump: dict[str, Any] = prediction.model_dump()
-    out: dict[str, dict[str, float]] = {}
-    wanted = {block: tuple(names) for block, names in BAND_FIGURES.items()}
+    wanted = dict(BAND_FIGURES)
     for block, names in (extra or {}).items():
-        wanted[block] = wanted.get(block, ()) + tuple(n for n in names if n not in wanted.get(block, ()))
+        have = wanted.get(block, ())
+        wanted[block] = have + tuple(n for n in names if n not in have)
+    out: dict[str, dict[str, float]] = {}
     for block, names in wanted.items():
         node = dump.get(block)
         if node:
             out[block] = {n: float(node[n]) for n in names if node.get(n) is not None}
     return out
-
-
-def corner_figures(
-    plan: Plan,
-    specs: PlanSpecs,
-    mid: Prediction,
-    base_dir: Path | None = None,
-    imbalance: ImbalanceModel | None = None,
-    extra: dict[str, tuple[str, ...]] | None = None,
-) -> dict[str, dict[str, dict[str, float]]]:
-    """The banded figures (and those `extra` names, block -> figures) of `mid`, the plan's prediction on
-    `specs.hw`, and of the same plan on the slow and on the fast corner: {"mid"|"slow"|"fast": block: figure:
-    value}, not yet widened."""
-    figures = {"mid": _figures(mid, extra)}
-    for key, slow in (("slow", True), ("fast", False)):
-        spec = PlanSpecs(specs.model, corner(specs.hw, slow), specs.quant)
-        imb = imbalance_corner(imbalance, slow)
-        same = imb is imbalance
-        figures[key] = _figures(evaluate_plan(plan, base_dir, imb, specs=spec, hbm_from=mid if same else None), extra)
-    return figures
 
 
 def widened(values: list[float], error: float) -> tuple[float, float]:
@@ -168,7 +149,12 @@ def prediction_uncertainty(
     """The band of every banded figure of `mid` (the plan's prediction on `specs.hw`), and of the figures
     `extra` names (block -> figures; `moeplan fidelity` bands each row's own metric)."""
     hw = specs.hw
-    figures = corner_figures(plan, specs, mid, base_dir, imbalance, extra)
+    figures = {"mid": _figures(mid, extra)}
+    for key, slow in (("slow", True), ("fast", False)):
+        spec = PlanSpecs(specs.model, corner(hw, slow), specs.quant)
+        imb = imbalance_corner(imbalance, slow)
+        same = imb is imbalance
+        figures[key] = _figures(evaluate_plan(plan, base_dir, imb, specs=spec, hbm_from=mid if same else None), extra)
     from planner.costmodel.store_fit import heldout_error
 
     err = heldout_error(hw.name)
