@@ -335,14 +335,18 @@ def _sim_error(r: Any) -> str:
     return "-" if r.error is None else f"{r.error:+.1%}"
 
 
+def _fit_label(fitted: str) -> str:
+    """'simulate.acceptance_spread' -> 'acceptance spread'; a static row of the same run -> 'static row of the run'."""
+    if fitted.startswith("static row "):
+        return "static row of the run"
+    return fitted.split(".")[-1].replace("_", " ")
+
+
 def _sim_name(r: Any) -> str:
-    """The figure's id, marked when something was fitted on it (the simulator's acceptance spread)."""
-    fitted = r.fitted_to
-    return (
-        f"{r.figure.id} (fit: {', '.join(f.split('.')[-1].replace('_', ' ') for f in fitted)})"
-        if fitted
-        else r.figure.id
-    )
+    """The figure's id, marked when something was fitted on it or on its run (the simulator's acceptance spread,
+    a static fit row derived from the same run)."""
+    labels = sorted({_fit_label(f) for f in r.fitted_to})
+    return f"{r.figure.id} (fit: {', '.join(labels)})" if labels else r.figure.id
 
 
 def simulated_fidelity_table(rows: list[Any]) -> Table:
@@ -351,7 +355,8 @@ def simulated_fidelity_table(rows: list[Any]) -> Table:
         title="Queueing-dominated figures against the serving simulator (compare: simulated)",
         caption="each run simulated as the benchmark client ran it (planner/simulate/validation.py), mean of "
         "seeds 0-2 (their range beside it); every step and forward timed by the cost model as shipped; "
-        "(fit: ...): the simulator's parameter fitted on the figure, every other figure held out",
+        "(fit: ...): the simulator's parameter fitted on the figure, or a static fit row derived from the same "
+        "run (its factors then were fitted on that run); every other figure held out",
         title_justify="left",
     )
     for col in ("row", "figure", "published", "simulated", "error", "seeds", "tolerance", "within"):
@@ -378,7 +383,12 @@ def simulated_fidelity_lines(rows: list[Any]) -> list[str]:
     lines = []
     if judged:
         inside = sum(1 for r in judged if r.within_tolerance)
-        lines.append(f"simulated figures within their tolerance: {inside} of {len(judged)}")
+        held = [r for r in judged if not r.fitted_to]
+        held_inside = sum(1 for r in held if r.within_tolerance)
+        lines.append(
+            f"simulated figures within their tolerance: {inside} of {len(judged)}; of those on runs nothing was "
+            f"fitted on (held out): {held_inside} of {len(held)}"
+        )
     for r in rows:
         if r.reason:
             lines.append(f"not simulated: {r.figure.id}: {r.reason}")

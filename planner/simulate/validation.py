@@ -19,6 +19,7 @@ instances: it is listed as not simulated, with that reason.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -52,11 +53,14 @@ class SimulatedFigure:
 
     @property
     def fitted_to(self) -> list[str]:
-        """What was fitted on this figure: the acceptance spread on its fit runs' median and P99 TPOT."""
+        """What was fitted on this figure's run: the acceptance spread on its fit runs' median and P99 TPOT, and
+        the static fit rows measured on the same run, whose factors the simulation runs on."""
+        out: list[str] = []
         record = spread_record()
         if self.figure.metric in SPREAD_METRICS and self.figure.row.id in record.get("fitted_on", []):
-            return ["simulate.acceptance_spread"]
-        return []
+            out.append("simulate.acceptance_spread")
+        out.extend(f"static row '{row_id}'" for row_id in static_fit_rows_of_run(self.figure))
+        return out
 
     @property
     def within_tolerance(self) -> bool | None:
@@ -82,6 +86,22 @@ class SimulatedFigure:
             "fitted_to": self.fitted_to,
             "source": self.figure.citation,
         }
+
+
+@lru_cache(maxsize=1)
+def _static_fit_rows_by_run() -> dict[tuple[str, str], tuple[str, ...]]:
+    """The static rows the factors are fitted on, by run: (source address, section of the source)."""
+    runs: dict[tuple[str, str], set[str]] = {}
+    for f in usable_figures(compare="static"):
+        if f.role == "fit" and f.row.where:
+            runs.setdefault((f.source.url, f.row.where), set()).add(f.row.id)
+    return {run: tuple(sorted(ids)) for run, ids in runs.items()}
+
+
+def static_fit_rows_of_run(figure: StoredFigure) -> tuple[str, ...]:
+    """The static fit rows measured on the same run as this figure (same source, same section): a decode TPOT
+    or a prefill forward of that run, so the factors the simulation runs on were fitted on it."""
+    return _static_fit_rows_by_run().get((figure.source.url, figure.row.where), ())
 
 
 def row_routing(engine: str) -> Routing:

@@ -175,7 +175,7 @@ def test_a_full_plan_gets_runs_at_its_predicted_rate_whose_ttft_is_fitted(tmp_pa
     import sys
 
     out = tmp_path / "export"
-    r = run_cli("plan", "--engine", "vllm-ascend", "--emit", "vllm-ascend", str(out))
+    r = run_cli("plan", "--engine", "vllm-ascend", "--structure", "pd", "--emit", "vllm-ascend", str(out))
     assert r.exit_code == 0, r.output
     doc = json.loads((out / "plan.json").read_text())
     rate = doc["predicted"]["system"]["requests_per_s"]

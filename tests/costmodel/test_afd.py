@@ -155,8 +155,10 @@ def test_forced_balance_reads_only_the_cycled_experts():
     forced, _ = _ctx("afd-plugin-64a16f-16k", ForcedBalance(4))
     slow = afd_decode_step(natural, plan.afd)
     fast = afd_decode_step(forced, plan.afd)
-    # 4 of 16 expert slots read per FFN device, no skew or spread: the FFN side is much lighter
-    assert float(fast.ffn_layer_s[0]) < 0.6 * float(slow.ffn_layer_s[0])
+    # 4 of 16 expert slots read per FFN device, no skew or spread: the FFN side is lighter than the balance
+    # alone would make it (the natural layer divided by its imbalance), by the 12 experts' weights not read
+    balanced_only = float(slow.ffn_layer_s[0]) / float(slow.moe_imbalance[0])
+    assert float(fast.ffn_layer_s[0]) < 0.85 * balanced_only
     assert float(fast.moe_imbalance[0]) == 1.0
 
 

@@ -36,12 +36,13 @@ def _per_card(plan: dict) -> float:
 
 
 def test_cost_picks_a_bigger_decode_instance_when_prefill_cards_are_dear():
-    # prefill on A2 at 20 per card-hour, decode on CloudMatrix384 at 1: tokens per card matches one
-    # 16-card prefill instance with a 16-card decode instance; per unit of cost the dear prefill
-    # instance is better kept busy by a 24-card decode instance
+    # prefill on A2 at 20 per card-hour, decode on CloudMatrix384 at 1: tokens per card matches the
+    # prefill instances with a decode instance they keep nearly full; per unit of cost the dear prefill
+    # instances are better kept busy by a bigger decode instance (the sizes follow the cost model:
+    # 32 and 40 decode cards under the factors of 2026-12-03)
     common = (
-        "--prefill-hardware", "a2", "--decode-hardware", "cm384", "--max-prefill-cards", "16",
-        "--max-decode-cards", "24", "--price-per-card-hour", "a2=20,cm384=1", "--currency", "USD",
+        "--prefill-hardware", "a2", "--decode-hardware", "cm384", "--max-prefill-cards", "32",
+        "--max-decode-cards", "48", "--price-per-card-hour", "a2=20,cm384=1", "--currency", "USD",
     )  # fmt: skip
     per_card = _plan(*common)
     cheapest = _plan(*common, "--objective", "cost")

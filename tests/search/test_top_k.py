@@ -19,8 +19,9 @@ from planner.search.budget import request_budget
 from planner.search.contexts import phase_contexts
 from planner.search.deployment import COLOCATED, DISAGGREGATED, Objective
 from planner.search.enumerate_deployments import rank_deployments
+from planner.search.nearest import smallest_slo
 from planner.search.plan_files import deployment_plan, plan_signature, scored_plan
-from planner.search.plan_search import TableCache, question_of, run_search
+from planner.search.plan_search import TableCache, is_feasible, question_of, run_search
 from planner.search.request import PlanRequest
 from planner.specs.plan import SLO, Workload
 from tests.search.deployment_cases import best_pair_ratio, offers, one_machine
@@ -62,10 +63,14 @@ def test_fewer_than_k_says_so():
         decode_devices=16,
         mtp_tokens=(0,),
         max_cards=16,
-        slo=SLO(tpot_ms=35.8, ttft_ms=None),
+        slo=SLO(tpot_ms=1.0, ttft_ms=None),
         top=50,
         workload=Workload(input_tokens=1024, output_tokens=512),
     )
+    # half a millisecond above the lowest TPOT any such deployment reaches: only the fastest few meet it
+    lowest = smallest_slo(req, "--tpot-ms", lambda r: is_feasible(r, CACHE))
+    assert lowest is not None
+    req = replace(req, slo=SLO(tpot_ms=lowest.value + 0.5, ttft_ms=None))
     outcome = run_search(req, cache=CACHE)
     assert outcome.exhausted
     assert 1 <= len(outcome.plans) < 50

@@ -16,7 +16,7 @@ from planner.simulate.build import RandomDataset, Traffic
 from planner.simulate.mtp import StepSampler, request_steps_scale
 from planner.simulate.routing import engine_routing
 from planner.simulate.run import simulate_plan
-from planner.simulate.validation import simulate_figures
+from planner.simulate.validation import SimulatedFigure, simulate_figures, static_fit_rows_of_run
 from planner.specs.catalog import load_plan
 from planner.specs.validation import usable_figures
 
@@ -84,9 +84,19 @@ def test_fidelity_labels_the_figures_the_spread_was_fitted_on():
     fit_run = spread_record()["fitted_on"][0]
     figures = [f for f in usable_figures(compare="simulated") if f.row.id == fit_run]
     rows = {r.figure.metric: r.as_json() for r in simulate_figures(figures)}
-    assert rows["p99_tpot_ms"]["fitted_to"] == ["simulate.acceptance_spread"]
-    assert rows["median_tpot_ms"]["fitted_to"] == ["simulate.acceptance_spread"]
-    assert rows["mean_ttft_ms"]["fitted_to"] == []
+    # the same run's decode TPOT is a static fit row: every figure of the run names it
+    run = figures[0].row.where
+    static = [f"static row '{f.row.id}'" for f in usable_figures(compare="static") if f.row.where == run]
+    assert static
+    assert rows["p99_tpot_ms"]["fitted_to"] == ["simulate.acceptance_spread", *static]
+    assert rows["median_tpot_ms"]["fitted_to"] == ["simulate.acceptance_spread", *static]
+    assert rows["mean_ttft_ms"]["fitted_to"] == static
+
+
+def test_figures_of_runs_without_a_fitted_row_are_held_out():
+    figures = [f for f in usable_figures(compare="simulated") if "mixed8 2K-2K" in f.row.id]
+    assert figures and all(not static_fit_rows_of_run(f) for f in figures)
+    assert all(SimulatedFigure(f).fitted_to == [] for f in figures)
 
 
 def test_the_cli_takes_the_spread_and_refuses_one_out_of_range():
