@@ -110,7 +110,7 @@ def main() -> int:
         fit,
         fit_config,
         fit_rows,
-        heldout_rms,
+        heldout_errors,
         inputs_digest,
         leave_one_out,
         near_optimal,
@@ -244,7 +244,10 @@ def main() -> int:
     imb_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     if held:
-        doc = outcome_json(full, held, inputs_digest(), heldout_rms(model, held))
+        x_full = np.array([full.values[p.name] for p in params])
+        holdouts = [r for r in fit_rows() if r.figure.role != "fit"]
+        errors = heldout_errors(model, held, x_full, holdouts)
+        doc = outcome_json(full, held, inputs_digest(), errors)
         OUTCOME_FILE.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
         errs = []
         loo = {k: v for h in held for k, v in h.predicted.items()}

@@ -152,7 +152,9 @@ def not_compared_figures() -> list[tuple[StoredFigure, str]]:
 
 def _band(fig: StoredFigure, base: StoredFigure | None) -> tuple[float, float] | None:
     """The row's band: its own metric at the slow and the fast corner (every ranged factor and imbalance
-    parameter at its end), widened by the machine group's held-out RMS error, as every band of a plan.
+    parameter at its end), widened by the machine group's held-out RMS error, as every band of a plan, but
+    over the group's other figures: the row's own error does not widen its own band, so the count of rows
+    inside their bands is a held-out check of the bands.
 
     A ratio of two runs (`ratio_to`) is banded as a ratio: both plans run on the same machine, so their
     factor errors are shared (as when the ranking compares two plans). The ratio is not monotone in the
@@ -163,7 +165,8 @@ def _band(fig: StoredFigure, base: StoredFigure | None) -> tuple[float, float] |
     if base is None:
         block, _, name = fig.metric.partition(".")
         mid = evaluate_plan(plan, plan_base_dir(fig.plan), imb, specs=specs)
-        unc = prediction_uncertainty(plan, specs, mid, plan_base_dir(fig.plan), imb, {block: (name,)})
+        err = heldout_error(specs.hw.name, without=fig.id)
+        unc = prediction_uncertainty(plan, specs, mid, plan_base_dir(fig.plan), imb, {block: (name,)}, err)
         b = unc.bands.get(block, {}).get(name)
         return None if b is None else (b.low, b.high)
     base_plan, base_specs = _plan_and_specs(base.plan)
@@ -191,7 +194,7 @@ def _band(fig: StoredFigure, base: StoredFigure | None) -> tuple[float, float] |
         values.append(ratio(scenario.hw, corner_end))
     if any(v is None for v in values):
         return None
-    return widened([float(v) for v in values if v is not None], heldout_error(specs.hw.name))
+    return widened([float(v) for v in values if v is not None], heldout_error(specs.hw.name, without=fig.id))
 
 
 def fidelity_report(subset: list[StoredFigure] | None = None) -> FidelityReport:

@@ -641,22 +641,51 @@ def spread(
     return out
 
 
-def heldout_rms(model: Model, held: Sequence[HeldOut]) -> dict[str, float]:
-    """Root mean square leave-one-out error of each group's rows ('*': the largest, for machines no group fits)."""
-    errs: dict[str, list[float]] = {}
+HELDOUT_MIN_FIGURES = 3  # a group's held-out RMS needs this many figures; one or two do not measure a spread
+
+
+def heldout_errors(
+    model: Model, held: Sequence[HeldOut], x_full: np.ndarray, holdouts: Sequence[Row] = ()
+) -> dict[str, dict[str, Any]]:
+    """Every held-out error the fit has measured: each fit row's leave-one-out error, and each holdout
+    row's error at the full fit (no fit ever saw it), with the row's machine group and whether the store
+    marks the figure `known_miss`."""
+
+    def entry(r: Row, pred: float, kind: str) -> dict[str, Any]:
+        return {
+            "group": model.config.group_of(r.machine) or "*",
+            "error": round(pred / r.measured - 1.0, 6),
+            "kind": kind,
+            "known_miss": bool(r.figure.known_miss),
+        }
+
     by_id = {r.id: r for r in model.rows}
-    for h in held:
-        for rid, pred in h.predicted.items():
-            r = by_id[rid]
-            group = model.config.group_of(r.machine) or "*"
-            errs.setdefault(group, []).append(pred / r.measured - 1.0)
-    out = {g: float(np.sqrt(np.mean(np.square(v)))) for g, v in errs.items()}
+    out = {rid: entry(by_id[rid], pred, "leave-one-out") for h in held for rid, pred in h.predicted.items()}
+    if holdouts:
+        on_holdouts = Model(model.config, holdouts, model.params)
+        out.update({r.id: entry(r, on_holdouts.predict(r, x_full), "holdout") for r in holdouts})
+    return out
+
+
+def group_rms(errors: Mapping[str, Mapping[str, Any]], without: str | None = None) -> dict[str, float]:
+    """Root mean square held-out error of each machine group, over its figures but `without` and those
+    marked `known_miss` (each known miss is reported by name on the plans of its machine and phase, not
+    spread over every band there); a group with fewer than `HELDOUT_MIN_FIGURES` figures has none, and '*'
+    is the largest group's (for machines no group or too few figures measure)."""
+    by_group: dict[str, list[float]] = {}
+    for rid, e in errors.items():
+        if rid != without and not e["known_miss"]:
+            by_group.setdefault(str(e["group"]), []).append(float(e["error"]))
+    out = {g: float(np.sqrt(np.mean(np.square(v)))) for g, v in by_group.items() if len(v) >= HELDOUT_MIN_FIGURES}
     out["*"] = max(out.values()) if out else 0.0
     return out
 
 
 def outcome_json(
-    full_fit: FitOutcome, held: Sequence[HeldOut], digest: str, rms: Mapping[str, float] | None = None
+    full_fit: FitOutcome,
+    held: Sequence[HeldOut],
+    digest: str,
+    errors: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The fit and its leave-one-out refits as the JSON document shipped beside the cost model."""
     return {
@@ -666,7 +695,8 @@ def outcome_json(
         "predicted": {k: round(v, 6) for k, v in full_fit.predicted.items()},
         "elasticity": {r: {k: round(v, 5) for k, v in e.items()} for r, e in full_fit.elasticity.items()},
         "undetermined": full_fit.undetermined,
-        "heldout_rms": {k: round(v, 6) for k, v in (rms or {}).items()},
+        "heldout_errors": {k: dict(v) for k, v in (errors or {}).items()},
+        "heldout_rms": {k: round(v, 6) for k, v in group_rms(errors or {}).items()},
         "leave_one_out": [
             {
                 "deployment": h.deployment,
@@ -766,22 +796,24 @@ def stored_outcome() -> StoredOutcome | None:
 
 
 @lru_cache(maxsize=1)
-def shipped_heldout_rms() -> dict[str, float]:
-    """The shipped per-group RMS leave-one-out error ({} when no outcome is shipped)."""
+def shipped_heldout_errors() -> dict[str, dict[str, Any]]:
+    """The shipped held-out errors (`heldout_errors`; {} when no outcome is shipped)."""
     import json
 
     try:
         doc = json.loads(OUTCOME_FILE.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    return {str(k): float(v) for k, v in doc.get("heldout_rms", {}).items()}
+    return {str(k): dict(v) for k, v in doc.get("heldout_errors", {}).items()}
 
 
-def heldout_error(machine: str) -> float:
-    """The model's measured held-out error (RMS) on the machine's group; machines no group fits get the
-    largest group's (nothing was measured on them)."""
-    rms = shipped_heldout_rms()
-    if not rms:
+def heldout_error(machine: str, without: str | None = None) -> float:
+    """The model's measured held-out error (RMS) on the machine's group (`group_rms`); machines whose
+    group no or too few figures measure get the largest group's. `without`: a figure left out of it (a
+    row's own error does not widen its own band in `moeplan fidelity`)."""
+    errors = shipped_heldout_errors()
+    if not errors:
         return 0.0
+    rms = group_rms(errors, without)
     group = fit_config().group_of(machine)
-    return rms.get(group or "*", rms.get("*", 0.0))
+    return rms.get(group or "*", rms["*"])

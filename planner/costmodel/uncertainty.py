@@ -31,8 +31,10 @@ BAND_METHOD = (
     "slow/fast end: every factor at the end of its range that makes the figure slower/faster (a time or a "
     "cost per output token larger, a rate smaller; ranges in the hardware file), and the engine imbalance "
     "model's skew, drift and request correlation at the slow/fast end of theirs (ranges: the joint fit's "
-    "leave-one-out refits, and sources), widened by the model's RMS leave-one-out error on the machine's "
-    "group of measured rows (the largest group's on a machine without measured rows)"
+    "leave-one-out refits, and sources), widened by the model's RMS held-out error on the machine's group "
+    "of measured rows (the fit rows' leave-one-out errors and the holdout rows' errors, known misses "
+    "excluded: each is named on the plans of its machine and phase; the largest group's on a machine "
+    "with fewer than three such figures)"
 )
 
 # The figures that carry a band, per block of `predicted`.
@@ -145,9 +147,11 @@ def prediction_uncertainty(
     base_dir: Path | None = None,
     imbalance: ImbalanceModel | None = None,
     extra: dict[str, tuple[str, ...]] | None = None,
+    error: float | None = None,
 ) -> Uncertainty:
     """The band of every banded figure of `mid` (the plan's prediction on `specs.hw`), and of the figures
-    `extra` names (block -> figures; `moeplan fidelity` bands each row's own metric)."""
+    `extra` names (block -> figures; `moeplan fidelity` bands each row's own metric). `error`: the relative
+    held-out error the corners are widened by (default: the machine's, `heldout_error`)."""
     hw = specs.hw
     figures = {"mid": _figures(mid, extra)}
     for key, slow in (("slow", True), ("fast", False)):
@@ -157,7 +161,7 @@ def prediction_uncertainty(
         figures[key] = _figures(evaluate_plan(plan, base_dir, imb, specs=spec, hbm_from=mid if same else None), extra)
     from planner.costmodel.store_fit import heldout_error
 
-    err = heldout_error(hw.name)
+    err = heldout_error(hw.name) if error is None else error
     bands: dict[str, dict[str, BandFigure]] = {}
     for block, values in figures["mid"].items():
         bands[block] = {}

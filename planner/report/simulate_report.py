@@ -335,17 +335,19 @@ def _sim_error(r: Any) -> str:
     return "-" if r.error is None else f"{r.error:+.1%}"
 
 
-def _fit_label(fitted: str) -> str:
-    """'simulate.acceptance_spread' -> 'acceptance spread'; a static row of the same run -> 'static row of the run'."""
-    if fitted.startswith("static row "):
-        return "static row of the run"
-    return fitted.split(".")[-1].replace("_", " ")
+def _fit_labels(r: Any) -> list[str]:
+    """What was fitted on the figure or on its run, for a reader: 'acceptance spread' for the simulator's
+    parameter, 'static row of the run' for a static fit row derived from the same run."""
+    labels = {name.split(".")[-1].replace("_", " ") for name in r.fitted_parameters}
+    if r.static_rows_of_run:
+        labels.add("static row of the run")
+    return sorted(labels)
 
 
 def _sim_name(r: Any) -> str:
     """The figure's id, marked when something was fitted on it or on its run (the simulator's acceptance spread,
     a static fit row derived from the same run)."""
-    labels = sorted({_fit_label(f) for f in r.fitted_to})
+    labels = _fit_labels(r)
     return f"{r.figure.id} (fit: {', '.join(labels)})" if labels else r.figure.id
 
 

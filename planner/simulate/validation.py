@@ -52,15 +52,24 @@ class SimulatedFigure:
         return None if self.predicted is None else self.predicted / self.figure.published - 1.0
 
     @property
-    def fitted_to(self) -> list[str]:
-        """What was fitted on this figure's run: the acceptance spread on its fit runs' median and P99 TPOT, and
-        the static fit rows measured on the same run, whose factors the simulation runs on."""
-        out: list[str] = []
+    def fitted_parameters(self) -> list[str]:
+        """The simulator's parameters fitted on this figure: the acceptance spread, on its fit runs' median and
+        P99 TPOT."""
         record = spread_record()
         if self.figure.metric in SPREAD_METRICS and self.figure.row.id in record.get("fitted_on", []):
-            out.append("simulate.acceptance_spread")
-        out.extend(f"static row '{row_id}'" for row_id in static_fit_rows_of_run(self.figure))
-        return out
+            return ["simulate.acceptance_spread"]
+        return []
+
+    @property
+    def static_rows_of_run(self) -> tuple[str, ...]:
+        """The static fit rows measured on this figure's run, whose factors the simulation runs on."""
+        return static_fit_rows_of_run(self.figure)
+
+    @property
+    def fitted_to(self) -> list[str]:
+        """Everything fitted on this figure's run: its `fitted_parameters`, then each of its
+        `static_rows_of_run` as "static row '<id>'"."""
+        return self.fitted_parameters + [f"static row '{row_id}'" for row_id in self.static_rows_of_run]
 
     @property
     def within_tolerance(self) -> bool | None:

@@ -151,3 +151,21 @@ def test_whatif_simulates_with_the_spread_it_is_given_and_says_which():
     assert fitted_new["acceptance_spread"] == pytest.approx(default_acceptance_spread())
     assert fitted_new["acceptance_spread_source"] == "fitted"
     assert fitted_new["figures"]["p90_tpot_ms"] > new["figures"]["p90_tpot_ms"]
+
+
+def test_the_table_labels_what_was_fitted_on_the_run_from_its_parts():
+    # the report reads the figure's structured parts (the simulator's parameters, the run's static fit
+    # rows), not the text of `fitted_to`
+    from types import SimpleNamespace
+
+    from planner.report.simulate_report import _sim_name
+
+    figure = SimpleNamespace(id="R")
+    both = SimpleNamespace(
+        figure=figure, fitted_parameters=["simulate.acceptance_spread"], static_rows_of_run=("A", "B")
+    )
+    assert _sim_name(both) == "R (fit: acceptance spread, static row of the run)"
+    rows = SimpleNamespace(figure=figure, fitted_parameters=[], static_rows_of_run=("A",))
+    assert _sim_name(rows) == "R (fit: static row of the run)"
+    held = SimpleNamespace(figure=figure, fitted_parameters=[], static_rows_of_run=())
+    assert _sim_name(held) == "R"

@@ -1,0 +1,109 @@
+"""The held-out error that widens every band (planner/costmodel/store_fit.py `heldout_errors`, `group_rms`,
+`heldout_error`): it is measured on every figure no fit saw (the fit rows' leave-one-out predictions and
+the holdout rows'), known misses are named rather than spread, and in `moeplan fidelity` a row's own error
+does not widen its own band."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from planner.costmodel import store_fit
+from planner.costmodel.fidelity import _band
+from planner.costmodel.store_fit import (
+    HELDOUT_MIN_FIGURES,
+    fit_config,
+    fit_rows,
+    group_rms,
+    heldout_error,
+    shipped_heldout_errors,
+)
+from planner.specs.validation import usable_figures
+from tests.conftest import run_cli
+
+
+def _e(group: str, error: float, known_miss: bool = False) -> dict:
+    return {"group": group, "error": error, "kind": "holdout", "known_miss": known_miss}
+
+
+def test_group_rms_leaves_out_the_named_figure_and_the_known_misses():
+    errors = {
+        "a": _e("g", 0.03),
+        "b": _e("g", -0.04),
+        "c": _e("g", 0.12),
+        "d": _e("g", 0.50, known_miss=True),
+        "e": _e("h", 0.02),
+        "f": _e("h", 0.02),
+        "x": _e("h", -0.02),
+    }
+    rms = group_rms(errors)
+    assert rms["g"] == pytest.approx(math.sqrt((0.03**2 + 0.04**2 + 0.12**2) / 3))
+    assert rms["h"] == pytest.approx(0.02)
+    assert rms["*"] == rms["g"]  # the largest group's
+    # without 'c', group g is left with two figures: too few to measure a spread, so it has none
+    assert HELDOUT_MIN_FIGURES == 3
+    without = group_rms(errors, without="c")
+    assert "g" not in without
+    assert without["*"] == pytest.approx(0.02)
+    assert group_rms({}) == {"*": 0.0}
+
+
+def test_the_shipped_errors_cover_every_usable_static_figure():
+    errors = shipped_heldout_errors()
+    ids = {r.id for r in fit_rows()}
+    assert set(errors) == ids
+    config = fit_config()
+    for r in fit_rows():
+        e = errors[r.id]
+        assert e["kind"] == ("leave-one-out" if r.figure.role == "fit" else "holdout"), r.id
+        assert e["group"] == (config.group_of(r.machine) or "*"), r.id
+        assert e["known_miss"] == bool(r.figure.known_miss), r.id
+
+
+def test_holdout_errors_are_the_fidelity_tables_errors():
+    # a holdout row's error at the full fit is the error `moeplan fidelity` prints for it (the fit times a
+    # prefill figure from the forward alone, fidelity from the whole evaluation: they agree to 0.1%)
+    r = run_cli("fidelity", "--json", "--no-simulated")
+    assert r.exit_code == 0, r.output
+    rows = {row["name"]: row for row in json.loads(r.output)["rows"]}
+    errors = shipped_heldout_errors()
+    holdouts = [k for k, e in errors.items() if e["kind"] == "holdout"]
+    assert len(holdouts) >= 10
+    for k in holdouts:
+        assert errors[k]["error"] == pytest.approx(rows[k]["error"], abs=1e-3), k
+        assert errors[k]["error"] == pytest.approx(rows[k]["loo_error"], abs=1e-3), k
+
+
+def test_the_afd_holdouts_widen_the_superpod_bands():
+    # the two EP64 fit rows alone measured 3.0%; the AFD holdouts, which test a structure no fit row
+    # has, miss by up to 10% and the band says so
+    errors = shipped_heldout_errors()
+    fit_only = {k: e for k, e in errors.items() if e["kind"] == "leave-one-out"}
+    assert heldout_error("a3-superpod") > group_rms(fit_only).get("910c-vllm-ascend", 0.0)
+
+
+def _figure(name: str):
+    return next(f for f in usable_figures(compare="static") if f.id == name)
+
+
+@pytest.mark.parametrize("name", ["AFD-plugin 64A16F 16K", "CM-D"])
+def test_a_rows_own_error_does_not_widen_its_band(name, monkeypatch):
+    fig = _figure(name)
+    shipped = shipped_heldout_errors()
+    band = _band(fig, None)
+    assert band is not None
+    huge = dict(shipped)
+    huge[name] = {**shipped[name], "error": 5.0}
+    monkeypatch.setattr(store_fit, "shipped_heldout_errors", lambda: huge)
+    assert _band(fig, None) == pytest.approx(band)
+    # another figure of the same group does widen it
+    group = shipped[name]["group"]
+    other = next(k for k, e in shipped.items() if k != name and e["group"] == group and not e["known_miss"])
+    huge = dict(shipped)
+    huge[other] = {**shipped[other], "error": 0.5}
+    monkeypatch.setattr(store_fit, "shipped_heldout_errors", lambda: huge)
+    wider = _band(fig, None)
+    assert wider is not None
+    assert wider[0] < band[0] and wider[1] > band[1]
