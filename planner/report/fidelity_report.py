@@ -112,7 +112,8 @@ def summary_lines(report: FidelityReport) -> list[str]:
         inside = sum(1 for r in banded if r.in_band)
         unbanded = [r.row.id for r in rows if r.band is None]
         lines.append(
-            f"measured figure inside the prediction's band: {inside} of {len(banded)} rows"
+            "measured figure inside the prediction's band (widened without the row's own error): "
+            f"{inside} of {len(banded)} rows"
             + (f" ({len(unbanded)} without a band: {', '.join(unbanded)})" if unbanded else "")
         )
     misses = report.misses()
