@@ -122,7 +122,8 @@ def main() -> int:
     )
 
     config = fit_config()
-    rows = [r for r in fit_rows() if r.figure.role == "fit"]
+    every_row = fit_rows()
+    rows = [r for r in every_row if r.figure.role == "fit"]
     params = parameters(config)
     model = Model(config, rows, params)
     t0 = time.time()
@@ -245,7 +246,7 @@ def main() -> int:
 
     if held:
         x_full = np.array([full.values[p.name] for p in params])
-        holdouts = [r for r in fit_rows() if r.figure.role != "fit"]
+        holdouts = [r for r in every_row if r.figure.role != "fit"]
         errors = heldout_errors(model, held, x_full, holdouts)
         doc = outcome_json(full, held, inputs_digest(), errors)
         OUTCOME_FILE.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")

@@ -696,7 +696,6 @@ def outcome_json(
         "elasticity": {r: {k: round(v, 5) for k, v in e.items()} for r, e in full_fit.elasticity.items()},
         "undetermined": full_fit.undetermined,
         "heldout_errors": {k: dict(v) for k, v in (errors or {}).items()},
-        "heldout_rms": {k: round(v, 6) for k, v in group_rms(errors or {}).items()},
         "leave_one_out": [
             {
                 "deployment": h.deployment,

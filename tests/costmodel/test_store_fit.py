@@ -20,6 +20,7 @@ from planner.costmodel.store_fit import (
     fit_environment,
     fit_rows,
     parameters,
+    shipped_heldout_errors,
     stored_outcome,
 )
 from planner.specs.catalog import load_hardware
@@ -366,3 +367,16 @@ def test_restarts_fit_from_the_start_and_from_seeded_perturbations_of_it(model):
     assert weighted_sse(model, x) == pytest.approx(
         float(np.sum(weights * (model.predict_all(x) / measured - 1) ** 2)), rel=1e-12
     )
+
+
+def test_holdout_errors_are_the_fidelity_tables_errors(fidelity_doc):
+    # a holdout row's error at the full fit, stored for the bands (store_fit.heldout_errors), is the error
+    # `moeplan fidelity` prints for it (the fit times a prefill figure from the forward alone, fidelity from
+    # the whole evaluation: they agree to 0.1%)
+    rows = {row["name"]: row for row in fidelity_doc["rows"]}
+    errors = shipped_heldout_errors()
+    holdouts = [k for k, e in errors.items() if e["kind"] == "holdout"]
+    assert len(holdouts) >= 10
+    for k in holdouts:
+        assert errors[k]["error"] == pytest.approx(rows[k]["error"], abs=1e-3), k
+        assert errors[k]["error"] == pytest.approx(rows[k]["loo_error"], abs=1e-3), k
