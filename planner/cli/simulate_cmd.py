@@ -223,6 +223,25 @@ def simulate(
     loads: LoadsOpt = None,
     skew_sigma: SkewSigmaOpt = None,
     acceptance_spread: AcceptanceSpreadOpt = None,
+    colocated_prefill: Annotated[
+        str,
+        typer.Option(
+            "--colocated-prefill",
+            help="How a colocated plan's whole prefill forwards form their batch: 'instance' (default, the static "
+            "prediction's: up to prefill_batch_tokens over the instance, spread over the DP ranks) or 'per-rank' "
+            "(SGLang with DP attention: each DP rank prefills its own prompts, up to prefill_batch_tokens / dp, "
+            "and a forward lasts as long as its busiest rank).",
+        ),
+    ] = "instance",
+    prefill_delay_passes: Annotated[
+        int,
+        typer.Option(
+            "--prefill-delay-passes",
+            help="With --colocated-prefill per-rank: SGLang's prefill delayer (SGLANG_SCHEDULER_DECREASE_PREFILL_IDLE"
+            "=1): while some DP ranks have every seat taken and others do not, no prefill for up to this many passes "
+            "in a row (30 in SGLang from sgl-project/sglang PR #14201, December 2025). 0: off.",
+        ),
+    ] = 0,
 ) -> None:
     """Simulate the plan's instances serving a benchmark client's traffic, event by event, with every step
     and forward timed by the cost model; print TTFT, TPOT, ITL and E2E percentiles, throughput and goodput."""
@@ -312,6 +331,8 @@ def simulate(
             decode_concurrency=decode_concurrency,
             prediction=prediction,
             acceptance_spread=acceptance_spread,
+            colocated_prefill=colocated_prefill,
+            prefill_delay_passes=prefill_delay_passes,
         )
         result.built.notes[:0] = notes
         result.summary["moeplan"]["notes"][:0] = notes

@@ -149,6 +149,11 @@ def bound_lines(result: SimResult) -> list[str]:
                 else "never refused a request for KV"
             )
             + (f", {b['preemptions']:,} preemptions (KV binds)" if b["preemptions"] else "")
+            + (
+                f"; the prefill delayer decoded instead of prefilling at {b['prefill_delayed_steps']:,} steps"
+                if b.get("prefill_delayed_steps")
+                else ""
+            )
             + f"; busy {_fractions(b['decode_busy_fraction'])}"
         )
     if b["prefill_busy_fraction"]:

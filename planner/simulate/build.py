@@ -192,6 +192,32 @@ def _check_traffic(traffic: Traffic) -> None:
         raise BadInputError("a warm start needs an open loop at a --rate (it fills decode as that rate would).")
 
 
+COLOCATED_PREFILL = ("instance", "per-rank")
+
+
+def _check_colocated_prefill(plan: Plan, mode: str, delay_passes: int) -> None:
+    """Per-rank forwards and the prefill delayer act on a colocated instance's whole prefill forwards;
+    asked of any other plan they would change nothing, so they are refused there."""
+    if mode not in COLOCATED_PREFILL:
+        raise BadInputError(f"--colocated-prefill: '{mode}' is not one of {', '.join(COLOCATED_PREFILL)}.")
+    if delay_passes < 0:
+        raise BadInputError(f"--prefill-delay-passes must be >= 0 passes (0: off); got {delay_passes}.")
+    if delay_passes and mode != "per-rank":
+        raise BadInputError(
+            "--prefill-delay-passes: SGLang's prefill delayer holds back per-rank forwards; add "
+            "--colocated-prefill per-rank."
+        )
+    if mode == "instance":
+        return
+    co = plan.colocated
+    if co is None or co.chunk_tokens is not None:
+        raise BadInputError(
+            "--colocated-prefill per-rank: it forms a colocated instance's whole prefill forwards; this plan has "
+            + ("no colocated section" if co is None else "chunk_tokens (chunked prefill)")
+            + ". Drop the option."
+        )
+
+
 def with_decode_concurrency(plan: Plan, per_device: int | None) -> Plan:
     """The plan with its decode (or colocated) concurrency per device replaced (None: as it is)."""
     if per_device is None:
@@ -265,11 +291,16 @@ def build_simulation(
     prediction: Prediction | None = None,
     series_points: int = SERIES_POINTS,
     acceptance_spread: float | None = None,
+    colocated_prefill: str = "instance",
+    prefill_delay_passes: int = 0,
 ) -> Built:
     """Everything `run` needs; bad input raises BadInputError naming the field or flag.
 
     `acceptance_spread`: tau, the spread of each request's own MTP acceptance on the logit scale
-    (planner.simulate.mtp; None: the shipped fit, 0: every request at the workload's acceptance)."""
+    (planner.simulate.mtp; None: the shipped fit, 0: every request at the workload's acceptance).
+    `colocated_prefill`: how a colocated plan's whole forwards form their batch, 'instance' or 'per-rank'
+    (SGLang with DP attention); `prefill_delay_passes`: SGLang's prefill delayer on per-rank forwards
+    (planner.simulate.colocated_instance; 0: off)."""
     _check_traffic(traffic)
     if acceptance_spread is not None and not 0.0 <= acceptance_spread <= MAX_ACCEPTANCE_SPREAD:
         raise BadInputError(
@@ -281,6 +312,7 @@ def build_simulation(
             "afd: the simulator does not model attention-FFN disaggregated instances (micro-batches ping-ponging "
             "between attention and FFN devices); `moeplan evaluate` scores the plan, or simulate one without afd."
         )
+    _check_colocated_prefill(plan, colocated_prefill, prefill_delay_passes)
     routing = routing or engine_routing(None)
     plan = with_decode_concurrency(plan, decode_concurrency)
     imb = imbalance or default_imbalance_model()
@@ -405,7 +437,17 @@ def build_simulation(
                 forward = prefill_times(p_ctx, prefill_section, max_prompt, float(plan.workload.input_tokens))
             sim.colocated = True
             sim.decode = [
-                ColocatedInstance(k, sim, setup, forward, co.prefill_batch_tokens, chunk, co.chunk_tokens)
+                ColocatedInstance(
+                    k,
+                    sim,
+                    setup,
+                    forward,
+                    co.prefill_batch_tokens,
+                    chunk,
+                    co.chunk_tokens,
+                    per_rank=colocated_prefill == "per-rank",
+                    prefill_delay_passes=prefill_delay_passes,
+                )
                 for k in range(instances)
             ]
         else:
@@ -424,6 +466,18 @@ def build_simulation(
         )
     if structure == "prefill-only":
         notes.append("prefill-only plan: a request ends with its first token (TTFT = E2E); no decode")
+    if colocated_prefill == "per-rank":
+        notes.append(
+            "per-rank prefill (SGLang with DP attention): each DP rank prefills its own prompts, up to "
+            "prefill_batch_tokens / dp a forward, and a forward lasts as long as its busiest rank; the static "
+            "prediction spreads each forward over the ranks"
+        )
+    if prefill_delay_passes:
+        notes.append(
+            f"prefill delayer (SGLang's SGLANG_SCHEDULER_DECREASE_PREFILL_IDLE, sgl-project/sglang PR #14201): while "
+            f"some DP ranks have every seat taken and others do not, no prefill for up to {prefill_delay_passes} "
+            "passes in a row"
+        )
     devices, cards = _size(plan, d_hw, p_hw)
     return Built(
         sim=sim,

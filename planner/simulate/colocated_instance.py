@@ -12,9 +12,27 @@ engines' running set). Then, with the plan's `chunk_tokens` C:
   sequence is the prefill forward of its chunk alone. A prompt's first token comes at the end of
   the step that computes its last chunk; it decodes from the next step.
 - **whole forwards** (no `chunk_tokens`): when prompts wait and a seat is free, the instance runs a
-  prefill forward of as many waiting prompts as fit in `prefill_batch_tokens`, and decoding stops
-  meanwhile (SGLang's and vLLM V0's scheduler try a new prefill batch before each decode batch);
-  otherwise it runs a decode step. Prompts longer than the batch take several forwards.
+  prefill forward, and decoding stops meanwhile (SGLang's and vLLM V0's scheduler try a new prefill
+  batch before each decode batch); otherwise it runs a decode step. Prompts longer than the batch
+  take several forwards. Two ways to form the forward's batch:
+  - **instance** (the default; the static model's, planner.costmodel.colocated): as many admitted
+    prompts, oldest first, as fit in `prefill_batch_tokens`, costed as if spread over the DP ranks;
+  - **per-rank** (SGLang with DP attention): each DP rank batches its own admitted prompts, up to its
+    share `prefill_batch_tokens / dp`. SGLang runs one scheduler per attention-DP rank
+    (python/sglang/srt/managers/scheduler_dp_attn_mixin.py gathers each rank's own batch;
+    `--max-prefill-tokens` is a rank's budget, `--chunked-prefill-size` is divided by the DP size in
+    server_args.py `_handle_data_parallelism`). The forward lasts as long as its busiest rank's
+    attention, dense layers and dispatch, plus the experts' compute of every rank's tokens
+    (`PrefillTimes.rank_forward_s`): a prompt prefilled on one rank alone costs more than the same
+    prompt spread over the ranks. The other ranks do not decode meanwhile: with DP attention and MTP
+    they idle while one rank prefills (sgl-project/sglang PR #14201 calls it "prefill/idle mode").
+    The static model does not follow this: where few ranks prefill at once it is optimistic
+    (docs/simulate.md).
+- **the prefill delayer** (per-rank only; `prefill_delay_passes` P > 0, SGLang's
+  SGLANG_SCHEDULER_DECREASE_PREFILL_IDLE, PR #14201): while some DP ranks have every seat taken and
+  others have a free one, the instance decodes instead of prefilling, for up to P passes in a row (a
+  pass is one step or forward); then a prefill may run and the count starts again. Prompts gather
+  and the ranks prefill together.
 """
 
 from __future__ import annotations
@@ -22,11 +40,19 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from planner.simulate.decode_instance import DecodeInstance, DecodeSetup
 from planner.simulate.predictor import ChunkTimes, PrefillTimes
 
 if TYPE_CHECKING:
     from planner.simulate.host import SimulationHost
+
+
+# SGLang's prefill delayer as it ran in December 2025: SGLANG_SCHEDULER_DECREASE_PREFILL_IDLE=1 turns it on,
+# and SchedulerEnhancer.max_stable_count = 30 passes bounds the delay (sgl-project/sglang PR #14201, merged
+# 2025-12-01, python/sglang/srt/managers/scheduler_enhancer.py; PR #16269 of 2026-01-01 rewrote it)
+SGLANG_PREFILL_DELAY_PASSES = 30
 
 
 class ColocatedInstance(DecodeInstance):
@@ -41,6 +67,8 @@ class ColocatedInstance(DecodeInstance):
         batch_tokens: int,
         chunk: ChunkTimes | None,
         chunk_tokens: int | None,
+        per_rank: bool = False,
+        prefill_delay_passes: int = 0,
     ) -> None:
         super().__init__(index, sim, setup)
         self.forward_times = forward_times
@@ -51,6 +79,9 @@ class ColocatedInstance(DecodeInstance):
         self.completing: list[list[int]] = []  # prompts the step or forward in flight completes
         self.in_forward = False  # a whole forward is in flight (decoding stalls)
         self.prefill_busy_s = 0.0
+        self.per_rank = per_rank
+        self.delay_passes = prefill_delay_passes
+        self.delayed_passes = 0  # passes in a row the delayer has held prefill back
 
     def _admit(self, now: float) -> None:
         if not self.pending:
@@ -99,15 +130,72 @@ class ColocatedInstance(DecodeInstance):
                 self.completing.append(entry)
         return tokens, attended, parts, lengths
 
+    def _take_rank_tokens(self, budget: int) -> tuple[np.ndarray, float]:
+        """Up to `budget` prompt tokens of each DP rank's admitted prompts, oldest first: (tokens per rank,
+        attended sum); completed prompts move to `completing`."""
+        table = self.sim.table
+        taken = np.zeros(self.dp, dtype=np.int64)
+        attended = 0.0
+        left: deque[list[int]] = deque()
+        for entry in self.prefilling:
+            rid, r, done = entry
+            take = min(int(table.input_tokens[rid]) - done, budget - int(taken[r]))
+            if take <= 0:
+                left.append(entry)
+                continue
+            attended += ((done + take) ** 2 - done**2) / 2.0
+            taken[r] += take
+            entry[2] = done + take
+            (self.completing if entry[2] >= table.input_tokens[rid] else left).append(entry)
+        self.prefilling = left
+        return taken, attended
+
+    def _start_instance_forward(self, now: float) -> None:
+        """A whole forward of the admitted prompts, oldest first, up to the instance's batch, costed as spread
+        over the DP ranks (the static model's); the instance's decoding waits for it."""
+        tokens, attended, _, _ = self._take_prompt_tokens(self.batch_tokens)
+        duration = self.forward_times.forward_s(tokens, attended / tokens)
+        self.prefill_busy_s += duration
+        self.in_forward = True
+        self.in_step = 0
+        self._launch(now, duration)
+
+    def _start_rank_forward(self, now: float) -> None:
+        """A whole forward in which each DP rank with admitted prompts prefills up to its share of the batch,
+        costed at its busiest rank (`PrefillTimes.rank_forward_s`); the instance's decoding waits for it."""
+        taken, attended = self._take_rank_tokens(max(1, self.batch_tokens // self.dp))
+        tokens = float(taken.sum())
+        duration = self.forward_times.rank_forward_s(float(taken.max()), tokens, attended / tokens, self.dp)
+        self.prefill_busy_s += duration
+        self.in_forward = True
+        self.in_step = 0
+        self._launch(now, duration)
+
+    def _prefill_delayed(self) -> bool:
+        """The prefill delayer's decision for this pass (SchedulerEnhancer.get_schedule_decision of PR
+        #14201): held back while some DP ranks have every seat taken and others do not, until the
+        `delay_passes`-th such pass in a row."""
+        if not self.delay_passes:
+            return False
+        full = self.rank_n >= self.seats
+        if full.any() and not full.all():
+            self.delayed_passes += 1
+            if self.delayed_passes < self.delay_passes:
+                return True
+        self.delayed_passes = 0
+        return False
+
     def _start(self, now: float) -> None:
-        self._admit(now)
-        if self.chunk_tokens is None and self.prefilling:
-            tokens, attended, _, _ = self._take_prompt_tokens(self.batch_tokens)
-            duration = self.forward_times.forward_s(tokens, attended / tokens)
-            self.in_forward = True
-            self.in_step = 0
-            self.prefill_busy_s += duration
-            self._launch(now, duration)
+        delayed = self.chunk_tokens is None and self._prefill_delayed()
+        if delayed:
+            self.prefill_delayed_steps += bool(self.pending)
+        else:
+            self._admit(now)
+        if self.chunk_tokens is None and self.prefilling and not delayed:
+            if self.per_rank:
+                self._start_rank_forward(now)
+            else:
+                self._start_instance_forward(now)
             return
         chunk_s = 0.0
         if self.chunk_tokens is not None and self.prefilling:

@@ -98,6 +98,7 @@ class DecodeInstance:
         self.kv_blocked_steps = 0  # steps that began with a request refused for KV alone
         self.seat_blocked_steps = 0  # steps that began with every seat of a rank with a queue taken
         self.preemptions = 0
+        self.prefill_delayed_steps = 0  # colocated: decode steps SGLang's prefill delayer ran while prompts waited
         self.drafts = 0
         self.accepted = 0
         self.peak_kv_fraction = 0.0

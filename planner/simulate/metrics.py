@@ -298,6 +298,7 @@ def _binding(built: Built) -> dict[str, Any]:
         "peak_running": int(series["running"].max()) if series["running"].size else 0,
         "kv_blocked_steps": sum(d.kv_blocked_steps for d in decode),
         "seat_blocked_steps": sum(d.seat_blocked_steps for d in decode),
+        "prefill_delayed_steps": sum(d.prefill_delayed_steps for d in decode),
         "preemptions": sum(d.preemptions for d in decode),
         "peak_kv_fraction": max((d.peak_kv_fraction for d in decode), default=0.0),
         "decode_busy_fraction": [d.busy_s / end for d in decode],

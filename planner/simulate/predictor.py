@@ -236,24 +236,43 @@ def _decode_times(ctx: CostContext, phase: DecodePlan, max_context: float, stati
 class PrefillTimes:
     """Forward time of one prefill instance over (computed tokens, equivalent prompt length).
 
-    `forward[x, t]` seconds; `kv_bytes` the cache one prompt of each grid length sends to decode."""
+    `forward[x, t]` seconds; `experts[x, t]` the routed experts' compute in it (the part spread over
+    expert parallelism by the tokens of every DP rank together); `kv_bytes` the cache one prompt of each
+    grid length sends to decode."""
 
     token_grid: np.ndarray
     length_grid: np.ndarray
     forward: np.ndarray
     kv_bytes: np.ndarray
     hit_rate: float
+    experts: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_t", self.token_grid.tolist())
         object.__setattr__(self, "_x", self.length_grid.tolist())
         object.__setattr__(self, "_f", self.forward.tolist())
         object.__setattr__(self, "_kv", self.kv_bytes.tolist())
+        object.__setattr__(self, "_e", None if self.experts is None else self.experts.tolist())
 
     def forward_s(self, tokens: float, attended_mean: float) -> float:
         """A forward of `tokens` computed tokens whose mean attended position is `attended_mean`."""
         x = 2.0 * attended_mean / (1.0 + self.hit_rate)
         return bilinear_scalar(self._t, self._x, self._f, tokens, x)  # type: ignore[attr-defined]
+
+    def rank_forward_s(self, busiest_rank_tokens: float, tokens: float, attended_mean: float, dp: int) -> float:
+        """A forward in which each of `dp` attention-DP ranks prefills its own prompts, `tokens` in all and
+        `busiest_rank_tokens` on the busiest rank: every part but the routed experts' compute (attention,
+        dense layers, the rank's dispatch and combine, launches) takes as long as on that rank, which is the
+        forward of `dp` times its tokens spread evenly; the experts' compute is that of the `tokens` of all
+        ranks together. One rank alone thus costs more than `forward_s(tokens)`, which spreads its prompt over
+        every rank. With one rank (or tables without the experts' part) it is `forward_s(tokens)`."""
+        if dp <= 1 or self._e is None or busiest_rank_tokens * dp <= tokens:  # type: ignore[attr-defined]
+            return self.forward_s(tokens, attended_mean)
+        x = 2.0 * attended_mean / (1.0 + self.hit_rate)
+        t, lengths, experts = self._t, self._x, self._e  # type: ignore[attr-defined]
+        even = busiest_rank_tokens * dp
+        rest = self.forward_s(even, attended_mean) - bilinear_scalar(t, lengths, experts, even, x)
+        return rest + bilinear_scalar(t, lengths, experts, tokens, x)
 
     def prompt_kv_bytes(self, prompt_tokens: float) -> float:
         """Cache bytes of a whole prompt (cached prefix included), by linear interpolation in length."""
@@ -273,12 +292,16 @@ def _prefill_times(ctx: CostContext, phase: PrefillPlan, max_prompt: float, stat
     lengths = np.unique(
         np.round(_grid(1.0, 2.0 * max(max_prompt, static_prompt), PREFILL_LENGTH_POINTS, (static_prompt,)))
     )
-    rows, kv = [], []
+    rows, experts, kv = [], [], []
     for length in lengths:
         c = with_workload(ctx, prefill_workload(int(length), ctx.workload))
-        rows.append(prefill_forward(c, phase, tokens).forward_s)
+        forward = prefill_forward(c, phase, tokens)
+        rows.append(forward.forward_s)
+        experts.append(forward.breakdown_s.get("moe", np.zeros_like(forward.forward_s)))
         kv.append(kv_transfer_bytes_per_request(c))
-    return PrefillTimes(tokens, lengths.astype(float), np.asarray(rows), np.asarray(kv), ctx.workload.hit_rate)
+    return PrefillTimes(
+        tokens, lengths.astype(float), np.asarray(rows), np.asarray(kv), ctx.workload.hit_rate, np.asarray(experts)
+    )
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ import numpy as np
 from planner.costmodel.acceptance_spread import spread_record
 from planner.errors import PlannerError
 from planner.simulate.build import RandomDataset, Traffic
+from planner.simulate.colocated_instance import SGLANG_PREFILL_DELAY_PASSES
 from planner.simulate.routing import Routing, engine_routing
 from planner.simulate.run import SimResult, simulate_plan
 from planner.specs.catalog import load_plan, plan_base_dir
@@ -124,6 +125,16 @@ def row_routing(engine: str) -> Routing:
     return engine_routing("vllm-ascend")
 
 
+def row_colocated_prefill(engine: str) -> tuple[str, int]:
+    """How the row's engine forms a colocated instance's prefill forwards, and its prefill delayer's passes:
+    SGLang schedules each DP rank on its own ('per-rank'), with the delayer of its date when the run turned it
+    on (the engine names SGLANG_SCHEDULER_DECREASE_PREFILL_IDLE; planner.simulate.colocated_instance)."""
+    text = engine.lower()
+    if "sglang" not in text or "colocated" not in text:
+        return "instance", 0
+    return "per-rank", SGLANG_PREFILL_DELAY_PASSES if "sglang_scheduler_decrease_prefill_idle" in text else 0
+
+
 def row_traffic(figure: StoredFigure, seed: int) -> tuple[Traffic, str]:
     """The simulated client of the figure's row, and a description."""
     t = figure.row.traffic
@@ -214,12 +225,20 @@ def row_runs(figure: StoredFigure, acceptance_spread: float | None = None) -> li
     `acceptance_spread`: tau of the requests' own MTP acceptance (None: the shipped fit)."""
     plan, _ = load_plan(figure.plan)
     routing = row_routing(figure.row.engine)
+    colocated_prefill, delay = row_colocated_prefill(figure.row.engine)
     base = plan_base_dir(figure.plan)
     runs = []
     for seed in SEEDS:
         traffic, text = row_traffic(figure, seed)
         res = simulate_plan(
-            plan, traffic, base_dir=base, routing=routing, series_points=50, acceptance_spread=acceptance_spread
+            plan,
+            traffic,
+            base_dir=base,
+            routing=routing,
+            series_points=50,
+            acceptance_spread=acceptance_spread,
+            colocated_prefill=colocated_prefill,
+            prefill_delay_passes=delay,
         )
         runs.append((res, text))
     return runs
