@@ -233,15 +233,23 @@ def simulate(
             "and a forward lasts as long as its busiest rank).",
         ),
     ] = "instance",
+    prefill_delayer: Annotated[
+        str | None,
+        typer.Option(
+            "--prefill-delayer",
+            help="With --colocated-prefill per-rank, SGLang's prefill delayer: 'prefillable' (--enable-prefill-delayer,"
+            " sglang 0.5.23: no prefill while some DP ranks have a prompt to prefill and others do not) or 'pr14201' "
+            "(SGLANG_SCHEDULER_DECREASE_PREFILL_IDLE=1 in SGLang of December 2025: no prefill while some DP ranks "
+            "have every seat taken and others do not), each for up to --prefill-delay-passes passes in a row.",
+        ),
+    ] = None,
     prefill_delay_passes: Annotated[
         int,
         typer.Option(
             "--prefill-delay-passes",
-            help="With --colocated-prefill per-rank: SGLang's prefill delayer (SGLANG_SCHEDULER_DECREASE_PREFILL_IDLE"
-            "=1): while some DP ranks have every seat taken and others do not, no prefill for up to this many passes "
-            "in a row (30 in SGLang from sgl-project/sglang PR #14201, December 2025). 0: off.",
+            help="The most passes in a row the prefill delayer holds prefill back (30, both versions' default).",
         ),
-    ] = 0,
+    ] = 30,
 ) -> None:
     """Simulate the plan's instances serving a benchmark client's traffic, event by event, with every step
     and forward timed by the cost model; print TTFT, TPOT, ITL and E2E percentiles, throughput and goodput."""
@@ -332,6 +340,7 @@ def simulate(
             prediction=prediction,
             acceptance_spread=acceptance_spread,
             colocated_prefill=colocated_prefill,
+            prefill_delayer=prefill_delayer,
             prefill_delay_passes=prefill_delay_passes,
         )
         result.built.notes[:0] = notes

@@ -31,7 +31,7 @@ from planner.costmodel.mixed import is_mixed_plan, load_mixed_specs, mixed_conte
 from planner.costmodel.prediction import Prediction
 from planner.costmodel.prefill import prefill_forward
 from planner.errors import BadInputError
-from planner.simulate.colocated_instance import ColocatedInstance
+from planner.simulate.colocated_instance import PREFILL_DELAYERS, SGLANG_PREFILL_DELAY_PASSES, ColocatedInstance
 from planner.simulate.decode_instance import DecodeInstance, DecodeSetup
 from planner.simulate.engine import Simulation
 from planner.simulate.mtp import request_steps_scale
@@ -195,18 +195,21 @@ def _check_traffic(traffic: Traffic) -> None:
 COLOCATED_PREFILL = ("instance", "per-rank")
 
 
-def _check_colocated_prefill(plan: Plan, mode: str, delay_passes: int) -> None:
+def _check_colocated_prefill(plan: Plan, mode: str, delayer: str | None, delay_passes: int) -> None:
     """Per-rank forwards and the prefill delayer act on a colocated instance's whole prefill forwards;
     asked of any other plan they would change nothing, so they are refused there."""
     if mode not in COLOCATED_PREFILL:
         raise BadInputError(f"--colocated-prefill: '{mode}' is not one of {', '.join(COLOCATED_PREFILL)}.")
-    if delay_passes < 0:
-        raise BadInputError(f"--prefill-delay-passes must be >= 0 passes (0: off); got {delay_passes}.")
-    if delay_passes and mode != "per-rank":
-        raise BadInputError(
-            "--prefill-delay-passes: SGLang's prefill delayer holds back per-rank forwards; add "
-            "--colocated-prefill per-rank."
-        )
+    if delayer is not None:
+        if delayer not in PREFILL_DELAYERS:
+            raise BadInputError(f"--prefill-delayer: '{delayer}' is not one of {', '.join(PREFILL_DELAYERS)}.")
+        if mode != "per-rank":
+            raise BadInputError(
+                "--prefill-delayer: SGLang's prefill delayer holds back per-rank forwards; add "
+                "--colocated-prefill per-rank."
+            )
+        if delay_passes < 1:
+            raise BadInputError(f"--prefill-delay-passes must be >= 1 pass; got {delay_passes}.")
     if mode == "instance":
         return
     co = plan.colocated
@@ -292,15 +295,17 @@ def build_simulation(
     series_points: int = SERIES_POINTS,
     acceptance_spread: float | None = None,
     colocated_prefill: str = "instance",
-    prefill_delay_passes: int = 0,
+    prefill_delayer: str | None = None,
+    prefill_delay_passes: int = SGLANG_PREFILL_DELAY_PASSES,
 ) -> Built:
     """Everything `run` needs; bad input raises BadInputError naming the field or flag.
 
     `acceptance_spread`: tau, the spread of each request's own MTP acceptance on the logit scale
     (planner.simulate.mtp; None: the shipped fit, 0: every request at the workload's acceptance).
     `colocated_prefill`: how a colocated plan's whole forwards form their batch, 'instance' or 'per-rank'
-    (SGLang with DP attention); `prefill_delay_passes`: SGLang's prefill delayer on per-rank forwards
-    (planner.simulate.colocated_instance; 0: off)."""
+    (SGLang with DP attention); `prefill_delayer`: SGLang's prefill delayer on per-rank forwards, 'pr14201'
+    or 'prefillable' (None: off), holding prefill back `prefill_delay_passes` passes at most
+    (planner.simulate.colocated_instance)."""
     _check_traffic(traffic)
     if acceptance_spread is not None and not 0.0 <= acceptance_spread <= MAX_ACCEPTANCE_SPREAD:
         raise BadInputError(
@@ -312,7 +317,7 @@ def build_simulation(
             "afd: the simulator does not model attention-FFN disaggregated instances (micro-batches ping-ponging "
             "between attention and FFN devices); `moeplan evaluate` scores the plan, or simulate one without afd."
         )
-    _check_colocated_prefill(plan, colocated_prefill, prefill_delay_passes)
+    _check_colocated_prefill(plan, colocated_prefill, prefill_delayer, prefill_delay_passes)
     routing = routing or engine_routing(None)
     plan = with_decode_concurrency(plan, decode_concurrency)
     imb = imbalance or default_imbalance_model()
@@ -446,6 +451,7 @@ def build_simulation(
                     chunk,
                     co.chunk_tokens,
                     per_rank=colocated_prefill == "per-rank",
+                    prefill_delayer=prefill_delayer,
                     prefill_delay_passes=prefill_delay_passes,
                 )
                 for k in range(instances)
@@ -472,11 +478,17 @@ def build_simulation(
             "prefill_batch_tokens / dp a forward, and a forward lasts as long as its busiest rank; the static "
             "prediction spreads each forward over the ranks"
         )
-    if prefill_delay_passes:
+    if prefill_delayer is not None:
         notes.append(
-            f"prefill delayer (SGLang's SGLANG_SCHEDULER_DECREASE_PREFILL_IDLE, sgl-project/sglang PR #14201): while "
-            f"some DP ranks have every seat taken and others do not, no prefill for up to {prefill_delay_passes} "
-            "passes in a row"
+            f"prefill delayer {prefill_delayer}: "
+            + (
+                "SGLang's SGLANG_SCHEDULER_DECREASE_PREFILL_IDLE (sgl-project/sglang PR #14201): while some DP ranks "
+                "have every seat taken and others do not"
+                if prefill_delayer == "pr14201"
+                else "SGLang's --enable-prefill-delayer (PrefillDelayer, sglang 0.5.23): while some DP ranks have a "
+                "prompt to prefill and others do not"
+            )
+            + f", no prefill for up to {prefill_delay_passes} passes in a row"
         )
     devices, cards = _size(plan, d_hw, p_hw)
     return Built(

@@ -28,11 +28,17 @@ engines' running set). Then, with the plan's `chunk_tokens` C:
     they idle while one rank prefills (sgl-project/sglang PR #14201 calls it "prefill/idle mode").
     The static model does not follow this: where few ranks prefill at once it is optimistic
     (docs/simulate.md).
-- **the prefill delayer** (per-rank only; `prefill_delay_passes` P > 0, SGLang's
-  SGLANG_SCHEDULER_DECREASE_PREFILL_IDLE, PR #14201): while some DP ranks have every seat taken and
-  others have a free one, the instance decodes instead of prefilling, for up to P passes in a row (a
-  pass is one step or forward); then a prefill may run and the count starts again. Prompts gather
-  and the ranks prefill together.
+- **the prefill delayer** (per-rank only): SGLang holds prefill back for up to P passes in a row (a
+  pass is one step or forward) while its DP ranks disagree, so prompts gather and the ranks prefill
+  together; then a prefill may run and the count starts again. Two versions, P = 30 in both:
+  - `pr14201` (SGLANG_SCHEDULER_DECREASE_PREFILL_IDLE=1 in SGLang main from sgl-project/sglang PR
+    #14201, merged 2025-12-01, until PR #16269 rewrote it on 2026-01-01; scheduler_enhancer.py): held
+    back while some ranks have every seat taken and others have a free one;
+  - `sglang-0.5.23` (`--enable-prefill-delayer`, PrefillDelayer of sglang 0.5.23's
+    managers/prefill_delayer.py, `prefill_delayer_max_delay_passes` = 30): held back while some ranks
+    have a prompt they could admit (queued, with a free seat) and others do not; and, when every rank
+    has one, while the fullest rank has fewer free seats than the largest prefill batch any rank ran
+    in its last 16 (RecentPrefillBatchSizeTracker), except the first time.
 """
 
 from __future__ import annotations
@@ -49,9 +55,10 @@ if TYPE_CHECKING:
     from planner.simulate.host import SimulationHost
 
 
-# SGLang's prefill delayer as it ran in December 2025: SGLANG_SCHEDULER_DECREASE_PREFILL_IDLE=1 turns it on,
-# and SchedulerEnhancer.max_stable_count = 30 passes bounds the delay (sgl-project/sglang PR #14201, merged
-# 2025-12-01, python/sglang/srt/managers/scheduler_enhancer.py; PR #16269 of 2026-01-01 rewrote it)
+# SGLang's prefill delayers (module docstring) and the passes both hold prefill back at most by default:
+# PR #14201's SchedulerEnhancer.max_stable_count and sglang 0.5.23's ServerArgs.prefill_delayer_max_delay_passes
+PREFILL_DELAYERS = ("pr14201", "sglang-0.5.23")
+PREFILL_BATCH_WINDOW = 16  # sglang 0.5.23: SGLANG_PREFILL_DELAYER_MAX_PREFILL_BS_WINDOW_SIZE default
 SGLANG_PREFILL_DELAY_PASSES = 30
 
 
@@ -68,7 +75,8 @@ class ColocatedInstance(DecodeInstance):
         chunk: ChunkTimes | None,
         chunk_tokens: int | None,
         per_rank: bool = False,
-        prefill_delay_passes: int = 0,
+        prefill_delayer: str | None = None,
+        prefill_delay_passes: int = SGLANG_PREFILL_DELAY_PASSES,
     ) -> None:
         super().__init__(index, sim, setup)
         self.forward_times = forward_times
@@ -80,8 +88,11 @@ class ColocatedInstance(DecodeInstance):
         self.in_forward = False  # a whole forward is in flight (decoding stalls)
         self.prefill_busy_s = 0.0
         self.per_rank = per_rank
+        self.delayer = prefill_delayer
         self.delay_passes = prefill_delay_passes
         self.delayed_passes = 0  # passes in a row the delayer has held prefill back
+        self.first_hold_skipped = False  # sglang 0.5.23 lets the first full-seats hold through
+        self.recent_batches: list[deque[int]] = [deque(maxlen=PREFILL_BATCH_WINDOW) for _ in range(self.dp)]
 
     def _admit(self, now: float) -> None:
         if not self.pending:
@@ -130,11 +141,12 @@ class ColocatedInstance(DecodeInstance):
                 self.completing.append(entry)
         return tokens, attended, parts, lengths
 
-    def _take_rank_tokens(self, budget: int) -> tuple[np.ndarray, float]:
+    def _take_rank_tokens(self, budget: int) -> tuple[np.ndarray, np.ndarray, float]:
         """Up to `budget` prompt tokens of each DP rank's admitted prompts, oldest first: (tokens per rank,
-        attended sum); completed prompts move to `completing`."""
+        prompts per rank, attended sum); completed prompts move to `completing`."""
         table = self.sim.table
         taken = np.zeros(self.dp, dtype=np.int64)
+        prompts = np.zeros(self.dp, dtype=np.int64)
         attended = 0.0
         left: deque[list[int]] = deque()
         for entry in self.prefilling:
@@ -145,10 +157,11 @@ class ColocatedInstance(DecodeInstance):
                 continue
             attended += ((done + take) ** 2 - done**2) / 2.0
             taken[r] += take
+            prompts[r] += 1
             entry[2] = done + take
             (self.completing if entry[2] >= table.input_tokens[rid] else left).append(entry)
         self.prefilling = left
-        return taken, attended
+        return taken, prompts, attended
 
     def _start_instance_forward(self, now: float) -> None:
         """A whole forward of the admitted prompts, oldest first, up to the instance's batch, costed as spread
@@ -163,7 +176,9 @@ class ColocatedInstance(DecodeInstance):
     def _start_rank_forward(self, now: float) -> None:
         """A whole forward in which each DP rank with admitted prompts prefills up to its share of the batch,
         costed at its busiest rank (`PrefillTimes.rank_forward_s`); the instance's decoding waits for it."""
-        taken, attended = self._take_rank_tokens(max(1, self.batch_tokens // self.dp))
+        taken, prompts, attended = self._take_rank_tokens(max(1, self.batch_tokens // self.dp))
+        for r in np.flatnonzero(prompts):
+            self.recent_batches[int(r)].append(int(prompts[r]))
         tokens = float(taken.sum())
         duration = self.forward_times.rank_forward_s(float(taken.max()), tokens, attended / tokens, self.dp)
         self.prefill_busy_s += duration
@@ -172,13 +187,22 @@ class ColocatedInstance(DecodeInstance):
         self._launch(now, duration)
 
     def _prefill_delayed(self) -> bool:
-        """The prefill delayer's decision for this pass (SchedulerEnhancer.get_schedule_decision of PR
-        #14201): held back while some DP ranks have every seat taken and others do not, until the
-        `delay_passes`-th such pass in a row."""
-        if not self.delay_passes:
+        """The prefill delayer's decision for this pass (module docstring): held back for up to
+        `delay_passes` passes in a row."""
+        if self.delayer is None:
             return False
-        full = self.rank_n >= self.seats
-        if full.any() and not full.all():
+        if self.delayer == "pr14201":  # SchedulerEnhancer.get_schedule_decision
+            full = self.rank_n >= self.seats
+            hold = bool(full.any() and not full.all())
+        else:  # PrefillDelayer._negotiate_should_allow_prefill_pure
+            can = (self.queued > 0) & (self.rank_n + self.reserved_n < self.seats)
+            hold = bool(can.any() and not can.all())
+            if can.all():
+                largest = max((max(b, default=0) for b in self.recent_batches), default=0)
+                hold = int(self.seats - self.rank_n.max()) < largest
+                if hold and not self.first_hold_skipped:
+                    self.first_hold_skipped, hold = True, False
+        if hold:
             self.delayed_passes += 1
             if self.delayed_passes < self.delay_passes:
                 return True

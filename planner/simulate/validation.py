@@ -26,7 +26,6 @@ import numpy as np
 from planner.costmodel.acceptance_spread import spread_record
 from planner.errors import PlannerError
 from planner.simulate.build import RandomDataset, Traffic
-from planner.simulate.colocated_instance import SGLANG_PREFILL_DELAY_PASSES
 from planner.simulate.routing import Routing, engine_routing
 from planner.simulate.run import SimResult, simulate_plan
 from planner.specs.catalog import load_plan, plan_base_dir
@@ -125,14 +124,14 @@ def row_routing(engine: str) -> Routing:
     return engine_routing("vllm-ascend")
 
 
-def row_colocated_prefill(engine: str) -> tuple[str, int]:
-    """How the row's engine forms a colocated instance's prefill forwards, and its prefill delayer's passes:
-    SGLang schedules each DP rank on its own ('per-rank'), with the delayer of its date when the run turned it
-    on (the engine names SGLANG_SCHEDULER_DECREASE_PREFILL_IDLE; planner.simulate.colocated_instance)."""
+def row_colocated_prefill(engine: str) -> tuple[str, str | None]:
+    """How the row's engine forms a colocated instance's prefill forwards, and its prefill delayer: SGLang
+    schedules each DP rank on its own ('per-rank'), with the delayer of the run's date when the run turned it
+    on (its engine names SGLANG_SCHEDULER_DECREASE_PREFILL_IDLE: PR #14201's; planner.simulate.colocated_instance)."""
     text = engine.lower()
     if "sglang" not in text or "colocated" not in text:
-        return "instance", 0
-    return "per-rank", SGLANG_PREFILL_DELAY_PASSES if "sglang_scheduler_decrease_prefill_idle" in text else 0
+        return "instance", None
+    return "per-rank", "pr14201" if "sglang_scheduler_decrease_prefill_idle" in text else None
 
 
 def row_traffic(figure: StoredFigure, seed: int) -> tuple[Traffic, str]:
@@ -225,7 +224,7 @@ def row_runs(figure: StoredFigure, acceptance_spread: float | None = None) -> li
     `acceptance_spread`: tau of the requests' own MTP acceptance (None: the shipped fit)."""
     plan, _ = load_plan(figure.plan)
     routing = row_routing(figure.row.engine)
-    colocated_prefill, delay = row_colocated_prefill(figure.row.engine)
+    colocated_prefill, delayer = row_colocated_prefill(figure.row.engine)
     base = plan_base_dir(figure.plan)
     runs = []
     for seed in SEEDS:
@@ -238,7 +237,7 @@ def row_runs(figure: StoredFigure, acceptance_spread: float | None = None) -> li
             series_points=50,
             acceptance_spread=acceptance_spread,
             colocated_prefill=colocated_prefill,
-            prefill_delay_passes=delay,
+            prefill_delayer=delayer,
         )
         runs.append((res, text))
     return runs

@@ -231,6 +231,9 @@ def check_sglang(plan: Plan, out: Path, doc: dict) -> None:
             assert all(0 <= e < model.moe.routed_experts for r in rows for e in r)
         if a.enable_two_batch_overlap:
             assert a.moe_a2a_backend == "deepep"
+        # whole prefill forwards over attention-DP ranks run SGLang's prefill delayer (docs/simulate.md)
+        co = plan.colocated
+        assert a.enable_prefill_delayer == (co is not None and co.chunk_tokens is None and co.attention.dp > 1)
         pd = plan.decode is not None and plan.prefill is not None
         assert (a.disaggregation_mode == p["role"]) if pd else a.disaggregation_mode is None
         if pd:

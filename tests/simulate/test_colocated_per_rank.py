@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -48,22 +49,42 @@ def test_a_prompt_on_one_rank_costs_its_ranks_attention_and_everyones_experts(fo
     assert times.rank_forward_s(prompt / dp, prompt, att, dp) == pytest.approx(spread, rel=1e-12)
 
 
-def _delayer(rank_n, seats: int, passes: int) -> ColocatedInstance:
+def _delayer(rule: str, rank_n, seats: int, queued=None, reserved=None, batches=()) -> ColocatedInstance:
     inst = object.__new__(ColocatedInstance)  # the decision alone: no simulation around it
-    inst.rank_n, inst.seats, inst.delay_passes, inst.delayed_passes = np.asarray(rank_n), seats, passes, 0
+    n = len(rank_n)
+    inst.rank_n, inst.seats, inst.delayer, inst.delay_passes = np.asarray(rank_n), seats, rule, 30
+    inst.queued = np.asarray(queued if queued is not None else [0] * n)
+    inst.reserved_n = np.asarray(reserved if reserved is not None else [0] * n)
+    inst.delayed_passes, inst.first_hold_skipped = 0, False
+    inst.recent_batches = [deque(batches, maxlen=16) for _ in range(n)]
     return inst
 
 
-def test_the_delayer_holds_prefill_while_some_ranks_are_full_and_others_not_for_its_passes():
-    # PR #14201's SchedulerEnhancer.get_schedule_decision: min < max_running and max == max_running
-    inst = _delayer([4, 3, 4], seats=4, passes=SGLANG_PREFILL_DELAY_PASSES)
+def test_pr14201s_delayer_holds_prefill_while_some_ranks_are_full_and_others_not_for_its_passes():
+    # SchedulerEnhancer.get_schedule_decision: min < max_running and max == max_running
+    inst = _delayer("pr14201", [4, 3, 4], seats=4)
     held = [inst._prefill_delayed() for _ in range(2 * SGLANG_PREFILL_DELAY_PASSES)]
     assert held[: SGLANG_PREFILL_DELAY_PASSES - 1] == [True] * (SGLANG_PREFILL_DELAY_PASSES - 1)
     assert held[SGLANG_PREFILL_DELAY_PASSES - 1] is False  # the 30th pass lets a prefill through
     assert held[SGLANG_PREFILL_DELAY_PASSES] is True  # and the count starts again
     for balanced in ([4, 4, 4], [3, 2, 3], [0, 0, 0]):  # every rank full, or none: prefill at once
-        assert _delayer(balanced, seats=4, passes=30)._prefill_delayed() is False
-    assert _delayer([4, 3, 4], seats=4, passes=0)._prefill_delayed() is False  # off
+        assert _delayer("pr14201", balanced, seats=4)._prefill_delayed() is False
+    assert _delayer(None, [4, 3, 4], seats=4)._prefill_delayed() is False  # off
+
+
+def test_sglang_0523s_delayer_holds_while_only_some_ranks_could_prefill():
+    # PrefillDelayer: 'mixed' prefillable (a queued prompt and a free seat) is held back for 29 passes
+    mixed = _delayer("sglang-0.5.23", [3, 3, 4], seats=4, queued=[1, 0, 2])
+    held = [mixed._prefill_delayed() for _ in range(SGLANG_PREFILL_DELAY_PASSES)]
+    assert held == [True] * (SGLANG_PREFILL_DELAY_PASSES - 1) + [False]
+    # none could: nothing to hold back
+    assert _delayer("sglang-0.5.23", [4, 4, 4], seats=4, queued=[1, 1, 1])._prefill_delayed() is False
+    # every rank could: held while the fullest rank has fewer free seats than the largest recent batch,
+    # except the first time
+    every = _delayer("sglang-0.5.23", [2, 3, 1], seats=4, queued=[2, 2, 2], batches=(1, 3))
+    assert [every._prefill_delayed() for _ in range(3)] == [False, True, True]
+    roomy = _delayer("sglang-0.5.23", [1, 1, 1], seats=4, queued=[2, 2, 2], batches=(1, 3))
+    assert [roomy._prefill_delayed() for _ in range(3)] == [False, False, False]
 
 
 @pytest.fixture(scope="module")
@@ -71,40 +92,47 @@ def runs():
     plan, _ = load_plan(WHOLE)
     traffic = Traffic(requests=1500, concurrency=140, warmup=300, seed=0)
     out = {}
-    for mode, passes in (("instance", 0), ("per-rank", 0), ("per-rank", SGLANG_PREFILL_DELAY_PASSES)):
-        res = simulate_plan(plan, traffic, colocated_prefill=mode, prefill_delay_passes=passes)
-        out[(mode, passes)] = res.summary
+    for mode, delayer in (
+        ("instance", None),
+        ("per-rank", None),
+        ("per-rank", "pr14201"),
+        ("per-rank", "sglang-0.5.23"),
+    ):
+        out[(mode, delayer)] = simulate_plan(plan, traffic, colocated_prefill=mode, prefill_delayer=delayer).summary
     return out
 
 
 def test_per_rank_forwards_without_the_delayer_serve_far_less_than_the_static_prediction(runs):
     # a full instance frees a seat or two a step; each prompt then prefills on its own rank while the others
     # idle ("prefill/idle mode", sgl-project/sglang PR #14201): measured on this plan, 54% below the static rate
-    static = runs[("instance", 0)]["moeplan"]["static"]["output_throughput"]
-    instance = runs[("instance", 0)]["moeplan"]["steady"]["output_throughput"]
-    alone = runs[("per-rank", 0)]["moeplan"]["steady"]["output_throughput"]
+    static = runs[("instance", None)]["moeplan"]["static"]["output_throughput"]
+    instance = runs[("instance", None)]["moeplan"]["steady"]["output_throughput"]
+    alone = runs[("per-rank", None)]["moeplan"]["steady"]["output_throughput"]
     assert instance == pytest.approx(static, rel=0.05)
     assert alone < 0.7 * static
-    assert runs[("per-rank", 0)]["moeplan"]["bound"]["prefill_delayed_steps"] == 0
+    assert runs[("per-rank", None)]["moeplan"]["bound"]["prefill_delayed_steps"] == 0
 
 
-def test_the_delayer_gathers_prompts_so_the_ranks_prefill_together(runs):
-    summary = runs[("per-rank", SGLANG_PREFILL_DELAY_PASSES)]
+@pytest.mark.parametrize("delayer, source", [("pr14201", "PR #14201"), ("sglang-0.5.23", "--enable-prefill-delayer")])
+def test_either_delayer_gathers_prompts_so_the_ranks_prefill_together(runs, delayer, source):
+    # why the SGLang launch of such a plan turns the delayer on: with it the instance serves about what the
+    # static prediction says (measured: -1.0% and -7.8% here), without it 54% less
+    summary = runs[("per-rank", delayer)]
     static = summary["moeplan"]["static"]["output_throughput"]
     gathered = summary["moeplan"]["steady"]["output_throughput"]
-    assert gathered > 1.5 * runs[("per-rank", 0)]["moeplan"]["steady"]["output_throughput"]
-    assert gathered == pytest.approx(static, rel=0.1)
+    assert gathered > 1.5 * runs[("per-rank", None)]["moeplan"]["steady"]["output_throughput"]
+    assert gathered == pytest.approx(static, rel=0.12)
     assert summary["moeplan"]["bound"]["prefill_delayed_steps"] > 0
     notes = " ".join(summary["moeplan"]["notes"])
-    assert "per-rank prefill" in notes and "prefill delayer" in notes and "PR #14201" in notes
+    assert "per-rank prefill" in notes and f"prefill delayer {delayer}" in notes and source in notes
 
 
 def test_a_rows_engine_names_its_prefill_scheduling():
-    assert row_colocated_prefill("SGLang main, PD disaggregated, router --mini-lb") == ("instance", 0)
-    assert row_colocated_prefill("SGLang main, PD mixed (colocated)") == ("per-rank", 0)
+    assert row_colocated_prefill("SGLang main, PD disaggregated, router --mini-lb") == ("instance", None)
+    assert row_colocated_prefill("SGLang main, PD mixed (colocated)") == ("per-rank", None)
     on = "SGLang main (CANN 8.5), PD mixed (colocated), SGLANG_SCHEDULER_DECREASE_PREFILL_IDLE=1"
-    assert row_colocated_prefill(on) == ("per-rank", SGLANG_PREFILL_DELAY_PASSES)
-    assert row_colocated_prefill("vllm-ascend, colocated") == ("instance", 0)
+    assert row_colocated_prefill(on) == ("per-rank", "pr14201")
+    assert row_colocated_prefill("vllm-ascend, colocated") == ("instance", None)
 
 
 def test_sglangs_pd_mixed_runs_are_reproduced_within_tolerance():
@@ -122,8 +150,15 @@ def test_sglangs_pd_mixed_runs_are_reproduced_within_tolerance():
 @pytest.mark.parametrize(
     "args, says",
     [
-        (["--prefill-delay-passes", "30"], "add --colocated-prefill per-rank"),
-        (["--colocated-prefill", "per-rank", "--prefill-delay-passes", "-1"], "--prefill-delay-passes must be >= 0"),
+        (["--prefill-delayer", "pr14201"], "add --colocated-prefill per-rank"),
+        (
+            ["--colocated-prefill", "per-rank", "--prefill-delayer", "pr14201", "--prefill-delay-passes", "0"],
+            "--prefill-delay-passes must be >= 1",
+        ),
+        (
+            ["--colocated-prefill", "per-rank", "--prefill-delayer", "soon"],
+            "--prefill-delayer: 'soon' is not one of pr14201, sglang-0.5.23",
+        ),
         (["--colocated-prefill", "sideways"], "--colocated-prefill: 'sideways' is not one of instance, per-rank"),
     ],
 )
@@ -146,9 +181,9 @@ def test_per_rank_forwards_on_a_disaggregated_plan_are_refused_by_name():
 def test_the_cli_runs_sglangs_scheduling_and_says_so():
     result = run_cli(
         "simulate", WHOLE, "--concurrency", "96", "--requests", "300",
-        "--colocated-prefill", "per-rank", "--prefill-delay-passes", "30",
+        "--colocated-prefill", "per-rank", "--prefill-delayer", "sglang-0.5.23",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
     assert "per-rank prefill (SGLang with DP attention)" in text
-    assert "no prefill for up to 30 passes in a row" in text
+    assert "--enable-prefill-delayer" in text and "no prefill for up to 30 passes in a row" in text

@@ -218,6 +218,10 @@ def _batch_flags(plan: Plan, role: str, phase: PhasePlan, view) -> list[str]:
         # chunked prefill: one chunk of chunk_tokens rides along each decode step; else whole forwards
         tokens = chunk_size(c.chunk_tokens if c.chunk_tokens is not None else c.prefill_batch_tokens, dp)
         out = ["--chunked-prefill-size", str(tokens), "--max-prefill-tokens", str(tokens)]
+        if c.chunk_tokens is None and dp > 1:
+            # each DP rank prefills its own prompts: without the delayer a freed seat's prompt prefills on its rank
+            # alone while the others idle, far below the plan's prediction (docs/simulate.md)
+            out.append("--enable-prefill-delayer")
         decode_two = plan.colocated is not None and plan.colocated.decode_micro_batches > 1
         if c.micro_batches > 1 or decode_two:
             out.append("--enable-two-batch-overlap")
@@ -251,5 +255,9 @@ _README = """
   trivially mapped), referenced by absolute path with the matching `--ep-num-redundant-experts`.
 - Disaggregated plans: the router is `sglang_router` (`pip install sglang-router`); prefill instances expose
   their bootstrap port to it.
-- Colocated plans: one server per instance; put any HTTP load balancer in front of several instances.
+- Colocated plans: one server per instance; put any HTTP load balancer in front of several instances. With
+  attention DP and whole prefill forwards the server runs `--enable-prefill-delayer`: SGLang schedules each DP
+  rank on its own, and without the delayer a prompt prefills on its rank alone while the others idle; the
+  plan's prediction assumes the ranks prefill together, which the delayer makes happen (simulated:
+  `moeplan simulate PLAN --colocated-prefill per-rank --prefill-delayer sglang-0.5.23`; docs/simulate.md).
 """
