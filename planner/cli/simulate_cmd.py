@@ -224,23 +224,25 @@ def simulate(
     skew_sigma: SkewSigmaOpt = None,
     acceptance_spread: AcceptanceSpreadOpt = None,
     colocated_prefill: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--colocated-prefill",
-            help="How a colocated plan's whole prefill forwards form their batch: 'instance' (default, the static "
+            help="How a colocated plan's whole prefill forwards form their batch: 'instance' (the static "
             "prediction's: up to prefill_batch_tokens over the instance, spread over the DP ranks) or 'per-rank' "
             "(SGLang with DP attention: each DP rank prefills its own prompts, up to prefill_batch_tokens / dp, "
-            "and a forward lasts as long as its busiest rank).",
+            "and a forward lasts as long as its busiest rank). Default: as --engine runs moeplan's launch of the "
+            "plan (sglang: per-rank with the sglang-0.5.23 delayer where attention DP > 1; else instance).",
         ),
-    ] = "instance",
+    ] = None,
     prefill_delayer: Annotated[
         str | None,
         typer.Option(
             "--prefill-delayer",
-            help="With --colocated-prefill per-rank, SGLang's prefill delayer: 'prefillable' (--enable-prefill-delayer,"
-            " sglang 0.5.23: no prefill while some DP ranks have a prompt to prefill and others do not) or 'pr14201' "
+            help="With per-rank forwards, SGLang's prefill delayer: 'sglang-0.5.23' (--enable-prefill-delayer: no "
+            "prefill while some DP ranks have a prompt to prefill and others do not), 'pr14201' "
             "(SGLANG_SCHEDULER_DECREASE_PREFILL_IDLE=1 in SGLang of December 2025: no prefill while some DP ranks "
-            "have every seat taken and others do not), each for up to --prefill-delay-passes passes in a row.",
+            "have every seat taken and others do not), each for up to --prefill-delay-passes passes in a row, or "
+            "'none'. Default: the engine's (see --colocated-prefill).",
         ),
     ] = None,
     prefill_delay_passes: Annotated[
@@ -258,7 +260,7 @@ def simulate(
         from planner.report.plot import plot_format, render
         from planner.report.simulate_plot import simulate_figure
         from planner.report.simulate_report import records_jsonl, result_json, simulate_renderables
-        from planner.simulate.build import RandomDataset, Traffic
+        from planner.simulate.build import RandomDataset, Traffic, engine_colocated_prefill
         from planner.simulate.metrics import parse_goodput
         from planner.simulate.routing import engine_routing
         from planner.simulate.run import auto_requests, claimed_rate, simulate_plan
@@ -276,6 +278,11 @@ def simulate(
         bounds = parse_goodput(pairs) if pairs else None
         routing = engine_routing(engine).with_overrides(route_instances, route_dp)
         plan, _ = load_plan(plan_file, rank)
+        mode, delayer = engine_colocated_prefill(routing.engine, plan)
+        if colocated_prefill is not None and colocated_prefill != mode:
+            mode, delayer = colocated_prefill, None
+        if prefill_delayer is not None:
+            delayer = None if prefill_delayer == "none" else prefill_delayer
         base = plan_base_dir(plan_file)
         random = None
         if random_input_len is not None or random_output_len is not None:
@@ -339,8 +346,8 @@ def simulate(
             decode_concurrency=decode_concurrency,
             prediction=prediction,
             acceptance_spread=acceptance_spread,
-            colocated_prefill=colocated_prefill,
-            prefill_delayer=prefill_delayer,
+            colocated_prefill=mode,
+            prefill_delayer=delayer,
             prefill_delay_passes=prefill_delay_passes,
         )
         result.built.notes[:0] = notes

@@ -14,6 +14,10 @@ full batches and no queueing. With `--simulate` the plans are checked at that ra
 its SLOs at the percentile, the search runs again for a rate `RATE_STEP` higher (more capacity),
 and its plans are checked at the requested rate, until one meets them or `MAX_RATE_FACTOR` is
 passed: the plan kept is the first (fewest cards) whose simulated percentile meets the SLOs.
+
+A colocated plan is served as the engine moeplan launches it runs it (`engine_colocated_prefill`):
+with SGLang, per-rank prefill forwards and its prefill delayer where the plan has attention DP and
+whole forwards.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any
 
 from planner.costmodel.imbalance import ImbalanceModel
 from planner.costmodel.prediction import Prediction
-from planner.simulate.build import Traffic
+from planner.simulate.build import Traffic, engine_colocated_prefill
 from planner.simulate.routing import Routing
 from planner.simulate.run import SimResult, SloVerdict, claimed_rate, simulate_plan, static_e2e_s
 from planner.specs.plan import Plan
@@ -118,6 +122,7 @@ def simulate_check(
     if rate_per_s is None or rate_per_s <= 0:
         raise ValueError("the plan claims no request rate")
     traffic = check_traffic(plan, prediction, rate_per_s)
+    colocated_prefill, delayer = engine_colocated_prefill(routing.engine if routing is not None else None, plan)
     result = simulate_plan(
         plan.model_copy(update={"predicted": None}),
         traffic,
@@ -127,6 +132,8 @@ def simulate_check(
         prediction=prediction,
         series_points=CHECK_SERIES_POINTS,
         acceptance_spread=acceptance_spread,
+        colocated_prefill=colocated_prefill,
+        prefill_delayer=delayer,
     )
     s = result.summary
     keys = [k for k in s if k.endswith("_ms") and k.split("_")[1] in ("ttft", "tpot", "itl", "e2el")]

@@ -195,6 +195,16 @@ def _check_traffic(traffic: Traffic) -> None:
 COLOCATED_PREFILL = ("instance", "per-rank")
 
 
+def engine_colocated_prefill(engine: str | None, plan: Plan) -> tuple[str, str | None]:
+    """How `engine`, as moeplan launches it, forms a colocated plan's prefill forwards, and its prefill delayer:
+    SGLang with attention DP and whole forwards per rank with sglang 0.5.23's delayer
+    (planner/report/launch/sglang.py turns it on); everything else the instance's batch."""
+    co = plan.colocated
+    if (engine or "").lower() != "sglang" or co is None or co.chunk_tokens is not None or co.attention.dp < 2:
+        return "instance", None
+    return "per-rank", "sglang-0.5.23"
+
+
 def _check_colocated_prefill(plan: Plan, mode: str, delayer: str | None, delay_passes: int) -> None:
     """Per-rank forwards and the prefill delayer act on a colocated instance's whole prefill forwards;
     asked of any other plan they would change nothing, so they are refused there."""
@@ -202,7 +212,9 @@ def _check_colocated_prefill(plan: Plan, mode: str, delayer: str | None, delay_p
         raise BadInputError(f"--colocated-prefill: '{mode}' is not one of {', '.join(COLOCATED_PREFILL)}.")
     if delayer is not None:
         if delayer not in PREFILL_DELAYERS:
-            raise BadInputError(f"--prefill-delayer: '{delayer}' is not one of {', '.join(PREFILL_DELAYERS)}.")
+            raise BadInputError(
+                f"--prefill-delayer: '{delayer}' is not one of {', '.join(PREFILL_DELAYERS)} (or none, for off)."
+            )
         if mode != "per-rank":
             raise BadInputError(
                 "--prefill-delayer: SGLang's prefill delayer holds back per-rank forwards; add "

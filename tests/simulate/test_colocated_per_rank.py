@@ -11,9 +11,11 @@ import pytest
 from planner.costmodel.context import CostContext
 from planner.costmodel.evaluate import load_plan_specs
 from planner.errors import BadInputError
-from planner.simulate.build import Traffic
+from planner.ranking.simulated import simulate_check
+from planner.simulate.build import Traffic, engine_colocated_prefill
 from planner.simulate.colocated_instance import SGLANG_PREFILL_DELAY_PASSES, ColocatedInstance
 from planner.simulate.predictor import prefill_times
+from planner.simulate.routing import engine_routing
 from planner.simulate.run import simulate_plan
 from planner.simulate.validation import row_colocated_prefill, simulate_figures
 from planner.specs.catalog import load_plan
@@ -157,7 +159,7 @@ def test_sglangs_pd_mixed_runs_are_reproduced_within_tolerance():
         ),
         (
             ["--colocated-prefill", "per-rank", "--prefill-delayer", "soon"],
-            "--prefill-delayer: 'soon' is not one of pr14201, sglang-0.5.23",
+            "--prefill-delayer: 'soon' is not one of pr14201, sglang-0.5.23 (or none, for off)",
         ),
         (["--colocated-prefill", "sideways"], "--colocated-prefill: 'sideways' is not one of instance, per-rank"),
     ],
@@ -187,3 +189,29 @@ def test_the_cli_runs_sglangs_scheduling_and_says_so():
     text = " ".join(result.output.split())
     assert "per-rank prefill (SGLang with DP attention)" in text
     assert "--enable-prefill-delayer" in text and "no prefill for up to 30 passes in a row" in text
+
+
+def test_sglang_is_simulated_as_moeplans_launch_runs_it():
+    whole, _ = load_plan(WHOLE)
+    chunked, _ = load_plan(str(HERE / "small-colocated.yaml"))
+    pd, _ = load_plan(str(HERE / "small-pd.yaml"))
+    assert engine_colocated_prefill("sglang", whole) == ("per-rank", "sglang-0.5.23")
+    assert engine_colocated_prefill("sglang", chunked) == ("instance", None)
+    assert engine_colocated_prefill("sglang", pd) == ("instance", None)
+    assert engine_colocated_prefill("vllm-ascend", whole) == ("instance", None)
+    # plan --simulate's check of a ranked plan follows the engine asked for
+    _, result = simulate_check(whole, 8.0, routing=engine_routing("sglang"))
+    notes = " ".join(result.summary["moeplan"]["notes"])
+    assert "per-rank prefill" in notes and "prefill delayer sglang-0.5.23" in notes
+    _, result = simulate_check(whole, 8.0, routing=engine_routing("vllm-ascend"))
+    assert "per-rank prefill" not in " ".join(result.summary["moeplan"]["notes"])
+
+
+def test_simulate_takes_the_engines_scheduling_unless_told_otherwise():
+    base = ["simulate", WHOLE, "--concurrency", "48", "--requests", "120", "--engine", "sglang"]
+    on = " ".join(run_cli(*base).output.split())
+    assert "per-rank prefill" in on and "prefill delayer sglang-0.5.23" in on
+    off = run_cli(*base, "--prefill-delayer", "none")
+    assert off.exit_code == 0 and "prefill delayer" not in " ".join(off.output.split())
+    spread = run_cli(*base, "--colocated-prefill", "instance")
+    assert spread.exit_code == 0 and "per-rank prefill" not in " ".join(spread.output.split())
