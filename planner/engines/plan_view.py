@@ -23,6 +23,13 @@ class ColocatedView:
     micro_batches: int
     chunk_tokens: int | None = None  # chunked prefill: prompt tokens one step of the instance carries
 
+    @property
+    def whole_forwards_over_dp_ranks(self) -> bool:
+        """Whole prefill forwards (no chunked prefill) on an instance whose attention is data-parallel: SGLang
+        then prefills each rank's prompts on that rank alone, which its prefill delayer gathers
+        (planner/simulate/colocated_instance.py; the SGLang launch turns the delayer on)."""
+        return self.chunk_tokens is None and self.phase.attention.dp > 1
+
 
 @dataclass(frozen=True)
 class PlanView:

@@ -30,6 +30,7 @@ from planner.costmodel.memory import max_decode_concurrency
 from planner.costmodel.mixed import is_mixed_plan, load_mixed_specs, mixed_contexts
 from planner.costmodel.prediction import Prediction
 from planner.costmodel.prefill import prefill_forward
+from planner.engines.plan_view import plan_view
 from planner.errors import BadInputError
 from planner.simulate.colocated_instance import PREFILL_DELAYERS, SGLANG_PREFILL_DELAY_PASSES, ColocatedInstance
 from planner.simulate.decode_instance import DecodeInstance, DecodeSetup
@@ -199,8 +200,8 @@ def engine_colocated_prefill(engine: str | None, plan: Plan) -> tuple[str, str |
     """How `engine`, as moeplan launches it, forms a colocated plan's prefill forwards, and its prefill delayer:
     SGLang with attention DP and whole forwards per rank with sglang 0.5.23's delayer
     (planner/report/launch/sglang.py turns it on); everything else the instance's batch."""
-    co = plan.colocated
-    if (engine or "").lower() != "sglang" or co is None or co.chunk_tokens is not None or co.attention.dp < 2:
+    co = plan_view(plan).colocated
+    if (engine or "").lower() != "sglang" or co is None or not co.whole_forwards_over_dp_ranks:
         return "instance", None
     return "per-rank", "sglang-0.5.23"
 
@@ -316,7 +317,7 @@ def build_simulation(
     (planner.simulate.mtp; None: the shipped fit, 0: every request at the workload's acceptance).
     `colocated_prefill`: how a colocated plan's whole forwards form their batch, 'instance' or 'per-rank'
     (SGLang with DP attention); `prefill_delayer`: SGLang's prefill delayer on per-rank forwards, 'pr14201'
-    or 'prefillable' (None: off), holding prefill back `prefill_delay_passes` passes at most
+    or 'sglang-0.5.23' (None: off), holding prefill back `prefill_delay_passes` passes at most
     (planner.simulate.colocated_instance)."""
     _check_traffic(traffic)
     if acceptance_spread is not None and not 0.0 <= acceptance_spread <= MAX_ACCEPTANCE_SPREAD:

@@ -167,11 +167,7 @@ class ColocatedInstance(DecodeInstance):
         """A whole forward of the admitted prompts, oldest first, up to the instance's batch, costed as spread
         over the DP ranks (the static model's); the instance's decoding waits for it."""
         tokens, attended, _, _ = self._take_prompt_tokens(self.batch_tokens)
-        duration = self.forward_times.forward_s(tokens, attended / tokens)
-        self.prefill_busy_s += duration
-        self.in_forward = True
-        self.in_step = 0
-        self._launch(now, duration)
+        self._launch_forward(now, self.forward_times.forward_s(tokens, attended / tokens))
 
     def _start_rank_forward(self, now: float) -> None:
         """A whole forward in which each DP rank with admitted prompts prefills up to its share of the batch,
@@ -180,7 +176,12 @@ class ColocatedInstance(DecodeInstance):
         for r in np.flatnonzero(prompts):
             self.recent_batches[int(r)].append(int(prompts[r]))
         tokens = float(taken.sum())
-        duration = self.forward_times.rank_forward_s(float(taken.max()), tokens, attended / tokens, self.dp)
+        self._launch_forward(
+            now, self.forward_times.rank_forward_s(float(taken.max()), tokens, attended / tokens, self.dp)
+        )
+
+    def _launch_forward(self, now: float, duration: float) -> None:
+        """A whole prefill forward in flight: no sequence decodes until it ends."""
         self.prefill_busy_s += duration
         self.in_forward = True
         self.in_step = 0

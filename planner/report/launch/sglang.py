@@ -218,7 +218,7 @@ def _batch_flags(plan: Plan, role: str, phase: PhasePlan, view) -> list[str]:
         # chunked prefill: one chunk of chunk_tokens rides along each decode step; else whole forwards
         tokens = chunk_size(c.chunk_tokens if c.chunk_tokens is not None else c.prefill_batch_tokens, dp)
         out = ["--chunked-prefill-size", str(tokens), "--max-prefill-tokens", str(tokens)]
-        if c.chunk_tokens is None and dp > 1:
+        if c.whole_forwards_over_dp_ranks:
             # each DP rank prefills its own prompts: without the delayer a freed seat's prompt prefills on its rank
             # alone while the others idle, far below the plan's prediction (docs/simulate.md)
             out.append("--enable-prefill-delayer")
