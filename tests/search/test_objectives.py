@@ -54,10 +54,8 @@ def test_cost_picks_a_bigger_decode_instance_when_prefill_cards_are_dear():
 
 
 def test_energy_picks_another_decode_size_when_prefill_draws_more_per_card():
-    # prefill on CloudMatrix384 (1456 W per card, all-in), decode on A2 (310 W, assumed); with 16 prefill
-    # cards tokens per card takes a second prefill instance for a 64-card decode, energy stays at one
-    # (with 8, since cm384's prefill micro-batch overlap was fitted on the CANN recipes' pair, both fill
-    # one 8-card prefill instance's output)
+    # prefill on CloudMatrix384 (1456 W per card, all-in), decode on A2 (310 W, assumed): tokens per card
+    # takes a second prefill instance to feed a 64-card decode, energy stays at one and a smaller decode
     common = (
         "--prefill-hardware", "cm384", "--decode-hardware", "a2", "--max-prefill-cards", "16",
         "--max-decode-cards", "64",
