@@ -1022,8 +1022,10 @@ def plan(
         stack = outcome.hw.engine_machine_warning(mode) if mode not in (AUTO, NONE) else None
         if stack is not None:
             notes = [*notes, stack]
+        kinds = {kind for kind, _, _ in outcome.model.attention_groups()}
+        other_stack = outcome.hw.attention_machine_warning(kinds)  # in the notes already (the prediction's)
         for note in notes:
-            if "announced" in note or note == stack:
+            if "announced" in note or note in (stack, other_stack):
                 err_console.print(f"[bold yellow]warning:[/] {note}", markup=True, highlight=False)
         if outcome.status == "INTERRUPTED":
             print_outcome(outcome, variants, explain_space)

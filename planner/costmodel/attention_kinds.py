@@ -39,7 +39,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from planner.costmodel.context import CostContext
-from planner.costmodel.elementwise import attention_bytes_per_token
+from planner.costmodel.elementwise import attention_bytes_per_token, hyper_connection_matrix_ops
 from planner.costmodel.imbalance import straggler_z
 from planner.costmodel.modules import ModuleCost, _fixed, attention_comm, attention_cost
 from planner.specs.model import LayerKind, ModelSpec, attended_entries, indexed_entries, layer_attention_flops
@@ -204,7 +204,7 @@ def layer_group_cost(
         # a stack whose indexer and top-k run sequence by sequence pays its per-sequence cost on each device
         compute = compute + seqs * core_tp * per_sequence.value
     comm_s, collectives = attention_comm(ctx, layout, t, latent_width, out_width)
-    return ModuleCost(compute, comm_s, _fixed(ctx, ops[0], ops[1], collectives))
+    return ModuleCost(compute, comm_s, _fixed(ctx, ops[0] + hyper_connection_matrix_ops(m), ops[1], collectives))
 
 
 def layers_cost(

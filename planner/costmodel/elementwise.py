@@ -32,8 +32,27 @@ def _act(q: QuantizationScheme) -> float:
 
 
 def residual_bytes(model: ModelSpec) -> float:
-    """One residual add: read the two BF16 inputs, write the sum."""
-    return 3 * model.hidden_size * BF16
+    """The residual connection around one sub-layer (attention or FFN).
+
+    A plain residual add reads the two BF16 inputs and writes the sum. A model with n residual
+    streams (DeepSeek-V4's manifold-constrained hyper-connections, n = hc_mult = 4) runs two fused
+    kernels instead: hc_pre reads the n streams and writes the sub-layer's input, hc_post reads the
+    sub-layer's output and the n streams and writes the n new ones, all BF16 (the shapes of CANN's
+    npu_hc_pre / npu_hc_post in its DeepSeek-V4 reference, hicann/cann-recipes-infer
+    models/deepseek_v4/models/modules/op_impls/mhc.py @ fe9bc80, the kernels its benchmarks run by
+    default). The mixing weights (a (2n + n^2) x nh FP32 matrix per sub-layer, 1.5 MB in V4-Flash) and
+    the Sinkhorn iterations on each token's n x n mix are left out: tens of microseconds a step.
+    """
+    h, n = model.hidden_size, model.residual_streams
+    if n == 1:
+        return 3 * h * BF16
+    return (n + 1) * h * BF16 + (2 * n + 1) * h * BF16
+
+
+def hyper_connection_matrix_ops(model: ModelSpec) -> int:
+    """Operators a sub-layer's residual connection adds to the plain add's: hc_pre, whose mixing
+    GEMM makes it a matrix launch (hc_post takes the add's place); none for a plain residual."""
+    return 1 if model.residual_streams > 1 else 0
 
 
 def norm_quant_bytes(width: float, q: QuantizationScheme) -> float:

@@ -529,6 +529,12 @@ def hardware_notes(*machines: HardwareSpec) -> list[str]:
     return out
 
 
+def attention_machine_notes(hw: HardwareSpec, model: ModelSpec) -> list[str]:
+    """The machine's warning when the model's attention kinds were measured on it under another stack's file."""
+    text = hw.attention_machine_warning({kind for kind, _, _ in model.attention_groups()})
+    return [text] if text else []
+
+
 # ---- one command's predictions, each made once ---------------------------------------------------
 
 # key -> (value, the objects whose ids are in the key: held so that no other object takes an id over)
@@ -639,6 +645,7 @@ def _evaluate_single(plan: Plan, specs: PlanSpecs, imb: ImbalanceModel, hbm_from
         afd=afd,
         system=system,
         notes=hardware_notes(specs.hw)
+        + attention_machine_notes(specs.hw, specs.model)
         + known_miss_notes(
             specs.hw.name,
             tuple(

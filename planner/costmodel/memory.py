@@ -36,7 +36,7 @@ from planner.specs.plan import (
     SharedExpertLayout,
 )
 
-HIDDEN_STATE_COPIES = 6  # residual, normed input, attention out, FFN in/out, one spare
+HIDDEN_STATE_COPIES = 6  # residual, normed input, attention out, FFN in/out, one spare (the residual: one per stream)
 Parts = dict[str, np.ndarray]
 
 
@@ -155,7 +155,8 @@ def attention_hbm(
         kv = kv + np.asarray(kv_sequences_per_device, dtype=float) * layout.tp * fixed
     heads_core = a.num_heads / layout.tp
     head_width = 2 * (a.qk_nope_head_dim + a.qk_rope_head_dim) + a.v_head_dim if a.kind == "mla" else 3 * a.head_dim
-    acts = t * layout.tp * (m.hidden_size * HIDDEN_STATE_COPIES + heads_core * head_width) * BF16_BYTES
+    copies = HIDDEN_STATE_COPIES - 1 + m.residual_streams  # hyper-connections hold hc_mult residual streams
+    acts = t * layout.tp * (m.hidden_size * copies + heads_core * head_width) * BF16_BYTES
     return {
         "attention_weights": np.full_like(t, _attention_weight_bytes(ctx, layout)),
         "kv_cache": kv,

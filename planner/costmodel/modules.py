@@ -28,6 +28,7 @@ from planner.costmodel.context import CostContext
 from planner.costmodel.elementwise import (
     attention_bytes_per_token,
     dense_ffn_bytes_per_token,
+    hyper_connection_matrix_ops,
     moe_bytes_per_assignment,
     moe_bytes_per_token,
 )
@@ -198,6 +199,7 @@ def attention_cost(
     compute = sum(parts[1:], parts[0])
 
     comm_s, collectives = attention_comm(ctx, layout, t, latent_width, out_width)
+    matrix_ops += hyper_connection_matrix_ops(m)
     return ModuleCost(compute, comm_s, _fixed(ctx, matrix_ops, vector_ops, collectives))
 
 
@@ -212,7 +214,8 @@ def dense_ffn_cost(ctx: CostContext, layout: ParallelLayout, tokens_per_device: 
         2 * t * layout.tp * params, params * ctx.quant.dense_weight_bytes, ctx.module_flops_per_s("dense_ffn")
     ) + ctx.elementwise_s(t, dense_ffn_bytes_per_token(ctx.model, ctx.quant))
     comm_s = _tp_in_out_comm_s(ctx, layout.tp, t, ctx.model.hidden_size)
-    return ModuleCost(compute, comm_s, _fixed(ctx, 2, 3, 2 if layout.tp > 1 else 0))
+    matrix_ops = 2 + hyper_connection_matrix_ops(ctx.model)
+    return ModuleCost(compute, comm_s, _fixed(ctx, matrix_ops, 3, 2 if layout.tp > 1 else 0))
 
 
 # ---- MoE ---------------------------------------------------------------------------------------
@@ -351,7 +354,7 @@ def moe_cost(
         compute = router_s + experts_s + shared_s
         comm_s = dc
     shared_ops = SHARED_EXPERT_OPS if n_shared else (0, 0)
-    fixed = _fixed(ctx, 3 + shared_ops[0], 6 + shared_ops[1], 2)
+    fixed = _fixed(ctx, 3 + shared_ops[0] + hyper_connection_matrix_ops(m), 6 + shared_ops[1], 2)
     return MoECost(compute, comm_s, fixed, experts_s, shared_s, dc, router_s, imb)
 
 

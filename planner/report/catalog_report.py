@@ -285,6 +285,10 @@ def model_detail(m: ModelSpec) -> list[RenderableType]:
         table.add_row(
             "expert weights (checkpoint)", f"{m.expert_weight_format}, {m.expert_weight_bits:g} bits per weight"
         )
+    if m.residual_streams > 1:
+        table.add_row(
+            "residual streams", f"{m.residual_streams} (hyper-connections: hc_pre and hc_post each sub-layer)"
+        )
     table.add_row("vocab", f"{m.vocab_size}" + (" (tied)" if m.tie_word_embeddings else ""))
     table.add_row("total params", f"{m.main_params() / 1e9:.1f} B (+{m.mtp_params() / 1e9:.1f} B MTP)")
     table.add_row("active params", f"{m.active_params() / 1e9:.1f} B (with the LM head, not the embedding)")

@@ -21,6 +21,7 @@ evaluates on them says so.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -284,6 +285,27 @@ class HardwareSpec(Strict):
         "hardware, where this file's factors are another software stack's (validation/_fit.yaml)",
     )
 
+    attention_machines: dict[str, str] = Field(
+        default_factory=dict,
+        description="attention layer kind (dsa, csa, hca, ...) -> the catalog machine whose factors are fitted on "
+        "the measured runs of models with that kind on this hardware, where no such run is among this file's "
+        "(validation/_fit.yaml)",
+    )
+
+    def attention_machine_warning(self, layer_kinds: Iterable[str]) -> str | None:
+        """The warning for a model with `layer_kinds` when another file holds the factors fitted on this
+        hardware's measured runs of such layers (None when none of its kinds is named)."""
+        named = sorted(k for k in layer_kinds if self.attention_machines.get(k, self.name) != self.name)
+        if not named:
+            return None
+        others = sorted({self.attention_machines[k] for k in named})
+        return (
+            f"hardware '{self.name}': no measured run of a model with {', '.join(named)} attention layers is "
+            f"among those its factors are fitted on; the ones measured on this hardware are fitted in "
+            f"{', '.join(repr(o) for o in others)}, another software stack (plan with --hardware {others[0]} to "
+            "use its factors; docs/fidelity.md)."
+        )
+
     @property
     def is_announced(self) -> bool:
         """True when the machine is announced but not shipping (its figures are vendor claims)."""
@@ -294,9 +316,18 @@ class HardwareSpec(Strict):
         if not self.is_announced:
             return None
         src = f" ({self.status_source})" if self.status_source else ""
+        fitted = any(
+            isinstance(f, Factor) and f.fitted_on
+            for f in (getattr(self.efficiency, n) for n in type(self.efficiency).model_fields)
+        )
+        efficiencies = (
+            "its efficiencies are fitted on the few runs measured on it, one software stack's (their sources say which)"
+            if fitted
+            else "its efficiencies are not measured"
+        )
         return (
             f"hardware '{self.name}' is announced, not shipping{src}: its peaks, memory and links are vendor "
-            "claims and its efficiencies are not measured; treat the figures as estimates."
+            f"claims and {efficiencies}; treat the figures as estimates."
         )
 
     def engine_machine_warning(self, engine: str) -> str | None:

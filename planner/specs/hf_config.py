@@ -7,7 +7,7 @@ Families read (each config as published, unchanged):
 - DeepSeek-V4 (`deepseek_v4`, or `DeepseekV4ForCausalLM` under another model_type):
   `compress_ratios` per layer, `sliding_window`, one KV head of `head_dim`, grouped low-rank
   output (`o_lora_rank`, `o_groups`), `num_hash_layers` hash-routed MoE layers, FP4 experts
-  (`expert_dtype`);
+  (`expert_dtype`), `hc_mult` residual streams (manifold-constrained hyper-connections);
 - Qwen3.5 (`qwen3_5_moe`): Gated DeltaNet layers and full GQA layers by `layer_types`;
 - Kimi-K3 (`kimi_k3` / `kimi_linear`): KDA layers and MLA layers by `linear_attn_config`,
   latent MoE (`routed_expert_hidden_size`);
@@ -104,7 +104,7 @@ def _check_moe_keys(cfg: dict[str, Any], model_type: str | None) -> None:
 # Keys whose names say they shape attention, the MoE or the layer stack.
 _STRUCTURAL = re.compile(
     r"attn|attention|expert|moe|rout|kv_|lora|index|compress|window|linear|heads|head_dim|topk|shared|"
-    r"mtp|nextn|hash|ssm|conv|delta|sparse|layer_types|_layers|group|latent|dense"
+    r"mtp|nextn|hash|ssm|conv|delta|sparse|layer_types|_layers|group|latent|dense|^hc_"
 )
 # Structural keys moeplan reads (below) or knows to be irrelevant to time and memory.
 _HANDLED = frozenset(
@@ -128,6 +128,7 @@ _HANDLED = frozenset(
         "o_lora_rank",
         "o_groups",
         "num_hash_layers",
+        "hc_mult",
         "n_routed_experts",
         "num_experts",
         "num_local_experts",
@@ -195,6 +196,10 @@ _HANDLED = frozenset(
         "pruned_heads",
         "chunk_size_feed_forward",
         "_attn_implementation",
+        # DeepSeek-V4's hyper-connections: the Sinkhorn iterations and epsilon of the 4 x 4 stream mix, a
+        # few hundred operations per token inside the fused hc_pre kernel (hc_mult, read, sets its bytes)
+        "hc_sinkhorn_iters",
+        "hc_eps",
         # Kimi-K3's attention residuals: a softmax mix of block snapshots of the hidden state,
         # a few hidden-width vectors per layer (negligible next to attention and MoE)
         "attn_res_block_size",
@@ -497,6 +502,7 @@ def from_hf_config(top: dict[str, Any], name: str) -> dict[str, Any]:
         "expert_weight_format": fmt,
         "expert_weight_bits": bits if bits is not None and bits < 16 else None,
         "architectures": [a for a in (top.get("architectures") or []) if isinstance(a, str)],
+        "residual_streams": _get(cfg, "hc_mult", default=1),
     }
 
 
@@ -510,6 +516,7 @@ HF_FIELD_NAMES = {
     "vocab_size": "vocab_size",
     "tie_word_embeddings": "tie_word_embeddings",
     "mtp_layers": "num_nextn_predict_layers",
+    "residual_streams": "hc_mult",
     "max_context_tokens": "max_position_embeddings",
     "attention.num_heads": "num_attention_heads",
     "attention.num_kv_heads": "num_key_value_heads",

@@ -218,6 +218,15 @@ class ModelSpec(Strict):
         default=None,
         description="a separate draft model (EAGLE-3 head) drafting the decode's tokens instead of MTP layers",
     )
+    residual_streams: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description=(
+            "residual streams a token carries between layers: 1 is a plain residual add; DeepSeek-V4's "
+            "manifold-constrained hyper-connections keep hc_mult of them (config.json 'hc_mult')"
+        ),
+    )
 
     @model_validator(mode="after")
     def _layers_consistent(self) -> ModelSpec:

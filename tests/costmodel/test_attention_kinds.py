@@ -12,6 +12,7 @@ import pytest
 from planner.costmodel.attention_kinds import layer_group_cost
 from planner.costmodel.context import CostContext
 from planner.costmodel.decode import decode_step
+from planner.costmodel.elementwise import residual_bytes
 from planner.costmodel.evaluate import load_plan_specs
 from planner.costmodel.memory import decode_hbm
 from planner.costmodel.prefill import prefill_forward
@@ -164,3 +165,29 @@ def test_plain_models_keep_the_calibrated_attention_path(model):
     whole = layers_cost(ctx, att, t, t, decode=True)
     one = attention_cost(ctx, att, t, t, c, c, decode=True)
     assert np.allclose(whole.total_s, one.total_s * ctx.model.num_layers)
+
+
+def test_hyper_connections_cost_their_streams_bytes_and_one_launch_per_sub_layer():
+    """hc_pre reads n streams and writes one, hc_post reads one and n and writes n (CANN's npu_hc_pre /
+    npu_hc_post), where a plain residual add reads two and writes one; hc_pre adds one matrix launch."""
+    plan, ctx = _ctx("deepseek-v4-flash")
+    m = ctx.model
+    assert m.residual_streams == 4 and plan.decode is not None
+    h = m.hidden_size
+    assert residual_bytes(m) == (3 * 4 + 2) * h * 2.0
+    plain = m.model_copy(update={"residual_streams": 1})
+    assert residual_bytes(plain) == 3 * h * 2.0
+    ctx1 = CostContext(plain, ctx.hw, ctx.quant, ctx.workload)
+    hc, base = decode_step(ctx, plan.decode, [16.0]), decode_step(ctx1, plan.decode, [16.0])
+    # two sub-layers a main layer (attention, FFN), each one more matrix launch
+    launch_s = 2 * m.num_layers * ctx.hw.fixed_costs.matrix_op.value
+    got = hc.breakdown_s["launch_overhead"][0] - base.breakdown_s["launch_overhead"][0]
+    assert got == pytest.approx(launch_s, rel=1e-9)
+    # at least the main pass's extra bytes (16 sequences x 1 + MTP tokens) at the effective HBM rate
+    tokens = 16 * (1 + plan.decode.mtp_tokens)
+    bytes_s = (residual_bytes(m) - residual_bytes(plain)) * 2 * m.num_layers * tokens / ctx.hbm_bytes_per_s
+    assert hc.step_s[0] - base.step_s[0] >= launch_s + bytes_s * (1 - 1e-9)
+    # activations hold four residual streams: three more hidden-width copies a token
+    acts = decode_hbm(ctx, plan.decode, 16.0).breakdown_bytes["activations"][0]
+    acts1 = decode_hbm(ctx1, plan.decode, 16.0).breakdown_bytes["activations"][0]
+    assert acts - acts1 == pytest.approx(3 * h * 2.0 * tokens * plan.decode.attention.tp)

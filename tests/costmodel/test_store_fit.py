@@ -273,7 +273,7 @@ def test_a_group_fitted_after_another_takes_its_factors_and_its_rows_cannot_move
 
     config = model.config
     late = config.late_groups()
-    assert late == {"910c-vllm-ascend", "950pr-open"}
+    assert late == {"910c-vllm-ascend", "950pr-open", "910c-cann", "950dt-cann"}
     assert any(config.group_of(r.machine) in late for r in model.rows)
 
     def scaled(r: Row) -> Row:
@@ -310,6 +310,19 @@ def test_a_group_fitted_after_another_takes_its_factors_and_its_rows_cannot_move
         assert factor_value(model.machine("atlas350", x), factor) == pytest.approx(a.values[name])
         assert factor_value(load_hardware("atlas350"), factor) == pytest.approx(
             factor_value(load_hardware("a3"), factor)
+        )
+    # CANN's recipes without SuperKernel (910c-cann: a3-cann; 950dt-cann: atlas950) fit their weight reads and
+    # GEMMs and take Huawei's stack's links (910c-huawei: cm384), in the fit and in the shipped files
+    for machine, group in (("a3-cann", "910c-cann"), ("atlas950", "950dt-cann")):
+        hw = model.machine(machine, x)
+        assert factor_value(hw, "efficiency.link_bandwidth") == pytest.approx(
+            a.values["910c-huawei:efficiency.link_bandwidth"]
+        )
+        assert factor_value(hw, "efficiency.hbm_bandwidth") == pytest.approx(
+            a.values[f"{group}:efficiency.hbm_bandwidth"]
+        )
+        assert factor_value(load_hardware(machine), "efficiency.link_bandwidth") == pytest.approx(
+            factor_value(load_hardware("cm384"), "efficiency.link_bandwidth")
         )
 
 

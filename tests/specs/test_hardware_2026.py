@@ -222,6 +222,49 @@ def test_planning_cm384_for_vllm_ascend_names_the_machine_fitted_on_its_runs(tmp
     assert ("plan with --hardware a3-superpod" in r.output) == warned
 
 
+def test_the_cann_recipes_file_is_cm384s_hardware_with_its_own_fitted_factors():
+    cann, cm = load_hardware("a3-cann"), load_hardware("cm384")
+    assert cann.peak_flops_per_s.listed() == cm.peak_flops_per_s.listed()
+    assert [(lvl.devices_per_group, lvl.bandwidth_bytes_per_s) for lvl in cann.levels] == [
+        (lvl.devices_per_group, lvl.bandwidth_bytes_per_s) for lvl in cm.levels
+    ]
+    # its weight reads, GEMMs and vector-operator cost are fitted on its own rows; the links are cm384's
+    for factor in (cann.efficiency.hbm_bandwidth, cann.efficiency.matmul, cann.fixed_costs.vector_op):
+        assert "910c-cann" in factor.source
+    assert cann.efficiency.link_bandwidth.value == cm.efficiency.link_bandwidth.value
+    # every catalog pointer by attention kind names a real machine of the same silicon
+    for name in catalog_names("hardware"):
+        for kind, machine in load_hardware(name).attention_machines.items():
+            assert kind in ("mla", "gqa", "dsa", "swa", "csa", "hca", "linear")
+            assert load_hardware(machine).peak_flops_per_s.listed() == load_hardware(name).peak_flops_per_s.listed()
+
+
+@pytest.mark.parametrize(
+    ("model", "warned"), [("deepseek-v3.2", True), ("deepseek-v4-flash", True), ("deepseek-v3", False)]
+)
+def test_planning_cm384_for_a_sparse_attention_model_names_the_machine_that_measured_one(tmp_path, model, warned):
+    """cm384's factors have no DSA or V4 run among their rows; the ones measured on that hardware are a3-cann's."""
+    out = tmp_path / "p.json"
+    r = run_cli(
+        "plan", "--model", model, "--hardware", "cm384", "--phase", "decode", "--max-cards", "64", "--top", "1",
+        "--engine", "none", "--json", str(out),
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    notes = json.loads(out.read_text()).get("notes", [])
+    assert any("--hardware a3-cann" in n for n in notes) == warned, notes
+    assert ("warning: hardware 'cm384': no measured run" in r.output) == warned
+    if warned:
+        kinds = {"deepseek-v3.2": "dsa", "deepseek-v4-flash": "csa, hca"}[model]
+        assert any(f"with {kinds} attention layers" in n for n in notes), notes
+
+
+def test_announced_hardware_says_whether_its_efficiencies_are_fitted():
+    # atlas950's are fitted on CANN's V4 rows (group 950dt-cann); atlas350's are taken from the A3 open engines'
+    assert "efficiencies are fitted on the few runs measured on it" in (
+        load_hardware("atlas950").announced_warning() or ""
+    )
+
+
 def test_auto_quantization_takes_the_first_scheme_every_machine_runs():
     from planner.specs.quantization import resolve_quantization
 

@@ -153,6 +153,7 @@ def _config(name: str) -> dict:
         ("minimax-m2.5", {"sliding_window": 4096}, "sliding_window"),
         ("minimax-m2.5", {"attn_type_list": [0] + [1] * 61}, "attn_type_list"),
         ("deepseek-v4-pro", {"expert_dtype": "fp2"}, "expert_dtype"),
+        ("deepseek-v4-flash", {"hc_dynamic_streams": True}, "hc_dynamic_streams"),
         ("glm-5.1", {"moe_latent_rank": 256}, "moe_latent_rank"),
         ("qwen3.5-397b-a17b", {"layer_types": ["mamba"] * 60}, "layer_types"),
     ],
@@ -199,3 +200,10 @@ def test_models_list_has_the_new_entries_with_sources():
     for name in NEW_MODELS:
         assert name in r.output
     assert "huggingface.co" in r.output
+
+
+@pytest.mark.parametrize(("name", "streams"), [("deepseek-v4-flash", 4), ("deepseek-v4-pro", 4), ("deepseek-v3.2", 1)])
+def test_hyper_connection_streams_are_read_from_hc_mult(name, streams):
+    """DeepSeek-V4's config.json sets hc_mult 4 (manifold-constrained hyper-connections); others keep one."""
+    assert load_model(name).residual_streams == streams
+    assert ("hc_mult" in _config(name)) == (streams > 1)
