@@ -19,6 +19,8 @@ CASES = (("910c-cann", "deepseek-v4-flash"), ("910c-cann", "deepseek-v3.2"), ("9
 
 def held_out(group: str, model_name: str) -> list[str]:
     """The held-out rows' lines and the group's factors, as printed."""
+    import numpy as np
+
     from planner.costmodel.store_fit import Model, fit, fit_config, fit_rows, parameters
 
     config = fit_config()
@@ -31,10 +33,7 @@ def held_out(group: str, model_name: str) -> list[str]:
     start = model.configured_start()
     full = fit(model, start=start, diagnostics=False)
     part = fit(model, rows=kept, start=start, diagnostics=False)
-    x = [part.values[p.name] for p in model.params]
-    import numpy as np
-
-    predicted = model.predict_all(np.array(x), out)
+    predicted = model.predict_all(np.array([part.values[p.name] for p in model.params]), out)
     lines = [f"{group}: {model_name}'s {len(out)} rows held out, fitted on {len(kept)} rows"]
     for p in model.params:
         if group in p.groups:

@@ -63,7 +63,7 @@ from planner.cli.options import (
     workload_fields,
 )
 from planner.costmodel.context import DEFAULT_HBM_UTILIZATION
-from planner.costmodel.evaluate import evaluation_memo
+from planner.costmodel.evaluate import attention_machine_notes, evaluation_memo
 from planner.errors import BadInputError, InfeasibleError
 from planner.ranking.binding import why_line
 from planner.report.evaluate_report import evaluate_tables
@@ -1022,10 +1022,9 @@ def plan(
         stack = outcome.hw.engine_machine_warning(mode) if mode not in (AUTO, NONE) else None
         if stack is not None:
             notes = [*notes, stack]
-        kinds = {kind for kind, _, _ in outcome.model.attention_groups()}
-        other_stack = outcome.hw.attention_machine_warning(kinds)  # in the notes already (the prediction's)
+        other_stack = attention_machine_notes(outcome.hw, outcome.model)  # in the notes already (the prediction's)
         for note in notes:
-            if "announced" in note or note in (stack, other_stack):
+            if "announced" in note or note == stack or note in other_stack:
                 err_console.print(f"[bold yellow]warning:[/] {note}", markup=True, highlight=False)
         if outcome.status == "INTERRUPTED":
             print_outcome(outcome, variants, explain_space)
