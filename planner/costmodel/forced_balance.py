@@ -36,3 +36,23 @@ class ForcedBalance:
             f"forced balance: routing cycles over {self.active_experts_per_device} experts per device, every "
             "device at the mean load (a benchmark setting)"
         )
+
+
+def round_robin_experts_per_device(routed_experts: int, ep: int, picks_per_rank: int) -> int:
+    """Distinct experts the busiest EP rank serves under CANN's forced-EPLB decode routing.
+
+    CANN's reference inference (hicann/cann-recipes-infer: `gen_cur_topk_idx` in
+    models/deepseek-v4/models/modeling_deepseek.py at 5df82b1, `gen_force_eplb_topk_idx` in
+    executor/core/model_worker/model_worker.py from c056cd7) gives rank r, without MoE TP, the picks at
+    positions r * (p + 1) ... r * (p + 1) + p - 1 of one cycle over (local expert, rank), where p is its
+    decode tokens times top-k: position g goes to rank g mod ep, local expert (g // ep) mod
+    (routed_experts / ep). The ranks' runs are offset, so together they reach more of a rank's experts
+    than one rank's picks do.
+    """
+    if ep < 1 or picks_per_rank < 1 or routed_experts % ep:
+        raise ValueError("routed_experts must be a positive multiple of ep, and picks_per_rank positive")
+    per_rank = routed_experts // ep
+    starts = np.arange(ep)[:, None] * (picks_per_rank + 1)
+    positions = (starts + np.arange(picks_per_rank)[None, :]).ravel()
+    expert_ids = np.unique((positions % ep) * per_rank + (positions // ep) % per_rank)
+    return int(np.bincount(expert_ids // per_rank, minlength=ep).max())

@@ -14,15 +14,16 @@ touch only its machines' rows), which SciPy's grouped finite differences use.
 A group may be fitted `after` another (one engine on a chip whose kernel factors another group's rows
 already determine): its machines take that group's factors except those it fits itself, and the fit
 runs in two stages, so its rows move only its own factors. Stage one fits every other group and the
-imbalance parameters on their rows; stage two fits the late groups' own factors on theirs, stage one's
-values held.
+imbalance parameters on their rows; then each late group's own factors are fitted on its rows, stage
+one's values held (one least squares per late group: they share no row, so one group's values do not
+depend on where the solver stops for another's).
 
 Leave-one-out (`leave_one_out`) refits every parameter without one deployment at a time (rows of
 one plan, or sharing a `deployment` key, go together) and predicts the rows left out; a parameter
 no remaining row is sensitive to cannot be refitted and stays at the full fit's value (it is
 listed: for it the held-out prediction is not out-of-sample). Each refit starts four times, from the full
-fit's values, from the configured start and from two seeded perturbations of the full fit, and keeps
-the one that fits the remaining rows best (`_best_refit`).
+fit's values, from the configured start and from two seeded perturbations of the full fit, and keeps,
+stage by stage, the one that fits that stage's remaining rows best (`_best_refit`).
 
 A ratio figure (`ratio_to`) is predicted as the ratio of its plan's figure to its base figure's.
 """
@@ -421,15 +422,21 @@ def weighted_residuals(model: Model, x: np.ndarray, rows: Sequence[Row]) -> np.n
 
 def _stages(model: Model, rows: Sequence[Row], free_idx: Sequence[int]) -> list[tuple[list[Row], list[int]]]:
     """The fit's stages: every group not fitted after another (with the imbalance parameters) on its rows,
-    then the groups fitted after one (validation/_fit.yaml `after`) on theirs, the first stage's values fixed."""
+    then each group fitted after one (validation/_fit.yaml `after`) on its own rows, the first stage's
+    values fixed. The late groups share no row and no parameter, so each is a least-squares problem of its
+    own: fitted one by one, a group's values do not depend on where the solver stops for another's."""
     late = model.config.late_groups()
     if not late:
         return [(list(rows), list(free_idx))]
-    late_rows = [r for r in rows if model.config.group_of(r.machine) in late]
     late_idx = [j for j in free_idx if model.params[j].groups and set(model.params[j].groups) <= late]
     early_rows = [r for r in rows if model.config.group_of(r.machine) not in late]
     early_idx = [j for j in free_idx if j not in late_idx]
-    return [(early_rows, early_idx), (late_rows, late_idx)]
+    stages = [(early_rows, early_idx)]
+    for group in sorted(late):
+        group_rows = [r for r in rows if model.config.group_of(r.machine) == group]
+        group_idx = [j for j in late_idx if group in model.params[j].groups]
+        stages.append((group_rows, group_idx))
+    return stages
 
 
 def _least_squares(
@@ -564,11 +571,13 @@ LOO_PERTURBED_STARTS = 2  # seeded perturbations of the full fit each leave-one-
 
 
 def _best_refit(model: Model, rows: Sequence[Row], x_full: np.ndarray, live: Sequence[str], seed: int) -> np.ndarray:
-    """The `live` parameters refitted on `rows` from several starts, whichever fits `rows` best: the full
-    fit's values, the configured start and `LOO_PERTURBED_STARTS` seeded perturbations of the full fit
-    (each live parameter times U(0.7, 1.3), as `restarts`); the others stay at the full fit's values.
-    The objective is piecewise (placements are discrete): from the full fit's values alone the solver
-    can stop at once where a lower point of the same rows exists."""
+    """The `live` parameters refitted on `rows` from several starts, stage by stage (`_stages`): each stage
+    is fitted from the full fit's values, the configured start and `LOO_PERTURBED_STARTS` seeded
+    perturbations of the full fit (each live parameter times U(0.7, 1.3), as `restarts`), and keeps the one
+    that fits that stage's rows best, the stages before it held at their choice; the others stay at the
+    full fit's values. The objective is piecewise (placements are discrete): from the full fit's values
+    alone the solver can stop at once where a lower point of the same rows exists. Choosing by each stage's
+    own rows keeps a late group's refit independent of another's."""
     names = [p.name for p in model.params]
     live_idx = [j for j, n in enumerate(names) if n in live and not model.params[j].fixed]
     starts = [x_full]
@@ -577,15 +586,19 @@ def _best_refit(model: Model, rows: Sequence[Row], x_full: np.ndarray, live: Seq
     starts.append(configured)
     rng = np.random.default_rng(seed)
     starts += [_perturbed(model, x_full, rng, live_idx) for _ in range(LOO_PERTURBED_STARTS)]
-    best: tuple[float, np.ndarray] | None = None
-    for x0 in starts:
-        refit = fit(model, rows, start=x0, free=live, diagnostics=False)
-        x = np.array([refit.values[n] for n in names])
-        sse = weighted_sse(model, x, rows)
-        if best is None or sse < best[0]:
-            best = (sse, x)
-    assert best is not None
-    return best[1]
+    x = np.array(x_full, dtype=float)
+    for stage_rows, stage_idx in _stages(model, rows, live_idx):
+        best: tuple[float, np.ndarray] | None = None
+        for x0 in starts:
+            begin = x.copy()
+            begin[stage_idx] = x0[stage_idx]
+            refit, _, _ = _least_squares(model, stage_rows, begin, stage_idx)
+            sse = weighted_sse(model, refit, stage_rows)
+            if best is None or sse < best[0]:
+                best = (sse, refit)
+        assert best is not None
+        x = best[1]
+    return x
 
 
 def leave_one_out(model: Model, full_fit: FitOutcome, deployments: Sequence[str] | None = None) -> list[HeldOut]:

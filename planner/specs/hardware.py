@@ -321,7 +321,8 @@ class HardwareSpec(Strict):
             for f in (getattr(self.efficiency, n) for n in type(self.efficiency).model_fields)
         )
         efficiencies = (
-            "its efficiencies are fitted on the few runs measured on it, one software stack's (their sources say which)"
+            "its efficiencies are fitted on a few measured runs (each factor's source names the runs, the machine "
+            "they ran on and their software stack)"
             if fitted
             else "its efficiencies are not measured"
         )

@@ -326,6 +326,43 @@ def test_a_group_fitted_after_another_takes_its_factors_and_its_rows_cannot_move
         )
 
 
+def test_late_groups_are_fitted_independently_in_the_fit_and_in_leave_one_out(model):
+    # 910c-cann (a3-cann) and 950dt-cann (atlas950) are both fitted after 910c-huawei and share no row: moving
+    # the 950DT rows (or leaving one of its launches out) leaves the A3 group's values exactly where they were
+    import dataclasses
+
+    from planner.costmodel.store_fit import Row, _best_refit
+
+    config = model.config
+    pair = {"910c-cann", "950dt-cann"}
+    rows = [r for r in model.rows if config.group_of(r.machine) in pair]
+    assert {config.group_of(r.machine) for r in rows} == pair
+    own = {g: [p.name for p in model.params if g in p.groups] for g in pair}
+
+    def scaled(r: Row) -> Row:
+        if config.group_of(r.machine) != "950dt-cann":
+            return r
+        fig = dataclasses.replace(r.figure, figure=r.figure.figure.model_copy(update={"value": r.measured * 1.3}))
+        return Row(fig, r.machine, r.base)
+
+    alone = Model(config, rows, model.params)
+    moved = Model(config, [scaled(r) for r in rows], model.params)
+    a = fit(alone, start=alone.configured_start(), diagnostics=False)
+    b = fit(moved, start=alone.configured_start(), diagnostics=False)
+    assert any(abs(a.values[n] - b.values[n]) > 1e-3 * abs(a.values[n]) for n in own["950dt-cann"])
+    assert all(a.values[n] == b.values[n] for n in own["910c-cann"])
+
+    x_full = np.array([a.values[p.name] for p in model.params])
+    live = own["910c-cann"] + own["950dt-cann"]
+    names = [p.name for p in model.params]
+    a3 = [names.index(n) for n in own["910c-cann"]]
+    without = [r for r in rows if r.deployment != "cann-950dt-v4pro"]
+    assert len(without) < len(rows)
+    every = _best_refit(alone, rows, x_full, live, seed=7)
+    left_out = _best_refit(alone, without, x_full, live, seed=7)
+    assert np.array_equal(every[a3], left_out[a3])
+
+
 @pytest.mark.parametrize(
     ("after", "needle"),
     [("nowhere", "'nowhere', which is not a group here"), ("b", "'b', which is itself fitted after another")],

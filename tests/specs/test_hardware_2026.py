@@ -261,7 +261,7 @@ def test_planning_cm384_for_a_sparse_attention_model_names_the_machine_that_meas
 def test_announced_hardware_says_whether_its_efficiencies_are_fitted():
     # atlas950's are fitted on CANN's V4 rows (group 950dt-cann); without a fitted factor the file's are assumed
     a950 = load_hardware("atlas950")
-    assert "efficiencies are fitted on the few runs measured on it" in (a950.announced_warning() or "")
+    assert "efficiencies are fitted on a few measured runs" in (a950.announced_warning() or "")
     eff = a950.efficiency
     factors = {n: getattr(eff, n) for n in type(eff).model_fields if getattr(eff, n) is not None}
     unfitted = {n: f.model_copy(update={"fitted_on": None}) for n, f in factors.items()}
