@@ -25,6 +25,7 @@ MODELS = [
     "kimi-k2.5",
     "kimi-k3",
     "glm-5.1",
+    "glm-5.2",
     "qwen3.5-397b-a17b",
     "minimax-m2.5",
 ]

@@ -13,6 +13,10 @@ then the attention core on the attention unit: its FLOPs and the bytes it reads 
   reads the whole indexer-key cache but only top-k latent entries per sequence. A stack whose
   indexer and top-k run sequence by sequence pays the machine's `sparse_attention_per_sequence`
   on top, per sequence and sparse layer (none by default; fitted where rows determine it).
+  GLM-5.2's IndexShare layers (`dsa_shared`; hicann/cann-recipes-infer models/glm_5_2, README
+  and configuration_glm.py at 8679185) reuse the top-k of the last layer with an indexer: the
+  same sparse MLA over top-k entries, without the indexer's weights, keys, scoring, top-k or
+  their operators (and without the per-sequence cost, which is the indexer's and top-k's).
 - DeepSeek-V4 (model card / tech report, 2026-04): each layer attends to its sliding window of
   `sliding_window` uncompressed entries plus compressed entries (one per `ratio` tokens); CSA
   layers (ratio 4) score the compressed entries with the indexer and attend to its top-k,
@@ -25,7 +29,7 @@ then the attention core on the attention unit: its FLOPs and the bytes it reads 
 
 Operator counts (for the launch costs) follow the reference implementations' fused operators:
 DSA adds 4 matrix ops (indexer query, key, head weights, scores) and 2 vector ops (top-k, cache
-write) to MLA's; V4 runs 8 matrix ops (q_a, q_b, kv, compressor, grouped o_a, o_b, attention,
+write) to MLA's (an IndexShare layer none); V4 runs 8 matrix ops (q_a, q_b, kv, compressor, grouped o_a, o_b, attention,
 indexer scores on CSA) and 8 vector ops (norms, RoPE, compressor pooling, cache writes, sink);
 a linear layer 5 matrix ops (q/k/v, gates, chunked delta rule, output gate, output) and 6
 vector ops (short convolution, L2 norms, decay, norm).
@@ -65,7 +69,7 @@ def attention_split_params(model: ModelSpec, kind: LayerKind, ratio: int) -> tup
     idx = a.indexer
     q_in = a.q_lora_rank or h
     q_down = h * a.q_lora_rank if a.q_lora_rank else 0
-    if kind in ("mla", "dsa"):
+    if kind in ("mla", "dsa", "dsa_shared"):
         pre = float(q_down + p["kv_a"])
         core = float(p["q"] - q_down + p["kv_b"] + p.get("gate", 0))
         if "indexer" in p and idx is not None:
@@ -89,7 +93,7 @@ def _entry_bytes(model: ModelSpec, kind: LayerKind, kv_bytes: float, core_tp: in
     """(bytes of one attended KV entry on one device, bytes of one indexer key)."""
     a = model.attention
     idx_key = float(a.indexer.head_dim) * kv_bytes if a.indexer is not None else 0.0
-    if kind in ("mla", "dsa"):
+    if kind in ("mla", "dsa", "dsa_shared"):
         return float(a.kv_lora_rank + a.qk_rope_head_dim) * kv_bytes, idx_key
     if kind == "gqa":
         return 2.0 * a.head_dim * max(1.0, a.num_kv_heads / core_tp) * kv_bytes, 0.0
@@ -154,7 +158,7 @@ def layer_group_cost(
     parts: list[np.ndarray] = []
     t_pre, t_core, t_post = t * pre.tp, t * core_tp, t * post.tp
     parts.append(ctx.roofline_s(2 * t_pre * pre_params, pre_params * wb, lin))
-    if decode and kind == "dsa":
+    if decode and kind in ("dsa", "dsa_shared"):
         # absorbed MLA: W_UK / W_UV as BF16 batched matmuls, the rest of the head-split weights at the linear rate
         kvb_params = a.kv_lora_rank * a.num_heads * (a.qk_nope_head_dim + a.v_head_dim) / core_tp
         parts.append(ctx.roofline_s(2 * t_core * kvb_params, kvb_params * wb, ctx.bf16_matmul_flops_per_s))
@@ -187,7 +191,7 @@ def layer_group_cost(
         out_width = float(a.linear.num_value_heads * a.linear.value_head_dim)
         latent_width = float(m.hidden_size)
         ops = (5, 6)
-    elif kind in ("mla", "dsa"):
+    elif kind in ("mla", "dsa", "dsa_shared"):
         out_width = float(a.num_heads * a.v_head_dim)
         latent_width = float(a.kv_lora_rank + a.qk_rope_head_dim + (a.q_lora_rank or 0))
         ops = (7 + (4 if kind == "dsa" else 0) + (1 if a.output_gate else 0), 6 + (2 if kind == "dsa" else 0))
@@ -214,11 +218,17 @@ def layers_cost(
     sequences_per_device: ArrayLike,
     decode: bool,
     mtp: bool = False,
+    reuse_top_k: bool = False,
 ) -> ModuleCost:
-    """All main layers' attention (or one MTP layer's), summed over the model's layer groups."""
+    """All main layers' attention (or one MTP layer's), summed over the model's layer groups.
+
+    `reuse_top_k`: the DSA layers take an earlier pass's top-k instead of running their indexer
+    (an MTP draft after the first, where the model's `indexer.mtp_reuses_top_k` says so)."""
     groups = ctx.model.attention_groups(mtp=mtp)
     total: ModuleCost | None = None
     for kind, ratio, count in groups:
+        if reuse_top_k and kind == "dsa":
+            kind = "dsa_shared"
         c = layer_group_cost(ctx, layout, tokens_per_device, sequences_per_device, decode, kind, ratio)
         scaled = ModuleCost(c.compute_s * count, c.comm_s * count, c.fixed_s * count)
         total = (

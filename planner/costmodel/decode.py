@@ -112,8 +112,12 @@ def _step_parts(ctx: CostContext, phase: DecodePlan, b: np.ndarray) -> tuple[dic
     tokens = b * (1 + k)
     overlap = ctx.hw.overlap.decode_shared_expert_with_dispatch
 
-    def attention(t: np.ndarray, seqs: np.ndarray) -> ModuleCost:
-        return layers_cost(ctx, phase.attention, t, seqs, decode=True, mtp=True)
+    idx = m.attention.indexer
+    reuse = idx is not None and idx.mtp_reuses_top_k
+
+    def attention(t: np.ndarray, seqs: np.ndarray, later_draft: bool) -> ModuleCost:
+        # drafts after the first take the first one's top-k where the model says so (GLM-5.2)
+        return layers_cost(ctx, phase.attention, t, seqs, decode=True, mtp=True, reuse_top_k=reuse and later_draft)
 
     # every main layer's attention, by kind (MLA, GQA, DSA, V4's SWA/CSA/HCA, linear)
     att = layers_cost(ctx, phase.attention, tokens, b, decode=True)
@@ -148,7 +152,7 @@ def _step_parts(ctx: CostContext, phase: DecodePlan, b: np.ndarray) -> tuple[dic
         mtp = np.zeros_like(b)
         for i in range(k):
             t_pass = tokens if i == 0 else b
-            a_pass = attention(t_pass, b)
+            a_pass = attention(t_pass, b, i > 0)
             pass_costs: list[ModuleCost] = [
                 a_pass,
                 lm_head_cost(ctx, phase.lm_head_layout, t_pass),

@@ -144,6 +144,7 @@ def attention_summary(m: ModelSpec) -> str:
     linear = m.attention.linear
     names = {
         "dsa": "MLA+DSA",
+        "dsa_shared": "MLA+DSA (shared top-k)",
         "linear": {"kda": "KDA", "gated_deltanet": "GatedDeltaNet"}[linear.kind] if linear else "",
     }
     if len(groups) == 1 and groups[0][0] in ("mla", "gqa"):

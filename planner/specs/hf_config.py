@@ -2,8 +2,10 @@
 
 Families read (each config as published, unchanged):
 - DeepSeek-V2/V3/R1, Kimi-K2/K2.5 (`deepseek_v2`, `deepseek_v3`, `kimi_k2`, `kimi_k25`): MLA + MoE;
-- DeepSeek-V3.2 (`deepseek_v32`) and GLM-5/5.1 (`glm_moe_dsa`): MLA + DSA's lightning indexer
-  (`index_n_heads`, `index_head_dim`, `index_topk`);
+- DeepSeek-V3.2 (`deepseek_v32`) and GLM-5/5.1/5.2 (`glm_moe_dsa`): MLA + DSA's lightning indexer
+  (`index_n_heads`, `index_head_dim`, `index_topk`); GLM-5.2's IndexShare (`indexer_types`: layers
+  that reuse the last full layer's top-k; `index_share_for_mtp_iteration`: MTP drafts reuse the
+  first draft's);
 - DeepSeek-V4 (`deepseek_v4`, or `DeepseekV4ForCausalLM` under another model_type):
   `compress_ratios` per layer, `sliding_window`, one KV head of `head_dim`, grouped low-rank
   output (`o_lora_rank`, `o_groups`), `num_hash_layers` hash-routed MoE layers, FP4 experts
@@ -122,6 +124,12 @@ _HANDLED = frozenset(
         "index_n_heads",
         "index_head_dim",
         "index_topk",
+        "indexer_types",
+        "index_share_for_mtp_iteration",
+        # GLM-5.2's rule that derives indexer_types; read only beside indexer_types (below)
+        "index_topk_freq",
+        "index_skip_topk_offset",
+        "index_topk_pattern",
         "compress_ratios",
         "sliding_window",
         "use_sliding_window",
@@ -224,6 +232,25 @@ def _get(cfg: dict[str, Any], *names: str, default: Any = None) -> Any:
 
 def _refuse(field: str, why: str) -> UnmodelledFieldError:
     return UnmodelledFieldError(f"field '{field}' {why}; moeplan would have to approximate it, so it refuses")
+
+
+def _shared_indexer_layers(cfg: dict[str, Any], layers: Any) -> list[int]:
+    """GLM-5.2's IndexShare: the main layers whose `indexer_types` entry is 'shared' (they reuse the top-k
+    of the last 'full' layer). The rule that derives the list (`index_topk_freq`, `index_skip_topk_offset`,
+    `index_topk_pattern`) is read only as the list itself: a config giving the rule alone is refused."""
+    types = cfg.get("indexer_types")
+    if types is None:
+        for rule in ("index_topk_freq", "index_skip_topk_offset", "index_topk_pattern"):
+            if cfg.get(rule) is not None:
+                raise _refuse(rule, "sets a shared-indexer schedule without 'indexer_types'; write the schedule out")
+        return []
+    if not isinstance(types, list) or any(t not in ("full", "shared") for t in types):
+        raise _refuse("indexer_types", "must be a list of 'full' and 'shared'")
+    if len(types) != layers:
+        raise _refuse("indexer_types", f"has {len(types)} entries for {layers} layers")
+    if types and types[0] != "full":
+        raise _refuse("indexer_types", "starts with 'shared': the first layer has no earlier top-k to reuse")
+    return [i for i, t in enumerate(types) if t == "shared"]
 
 
 def _check_fields(cfg: dict[str, Any]) -> None:
@@ -389,6 +416,8 @@ def from_hf_config(top: dict[str, Any], name: str) -> dict[str, Any]:
             "num_heads": _get(cfg, "index_n_heads"),
             "head_dim": _get(cfg, "index_head_dim"),
             "top_k": cfg["index_topk"],
+            "shared_layers": _shared_indexer_layers(cfg, layers),
+            "mtp_reuses_top_k": bool(_get(cfg, "index_share_for_mtp_iteration", default=False)),
         }
     attention: dict[str, Any]
     if _get(cfg, "compress_ratios") is not None:

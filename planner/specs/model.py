@@ -18,7 +18,7 @@ from pydantic import Field, model_validator
 from planner.specs.hardware import Strict
 
 AttentionKind = Literal["mla", "gqa", "compressed"]
-LayerKind = Literal["mla", "gqa", "dsa", "swa", "csa", "hca", "linear"]
+LayerKind = Literal["mla", "gqa", "dsa", "dsa_shared", "swa", "csa", "hca", "linear"]
 
 
 class IndexerSpec(Strict):
@@ -32,6 +32,25 @@ class IndexerSpec(Strict):
     num_heads: int = Field(ge=1, le=4096)
     head_dim: int = Field(ge=1, le=4096)
     top_k: int = Field(ge=1, le=100_000_000)
+    shared_layers: tuple[int, ...] = Field(
+        default=(),
+        description=(
+            "0-based main layers that reuse the top-k of the nearest earlier layer with an indexer (GLM-5.2's "
+            "IndexShare, config.json 'indexer_types' = 'shared'): no indexer weights, keys or scoring of their own"
+        ),
+    )
+    mtp_reuses_top_k: bool = Field(
+        default=False,
+        description=(
+            "MTP drafts after the first reuse the first draft's top-k (config.json 'index_share_for_mtp_iteration')"
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _shared_layers_valid(self) -> IndexerSpec:
+        if len(set(self.shared_layers)) != len(self.shared_layers) or any(i < 1 for i in self.shared_layers):
+            raise ValueError("indexer.shared_layers must be distinct indices >= 1 (layer 0 has no earlier indexer)")
+        return self
 
 
 class CompressedAttentionSpec(Strict):
@@ -249,6 +268,11 @@ class ModelSpec(Strict):
                 raise ValueError("attention.linear.layers holds an index beyond num_layers")
             if len(a.linear.layers) == self.num_layers:
                 raise ValueError("attention.linear.layers covers every layer; a hybrid keeps full-attention layers")
+        if a.indexer is not None and a.indexer.shared_layers:
+            if a.kind != "mla":
+                raise ValueError("attention.indexer.shared_layers is modelled on MLA (DSA) layers only")
+            if max(a.indexer.shared_layers) >= self.num_layers:
+                raise ValueError("attention.indexer.shared_layers holds an index beyond num_layers")
         if self.moe is not None and self.moe.hash_layers > self.num_moe_layers:
             raise ValueError("moe.hash_layers cannot exceed the MoE layers")
         return self
@@ -278,7 +302,7 @@ class ModelSpec(Strict):
                 return "swa"
             return "csa" if r <= a.compressed.sparse_max_ratio else "hca"
         if a.kind == "mla" and a.indexer is not None:
-            return "dsa"
+            return "dsa_shared" if index in a.indexer.shared_layers else "dsa"
         return a.kind
 
     def compress_ratio(self, index: int) -> int:
@@ -319,7 +343,7 @@ class ModelSpec(Strict):
                 out["indexer"] = q_in * idx.num_heads * idx.head_dim + h * idx.num_heads + 2 * h * idx.head_dim * 2
             return out
         gate = 0
-        if kind in ("mla", "dsa"):
+        if kind in ("mla", "dsa", "dsa_shared"):
             qk_head = a.qk_nope_head_dim + a.qk_rope_head_dim
             q = (
                 (h * a.q_lora_rank + a.q_lora_rank * a.num_heads * qk_head)
@@ -482,7 +506,7 @@ class ModelSpec(Strict):
         growing = fixed = 0.0
         for i in range(layers):
             kind, r = self.layer_kind(i), self.compress_ratio(i)
-            if kind in ("mla", "dsa"):
+            if kind in ("mla", "dsa", "dsa_shared"):
                 elems = a.kv_lora_rank + a.qk_rope_head_dim + (a.indexer.head_dim if kind == "dsa" and a.indexer else 0)
                 growing += elems * kvb
             elif kind == "gqa":
@@ -549,7 +573,7 @@ def attended_entries(model: ModelSpec, kind: LayerKind, ratio: int, context_toke
         return 0.0
     if kind in ("mla", "gqa"):
         return L
-    if kind == "dsa":
+    if kind in ("dsa", "dsa_shared"):
         assert a.indexer is not None
         return min(L, float(a.indexer.top_k))
     assert a.compressed is not None
@@ -579,7 +603,7 @@ def layer_attention_flops(model: ModelSpec, kind: LayerKind, ratio: int, context
         lin = a.linear
         # state decay/update (k v^T, the delta-rule correction) and the read-out q^T S: ~6 dk dv per head
         return 6.0 * lin.num_value_heads * lin.key_head_dim * lin.value_head_dim
-    if kind in ("mla", "dsa"):
+    if kind in ("mla", "dsa", "dsa_shared"):
         score, value = a.kv_lora_rank + a.qk_rope_head_dim, a.kv_lora_rank
     elif kind == "gqa":
         score = value = a.head_dim

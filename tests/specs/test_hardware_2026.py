@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import get_args
 
 import pytest
 
@@ -10,9 +11,10 @@ from planner.costmodel.context import CostContext
 from planner.costmodel.prefill import prefill_forward
 from planner.errors import BadInputError
 from planner.specs.catalog import catalog_names, load_hardware, load_model
+from planner.specs.model import LayerKind
 from planner.specs.plan import AttentionLayout, MoELayout, ParallelLayout, PrefillPlan, Workload
 from planner.specs.quantization import FORMAT_BYTES, QUANTIZATION_SCHEMES, check_scheme_on_hardware, get_quantization
-from tests.conftest import REPO, run_cli
+from tests.conftest import run_cli
 
 NEW = ("a3", "atlas350", "atlas950")
 
@@ -235,7 +237,7 @@ def test_the_cann_recipes_file_is_cm384s_hardware_with_its_own_fitted_factors():
     # every catalog pointer by attention kind names a real machine of the same silicon
     for name in catalog_names("hardware"):
         for kind, machine in load_hardware(name).attention_machines.items():
-            assert kind in ("mla", "gqa", "dsa", "swa", "csa", "hca", "linear")
+            assert kind in get_args(LayerKind)
             assert load_hardware(machine).peak_flops_per_s.listed() == load_hardware(name).peak_flops_per_s.listed()
 
 
@@ -270,25 +272,22 @@ def test_announced_hardware_says_whether_its_efficiencies_are_fitted():
     assert load_hardware("atlas350").announced_warning() is None  # shipping: no warning
 
 
-@pytest.mark.parametrize(
-    ("probe", "metric", "published"),
-    [("glm-5-cann-a3", "tpot_ms", 22.54), ("glm-5.2-offload-cann-a3", "step_ms", 71.21)],
-)
-def test_the_glm_probes_fit_the_cann_file_and_not_cm384(probe, metric, published):
-    """docs/fidelity.md's probes (GLM-5.1's architecture for GLM-5 and GLM-5.2 on CANN's recipes, not rows):
-    a3-cann's factors, fitted on no GLM run, within 15%; cm384's (Huawei's SuperKernel stack) over 25% fast."""
+@pytest.mark.parametrize("row_id", ["CANN-A3 GLM-5 b256 64K", "CANN-A3 GLM-5.2 b64 64K"])
+def test_the_glm_holdouts_on_cm384s_factors_come_out_far_too_fast(row_id):
+    """The GLM rows of CANN's recipes (holdouts of a3-cann, checked within tolerance by test_published) on
+    cm384's factors, Huawei's SuperKernel stack (docs/fidelity.md): over 25% fast, hence cm384's pointer."""
     from planner.costmodel.evaluate import evaluate_plan
-    from planner.specs.catalog import load_plan
+    from planner.costmodel.fitting import metric_value
+    from planner.costmodel.reference import condition_imbalance, published_rows
+    from planner.specs.catalog import load_plan, plan_base_dir
 
-    path = REPO / "docs" / "examples" / "probes" / f"{probe}.yaml"
-    plan, _ = load_plan(str(path))
-    assert plan.hardware == "a3-cann"
-    got = {
-        hw: getattr(evaluate_plan(plan.model_copy(update={"hardware": hw})).decode, metric)
-        for hw in ("a3-cann", "cm384")
-    }
-    assert abs(got["a3-cann"] / published - 1) <= 0.15, got
-    assert got["cm384"] / published - 1 < -0.25, got
+    row = next(r for r in published_rows() if r.id == row_id)
+    assert row.row.hardware == "a3-cann" and row.row.role == "holdout"
+    plan, _ = load_plan(row.plan)
+    on_cm384 = evaluate_plan(
+        plan.model_copy(update={"hardware": "cm384"}), plan_base_dir(row.plan), condition_imbalance(row)
+    )
+    assert metric_value(on_cm384, row.metric) / row.published - 1 < -0.25
 
 
 def test_auto_quantization_takes_the_first_scheme_every_machine_runs():
