@@ -29,10 +29,10 @@ then the attention core on the attention unit: its FLOPs and the bytes it reads 
 
 Operator counts (for the launch costs) follow the reference implementations' fused operators:
 DSA adds 4 matrix ops (indexer query, key, head weights, scores) and 2 vector ops (top-k, cache
-write) to MLA's (an IndexShare layer none); V4 runs 8 matrix ops (q_a, q_b, kv, compressor, grouped o_a, o_b, attention,
-indexer scores on CSA) and 8 vector ops (norms, RoPE, compressor pooling, cache writes, sink);
-a linear layer 5 matrix ops (q/k/v, gates, chunked delta rule, output gate, output) and 6
-vector ops (short convolution, L2 norms, decay, norm).
+write) to MLA's (an IndexShare layer adds none); V4 runs 8 matrix ops (q_a, q_b, kv, compressor,
+grouped o_a, o_b, attention, indexer scores on CSA) and 8 vector ops (norms, RoPE, compressor
+pooling, cache writes, sink); a linear layer 5 matrix ops (q/k/v, gates, chunked delta rule,
+output gate, output) and 6 vector ops (short convolution, L2 norms, decay, norm).
 """
 
 from __future__ import annotations

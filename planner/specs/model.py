@@ -4,7 +4,8 @@
 form or from a HuggingFace `config.json` (`specs.hf_config.from_hf_config`), the way the catalog
 stores models. Parameter counts, per-token cache sizes and attention FLOPs are methods here so
 that every later module computes them the same way. Attention kinds by layer: MLA, GQA, DSA
-(MLA + lightning indexer), DeepSeek-V4's SWA/CSA/HCA, and linear attention (hybrids).
+(MLA + lightning indexer; `dsa_shared`: a DSA layer reusing an earlier layer's top-k, GLM-5.2's
+IndexShare), DeepSeek-V4's SWA/CSA/HCA, and linear attention (hybrids).
 """
 
 from __future__ import annotations
