@@ -7,7 +7,8 @@ Leave-one-out (`moeplan fidelity`) leaves out one launch at a time, so a model's
 the fit. This is the harder question a user planning a new model on a stack asks: fitted without any row of
 the model, how far off are its rows? The fit is the shipped one (validation/_fit.yaml, from its documented
 start) on every row but the held-out model's rows of the group; the figures printed are the held-out rows'
-errors against their published values, and the group's factors with and without them.
+errors against their published values, and the group's factors with and without them; then the group's
+holdout rows (in neither fit, e.g. another model of the stack) under both fits.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ def held_out(group: str, model_name: str) -> list[str]:
     from planner.costmodel.store_fit import Model, fit, fit_config, fit_rows, parameters
 
     config = fit_config()
-    rows = [r for r in fit_rows() if r.figure.role == "fit"]  # the rows the shipped fit is made on
+    stored = fit_rows()
+    rows = [r for r in stored if r.figure.role == "fit"]  # the rows the shipped fit is made on
+    # the group's holdouts (in neither fit): how far the held-out model's rows move a model no fit row has
+    holdouts = [r for r in stored if r.figure.role == "holdout" and config.group_of(r.machine) == group]
     model = Model(config, rows, parameters(config))
     out = [r for r in rows if config.group_of(r.machine) == group and r.figure.row.model == model_name]
     if not out:
@@ -40,6 +44,13 @@ def held_out(group: str, model_name: str) -> list[str]:
             lines.append(f"  {p.factor:36s} {full.values[p.name]:.4g} with them, {part.values[p.name]:.4g} without")
     for r, v in zip(out, predicted, strict=True):
         lines.append(f"  {r.id:40s} published {r.measured:9.4g}  predicted {v:9.4g}  {v / r.measured - 1:+.1%}")
+    if holdouts:
+        with_them = model.predict_all(np.array([full.values[p.name] for p in model.params]), holdouts)
+        without = model.predict_all(np.array([part.values[p.name] for p in model.params]), holdouts)
+        lines.append(f"  the group's holdouts (in neither fit), predicted with and without {model_name}'s rows:")
+        for r, a, b in zip(holdouts, with_them, without, strict=True):
+            errors = f"{a / r.measured - 1:+.1%} with, {b / r.measured - 1:+.1%} without"
+            lines.append(f"  {r.id:40s} published {r.measured:9.4g}  {errors}")
     return lines
 
 
