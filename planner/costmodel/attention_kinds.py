@@ -46,7 +46,15 @@ from planner.costmodel.context import CostContext
 from planner.costmodel.elementwise import attention_bytes_per_token, hyper_connection_matrix_ops
 from planner.costmodel.imbalance import straggler_z
 from planner.costmodel.modules import ModuleCost, _fixed, attention_comm, attention_cost
-from planner.specs.model import LayerKind, ModelSpec, attended_entries, indexed_entries, layer_attention_flops
+from planner.specs.model import (
+    DSA_KINDS,
+    MLA_KINDS,
+    LayerKind,
+    ModelSpec,
+    attended_entries,
+    indexed_entries,
+    layer_attention_flops,
+)
 from planner.specs.plan import AttentionLayout
 
 LINEAR_CHUNK_TOKENS = 64  # chunk length of the chunked delta-rule kernels (flash-linear-attention's default)
@@ -69,7 +77,7 @@ def attention_split_params(model: ModelSpec, kind: LayerKind, ratio: int) -> tup
     idx = a.indexer
     q_in = a.q_lora_rank or h
     q_down = h * a.q_lora_rank if a.q_lora_rank else 0
-    if kind in ("mla", "dsa", "dsa_shared"):
+    if kind in MLA_KINDS:
         pre = float(q_down + p["kv_a"])
         core = float(p["q"] - q_down + p["kv_b"] + p.get("gate", 0))
         if "indexer" in p and idx is not None:
@@ -93,7 +101,7 @@ def _entry_bytes(model: ModelSpec, kind: LayerKind, kv_bytes: float, core_tp: in
     """(bytes of one attended KV entry on one device, bytes of one indexer key)."""
     a = model.attention
     idx_key = float(a.indexer.head_dim) * kv_bytes if a.indexer is not None else 0.0
-    if kind in ("mla", "dsa", "dsa_shared"):
+    if kind in MLA_KINDS:
         return float(a.kv_lora_rank + a.qk_rope_head_dim) * kv_bytes, idx_key
     if kind == "gqa":
         return 2.0 * a.head_dim * max(1.0, a.num_kv_heads / core_tp) * kv_bytes, 0.0
@@ -158,7 +166,7 @@ def layer_group_cost(
     parts: list[np.ndarray] = []
     t_pre, t_core, t_post = t * pre.tp, t * core_tp, t * post.tp
     parts.append(ctx.roofline_s(2 * t_pre * pre_params, pre_params * wb, lin))
-    if decode and kind in ("dsa", "dsa_shared"):
+    if decode and kind in DSA_KINDS:
         # absorbed MLA: W_UK / W_UV as BF16 batched matmuls, the rest of the head-split weights at the linear rate
         kvb_params = a.kv_lora_rank * a.num_heads * (a.qk_nope_head_dim + a.v_head_dim) / core_tp
         parts.append(ctx.roofline_s(2 * t_core * kvb_params, kvb_params * wb, ctx.bf16_matmul_flops_per_s))
@@ -191,7 +199,7 @@ def layer_group_cost(
         out_width = float(a.linear.num_value_heads * a.linear.value_head_dim)
         latent_width = float(m.hidden_size)
         ops = (5, 6)
-    elif kind in ("mla", "dsa", "dsa_shared"):
+    elif kind in MLA_KINDS:
         out_width = float(a.num_heads * a.v_head_dim)
         latent_width = float(a.kv_lora_rank + a.qk_rope_head_dim + (a.q_lora_rank or 0))
         ops = (7 + (4 if kind == "dsa" else 0) + (1 if a.output_gate else 0), 6 + (2 if kind == "dsa" else 0))

@@ -20,6 +20,9 @@ from planner.specs.hardware import Strict
 
 AttentionKind = Literal["mla", "gqa", "compressed"]
 LayerKind = Literal["mla", "gqa", "dsa", "dsa_shared", "swa", "csa", "hca", "linear"]
+# layers of MLA's latent cache and weights (DSA's two kinds add the indexer's top-k to plain MLA)
+MLA_KINDS: tuple[LayerKind, ...] = ("mla", "dsa", "dsa_shared")
+DSA_KINDS: tuple[LayerKind, ...] = ("dsa", "dsa_shared")
 
 
 class IndexerSpec(Strict):
@@ -344,7 +347,7 @@ class ModelSpec(Strict):
                 out["indexer"] = q_in * idx.num_heads * idx.head_dim + h * idx.num_heads + 2 * h * idx.head_dim * 2
             return out
         gate = 0
-        if kind in ("mla", "dsa", "dsa_shared"):
+        if kind in MLA_KINDS:
             qk_head = a.qk_nope_head_dim + a.qk_rope_head_dim
             q = (
                 (h * a.q_lora_rank + a.q_lora_rank * a.num_heads * qk_head)
@@ -507,7 +510,7 @@ class ModelSpec(Strict):
         growing = fixed = 0.0
         for i in range(layers):
             kind, r = self.layer_kind(i), self.compress_ratio(i)
-            if kind in ("mla", "dsa", "dsa_shared"):
+            if kind in MLA_KINDS:
                 elems = a.kv_lora_rank + a.qk_rope_head_dim + (a.indexer.head_dim if kind == "dsa" and a.indexer else 0)
                 growing += elems * kvb
             elif kind == "gqa":
@@ -574,7 +577,7 @@ def attended_entries(model: ModelSpec, kind: LayerKind, ratio: int, context_toke
         return 0.0
     if kind in ("mla", "gqa"):
         return L
-    if kind in ("dsa", "dsa_shared"):
+    if kind in DSA_KINDS:
         assert a.indexer is not None
         return min(L, float(a.indexer.top_k))
     assert a.compressed is not None
@@ -604,7 +607,7 @@ def layer_attention_flops(model: ModelSpec, kind: LayerKind, ratio: int, context
         lin = a.linear
         # state decay/update (k v^T, the delta-rule correction) and the read-out q^T S: ~6 dk dv per head
         return 6.0 * lin.num_value_heads * lin.key_head_dim * lin.value_head_dim
-    if kind in ("mla", "dsa", "dsa_shared"):
+    if kind in MLA_KINDS:
         score, value = a.kv_lora_rank + a.qk_rope_head_dim, a.kv_lora_rank
     elif kind == "gqa":
         score = value = a.head_dim
