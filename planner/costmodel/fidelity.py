@@ -13,7 +13,9 @@ every group of machines on the usable static rows. For each row:
   parameters no other deployment determines, kept at the full fit's value (for them the held-out
   prediction is still in-sample);
 - `band`: the figure with every ranged factor and every imbalance parameter at the slow and at the
-  fast end of its range (planner.costmodel.uncertainty).
+  fast end of its range (`corners`), widened by `BAND_Z` times the group's held-out RMS error over the
+  other figures (`band_error`; planner.costmodel.uncertainty); `in_band_at` asks the same at another
+  multiple of that error, so the bands' coverage can be read at more than one level.
 
 The leave-one-out refits take minutes; they are shipped (planner/costmodel/data/fit_outcome.json,
 written by benchmarks/calibrate_factors.py with a digest of what they depend on) and recomputed
@@ -31,7 +33,7 @@ from planner.costmodel.evaluate import PlanSpecs, evaluate_plan, load_plan_specs
 from planner.costmodel.fitting import SENSITIVE_ELASTICITY, metric_value
 from planner.costmodel.reference import condition_imbalance
 from planner.costmodel.store_fit import heldout_error
-from planner.costmodel.uncertainty import imbalance_corner, prediction_uncertainty, scenarios, widened
+from planner.costmodel.uncertainty import BAND_Z, imbalance_corner, prediction_uncertainty, scenarios, widened
 from planner.specs.catalog import load_plan, plan_base_dir
 from planner.specs.hardware import HardwareSpec
 from planner.specs.plan import Plan
@@ -49,7 +51,8 @@ class FidelityRow:
     loo_predicted: float
     fitted_to: list[str]
     sensitivity: dict[str, float]
-    band: tuple[float, float] | None = None
+    corners: tuple[float, float] | None = None
+    band_error: float = 0.0
     loo_undetermined: list[str] = field(default_factory=list)
 
     @property
@@ -62,10 +65,24 @@ class FidelityRow:
         """True only when no factor or parameter was fitted or chosen on this row."""
         return not self.fitted_to
 
+    def band_at(self, z: float) -> tuple[float, float] | None:
+        """The corners widened by `z` times the held-out RMS error (None without corners)."""
+        return None if self.corners is None else widened(list(self.corners), z * self.band_error)
+
+    @property
+    def band(self) -> tuple[float, float] | None:
+        """The row's band: its corners widened by `BAND_Z` held-out errors, as every band of a plan."""
+        return self.band_at(BAND_Z)
+
+    def in_band_at(self, z: float) -> bool | None:
+        """Whether the measured figure lies inside the band widened by `z` held-out errors."""
+        band = self.band_at(z)
+        return None if band is None else band[0] <= self.row.published <= band[1]
+
     @property
     def in_band(self) -> bool | None:
         """Whether the measured figure lies inside the prediction's band (None without a band)."""
-        return None if self.band is None else self.band[0] <= self.row.published <= self.band[1]
+        return self.in_band_at(BAND_Z)
 
     @property
     def error(self) -> float:
@@ -104,6 +121,8 @@ class FidelityRow:
             "loo_undetermined": self.loo_undetermined,
             "sensitivity": {k: round(v, 4) for k, v in self.sensitivity.items()},
             "band": None if self.band is None else [round(x, 4) for x in self.band],
+            "band_corners": None if self.corners is None else [round(x, 4) for x in self.corners],
+            "band_heldout_rms": round(self.band_error, 6),
             "in_band": self.in_band,
             "tolerance": self.row.tolerance,
         }
@@ -150,23 +169,20 @@ def not_compared_figures() -> list[tuple[StoredFigure, str]]:
     return out
 
 
-def _band(fig: StoredFigure, base: StoredFigure | None) -> tuple[float, float] | None:
-    """The row's band: its own metric at the slow and the fast corner (every ranged factor and imbalance
-    parameter at its end), widened by the machine group's held-out RMS error, as every band of a plan, but
-    over the group's other figures: the row's own error does not widen its own band, so the count of rows
-    inside their bands is a held-out check of the bands.
+def _corners(fig: StoredFigure, base: StoredFigure | None) -> tuple[float, float] | None:
+    """The row's band before its widening: its own metric at the slow and the fast corner (every ranged
+    factor and imbalance parameter at its end), as every band of a plan.
 
     A ratio of two runs (`ratio_to`) is banded as a ratio: both plans run on the same machine, so their
     factor errors are shared (as when the ranking compares two plans). The ratio is not monotone in the
     factors, so besides the two corners it is taken with each ranged factor alone at either end of its
-    range; the band spans every such ratio, widened by the same held-out error."""
+    range; the span covers every such ratio."""
     plan, specs = _plan_and_specs(fig.plan)
     imb = condition_imbalance(fig)
     if base is None:
         block, _, name = fig.metric.partition(".")
         mid = evaluate_plan(plan, plan_base_dir(fig.plan), imb, specs=specs)
-        err = heldout_error(specs.hw.name, without=fig.id)
-        unc = prediction_uncertainty(plan, specs, mid, plan_base_dir(fig.plan), imb, {block: (name,)}, err)
+        unc = prediction_uncertainty(plan, specs, mid, plan_base_dir(fig.plan), imb, {block: (name,)}, 0.0)
         b = unc.bands.get(block, {}).get(name)
         return None if b is None else (b.low, b.high)
     base_plan, base_specs = _plan_and_specs(base.plan)
@@ -194,7 +210,22 @@ def _band(fig: StoredFigure, base: StoredFigure | None) -> tuple[float, float] |
         values.append(ratio(scenario.hw, corner_end))
     if any(v is None for v in values):
         return None
-    return widened([float(v) for v in values if v is not None], heldout_error(specs.hw.name, without=fig.id))
+    kept = [float(v) for v in values if v is not None]
+    return min(kept), max(kept)
+
+
+def _band_error(fig: StoredFigure) -> float:
+    """The held-out RMS error that widens the row's band: its machine group's over the other figures, so
+    the row's own error does not widen its own band and the count of rows inside their bands is a
+    held-out check of the bands."""
+    _, specs = _plan_and_specs(fig.plan)
+    return heldout_error(specs.hw.name, without=fig.id)
+
+
+def _band(fig: StoredFigure, base: StoredFigure | None) -> tuple[float, float] | None:
+    """The row's band: its corners (`_corners`) widened by `BAND_Z` times its held-out error (`_band_error`)."""
+    span = _corners(fig, base)
+    return None if span is None else widened(list(span), BAND_Z * _band_error(fig))
 
 
 def fidelity_report(subset: list[StoredFigure] | None = None) -> FidelityReport:
@@ -255,7 +286,7 @@ def fidelity_report(subset: list[StoredFigure] | None = None) -> FidelityReport:
             # imbalance parameters are fitted on every fit row, a machine outside the groups included
             fitted_to = [k for k in fitted_to if k.startswith("imbalance.")] if r.figure.role == "fit" else []
         fitted_to += [f"chosen: {c}" for c in r.figure.row.chosen_on]
-        band = _band(r.figure, r.base)
+        corners = _corners(r.figure, r.base)
         out.append(
             FidelityRow(
                 row=r.figure,
@@ -265,7 +296,8 @@ def fidelity_report(subset: list[StoredFigure] | None = None) -> FidelityReport:
                 loo_predicted=loo_pred.get(r.id, predicted),
                 fitted_to=fitted_to,
                 sensitivity=sens,
-                band=band,
+                corners=corners,
+                band_error=_band_error(r.figure),
                 loo_undetermined=list(kept.get(r.id, [])),
             )
         )

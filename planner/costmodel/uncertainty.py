@@ -7,7 +7,9 @@ efficiency at the low end of its range, every fixed cost at its high end) and on
 one (the other way round). Taking every factor at its end together is deliberate: the A2 factors
 were fitted jointly to the same few rows, so their errors need not cancel. The cost model is
 monotone in every factor (a higher efficiency or a lower fixed cost never slows a step), so the
-two machines bound the figure over the ranges.
+two machines bound the figure over the ranges. The span is then widened by `BAND_Z` times the model's
+held-out error on the machine's group, so that a band is meant to hold the measured figure nine times in
+ten; `moeplan fidelity` counts how often it does, each row's band widened without its own error.
 
 Two plans compared under the same machine (`FactorScenario`s: the two corners, then each factor
 alone at either end) share their factor errors: `lead_scenarios` is how the ranking says whether
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 from planner.costmodel.evaluate import PlanSpecs, evaluate_plan, remembered
@@ -27,14 +30,21 @@ from planner.costmodel.prediction import BandFigure, Prediction, Uncertainty
 from planner.specs.hardware import HardwareSpec
 from planner.specs.plan import Plan
 
+BAND_LEVEL = 0.90
+# How far past the factor corners a band reaches, in held-out errors: the two-sided 90% point of a normal
+# error (1.645), so that the band is meant to hold the measured figure nine times in ten. Not fitted: the
+# store checks it held out (`moeplan fidelity`: the count of rows inside their bands, each widened without
+# its own error, and the counts at 0, 1 and 1.96 held-out errors beside it).
+BAND_Z = NormalDist().inv_cdf(0.5 + BAND_LEVEL / 2)
+
 BAND_METHOD = (
     "slow/fast end: every factor at the end of its range that makes the figure slower/faster (a time or a "
     "cost per output token larger, a rate smaller; ranges in the hardware file), and the engine imbalance "
     "model's skew, drift and request correlation at the slow/fast end of theirs (ranges: the joint fit's "
-    "leave-one-out refits, and sources), widened by the model's RMS held-out error on the machine's group "
-    "of measured rows (the fit rows' leave-one-out errors and the holdout rows' errors, known misses "
-    "excluded: each is named on the plans of its machine and phase; the largest group's on a machine "
-    "with fewer than three such figures)"
+    f"leave-one-out refits, and sources), widened by {BAND_Z:.3f} times (the two-sided {BAND_LEVEL:.0%} point "
+    "of a normal error) the model's RMS held-out error on the machine's group of measured rows (the fit "
+    "rows' leave-one-out errors and the holdout rows' errors, known misses excluded: each is named on the "
+    "plans of its machine and phase; the largest group's on a machine with fewer than three such figures)"
 )
 
 # The figures that carry a band, per block of `predicted`.
@@ -140,6 +150,14 @@ def widened(values: list[float], error: float) -> tuple[float, float]:
     return min(values) * (1.0 - error), max(values) * (1.0 + error)
 
 
+def band_widening(machine: str, without: str | None = None) -> float:
+    """The relative widening of a band on `machine`: `BAND_Z` times the model's RMS held-out error on its
+    group (`heldout_error`; `without`: a figure left out of that error)."""
+    from planner.costmodel.store_fit import heldout_error
+
+    return BAND_Z * heldout_error(machine, without)
+
+
 def prediction_uncertainty(
     plan: Plan,
     specs: PlanSpecs,
@@ -151,7 +169,7 @@ def prediction_uncertainty(
 ) -> Uncertainty:
     """The band of every banded figure of `mid` (the plan's prediction on `specs.hw`), and of the figures
     `extra` names (block -> figures; `moeplan fidelity` bands each row's own metric). `error`: the relative
-    held-out error the corners are widened by (default: the machine's, `heldout_error`)."""
+    widening of the corners (default: the machine's, `band_widening`; 0 gives the corners alone)."""
     hw = specs.hw
     figures = {"mid": _figures(mid, extra)}
     for key, slow in (("slow", True), ("fast", False)):
@@ -159,9 +177,7 @@ def prediction_uncertainty(
         imb = imbalance_corner(imbalance, slow)
         same = imb is imbalance
         figures[key] = _figures(evaluate_plan(plan, base_dir, imb, specs=spec, hbm_from=mid if same else None), extra)
-    from planner.costmodel.store_fit import heldout_error
-
-    err = heldout_error(hw.name) if error is None else error
+    err = band_widening(hw.name) if error is None else error
     bands: dict[str, dict[str, BandFigure]] = {}
     for block, values in figures["mid"].items():
         bands[block] = {}

@@ -7,6 +7,7 @@ import json
 from rich.table import Table
 
 from planner.costmodel.fidelity import FidelityReport, FidelityRow
+from planner.costmodel.uncertainty import BAND_LEVEL, BAND_Z
 from planner.specs.validation import KnownMiss
 
 # the columns of the tables (rich, Markdown) and of the HTML report (row_cells), and those aligned right
@@ -29,8 +30,14 @@ TABLE_CAPTION = (
     "marked fit); leave-one-out: every parameter refitted without the row's deployment; (oos): nothing was "
     "fitted on the row (a holdout row, or a machine no group fits); *: a parameter only this deployment "
     "determines stayed at the full fit's value in its leave-one-out; band: every factor and imbalance parameter "
-    "at the slow / fast end of its range"
+    f"at the slow / fast end of its range, widened by {BAND_Z:.3f} times the group's held-out RMS error (the "
+    f"{BAND_LEVEL:.0%} point of a normal error) over the other figures"
 )
+
+
+# the multiples of the held-out error the summary also counts the bands' coverage at: 0 (the factor corners
+# alone), 1 (the 68% point of a normal error, the widening until 2026-12-04) and 1.96 (its 95% point)
+COVERAGE_CHECK_Z = (0.0, 1.0, 1.96)
 
 
 def _short(name: str) -> str:
@@ -111,9 +118,11 @@ def summary_lines(report: FidelityReport) -> list[str]:
     if banded:
         inside = sum(1 for r in banded if r.in_band)
         unbanded = [r.row.id for r in rows if r.band is None]
+        other = ", ".join(f"{sum(1 for r in banded if r.in_band_at(z))} at {z:g}" for z in COVERAGE_CHECK_Z)
         lines.append(
-            "measured figure inside the prediction's band (widened without the row's own error): "
-            f"{inside} of {len(banded)} rows"
+            f"measured figure inside the prediction's {BAND_LEVEL:.0%} band (its corners widened by {BAND_Z:.3f} "
+            f"times the group's held-out RMS error, without the row's own): {inside} of {len(banded)} rows "
+            f"({inside / len(banded):.0%}); widened by other multiples of that error: {other}"
             + (f" ({len(unbanded)} without a band: {', '.join(unbanded)})" if unbanded else "")
         )
     misses = report.misses()

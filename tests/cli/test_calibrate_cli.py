@@ -103,9 +103,9 @@ def test_plan_robust_ranks_by_the_low_end_and_meets_the_slo_at_the_slow_end(tmp_
     plans = json.loads(out.read_text())["plans"]
     lows = [p["predicted"]["uncertainty"]["bands"]["decode"]["tokens_per_s_per_card"]["low"] for p in plans]
     assert lows == sorted(lows, reverse=True)
-    from planner.costmodel.store_fit import heldout_error
+    from planner.costmodel.uncertainty import band_widening
 
-    err = heldout_error("a2")  # the band's last widening: the model's measured error, not a corner the search holds
+    err = band_widening("a2")  # the band's last widening: the model's measured error, not a corner the search holds
     for p in plans:
         assert p["predicted"]["uncertainty"]["bands"]["decode"]["tpot_ms"]["high"] / (1 + err) <= 100.0 + 0.05
     r = run_cli(*args)

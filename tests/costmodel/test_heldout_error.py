@@ -91,3 +91,35 @@ def test_a_rows_own_error_does_not_widen_its_band(name, monkeypatch):
     wider = _band(fig, None)
     assert wider is not None
     assert wider[0] < band[0] and wider[1] > band[1]
+
+
+def test_a_rows_band_is_its_corners_widened_by_the_90_percent_point_of_its_error():
+    from planner.costmodel.fidelity import FidelityReport, FidelityRow
+    from planner.costmodel.uncertainty import BAND_Z
+    from planner.report.fidelity_report import summary_lines
+
+    fig = _figure("CM-D")
+    measured = fig.published
+    # the corners end 10% below the measured figure; the group's held-out error is 7%
+    row = FidelityRow(
+        row=fig,
+        hardware="cm384",
+        plan=fig.plan,
+        predicted=0.85 * measured,
+        loo_predicted=0.85 * measured,
+        fitted_to=[],
+        sensitivity={},
+        corners=(0.8 * measured, 0.9 * measured),
+        band_error=0.07,
+    )
+    assert row.band_at(0.0) == pytest.approx((0.8 * measured, 0.9 * measured))
+    assert row.band == pytest.approx((0.8 * measured * (1 - BAND_Z * 0.07), 0.9 * measured * (1 + BAND_Z * 0.07)))
+    # 0.9 x 1.07 = 0.963 falls short of the measured figure; 0.9 x (1 + 1.645 x 0.07) = 1.0036 reaches it
+    assert row.in_band_at(0.0) is False and row.in_band_at(1.0) is False
+    assert row.in_band is True and row.in_band_at(1.96) is True
+    without = FidelityRow(fig, "cm384", fig.plan, measured, measured, [], {})
+    assert without.band is None and without.in_band is None
+    text = "\n".join(summary_lines(FidelityReport([row, without], {}, [])))
+    assert "inside the prediction's 90% band (its corners widened by 1.645 times" in text
+    assert "1 of 1 rows (100%); widened by other multiples of that error: 0 at 0, 0 at 1, 1 at 1.96" in text
+    assert "(1 without a band: CM-D)" in text

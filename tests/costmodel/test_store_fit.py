@@ -127,14 +127,25 @@ def test_rows_of_one_deployment_are_left_out_together(fidelity_doc):
 
 
 def test_the_bands_are_around_the_prediction(fidelity_doc):
+    from planner.costmodel.uncertainty import BAND_Z
+
+    assert abs(BAND_Z - 1.6449) < 1e-4  # the two-sided 90% point of a normal error
     inside = 0
     for r in fidelity_doc["rows"]:
         # every row has a band, the AFD plugin's figures per device and the ratios of two runs included
         assert r["band"] is not None, r["name"]
         lo, hi = r["band"]
         assert lo <= r["predicted"] * (1 + 1e-6) and r["predicted"] <= hi * (1 + 1e-6), r["name"]
+        # the band is the factor corners widened by BAND_Z times the group's held-out RMS error
+        c_lo, c_hi = r["band_corners"]
+        e = BAND_Z * r["band_heldout_rms"]
+        assert r["band_heldout_rms"] > 0, r["name"]
+        assert lo == pytest.approx(c_lo * (1 - e), rel=1e-3) and hi == pytest.approx(c_hi * (1 + e), rel=1e-3)
+        assert r["in_band"] == (lo <= r["published"] <= hi), r["name"]
         inside += r["in_band"]
-    assert inside >= 1
+    # the claim the bands carry (a 90% band), checked held out: each row's band is widened without its own
+    # error, so the count is not in-sample
+    assert inside >= 0.9 * len(fidelity_doc["rows"])
 
 
 def test_a_ratio_is_banded_with_both_runs_on_the_same_corner(fidelity_doc):

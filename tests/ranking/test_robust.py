@@ -9,7 +9,15 @@ from planner.costmodel.fidelity import _plan_and_specs
 from planner.costmodel.fitting import factor_names, factor_spec, with_factors
 from planner.costmodel.imbalance import SkewImbalance
 from planner.costmodel.store_fit import heldout_error
-from planner.costmodel.uncertainty import corner, factor_ranges, imbalance_corner, prediction_uncertainty, scenarios
+from planner.costmodel.uncertainty import (
+    BAND_Z,
+    band_widening,
+    corner,
+    factor_ranges,
+    imbalance_corner,
+    prediction_uncertainty,
+    scenarios,
+)
 from planner.ranking.robust import headline_band, lead_verdict, rank_by_low_end, with_band
 from planner.specs.plan import ParallelLayout
 
@@ -38,13 +46,13 @@ def test_band_brackets_the_prediction_and_follows_the_corners():
     tps, tpot = u.bands["decode"]["tokens_per_s_per_card"], u.bands["decode"]["tpot_ms"]
     assert tps.low < tps.mid < tps.high
     assert tpot.low < tpot.mid < tpot.high
-    # the slow corner (every factor and imbalance parameter at its slow end), widened by the held-out error
+    # the slow corner (every factor and imbalance parameter at its slow end), widened by BAND_Z held-out errors
     slow = evaluate_plan(
         plan, imbalance=imbalance_corner(None, True), specs=PlanSpecs(specs.model, corner(specs.hw, True), specs.quant)
     )
     assert slow.decode is not None
-    err = heldout_error(specs.hw.name)
-    assert err > 0
+    err = band_widening(specs.hw.name)
+    assert err == pytest.approx(BAND_Z * heldout_error(specs.hw.name)) and err > 0
     assert tps.low == pytest.approx(slow.decode.tokens_per_s_per_card * (1 - err), rel=1e-4)
     # every single-factor scenario stays inside the corners (the model is monotone in each factor)
     for sc in scenarios(specs.hw):
@@ -60,7 +68,7 @@ def test_without_factor_ranges_or_imbalance_freedom_the_band_is_the_measured_err
     on = PlanSpecs(specs.model, bare, specs.quant)
     mid = evaluate_plan(plan, imbalance=balanced, specs=on)
     b = prediction_uncertainty(plan, on, mid, imbalance=balanced).bands["decode"]["tpot_ms"]
-    err = heldout_error(specs.hw.name)
+    err = band_widening(specs.hw.name)
     assert b.low == pytest.approx(b.mid * (1 - err), rel=1e-4) and b.high == pytest.approx(b.mid * (1 + err), rel=1e-4)
 
 
