@@ -141,7 +141,10 @@ def ranked_table(
     table.add_column("tok/s/card", justify="right")
     banded = any((p.predicted or {}).get("uncertainty") for p in plans)
     if banded:
-        caption += "\n(low-high) under TPOT and tok/s/card: the band, every factor at the slow / fast end of its range"
+        caption += (
+            "\n(low-high) under TPOT and tok/s/card: the 90% band, every factor at the slow / fast end of its range"
+            " and 1.645 held-out errors past it"
+        )
         table.caption = caption
     econ = economics_columns(plans) if economics else []
     for name, _ in econ:

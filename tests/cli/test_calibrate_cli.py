@@ -99,7 +99,7 @@ def test_plan_robust_ranks_by_the_low_end_and_meets_the_slo_at_the_slow_end(tmp_
     args = ("plan", "--phase", "decode", "--max-cards", "32", "--time-limit", "10", "--top", "3")
     r = run_cli(*args, "--robust", "--json", str(out))
     assert r.exit_code == 0, r.output
-    assert "the band, every factor" in r.output and "--robust" in r.output
+    assert "the 90% band, every factor" in r.output and "--robust" in r.output
     plans = json.loads(out.read_text())["plans"]
     lows = [p["predicted"]["uncertainty"]["bands"]["decode"]["tokens_per_s_per_card"]["low"] for p in plans]
     assert lows == sorted(lows, reverse=True)
