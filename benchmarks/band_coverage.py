@@ -15,6 +15,14 @@ from __future__ import annotations
 MULTIPLES = (0.0, 1.0, 1.645, 1.96)
 
 
+def half_width(rows: list) -> float:
+    """Median half-width of the shipped bands, relative to the prediction: how sharp a band is beside how
+    often it holds (a band wide enough holds everything and says little)."""
+    import numpy as np
+
+    return float(np.median([(r.band[1] - r.band[0]) / (2.0 * r.predicted) for r in rows]))
+
+
 def coverage_lines() -> list[str]:
     """One line per machine group and one for the store: rows inside their bands at each multiple."""
     from planner.costmodel.fidelity import fidelity_report
@@ -27,12 +35,12 @@ def coverage_lines() -> list[str]:
         if r.band is not None:
             groups.setdefault(config.group_of(r.hardware) or "(no group)", []).append(r)
     widths = "  ".join(f"{'x' + format(z, 'g'):>9}" for z in MULTIPLES)
-    head = f"{'group':<20} {'rows':>4} {'held-out RMS':>12}  {widths}"
+    head = f"{'group':<20} {'rows':>4} {'held-out RMS':>12} {'half-width':>10}  {widths}"
     lines = [head]
 
     def line(name: str, rows: list, rms: str) -> str:
         counts = "  ".join(f"{sum(1 for r in rows if r.in_band_at(z)):>4}/{len(rows):<4}" for z in MULTIPLES)
-        return f"{name:<20} {len(rows):>4} {rms:>12}   {counts}"
+        return f"{name:<20} {len(rows):>4} {rms:>12} {half_width(rows):>10.0%}   {counts}"
 
     for name in sorted(groups):
         # each row's error is over the group's other figures: the largest of them is printed
@@ -41,7 +49,8 @@ def coverage_lines() -> list[str]:
     lines.append(line("every group", every, "-"))
     lines.append("held-out RMS: the largest over the group's rows (each row's is over the others; a group with fewer")
     lines.append("than three other figures takes the largest group's); x: the multiple of it the corners are widened")
-    lines.append("by (x0: the corners alone; x1.645: the shipped band)")
+    lines.append("by (x0: the corners alone; x1.645: the shipped band); half-width: the shipped bands' median")
+    lines.append("half-width over the prediction (a band wide enough holds everything and says little)")
     outside = [r for r in every if not r.in_band]
     for r in outside:
         lo, hi = r.band or (0.0, 0.0)
