@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from rich.table import Table
 
@@ -114,15 +115,14 @@ def summary_lines(report: FidelityReport) -> list[str]:
         f"leave-one-out |error|: median {report.median_loo():.1%}"
         + (f", worst {worst.row.id} {worst.loo_error:+.1%}" if worst is not None else "")
     )
-    banded = [r for r in rows if r.band is not None]
-    if banded:
-        inside = sum(1 for r in banded if r.in_band)
+    cover = band_coverage(report)
+    if cover.rows:
         unbanded = [r.row.id for r in rows if r.band is None]
-        other = ", ".join(f"{sum(1 for r in banded if r.in_band_at(z))} at {z:g}" for z in COVERAGE_CHECK_Z)
+        other = ", ".join(f"{n} at {z}" for z, n in cover.inside_at_z.items())
         lines.append(
             f"measured figure inside the prediction's {BAND_LEVEL:.0%} band (its corners widened by {BAND_Z:.3f} "
-            f"times the group's held-out RMS error, without the row's own): {inside} of {len(banded)} rows "
-            f"({inside / len(banded):.0%}); widened by other multiples of that error: {other}"
+            f"times the group's held-out RMS error, without the row's own): {cover.inside} of {cover.rows} rows "
+            f"({cover.inside / cover.rows:.0%}); widened by other multiples of that error: {other}"
             + (f" ({len(unbanded)} without a band: {', '.join(unbanded)})" if unbanded else "")
         )
     misses = report.misses()
@@ -168,8 +168,31 @@ def fidelity_markdown(report: FidelityReport) -> str:
     return "\n".join(lines) + "\n"
 
 
+@dataclass(frozen=True)
+class BandCoverage:
+    """How many banded rows hold their measured figure, each band widened without the row's own error: at the
+    shipped width (`BAND_Z` held-out errors, the `BAND_LEVEL` band) and at each of `COVERAGE_CHECK_Z`."""
+
+    rows: int
+    inside: int
+    inside_at_z: dict[str, int]
+
+    def as_json(self) -> dict[str, object]:
+        """The `band_coverage` block of `moeplan fidelity --json`."""
+        return {"level": BAND_LEVEL, "z": round(BAND_Z, 4), "rows": self.rows, "inside": self.inside,
+                "inside_at_z": self.inside_at_z}  # fmt: skip
+
+
+def band_coverage(report: FidelityReport) -> BandCoverage:
+    """The report's `BandCoverage`."""
+    banded = [r for r in report.rows if r.band is not None]
+    at = {f"{z:g}": sum(1 for r in banded if r.in_band_at(z)) for z in COVERAGE_CHECK_Z}
+    return BandCoverage(len(banded), sum(1 for r in banded if r.in_band), at)
+
+
 def fidelity_json(report: FidelityReport) -> str:
-    """{"rows": [...], "fitted": {...}, "not_compared": [...]}: every row, in-sample and leave-one-out."""
+    """{"rows": [...], "band_coverage": {...}, "fitted": {...}, "not_compared": [...]}: every row, in-sample and
+    leave-one-out."""
     ranges = {}
     for name, value in report.values.items():
         vals = [v[name] for v in report.loo_values if name in v] + [value]
@@ -181,6 +204,7 @@ def fidelity_json(report: FidelityReport) -> str:
     doc = {
         "rows": [r.as_json() for r in report.rows],
         "median_abs_loo_error": round(report.median_loo(), 6),
+        "band_coverage": band_coverage(report).as_json(),
         "fitted": ranges,
         "not_compared": not_compared,
         "stale_outcome": report.stale,

@@ -146,6 +146,11 @@ def test_the_bands_are_around_the_prediction(fidelity_doc):
     # the claim the bands carry (a 90% band), checked held out: each row's band is widened without its own
     # error, so the count is not in-sample
     assert inside >= 0.9 * len(fidelity_doc["rows"])
+    cover = fidelity_doc["band_coverage"]
+    assert cover["level"] == 0.9 and cover["rows"] == len(fidelity_doc["rows"]) and cover["inside"] == inside
+    # wider bands hold more: the corners alone, one error, the shipped 1.645, then 1.96
+    at = cover["inside_at_z"]
+    assert at["0"] <= at["1"] <= inside <= at["1.96"]
 
 
 def test_a_ratio_is_banded_with_both_runs_on_the_same_corner(fidelity_doc):
