@@ -178,15 +178,6 @@ def cm384_lead() -> str:
     )
 
 
-def band_coverage() -> str:
-    """benchmarks/band_coverage.py's table: the rows inside their bands by machine group and width."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    sys.path.insert(0, str(REPO))
-    from band_coverage import coverage_lines
-
-    return "\n".join(coverage_lines()) + "\n"
-
-
 # the case of tests/search/test_objectives.py: dear A2 prefill cards, cheap CloudMatrix384 decode cards
 PRICED_TWO_MACHINES = (
     "plan",
@@ -263,7 +254,7 @@ BLOCKS: dict[str, Block] = {
     # docs/simulate.md: the store's queueing-dominated figures against the simulator
     "fidelity-simulated": Block(("fidelity", "--markdown"), _from("| simulated run"), fenced=False),
     # docs/fidelity.md: how often the bands hold the measured figure, by machine group and width
-    "band-coverage": Block(("fidelity", "--markdown"), compose=band_coverage),
+    "band-coverage": Block(("fidelity", "--coverage")),
     # docs/fidelity.md: the cm384 lead over the report's plan under the shipped model
     "cm384-lead": Block(CM384_PLAN_ARGS, fenced=False, compose=cm384_lead),
 }

@@ -8,6 +8,7 @@ from planner.cli.common import console, run_guarded
 from planner.costmodel.fidelity import fidelity_report
 from planner.errors import BadInputError
 from planner.report.fidelity_report import (
+    coverage_lines,
     fidelity_json,
     fidelity_markdown,
     fidelity_table,
@@ -33,6 +34,12 @@ def fidelity(
     hardware: str | None = typer.Option(
         None, "--hardware", metavar="MACHINE", help="With --misses: only this machine's (e.g. a3)."
     ),
+    coverage: bool = typer.Option(
+        False,
+        "--coverage",
+        help="Only print how often the bands hold the measured figure, by machine group, at the shipped 90% "
+        "width and at others (each row's band widened without its own error).",
+    ),
 ) -> None:
     """Predicted vs published for every row of the validation/ store: the error under the shipped factors,
     the leave-one-out error (factors refitted without the row) and the factors each row determines."""
@@ -40,6 +47,8 @@ def fidelity(
     def body() -> None:
         if hardware is not None and not misses:
             raise BadInputError("--hardware: it selects the machine of --misses; add --misses, or drop --hardware")
+        if coverage and (misses or json_out or markdown):
+            raise BadInputError("--coverage: it prints the bands' coverage alone; drop --misses, --json and --markdown")
         if misses:
             from planner.specs.catalog import catalog_names, did_you_mean
             from planner.specs.validation import known_misses
@@ -54,6 +63,9 @@ def fidelity(
             console.file.write(known_miss_text(known_misses(), hardware))
             return
         report = fidelity_report()
+        if coverage:
+            console.file.write("\n".join(coverage_lines(report)) + "\n")
+            return
         sims = []
         if not simulated:  # the queueing-dominated figures are the simulator's: left out, not 'needs simulation'
             report.not_compared = [(f, why) for f, why in report.not_compared if f.compare != "simulated"]

@@ -190,6 +190,58 @@ def band_coverage(report: FidelityReport) -> BandCoverage:
     return BandCoverage(len(banded), sum(1 for r in banded if r.in_band), at)
 
 
+def _half_width(rows: list[FidelityRow]) -> float:
+    """Median half-width of the rows' shipped bands over their predictions: how sharp a band is, beside how
+    often it holds (a band wide enough holds everything and says little)."""
+    widths = sorted((r.band[1] - r.band[0]) / (2.0 * r.predicted) for r in rows if r.band is not None)
+    mid = len(widths) // 2
+    return widths[mid] if len(widths) % 2 else (widths[mid - 1] + widths[mid]) / 2.0
+
+
+def coverage_lines(report: FidelityReport) -> list[str]:
+    """`moeplan fidelity --coverage`: by machine group, the rows inside their bands at the corners alone, at
+    1 error, at the shipped `BAND_Z` and at 1.96 (each band widened without its row's own error), with the
+    group's held-out RMS error and median band half-width; then every row outside its shipped band."""
+    from planner.costmodel.store_fit import fit_config
+
+    config = fit_config()
+    multiples = sorted({*COVERAGE_CHECK_Z, round(BAND_Z, 3)})
+    groups: dict[str, list[FidelityRow]] = {}
+    for r in report.rows:
+        if r.band is not None:
+            groups.setdefault(config.group_of(r.hardware) or "(no group)", []).append(r)
+    widths = "  ".join(f"{'x' + format(z, 'g'):>9}" for z in multiples)
+    lines = [f"{'group':<20} {'rows':>4} {'held-out RMS':>12} {'half-width':>10}  {widths}"]
+
+    def line(name: str, rows: list[FidelityRow], rms: str) -> str:
+        counts = "  ".join(f"{sum(1 for r in rows if r.in_band_at(z)):>4}/{len(rows):<4}" for z in multiples)
+        return f"{name:<20} {len(rows):>4} {rms:>12} {_half_width(rows):>10.0%}   {counts}".rstrip()
+
+    for name in sorted(groups):
+        # each row's error is over the group's other figures: the largest of them is printed
+        lines.append(line(name, groups[name], f"{max(r.band_error for r in groups[name]):.1%}"))
+    every = [r for rows in groups.values() for r in rows]
+    if not every:
+        return ["no measured row carries a band"]
+    lines.append(line("every group", every, "-"))
+    lines += [
+        "held-out RMS: the largest over the group's rows (each row's is over the others; a group with fewer",
+        "than three other figures takes the largest group's); x: the multiple of it the corners are widened by",
+        f"(x0: the corners alone; x{round(BAND_Z, 3):g}: the shipped {BAND_LEVEL:.0%} band); half-width: the shipped "
+        "bands' median",
+        "half-width over the prediction (a band wide enough holds everything and says little)",
+    ]
+    for r in every:
+        if not r.in_band and r.band is not None:
+            lines.append(
+                f"  outside its band: {r.row.id} ({r.hardware}): measured {r.row.published:g}, "
+                f"band {r.band[0]:.4g}-{r.band[1]:.4g}" + (" (known miss)" if r.row.known_miss else "")
+            )
+    if report.stale:
+        lines.append("(the shipped fit is out of date: leave-one-out recomputed now; run calibrate_factors.py)")
+    return lines
+
+
 def fidelity_json(report: FidelityReport) -> str:
     """{"rows": [...], "band_coverage": {...}, "fitted": {...}, "not_compared": [...]}: every row, in-sample and
     leave-one-out."""

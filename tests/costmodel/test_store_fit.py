@@ -446,3 +446,27 @@ def test_holdout_errors_are_the_fidelity_tables_errors(fidelity_doc):
     for k in holdouts:
         assert errors[k]["error"] == pytest.approx(rows[k]["error"], abs=1e-3), k
         assert errors[k]["error"] == pytest.approx(rows[k]["loo_error"], abs=1e-3), k
+
+
+def test_fidelity_coverage_counts_the_bands_by_group(fidelity_doc):
+    r = run_cli("fidelity", "--coverage")
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[0].split()[:4] == ["group", "rows", "held-out", "RMS"] and "x1.645" in lines[0]
+    # the store's line agrees with the JSON's band_coverage block: at x0, x1, x1.645 and x1.96
+    cover = fidelity_doc["band_coverage"]
+    n = cover["rows"]
+    every = next(line for line in lines if line.startswith("every group")).split()
+    at = cover["inside_at_z"]
+    counts = [at["0"], at["1"], cover["inside"], at["1.96"]]
+    assert every[2] == str(n) and every[-4:] == [f"{c}/{n}" for c in counts]
+    # the group lines add up to the store's, and every row outside its band is named
+    end = next(i for i, line in enumerate(lines) if line.startswith("every group"))
+    groups = [line.split() for line in lines[1:end]]
+    assert sum(int(g[1]) for g in groups) == n
+    outside = [row["name"] for row in fidelity_doc["rows"] if not row["in_band"]]
+    assert len(outside) == n - cover["inside"]
+    for name in outside:
+        assert f"outside its band: {name} (" in r.output
+    bad = run_cli("fidelity", "--coverage", "--json")
+    assert bad.exit_code == 2 and "--coverage" in bad.output
