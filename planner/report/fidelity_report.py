@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from statistics import median
 
 from rich.table import Table
 
@@ -193,9 +194,7 @@ def band_coverage(report: FidelityReport) -> BandCoverage:
 def _half_width(rows: list[FidelityRow]) -> float:
     """Median half-width of the rows' shipped bands over their predictions: how sharp a band is, beside how
     often it holds (a band wide enough holds everything and says little)."""
-    widths = sorted((r.band[1] - r.band[0]) / (2.0 * r.predicted) for r in rows if r.band is not None)
-    mid = len(widths) // 2
-    return widths[mid] if len(widths) % 2 else (widths[mid - 1] + widths[mid]) / 2.0
+    return median((r.band[1] - r.band[0]) / (2.0 * r.predicted) for r in rows if r.band is not None)
 
 
 def coverage_lines(report: FidelityReport) -> list[str]:
@@ -205,12 +204,12 @@ def coverage_lines(report: FidelityReport) -> list[str]:
     from planner.costmodel.store_fit import fit_config
 
     config = fit_config()
-    multiples = sorted({*COVERAGE_CHECK_Z, round(BAND_Z, 3)})
+    multiples = sorted({*COVERAGE_CHECK_Z, BAND_Z})  # the shipped width exactly, labelled to 3 decimals
     groups: dict[str, list[FidelityRow]] = {}
     for r in report.rows:
         if r.band is not None:
             groups.setdefault(config.group_of(r.hardware) or "(no group)", []).append(r)
-    widths = "  ".join(f"{'x' + format(z, 'g'):>9}" for z in multiples)
+    widths = "  ".join(f"{'x' + format(round(z, 3), 'g'):>9}" for z in multiples)
     lines = [f"{'group':<20} {'rows':>4} {'held-out RMS':>12} {'half-width':>10}  {widths}"]
 
     def line(name: str, rows: list[FidelityRow], rms: str) -> str:
