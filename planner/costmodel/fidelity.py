@@ -14,7 +14,7 @@ every group of machines on the usable static rows. For each row:
   prediction is still in-sample);
 - `band`: the figure with every ranged factor and every imbalance parameter at the slow and at the
   fast end of its range (`corners`), widened by `BAND_Z` times the group's held-out RMS error over the
-  other figures (`band_error`; planner.costmodel.uncertainty); `in_band_at` asks the same at another
+  other figures (`heldout_rms`; planner.costmodel.uncertainty); `in_band_at` asks the same at another
   multiple of that error, so the bands' coverage can be read at more than one level.
 
 The leave-one-out refits take minutes; they are shipped (planner/costmodel/data/fit_outcome.json,
@@ -52,7 +52,7 @@ class FidelityRow:
     fitted_to: list[str]
     sensitivity: dict[str, float]
     corners: tuple[float, float] | None = None
-    band_error: float = 0.0
+    heldout_rms: float = 0.0
     loo_undetermined: list[str] = field(default_factory=list)
 
     @property
@@ -67,7 +67,7 @@ class FidelityRow:
 
     def band_at(self, z: float) -> tuple[float, float] | None:
         """The corners widened by `z` times the held-out RMS error (None without corners)."""
-        return None if self.corners is None else widened(list(self.corners), z * self.band_error)
+        return None if self.corners is None else widened(list(self.corners), z * self.heldout_rms)
 
     @property
     def band(self) -> tuple[float, float] | None:
@@ -122,7 +122,7 @@ class FidelityRow:
             "sensitivity": {k: round(v, 4) for k, v in self.sensitivity.items()},
             "band": None if self.band is None else [round(x, 4) for x in self.band],
             "band_corners": None if self.corners is None else [round(x, 4) for x in self.corners],
-            "band_heldout_rms": round(self.band_error, 6),
+            "band_heldout_rms": round(self.heldout_rms, 6),
             "in_band": self.in_band,
             "tolerance": self.row.tolerance,
         }
@@ -214,7 +214,7 @@ def _corners(fig: StoredFigure, base: StoredFigure | None) -> tuple[float, float
     return min(kept), max(kept)
 
 
-def _band_error(fig: StoredFigure) -> float:
+def _heldout_rms(fig: StoredFigure) -> float:
     """The held-out RMS error that widens the row's band: its machine group's over the other figures, so
     the row's own error does not widen its own band and the count of rows inside their bands is a
     held-out check of the bands."""
@@ -223,9 +223,9 @@ def _band_error(fig: StoredFigure) -> float:
 
 
 def _band(fig: StoredFigure, base: StoredFigure | None) -> tuple[float, float] | None:
-    """The row's band: its corners (`_corners`) widened by `BAND_Z` times its held-out error (`_band_error`)."""
+    """The row's band: its corners (`_corners`) widened by `BAND_Z` times its held-out error (`_heldout_rms`)."""
     span = _corners(fig, base)
-    return None if span is None else widened(list(span), BAND_Z * _band_error(fig))
+    return None if span is None else widened(list(span), BAND_Z * _heldout_rms(fig))
 
 
 def fidelity_report(subset: list[StoredFigure] | None = None) -> FidelityReport:
@@ -297,7 +297,7 @@ def fidelity_report(subset: list[StoredFigure] | None = None) -> FidelityReport:
                 fitted_to=fitted_to,
                 sensitivity=sens,
                 corners=corners,
-                band_error=_band_error(r.figure),
+                heldout_rms=_heldout_rms(r.figure),
                 loo_undetermined=list(kept.get(r.id, [])),
             )
         )

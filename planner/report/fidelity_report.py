@@ -218,7 +218,7 @@ def coverage_lines(report: FidelityReport) -> list[str]:
 
     for name in sorted(groups):
         # each row's error is over the group's other figures: the largest of them is printed
-        lines.append(line(name, groups[name], f"{max(r.band_error for r in groups[name]):.1%}"))
+        lines.append(line(name, groups[name], f"{max(r.heldout_rms for r in groups[name]):.1%}"))
     every = [r for rows in groups.values() for r in rows]
     if not every:
         return ["no measured row carries a band"]

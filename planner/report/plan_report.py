@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.table import Table
 
+from planner.costmodel.uncertainty import BAND_LEVEL, BAND_Z
 from planner.ranking.compare import pd_cards
 from planner.ranking.robust import band_cell, tpot_band_cell
 from planner.specs.hardware import HardwareSpec
@@ -142,8 +143,8 @@ def ranked_table(
     banded = any((p.predicted or {}).get("uncertainty") for p in plans)
     if banded:
         caption += (
-            "\n(low-high) under TPOT and tok/s/card: the 90% band, every factor at the slow / fast end of its range"
-            " and 1.645 held-out errors past it"
+            f"\n(low-high) under TPOT and tok/s/card: the {BAND_LEVEL:.0%} band, every factor at the slow / fast end "
+            f"of its range and {BAND_Z:.3f} held-out errors past it"
         )
         table.caption = caption
     econ = economics_columns(plans) if economics else []

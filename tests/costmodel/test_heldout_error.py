@@ -110,7 +110,7 @@ def test_a_rows_band_is_its_corners_widened_by_the_90_percent_point_of_its_error
         fitted_to=[],
         sensitivity={},
         corners=(0.8 * measured, 0.9 * measured),
-        band_error=0.07,
+        heldout_rms=0.07,
     )
     assert row.band_at(0.0) == pytest.approx((0.8 * measured, 0.9 * measured))
     assert row.band == pytest.approx((0.8 * measured * (1 - BAND_Z * 0.07), 0.9 * measured * (1 + BAND_Z * 0.07)))
