@@ -685,7 +685,7 @@ def engine_lines(outcome: SearchOutcome) -> list[str]:
     if mode == AUTO:
         out = [f"runs on: the engines that run each plan, of {releases} (docs/engines.md; --engine none: every plan)"]
         for engine, why in outcome.engine_failures.items():
-            out.append(f"{engine}: no feasible plan it runs ({why.rstrip('.')}).")
+            out.append(f"{engine}: {why.rstrip('.')}.")
         beyond = outcome.beyond
         if beyond is not None and outcome.plans:
             top, value = headline(outcome.plans[0]), headline(beyond)

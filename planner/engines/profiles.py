@@ -81,6 +81,10 @@ class AfdCapability(Strict):
 class Capabilities(Strict):
     """What an engine can run (see the YAML files for the source of each entry)."""
 
+    devices: list[str] = Field(
+        min_length=1, description="the devices the release runs on: prefixes of a machine's device_name"
+    )
+    devices_source: str = Field(min_length=1, description="where the device list was read")
     disaggregated: bool
     colocated: bool
     shared_expert: list[Literal["replicated", "dedicated"]]
@@ -353,6 +357,35 @@ def phase_problems(
     return out
 
 
+def machine_refusal(profile: EngineProfile, hw: HardwareSpec) -> str | None:
+    """Why the engine runs nothing on this machine (its device is none the release runs on); None when
+    it does. The machine's `device_name` is matched against the profile's `devices` prefixes."""
+    cap = profile.capabilities
+    if any(hw.device_name.startswith(prefix) for prefix in cap.devices):
+        return None
+    return (
+        f"{profile.label} runs on {', '.join(cap.devices)} devices ({cap.devices_source}); "
+        f"hardware '{hw.name}' is {hw.device_name}"
+    )
+
+
+def engine_refusal(engine: str, machines: Sequence[HardwareSpec], quantization: str) -> str | None:
+    """Why `engine` runs no plan at all on these machines in this number format (None: it may):
+    a device it does not run on, or a quantization scheme its profile writes no launch for."""
+    profile = load_profile(engine)
+    for hw in machines:
+        why = machine_refusal(profile, hw)
+        if why is not None:
+            return why
+    formats = profile.capabilities.quantization
+    if quantization not in formats:
+        return (
+            f"moeplan writes {profile.label} launches for {', '.join(formats)} weights, not '{quantization}' "
+            "(planner/engines/data)"
+        )
+    return None
+
+
 def afd_refusal(afd: AfdCapability | None, hardware: str, architectures: Sequence[str]) -> str | None:
     """Why an engine with this AFD capability runs no AFD of a model (its config.json `architectures`;
     empty: not known) on `hardware` (a catalog machine name); None when it does."""
@@ -446,10 +479,13 @@ def plan_problems(
     cap = profile.capabilities
     view = plan_view(plan)
     out = []
+    off_machine = machine_refusal(profile, hw)
+    if off_machine is not None:
+        out.append(f"hardware: {off_machine}; plan on a machine it runs on, or export for another engine.")
     if plan.quantization not in cap.quantization:
         out.append(
-            f"quantization: '{plan.quantization}' has no weights format in {profile.label} "
-            f"(it runs {', '.join(cap.quantization)}); plan with --quantization a8w8c16."
+            f"quantization: moeplan writes {profile.label} launches for {', '.join(cap.quantization)} weights, not "
+            f"'{plan.quantization}' (planner/engines/data); plan with --quantization {' or '.join(cap.quantization)}."
         )
     if plan.draft_model is not None and "eagle3" not in cap.draft_models:
         out.append(

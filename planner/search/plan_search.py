@@ -28,7 +28,7 @@ from fractions import Fraction
 from planner.candidates.afd_candidates import AfdCandidate
 from planner.candidates.colocated_candidates import ColocatedCandidate
 from planner.candidates.restrictions import Restriction
-from planner.errors import InfeasibleError
+from planner.errors import BadInputError, InfeasibleError
 from planner.search.alternatives import Alternative, alternatives, distinct_plans
 from planner.search.budget import Budget, request_budget
 from planner.search.candidate_spaces import (
@@ -101,6 +101,19 @@ def question_of(request: PlanRequest, contexts: PhaseContexts, budget: Budget) -
     return Question(structures, budget, objective, request.workload.output_tokens)
 
 
+def refuse_engine(engine: str, contexts: PhaseContexts, quantization: str) -> None:
+    """BadInputError (exit 2) when `engine` runs no plan on the request's machines in its number format:
+    planning for it there could only list plans it cannot launch."""
+    from planner.engines.profiles import engine_refusal
+
+    why = engine_refusal(engine, [contexts.decode.hw, contexts.prefill.hw], quantization)
+    if why is not None:
+        raise BadInputError(
+            f"--engine {engine}: {why}; plan for another engine, --engine none (every plan, whether an engine runs "
+            "it or not), or another --hardware / --quantization."
+        )
+
+
 def run_search(
     request: PlanRequest, progress: Progress | None = None, cache: TableCache | None = None
 ) -> SearchOutcome:
@@ -108,6 +121,8 @@ def run_search(
     start = time.perf_counter()
     deadline = start + request.settings.time_limit_s
     contexts = phase_contexts(request)
+    if request.engine is not None:
+        refuse_engine(request.engine, contexts, request.quantization)
     budget = request_budget(request, contexts)
     question = question_of(request, contexts, budget)
     # the diagnosis of an infeasible request re-checks it with one flag changed: its tables are

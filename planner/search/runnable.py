@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from planner.engines.profiles import ENGINES, engines_that_run
+from planner.engines.profiles import ENGINES, engine_refusal, engines_that_run
 from planner.errors import InfeasibleError
 from planner.search.alternatives import NO_AFD_FITS, NO_ENGINE_RUNS_AFD
 from planner.search.candidate_spaces import Progress
@@ -33,6 +33,20 @@ def engine_problems(plan: Plan, outcome: SearchOutcome) -> dict[str, list[str]]:
     model = outcome.model
     experts = model.moe.routed_experts if model.moe is not None else None
     return engines_that_run(plan, outcome.hw, experts, model.num_dense_layers > 0)
+
+
+def engines_refused(request: PlanRequest) -> dict[str, str]:
+    """The engines that run no plan at all on the request's machines in its number format, each with why
+    (planner.engines.profiles.engine_refusal): their searches are skipped."""
+    from planner.specs.catalog import load_hardware
+
+    machines = [load_hardware(name) for name in sorted({request.decode_hw_name, request.prefill_hw_name})]
+    out = {}
+    for engine in ENGINES:
+        why = engine_refusal(engine, machines, request.quantization)
+        if why is not None:
+            out[engine] = why
+    return out
 
 
 def _headline(plan: Plan) -> float:
@@ -61,13 +75,27 @@ def run_runnable(
     start = time.perf_counter()
     cache = cache if cache is not None else TableCache()
     outcomes: dict[str, SearchOutcome] = {}
-    failures: dict[str, str] = {}
+    failures = engines_refused(request)
+    if len(failures) == len(ENGINES):
+        # no engine runs anything on these machines in this format: the free search, each plan's row
+        # saying that no engine runs it and each engine's line why
+        unrestricted = run_search(dataclasses.replace(request, engine=None, top=fetch), progress, cache)
+        return dataclasses.replace(
+            unrestricted,
+            request=request,
+            runs_on=[engine_problems(p, unrestricted) for p in unrestricted.plans],
+            engine_mode=AUTO,
+            engine_failures=failures,
+            seconds=time.perf_counter() - start,
+        )
     interrupted = False
     for engine in ENGINES:
+        if engine in failures:
+            continue
         try:
             outcomes[engine] = run_search(dataclasses.replace(request, engine=engine, top=fetch), progress, cache)
         except InfeasibleError as exc:
-            failures[engine] = str(exc)
+            failures[engine] = f"no feasible plan it runs ({str(exc).rstrip('.')})"
             continue
         if outcomes[engine].status == "INTERRUPTED":  # Ctrl-C: the best so far, no further search
             interrupted = True
