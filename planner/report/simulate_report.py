@@ -120,6 +120,36 @@ def latency_table(result: SimResult) -> Table:
     return t
 
 
+def steady_line(steady: dict) -> str:
+    """The steady window's throughput, TPOT and Little's law check, or why a figure is not given."""
+    head = (
+        f"steady state {steady['start_s']:,.1f}-{steady['end_s']:,.1f} s: "
+        f"{steady['output_throughput']:,.1f} output tok/s"
+    )
+    span = steady["end_s"] - steady["start_s"]
+    if steady.get("mean_e2el_ms") is None:
+        return (
+            f"{head}; no request finished inside the window ({span:,.1f} s), so it gives no TPOT and no Little's "
+            "law check: send more requests (--requests)"
+        )
+    tpot = steady["mean_tpot_ms"]
+    head += f", mean TPOT {tpot:.2f} ms" if tpot is not None else ""
+    law = (
+        f"Little's law: {steady['mean_in_system']:,.1f} requests in the system on average, throughput x mean "
+        f"latency {steady['throughput_x_latency']:,.1f}"
+    )
+    err = steady["littles_law_error"]
+    latency_s = steady["mean_e2el_ms"] / 1e3
+    if err is not None:
+        # a window a few latencies long carries edge effects of about one latency over its span
+        return f"{head}; {law} ({err:+.1%}, over a window of {span / latency_s:,.1f} mean latencies)"
+    return (
+        f"{head} (over the {steady.get('completed', 0):,} requests that finished inside it); {law}: not checked, "
+        f"the window ({span:,.1f} s) is shorter than twice the mean latency ({latency_s:,.1f} s), so the requests "
+        "finishing in it are the quick ones: send more requests (--requests)"
+    )
+
+
 def bound_lines(result: SimResult) -> list[str]:
     """What limited the run, in words."""
     s = result.summary
@@ -128,13 +158,7 @@ def bound_lines(result: SimResult) -> list[str]:
     lines = []
     steady = m["steady"]
     if steady is not None:
-        err = steady["littles_law_error"]
-        lines.append(
-            f"steady state {steady['start_s']:,.1f}-{steady['end_s']:,.1f} s: "
-            f"{steady['output_throughput']:,.1f} output tok/s, mean TPOT {steady['mean_tpot_ms']:.2f} ms; "
-            f"Little's law: {steady['mean_in_system']:,.1f} requests in the system on average, throughput x mean "
-            f"latency {steady['throughput_x_latency']:,.1f}" + (f" ({err:+.1%})" if err is not None else "")
-        )
+        lines.append(steady_line(steady))
     if b["decode_seats"]:
         steps = b["decode_steps"]
         lines.append(

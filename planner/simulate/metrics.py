@@ -253,6 +253,9 @@ def _moeplan_block(
     return block
 
 
+LITTLE_WINDOW_LATENCIES = 2.0  # Little's law is checked over a window at least this many mean latencies long
+
+
 def steady_window(built: Built) -> dict[str, Any] | None:
     """Throughput, TPOT and Little's law over [first measured request sent, last request sent]."""
     sim, t = built.sim, built.sim.table
@@ -268,18 +271,23 @@ def steady_window(built: Built) -> dict[str, Any] | None:
     completed = b.completed - a.completed
     in_system = (b.area - a.area) / span
     rate = completed / span
-    latency = float(np.mean(e2el)) if e2el.size else 0.0
+    latency = float(np.mean(e2el)) if e2el.size else None
+    # Little's law over a finite window holds only when the window is long against the latency: in a
+    # window shorter than twice the mean latency the requests that finish in it are the quick ones, and
+    # none may finish at all (a run of too few requests); the check is then not made, and says why
+    checked = latency is not None and in_system > 0 and span >= LITTLE_WINDOW_LATENCIES * latency
     return {
         "start_s": a.time_s,
         "end_s": b.time_s,
+        "completed": int(e2el.size),
         "output_throughput": (b.tokens - a.tokens) / span,
         "output_throughput_per_card": (b.tokens - a.tokens) / span / built.cards if built.cards else 0.0,
         "request_throughput": rate,
-        "mean_tpot_ms": float(np.mean(tpot)) * 1e3 if tpot.size else 0.0,
-        "mean_e2el_ms": latency * 1e3,
+        "mean_tpot_ms": float(np.mean(tpot)) * 1e3 if tpot.size else None,
+        "mean_e2el_ms": latency * 1e3 if latency is not None else None,
         "mean_in_system": in_system,
-        "throughput_x_latency": rate * latency,
-        "littles_law_error": (rate * latency / in_system - 1.0) if in_system > 0 else None,
+        "throughput_x_latency": rate * latency if latency is not None else None,
+        "littles_law_error": (rate * latency / in_system - 1.0) if checked and latency is not None else None,
     }
 
 

@@ -104,3 +104,33 @@ def test_evaluate_says_how_many_prompts_a_whole_forward_holds():
     assert f"forwards hold about {held:.2f} prompts, not the 16.0 of this plan's batch" in text
     chunked = run_cli("evaluate", str(HERE / "small-colocated.yaml"))
     assert chunked.exit_code == 0 and "whole prefill forwards" not in chunked.output
+
+
+def test_a_window_no_request_finishes_in_gives_no_tpot_and_no_littles_law():
+    # 20 requests sent within 20 ms: none finishes before the last is sent, so the steady window has no
+    # latency to average; it must not print 0 ms and a -100% Little's law (it did)
+    from planner.report.simulate_report import steady_line
+
+    plan, _ = load_plan(str(HERE / "small-pd.yaml"))
+    result = simulate_plan(plan, Traffic(requests=20, rate_per_s=1000.0, seed=0))
+    steady = result.summary["moeplan"]["steady"]
+    assert steady["completed"] == 0
+    assert steady["mean_tpot_ms"] is None and steady["mean_e2el_ms"] is None
+    assert steady["littles_law_error"] is None and steady["throughput_x_latency"] is None
+    assert "no request finished inside the window" in steady_line(steady)
+
+
+def test_littles_law_is_not_checked_over_a_window_shorter_than_two_latencies():
+    # 300 requests at 20/s: sent over 15 s, each taking about 14.6 s, so the 5 that finish inside the
+    # window are the quickest few; a 200-request run at 5/s spans 40 s, 2.8 latencies, and is checked
+    from planner.report.simulate_report import steady_line
+
+    plan, _ = load_plan(str(HERE / "small-pd.yaml"))
+    short = simulate_plan(plan, Traffic(requests=300, rate_per_s=20.0, seed=0)).summary["moeplan"]["steady"]
+    assert short["completed"] > 0 and short["end_s"] - short["start_s"] < 2.0 * short["mean_e2el_ms"] / 1e3
+    assert short["littles_law_error"] is None and short["mean_tpot_ms"] is not None
+    assert "not checked" in steady_line(short)
+    longer = simulate_plan(plan, Traffic(requests=200, rate_per_s=5.0, seed=0)).summary["moeplan"]["steady"]
+    assert longer["end_s"] - longer["start_s"] >= 2.0 * longer["mean_e2el_ms"] / 1e3
+    assert longer["littles_law_error"] is not None
+    assert "mean latencies)" in steady_line(longer)
