@@ -377,13 +377,18 @@ def engine_refusal(engine: str, machines: Sequence[HardwareSpec], quantization: 
         why = machine_refusal(profile, hw)
         if why is not None:
             return why
+    return quantization_refusal(profile, quantization)
+
+
+def quantization_refusal(profile: EngineProfile, quantization: str) -> str | None:
+    """Why the engine's launches cannot hold this number format (None when they can)."""
     formats = profile.capabilities.quantization
-    if quantization not in formats:
-        return (
-            f"moeplan writes {profile.label} launches for {', '.join(formats)} weights, not '{quantization}' "
-            "(planner/engines/data)"
-        )
-    return None
+    if quantization in formats:
+        return None
+    return (
+        f"moeplan writes {profile.label} launches for {', '.join(formats)} weights, not '{quantization}' "
+        "(planner/engines/data)"
+    )
 
 
 def afd_refusal(afd: AfdCapability | None, hardware: str, architectures: Sequence[str]) -> str | None:
@@ -482,11 +487,9 @@ def plan_problems(
     off_machine = machine_refusal(profile, hw)
     if off_machine is not None:
         out.append(f"hardware: {off_machine}; plan on a machine it runs on, or export for another engine.")
-    if plan.quantization not in cap.quantization:
-        out.append(
-            f"quantization: moeplan writes {profile.label} launches for {', '.join(cap.quantization)} weights, not "
-            f"'{plan.quantization}' (planner/engines/data); plan with --quantization {' or '.join(cap.quantization)}."
-        )
+    wrong_format = quantization_refusal(profile, plan.quantization)
+    if wrong_format is not None:
+        out.append(f"quantization: {wrong_format}; plan with --quantization {' or '.join(cap.quantization)}.")
     if plan.draft_model is not None and "eagle3" not in cap.draft_models:
         out.append(
             f"draft_model: {profile.label} runs no EAGLE-3 draft model beside the target (only its MTP layers); "

@@ -11,7 +11,7 @@ import numpy as np
 from rich.console import RenderableType
 from rich.table import Table
 
-from planner.simulate.metrics import METRICS, _pword
+from planner.simulate.metrics import LITTLE_WINDOW_LATENCIES, METRICS, _pword
 from planner.simulate.run import SimResult
 
 LABELS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E"}
@@ -127,7 +127,7 @@ def steady_line(steady: dict) -> str:
         f"{steady['output_throughput']:,.1f} output tok/s"
     )
     span = steady["end_s"] - steady["start_s"]
-    if steady.get("mean_e2el_ms") is None:
+    if steady["mean_e2el_ms"] is None:
         return (
             f"{head}; no request finished inside the window ({span:,.1f} s), so it gives no TPOT and no Little's "
             "law check: send more requests (--requests)"
@@ -144,9 +144,9 @@ def steady_line(steady: dict) -> str:
         # a window a few latencies long carries edge effects of about one latency over its span
         return f"{head}; {law} ({err:+.1%}, over a window of {span / latency_s:,.1f} mean latencies)"
     return (
-        f"{head} (over the {steady.get('completed', 0):,} requests that finished inside it); {law}: not checked, "
-        f"the window ({span:,.1f} s) is shorter than twice the mean latency ({latency_s:,.1f} s), so the requests "
-        "finishing in it are the quick ones: send more requests (--requests)"
+        f"{head} (over the {steady['completed']:,} requests that finished inside it); {law}: not checked, "
+        f"the window ({span:,.1f} s) is shorter than {LITTLE_WINDOW_LATENCIES:g} mean latencies (one is "
+        f"{latency_s:,.1f} s), so the requests finishing in it are the quick ones: send more requests (--requests)"
     )
 
 

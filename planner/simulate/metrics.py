@@ -257,7 +257,8 @@ LITTLE_WINDOW_LATENCIES = 2.0  # Little's law is checked over a window at least 
 
 
 def steady_window(built: Built) -> dict[str, Any] | None:
-    """Throughput, TPOT and Little's law over [first measured request sent, last request sent]."""
+    """Throughput, TPOT and Little's law over [first measured request sent, last request sent]; the
+    latency, TPOT and Little's law figures are None when the window cannot give them (see below)."""
     sim, t = built.sim, built.sim.table
     a, b = sim.window_start, sim.window_end
     if a is None or b is None or b.time_s - a.time_s <= 0:
@@ -275,7 +276,9 @@ def steady_window(built: Built) -> dict[str, Any] | None:
     # Little's law over a finite window holds only when the window is long against the latency: in a
     # window shorter than twice the mean latency the requests that finish in it are the quick ones, and
     # none may finish at all (a run of too few requests); the check is then not made, and says why
-    checked = latency is not None and in_system > 0 and span >= LITTLE_WINDOW_LATENCIES * latency
+    law_error = None
+    if latency is not None and in_system > 0 and span >= LITTLE_WINDOW_LATENCIES * latency:
+        law_error = rate * latency / in_system - 1.0
     return {
         "start_s": a.time_s,
         "end_s": b.time_s,
@@ -287,7 +290,7 @@ def steady_window(built: Built) -> dict[str, Any] | None:
         "mean_e2el_ms": latency * 1e3 if latency is not None else None,
         "mean_in_system": in_system,
         "throughput_x_latency": rate * latency if latency is not None else None,
-        "littles_law_error": (rate * latency / in_system - 1.0) if checked and latency is not None else None,
+        "littles_law_error": law_error,
     }
 
 
