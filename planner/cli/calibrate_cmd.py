@@ -65,7 +65,9 @@ def calibrate_cmd(
             raise BadInputError(
                 "give one measurements CSV (plan,metric,value) or --bench PLAN=RESULT [PLAN=RESULT ...]."
             )
-        check_output("--out", out)  # before the fit: a path it cannot write fails at once
+        # before the fit: a path it cannot write fails at once; the file is a machine that --hardware
+        # reads back by its path, so not stdout
+        check_output("--out", out, stdout_ok=False)
         hw = load_hardware(hardware)
         names = [f.strip() for f in factors.split(",") if f.strip()] if factors else None
         if factors is not None and not names:
@@ -78,7 +80,7 @@ def calibrate_cmd(
             err_console.print(f"[yellow]warning:[/] {line}")
         header = (
             f"{result.hw.name}: {hw.name} calibrated by `moeplan calibrate` from {data.path.name} "
-            f"({result.rows} rows).\nUse it with --hardware {out}."
+            f"({result.rows} row{'s' if result.rows != 1 else ''}).\nUse it with --hardware {out}."
         )
         write_text_atomic(out, hardware_yaml(result.hw, header))
         console.print(f"wrote {out} (use it with --hardware {out})")

@@ -33,7 +33,6 @@ from planner.costmodel.fitting import (
     factor_names,
     factor_spec,
     fit_factors,
-    metric_value,
     sensitivities,
     with_factors,
 )
@@ -103,6 +102,11 @@ def read_measurements(path: Path, hw: HardwareSpec) -> Measurements:
         text = path.read_text(encoding="utf-8-sig")  # spreadsheets often save a byte-order mark
     except OSError as exc:
         raise BadInputError(f"measurements file '{path}' cannot be read ({exc.strerror}); check the path.") from None
+    except UnicodeDecodeError:
+        raise BadInputError(
+            f"measurements file '{path}' is not UTF-8 text; save it as a CSV (UTF-8) with the header "
+            "'plan,metric,value'."
+        ) from None
     reader = csv.DictReader(io.StringIO(text))
     header = [h.strip() for h in (reader.fieldnames or [])]
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
@@ -122,6 +126,13 @@ def read_measurements(path: Path, hw: HardwareSpec) -> Measurements:
             continue
         n += 1
         where = f"{path.name} line {line_no}"
+        extra = [cell for cell in raw.get(None) or [] if str(cell).strip()]  # cells past the header's columns
+        if extra:
+            errors.append(
+                f"{where}: {len(extra)} cell(s) more than the header's columns ({', '.join(header)}); quote a value "
+                "holding a comma or drop the extra cells."
+            )
+            continue
         ref, metric, value_text = row.get("plan", ""), row.get("metric", ""), row.get("value", "")
         try:
             value = float(value_text)
@@ -148,9 +159,7 @@ def read_measurements(path: Path, hw: HardwareSpec) -> Measurements:
             )
             continue
         plan, specs, base, prediction = entry
-        try:
-            metric_value(prediction, metric)
-        except KeyError:
+        if metric not in available_metrics(prediction):  # a figure: not a section, a flag or a name
             known = ", ".join(m for m in available_metrics(prediction) if _is_timing(m))
             errors.append(f"{where}: plan '{ref}' has no metric '{metric}'; use one of: {known}.")
             continue
@@ -200,8 +209,15 @@ def _bench_rows(plan: Plan, result: Any, where: str) -> tuple[Plan, list[tuple[s
             )
     view = plan_view(plan)
     mtp = view.colocated.mtp_tokens if view.colocated is not None else (view.decode.mtp_tokens if view.decode else 0)
-    if mtp and result.tokens_per_step is not None and result.tokens_per_step > 1:
-        a = acceptance_from_tokens_per_step(result.tokens_per_step, mtp)
+    steps = result.tokens_per_step
+    if steps is not None and (steps < 1 or steps > 1 + mtp + 1e-6):
+        problems.append(
+            f"{where}: the run's accepted length is {steps:g} tokens per step, where a step of the plan's {mtp} "
+            f"draft token(s) emits 1 to {1 + mtp}; give the plan that was measured (its MTP depth) or the run of "
+            "this plan"
+        )
+    elif mtp and steps is not None and steps > 1:
+        a = acceptance_from_tokens_per_step(steps, mtp)
         plan = plan.model_copy(update={"workload": w.model_copy(update={"mtp_acceptance": round(a, 4)})})
     # TPOT: the decode steps at the plan's concurrency. TTFT only from a run at a request rate: in a
     # closed loop every slot's prompt arrives at once and the TTFT is mostly queueing, which the
@@ -281,7 +297,8 @@ def calibrate(
     live = [n for j, n in enumerate(candidates) if float(abs(sens[:, j]).max()) >= SENSITIVE_ELASTICITY]
     insensitive = [n for n in candidates if n not in live]
     fit = fit_factors(obs, hw, live)
-    label = f"calibrated from {measurements.path.name}, {len(obs)} rows"
+    rows = f"{len(obs)} row{'s' if len(obs) != 1 else ''}"
+    label = f"calibrated from {measurements.path.name}, {rows}"
     updates: dict[str, dict[str, Any]] = {}
     for n in live:
         lo, hi = fit.intervals[n]
@@ -293,7 +310,7 @@ def calibrate(
             "range": FactorRange(
                 low=min(lo, v),
                 high=max(hi, v),
-                derived=f"two standard errors of the fit to {measurements.path.name} ({len(obs)} rows)"
+                derived=f"two standard errors of the fit to {measurements.path.name} ({rows})"
                 if n not in fit.undetermined
                 else "the fit's bounds: the rows do not determine it",
             ),

@@ -108,12 +108,15 @@ def default_bounds(hw: HardwareSpec, name: str) -> tuple[float, float]:
 
 
 def metric_value(prediction: Prediction, metric: str) -> float:
-    """The figure at a dotted path such as 'decode.tokens_per_s_per_card' (KeyError when absent)."""
+    """The figure at a dotted path such as 'decode.tokens_per_s_per_card' (KeyError when absent or
+    not a number: a section, a yes/no flag, a name)."""
     node: Any = prediction.model_dump()
     for part in metric.split("."):
         if not isinstance(node, dict) or node.get(part) is None:
             raise KeyError(metric)
         node = node[part]
+    if isinstance(node, bool) or not isinstance(node, int | float):
+        raise KeyError(metric)
     return float(node)
 
 

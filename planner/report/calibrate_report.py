@@ -49,10 +49,33 @@ def calibration_tables(result: Calibration, before: HardwareSpec) -> list[Table]
     return [ft, rt]
 
 
+# a row the fitted factors leave further off than this is one they cannot reach within their bounds
+FAR_RESIDUAL = 0.25
+
+
 def calibration_warnings(result: Calibration) -> list[str]:
-    """One line per factor the rows cannot determine."""
-    out = [f"{n}: {why} (its value is kept near the starting one)" for n, why in result.fit.undetermined.items()]
+    """One line per factor the rows cannot determine or that ran to a bound, and per row the fit
+    cannot reach."""
+    fit = result.fit
+    out = []
+    for n, why in fit.undetermined.items():
+        moved = f"{fit.start[n]:.4g} -> {fit.values[n]:.4g}"
+        where = "; it ran to its bound" if n in fit.at_bound else ""
+        out.append(f"{n}: {why} ({moved}{where}: the value written is one of many that fit as well)")
+    for n in fit.at_bound:
+        if n not in fit.undetermined:
+            lo, hi = fit.bounds[n]
+            out.append(
+                f"{n}: ran to its bound ({fit.start[n]:.4g} -> {fit.values[n]:.4g}, bounds {lo:.4g} to {hi:.4g}): "
+                "the rows ask for more than the factor can give"
+            )
     out += [f"{n}: no row is sensitive to it; kept at its value" for n in result.insensitive]
-    if not result.fit.success:
-        out.append(f"the fit did not converge: {result.fit.message}")
+    far = [(label, r) for label, r in zip(fit.labels, fit.residuals, strict=True) if abs(r) > FAR_RESIDUAL]
+    for label, r in far:
+        out.append(
+            f"{label}: still {r:+.1%} off after the fit: no factor values within their bounds reproduce it; check "
+            "the figure (its units, the plan it measured) before using the file"
+        )
+    if not fit.success:
+        out.append(f"the fit did not converge: {fit.message}")
     return out

@@ -64,10 +64,18 @@ def _number(doc: dict[str, Any], key: str, where: str) -> float:
     return float(value)
 
 
-def _optional(doc: dict[str, Any], key: str) -> float | None:
+def _optional(doc: dict[str, Any], key: str, where: str, infinite_is_none: bool = False) -> float | None:
+    """A field a run may leave out (absent or null: None); present, it must be a positive number.
+    `infinite_is_none`: infinity (written inf or Infinity) means the field's "none" (a closed loop's rate)."""
     value = doc.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+    if value is None:
         return None
+    if infinite_is_none and (value in ("inf", "Infinity") or (isinstance(value, float) and math.isinf(value))):
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise BadInputError(
+            f"{where}: '{key}' is {value!r}, not a positive number; fix the file or give the client's own result file."
+        )
     return float(value)
 
 
@@ -86,19 +94,21 @@ def _from_json(client: str, doc: dict[str, Any], path: Path) -> BenchResult:
     how, per_step = _JSON_CLIENTS[client]
     where = f"{path} ({how})"
     completed = int(_number(doc, "completed", where))
-    concurrency = doc.get("max_concurrency")
+    concurrency = _optional(doc, "max_concurrency", where)
+    if concurrency is not None and concurrency != int(concurrency):
+        raise BadInputError(f"{where}: 'max_concurrency' is {concurrency!r}, not a whole number of requests.")
     return BenchResult(
         client=client,
         path=path,
         completed=completed,
         mean_ttft_ms=_number(doc, "mean_ttft_ms", where),
         mean_tpot_ms=_number(doc, "mean_tpot_ms", where),
-        max_concurrency=int(concurrency) if isinstance(concurrency, int) else None,
-        mean_input_tokens=_mean(_optional(doc, "total_input_tokens"), completed),
-        mean_output_tokens=_mean(_optional(doc, "total_output_tokens"), completed),
-        output_tokens_per_s=_optional(doc, "output_throughput"),
-        tokens_per_step=_optional(doc, per_step),
-        request_rate_per_s=_optional(doc, "request_rate"),  # "inf" / Infinity: a closed loop
+        max_concurrency=None if concurrency is None else int(concurrency),
+        mean_input_tokens=_mean(_optional(doc, "total_input_tokens", where), completed),
+        mean_output_tokens=_mean(_optional(doc, "total_output_tokens", where), completed),
+        output_tokens_per_s=_optional(doc, "output_throughput", where),
+        tokens_per_step=_optional(doc, per_step, where),
+        request_rate_per_s=_optional(doc, "request_rate", where, infinite_is_none=True),  # inf: a closed loop
     )
 
 
