@@ -90,8 +90,14 @@ def stage_emits(
     from planner.report.launch import prepare
     from planner.report.launch.common import check_runnable
 
+    refusals = []
     for engine, _ in emits:
-        check_runnable(plan, model, hw, engine)
+        try:
+            check_runnable(plan, model, hw, engine)
+        except BadInputError as exc:
+            refusals.append(str(exc))
+    if refusals:  # every engine that cannot run it, not only the first
+        raise BadInputError("\n".join(refusals))
     array = loads_array(loads) if loads else None
     lines = []
     several = len(emits) > 1

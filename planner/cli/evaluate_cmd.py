@@ -260,9 +260,33 @@ def evaluate(
         check_output("--html", html, stdout_ok=False)
         if max_itl_ms is not None and not (math.isfinite(max_itl_ms) and max_itl_ms >= 0):
             raise BadInputError(f"--max-itl-ms must be >= 0 ms (0 disables it); got {max_itl_ms:g}.")
+        check_output("--out", out, stdout_ok=False)  # the JSON on stdout is --json -
         plan, _ = load_plan(plan_file, rank)
         if hardware is not None:
+            own = {
+                n: sec.hardware
+                for n, sec in (("prefill", plan.prefill), ("decode", plan.decode))
+                if sec and sec.hardware
+            }
+            if own:
+                named = ", ".join(f"{n} on {h}" for n, h in own.items())
+                raise BadInputError(
+                    f"--hardware: this plan names a machine per phase ({named}), which --hardware would not move; "
+                    "edit the phases' 'hardware' fields in the plan, or re-plan with --prefill-hardware and "
+                    "--decode-hardware."
+                )
             plan = plan.model_copy(update={"hardware": hardware})
+        unjudged = [
+            flag
+            for flag, given, has in (
+                ("--ttft-ms", ttft_ms, plan.prefill_phase is not None or plan.is_colocated),
+                ("--tpot-ms", tpot_ms, plan.decode_phase is not None or plan.afd is not None or plan.is_colocated),
+            )
+            if given is not None and not has
+        ]
+        if unjudged:
+            phase = "prefill" if unjudged[0] == "--ttft-ms" else "decode"
+            raise BadInputError(f"{unjudged[0]}: the plan has no {phase} phase to judge; drop {unjudged[0]}.")
         plan, itl_note = judged_slo(plan, tpot_ms, ttft_ms, max_itl_ms)
         if hbm_utilization is not None:
             plan = plan.model_copy(update={"hbm_utilization": check_hbm_utilization(hbm_utilization)})

@@ -27,6 +27,13 @@ def imbalance_from_options(loads: Path | None, skew_sigma: float | None, model: 
                 f"--loads: '{loads}' has {per_layer.shape[1]} experts per layer; model "
                 f"'{model.name}' has {model.moe.routed_experts}."
             )
+        # one row per MoE layer (a profile may add the MTP layers' MoE after them)
+        layers = {model.num_moe_layers, model.num_moe_layers + model.mtp_layers}
+        if per_layer.shape[0] not in layers:
+            raise BadInputError(
+                f"--loads: '{loads}' has {per_layer.shape[0]} layers; model '{model.name}' has "
+                f"{model.num_moe_layers} MoE layers: give one row of loads per MoE layer (docs/experts.md)."
+            )
         return LoadsImbalance(per_layer, label=str(loads))
     if skew_sigma is not None:
         return SkewImbalance(skew_sigma)
@@ -50,10 +57,27 @@ def parse_int_list(text: str, flag: str, lo: int, hi: int) -> list[int]:
     return sorted(set(values))
 
 
+def check_loads_separator(path: Path) -> None:
+    """A loads CSV separates its cells with commas: a file of ';' or tab separated cells is refused by
+    name (it would read as one non-number cell a line)."""
+    if path.suffix.lower() in (".npy", ".json", ".npz"):
+        return
+    try:
+        with path.open(encoding="utf-8") as f:
+            first = next((ln.strip() for ln in f if ln.strip() and not ln.lstrip().startswith("#")), "")
+    except (OSError, UnicodeDecodeError):
+        return  # the reader names what is wrong with the file
+    if "," not in first and any(sep in first for sep in (";", "\t")):
+        raise BadInputError(
+            f"loads file '{path}': its cells are separated by ';' or tabs; a loads CSV separates them with commas."
+        )
+
+
 def loads_array(path: Path):
     """Per-layer loads [layers, experts] from a loads file (the last window of several)."""
     from planner.placement.loads import read_loads
 
+    check_loads_separator(path)
     trace = read_loads(path)
     return trace[-1] if trace.ndim == 3 else trace
 
@@ -334,6 +358,17 @@ StructureOpt = Annotated[
         help="Structures to search, a list of colocated, pd (prefill and decode instances apart) and afd "
         "(attention-FFN disaggregated decode instances fed by prefill instances); default: all that the engine "
         "runs (all three without --engine).",
+    ),
+]
+SearchEngineOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--engine",
+        metavar="ENGINE",
+        help="Which plans the searches return, as `moeplan plan --engine`: auto (the default: plans at least one "
+        "serving engine runs), none (the free search, what no engine runs yet included), or only what "
+        "vllm-ascend, sglang or mindie runs.",
+        show_default=False,
     ),
 ]
 ObjectiveOpt = Annotated[

@@ -294,6 +294,8 @@ def simulate(
             random = RandomDataset(random_input_len, random_output_len, random_range_ratio, random_convention)
         if workload_file is not None and random is not None:
             raise BadInputError("--workload and --random-* both give lengths; give one.")
+        if workload_file is not None and trace is not None:
+            raise BadInputError("--trace gives each request's lengths; drop --workload with it.")
         workload = load_workload_file(workload_file) if workload_file is not None else None
         if rate is not None and not (rate > 0 and math.isfinite(rate)):
             raise BadInputError(f"--rate must be a finite number of requests per second > 0; got {rate:g}.")

@@ -3,6 +3,7 @@ as a table, CSV/JSON exports, and the frontier of tokens/s per card against toke
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Annotated
@@ -39,6 +40,7 @@ from planner.cli.options import (
     PrefillDevicesOpt,
     PricePerCardHourOpt,
     QuantizationOpt,
+    SearchEngineOpt,
     SkewSigmaOpt,
     SloPercentileOpt,
     StructureOpt,
@@ -50,7 +52,7 @@ from planner.cli.options import (
     parse_prices,
     priced,
 )
-from planner.cli.plan_cmd import build_request, quantization_for
+from planner.cli.plan_cmd import build_request, engine_mode, quantization_for
 from planner.costmodel.context import DEFAULT_HBM_UTILIZATION
 from planner.errors import BadInputError, InfeasibleError
 from planner.ranking.frontier import ECONOMICS_FIGURE, Y_AXES, published_points, sweep_curves, sweep_metric
@@ -69,6 +71,7 @@ from planner.search.request import (
     DEFAULT_SLO,
     DEFAULT_WORKLOAD,
 )
+from planner.search.runnable import AUTO, NONE
 from planner.search.settings import DEFAULT_TIME_LIMIT_S
 from planner.search.sweep import (
     SweepResult,
@@ -284,6 +287,7 @@ def sweep(
     max_itl_ms: MaxItlOpt = None,
     decode_microbatch: DecodeMicrobatchOpt = True,
     structure: StructureOpt = None,
+    engine: SearchEngineOpt = None,
     objective: ObjectiveOpt = "tokens-per-card",
     price_per_card_hour: PricePerCardHourOpt = None,
     currency: CurrencyOpt = DEFAULT_CURRENCY,
@@ -368,6 +372,7 @@ def sweep(
             raise BadInputError("--plot draws tokens/s per user from TPOT: use --phase both or decode.")
         # each machine's scheme (`auto` resolved on it) and why, where `auto` left the default there
         schemes = {str(m): quantization_for(quantization, str(m)) for m in machines}
+        mode = engine_mode(engine, [], False)
         points = []
         for values in grid(axes):
             v = {**fixed, **values}
@@ -412,8 +417,9 @@ def sweep(
                 draft_model=draft_model,
                 slo_percentile=slo_percentile,
                 tpot_at_percentile=tpot_at_percentile,
+                engine=None if mode in (AUTO, NONE) else mode,
             )
-            points.append((shown, request))
+            points.append((shown, dataclasses.replace(request, engine_mode=mode)))
         result = _run_with_progress(points, axes, fixed, jobs)
         rows = sweep_rows(result)
         checks = simulate_points(result, rows, acceptance_spread) if simulate else None

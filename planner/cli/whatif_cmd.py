@@ -8,8 +8,10 @@ changed where `--base NAME=VALUE` says (NAME is a flag's name without the dashes
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,14 +27,15 @@ from planner.cli.options import (
     MaxPrefillCardsOpt,
     PrefillHardwareOpt,
     PrefixHitRateOpt,
+    SearchEngineOpt,
     check_spread_needs_simulate,
 )
-from planner.cli.plan_cmd import build_request, search_with_progress
+from planner.cli.plan_cmd import build_request, engine_mode, search_with_progress
 from planner.costmodel.context import DEFAULT_HBM_UTILIZATION
 from planner.costmodel.evaluate import load_plan_specs
 from planner.costmodel.mixed import is_mixed_plan
 from planner.errors import BadInputError, InfeasibleError
-from planner.ranking.whatif import run_whatif
+from planner.ranking.whatif import BaseInfeasibleError, run_whatif
 from planner.report.plan_report import infeasible_document
 from planner.report.whatif_report import whatif_document, whatif_renderables
 from planner.search.plan_search import SearchOutcome, TableCache
@@ -44,16 +47,17 @@ from planner.search.request import (
     DEFAULT_WORKLOAD,
     PlanRequest,
 )
+from planner.search.runnable import AUTO, NONE
 from planner.search.settings import DEFAULT_TIME_LIMIT_S
 from planner.specs.catalog import load_plan, plan_base_dir
 from planner.specs.plan import Plan
-from planner.specs.quantization import QUANTIZATION_SCHEMES
+from planner.specs.quantization import AUTO_QUANTIZATION, QUANTIZATION_SCHEMES
 
 # assumption name (the flag without dashes) -> (type, `moeplan plan` default)
 ASSUMPTIONS: dict[str, tuple[type, object]] = {
     "model": (str, DEFAULT_MODEL),
     "hardware": (str, DEFAULT_HARDWARE),
-    "quantization": (str, "a8w8c16"),
+    "quantization": (str, AUTO_QUANTIZATION),
     "input-tokens": (int, DEFAULT_WORKLOAD.input_tokens),
     "output-tokens": (int, DEFAULT_WORKLOAD.output_tokens),
     "mtp-acceptance": (float, DEFAULT_WORKLOAD.mtp_acceptance),
@@ -80,6 +84,7 @@ ASSUMPTIONS: dict[str, tuple[type, object]] = {
     "prefix-hit-rate": (float, None),
     "draft-model": (str, None),
     "tpot-at-percentile": (bool, False),
+    "engine": (str, AUTO),
 }
 BOOLEANS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 NULLABLE = {
@@ -190,6 +195,24 @@ def plan_assumptions(plan: Plan, base_dir: Path | None) -> dict[str, object]:
     return out
 
 
+_FLAG_AT_LEAST = re.compile(r"--([a-z][a-z-]*) to at least ([0-9][0-9,]*(?:\.[0-9]+)?)")
+_FLAG_VALUE = re.compile(r"--([a-z][a-z-]*) (-?[0-9][0-9,]*(?:\.[0-9]+)?)\b")
+_FLAG = re.compile(r"(?<![\w-])--([a-z][a-z-]*)(?![\w-])")
+
+
+def as_base_flags(message: str) -> str:
+    """A search's or a request check's message about the base assumptions, its flags written the way
+    the base is given (`--tpot-ms 1` -> `--base tpot-ms=1`; `--max-cards to at least 16` ->
+    `--base max-cards=16 or more`): the flags it names are the base's, not the new ones."""
+
+    def known(name: str, text: str) -> str | None:
+        return text if name in ASSUMPTIONS else None
+
+    out = _FLAG_AT_LEAST.sub(lambda m: known(m[1], f"--base {m[1]}={m[2]} or more") or m[0], message)
+    out = _FLAG_VALUE.sub(lambda m: known(m[1], f"--base {m[1]}={m[2]}") or m[0], out)
+    return _FLAG.sub(lambda m: known(m[1], f"--base {m[1]}") or m[0], out)
+
+
 def _opt(value: object, kind: type) -> Any:
     """An optional assumption as its type (None stays None)."""
     return None if value is None else kind(value)
@@ -198,7 +221,8 @@ def _opt(value: object, kind: type) -> Any:
 def request_from(assumptions: dict[str, object], time_limit: float, workers: int) -> PlanRequest:
     """A top-1 PlanRequest from assumptions by flag name (validated as `moeplan plan` does)."""
     a = assumptions
-    return build_request(
+    mode = engine_mode(str(a["engine"]), [], a["prefill-hardware"] is not None or a["decode-hardware"] is not None)
+    request = build_request(
         model=str(a["model"]),
         hardware=str(a["hardware"]),
         quantization=str(a["quantization"]),
@@ -231,11 +255,14 @@ def request_from(assumptions: dict[str, object], time_limit: float, workers: int
         prefix_hit_rate=_opt(a["prefix-hit-rate"], float),
         draft_model=_opt(a["draft-model"], str),
         tpot_at_percentile=bool(a["tpot-at-percentile"]),
+        engine=None if mode in (AUTO, NONE) else mode,
     )
+    # (a what-if compares rank 1 only: no other-structure plans)
+    return dataclasses.replace(request, engine_mode=mode, alternatives=False)
 
 
 def _search_with_progress(request: PlanRequest, cache: TableCache) -> SearchOutcome:
-    outcome = search_with_progress(request, cache)
+    outcome = search_with_progress(request, cache, request.engine_mode, fetch=1)
     if outcome.status == "INTERRUPTED":
         # a what-if needs both searches complete; stop as an interrupt does elsewhere (exit 130)
         raise KeyboardInterrupt
@@ -363,6 +390,7 @@ def whatif(
     max_decode_cards: MaxDecodeCardsOpt = None,
     max_cost: MaxCostOpt = None,
     prefix_hit_rate: PrefixHitRateOpt = None,
+    engine: SearchEngineOpt = None,
     json_out: Annotated[
         Path | None,
         typer.Option(
@@ -434,6 +462,7 @@ def whatif(
             "max-decode-cards": max_decode_cards,
             "max-cost": max_cost,
             "prefix-hit-rate": prefix_hit_rate,
+            "engine": engine,
         }
         changes = {k: v for k, v in changes.items() if v is not None}
         if str(changes.get("draft-model", "")).lower() == "none":  # --draft-model none: drop the base's head
@@ -466,18 +495,28 @@ def whatif(
             overrides = parse_base_pairs(pairs)
             base_a.update(overrides)
             source = "moeplan plan defaults" + (
-                " with " + ", ".join(f"{k}={v}" for k, v in overrides.items()) if overrides else ""
+                " with " + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in overrides.items())
+                if overrides
+                else ""
             )
         check_output("--json", json_out)  # (before the searches: a path it cannot write fails now)
         new_a = {**base_a, **changes}
-        base_request = request_from(base_a, time_limit, workers)
+        try:
+            base_request = request_from(base_a, time_limit, workers)
+        except BadInputError as exc:
+            if plan is not None:
+                raise
+            raise BadInputError(f"the base assumptions: {as_base_flags(str(exc))}") from None
         new_request = request_from(new_a, time_limit, workers)
         try:
             result = run_whatif(base_request, new_request, plan, base_dir, source, _search_with_progress)
         except InfeasibleError as exc:
+            if isinstance(exc, BaseInfeasibleError):
+                constraint, sep, rest = as_base_flags(str(exc)).partition(":")
+                exc = InfeasibleError(f"{constraint} (of the base assumptions){sep}{rest}")
             if json_out is not None:  # as `plan --json`: the status, the reason and the nearest point
                 write_text_atomic(json_out, infeasible_document(str(exc)))
-            raise
+            raise exc from None
         checks = simulate_columns(result, new_request, acceptance_spread) if simulate else []
         if json_out is not None:
             text = whatif_document(result)

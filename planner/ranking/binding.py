@@ -22,6 +22,7 @@ just allow can still be out of its reach: a neighbour within that rounding count
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -118,6 +119,30 @@ class _Axis:
     could: str  # "run more"
 
 
+def above(value: float, limit: float, decimals: int) -> str:
+    """`value` to `decimals` places, or to as many more as it takes to show it above `limit`:
+    a figure just over its SLO prints as 100.04 ms > 100 ms, not 100.0 ms > 100 ms."""
+    for d in range(decimals, decimals + 10):
+        text = f"{value:.{d}f}"
+        if float(text) > limit:
+            return text
+    return f"{value:.{decimals + 9}f}"
+
+
+def _vs(value: float, limit: float, decimals: int, noun: str = "") -> str:
+    """'V ms >' when the value is above the limit (shown with the places that tell), 'V ms ~' when it is
+    within the tables' rounding below it: the text before the limit in a "gives ... 100 ms" line."""
+    if value > limit:
+        return f"{above(value, limit, decimals)} ms{noun} >"
+    return f"{value:.{decimals}f} ms{noun} ~"
+
+
+def _decimals(fmt: str) -> int:
+    """Decimal places of a format spec such as '.1f'."""
+    match = re.search(r"\.(\d+)f", fmt)
+    return int(match.group(1)) if match else 0
+
+
 def _largest_ok(axis: _Axis, upto: int, slo_ms: float | None) -> tuple[int, float]:
     """Largest value <= upto that fits HBM and meets the SLO, with its tokens/s per card."""
     values = list(range(1, max(1, upto) + 1))
@@ -152,15 +177,16 @@ def _axis_binding(axis: _Axis, slo: float | None) -> Binding:
         )
     if slo is not None and lat[0] > slo + 1e-9:
         m, m_card = _largest_ok(axis, v - 1, slo)
+        over = above(lat[0], slo, _decimals(fmt))
         figures = {f"{name.lower()}_ms": float(lat[0]), "slo_ms": slo, f"max_{axis.key}": m}
         if axis.phase == "decode":
             figures["tokens_per_s_per_card_at_max"] = m_card
         return Binding(
             axis.phase,
             name.lower(),  # type: ignore[arg-type]
-            f"{axis.phase} misses the {name} SLO: {lat[0]:{fmt}} ms > {slo:g} ms {axis.slo_at.format(**words)}; "
+            f"{axis.phase} misses the {name} SLO: {over} ms > {slo:g} ms {axis.slo_at.format(**words)}; "
             f"{axis.slo_fix(m, m_card, float(f.per_card[0]))}.",
-            f"{label}: misses {name} ({lat[0]:{fmt}} ms > {slo:g} ms; max {axis.max_tag.format(m=m)})",
+            f"{label}: misses {name} ({over} ms > {slo:g} ms; max {axis.max_tag.format(m=m)})",
             True,
             figures,
         )
@@ -183,11 +209,12 @@ def _axis_binding(axis: _Axis, slo: float | None) -> Binding:
         )
     if slo is not None and lat[1] > slo - ROUNDING_MS:
         rel = ">" if lat[1] > slo else "~"
+        shown = above(lat[1], slo, _decimals(fmt)) if rel == ">" else f"{lat[1]:{fmt}}"
         return Binding(
             axis.phase,
             name.lower(),  # type: ignore[arg-type]
-            f"{name} binds: {axis.one_more.format(**words)} gives {lat[1]:{fmt}} ms {rel} {slo:g} ms.",
-            f"{label}: {name} ({axis.max_tag.format(m=v + 1)} gives {lat[1]:{fmt}} ms {rel} {slo:g} ms)",
+            f"{name} binds: {axis.one_more.format(**words)} gives {shown} ms {rel} {slo:g} ms.",
+            f"{label}: {name} ({axis.max_tag.format(m=v + 1)} gives {shown} ms {rel} {slo:g} ms)",
             figures={f"next_{name.lower()}_ms": float(lat[1]), "slo_ms": slo, f"next_{axis.key}": v + 1},
         )
     slo_txt = f" <= {slo:g} ms" if slo is not None else f", no {name} SLO"
@@ -345,12 +372,16 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
         over = -now.hbm_headroom_bytes / GIB
         broken.append(("hbm", f"overflows HBM by {over:.2f} GiB per device"))
     if tpot_slo is not None and _judged_tpot(slo, now) > tpot_slo + 1e-9:
-        broken.append(("tpot", f"misses the TPOT SLO: {_judged_tpot(slo, now):.1f} ms > {tpot_slo:g} ms"))
+        broken.append(
+            ("tpot", f"misses the TPOT SLO: {above(_judged_tpot(slo, now), tpot_slo, 1)} ms > {tpot_slo:g} ms")
+        )
     if ttft_slo is not None and now.ttft_ms > ttft_slo + 1e-9:
-        broken.append(("ttft", f"misses the TTFT SLO: {now.ttft_ms:.0f} ms > {ttft_slo:g} ms"))
+        broken.append(("ttft", f"misses the TTFT SLO: {above(now.ttft_ms, ttft_slo, 0)} ms > {ttft_slo:g} ms"))
     itl_slo = slo.max_itl_ms if slo else None
     if itl_slo is not None and now.longest_decode_pause_ms > itl_slo + 1e-9:
-        broken.append(("itl", f"breaks the ITL limit: {now.longest_decode_pause_ms:.0f} ms > {itl_slo:g} ms"))
+        broken.append(
+            ("itl", f"breaks the ITL limit: {above(now.longest_decode_pause_ms, itl_slo, 0)} ms > {itl_slo:g} ms")
+        )
     if broken:
         kind, text = broken[0]
         return [
@@ -375,16 +406,16 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
         if tpot_slo is not None and _judged_tpot(slo, f) > tpot_slo - ROUNDING_MS:
             return (
                 "tpot",
-                f"TPOT binds: {label} gives {_judged_tpot(slo, f):.1f} ms > {tpot_slo:g} ms (decode stalls "
+                f"TPOT binds: {label} gives {_vs(_judged_tpot(slo, f), tpot_slo, 1)} {tpot_slo:g} ms (decode stalls "
                 "during prefill included)",
                 "TPOT",
             )
         if ttft_slo is not None and f.ttft_ms > ttft_slo - ROUNDING_MS:
-            return "ttft", f"TTFT binds: {label} gives {f.ttft_ms:.0f} ms > {ttft_slo:g} ms", "TTFT"
+            return "ttft", f"TTFT binds: {label} gives {_vs(f.ttft_ms, ttft_slo, 0)} {ttft_slo:g} ms", "TTFT"
         if itl_slo is not None and f.longest_decode_pause_ms > itl_slo - ROUNDING_MS:
             return (
                 "itl",
-                f"ITL binds: {label} gives a {f.longest_decode_pause_ms:.0f} ms gap > {itl_slo:g} ms",
+                f"ITL binds: {label} gives a {_vs(f.longest_decode_pause_ms, itl_slo, 0, ' gap')} {itl_slo:g} ms",
                 "ITL",
             )
         return "none", f"nothing binds: {label} is still allowed", "nothing binds"
@@ -528,15 +559,32 @@ def deployment_binding(
     limiting = min(caps, key=lambda k: caps[k]) if caps else "decode"
     if rate_per_s is not None:
         meets = served >= rate_per_s * (1 - 1e-9)
-        msg = (
-            f"the rate sets the size: {cards:g} cards serve {served:.2f} requests/s "
-            f"({'>=' if meets else '<'} the {rate_per_s:g} asked; {limiting} capacity binds)."
+        # a plan sized elsewhere (a plan file, a base re-scored at a new rate) can serve more than the rate:
+        # then one instance fewer of some phase would still serve it, and the rate did not set its size
+        spare_phase = next(
+            (
+                name
+                for name, ph, rps in phases
+                if ph.instances > 1 and min(c - (rps if k == name else 0.0) for k, c in caps.items()) >= rate_per_s
+            ),
+            None,
         )
+        if meets and spare_phase is not None:
+            msg = (
+                f"larger than the rate needs: {cards:g} cards serve {served:.2f} requests/s, more than the "
+                f"{rate_per_s:g} asked; one {spare_phase} instance fewer would still serve it."
+            )
+        else:
+            msg = (
+                f"the rate sets the size: {cards:g} cards serve {served:.2f} requests/s "
+                f"({'>=' if meets else '<'} the {rate_per_s:g} asked; {limiting} capacity binds)."
+            )
         return Binding(
             "deployment",
             "rate",
             msg,
-            f"rate: {cards:g} cards for {rate_per_s:g} req/s",
+            f"rate: {cards:g} cards for {rate_per_s:g} req/s"
+            + (" (more than it needs)" if meets and spare_phase is not None else ""),
             violated=not meets,
             figures={"cards": cards, "requests_per_s": served, "rate_per_s": rate_per_s},
         )

@@ -148,14 +148,22 @@ def afd_choices(plan: Plan) -> dict[str, str]:
     }
 
 
+def _phase_hardware(plan: Plan) -> dict[str, str | None]:
+    """The machine each phase section names (None: the plan's own)."""
+    return {name: getattr(sec, "hardware", None) for name, sec in (("prefill", plan.prefill), ("decode", plan.decode))}
+
+
+def _mixed_hardware(plan: Plan) -> bool:
+    """True when a phase runs on a machine of its own (its cards are counted on that machine)."""
+    return any(_phase_hardware(plan).values())
+
+
 def plan_choices(plan: Plan, hw: HardwareSpec, model: ModelSpec | None) -> dict[str, str]:
     """Every choice of a plan: cards, P:D, and each phase's layouts and integers."""
     routed = model.moe.routed_experts if model is not None and model.moe is not None else None
     devices = plan_devices(plan)
     out = {"hardware": hw.name, "cards": f"{hw.cards(devices):g}", "P:D cards": pd_cards(plan, hw)}
-    phase_hw = {
-        name: getattr(sec, "hardware", None) for name, sec in (("prefill", plan.prefill), ("decode", plan.decode))
-    }
+    phase_hw = _phase_hardware(plan)
     if any(phase_hw.values()):  # mixed hardware: each phase on its own machine
         out["hardware"] = " / ".join(f"{name} {v or plan.hardware}" for name, v in phase_hw.items())
         system = (plan.predicted or {}).get("system") or {}
@@ -217,7 +225,8 @@ def plan_figures(plan: Plan, hw: HardwareSpec, rate_per_s: float | None = None) 
         "decode_hbm_headroom_gib": d.hbm_headroom_bytes / GIB if d else None,
         "prefill_hbm_headroom_gib": p.hbm_headroom_bytes / GIB if p else None,
         "requests_per_s": requests,
-        "cards": s.cards if s is not None and (plan.decode_phase and plan.decode_phase.hardware) else hw.cards(devices),
+        # mixed hardware (either phase naming its own machine): the system block sums each machine's cards
+        "cards": s.cards if s is not None and _mixed_hardware(plan) else hw.cards(devices),
         "cards_for_rate": cards_for_rate(plan, pred, hw, rate_per_s) if rate_per_s else None,
     }
 

@@ -57,7 +57,7 @@ def ttft_ms(plan: Plan) -> float:
 
 
 def tpot_ms(plan: Plan) -> float:
-    return _get(plan, "colocated", "tpot_ms") or _get(plan, "decode", "tpot_ms") or 0.0
+    return _get(plan, "colocated", "tpot_ms") or _get(plan, "decode", "tpot_ms") or _get(plan, "afd", "tpot_ms") or 0.0
 
 
 def slow_end(plan: Plan) -> float:
@@ -89,7 +89,7 @@ def _deployment(plan: Plan) -> str:
     """The plan with the layouts of the modules that change no shown figure, the rank and the
     predictions taken out: what a variant shares with its row."""
     doc = plan.model_dump(mode="json", exclude={"predicted", "rank"})
-    for section in ("decode", "prefill", "colocated"):
+    for section in ("decode", "prefill", "colocated", "afd"):
         if isinstance(doc.get(section), dict):
             doc[section].pop("dense_ffn", None)
             doc[section].pop("lm_head", None)

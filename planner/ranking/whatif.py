@@ -28,7 +28,8 @@ from planner.costmodel.evaluate import (
 )
 from planner.costmodel.imbalance import default_imbalance_model
 from planner.costmodel.mixed import is_mixed_plan
-from planner.errors import BadInputError
+from planner.engines.profiles import engines_that_run
+from planner.errors import BadInputError, InfeasibleError
 from planner.ranking.binding import Binding, mixed_request_bindings, plan_bindings, plan_context
 from planner.ranking.compare import (
     Change,
@@ -45,6 +46,10 @@ from planner.specs.plan import Plan, check_plan
 from planner.specs.quantization import get_quantization
 
 Search = Callable[[PlanRequest, TableCache], SearchOutcome]
+
+
+class BaseInfeasibleError(InfeasibleError):
+    """The base assumptions (no plan file) have no feasible plan: the fix is to the base, not the new flags."""
 
 
 @dataclass
@@ -154,6 +159,7 @@ def request_assumptions(req: PlanRequest) -> dict[str, object]:
         "max-decode-cards": req.max_decode_cards,
         "max-cost": req.max_cost,
         "prefix-hit-rate": req.workload.prefix_hit_rate,
+        "engine": req.engine_mode,
     }
 
 
@@ -174,11 +180,13 @@ def _column(
         d = p = pred["colocated"]
     meets = [x for x in (d.get("meets_tpot_slo"), p.get("meets_ttft_slo")) if x is not None]
     fits = [x for x in (d.get("fits_hbm"), p.get("fits_hbm")) if x is not None]
+    choices = plan_choices(plan, specs.hw, specs.model)
+    choices["runs on"] = runs_on(plan, specs)
     return Column(
         title=title,
         plan=plan,
         hw=specs.hw,
-        choices=plan_choices(plan, specs.hw, specs.model),
+        choices=choices,
         figures=plan_figures(plan, specs.hw, rate),
         bindings=(
             mixed_request_bindings(plan, req)
@@ -190,7 +198,18 @@ def _column(
     )
 
 
-def _notes(base: PlanRequest, new: PlanRequest, changes: list[Change]) -> list[str]:
+def runs_on(plan: Plan, specs: PlanSpecs) -> str:
+    """The serving engines that run every field of the plan (planner.engines.profiles), or 'none'."""
+    m = specs.model
+    problems = engines_that_run(
+        plan, specs.hw, m.moe.routed_experts if m.moe is not None else None, m.num_dense_layers > 0, m.architectures
+    )
+    return ", ".join(e for e, p in problems.items() if not p) or "none"
+
+
+def _notes(
+    base: PlanRequest, new: PlanRequest, changes: list[Change], base_hw: HardwareSpec, new_hw: HardwareSpec
+) -> list[str]:
     notes = []
     names = {c.name for c in changes}
     if not changes:
@@ -204,10 +223,13 @@ def _notes(base: PlanRequest, new: PlanRequest, changes: list[Change]) -> list[s
             "one phase's machine changed: each phase is costed on its own machine and cards of both kinds are "
             "summed; the re-scored base keeps its layouts on the new machines."
         )
-    if "hardware" in names:
+    if "hardware" in names and (base_hw.card_name, base_hw.devices_per_card) != (
+        new_hw.card_name,
+        new_hw.devices_per_card,
+    ):
         notes.append(
-            "cards differ between machines (a CM384 card is a 910C package of two dies); the "
-            "re-scored base keeps its devices."
+            f"cards differ between the machines ({base_hw.name}: {base_hw.card_name}; {new_hw.name}: "
+            f"{new_hw.card_name}); the re-scored base keeps its devices."
         )
     return notes
 
@@ -269,14 +291,17 @@ def run_whatif(
 
     `base_plan` given: it is the base (scored as written); `base_request` then holds its
     assumptions and the budget it is compared at. Otherwise the base is searched. An infeasible
-    new request raises InfeasibleError (the search's diagnosis).
+    new request raises InfeasibleError (the search's diagnosis), an infeasible base BaseInfeasibleError.
     """
     start = time.perf_counter()
     # (a what-if compares rank 1 only: no other-structure plans)
     run = search or (lambda req, cache: run_search(replace(req, alternatives=False), cache=cache))
     cache = TableCache()
     if base_plan is None:
-        outcome = run(base_request, cache)
+        try:
+            outcome = run(base_request, cache)
+        except InfeasibleError as exc:
+            raise BaseInfeasibleError(str(exc)) from None
         base = outcome.plans[0].model_copy(update={"rank": None})
         base_specs = PlanSpecs(outcome.model, outcome.hw, get_quantization(base_request.quantization))
         base_source = base_source or "the best plan under the base assumptions"
@@ -316,7 +341,7 @@ def run_whatif(
         choice_changes=changed_choices(base_col.choices, new_col.choices),
         deltas=figure_deltas(base_col.figures, new_col.figures),
         rescored_deltas=figure_deltas(base_col.figures, res_col.figures) if res_col.plan else [],
-        notes=_notes(base_request, new_request, changes),
+        notes=_notes(base_request, new_request, changes, base_specs.hw, new_specs.hw),
         cache_hits=cache.hits,
         cache_misses=cache.misses,
         seconds=time.perf_counter() - start,

@@ -113,7 +113,7 @@ def ranked_table(
     `variants`, each plan's variants on rows of their own under it."""
     caption = (
         "P:D cards: prefill : decode instances x cards per instance; layouts: attention|dense FFN|experts|LM "
-        "head over the instance's devices (dies); B: sequences per device (die); K: thousand "
+        "head over the instance's devices (dies); B: sequences per device (die); K: 1,024 "
         "tokens per forward; mb: micro-batches"
     )
     if any(p.draft_model for p in plans):
@@ -182,6 +182,11 @@ def ranked_table(
     return table
 
 
+def kilo_tokens(tokens: int) -> str:
+    """Tokens in units of 1,024 ('K' in the tables' captions): 73,728 -> '72K', 3,500 -> '3.418K'."""
+    return f"{tokens / 1024:.4g}K"
+
+
 def _row_cells(plan: Plan, hw: HardwareSpec, banded: bool, econ: list[tuple[str, str]]) -> list[str]:
     """One row of the ranked table (without the engines column)."""
     p = plan.prefill_phase
@@ -192,9 +197,9 @@ def _row_cells(plan: Plan, hw: HardwareSpec, banded: bool, econ: list[tuple[str,
         pre = "(same instances) " if plan.is_colocated else f"{compact_layouts(p)} "
         chunk = plan.colocated.chunk_tokens if plan.colocated is not None else None
         if chunk is not None:
-            pre += f"chunk {chunk / 1024:g}K/step"
+            pre += f"chunk {kilo_tokens(chunk)}/step"
         else:
-            pre += f"{p.batch_tokens // 1024}K mb{p.micro_batches}"
+            pre += f"{kilo_tokens(p.batch_tokens)} mb{p.micro_batches}"
     together = plan.is_colocated or _p(plan, "colocated") is not None  # (AFD instances that prefill too)
     decoding = "afd" if plan.afd is not None else "decode"
     tpot = _p(plan, "colocated", "tpot_ms") if together else _p(plan, decoding, "tpot_ms")
@@ -289,7 +294,10 @@ def plans_document(
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
-_NEAREST = re.compile(r"(--[a-z][a-z-]*) to at least ([0-9][0-9,]*(?:\.[0-9]+)?)")
+_NEAREST = re.compile(
+    r"(--[a-z][a-z-]*) to at least ([0-9][0-9,]*(?:\.[0-9]+)?)"
+    r"|(--base [a-z][a-z-]*)=([0-9][0-9,]*(?:\.[0-9]+)?) or more"  # whatif's base (planner.cli.whatif_cmd)
+)
 _RAISE = re.compile(r"(?:raise|relax|lower) (--[a-z][a-z-]*)", re.IGNORECASE)
 
 
@@ -301,9 +309,10 @@ def infeasible_document(reason: str) -> str:
     nearest: dict[str, Any] | None = None
     found = _NEAREST.search(reason)
     if found:
-        number = found.group(2).replace(",", "")
+        flag, number = (found.group(1), found.group(2)) if found.group(1) else (found.group(3), found.group(4))
+        number = number.replace(",", "")
         value: float | int = float(number) if "." in number else int(number)
-        nearest = {"flag": found.group(1), "value": value}
+        nearest = {"flag": flag, "value": value}
     else:
         loose = _RAISE.search(reason)
         if loose:
@@ -387,6 +396,8 @@ def afd_line(alternatives: list[Any], best: Plan) -> str | None:
             if alt.unsearched:
                 return f"AFD: not in the list: {why} (--engine none searches it anyway)."
             return f"AFD: does not win: no AFD deployment fits ({why})."
+        if alt.unsearched:
+            return f"AFD: not compared: {why} (add them to --structure to compare)."
         return f"AFD: wins: no deployment without AFD fits ({why})."
     other = headline(alt.plan)
     if other <= 0:

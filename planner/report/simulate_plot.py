@@ -1,7 +1,7 @@
 """The picture of a simulated run: queues, running batch and KV use over time, and the latency CDFs.
 
 Four panels on a bare matplotlib `Figure` (no pyplot): requests waiting (in the client, for
-prefill, at decode for a seat) over time; sequences running against the decode seats; KV cache
+prefill, at decode for admission) over time; sequences running against the decode seats; KV cache
 use (mean over DP ranks, and the fullest rank) against the pool; the cumulative distributions of
 TTFT, TPOT and E2E over the measured requests, with the plan's SLOs and the static figures marked.
 """
@@ -38,7 +38,7 @@ def simulate_figure(result: SimResult) -> Figure:
 
     q_ax.plot(t, s["client_waiting"], label="in the client", color="tab:gray")
     q_ax.plot(t, s["prefill_queue"], label="for prefill", color="tab:orange")
-    q_ax.plot(t, s["decode_waiting"], label="at decode, for a seat", color="tab:blue")
+    q_ax.plot(t, s["decode_waiting"], label="at decode, for admission", color="tab:blue")
     q_ax.set_title("requests waiting", fontsize=9)
     q_ax.set_xlabel("time, s")
     q_ax.legend(fontsize=7)

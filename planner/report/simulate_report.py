@@ -33,8 +33,16 @@ def title(result: SimResult) -> str:
     """The run in one line: plan, structure, traffic, requests."""
     b = result.built
     plan = b.plan
+    machines = {
+        n: sec.hardware or plan.hardware for n, sec in (("prefill", plan.prefill), ("decode", plan.decode)) if sec
+    }
+    where = (
+        " and ".join(f"{n} on {h}" for n, h in machines.items())
+        if len(set(machines.values())) > 1
+        else f"on {plan.hardware}"
+    )
     return (
-        f"simulated: {plan.model} on {plan.hardware}, {b.structure}, {b.cards:g} cards; {b.traffic.describe()}; "
+        f"simulated: {plan.model} {where}, {b.structure}, {b.cards:g} cards; {b.traffic.describe()}; "
         f"{b.sim.table.clients:,} requests ({b.lengths_source}), warm-up {b.sim.warmup}"
         + (f", cool-down {b.sim.cooldown}" if b.sim.cooldown else "")
         + (
@@ -187,7 +195,8 @@ def bound_lines(result: SimResult) -> list[str]:
         )
     if b["peak_decode_waiting"] or b["peak_client_waiting"]:
         lines.append(
-            f"peak waiting: {b['peak_decode_waiting']:,} at decode for a seat, {b['peak_client_waiting']:,} in the "
+            f"peak waiting: {b['peak_decode_waiting']:,} at decode for admission (a seat, KV room, the next step), "
+            f"{b['peak_client_waiting']:,} in the "
             "client (not counted in the latencies, as in vLLM's and SGLang's clients)"
         )
     lines.append(m["routing"])

@@ -20,6 +20,7 @@ from planner.report.plan_report import (
     decode_cell,
     draft_label,
     headline,
+    kilo_tokens,
     plans_document,
 )
 from planner.report.table_counts import tables_built_text
@@ -42,12 +43,14 @@ CSV_COLUMNS = [
     "tpot_at_acceptance_percentile_ms",
     "ttft_ms",
     "output_tokens_per_s_per_card",
+    "prefill_tokens_per_s_per_card",
     "decode_tokens_per_s_per_card",
     "tokens_per_s_per_user",
     "requests_per_s",
     "cost_per_million_output_tokens",
     "joules_per_output_token",
     "binds",
+    "runs_on",
     "message",
 ]
 
@@ -103,12 +106,17 @@ def point_row(pt: SweepPoint) -> dict[str, object]:
         row["tpot_at_acceptance_percentile_ms"] = c.get("tpot_at_acceptance_percentile_ms") or ""
         row["tokens_per_s_per_user"] = c["tokens_per_s_per_user"]
         row["decode_tokens_per_s_per_card"] = ""
-    row["output_tokens_per_s_per_card"] = round(headline(plan), 4)
+    # a prefill-only plan emits no output tokens: its figure is the prompt tokens its cards take in
+    decodes = plan.decode_phase is not None or plan.afd is not None or plan.is_colocated
+    row["output_tokens_per_s_per_card"] = round(headline(plan), 4) if decodes else ""
+    if p:
+        row["prefill_tokens_per_s_per_card"] = p.get("tokens_per_s_per_card", "")
     row["requests_per_s"] = s.get("requests_per_s", "")
     e = pred.get("economics") or {}
     for key in ("cost_per_million_output_tokens", "joules_per_output_token"):
         row[key] = "" if e.get(key) is None else e[key]
     row["binds"] = binding_tags(request_bindings(plan, pt.request))
+    row["runs_on"] = pt.runs_on
     return row
 
 
@@ -156,7 +164,7 @@ def sweep_table(
         title=f"Best plan per point ({escape(fixed)})" if fixed else "Best plan per point",
         caption_justify="left",
         caption="layouts: attention|experts (all modules in --csv/--json); B: sequences per "
-        "device; K: thousand tokens per forward; binds: D:/P: decode/prefill, cards: the card "
+        "device; K: 1,024 tokens per forward; binds: D:/P: decode/prefill, cards: the card "
         "budget, grid: the search space, !: broken, ?: may bind",
     )
     phases = {pt.request.phase for pt in result.points}
@@ -168,7 +176,7 @@ def sweep_table(
     cols += [("prefill", "left")] if has_p else []
     cols += [("TPOT ms", "right")] if has_d else []
     cols += [("TTFT ms", "right")] if has_p else []
-    cols += [("tok/s/card", "right"), ("tok/s/user", "right")]
+    cols += [("tok/s/card" if has_d else "prompt tok/s/card", "right"), ("tok/s/user", "right")]
     economics = ECONOMICS_COLUMNS.get(y_axis)
     cols += [(economics[0], "right")] if economics else []
     cols += [("binds", "left")]
@@ -196,13 +204,14 @@ def sweep_table(
             cells.append(f"{short_layouts(d)} B{d.concurrency_per_device} {spec}{mb}" if d else "-")
         if has_p:
             same = "(same) " if pt.plan.is_colocated else (f"{short_layouts(p)} " if p else "")
-            cells.append(f"{same}{p.batch_tokens // 1024}K mb{p.micro_batches}" if p else "-")
+            cells.append(f"{same}{kilo_tokens(p.batch_tokens)} mb{p.micro_batches}" if p else "-")
         if has_d:
             cells.append(f"{row['tpot_ms']:.1f}" if row["tpot_ms"] != "" else "-")
         if has_p:
             cells.append(f"{row['ttft_ms']:.0f}" if row["ttft_ms"] != "" else "-")
+        per_card = row["output_tokens_per_s_per_card"] if has_d else row["prefill_tokens_per_s_per_card"]
         cells += [
-            f"{row['output_tokens_per_s_per_card']:.1f}",
+            f"{per_card:.1f}" if per_card != "" else "-",
             f"{row['tokens_per_s_per_user']:.1f}" if row["tokens_per_s_per_user"] != "" else "-",
         ]
         if economics:
@@ -238,7 +247,10 @@ def sweep_document(result: SweepResult, rows: list[dict[str, object]] | None = N
         entry: dict[str, object] = {"values": pt.values, "status": pt.status}
         if pt.plan is not None:
             columns = _columns(rows)
-            entry["summary"] = {k: v for k, v in row.items() if k in columns and k not in ("status", "message")}
+            # (the CSV's blank cells are null here)
+            entry["summary"] = {
+                k: (None if v == "" else v) for k, v in row.items() if k in columns and k not in ("status", "message")
+            }
             entry["plan"] = pt.plan.model_dump(mode="json", exclude_none=True)
         else:
             entry["binds"] = pt.binding_tag
@@ -274,7 +286,8 @@ def cache_line(result: SweepResult) -> str:
     total = result.cache_hits + result.cache_misses
     share = f" ({result.cache_hits / total:.0%} of lookups)" if total else ""
     return (
-        f"{len(result.points)} points ({ok} feasible) in {result.seconds:.2f} s; cost tables: "
+        f"{len(result.points)} point{'s' if len(result.points) != 1 else ''} ({ok} feasible) in "
+        f"{result.seconds:.2f} s; cost tables: "
         f"{tables_built_text(result.cache_misses, result.cache_loaded)}, {result.cache_hits} reused{share}."
     )
 

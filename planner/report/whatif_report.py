@@ -40,9 +40,12 @@ def _delta_text(d: Delta) -> Text:
     if abs(d.delta) < 1e-9:
         return Text("=")
     better = d.delta < 0 if d.name in LOWER_IS_BETTER else d.delta > 0
+    size = _num(d.name, abs(d.delta))
+    if float(size) == 0.0:  # a change below the figure's printed places
+        return Text("≈")
     rel = f" ({d.relative:+.0%})" if d.relative is not None else ""
     sign = "+" if d.delta > 0 else "-"
-    return Text(f"{sign}{_num(d.name, abs(d.delta))}{rel}", style="green" if better else "red")
+    return Text(f"{sign}{size}{rel}", style="green" if better else "red")
 
 
 def _ok(flag: bool | None) -> Text:
@@ -94,7 +97,8 @@ def comparison_table(result: WhatIfResult) -> Table:
     table = Table(
         title="Base, re-planned, and base re-scored under the new assumptions",
         caption_justify="left",
-        caption="Δ: new - base (green: better). Re-scored: the base plan's layouts, not "
+        caption="Δ: new - base (green: better; ≈: less than the figure's last printed place). Re-scored: the "
+        "base plan's layouts, not "
         "re-planned, under the new workload, SLOs and machine.",
     )
     table.add_column("")

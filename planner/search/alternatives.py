@@ -188,6 +188,10 @@ def _afd_alternative(
         cc: list[ColocatedCandidate] = []
     else:
         label = "best non-AFD"
+        if not request.disaggregated and not request.colocated:
+            return Alternative(
+                label, None, None, "not searched: --structure afd leaves out colocated and pd", unsearched=True
+            )
         found = question.ranked(d, p, coloc, 1)
         ds, dep_afd, cc = dspace, None, coloc
     if not found:

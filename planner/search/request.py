@@ -60,6 +60,9 @@ class PlanRequest:
     # engine capability: decode micro-batch overlap (DeepSeek/SGLang two-batch overlap); --no-decode-microbatch
     decode_micro_batches: tuple[int, ...] = (1, 2)
     engine: str | None = None  # only layouts this serving engine can run (planner.engines); None: any
+    # how the CLI searches: "auto" (each engine's search, merged: planner.search.runnable), "none" (the
+    # free search) or an engine's name (then `engine` holds it); run_search reads `engine` only
+    engine_mode: str = "none"
     settings: SolverSettings = field(default_factory=SolverSettings)
     imbalance: ImbalanceModel | None = None
     imbalance_label: str = ""

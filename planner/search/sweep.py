@@ -29,6 +29,7 @@ from planner.errors import BadInputError, InfeasibleError
 from planner.search.contexts import phase_contexts
 from planner.search.plan_search import TableCache, run_search
 from planner.search.request import PlanRequest
+from planner.search.runnable import AUTO, run_runnable
 from planner.search.table_cache import imbalance_identity
 from planner.specs.plan import Plan
 
@@ -69,6 +70,7 @@ class SweepPoint:
     message: str
     seconds: float
     solver_status: str = ""
+    runs_on: str = ""  # --engine auto: the engines that run the plan, '+'-joined ("none": none does); else blank
 
     @property
     def binding_tag(self) -> str:
@@ -252,13 +254,20 @@ class _Interrupted(Exception):
 
 def _search_point(values: dict[str, Value], request: PlanRequest, cache: TableCache) -> SweepPoint:
     t0 = time.perf_counter()
+    single = replace(request, alternatives=False)
     try:
-        outcome = run_search(replace(request, alternatives=False), cache=cache)
+        if request.engine_mode == AUTO:  # as `moeplan plan`: the best plan some engine runs
+            outcome = run_runnable(single, 1, None, cache)
+        else:
+            outcome = run_search(single, cache=cache)
     except InfeasibleError as exc:
         return SweepPoint(values, request, None, "infeasible", str(exc), time.perf_counter() - t0)
     if outcome.status == "INTERRUPTED":
         raise _Interrupted
-    return SweepPoint(values, request, outcome.plans[0], "ok", "", time.perf_counter() - t0, outcome.status)
+    engines = ""
+    if outcome.runs_on:
+        engines = "+".join(e for e, problems in outcome.runs_on[0].items() if not problems) or "none"
+    return SweepPoint(values, request, outcome.plans[0], "ok", "", time.perf_counter() - t0, outcome.status, engines)
 
 
 # What forked workers inherit from the parent: the points and the warmed cache (copy-on-write:

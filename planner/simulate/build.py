@@ -3,7 +3,7 @@
 The plan's structure decides the instances: prefill and decode instances (disaggregated, each phase
 on its own machine when the plan says so), colocated instances, or one phase alone. A decode-only
 plan (the report's decode rows) receives prompts as if prefilled elsewhere at no cost: its TTFT is
-the wait for a seat and the first step. A prefill-only plan's requests end with their first token.
+the wait for admission and the first step. A prefill-only plan's requests end with their first token.
 
 Refused with one line and exit 2 (`BadInputError`): a plan whose decode instances do not fit HBM
 at their own concurrency (the simulator would admit what the engine could not hold), a
@@ -480,8 +480,8 @@ def build_simulation(
         )
     if structure == "decode-only":
         notes.append(
-            "decode-only plan: prompts arrive as if prefilled elsewhere at no cost; TTFT is the wait for a seat "
-            "and the first decode step"
+            "decode-only plan: prompts arrive as if prefilled elsewhere at no cost; TTFT is the wait for "
+            "admission (a seat, KV room, the next step) and the first decode step"
         )
     if structure == "prefill-only":
         notes.append("prefill-only plan: a request ends with its first token (TTFT = E2E); no decode")

@@ -270,7 +270,10 @@ class DecodeInstance:
             self.rank_n[r] -= 1
             self.rank_tokens[r] -= seq[CTX0] + seq[STEPS] * self.per_step
             correction += seq[TOKENS] - seq[STEPS] * self.per_step  # the exact tokens, for the counters
-            self.accepted += int(seq[TOKENS] - seq[STEPS])
+            if seq[TOKENS] > 0:
+                self.accepted += int(seq[TOKENS] - seq[STEPS])
+            else:  # only the prefill's token: its one step made no token, so its drafts count for nothing
+                self.drafts -= int(seq[STEPS]) * self.mtp
             table.delivered_tokens[rid] = table.output_tokens[rid]
         self.sim.tokens_emitted(correction, now)
         self.sim.complete(rids, now)
@@ -326,7 +329,7 @@ class DecodeInstance:
     # ---- what the report and the time series read -------------------------------------------
     @property
     def waiting(self) -> int:
-        """Requests queued for a seat."""
+        """Requests queued for admission (a seat, KV room, the next step)."""
         return int(self.queued.sum())
 
     def kv_fraction(self) -> tuple[float, float]:

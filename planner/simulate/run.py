@@ -62,6 +62,8 @@ def judge(summary: dict[str, Any], ttft_ms: float | None, tpot_ms: float | None,
             continue
         if name == "tpot" and summary["moeplan"]["structure"] == "prefill-only":
             continue
+        if name == "tpot" and summary.get("total_output_tokens", 0) <= summary.get("completed", 0):
+            continue  # every request emitted one token: no TPOT to judge
         value = float(summary[key])
         checks[name] = (value, float(limit), value <= limit)
     return SloVerdict(percentile, checks)
@@ -133,19 +135,33 @@ def auto_requests(
     Within [AUTO_MIN_REQUESTS, AUTO_MAX_REQUESTS]."""
     e2e = max(static_e2e_s(plan, prediction), 1e-3)
     if concurrency is not None and rate_per_s is None:
-        n = min(max(AUTO_CLOSED_MULTIPLE * concurrency, AUTO_MIN_REQUESTS), AUTO_MAX_REQUESTS)
+        wanted = AUTO_CLOSED_MULTIPLE * concurrency
+        n = min(max(wanted, AUTO_MIN_REQUESTS), AUTO_MAX_REQUESTS)
         warm = min(2 * concurrency, n // 2)
-        return n, warm, f"auto: {AUTO_CLOSED_MULTIPLE} x the concurrency, the first {warm:,} a warm-up"
+        size = f"{n / concurrency:.3g} x the concurrency" + _bounded(wanted, n)
+        return n, warm, f"auto: {size}, the first {warm:,} a warm-up"
     rate = rate_per_s if rate_per_s is not None else 1.0
     if concurrency is not None:
         rate = min(rate, concurrency / e2e)
-    n = int(min(max(math.ceil(AUTO_SPANS * rate * e2e), AUTO_MIN_REQUESTS), AUTO_MAX_REQUESTS))
+    wanted_n = math.ceil(AUTO_SPANS * rate * e2e)
+    n = int(min(max(wanted_n, AUTO_MIN_REQUESTS), AUTO_MAX_REQUESTS))
     warm = int(min(math.ceil(rate * e2e), n // 2))
+    spans = n / (rate * e2e)
     return (
         n,
         warm,
-        (f"auto: arriving over {AUTO_SPANS:g} static end-to-end times of {e2e:,.1f} s, the first {warm:,} a warm-up"),
+        f"auto: arriving over {spans:.3g} static end-to-end times of {e2e:,.1f} s{_bounded(wanted_n, n)}, the "
+        f"first {warm:,} a warm-up",
     )
+
+
+def _bounded(wanted: int, n: int) -> str:
+    """Why the automatic request count is not the one its rule asks for."""
+    if n < wanted:
+        return f", capped at {AUTO_MAX_REQUESTS:,} (the rule asks {wanted:,})"
+    if n > wanted:
+        return f", raised to the least of {AUTO_MIN_REQUESTS:,}"
+    return ""
 
 
 def static_e2e_s(plan: Plan, prediction: Any) -> float:

@@ -80,6 +80,8 @@ def _rows(path: Path) -> list[tuple[str, dict[str, Any]]]:
 def load_trace(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(arrival seconds, input tokens, output tokens) of a trace, in arrival order."""
     rows = _rows(path)
+    if not rows:
+        raise BadInputError(f"--trace: '{path}' has a header but no requests; give one request per line under it.")
     if len(rows) > MAX_TRACE_REQUESTS:
         raise BadInputError(f"--trace: {len(rows):,} requests; at most {MAX_TRACE_REQUESTS:,} are simulated.")
     arrival = np.empty(len(rows))

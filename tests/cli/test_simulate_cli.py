@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 
 import matplotlib.image
@@ -206,11 +207,10 @@ def test_sweep_simulate_adds_the_simulated_percentiles_per_point():
         "-",
     )
     assert r.exit_code == 0, r.output
-    lines = r.output.strip().splitlines()
-    header = lines[0].split(",")
+    reader = csv.DictReader(r.output.strip().splitlines())
+    header = list(reader.fieldnames or [])
     assert header[-5:] == ["sim_rate_per_s", "sim_ttft_ms", "sim_tpot_ms", "sim_slo_percentile", "sim_meets_slo"]
-    for line in lines[1:]:
-        row = dict(zip(header, line.split(","), strict=False))
+    for row in reader:
         # a plan sized to the SLO on the mean step: its p90 is above by the requests' own MTP acceptance
         # (docs/simulate.md), within 15%, and the column says whether it meets the SLO
         assert float(row["tpot-ms"]) * 0.9 <= float(row["sim_tpot_ms"]) <= float(row["tpot-ms"]) * 1.15

@@ -67,7 +67,7 @@ def test_whatif_without_a_file_reuses_the_cost_tables():
     )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
-    assert doc["base_source"].startswith("moeplan plan defaults with max-cards=32.0, phase=decode")
+    assert doc["base_source"].startswith("moeplan plan defaults with max-cards=32, phase=decode")
     assert doc["table_cache"]["hits"] > 0
     assert doc["base"]["plan"]["slo"]["tpot_ms"] == 100 and doc["new"]["plan"]["slo"]["tpot_ms"] == 50
 
