@@ -226,7 +226,11 @@ MaxDecodeCardsOpt = Annotated[
 ]
 MaxCostOpt = Annotated[
     float | None,
-    typer.Option("--max-cost", help="Budget in cost units (needs price_per_card in the hardware YAMLs)."),
+    typer.Option(
+        "--max-cost",
+        help="Budget on what the cards cost to buy, in cost units (needs price_per_card in the hardware YAMLs; "
+        "--price-per-card-hour prices tokens, not this budget).",
+    ),
 ]
 PrefixHitRateOpt = Annotated[
     float | None,

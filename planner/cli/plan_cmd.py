@@ -290,6 +290,13 @@ def build_request(
         itl_from_tpot=max_itl_ms is None and tpot_ms is not None,
         decode_micro_batches=(1, 2) if decode_microbatch else (1,),
     )
+    if request.is_mixed and structure is not None and "colocated" in structures:
+        # (a mixed search costs prefill and decode instances apart: it has no colocated instance to offer)
+        raise BadInputError(
+            "--structure colocated: a colocated instance runs both phases on one machine and moves no KV cache; "
+            "the per-phase flags (--prefill-hardware/--decode-hardware, --max-prefill-cards, --max-decode-cards, "
+            "--max-cost, --kv-transfer-gbps) search prefill and decode instances apart. Drop them, or colocated."
+        )
     if request.is_mixed and structure is not None and "afd" in structures:
         raise BadInputError(
             "--structure afd: AFD decode instances are searched on one machine with one card budget; drop "
@@ -504,6 +511,12 @@ def add_bands(outcome: SearchOutcome) -> SearchOutcome:
     plans = [with_band(p, specs, req.imbalance) for p in outcome.plans]
     if req.pessimistic_factors:
         plans = rank_by_low_end(plans)
+        # the other structures' best plans too, so that their prices compare like with like
+        alternatives = [
+            a if a.plan is None else dataclasses.replace(a, plan=with_band(a.plan, specs, req.imbalance))
+            for a in outcome.alternatives
+        ]
+        return dataclasses.replace(outcome, plans=plans, alternatives=alternatives)
     return dataclasses.replace(outcome, plans=plans)
 
 
@@ -658,11 +671,36 @@ def plan_page_html(
     return plan_html(page)
 
 
+# flags a search of one phase has no use for (a flag given on the command line, not its default)
+_PHASE_UNUSED = {
+    "decode": (("ttft_ms", "--ttft-ms"), ("prefill_devices", "--prefill-devices")),
+    "prefill": (("tpot_ms", "--tpot-ms"), ("max_itl_ms", "--max-itl-ms"), ("decode_devices", "--decode-devices")),
+}
+
+
+def refuse_unused_flags(ctx: typer.Context, phase: str) -> None:
+    """Refuse a flag the request would ignore (exit 2 naming it), rather than print a plan as if it held."""
+
+    def given(name: str) -> bool:
+        source = ctx.get_parameter_source(name)
+        return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+    for name, flag in _PHASE_UNUSED.get(phase.strip().lower(), ()):
+        if given(name):
+            raise BadInputError(f"{flag}: --phase {phase} plans no phase it applies to; drop {flag} or the --phase.")
+    if given("workload_file"):
+        for name, flag in (("input_tokens", "--input-tokens"), ("output_tokens", "--output-tokens")):
+            if given(name):
+                raise BadInputError(f"{flag}: --workload gives every request's lengths; drop {flag} with it.")
+
+
 def title_of(outcome: SearchOutcome) -> str:
     """The ranked table's title: model, machine, workload, SLOs, and the rate or the card budget."""
     req = outcome.request
     where = outcome.hw.name
-    if req.is_mixed:
+    if req.is_mixed and req.prefill_hw_name == req.decode_hw_name:
+        where += " (prefill and decode instances apart: per-phase flags)"
+    elif req.is_mixed:
         where = f"prefill {req.prefill_hw_name} / decode {req.decode_hw_name}"
     budget = f"<= {req.max_cards:g} cards"
     if req.rate_per_s is not None:
@@ -733,7 +771,12 @@ def print_outcome(outcome: SearchOutcome, show_variants: bool = False, explain_s
         by_cards = req.rate_per_s is not None
         console.print(
             alternatives_table(
-                outcome.alternatives, outcome.plans[0], outcome.hw, by_cards, economics_asked(outcome.request)
+                outcome.alternatives,
+                outcome.plans[0],
+                outcome.hw,
+                by_cards,
+                economics_asked(outcome.request),
+                by_total=req.objective == "total",
             )
         )
         afd = afd_line(outcome.alternatives, outcome.plans[0])
@@ -948,6 +991,7 @@ def plan(
 
     def _body() -> None:
         check_spread_needs_simulate(acceptance_spread, simulate)
+        refuse_unused_flags(ctx, phase)
         emits = parse_emits(emit)
         check_new_folders(emits, force)
         check_outputs({"--json": json_out, "--html": html})

@@ -1,7 +1,8 @@
 """The ranked list as rows: distinct deployments, their variants, and the order of near-ties.
 
 A *variant* is a plan that differs from a plan ranked above it only inside an instance, in a
-module whose layout changes no figure the table shows: the dense FFN and the LM head layouts. Its
+module whose layout changes no figure the table shows: the dense FFN and the LM head layouts (and, on
+an EP1 instance, the MoE dispatch mode: one device moves no token). Its
 deployment (structure, instance sizes and counts, attention and expert layouts, concurrency, MTP,
 micro-batches, prefill batch) is the same and its predicted figures (tokens/s per card, TPOT,
 TTFT) agree within `VARIANT_TOLERANCE`. The rows are distinct deployments; each row carries its
@@ -25,12 +26,13 @@ NEAR_TIE = 0.005  # headlines within 0.5% are a near-tie
 ORDER_RULE = (
     "order: tokens/s per card; plans within 0.5% of each other by TTFT (shorter first), then the band's slow "
     "end (higher first), then HBM headroom (more first). Rows are distinct deployments; plans differing only in "
-    "the dense FFN or LM head layout with figures within 0.1% are its variants (--variants lists them)."
+    "the dense FFN or LM head layout (or an EP1 instance's dispatch) with figures within 0.1% are its variants "
+    "(--variants lists them)."
 )
 ORDER_RULE_RATE = (
     "order: fewest cards for the rate, then tokens/s per card; plans within 0.5% by TTFT (shorter first), then "
-    "the band's slow end, then HBM headroom. Rows are distinct deployments; dense FFN / LM head variants within "
-    "0.1% are folded (--variants lists them)."
+    "the band's slow end, then HBM headroom. Rows are distinct deployments; dense FFN / LM head (and EP1 dispatch) "
+    "variants within 0.1% are folded (--variants lists them)."
 )
 
 
@@ -93,6 +95,9 @@ def _deployment(plan: Plan) -> str:
         if isinstance(doc.get(section), dict):
             doc[section].pop("dense_ffn", None)
             doc[section].pop("lm_head", None)
+            moe = doc[section].get("moe")
+            if isinstance(moe, dict) and moe.get("ep") == 1:
+                moe.pop("comm", None)  # one device dispatches to no other: AllGather and All2All are one plan
     import json
 
     return json.dumps(doc, sort_keys=True)

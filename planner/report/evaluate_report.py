@@ -462,7 +462,8 @@ def economics_table(e: EconomicsPrediction) -> Table:
     if e.joules_per_output_token is not None:
         t.add_row("energy per output token", f"{e.joules_per_output_token:.3f} J")
     if e.joules_per_token is not None:
-        t.add_row("energy per token (input + output)", f"{e.joules_per_token:.4f} J")
+        counted = "input + output" if e.joules_per_output_token is not None else "input: no output tokens"
+        t.add_row(f"energy per token ({counted})", f"{e.joules_per_token:.4f} J")
     if e.price_per_hour is not None:
         t.add_row("price per hour", f"{e.price_per_hour:.2f} {e.currency}")
     if e.cost_per_million_output_tokens is not None:

@@ -139,7 +139,11 @@ def ranked_table(
     table.add_column("TPOT ms", justify="right", overflow="fold")
     table.add_column("TTFT ms", justify="right")
     table.add_column("ITL max ms", justify="right")
-    table.add_column("tok/s/card", justify="right")
+    prompts_only = bool(plans) and all(
+        p.prefill_phase is not None and p.decode_phase is None and p.afd is None and not p.is_colocated for p in plans
+    )
+    # a prefill-only plan emits no output token: its figure is the prompt tokens its cards take in
+    table.add_column("prompt tok/s/card" if prompts_only else "tok/s/card", justify="right")
     banded = any((p.predicted or {}).get("uncertainty") for p in plans)
     if banded:
         caption += (
@@ -343,18 +347,25 @@ def space_table(space: list[Any]) -> Table:
 
 
 def alternatives_table(
-    alternatives: list[Any], best: Plan, hw: HardwareSpec, by_cards: bool = False, economics: bool = True
+    alternatives: list[Any],
+    best: Plan,
+    hw: HardwareSpec,
+    by_cards: bool = False,
+    economics: bool = True,
+    by_total: bool = False,
 ) -> Table:
     """The best plan of each other structure (label, plan, rank) and its price against rank 1: in
-    tokens/s per card, or with a target rate (`by_cards`) in cards."""
+    tokens/s per card, with a target rate (`by_cards`) in cards, with --objective total (`by_total`) in
+    the deployment's output tokens/s."""
+    if by_cards:
+        basis = "cards against rank 1 (a target rate: fewest cards first)"
+    elif by_total:
+        basis = "output tokens/s of the whole deployment against rank 1 (--objective total)"
+    else:
+        basis = "tokens/s per card against rank 1"
     table = Table(
         title="Best plan of each other structure (same budget and SLOs)",
-        caption=(
-            "price: cards against rank 1 (a target rate: fewest cards first)"
-            if by_cards
-            else "price: tokens/s per card against rank 1"
-        )
-        + "; 'rank N' when it is in the list above",
+        caption=f"price: {basis}; 'rank N' when it is in the list above",
     )
     for name, justify in (("structure", "left"), ("cards", "right"), ("P:D", "left"), ("decode", "left")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
@@ -374,6 +385,9 @@ def alternatives_table(
         if by_cards:
             extra = cards_of(plan, hw) - cards_of(best, hw)
             price = f"{extra:+g} cards" if extra else "same cards"
+        elif by_total:
+            mine, theirs = value * cards_of(plan, hw), top * cards_of(best, hw)
+            price = f"{(mine - theirs) / theirs * 100:+.1f}%" if theirs > 0 else "-"
         else:
             price = f"{(value - top) / top * 100:+.1f}%" if top > 0 else "-"
         if alt.rank is not None:

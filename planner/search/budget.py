@@ -131,10 +131,12 @@ def _mixed_budget(request: PlanRequest, d_ctx: CostContext, p_ctx: CostContext) 
     priced = d_hw.price_per_card is not None and p_hw.price_per_card is not None
     if request.max_cost is not None and not priced:
         missing = d_hw.name if d_hw.price_per_card is None else p_hw.name
+        files = "the hardware YAML" if d_hw.name == p_hw.name else "both hardware YAMLs"
+        cards = "--max-cards" if d_hw.name == p_hw.name else "--max-prefill-cards, --max-decode-cards"
         raise BadInputError(
-            f"--max-cost needs price_per_card in both hardware YAMLs; '{missing}' has none. Add "
-            "price_per_card: {value: ..., source: ...} to it, or budget in cards (--max-prefill-cards, "
-            "--max-decode-cards)."
+            f"--max-cost caps what the cards cost to buy, which needs price_per_card (cost units per card) in "
+            f"{files}; '{missing}' has none (a running price, --price-per-card-hour, prices tokens, not this "
+            f"budget). Add price_per_card: {{value: ..., source: ...}} to it, or budget in cards ({cards})."
         )
     if not (math.isfinite(request.max_cards) and 0 < request.max_cards <= MAX_CARDS):
         raise BadInputError(f"--max-cards must be between 0 and {MAX_CARDS:,}.")

@@ -540,9 +540,9 @@ def colocated_space(
 ) -> list[ColocatedCandidate]:
     """Colocated candidates for the sizes both phases were costed at: per size the `keep` best
     (exact, planner.candidates.colocated_candidates; `mtp` and `ep_not` filter as there). When the
-    objective is tokens/s per card, sizes are visited best bound per device first, and a size
-    whose bound per device cannot reach the `keep`-th best found is skipped: that is exact too,
-    and depends on no budget.
+    objective is a ratio (tokens/s per card, per cost, per watt), sizes are visited best bound per
+    device first, and a size whose bound per device cannot reach the `keep`-th best found is
+    skipped: that is exact too, and depends on no budget.
     `floor_per_device` (requests/s in thousandths per device) is what a colocated instance must
     reach to matter at all (the `top`-th best deployment without colocated ones): sizes and
     combinations whose bound is below it are not costed, and those kept all reach it."""
@@ -566,7 +566,10 @@ def colocated_space(
             if c.micro_batches == dspace.tables[c.devices][0].micro_batches:
                 same[c.devices] = max(same[c.devices], rate)
     rough = {n: same[n] if same[n] > 0 else rough[n] for n in sizes}
-    per_device = request.rate_per_s is None  # with a target rate every size's best counts
+    # with a target rate every size's best counts, and with --objective total too: the most tokens/s within
+    # a budget may take instances of a size with less per device that pack the budget better (2 x 4
+    # devices and 5 x 2 in 11 cards); the per-device order and skip are exact only for a ratio objective
+    per_device = request.rate_per_s is None and request.objective != "total"
     if per_device:
         # a second bound per size, a few thousandths of the combinations' bound: the same
         # conditions with every figure at its least over the layouts (colocated_size_bound)

@@ -53,9 +53,14 @@ def make_context(request: PlanRequest) -> CostContext:
     quant = get_quantization(request.quantization)
     w = request.workload
     if w.longest_context_tokens > model.max_context_tokens:
+        where = (
+            "the --workload file's longest request (input + output)"
+            if w.lengths
+            else "--input-tokens + --output-tokens"
+        )
         raise BadInputError(
-            f"--input-tokens + --output-tokens = {w.longest_context_tokens} (the longest request) exceeds the model's "
-            f"context of {model.max_context_tokens} tokens."
+            f"{where} = {w.longest_context_tokens} tokens exceeds the model's context of "
+            f"{model.max_context_tokens} tokens; shorten it."
         )
     if request.mtp_tokens and max(request.mtp_tokens) > 0 and not model.speculates:
         raise BadInputError(

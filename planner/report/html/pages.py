@@ -175,7 +175,12 @@ def request_question(req: PlanRequest, model: ModelSpec, hw: HardwareSpec) -> li
         budget = f"the fewest cards that serve {req.rate_per_s:g} requests/s (within {req.max_cards:g} cards)"
     else:
         figure = "input" if req.phase == "prefill" else "output"
-        budget = f"at most {req.max_cards:g} cards ({hw.card_name}); the plan with the most {figure} tokens/s per card"
+        per = {
+            "total": "tokens/s within it",
+            "cost": "tokens per cost unit",
+            "energy": "tokens per joule",
+        }.get(req.objective, "tokens/s per card")
+        budget = f"at most {req.max_cards:g} cards ({hw.card_name}); the plan with the most {figure} {per}"
     if req.max_prefill_cards is not None or req.max_decode_cards is not None:
         budget = f"prefill ≤ {req.max_prefill_cards or '-'} cards, decode ≤ {req.max_decode_cards or '-'} cards"
     if req.max_cost is not None:

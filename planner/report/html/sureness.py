@@ -142,7 +142,9 @@ def fidelity_for(hw: HardwareSpec) -> Fidelity:
         catalog = load_hardware(hw.name)
     except BadInputError:
         catalog = None
-    if catalog is not None and catalog != hw:
+    # (a price or a power figure changes no prediction: a machine file that only prices the card is the catalog's)
+    costless = {"price_per_card_hour", "price_per_card", "power_w_per_card", "node_power_w"}
+    if catalog is not None and catalog.model_dump(exclude=costless) != hw.model_dump(exclude=costless):
         out.note = (
             f"These rows are evaluated on the catalog's '{hw.name}' file, whose factors differ from the machine "
             "file this plan was made with: they check the catalog's factors, not yours."

@@ -1,0 +1,92 @@
+"""`moeplan plan`'s less common options: --objective total is exact (no per-card pruning of sizes),
+--robust prices the other structures like rank 1, flags a request would ignore are refused, and
+labels say what a prefill-only plan counts."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from tests.conftest import run_cli
+
+LITE = ("plan", "--model", "deepseek-v2-lite", "--engine", "none")
+
+
+def _total(output: str) -> float:
+    match = re.search(r"output tokens/s │ ([0-9.]+)", output)
+    assert match, output
+    return float(match.group(1))
+
+
+def test_objective_total_finds_the_size_that_packs_the_budget():
+    # 11 cards: two colocated 4-device instances leave 3 cards idle; the pinned 2-device search shows that
+    # five of those give more tokens/s in the same budget, so the free search must give at least that
+    free = run_cli(*LITE, "--max-cards", "11", "--objective", "total", "--structure", "colocated", "--top", "1")
+    pinned = run_cli(
+        *LITE, "--max-cards", "11", "--objective", "total", "--structure", "colocated", "--top", "1",
+        "--decode-devices", "2",
+    )  # fmt: skip
+    assert free.exit_code == 0 and pinned.exit_code == 0, free.output + pinned.output
+    assert _total(free.output) >= _total(pinned.output) * (1 - 1e-9)
+    assert (
+        "output tokens/s of the whole deployment against rank 1"
+        in run_cli(*LITE, "--max-cards", "11", "--objective", "total", "--top", "1").output
+    )
+
+
+def test_robust_prices_the_other_structures_at_the_predicted_factors(tmp_path):
+    out = tmp_path / "r.json"
+    plain = run_cli(*LITE, "--max-cards", "8", "--top", "3")
+    robust = run_cli(*LITE, "--max-cards", "8", "--top", "3", "--robust", "--json", str(out))
+    assert plain.exit_code == 0 and robust.exit_code == 0, robust.output
+
+    def disaggregated(output: str) -> str:
+        return next(line for line in output.splitlines() if line.startswith("│ disaggregated"))
+
+    # the same plan at the same (predicted) figure in both: its tokens/s per card cell
+    assert disaggregated(plain.output).split("│")[-3] == disaggregated(robust.output).split("│")[-3]
+    assert json.loads(out.read_text())["plans"]
+
+
+def test_flags_a_request_would_ignore_are_refused():
+    cases = [
+        (("--phase", "decode", "--ttft-ms", "1"), "--ttft-ms"),
+        (("--phase", "prefill", "--tpot-ms", "5"), "--tpot-ms"),
+        (("--phase", "prefill", "--decode-devices", "4"), "--decode-devices"),
+        (("--phase", "decode", "--prefill-devices", "4"), "--prefill-devices"),
+        (("--kv-transfer-gbps", "25", "--structure", "colocated"), "--structure colocated"),
+    ]
+    for flags, named in cases:
+        r = run_cli(*LITE, "--max-cards", "8", *flags)
+        assert r.exit_code == 2, (flags, r.output)
+        assert r.output.startswith("error: ") and named in r.output, r.output
+
+
+def test_a_workload_file_names_itself_and_its_lengths_are_not_overridden(tmp_path):
+    path = tmp_path / "w.yaml"
+    path.write_text("pairs: [[1000000, 10]]\n")
+    r = run_cli(*LITE, "--max-cards", "8", "--workload", str(path))
+    assert r.exit_code == 2 and "--workload file's longest request" in r.output, r.output
+    ok = tmp_path / "ok.yaml"
+    ok.write_text("pairs: [[150, 15]]\n")
+    both = run_cli(*LITE, "--max-cards", "8", "--workload", str(ok), "--input-tokens", "4096")
+    assert both.exit_code == 2 and "--input-tokens" in both.output, both.output
+
+
+def test_a_kv_link_on_one_machine_says_the_phases_are_searched_apart():
+    r = run_cli(*LITE, "--max-cards", "8", "--kv-transfer-gbps", "25", "--top", "1")
+    assert r.exit_code == 0, r.output
+    assert "prefill and decode instances apart" in r.output
+
+
+def test_a_prefill_only_plan_counts_prompt_tokens():
+    r = run_cli(*LITE, "--max-cards", "8", "--phase", "prefill", "--top", "2")
+    assert r.exit_code == 0, r.output
+    assert "prompt tok/s/card" in r.output
+
+
+def test_max_cost_says_it_needs_a_card_price_not_a_running_price():
+    r = run_cli(*LITE, "--max-cost", "10", "--price-per-card-hour", "2")
+    assert r.exit_code == 2, r.output
+    assert "price_per_card" in r.output and "--price-per-card-hour" in r.output and "--max-cards" in r.output
+    assert "both hardware YAMLs" not in r.output
