@@ -47,6 +47,13 @@ def fidelity(
     def body() -> None:
         if hardware is not None and not misses:
             raise BadInputError("--hardware: it selects the machine of --misses; add --misses, or drop --hardware")
+        if json_out and markdown:
+            raise BadInputError("--json and --markdown: each prints the whole table in its format; give one")
+        if misses and (json_out or markdown):
+            raise BadInputError(
+                "--misses lists the known misses as text; drop --json/--markdown (fidelity --json holds every row "
+                "with its known_miss)"
+            )
         if coverage and (misses or json_out or markdown):
             raise BadInputError("--coverage: it prints the bands' coverage alone; drop --misses, --json and --markdown")
         if misses:

@@ -439,7 +439,6 @@ def ordered_rows(outcome: SearchOutcome, top: int, first: Plan | None) -> Search
     alternatives' ranks pointing at the rows shown. `first`: the search's own best plan, which stays
     in the list (in its last row when the near-tie order would cut it)."""
     from planner.ranking.rows import order_plans, renumbered
-    from planner.search.plan_files import plan_signature
 
     extras = {plan_identity(p): (v, r) for p, v, r in zip(
         outcome.plans, outcome.variants or [[]] * len(outcome.plans), outcome.runs_on or [{}] * len(outcome.plans),
@@ -458,14 +457,15 @@ def ordered_rows(outcome: SearchOutcome, top: int, first: Plan | None) -> Search
         cut = cut[: top - 1] + proven
     leaders = renumbered(cut)
     variants = [extras[plan_identity(p)][0] for p in leaders]
-    row_of = {plan_signature(p.model_copy(update={"rank": None})): i for i, p in enumerate(cut, start=1)}
+    # a row by its deployment, not its figures: the rows carry their bands, the alternatives may not
+    row_of = {plan_identity(p): i for i, p in enumerate(cut, start=1)}
     for i, more in enumerate(variants, start=1):
-        row_of.update({plan_signature(v.model_copy(update={"rank": None})): i for v in more})
+        row_of.update({plan_identity(v): i for v in more})
 
     def rank_of(plan: Plan | None) -> int | None:
         if plan is None:
             return None
-        return row_of.get(plan_signature(plan.model_copy(update={"rank": None})))
+        return row_of.get(plan_identity(plan))
 
     leader_first = first is not None and leaders and plan_identity(leaders[0]) != plan_identity(first)
     return dataclasses.replace(

@@ -90,3 +90,22 @@ def test_max_cost_says_it_needs_a_card_price_not_a_running_price():
     assert r.exit_code == 2, r.output
     assert "price_per_card" in r.output and "--price-per-card-hour" in r.output and "--max-cards" in r.output
     assert "both hardware YAMLs" not in r.output
+
+
+def test_fidelity_refuses_two_formats_at_once():
+    for flags in (("--json", "--markdown"), ("--misses", "--json"), ("--misses", "--markdown")):
+        r = run_cli("fidelity", *flags)
+        assert r.exit_code == 2 and r.output.startswith("error: "), (flags, r.output)
+
+
+def test_another_structures_plan_that_is_in_the_list_says_its_rank():
+    r = run_cli(*LITE, "--rate", "30", "--objective", "cost", "--price-per-card-hour", "2")
+    assert r.exit_code == 0, r.output
+    listed = {line.split("│")[2].strip() + line.split("│")[3].strip() for line in r.output.splitlines()
+              if re.match(r"│ \d │", line)}  # fmt: skip
+    rows = [line for line in r.output.splitlines() if line.startswith("│ decode EP other than")]
+    assert rows, r.output
+    # (cards and P:D of a listed row: here the EP1 colocated plan, rank 2)
+    matched = [row for row in rows if "".join(c.strip() for c in row.split("│")[2:4]) in listed]
+    assert matched, r.output
+    assert all("(rank " in row for row in matched), matched
