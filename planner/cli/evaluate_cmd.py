@@ -37,6 +37,7 @@ from planner.costmodel.mixed import is_mixed_plan, load_mixed_specs
 from planner.costmodel.prediction import Prediction
 from planner.costmodel.uncertainty import prediction_uncertainty, with_uncertainty
 from planner.errors import BadInputError, InfeasibleError
+from planner.ranking.compare import phase_hardware
 from planner.report.evaluate_report import evaluate_tables, plan_json
 from planner.report.plan_report import plans_document
 from planner.report.uncertainty_report import uncertainty_table
@@ -263,11 +264,7 @@ def evaluate(
         check_output("--out", out, stdout_ok=False)  # the JSON on stdout is --json -
         plan, _ = load_plan(plan_file, rank)
         if hardware is not None:
-            own = {
-                n: sec.hardware
-                for n, sec in (("prefill", plan.prefill), ("decode", plan.decode))
-                if sec and sec.hardware
-            }
+            own = {n: h for n, h in phase_hardware(plan).items() if h}
             if own:
                 named = ", ".join(f"{n} on {h}" for n, h in own.items())
                 raise BadInputError(
@@ -276,17 +273,13 @@ def evaluate(
                     "--decode-hardware."
                 )
             plan = plan.model_copy(update={"hardware": hardware})
-        unjudged = [
-            flag
-            for flag, given, has in (
-                ("--ttft-ms", ttft_ms, plan.prefill_phase is not None or plan.is_colocated),
-                ("--tpot-ms", tpot_ms, plan.decode_phase is not None or plan.afd is not None or plan.is_colocated),
-            )
-            if given is not None and not has
-        ]
-        if unjudged:
-            phase = "prefill" if unjudged[0] == "--ttft-ms" else "decode"
-            raise BadInputError(f"{unjudged[0]}: the plan has no {phase} phase to judge; drop {unjudged[0]}.")
+        decodes = plan.decode_phase is not None or plan.afd is not None or plan.is_colocated
+        for flag, given, phase, has in (
+            ("--ttft-ms", ttft_ms, "prefill", plan.prefill_phase is not None or plan.is_colocated),
+            ("--tpot-ms", tpot_ms, "decode", decodes),
+        ):
+            if given is not None and not has:
+                raise BadInputError(f"{flag}: the plan has no {phase} phase to judge; drop {flag}.")
         plan, itl_note = judged_slo(plan, tpot_ms, ttft_ms, max_itl_ms)
         if hbm_utilization is not None:
             plan = plan.model_copy(update={"hbm_utilization": check_hbm_utilization(hbm_utilization)})

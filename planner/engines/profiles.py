@@ -23,6 +23,7 @@ from pydantic import Field
 
 from planner.errors import BadInputError
 from planner.specs.hardware import HardwareSpec, Strict
+from planner.specs.model import ModelSpec
 from planner.specs.plan import AttentionLayout, MoELayout, ParallelLayout, PhasePlan, Plan, SharedExpertLayout
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -532,3 +533,14 @@ def engines_that_run(
 ) -> dict[str, list[str]]:
     """For each engine, the problems it has with `plan` (an empty list: it runs it)."""
     return {e: plan_problems(plan, hw, e, experts, has_dense, architectures) for e in ENGINES}
+
+
+def model_engines_that_run(plan: Plan, hw: HardwareSpec, model: ModelSpec) -> dict[str, list[str]]:
+    """`engines_that_run` with the model's routed experts, dense layers and architectures."""
+    experts = model.moe.routed_experts if model.moe is not None else None
+    return engines_that_run(plan, hw, experts, model.num_dense_layers > 0, model.architectures)
+
+
+def running(problems: dict[str, list[str]], sep: str = ", ") -> str:
+    """The engines of an `engines_that_run` answer that run the plan, joined, or 'none'."""
+    return sep.join(e for e, found in problems.items() if not found) or "none"

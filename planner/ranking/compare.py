@@ -148,14 +148,14 @@ def afd_choices(plan: Plan) -> dict[str, str]:
     }
 
 
-def _phase_hardware(plan: Plan) -> dict[str, str | None]:
-    """The machine each phase section names (None: the plan's own)."""
+def phase_hardware(plan: Plan) -> dict[str, str | None]:
+    """The machine each phase section names (None: the plan's own, or no such section)."""
     return {name: getattr(sec, "hardware", None) for name, sec in (("prefill", plan.prefill), ("decode", plan.decode))}
 
 
 def _mixed_hardware(plan: Plan) -> bool:
     """True when a phase runs on a machine of its own (its cards are counted on that machine)."""
-    return any(_phase_hardware(plan).values())
+    return any(phase_hardware(plan).values())
 
 
 def plan_choices(plan: Plan, hw: HardwareSpec, model: ModelSpec | None) -> dict[str, str]:
@@ -163,7 +163,7 @@ def plan_choices(plan: Plan, hw: HardwareSpec, model: ModelSpec | None) -> dict[
     routed = model.moe.routed_experts if model is not None and model.moe is not None else None
     devices = plan_devices(plan)
     out = {"hardware": hw.name, "cards": f"{hw.cards(devices):g}", "P:D cards": pd_cards(plan, hw)}
-    phase_hw = _phase_hardware(plan)
+    phase_hw = phase_hardware(plan)
     if any(phase_hw.values()):  # mixed hardware: each phase on its own machine
         out["hardware"] = " / ".join(f"{name} {v or plan.hardware}" for name, v in phase_hw.items())
         system = (plan.predicted or {}).get("system") or {}

@@ -28,7 +28,7 @@ from planner.costmodel.evaluate import (
 )
 from planner.costmodel.imbalance import default_imbalance_model
 from planner.costmodel.mixed import is_mixed_plan
-from planner.engines.profiles import engines_that_run
+from planner.engines.profiles import model_engines_that_run, running
 from planner.errors import BadInputError, InfeasibleError
 from planner.ranking.binding import Binding, mixed_request_bindings, plan_bindings, plan_context
 from planner.ranking.compare import (
@@ -200,11 +200,7 @@ def _column(
 
 def runs_on(plan: Plan, specs: PlanSpecs) -> str:
     """The serving engines that run every field of the plan (planner.engines.profiles), or 'none'."""
-    m = specs.model
-    problems = engines_that_run(
-        plan, specs.hw, m.moe.routed_experts if m.moe is not None else None, m.num_dense_layers > 0, m.architectures
-    )
-    return ", ".join(e for e, p in problems.items() if not p) or "none"
+    return running(model_engines_that_run(plan, specs.hw, specs.model))
 
 
 def _notes(

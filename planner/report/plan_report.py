@@ -172,10 +172,12 @@ def ranked_table(
             "--robust, the slow end of the band): a row may show a hair more tok/s/card than the one above it"
         )
     table.caption = caption
+    from planner.engines.profiles import running
+
     for i, plan in enumerate(plans):
         cells = _row_cells(plan, hw, banded, econ)
         if runs_on:
-            cells.append(", ".join(e for e, problems in runs_on[i].items() if not problems) or "none")
+            cells.append(running(runs_on[i]))
         table.add_row(*cells)
         for variant in variants[i] if variants else []:
             more = _row_cells(variant, hw, banded, econ)

@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from planner.engines.profiles import running
 from planner.errors import BadInputError, InfeasibleError
 from planner.search.contexts import phase_contexts
 from planner.search.plan_search import TableCache, run_search
@@ -266,7 +267,7 @@ def _search_point(values: dict[str, Value], request: PlanRequest, cache: TableCa
         raise _Interrupted
     engines = ""
     if outcome.runs_on:
-        engines = "+".join(e for e, problems in outcome.runs_on[0].items() if not problems) or "none"
+        engines = running(outcome.runs_on[0], "+")
     return SweepPoint(values, request, outcome.plans[0], "ok", "", time.perf_counter() - t0, outcome.status, engines)
 
 

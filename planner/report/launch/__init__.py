@@ -86,13 +86,10 @@ def engine_verdicts(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> dict:
 
 def engines_line(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> str:
     """One line saying which engines can run `plan` and, for the others, the first reason."""
-    from planner.engines.profiles import engines_that_run, load_profile
+    from planner.engines.profiles import load_profile, model_engines_that_run
 
-    experts = model.moe.routed_experts if model.moe is not None else None
     verdicts = []
-    for engine, problems in engines_that_run(
-        plan, hw, experts, model.num_dense_layers > 0, model.architectures
-    ).items():
+    for engine, problems in model_engines_that_run(plan, hw, model).items():
         profile = load_profile(engine)
         label = profile.label
         if plan.afd is not None and profile.capabilities.afd is not None:
