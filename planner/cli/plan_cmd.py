@@ -396,36 +396,71 @@ def _engine_limits(
     return key, allowed, colocated and cap.colocated
 
 
-NEAR_TIE_EXTRA = 3  # rows beyond --top kept until the near-tie order is settled
+NEAR_TIE_FETCH = 15  # plans the near-tie order is settled over (3 x --top when that is more)
+
+
+def fetch_size(top: int) -> int:
+    """Plans to ask the search for first: `NEAR_TIE_FETCH` (the default --top 5's three times), or
+    3 x --top when more (so that --top distinct deployments remain once variants fold). Not fewer
+    with a smaller --top: the near-tie order among the same plans gives the same first rows,
+    whatever --top up to 5."""
+    return max(NEAR_TIE_FETCH, 3 * top)
+
+
+def order_keys(outcome: SearchOutcome) -> dict[str, tuple[float, float]]:
+    """Each plan's order key (planner.ranking.rows.OrderKey) by its deployment identity: the search's
+    objective figures of its deployment (planner.search.deployment.order_figures); the headline when
+    the outcome carries no deployments (an interrupted search's one plan)."""
+    from planner.ranking.rows import headline
+    from planner.search.deployment import Objective, order_figures
+
+    req = outcome.request
+    objective = Objective.for_rate(req.rate_per_s, req.objective == "total")
+    if len(outcome.deployments) != len(outcome.plans):
+        return {plan_identity(p): (0.0, headline(p)) for p in outcome.plans}
+    return {
+        plan_identity(p): order_figures(d.rate_milli, d.weight, objective)
+        for p, d in zip(outcome.plans, outcome.deployments, strict=True)
+    }
 
 
 def ranked_outcome(request: PlanRequest, mode: str, cache: TableCache | None = None) -> SearchOutcome:
     """The search's plans as `--top` distinct deployments (planner.ranking.rows), with their bands:
-    dense FFN / LM head variants folded under their row (the search is asked for more plans, up to
-    27 x --top, until --top rows remain or none are left), near-ties ordered by TTFT, the band's slow
-    end and HBM headroom."""
-    from planner.ranking.rows import fold_variants
+    dense FFN / LM head variants folded under their row, near-ties ordered by TTFT, the band's slow
+    end and HBM headroom. The search is asked for `fetch_size` plans (x3 while fewer than --top rows
+    remain, up to 27 x --top); the rows kept are the first --top and every later one that could be a
+    near-tie of the --top-th.
+    `near_tie_open`: the last plan fetched could still be one (more plans lie within 0.5% than were
+    fetched; the order among those past them is the search's)."""
+    from planner.ranking.rows import fold_variants, in_window
 
     top = request.top
     cache = cache if cache is not None else TableCache()
     fetch = fetch_size(top)
+    seconds, solves = 0.0, 0
     while True:
         raw = search_with_progress(request, cache, mode, fetch)
+        seconds, solves = seconds + raw.seconds, solves + raw.solves
         rows = fold_variants(raw.plans)
-        enough = len(rows) >= top + NEAR_TIE_EXTRA or raw.exhausted or top == 1 or fetch >= 27 * top
-        if enough or raw.status == "INTERRUPTED":
+        if len(rows) >= top or raw.exhausted or raw.status == "INTERRUPTED" or fetch >= 27 * top:
             break
         fetch *= 3
-    kept = rows[: top + NEAR_TIE_EXTRA]
+    keys = order_keys(raw)
+    edge = keys[plan_identity(rows[min(top, len(rows)) - 1].plan)]
+    kept = [r for i, r in enumerate(rows) if i < top or in_window(keys[plan_identity(r.plan)], edge)]
     runs_on = dict(zip((id(p) for p in raw.plans), raw.runs_on, strict=False))
     trimmed = dataclasses.replace(
         raw,
+        seconds=seconds,  # every search this list took
+        solves=solves,
         plans=[r.plan for r in kept],
         variants=[r.variants for r in kept],
         runs_on=[runs_on[id(r.plan)] for r in kept] if raw.runs_on else [],
-        exhausted=raw.exhausted and len(rows) <= top + NEAR_TIE_EXTRA,
+        exhausted=raw.exhausted and len(rows) <= len(kept),
     )
-    return ordered_rows(add_bands(trimmed), top, raw.plans[0] if raw.plans else None)
+    outcome = ordered_rows(add_bands(trimmed), top, raw.plans[0] if raw.plans else None, keys)
+    open_window = not raw.exhausted and raw.status != "INTERRUPTED" and len(kept) == len(rows) > top
+    return dataclasses.replace(outcome, near_tie_open=len(raw.plans) if open_window else 0)
 
 
 def plan_identity(plan: Plan) -> str:
@@ -433,22 +468,21 @@ def plan_identity(plan: Plan) -> str:
     return plan.model_dump_json(exclude={"predicted", "rank"})
 
 
-def ordered_rows(outcome: SearchOutcome, top: int, first: Plan | None) -> SearchOutcome:
-    """The rows in their order (near-ties by TTFT, the band's slow end, HBM headroom; with a target
-    rate fewest cards first; --robust keeps the low-end order) cut to `top`, ranks renumbered and the
-    alternatives' ranks pointing at the rows shown. `first`: the search's own best plan, which stays
-    in the list (in its last row when the near-tie order would cut it)."""
+def ordered_rows(
+    outcome: SearchOutcome, top: int, first: Plan | None, keys: dict[str, tuple[float, float]] | None = None
+) -> SearchOutcome:
+    """The rows in their order (the search's objective, `keys` by plan identity: `order_keys`; near-ties
+    by TTFT, the band's slow end, HBM headroom; --robust keeps the low-end order) cut to `top`, ranks
+    renumbered and the alternatives' ranks pointing at the rows shown. `first`: the search's own best
+    plan, which stays in the list (in its last row when the near-tie order would cut it)."""
     from planner.ranking.rows import order_plans, renumbered
 
     extras = {plan_identity(p): (v, r) for p, v, r in zip(
         outcome.plans, outcome.variants or [[]] * len(outcome.plans), outcome.runs_on or [{}] * len(outcome.plans),
         strict=False)}  # fmt: skip
-    by_cards = None
-    if outcome.request.rate_per_s is not None:
-        from planner.report.plan_report import cards_of
-
-        by_cards = {i: cards_of(p, outcome.hw) for i, p in enumerate(outcome.plans)}
-    plans = outcome.plans if outcome.request.pessimistic_factors else order_plans(outcome.plans, by_cards)
+    keys = keys if keys is not None else order_keys(outcome)
+    plan_keys = [keys[plan_identity(p)] for p in outcome.plans]
+    plans = outcome.plans if outcome.request.pessimistic_factors else order_plans(outcome.plans, plan_keys)
     cut = plans[:top]
     proven = [p for p in plans if first is not None and plan_identity(p) == plan_identity(first)][:1]
     if top > 1 and proven and all(plan_identity(p) != plan_identity(proven[0]) for p in cut):
@@ -526,13 +560,22 @@ def lead_lines(outcome: SearchOutcome) -> list[str]:
         return []
     from planner.costmodel.evaluate import PlanSpecs
     from planner.ranking.robust import lead_verdict
+    from planner.report.plan_report import cards_of
     from planner.specs.catalog import load_hardware
     from planner.specs.quantization import get_quantization
 
     req = outcome.request
+    first, second = outcome.plans[0], outcome.plans[1]
+    cards = (cards_of(first, outcome.hw), cards_of(second, outcome.hw))
+    if req.rate_per_s is not None and cards[0] != cards[1]:
+        return [
+            f"rank 1 serves the rate on {cards[0]:g} cards, rank 2 on {cards[1]:g}: the lead is in cards (whether each "
+            "still serves it at the slow end of the factor ranges: --robust ranks by that end)."
+        ]
     hw = load_hardware(req.hardware) if req.pessimistic_factors else outcome.hw
     specs = PlanSpecs(outcome.model, hw, get_quantization(req.quantization))
-    return lead_verdict(outcome.plans[0], outcome.plans[1], specs, req.imbalance, req.pessimistic_factors).lines()
+    total = req.objective == "total" and req.rate_per_s is None
+    return lead_verdict(first, second, specs, req.imbalance, req.pessimistic_factors, cards if total else None).lines()
 
 
 def tpot_judged_text(req: PlanRequest) -> str:
@@ -578,11 +621,6 @@ def engine_mode(engine: str | None, emits: list[tuple[str, Path]], mixed: bool) 
     if given in (AUTO, NONE):
         return NONE if mixed and given == AUTO else given
     return engine_name(given)
-
-
-def fetch_size(top: int) -> int:
-    """Plans to ask the search for so that `top` distinct deployments remain once variants fold."""
-    return top if top == 1 else 3 * top
 
 
 def search_with_progress(
@@ -728,15 +766,31 @@ def engine_lines(outcome: SearchOutcome) -> list[str]:
         if beyond is not None and outcome.plans:
             top, value = headline(outcome.plans[0]), headline(beyond)
             what = "; ".join(f"{e}: {problems[0].split(':')[0]}" for e, problems in outcome.beyond_problems.items())
+            against = f" ({(value - top) / top:+.1%} against rank 1)" if top > 0 else ""
             out.append(
-                f"beyond the engines: the best plan no engine runs yet gives {value:.1f} tok/s/card "
-                f"({(value - top) / top:+.1%} against rank 1) and needs what they lack ({what}); "
-                "--engine none lists it."
+                f"beyond the engines: the best plan no engine runs yet gives {value:.1f} tok/s/card{against} and "
+                f"needs what they lack ({what}); --engine none lists it."
             )
         return out
     if mode == NONE:
         return [f"--engine none: every plan, whether an engine runs it or not ({releases})"]
     return [f"--engine {mode}: only plans {load_profile(mode).label} runs"]
+
+
+def objective_figure(plan: Plan, request: PlanRequest) -> str:
+    """The figure of `plan` the request's objective ranks by, as the tables print it."""
+    from planner.ranking.rows import headline
+
+    econ = (plan.predicted or {}).get("economics") or {}
+    if request.rate_per_s is not None and econ.get("cards") is not None:
+        return f"{econ['cards']:g} cards, {headline(plan):.1f} tok/s/card"
+    if request.objective == "total" and request.rate_per_s is None and econ.get("output_tokens_per_s") is not None:
+        return f"{econ['output_tokens_per_s']:,.0f} output tok/s in all"
+    if request.objective == "cost" and econ.get("cost_per_million_output_tokens") is not None:
+        return f"{econ['cost_per_million_output_tokens']:.4g} {econ.get('currency') or ''} per million output tokens"
+    if request.objective == "energy" and econ.get("joules_per_output_token") is not None:
+        return f"{econ['joules_per_output_token']:.4g} J per output token"
+    return f"{headline(plan):.1f} tok/s/card"
 
 
 def economics_asked(request: PlanRequest) -> bool:
@@ -748,13 +802,18 @@ def economics_asked(request: PlanRequest) -> bool:
 def print_outcome(outcome: SearchOutcome, show_variants: bool = False, explain_space: bool = False) -> None:
     """The ranked table, the status line, and the best plan in detail."""
     req = outcome.request
-    from planner.ranking.rows import ORDER_RULE, ORDER_RULE_RATE
+    from planner.ranking.rows import order_rule
 
     runs_on = outcome.runs_on if outcome.engine_mode == AUTO else None
     shown = outcome.variants if show_variants else None
     econ = economics_asked(outcome.request)
     console.print(ranked_table(outcome.plans, outcome.hw, title_of(outcome), runs_on, shown, economics=econ))
-    console.print(ORDER_RULE_RATE if req.rate_per_s is not None else ORDER_RULE)
+    console.print(order_rule(req.objective, req.rate_per_s is not None, outcome.weight_unit))
+    if outcome.near_tie_open:
+        console.print(
+            f"near-ties: the order above covers the search's best {outcome.near_tie_open} plans; more lie within "
+            f"0.5% of rank {req.top} (past those {outcome.near_tie_open}, the search's order stands)."
+        )
     folded = sum(len(v) for v in outcome.variants)
     if folded and not show_variants:
         console.print(
@@ -788,13 +847,11 @@ def print_outcome(outcome: SearchOutcome, show_variants: bool = False, explain_s
     else:
         console.print(space_line(outcome.space))
     if outcome.proven_first is not None:
-        from planner.ranking.rows import headline
-
         proven = plan_identity(outcome.proven_first)
         proven_ranks = [i for i, p in enumerate(outcome.plans, start=1) if plan_identity(p) == proven]
         where = f", rank {proven_ranks[0]}" if proven_ranks else ""
         console.print(
-            f"rank 1 is within 0.5% of the search's best plan ({headline(outcome.proven_first):.1f} tok/s/card{where}) "
+            f"rank 1 is within 0.5% of the search's best plan ({objective_figure(outcome.proven_first, req)}{where}) "
             "and comes first by the near-tie order above."
         )
     if outcome.request.pessimistic_factors:

@@ -43,11 +43,13 @@ TERM_LABELS = {
 
 
 def headline_of(prediction: Prediction) -> float:
-    """The figure plans are ranked by: output tokens/s per card (system, else decode, else prefill)."""
+    """The figure plans are ranked by: output tokens/s per card (system, else decode or AFD, else prefill)."""
     if prediction.system is not None:
         return prediction.system.output_tokens_per_s_per_card
     if prediction.decode is not None:
         return prediction.decode.tokens_per_s_per_card
+    if prediction.afd is not None:
+        return prediction.afd.tokens_per_s_per_card
     return prediction.prefill.tokens_per_s_per_card if prediction.prefill is not None else 0.0
 
 
@@ -59,6 +61,7 @@ def headline_band(prediction: Prediction) -> tuple[float, float, float] | None:
     for block, figure in (
         ("system", "output_tokens_per_s_per_card"),
         ("decode", "tokens_per_s_per_card"),
+        ("afd", "tokens_per_s_per_card"),
         ("prefill", "tokens_per_s_per_card"),
     ):
         b = u.bands.get(block, {}).get(figure)
@@ -129,17 +132,19 @@ class LeadVerdict:
     term_spread: dict[str, float]
     ranged: bool = True  # some factor range of the machine file moves either plan's headline
     ranked_pessimistic: bool = False  # the plans were ranked at the slow end of the band (--robust)
+    unit: str = "tok/s/card"  # of the figure compared (tok/s with --objective total)
 
     def lines(self) -> list[str]:
         """What `moeplan plan` prints under the ranked table: a lead that rounds to zero is a tie, and
         a gap is always written as a positive figure for the plan that is ahead."""
         out = []
         tied = round(self.lead, 1) == 0
+        unit = self.unit
         if not self.ranged:
             head = (
-                "rank 1 and rank 2 are tied (0.0 tok/s/card); the tie"
+                f"rank 1 and rank 2 are tied (0.0 {unit}); the tie"
                 if tied
-                else f"rank 1's lead over rank 2 ({self.lead:+.1f} tok/s/card, {self.lead_fraction:+.1%})"
+                else f"rank 1's lead over rank 2 ({self.lead:+.1f} {unit}, {self.lead_fraction:+.1%})"
             )
             out.append(
                 f"{head} is not tested against factor ranges: no range in the machine file moves either plan's "
@@ -154,19 +159,19 @@ class LeadVerdict:
                 "so plans this close are a tie."
             )
             where = (
-                "at the predicted factors rank 1 and rank 2 are tied (0.0 tok/s/card)"
+                f"at the predicted factors rank 1 and rank 2 are tied (0.0 {unit})"
                 if tied
-                else f"at the predicted factors rank 2 is ahead of rank 1 by {-self.lead:.1f} tok/s/card "
+                else f"at the predicted factors rank 2 is ahead of rank 1 by {-self.lead:.1f} {unit} "
                 f"({-self.lead_fraction:.2%})"
             )
             out.append(f"{where}: {why}")
             return out
-        lead = f"rank 1's lead over rank 2 ({self.lead:+.1f} tok/s/card, {self.lead_fraction:+.1%})"
+        lead = f"rank 1's lead over rank 2 ({self.lead:+.1f} {unit}, {self.lead_fraction:+.1%})"
         if self.inside_band:
             worst = (
                 "the two are tied"
                 if round(self.worst_lead, 1) == 0
-                else f"rank 2 is ahead by {-self.worst_lead:.1f} tok/s/card"
+                else f"rank 2 is ahead by {-self.worst_lead:.1f} {unit}"
             )
             out.append(
                 f"{lead} is inside the uncertainty band: with {self.worst_scenario} (same factors for both plans) "
@@ -204,13 +209,25 @@ def _evaluate(
 
 
 def lead_verdict(
-    first: Plan, second: Plan, specs: PlanSpecs, imbalance: ImbalanceModel | None, ranked_pessimistic: bool = False
+    first: Plan,
+    second: Plan,
+    specs: PlanSpecs,
+    imbalance: ImbalanceModel | None,
+    ranked_pessimistic: bool = False,
+    cards: tuple[float, float] | None = None,
 ) -> LeadVerdict:
     """Does rank 1 stay ahead of rank 2 under every factor scenario, and which term gives its lead
-    (`ranked_pessimistic`: the list was ranked at the slow end of the band, --robust)."""
+    (`ranked_pessimistic`: the list was ranked at the slow end of the band, --robust). The figure
+    compared is tokens/s per card, or with `cards` (each plan's, --objective total) tokens/s of the
+    whole deployment."""
+    scale = cards or (1.0, 1.0)
+
+    def figure(prediction: Prediction, which: int) -> float:
+        return headline_of(prediction) * scale[which]
+
     p1 = evaluate_plan(first, imbalance=imbalance, specs=specs)
     p2 = evaluate_plan(second, imbalance=imbalance, specs=specs)
-    lead = headline_of(p1) - headline_of(p2)
+    lead = figure(p1, 0) - figure(p2, 1)
     worst, worst_label = lead, "the predicted factors"
     dpc = specs.hw.devices_per_card
 
@@ -224,7 +241,7 @@ def lead_verdict(
     for sc in scenarios(specs.hw):
         s1, s2 = _evaluate(first, sc, specs, imbalance, p1), _evaluate(second, sc, specs, imbalance, p2)
         moved = moved or headline_of(s1) != headline_of(p1) or headline_of(s2) != headline_of(p2)
-        gap = headline_of(s1) - headline_of(s2)
+        gap = figure(s1, 0) - figure(s2, 1)
         if gap < worst:
             worst, worst_label = gap, sc.label
         for k, v in savings(s1, s2).items():
@@ -237,7 +254,7 @@ def lead_verdict(
         k = max(saving, key=lambda x: saving[x])
         if saving[k] >= DOMINANT_SHARE * total:
             dominant, share = k, saving[k] / total
-    base = headline_of(p2)
+    base = figure(p2, 1)
     return LeadVerdict(
         lead=lead,
         lead_fraction=lead / base if base else 0.0,
@@ -249,6 +266,7 @@ def lead_verdict(
         term_spread=spread,
         ranged=moved,
         ranked_pessimistic=ranked_pessimistic,
+        unit="tok/s" if cards is not None else "tok/s/card",
     )
 
 
@@ -263,11 +281,11 @@ def band_cell(plan: Plan) -> str:
 
 
 def tpot_band_cell(plan: Plan) -> str:
-    """'low-high' of TPOT (decode or colocated) for the ranked table."""
+    """'low-high' of TPOT (decode, colocated or AFD) for the ranked table."""
     u: Any = (plan.predicted or {}).get("uncertainty")
     if not u:
         return "-"
-    for block in ("colocated", "decode"):
+    for block in ("colocated", "decode", "afd"):
         b = u.get("bands", {}).get(block, {}).get("tpot_ms")
         if b:
             return "-" if b["low"] == b["high"] else f"{b['low']:.1f}-{b['high']:.1f}"

@@ -8,9 +8,10 @@ micro-batches, prefill batch) is the same and its predicted figures (tokens/s pe
 TTFT) agree within `VARIANT_TOLERANCE`. The rows are distinct deployments; each row carries its
 variants (`moeplan plan --variants` lists them).
 
-Near-ties: plans whose headline figure (output tokens/s per card; with a target rate, cards)
+Near-ties: plans whose objective figure (the search's: output tokens/s per card, per cost unit or
+per watt; with --objective total, of the deployment; with a target rate, at equal cards or cost)
 lies within `NEAR_TIE` of the first plan of their run are ordered by TTFT (shorter first), then by
-the band's slow end (higher first), then by HBM headroom (more first). `ORDER_RULE` says so
+the band's slow end (higher first), then by HBM headroom (more first). `order_rule` says so
 under the table.
 """
 
@@ -23,17 +24,37 @@ from planner.specs.plan import Plan
 
 VARIANT_TOLERANCE = 0.001  # predicted figures equal within 0.1%
 NEAR_TIE = 0.005  # headlines within 0.5% are a near-tie
-ORDER_RULE = (
-    "order: tokens/s per card; plans within 0.5% of each other by TTFT (shorter first), then the band's slow "
-    "end (higher first), then HBM headroom (more first). Rows are distinct deployments; plans differing only in "
-    "the dense FFN or LM head layout (or an EP1 instance's dispatch) with figures within 0.1% are its variants "
-    "(--variants lists them)."
+_ORDER_TAIL = (
+    "plans within 0.5% of each other by TTFT (shorter first), then the band's slow end (higher first), then HBM "
+    "headroom (more first). Rows are distinct deployments; plans differing only in the dense FFN or LM head layout "
+    "(or an EP1 instance's dispatch) with figures within 0.1% are its variants (--variants lists them)."
 )
 ORDER_RULE_RATE = (
     "order: fewest cards for the rate, then tokens/s per card; plans within 0.5% by TTFT (shorter first), then "
     "the band's slow end, then HBM headroom. Rows are distinct deployments; dense FFN / LM head (and EP1 dispatch) "
     "variants within 0.1% are folded (--variants lists them)."
 )
+
+
+def order_rule(objective: str, rate: bool, weight_unit: str) -> str:
+    """The line under the ranked table: what the list is ordered by, which is what the search ranked
+    (planner.search.deployment.order_figures) under the request's objective and the budget's weight
+    unit (planner.search.budget: devices or cards; a cost unit per hour with --objective cost, or per
+    card bought when both machines of a mixed plan carry price_per_card; milliwatts with energy)."""
+    if weight_unit == "cost unit" and objective == "cost":
+        per, least = "cost unit (--objective cost)", "least cost per hour (--objective cost)"
+    elif weight_unit == "cost unit":
+        per, least = "cost unit (the machines' price_per_card)", "least cost (the machines' price_per_card)"
+    elif weight_unit == "mW":
+        per, least = "watt (--objective energy)", "least power (--objective energy)"
+    else:
+        per, least = "card", "fewest cards"
+    if rate:
+        then = "tokens/s per card" if per == "card" else "tokens/s"
+        return ORDER_RULE_RATE.replace("fewest cards", least).replace("tokens/s per card", then)
+    if objective == "total":
+        return "order: output tokens/s of the whole deployment (--objective total); " + _ORDER_TAIL
+    return f"order: tokens/s per {per}; " + _ORDER_TAIL
 
 
 def _get(plan: Plan, *path: str) -> float | None:
@@ -46,8 +67,12 @@ def _get(plan: Plan, *path: str) -> float | None:
 
 
 def headline(plan: Plan) -> float:
-    """Output tokens/s per card of the deployment (the decode or prefill block's for a one-phase plan)."""
-    for path in (("system", "output_tokens_per_s_per_card"), ("decode", "tokens_per_s_per_card")):
+    """Output tokens/s per card of the deployment (the decode, AFD or prefill block's for a one-phase plan)."""
+    for path in (
+        ("system", "output_tokens_per_s_per_card"),
+        ("decode", "tokens_per_s_per_card"),
+        ("afd", "tokens_per_s_per_card"),
+    ):
         value = _get(plan, *path)
         if value is not None:
             return value
@@ -69,7 +94,7 @@ def slow_end(plan: Plan) -> float:
     system = bands.get("system", {}).get("output_tokens_per_s_per_card")
     if system:
         return float(system["low"])
-    for block in ("colocated", "decode"):
+    for block in ("colocated", "decode", "afd"):
         b = bands.get(block, {}).get("tokens_per_s_per_card")
         if b:
             return float(b["low"])
@@ -132,31 +157,31 @@ def fold_variants(plans: list[Plan]) -> list[Row]:
     return rows
 
 
-def order_plans(plans: list[Plan], by_cards: dict[int, float] | None = None) -> list[Plan]:
-    """Best first: by headline (with `by_cards`, a plan's cards by its index: fewest first, the
-    headline after), near-ties by TTFT, then the band's slow end, then HBM headroom."""
-    indexed = list(enumerate(plans))
+OrderKey = tuple[float, float]  # (what near-ties must share, lower first; the figure, higher first)
 
-    def primary(item: tuple[int, Plan]) -> tuple:
-        i, plan = item
-        return ((by_cards or {}).get(i, 0.0), -headline(plan))
 
-    indexed.sort(key=primary)
+def in_window(key: OrderKey, of: OrderKey) -> bool:
+    """Whether a plan keyed `key`, at or below `of` in the order, could be a near-tie of `of`'s run:
+    the same first part and a figure within `NEAR_TIE` of `of`'s (a run starts at or above `of`, so
+    a plan outside this window is in no run that reaches `of`)."""
+    return key[0] == of[0] and key[1] >= of[1] * (1 - NEAR_TIE)
+
+
+def order_plans(plans: list[Plan], keys: list[OrderKey] | None = None) -> list[Plan]:
+    """Best first by `keys` (per plan, planner.search.deployment.order_figures of its deployment: the
+    search's objective; default: the headline), near-ties (the same first part, figures within
+    `NEAR_TIE` of their run's first plan) by TTFT, then the band's slow end, then HBM headroom."""
+    keyed = [(i, plan, keys[i] if keys is not None else (0.0, headline(plan))) for i, plan in enumerate(plans)]
+    keyed.sort(key=lambda item: (item[2][0], -item[2][1]))
     out: list[Plan] = []
     start = 0
-    while start < len(indexed):
-        first = indexed[start]
+    while start < len(keyed):
+        first = keyed[start][2]
         end = start + 1
-        while (
-            end < len(indexed)
-            and primary(indexed[end])[0] == primary(first)[0]
-            and _close(headline(indexed[end][1]), headline(first[1]), NEAR_TIE)
-        ):
+        while end < len(keyed) and keyed[end][2][0] == first[0] and _close(keyed[end][2][1], first[1], NEAR_TIE):
             end += 1
-        run = sorted(
-            indexed[start:end], key=lambda it: (ttft_ms(it[1]), -slow_end(it[1]), -headroom_bytes(it[1]), it[0])
-        )
-        out.extend(p for _, p in run)
+        run = sorted(keyed[start:end], key=lambda it: (ttft_ms(it[1]), -slow_end(it[1]), -headroom_bytes(it[1]), it[0]))
+        out.extend(p for _, p, _ in run)
         start = end
     return out
 

@@ -11,6 +11,7 @@ from rich.table import Table
 from planner.costmodel.uncertainty import BAND_LEVEL, BAND_Z
 from planner.ranking.compare import pd_cards
 from planner.ranking.robust import band_cell, tpot_band_cell
+from planner.ranking.rows import headline
 from planner.specs.hardware import HardwareSpec
 from planner.specs.plan import AfdPlan, PhasePlan, Plan
 
@@ -24,19 +25,6 @@ def _p(plan: Plan, *path: str) -> Any:
             return None
         node = node.get(key)
     return node
-
-
-def headline(plan: Plan) -> float:
-    """The figure plans are ranked by: output tokens/s per card of the deployment."""
-    s = _p(plan, "system", "output_tokens_per_s_per_card")
-    if s is not None:
-        return float(s)
-    d = _p(plan, "decode", "tokens_per_s_per_card")
-    if d is None:
-        d = _p(plan, "afd", "tokens_per_s_per_card")
-    if d is not None:
-        return float(d)
-    return float(_p(plan, "prefill", "tokens_per_s_per_card") or 0.0)
 
 
 def cards_of(plan: Plan, hw: HardwareSpec) -> float:
@@ -359,15 +347,9 @@ def alternatives_table(
     """The best plan of each other structure (label, plan, rank) and its price against rank 1: in
     tokens/s per card, with a target rate (`by_cards`) in cards, with --objective total (`by_total`) in
     the deployment's output tokens/s."""
-    if by_cards:
-        basis = "cards against rank 1 (a target rate: fewest cards first)"
-    elif by_total:
-        basis = "output tokens/s of the whole deployment against rank 1 (--objective total)"
-    else:
-        basis = "tokens/s per card against rank 1"
     table = Table(
         title="Best plan of each other structure (same budget and SLOs)",
-        caption=f"price: {basis}; 'rank N' when it is in the list above",
+        caption=f"price: {price_basis(by_cards, by_total)}; 'rank N' when it is in the list above",
     )
     for name, justify in (("structure", "left"), ("cards", "right"), ("P:D", "left"), ("decode", "left")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
@@ -376,27 +358,42 @@ def alternatives_table(
     econ = economics_columns([best, *(a.plan for a in alternatives if a.plan is not None)]) if economics else []
     for name, _ in econ:
         table.add_column(name, justify="right")
-    top = headline(best)
     for alt in alternatives:
         plan = alt.plan
         if plan is None:
             table.add_row(alt.label, "-", "-", alt.reason or "none fits", "-", "-", *("-" for _ in econ))
             continue
         dec = decode_cell(plan)
-        value = headline(plan)
-        if by_cards:
-            extra = cards_of(plan, hw) - cards_of(best, hw)
-            price = f"{extra:+g} cards" if extra else "same cards"
-        elif by_total:
-            mine, theirs = value * cards_of(plan, hw), top * cards_of(best, hw)
-            price = f"{(mine - theirs) / theirs * 100:+.1f}%" if theirs > 0 else "-"
-        else:
-            price = f"{(value - top) / top * 100:+.1f}%" if top > 0 else "-"
-        if alt.rank is not None:
-            price += f" (rank {alt.rank})"
+        price = alternative_price(plan, best, hw, by_cards, by_total) + (
+            f" (rank {alt.rank})" if alt.rank is not None else ""
+        )
         cells = (economics_cell(plan, key) for _, key in econ)
-        table.add_row(alt.label, f"{cards_of(plan, hw):g}", pd_cards(plan, hw), dec, f"{value:.1f}", price, *cells)
+        table.add_row(
+            alt.label, f"{cards_of(plan, hw):g}", pd_cards(plan, hw), dec, f"{headline(plan):.1f}", price, *cells
+        )
     return table
+
+
+def price_basis(by_cards: bool = False, by_total: bool = False) -> str:
+    """What `alternative_price` compares."""
+    if by_cards:
+        return "cards against rank 1 (a target rate: fewest cards first)"
+    if by_total:
+        return "output tokens/s of the whole deployment against rank 1 (--objective total)"
+    return "tokens/s per card against rank 1"
+
+
+def alternative_price(plan: Plan, best: Plan, hw: HardwareSpec, by_cards: bool = False, by_total: bool = False) -> str:
+    """`plan`'s price against rank 1 (`best`), as `alternatives_table` says it: tokens/s per card, with a
+    target rate (`by_cards`) cards, with --objective total (`by_total`) the deployment's output tokens/s."""
+    value, top = headline(plan), headline(best)
+    if by_cards:
+        extra = cards_of(plan, hw) - cards_of(best, hw)
+        return f"{extra:+g} cards" if extra else "same cards"
+    if by_total:
+        mine, theirs = value * cards_of(plan, hw), top * cards_of(best, hw)
+        return f"{(mine - theirs) / theirs * 100:+.1f}%" if theirs > 0 else "-"
+    return f"{(value - top) / top * 100:+.1f}%" if top > 0 else "-"
 
 
 def afd_line(alternatives: list[Any], best: Plan) -> str | None:

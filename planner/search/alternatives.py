@@ -34,6 +34,7 @@ class Alternative:
     rank: int | None  # its rank in the list above, if it is there
     reason: str | None = None
     unsearched: bool = False  # no plan because the search's engine does not run this structure here
+    deployment: Deployment | None = None  # the search's choice behind `plan` (its objective's integers)
 
 
 def distinct_plans(
@@ -160,7 +161,7 @@ def alternatives(
         ds = replace(dspace, candidates=d) if dspace else None
         ps = replace(pspace, candidates=p) if pspace else None
         plan = scored_plan(deployment_plan(request, contexts, found[0], ds, ps, 1, cc), contexts)
-        out.append(Alternative(label, plan, _rank_in(plans, plan)))
+        out.append(Alternative(label, plan, _rank_in(plans, plan), deployment=found[0]))
     return out
 
 
@@ -197,7 +198,7 @@ def _afd_alternative(
     if not found:
         return Alternative(label, None, None, "none fits: no deployment of it within the card budget")
     plan = scored_plan(deployment_plan(request, contexts, found[0], ds, pspace, 1, cc, dep_afd), contexts)
-    return Alternative(label, plan, _rank_in(plans, plan))
+    return Alternative(label, plan, _rank_in(plans, plan), deployment=found[0])
 
 
 NO_AFD_FITS = "none fits: no AFD configuration meets the SLOs and HBM"

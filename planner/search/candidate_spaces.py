@@ -407,6 +407,40 @@ def space_restrictions(
             for t, ints in space.tables.values()
         ):
             out.append(rule)
+    return out + user_restrictions(request, m.moe is not None, dspace is not None, pspace is not None)
+
+
+def user_restrictions(request: PlanRequest, moe: bool, decode: bool, prefill: bool) -> list[rules.Restriction]:
+    """The limits the request's own flags put on the space (pins and caps): a proof holds over them
+    too, so the line under the verdict names them beside the built-in ones."""
+
+    def yours(key: str, short: str, keeps_out: str, flag: str) -> rules.Restriction:
+        return rules.Restriction(f"yours-{key}", short, keeps_out, f"yours: {flag}", f"drop or change {flag}")
+
+    out: list[rules.Restriction] = []
+    if moe and request.max_extra_slots is not None:
+        n = request.max_extra_slots
+        out.append(yours("extra-slots", f"<= {n} extra slots (yours)", f"more than {n} expert slots per device "
+                         "beyond the fewest that hold every expert", "--max-extra-slots"))  # fmt: skip
+    if moe and request.max_redundant_experts is not None:
+        n = request.max_redundant_experts
+        out.append(yours("redundant", f"<= {n} redundant copies (yours)", f"more than {n} redundant expert copies "
+                         "per instance", "--max-redundant-experts"))  # fmt: skip
+    for phase, devices, searched, flag in (
+        ("decode", request.decode_devices, decode, "--decode-devices"),
+        ("prefill", request.prefill_devices, prefill, "--prefill-devices"),
+    ):
+        if searched and devices is not None:
+            out.append(yours(f"{phase}-devices", f"{phase} instances of {devices} devices (yours)",
+                             f"{phase} instances of any other size", flag))  # fmt: skip
+    if decode and request.mtp_tokens is not None:
+        depths = ",".join(str(k) for k in request.mtp_tokens)
+        what = "draft depths" if request.draft_model is not None else "MTP depths"
+        out.append(yours("mtp", f"{what} {depths} (yours)", f"other {what}", "--mtp"))
+    left_out = [name for name, on in (("pd", request.disaggregated), ("colocated", request.colocated)) if not on]
+    if decode and prefill and left_out:
+        names = " and ".join(left_out)
+        out.append(yours("structure", f"no {names} (yours)", f"{names} deployments", "--structure"))
     return out
 
 

@@ -185,6 +185,18 @@ def counts_key(rate_milli: int, weight: int, objective: Objective, order: int) -
     return (-Fraction(rate_milli, max(weight, 1)), -rate_milli, weight, order)
 
 
+def order_figures(rate_milli: int, weight: int, objective: Objective) -> tuple[int, float]:
+    """A deployment as the ranked list orders it under `objective` (planner.ranking.rows): what two
+    plans must share to be compared (the weight, with a target rate) and the figure near-ties compare
+    (higher first): requests/s per weight (ratio), requests/s (total), or requests/s at that weight
+    (target). The same integers `sort_key` ranks by, so the list's order and the search's agree."""
+    if objective.kind == "target":
+        return weight, float(rate_milli)
+    if objective.kind == "total":
+        return 0, float(rate_milli)
+    return 0, rate_milli / max(weight, 1)
+
+
 def decode_rate_milli(c: PhaseCandidate, output_tokens: int) -> int:
     """Requests/s (thousandths) one decode instance finishes: tokens/s per instance / output length."""
     tokens_per_s = c.devices * c.num / EMITTED_SCALE / c.den * 1e6

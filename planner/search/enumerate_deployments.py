@@ -76,6 +76,9 @@ def rank_deployments(
             continue
         # every pair's bound at once, visited best first (then less weight, then index order)
         oa, ob = OfferArrays.of(a, len(budget.limits)), OfferArrays.of(b, len(budget.limits))
+        if objective.kind == "target":
+            order = _target_pairs(s, a, b, budget, objective, k, exclude, (oa, ob), order, found)
+            continue
         ra, wa, rb, wb = oa.rate[:, None], oa.weight[:, None], ob.rate[None, :], ob.weight[None, :]
         usable = (ra > 0) & (rb > 0)
         for cap, lim in enumerate(budget.limits):
@@ -84,9 +87,6 @@ def rank_deployments(
             bound_a = np.where(usable, (ra * rb) / np.where(usable, wa * rb + wb * ra, 1), 0.0)
         i_a, j_a = np.nonzero(usable)
         order_a = np.lexsort((j_a, i_a, wa[i_a, 0] + wb[0, j_a], -bound_a[i_a, j_a]))
-        if objective.kind == "target":
-            order = _target_pairs(s, a, b, budget, objective, k, exclude, i_a[order_a], j_a[order_a], order, found)
-            continue
         # Pairs in bound order, a chunk at a time: the visit stops at the first pair whose bound is
         # below the k-th best found (no pair after it can enter the top k). Pairs of a chunk past
         # that point (the k-th best rose within the chunk) are counted too; they cannot enter the
@@ -118,29 +118,53 @@ def _target_pairs(
     objective: Objective,
     k: int,
     exclude: frozenset[Choice],
-    i_v: np.ndarray,
-    j_v: np.ndarray,
+    arrays: tuple[OfferArrays, OfferArrays],
     order: int,
     found: list[tuple[tuple, Deployment]],
 ) -> int:
     """With a target rate every pair is counted (planner.search.instance_counts.target_counts, all
-    at once), in the visit order `i_v`, `j_v`; the k least-weight pairs join `found` (sorted, the
-    k best kept). Returns the
-    order counter after them (as if each pair that fits had been offered in turn)."""
+    at once); the k least-weight pairs (then more rate, then the visit order: best bound first, then
+    less weight of one instance each, then index) join `found` (sorted, the k best kept). Returns
+    the order counter after them (as if each pair that fits had been offered in turn).
+
+    Only the pairs that can be among the k best are put in visit order: every pair lighter than
+    the k-th lightest, and of the k-th's weight those with at least the rate that completes k.
+    Their order among themselves is their order among all pairs, and each enters `found` with
+    `order` plus its place among them: the counter after this structure is the same, so the
+    comparison with other structures' deployments is too."""
     assert objective.target_rate_milli is not None
+    oa, ob = arrays
     t = target_counts(a, b, budget, objective.target_rate_milli)
-    ok = t.fits[i_v, j_v]
-    if exclude:
-        ok &= np.array([Choice(s.name, (int(i), int(j))) not in exclude for i, j in zip(i_v, j_v, strict=True)])
-    i_v, j_v = i_v[ok], j_v[ok]
-    orders = order + np.arange(i_v.size)
-    weight, rate = t.weight[i_v, j_v], t.rate[i_v, j_v]
-    for q in np.lexsort((orders, -rate, weight))[:k]:
-        i, j = int(i_v[q]), int(j_v[q])
-        dep = Deployment(
-            s, (i, j), (int(t.n[i, j]), int(t.m[i, j])), int(rate[q]), int(t.devices[i, j]), int(weight[q])
-        )
-        bisect.insort(found, (sort_key(dep, objective, int(orders[q])), dep))
+    ok = t.fits
+    for choice in exclude:
+        if choice.structure == s.name:
+            ok[choice.picks[0], choice.picks[1]] = False
+    i_v, j_v = np.nonzero(ok)
+    weight = t.weight_matrix()[ok]  # (row-major, as np.nonzero lists the pairs)
+    if i_v.size > k:
+        w_k = np.partition(weight, k - 1)[k - 1]
+        lighter = weight < w_k
+        level = np.flatnonzero(weight == w_k)
+        rate_level = t.rate(i_v[level], j_v[level])
+        need = k - int(np.count_nonzero(lighter))
+        r_k = -np.partition(-rate_level, need - 1)[need - 1]
+        keep = lighter
+        keep[level[rate_level >= r_k]] = True
+        i_s, j_s, weight = i_v[keep], j_v[keep], weight[keep]
+    else:
+        i_s, j_s = i_v, j_v
+    rate = t.rate(i_s, j_s)
+    # the visit order of rank_deployments' pairs: the pair's ratio bound (one instance each), then
+    # their weight, then index (the same float expression as its bound matrix)
+    ra, rb, wa, wb = oa.rate[i_s], ob.rate[j_s], oa.weight[i_s], ob.weight[j_s]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bound = (ra * rb) / (wa * rb + wb * ra)
+    places = np.empty(i_s.size, dtype=np.int64)
+    places[np.lexsort((j_s, i_s, wa + wb, -bound))] = np.arange(i_s.size)
+    for q in np.lexsort((places, -rate, weight))[:k]:
+        i, j = int(i_s[q]), int(j_s[q])
+        dep = Deployment(s, (i, j), (int(t.n[i]), int(t.m[j])), int(rate[q]), int(t.devices(i, j)), int(weight[q]))
+        bisect.insort(found, (sort_key(dep, objective, order + int(places[q])), dep))
     del found[k:]
     return order + int(i_v.size)
 

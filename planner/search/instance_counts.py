@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -73,7 +74,7 @@ def _two_roles(a: Offer, b: Offer, budget: Budget, objective: Objective) -> Coun
         t = target_counts([a], [b], budget, objective.target_rate_milli)
         if not t.fits[0, 0]:
             return None
-        return Counts((int(t.n[0, 0]), int(t.m[0, 0])), int(t.rate[0, 0]), int(t.devices[0, 0]), int(t.weight[0, 0]))
+        return Counts((int(t.n[0]), int(t.m[0])), int(t.rate(0, 0)), int(t.devices(0, 0)), int(t.weight(0, 0)))
     # every n that leaves room for one instance of b under every cap
     if any(u == 0 and v > lim for lim, u, v in zip(budget.limits, a.uses, b.uses, strict=True)):
         return None
@@ -205,37 +206,55 @@ def pairs_best_counts(
 
 @dataclass(frozen=True)
 class PairCounts:
-    """Counts of every pair (axis 0: the first role's offers, axis 1: the second's)."""
+    """Counts of every pair with a target rate: the fewest instances of each role that carry it do
+    not depend on the partner, so they are kept per offer (`n` of the first role's, `m` of the
+    second's; 0 for an offer serving nothing), and a pair's rate, devices and weight are computed
+    for the pairs asked (index arrays, or scalars). `fits` (axis 0: the first role's offers) says
+    where both counts fit every cap of the budget."""
 
     n: np.ndarray
     m: np.ndarray
-    rate: np.ndarray
-    devices: np.ndarray
-    weight: np.ndarray
-    fits: np.ndarray  # the counts fit every cap of the budget
+    rate_a: np.ndarray
+    rate_b: np.ndarray
+    devices_a: np.ndarray
+    devices_b: np.ndarray
+    weight_a: np.ndarray
+    weight_b: np.ndarray
+    fits: np.ndarray
+
+    def rate(self, i: Any, j: Any) -> Any:
+        return np.minimum(self.n[i] * self.rate_a[i], self.m[j] * self.rate_b[j])
+
+    def devices(self, i: Any, j: Any) -> Any:
+        return self.n[i] * self.devices_a[i] + self.m[j] * self.devices_b[j]
+
+    def weight(self, i: Any, j: Any) -> Any:
+        return self.n[i] * self.weight_a[i] + self.m[j] * self.weight_b[j]
+
+    def weight_matrix(self) -> np.ndarray:
+        """Every pair's weight (axis 0: the first role's offers)."""
+        return (self.n * self.weight_a)[:, None] + (self.m * self.weight_b)[None, :]
 
 
 def target_counts(a: list[Offer], b: list[Offer], budget: Budget, target_rate_milli: int) -> PairCounts:
     """The fewest instances of each role of every pair that serve the target rate (the module
     docstring), at once; `fits` says where they fit the budget. Offers serving nothing get counts
     that fit nowhere."""
-    ra = np.array([max(o.rate_milli, 0) for o in a], dtype=np.int64)[:, None]
-    rb = np.array([max(o.rate_milli, 0) for o in b], dtype=np.int64)[None, :]
-    serves = (ra > 0) & (rb > 0)
-    n = np.where(serves, -(-target_rate_milli // np.maximum(ra, 1)), 0)
-    m = np.where(serves, -(-target_rate_milli // np.maximum(rb, 1)), 0)
-    fits = serves.copy()
+
+    def column(offers: list[Offer], field: str) -> np.ndarray:
+        return np.array([getattr(o, field) for o in offers], dtype=np.int64)
+
+    ra, rb = np.maximum(column(a, "rate_milli"), 0), np.maximum(column(b, "rate_milli"), 0)
+    n = np.where(ra > 0, -(-target_rate_milli // np.maximum(ra, 1)), 0)
+    m = np.where(rb > 0, -(-target_rate_milli // np.maximum(rb, 1)), 0)
+    fits = (ra > 0)[:, None] & (rb > 0)[None, :]
     for k, limit in enumerate(budget.limits):
-        ua = np.array([o.uses[k] for o in a], dtype=np.int64)[:, None]
-        ub = np.array([o.uses[k] for o in b], dtype=np.int64)[None, :]
-        fits &= n * ua + m * ub <= limit
-
-    def total(field: str) -> np.ndarray:
-        per_a = np.array([getattr(o, field) for o in a], dtype=np.int64)[:, None]
-        per_b = np.array([getattr(o, field) for o in b], dtype=np.int64)[None, :]
-        return n * per_a + m * per_b
-
-    return PairCounts(n, m, np.minimum(n * ra, m * rb), total("devices"), total("weight"), fits)
+        ua = np.array([o.uses[k] for o in a], dtype=np.int64)
+        ub = np.array([o.uses[k] for o in b], dtype=np.int64)
+        fits &= (n * ua)[:, None] + (m * ub)[None, :] <= limit
+    return PairCounts(
+        n, m, ra, rb, column(a, "devices"), column(b, "devices"), column(a, "weight"), column(b, "weight"), fits
+    )
 
 
 def most_rate_milli(offers: list[Offer], budget: Budget) -> int:

@@ -86,6 +86,8 @@ class SearchOutcome:
     variants: list[list[Plan]] = field(default_factory=list)  # per plan: variants folded under it (ranking.rows)
     proven_first: Plan | None = None  # the search's best plan, when the near-tie order put another first
     space: list[Restriction] = field(default_factory=list)  # the named limits the search ran under
+    near_tie_open: int = 0  # plan: rows whose near-tie order was settled over this many (0: all that could tie)
+    weight_unit: str = "device"  # what the objective weighs a device in (planner.search.budget.Budget.unit)
 
 
 def question_of(request: PlanRequest, contexts: PhaseContexts, budget: Budget) -> Question:
@@ -215,6 +217,7 @@ def run_search(
         exhausted=exhausted,
         alternatives=others,
         space=space_restrictions(request, contexts, dspace, pspace),
+        weight_unit=budget.unit,
     )
 
 

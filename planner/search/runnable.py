@@ -12,12 +12,14 @@ runs it, it is kept to be shown below the list, priced against rank 1.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
-from planner.engines.profiles import ENGINES, engine_refusal, engines_that_run
+from planner.engines.profiles import ENGINES, engine_refusal, model_engines_that_run
 from planner.errors import InfeasibleError
 from planner.search.alternatives import NO_AFD_FITS, NO_ENGINE_RUNS_AFD
 from planner.search.candidate_spaces import Progress
+from planner.search.deployment import Deployment, Objective, counts_key
 from planner.search.plan_files import plan_signature
 from planner.search.plan_search import Alternative, SearchOutcome, run_search
 from planner.search.request import PlanRequest
@@ -29,10 +31,10 @@ NONE = "none"
 
 
 def engine_problems(plan: Plan, outcome: SearchOutcome) -> dict[str, list[str]]:
-    """For every engine, what it cannot run of `plan` (empty: it runs the plan)."""
-    model = outcome.model
-    experts = model.moe.routed_experts if model.moe is not None else None
-    return engines_that_run(plan, outcome.hw, experts, model.num_dense_layers > 0)
+    """For every engine, what it cannot run of `plan` (empty: it runs the plan), the model's
+    architectures included (an engine's AFD registers some model classes only), as the engines line,
+    whatif's row and --emit check it."""
+    return model_engines_that_run(plan, outcome.hw, outcome.model)
 
 
 def engines_refused(request: PlanRequest) -> dict[str, str]:
@@ -49,21 +51,14 @@ def engines_refused(request: PlanRequest) -> dict[str, str]:
     return out
 
 
-def _headline(plan: Plan) -> float:
-    """Output tokens/s per card of the deployment, as its `predicted` block gives it."""
-    pred = plan.predicted or {}
-    for block, key in (("system", "output_tokens_per_s_per_card"), ("decode", "tokens_per_s_per_card")):
-        value = (pred.get(block) or {}).get(key)
-        if value is not None:
-            return float(value)
-    return float((pred.get("prefill") or {}).get("tokens_per_s_per_card") or 0.0)
-
-
-def _rank_key(plan: Plan, outcome: SearchOutcome) -> tuple:
-    headline = _headline
-    if outcome.request.rate_per_s is not None:
-        return (plan.total_devices, -headline(plan))
-    return (-headline(plan), plan.total_devices)
+def _rank_key(dep: Deployment | None, request: PlanRequest) -> tuple:
+    """The search's own sort key of a plan's deployment (planner.search.deployment.counts_key: the
+    budget's weights and the objective are the request's, whatever the engine), so the merged list
+    is in the order each engine's search proved."""
+    if dep is None:
+        return (math.inf,)
+    objective = Objective.for_rate(request.rate_per_s, request.objective == "total")
+    return counts_key(dep.rate_milli, dep.weight, objective, 0)
 
 
 def run_runnable(
@@ -110,19 +105,19 @@ def run_runnable(
             "no serving engine runs a feasible plan: the best plan under these limits needs what every engine "
             f"lacks ({lacks}); --engine none lists it."
         )
-    merged: list[tuple[tuple, str, Plan]] = []
+    merged: list[tuple[tuple, str, Plan, Deployment]] = []
     seen: set[str] = set()
     for engine, outcome in outcomes.items():
-        for plan in outcome.plans:
+        for i, plan in enumerate(outcome.plans):
             sig = plan_signature(plan)
             if sig in seen:
                 continue
             seen.add(sig)
-            merged.append((_rank_key(plan, outcome), engine, plan))
+            merged.append((_rank_key(outcome.deployments[i], request), engine, plan, outcome.deployments[i]))
     merged.sort(key=lambda item: item[0])
     best_engine = merged[0][1]
     lead = outcomes[best_engine]
-    plans = [p.model_copy(update={"rank": i}) for i, (_, _, p) in enumerate(merged[:fetch], start=1)]
+    plans = [p.model_copy(update={"rank": i}) for i, (_, _, p, _) in enumerate(merged[:fetch], start=1)]
     runs_on = [engine_problems(p, lead) for p in plans]
     free_request = dataclasses.replace(request, engine=None, top=1, alternatives=False)
     beyond: Plan | None = None
@@ -148,7 +143,7 @@ def run_runnable(
         else ("OPTIMAL" if all(o.optimal for o in outcomes.values()) else lead.status),
         seconds=time.perf_counter() - start,
         solves=sum(o.solves for o in outcomes.values()),
-        deployments=[],
+        deployments=[dep for _, _, _, dep in merged[:fetch]],
         exhausted=all(o.exhausted for o in outcomes.values()) and len(plans) < fetch,
         runs_on=runs_on,
         beyond=beyond,
@@ -173,7 +168,7 @@ def _best_alternatives(lead: SearchOutcome, outcomes: dict[str, SearchOutcome], 
                 or (
                     alt.plan is not None
                     and held[0].plan is not None
-                    and _rank_key(alt.plan, outcome) < _rank_key(held[0].plan, held[1])
+                    and _rank_key(alt.deployment, outcome.request) < _rank_key(held[0].deployment, held[1].request)
                 )
             ):
                 best[alt.label] = (alt, outcome)

@@ -24,7 +24,7 @@ from planner.report.html.cluster import ROLES, ClusterDrawing, cluster_drawing, 
 from planner.report.html.experts import ExpertDrawing, ExpertLayer, expert_drawing, expert_layer
 from planner.report.html.plans_table import Figure, RowGroup, grouped_rows, plan_row, plan_sections
 from planner.report.html.sureness import BandRow, Fidelity, bands, fidelity_for
-from planner.report.plan_report import cards_of, headline
+from planner.report.plan_report import alternative_price, cards_of, headline, price_basis
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
 from planner.specs.plan import SLO, AfdPlan, Plan, Workload
@@ -468,6 +468,8 @@ def plan_html(page: PlanPage) -> str:
     ctx["headline_label"] = headline_label(best)
     ctx["groups"] = grouped_rows(outcome.plans, hw, model, prefill_hw, outcome.variants or None)
     ctx["alternatives"] = _alternatives(outcome, hw)
+    req = outcome.request
+    ctx["price_basis"] = price_basis(req.rate_per_s is not None, req.objective == "total" and req.rate_per_s is None)
     ctx["lines"] = [page.verdict, *([page.space] if page.space else []), page.why, page.engines]
     ctx["lines"] += [f"note: {n}" for n in page.notes]
     if page.checks:
@@ -487,7 +489,8 @@ def _alternatives(outcome: SearchOutcome, hw: HardwareSpec) -> list[dict[str, st
     """The best plan of each other structure, as the terminal's table has it, layouts in full."""
     if not outcome.alternatives:
         return []
-    top = headline(outcome.plans[0])
+    req = outcome.request
+    by_cards, by_total = req.rate_per_s is not None, req.objective == "total" and req.rate_per_s is None
     out = []
     for alt in outcome.alternatives:
         if alt.plan is None:
@@ -503,7 +506,7 @@ def _alternatives(outcome: SearchOutcome, hw: HardwareSpec) -> list[dict[str, st
             )
             continue
         value = headline(alt.plan)
-        price = f"{(value - top) / top * 100:+.1f}%" if top > 0 else "-"
+        price = alternative_price(alt.plan, outcome.plans[0], hw, by_cards, by_total)
         if alt.rank is not None:
             price += f" (rank {alt.rank})"
         sections = plan_sections(alt.plan, hw, outcome.model)

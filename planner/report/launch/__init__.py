@@ -74,10 +74,9 @@ __all__ = ["ENGINES", "PreparedExport", "emit", "prepare"]
 def engine_verdicts(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> dict:
     """`runs_on` (the engines that run `plan`) and `cannot_run` (per other engine, the first field it
     lacks, as its message says), for the JSON export."""
-    from planner.engines.profiles import engines_that_run
+    from planner.engines.profiles import model_engines_that_run
 
-    experts = model.moe.routed_experts if model.moe is not None else None
-    found = engines_that_run(plan, hw, experts, model.num_dense_layers > 0)
+    found = model_engines_that_run(plan, hw, model)  # (the model's architectures too, as engines_line)
     return {
         "runs_on": [e for e, problems in found.items() if not problems],
         "cannot_run": {e: problems[0] for e, problems in found.items() if problems},
