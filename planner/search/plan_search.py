@@ -86,7 +86,7 @@ class SearchOutcome:
     variants: list[list[Plan]] = field(default_factory=list)  # per plan: variants folded under it (ranking.rows)
     proven_first: Plan | None = None  # the search's best plan, when the near-tie order put another first
     space: list[Restriction] = field(default_factory=list)  # the named limits the search ran under
-    near_tie_open: int = 0  # plan: rows whose near-tie order was settled over this many (0: all that could tie)
+    near_tie_open: int = 0  # plan: plans fetched when more near-ties of the last row lay past them (0: none did)
     weight_unit: str = "device"  # what the objective weighs a device in (planner.search.budget.Budget.unit)
 
 
