@@ -20,8 +20,22 @@ from planner.specs.catalog import (
     model_source,
 )
 
-hardware_app = typer.Typer(help="The hardware catalog.", no_args_is_help=True)
-models_app = typer.Typer(help="The model catalog.", no_args_is_help=True)
+hardware_app = typer.Typer(help="The hardware catalog.")
+models_app = typer.Typer(help="The model catalog.")
+
+
+@hardware_app.callback(invoke_without_command=True, help="The hardware catalog (bare: the list).")
+def hardware_root(ctx: typer.Context) -> None:
+    """`moeplan hardware` alone lists the machines, as `moeplan hardware list` does."""
+    if ctx.invoked_subcommand is None:
+        hardware_list()
+
+
+@models_app.callback(invoke_without_command=True, help="The model catalog (bare: the list).")
+def models_root(ctx: typer.Context) -> None:
+    """`moeplan models` alone lists the models, as `moeplan models list` does."""
+    if ctx.invoked_subcommand is None:
+        models_list()
 
 
 @hardware_app.command("list", cls=MetavarCommand)

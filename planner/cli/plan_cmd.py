@@ -754,7 +754,6 @@ def engine_lines(outcome: SearchOutcome) -> list[str]:
     """Under the table: which engines were searched, their releases, and (auto) the best plan no
     engine runs yet, priced against rank 1."""
     from planner.engines.profiles import ENGINES, load_profile
-    from planner.ranking.rows import headline
 
     mode = outcome.engine_mode
     releases = ", ".join(load_profile(e).label for e in ENGINES)
@@ -764,17 +763,32 @@ def engine_lines(outcome: SearchOutcome) -> list[str]:
             out.append(f"{engine}: {why.rstrip('.')}.")
         beyond = outcome.beyond
         if beyond is not None and outcome.plans:
-            top, value = headline(outcome.plans[0]), headline(beyond)
             what = "; ".join(f"{e}: {problems[0].split(':')[0]}" for e, problems in outcome.beyond_problems.items())
-            against = f" ({(value - top) / top:+.1%} against rank 1)" if top > 0 else ""
+            figure = objective_figure(beyond, outcome.request) + beyond_price(outcome, beyond)
             out.append(
-                f"beyond the engines: the best plan no engine runs yet gives {value:.1f} tok/s/card{against} and "
-                f"needs what they lack ({what}); --engine none lists it."
+                f"beyond the engines: the best plan no engine runs yet gives {figure} and needs what they lack "
+                f"({what}); --engine none lists it."
             )
         return out
     if mode == NONE:
         return [f"--engine none: every plan, whether an engine runs it or not ({releases})"]
     return [f"--engine {mode}: only plans {load_profile(mode).label} runs"]
+
+
+def beyond_price(outcome: SearchOutcome, beyond: Plan) -> str:
+    """ " (... against rank 1)" for the best plan no engine runs, priced as the alternatives table prices:
+    cards with a target rate, the deployment's output tokens/s with --objective total, else tokens/s per card."""
+    from planner.report.plan_report import alternative_price
+
+    req = outcome.request
+    by_cards = req.rate_per_s is not None
+    by_total = req.objective == "total" and not by_cards
+    price = alternative_price(beyond, outcome.plans[0], outcome.hw, by_cards, by_total)
+    if price == "-":
+        return ""
+    if req.objective in ("cost", "energy") and not by_cards:  # the figure before is not what the % compares
+        return f" ({price} tokens/s per card against rank 1)"
+    return f" ({price} against rank 1)"
 
 
 def objective_figure(plan: Plan, request: PlanRequest) -> str:

@@ -53,6 +53,8 @@ def test_the_process_still_runs_its_exit_handlers(tmp_path):
         (("hardware", "show", "cm384"), "arXiv 2506.12708"),
         (("models", "list"), "qwen3-235b-a22b"),
         (("models", "show", "deepseek-v3"), "MLA"),
+        (("hardware",), "cm384"),  # bare: the list, not a usage error
+        (("models",), "qwen3-235b-a22b"),
     ],
 )
 def test_catalog_commands(args, expect):

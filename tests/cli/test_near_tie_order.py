@@ -99,3 +99,19 @@ def test_the_space_line_names_the_limits_the_users_flags_set():
         assert named in line, line
     plain = " ".join(run_cli("plan", "--model", "deepseek-v2-lite", "--max-cards", "8", "--top", "1").output.split())
     assert "(yours)" not in plain.split("over: ")[1].split("(--explain-space lists them)")[0]
+
+
+def test_beyond_the_engines_is_priced_by_the_objective(tmp_path):
+    # the best plan no engine runs was priced in tokens/s per card whatever the objective; with
+    # --objective total it is the deployment's output tokens/s, as the alternatives table prices it
+    import re
+
+    out = tmp_path / "p.json"
+    result = run_cli("plan", "--objective", "total", "--top", "1", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    found = re.search(r"no engine runs yet gives ([\d,]+) output tok/s in all \(([+-][\d.]+)% against rank 1\)", text)
+    assert found, text
+    beyond = float(found.group(1).replace(",", ""))
+    top = json.loads(out.read_text())["plans"][0]["predicted"]["economics"]["output_tokens_per_s"]
+    assert abs((beyond - top) / top * 100 - float(found.group(2))) < 0.1
