@@ -77,6 +77,7 @@ from planner.report.plan_report import (
     space_table,
 )
 from planner.report.uncertainty_report import uncertainty_table
+from planner.search.candidate_spaces import Progress as SearchProgress
 from planner.search.plan_search import SearchOutcome, TableCache, run_search
 from planner.search.request import (
     DEFAULT_HARDWARE,
@@ -424,7 +425,15 @@ def order_keys(outcome: SearchOutcome) -> dict[str, tuple[float, float]]:
     }
 
 
-def ranked_outcome(request: PlanRequest, mode: str, cache: TableCache | None = None) -> SearchOutcome:
+def first_plan_outcome(request: PlanRequest, cache: TableCache) -> SearchOutcome:
+    """The plan `moeplan plan` ranks first for `request` (its near-tie order included), without a
+    display: what `sweep` and `whatif` report as a point's or a column's best plan."""
+    return ranked_outcome(dataclasses.replace(request, top=1), request.engine_mode, cache, quiet=True)
+
+
+def ranked_outcome(
+    request: PlanRequest, mode: str, cache: TableCache | None = None, quiet: bool = False
+) -> SearchOutcome:
     """The search's plans as `--top` distinct deployments (planner.ranking.rows), with their bands:
     dense FFN / LM head variants folded under their row, near-ties ordered by TTFT, the band's slow
     end and HBM headroom. The search is asked for `fetch_size` plans (x3 while fewer than --top rows
@@ -439,7 +448,7 @@ def ranked_outcome(request: PlanRequest, mode: str, cache: TableCache | None = N
     fetch = fetch_size(top)
     seconds, solves = 0.0, 0
     while True:
-        raw = search_with_progress(request, cache, mode, fetch)
+        raw = search_plans(request, cache, mode, fetch) if quiet else search_with_progress(request, cache, mode, fetch)
         seconds, solves = seconds + raw.seconds, solves + raw.solves
         rows = fold_variants(raw.plans)
         if len(rows) >= top or raw.exhausted or raw.status == "INTERRUPTED" or fetch >= 27 * top:
@@ -623,6 +632,17 @@ def engine_mode(engine: str | None, emits: list[tuple[str, Path]], mixed: bool) 
     return engine_name(given)
 
 
+def search_plans(
+    request: PlanRequest, cache: TableCache | None, mode: str, fetch: int, progress: SearchProgress | None = None
+) -> SearchOutcome:
+    """The `fetch` best plans of `request`, with no display: `mode` AUTO the plans some engine runs
+    (planner.search.runnable), else the search as the request's engine says."""
+    if mode == AUTO:
+        return run_runnable(request, fetch, progress, cache)
+    outcome = run_search(dataclasses.replace(request, top=fetch), progress, cache)
+    return dataclasses.replace(outcome, engine_mode=mode, request=request)
+
+
 def search_with_progress(
     request: PlanRequest, cache: TableCache | None = None, mode: str = NONE, fetch: int | None = None
 ) -> SearchOutcome:
@@ -631,13 +651,9 @@ def search_with_progress(
     with an empty line). `mode` AUTO: the plans some engine runs (planner.search.runnable); `fetch`:
     ask for this many plans (default: --top)."""
     fetch = fetch or request.top
-    wide = dataclasses.replace(request, top=fetch)
 
     def search(progress) -> SearchOutcome:
-        if mode == AUTO:
-            return run_runnable(request, fetch, progress, cache)
-        outcome = run_search(wide, progress, cache)
-        return dataclasses.replace(outcome, engine_mode=mode, request=request)
+        return search_plans(request, cache, mode, fetch, progress)
 
     if not err_console.is_terminal:
         return search(None)
@@ -740,7 +756,7 @@ def title_of(outcome: SearchOutcome) -> str:
         where += " (prefill and decode instances apart: per-phase flags)"
     elif req.is_mixed:
         where = f"prefill {req.prefill_hw_name} / decode {req.decode_hw_name}"
-    budget = f"<= {req.max_cards:g} cards"
+    budget = req.budget_text()
     if req.rate_per_s is not None:
         budget = f"{req.rate_per_s:g} requests/s with the fewest cards ({budget})"
     return (
@@ -759,6 +775,8 @@ def engine_lines(outcome: SearchOutcome) -> list[str]:
     releases = ", ".join(load_profile(e).label for e in ENGINES)
     if mode == AUTO:
         out = [f"runs on: the engines that run each plan, of {releases} (docs/engines.md; --engine none: every plan)"]
+        if len(outcome.engine_failures) == len(ENGINES):  # planner.search.runnable: none runs this machine or format
+            out = [f"runs on: none of {releases} runs this request (why, below); the list is the free search's"]
         for engine, why in outcome.engine_failures.items():
             out.append(f"{engine}: {why.rstrip('.')}.")
         beyond = outcome.beyond

@@ -52,7 +52,7 @@ from planner.cli.options import (
     parse_prices,
     priced,
 )
-from planner.cli.plan_cmd import build_request, engine_mode, quantization_for
+from planner.cli.plan_cmd import build_request, engine_mode, first_plan_outcome, quantization_for
 from planner.costmodel.context import DEFAULT_HBM_UTILIZATION
 from planner.errors import BadInputError, InfeasibleError
 from planner.ranking.frontier import ECONOMICS_FIGURE, Y_AXES, published_points, sweep_curves, sweep_metric
@@ -217,7 +217,7 @@ def _run_with_progress(points, axes, fixed, jobs: int) -> SweepResult:
     # Without a terminal on stderr there is nothing to redraw, and no display (rich would still
     # end it with an empty line).
     if not err_console.is_terminal:
-        return run_sweep(points, axes, fixed, None, jobs=jobs)
+        return run_sweep(points, axes, fixed, None, jobs=jobs, search=first_plan_outcome)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -235,7 +235,7 @@ def _run_with_progress(points, axes, fixed, jobs: int) -> SweepResult:
             bar.update(task, completed=done, description=f"planned {label}" if label else "planned")
             bar.refresh()
 
-        return run_sweep(points, axes, fixed, progress, jobs=jobs)
+        return run_sweep(points, axes, fixed, progress, jobs=jobs, search=first_plan_outcome)
 
 
 def sweep(

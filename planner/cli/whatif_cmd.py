@@ -30,7 +30,7 @@ from planner.cli.options import (
     SearchEngineOpt,
     check_spread_needs_simulate,
 )
-from planner.cli.plan_cmd import build_request, engine_mode, search_with_progress
+from planner.cli.plan_cmd import build_request, engine_mode, ranked_outcome
 from planner.costmodel.context import DEFAULT_HBM_UTILIZATION
 from planner.costmodel.evaluate import load_plan_specs
 from planner.costmodel.mixed import is_mixed_plan
@@ -262,7 +262,8 @@ def request_from(assumptions: dict[str, object], time_limit: float, workers: int
 
 
 def _search_with_progress(request: PlanRequest, cache: TableCache) -> SearchOutcome:
-    outcome = search_with_progress(request, cache, request.engine_mode, fetch=1)
+    """Rank 1 as `moeplan plan` lists it (its near-tie order: the base column is plan's rank 1)."""
+    outcome = ranked_outcome(dataclasses.replace(request, top=1), request.engine_mode, cache)
     if outcome.status == "INTERRUPTED":
         # a what-if needs both searches complete; stop as an interrupt does elsewhere (exit 130)
         raise KeyboardInterrupt

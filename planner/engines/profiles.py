@@ -343,19 +343,37 @@ def phase_problems(
             f"{field}mtp_tokens: {mtp} draft tokens; {profile.label} runs at most {cap.mtp_tokens_max}; {fix} "
             f"or --mtp 0,{cap.mtp_tokens_max}."
         )
-    if phase.devices > node and not cap.multi_node:
-        out.append(f"{field}devices: {profile.label} cannot span nodes; {fix}.")
-    if cap.max_nodes_per_instance is not None and phase.devices > node * cap.max_nodes_per_instance:
-        out.append(
-            f"{field}devices: an instance of {phase.devices} devices spans more than {profile.label}'s "
-            f"{cap.max_nodes_per_instance} nodes; {fix}."
-        )
+    spans = span_refusal(profile, phase.devices, node)
+    if spans is not None:
+        out.append(f"{field}devices: {spans}; {fix}.")
     if phase.devices > node and (phase.devices % node or node % att.tp):
         out.append(
             f"{field}devices: an instance of {phase.devices} devices over {node}-device nodes needs whole nodes and an "
             f"attention TP ({att.tp}) that divides a node; {fix}."
         )
     return out
+
+
+def span_refusal(profile: EngineProfile, devices: int, node: int) -> str | None:
+    """Why the engine runs no instance of `devices` devices over `node`-device nodes, whatever its
+    layout (it cannot span nodes, or not that many); None when some layout may. (Past a node an
+    instance also needs whole nodes and an attention TP that divides one: phase_problems.)"""
+    cap = profile.capabilities
+    if devices > node and not cap.multi_node:
+        return f"{profile.label} cannot span nodes"
+    if cap.max_nodes_per_instance is not None and devices > node * cap.max_nodes_per_instance:
+        return f"an instance of {devices} devices spans more than {profile.label}'s {cap.max_nodes_per_instance} nodes"
+    return None
+
+
+def size_refusal(profile: EngineProfile, devices: int, node: int) -> str | None:
+    """`span_refusal`, and past a node a size that is not whole nodes (no layout of the engine runs it)."""
+    spans = span_refusal(profile, devices, node)
+    if spans is not None:
+        return spans
+    if devices > node and devices % node:
+        return f"an instance of {devices} devices over {node}-device nodes needs whole nodes in {profile.label}"
+    return None
 
 
 def machine_refusal(profile: EngineProfile, hw: HardwareSpec) -> str | None:

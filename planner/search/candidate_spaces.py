@@ -64,7 +64,7 @@ from planner.costmodel.acceptance_spread import slo_tpot_factor
 from planner.costmodel.context import CostContext
 from planner.costmodel.memory import fixed_hbm
 from planner.costmodel.prefill import least_requests_per_forward
-from planner.errors import BadInputError
+from planner.errors import BadInputError, InfeasibleError
 from planner.search.budget import Budget
 from planner.search.contexts import PhaseContexts
 from planner.search.request import PlanRequest
@@ -323,6 +323,20 @@ def phase_sizes(ctx: CostContext, budget_devices: int, pinned: int | None, other
     return instance_sizes(ctx.hw, max(0, budget_devices - other_min), min_dev)
 
 
+def refuse_pinned_size_the_engine_cannot_run(request: PlanRequest, ctx: CostContext, label: str) -> None:
+    """A pinned instance size (--decode-devices / --prefill-devices) the request's engine runs in no layout:
+    InfeasibleError naming the pin and the engine's rule, rather than plans the engine cannot run (the
+    free sizes are whole nodes past one already: planner.candidates.space.instance_sizes)."""
+    pinned = request.decode_devices if label == "decode" else request.prefill_devices
+    if request.engine is None or pinned is None:
+        return
+    from planner.engines.profiles import load_profile, size_refusal
+
+    why = size_refusal(load_profile(request.engine), pinned, ctx.hw.devices_per_node)
+    if why is not None:
+        raise InfeasibleError(f"--{label}-devices {pinned}: {why}; pin a size it runs or drop the pin.")
+
+
 def request_limits(request: PlanRequest, max_devices: int) -> SpaceLimits:
     """The layout limits of a request: its engine, its cap on redundant copies, and the named
     limits it lifts (--max-extra-slots drops the 50% redundancy cap too; --any-tp)."""
@@ -365,10 +379,12 @@ def candidate_spaces(
     d_devices, p_devices = budget.pool_devices[budget.pool("decode")], budget.pool_devices[budget.pool("prefill")]
     dspace = pspace = None
     if want_decode:
+        refuse_pinned_size_the_engine_cannot_run(request, d_ctx, "decode")
         sizes = phase_sizes(d_ctx, d_devices, request.decode_devices, other_min_d, "decode")
         limits = request_limits(request, d_devices)
         dspace = build_phase_space(d_ctx, "decode", sizes, request, limits, progress, keep, cache)
     if want_prefill:
+        refuse_pinned_size_the_engine_cannot_run(request, p_ctx, "prefill")
         sizes = phase_sizes(p_ctx, p_devices, request.prefill_devices, other_min_p, "prefill")
         limits = request_limits(request, p_devices)
         pspace = build_phase_space(p_ctx, "prefill", sizes, request, limits, progress, keep, cache)

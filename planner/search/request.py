@@ -98,6 +98,19 @@ class PlanRequest:
         """The machine decode instances run on."""
         return self.decode_hardware or self.hardware
 
+    def budget_text(self) -> str:
+        """The budget as the search applies it (planner.search.budget): --max-cards over both phases'
+        cards, or each phase's own cap (a phase without one: --max-cards of its machine), and the cost
+        cap (with it and no phase cap, no card cap)."""
+        parts: list[str] = []
+        if self.max_prefill_cards is not None or self.max_decode_cards is not None:
+            prefill = self.max_cards if self.max_prefill_cards is None else self.max_prefill_cards
+            decode = self.max_cards if self.max_decode_cards is None else self.max_decode_cards
+            parts = [f"<= {prefill:g} prefill cards", f"<= {decode:g} decode cards"]
+        if self.max_cost is not None:
+            parts.append(f"cost <= {self.max_cost:g}")
+        return ", ".join(parts) if parts else f"<= {self.max_cards:g} cards"
+
     @property
     def is_mixed(self) -> bool:
         """True when the phases run on different machines or are budgeted apart (mixed search)."""

@@ -100,7 +100,8 @@ def run_runnable(
         # answer (the request, not the engines, is the problem); else the engines lack what it needs
         free_outcome = run_search(dataclasses.replace(request, engine=None, top=1, alternatives=False), None, cache)
         problems = engine_problems(free_outcome.plans[0], free_outcome)
-        lacks = "; ".join(f"{e}: {p[0]}" for e, p in problems.items() if p)
+        # (each problem's own advice, re-plan with --engine E, does not apply here: E runs none of it)
+        lacks = "; ".join(f"{e}: {p[0].split('; re-plan')[0].rstrip('.')}" for e, p in problems.items() if p)
         raise InfeasibleError(
             "no serving engine runs a feasible plan: the best plan under these limits needs what every engine "
             f"lacks ({lacks}); --engine none lists it."

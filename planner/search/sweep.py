@@ -5,10 +5,10 @@ as a range `a:b:step` (both ends included), a list `a,b,c`, or a single value. `
 may also name a budget per machine (`a2=64,cm384=384`) when the machine is swept, because one
 budget rarely suits two machines whose cards differ.
 
-Every point is an ordinary search (`run_search`, top 1). The cost tables depend on model,
-machine, scheme, workload and skew only, so one `TableCache` serves the whole sweep: a sweep of
-an SLO, the budget or the rate costs each instance size once. An infeasible point is a result
-(its message names the binding constraint), not an error.
+Every point is an ordinary search (`run_search`, top 1; the CLI's: rank 1 as `moeplan plan` lists
+it). The cost tables depend on model, machine, scheme, workload and skew only, so one `TableCache`
+serves the whole sweep: a sweep of an SLO, the budget or the rate costs each instance size once. An
+infeasible point is a result (its message names the binding constraint), not an error.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 from planner.engines.profiles import running
 from planner.errors import BadInputError, InfeasibleError
 from planner.search.contexts import phase_contexts
-from planner.search.plan_search import TableCache, run_search
+from planner.search.plan_search import SearchOutcome, TableCache, run_search
 from planner.search.request import PlanRequest
 from planner.search.runnable import AUTO, run_runnable
 from planner.search.table_cache import imbalance_identity
@@ -253,11 +253,20 @@ class _Interrupted(Exception):
     """A point's search was interrupted (its best-so-far is not an answer)."""
 
 
-def _search_point(values: dict[str, Value], request: PlanRequest, cache: TableCache) -> SweepPoint:
+# A point's search: (request, cache) -> its outcome, rank 1 first. run_sweep's caller may give its own
+# (the CLI's: rank 1 as `moeplan plan` orders near-ties); by default the search's best plan.
+PointSearch = Callable[[PlanRequest, TableCache], SearchOutcome]
+
+
+def _search_point(
+    values: dict[str, Value], request: PlanRequest, cache: TableCache, search: PointSearch | None = None
+) -> SweepPoint:
     t0 = time.perf_counter()
     single = replace(request, alternatives=False)
     try:
-        if request.engine_mode == AUTO:  # as `moeplan plan`: the best plan some engine runs
+        if search is not None:
+            outcome = search(single, cache)
+        elif request.engine_mode == AUTO:  # as `moeplan plan`: the best plan some engine runs
             outcome = run_runnable(single, 1, None, cache)
         else:
             outcome = run_search(single, cache=cache)
@@ -273,7 +282,7 @@ def _search_point(values: dict[str, Value], request: PlanRequest, cache: TableCa
 
 # What forked workers inherit from the parent: the points and the warmed cache (copy-on-write:
 # the tables are not pickled). Set just before the workers are forked.
-_FORKED: tuple[list[tuple[dict[str, Value], PlanRequest]], TableCache] | None = None
+_FORKED: tuple[list[tuple[dict[str, Value], PlanRequest]], TableCache, PointSearch | None] | None = None
 
 
 def _quiet_worker() -> None:
@@ -285,9 +294,9 @@ def _quiet_worker() -> None:
 def _forked_point(i: int) -> tuple[int, SweepPoint, int, int, int]:
     """Search point i in a forked worker: (i, the point, cache hits, misses and loads it caused)."""
     assert _FORKED is not None
-    points, cache = _FORKED
+    points, cache, search = _FORKED
     hits, misses, loaded = cache.hits, cache.misses, cache.loaded
-    point = _search_point(*points[i], cache)
+    point = _search_point(*points[i], cache, search)
     _flush_table_store()  # a pool worker ends without running exit handlers
     return i, point, cache.hits - hits, cache.misses - misses, cache.loaded - loaded
 
@@ -312,6 +321,7 @@ def run_sweep(
     progress: Progress | None = None,
     cache: TableCache | None = None,
     jobs: int = 1,
+    search: PointSearch | None = None,
 ) -> SweepResult:
     """Search every point with one shared TableCache; infeasible points become rows.
 
@@ -322,7 +332,8 @@ def run_sweep(
     group's tables once; then the other points are searched `jobs` at a time: by forked worker
     processes that inherit the warmed cache (Linux), else by threads sharing it (numpy and CP-SAT
     release the GIL, the rest of a search does not, so threads gain less). Results do not depend
-    on `jobs`; `progress(done, total, values)` follows completion.
+    on `jobs`; `progress(done, total, values)` follows completion. `search`: how a point is searched
+    (PointSearch; default the search's best plan).
 
     An interrupt (Ctrl-C, SIGTERM) stops the sweep: the points finished by then are returned, in
     order, with `interrupted` set.
@@ -350,17 +361,17 @@ def run_sweep(
     completed = False
     try:
         for i in first:
-            finished(i, _search_point(*points[i], cache))
+            finished(i, _search_point(*points[i], cache, search))
         if rest and can_fork():
             _flush_table_store()  # written once here, not again by every worker
-            _FORKED = (points, cache)
+            _FORKED = (points, cache, search)
             pool = multiprocessing.get_context("fork").Pool(min(jobs, len(rest)), _quiet_worker)
             for i, point, hits, misses, loaded in pool.imap_unordered(_forked_point, rest):
                 extra_hits, extra_misses, extra_loaded = extra_hits + hits, extra_misses + misses, extra_loaded + loaded
                 finished(i, point)
         elif rest:
             pool = ThreadPoolExecutor(max_workers=jobs)
-            futures = {pool.submit(_search_point, *points[i], cache): i for i in rest}
+            futures = {pool.submit(_search_point, *points[i], cache, search): i for i in rest}
             for fut in as_completed(futures):
                 finished(futures[fut], fut.result())
         completed = True

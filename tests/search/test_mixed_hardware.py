@@ -138,3 +138,20 @@ def test_whatif_swaps_one_phase_machine():
     assert {"name": "decode-hardware", "base": None, "new": "cm384"}.items() <= next(
         c for c in doc["changes"]["assumptions"] if c["name"] == "decode-hardware"
     ).items()
+
+
+def test_the_title_states_the_budget_the_search_applies():
+    # --max-prefill-cards alone caps prefill; decode keeps --max-cards of its machine: the title said
+    # "<= 48 cards" above a 64-card plan
+    r = run_cli("plan", "--max-prefill-cards", "16", "--top", "1", "--json", "-")
+    assert r.exit_code == 0, r.output
+    plan = json.loads(r.output)["plans"][0]
+    assert plan["prefill"]["instances"] * plan["prefill"]["devices"] <= 16
+    assert plan["decode"]["instances"] * plan["decode"]["devices"] <= 48
+    text = " ".join(run_cli("plan", "--max-prefill-cards", "16", "--top", "1").output.split())
+    assert "<= 16 prefill cards, <= 48 decode cards" in text and "<= 48 cards" not in text
+    assert PlanRequest(max_cost=150).budget_text() == "cost <= 150"
+    assert (
+        PlanRequest(max_decode_cards=8, max_cost=150).budget_text()
+        == "<= 48 prefill cards, <= 8 decode cards, cost <= 150"
+    )

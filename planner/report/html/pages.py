@@ -172,7 +172,7 @@ def request_question(req: PlanRequest, model: ModelSpec, hw: HardwareSpec) -> li
     rows.append(("workload", workload_text(req.workload)))
     rows.append(("SLOs", slo_text(req.slo)))
     if req.rate_per_s is not None:
-        budget = f"the fewest cards that serve {req.rate_per_s:g} requests/s (within {req.max_cards:g} cards)"
+        budget = f"the fewest cards that serve {req.rate_per_s:g} requests/s ({req.budget_text()})"
     else:
         figure = "input" if req.phase == "prefill" else "output"
         per = {
@@ -180,11 +180,7 @@ def request_question(req: PlanRequest, model: ModelSpec, hw: HardwareSpec) -> li
             "cost": "tokens per cost unit",
             "energy": "tokens per joule",
         }.get(req.objective, "tokens/s per card")
-        budget = f"at most {req.max_cards:g} cards ({hw.card_name}); the plan with the most {figure} {per}"
-    if req.max_prefill_cards is not None or req.max_decode_cards is not None:
-        budget = f"prefill ≤ {req.max_prefill_cards or '-'} cards, decode ≤ {req.max_decode_cards or '-'} cards"
-    if req.max_cost is not None:
-        budget += f"; cost ≤ {req.max_cost:g}"
+        budget = f"{req.budget_text()} ({hw.card_name}); the plan with the most {figure} {per}"
     rows.append(("budget", budget))
     engine = (
         f"{req.engine}: only what it runs"
