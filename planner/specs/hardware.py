@@ -22,18 +22,35 @@ evaluates on them says so.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
+def _admits_bool(annotation: object) -> bool:
+    """Whether a field's type takes true/false (bool itself, or a union or literal holding it)."""
+    if annotation is bool or isinstance(annotation, bool):
+        return True
+    return any(_admits_bool(arg) for arg in get_args(annotation))
+
+
 class Strict(BaseModel):
-    """Base for every spec: unknown keys are errors, values are checked on assignment."""
+    """Base for every spec: unknown keys are errors, values are checked on assignment, and a
+    true/false given for a number is an error (pydantic would read it as 1 or 0: `tpot_ms: true` was
+    an SLO of 1 ms)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, value: object, info: ValidationInfo) -> object:
+        if isinstance(value, bool) and info.field_name is not None:
+            if not _admits_bool(cls.model_fields[info.field_name].annotation):
+                raise ValueError(f"give a number, not {str(value).lower()}")
+        return value
 
 
 class FactorRange(Strict):
