@@ -11,7 +11,7 @@ import math
 from dataclasses import replace
 
 from planner.candidates.phase_candidates import lowest_latency_us
-from planner.candidates.space import DENSE_NODE_COUNTS, instance_sizes, min_devices_for_weights
+from planner.candidates.space import DENSE_NODE_COUNTS, instance_sizes, min_devices_for_weights, moe_options
 from planner.costmodel.context import CostContext
 from planner.search.candidate_spaces import (
     PhaseSpace,
@@ -67,6 +67,8 @@ def diagnose_infeasible(
             continue
         if not space.sizes:
             return f"card budget: no {space.phase} instance size fits {where}; raise --max-cards."
+        if not space.tables and space.no_expert_layout:
+            return no_expert_layout_message(ctx, request, space, where, feasible)
         lowest, at = _lowest(ctx, space)
         pinned = request.decode_devices if space.phase == "decode" else request.prefill_devices
         if lowest is None and pinned is not None:
@@ -80,7 +82,7 @@ def diagnose_infeasible(
             hbm = (
                 f"HBM: no {space.phase} configuration of {where} fits in "
                 f"{ctx.hbm_capacity_bytes / 2**30:.1f} GiB per device ({ctx.hbm_utilization:g} of "
-                f"{hw.hbm_bytes / 2**30:.0f} GiB; tried instance sizes {space.sizes})"
+                f"{hw.hbm_bytes / 2**30:.0f} GiB; tried instance sizes {sorted(space.tables)})"
             )
             cards = smallest_cards(request, feasible)
             if cards is None:
@@ -238,6 +240,49 @@ def _pinned_too_small(
     return f"{head} No larger {phase} instance size works within the budget: leave the size to the search."
 
 
+def no_expert_layout_message(
+    ctx: CostContext, request: PlanRequest, space: PhaseSpace, where: str, feasible: Feasible
+) -> str:
+    """No instance size of a phase has an expert layout within the layout limits: the cap on
+    redundant copies (--max-redundant-experts) or, without one, the engine's. With a cap, the
+    smallest cap that makes the request feasible, checked (the cap one copy below it is not)."""
+    sizes = space.no_expert_layout
+    experts = ctx.model.moe.routed_experts if ctx.model.moe is not None else 0
+    cap = request.max_redundant_experts
+    if cap is None:
+        return (
+            f"experts: {request.engine} runs no expert layout of a {space.phase} instance of {sizes} devices of "
+            f"{where}; pin another --{space.phase}-devices or plan for another --engine."
+        )
+    # the redundant copies a layout of these sizes can have (the cap lifted): the request's
+    # feasibility changes only at these counts, and grows with the cap
+    free = replace(request_limits(request, max(sizes)), max_redundant_experts=None)
+    counts = sorted(
+        {o.moe.ep * o.moe.slots_per_device - experts for n in sizes for o in moe_options(ctx.model, n, free)}
+    )
+    across = ", ".join(str(n) for n in sizes)
+    head = (
+        f"experts: no {space.phase} instance of {where} ({across} devices) holds {ctx.model.name}'s {experts} "
+        f"routed experts with at most {cap} redundant copies (--max-redundant-experts {cap})"
+    )
+    if counts:
+        head += f"; the fewest an instance of {across} devices can have is {counts[0]}"
+    above = [c for c in counts if c > cap]
+
+    def works(i: int) -> bool:
+        return feasible(replace(request, max_redundant_experts=above[i]))
+
+    if not above or not works(len(above) - 1):
+        return f"{head}, and no cap on them makes the request feasible; pin another --{space.phase}-devices."
+    lo, hi = -1, len(above) - 1  # above[lo] (or the request's cap) does not work; above[hi] does
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if works(mid) else (mid, hi)
+    below = cap if lo < 0 else above[lo]
+    gap = f"; no layout of {across} devices has {below + 1} to {above[hi] - 1}" if above[hi] - 1 > below else ""
+    return f"{head}. Raise --max-redundant-experts to at least {above[hi]} (checked: {below} is still infeasible{gap})."
+
+
 def _context_binds(ctx: CostContext, phase: str, devices: int) -> str | None:
     """The long-context diagnosis: one request's KV cache alone does not fit next to the weights.
 
@@ -356,6 +401,15 @@ def _mixed_message(
         (dspace, contexts.decode, "decode", f"TPOT <= {request.slo.tpot_ms} ms"),
         (pspace, contexts.prefill, "prefill", f"TTFT <= {request.slo.ttft_ms} ms"),
     ):
+        if space is not None and not space.candidates and not space.tables and space.no_expert_layout:
+            return (
+                f"{label} on {ctx.hw.name}: no instance of {', '.join(map(str, space.no_expert_layout))} devices has "
+                f"an expert layout with at most {request.max_redundant_experts} redundant copies "
+                "(--max-redundant-experts); raise --max-redundant-experts or pin another size."
+                if request.max_redundant_experts is not None
+                else f"{label} on {ctx.hw.name}: {request.engine} runs no expert layout of an instance of "
+                f"{', '.join(map(str, space.no_expert_layout))} devices; pin another size or plan for another --engine."
+            )
         if space is not None and not space.candidates:
             return (
                 f"{label} on {ctx.hw.name}: no instance of up to {max(space.sizes, default=0)} devices fits HBM "
