@@ -327,21 +327,22 @@ def smallest_deployment_devices(ctx: CostContext, request: PlanRequest, cache: T
     want_prefill = request.phase in ("both", "prefill")
     coloc_ok = want_decode and want_prefill and request.colocated
     limits = request_limits(request, largest)
-    sizes = set(instance_sizes(hw, largest, min_dev))
-    for pinned in (request.decode_devices, request.prefill_devices):
-        if pinned is not None:
-            sizes.add(pinned)
+    searched = set(instance_sizes(hw, largest, min_dev))
+    # each phase at the sizes the search gives it: the pinned one, else the search's own (the other
+    # phase's pinned size is not one of them, and no colocated instance has it unless both are)
+    phase_sizes = {
+        phase: searched if pinned is None else {pinned}
+        for phase, pinned in (("decode", request.decode_devices), ("prefill", request.prefill_devices))
+    }
+    sizes = phase_sizes["decode"] | phase_sizes["prefill"]
     best: int | None = None
     smallest: dict[str, int] = {}
     for n in sorted(sizes):
         if best is not None and n >= best:
             break
         spaces = {}
-        for phase, want, pinned in (
-            ("decode", want_decode, request.decode_devices),
-            ("prefill", want_prefill, request.prefill_devices),
-        ):
-            if want and (pinned is None or pinned == n):
+        for phase, want in (("decode", want_decode), ("prefill", want_prefill)):
+            if want and n in phase_sizes[phase]:
                 spaces[phase] = build_phase_space(ctx, phase, [n], request, limits, keep=1, cache=cache)
                 if spaces[phase].candidates and phase not in smallest:
                     smallest[phase] = n
