@@ -196,12 +196,19 @@ def _rate_message(request: PlanRequest, where: str, feasible: Feasible) -> str:
     """--rate is more than the budget serves: the smallest budget that serves it and the largest
     rate the budget serves, each checked."""
     assert request.rate_per_s is not None
-    head = f"rate: {where} cannot serve {request.rate_per_s:g} requests/s under the SLOs"
+    # the search counts a deployment's rate as the sum of its instances' requests/s, each rounded
+    # down to the thousandth (planner.search.deployment.rate_milli_of): a plan's detail prints the
+    # unrounded figure, a little higher, so the message says which one it holds to
+    head = (
+        f"rate: {where} cannot serve {request.rate_per_s:g} requests/s under the SLOs as the search counts "
+        "a deployment's rate (each instance's requests/s rounded down to 0.001, then summed; a plan's detail "
+        "prints the unrounded figure, which can be a little higher)"
+    )
     cards = smallest_cards(request, feasible)
     rate = largest_rate(request, feasible)
     if rate is not None:
         more = "" if rate.next_value is None else f"; {thousandths(rate.next_value)} is too many"
-        head += f" (the most it serves is {thousandths(rate.value)} requests/s{more})"
+        head += f" (the most it serves so counted is {thousandths(rate.value)} requests/s{more})"
     advice = []
     if cards is not None:
         advice.append(_raise_cards(cards))
@@ -355,10 +362,21 @@ def smallest_deployment_devices(ctx: CostContext, request: PlanRequest, cache: T
     return best
 
 
-def budget_message(ctx: CostContext, request: PlanRequest, budget_devices: int, cache: TableCache | None) -> str:
-    """Why the budget is too small, naming the smallest budget that works (found by costing)."""
+def budget_message(
+    ctx: CostContext,
+    request: PlanRequest,
+    budget_devices: int,
+    cache: TableCache | None,
+    engines: tuple[str, ...] | None = None,
+) -> str:
+    """Why the budget is too small, naming the smallest budget that works (found by costing; with
+    `engines`, the smallest at which one of them runs a deployment)."""
     hw = ctx.hw
-    smallest = smallest_deployment_devices(ctx, request, cache)
+    if engines is None:
+        smallest = smallest_deployment_devices(ctx, request, cache)
+    else:
+        each = [smallest_deployment_devices(ctx, replace(request, engine=e), cache) for e in engines]
+        smallest = min((n for n in each if n is not None), default=None)
     where = f"{ctx.model.name} on {hw.name}"
     if smallest is None:
         return (
@@ -366,10 +384,11 @@ def budget_message(ctx: CostContext, request: PlanRequest, budget_devices: int, 
             f"{DENSE_NODE_COUNTS} nodes; relax --tpot-ms/--ttft-ms or use a smaller quantization."
         )
     cards = math.ceil(smallest / hw.devices_per_card - 1e-9)
-    return (
+    return _counted_over(
         f"card budget: the smallest deployment of {where} that fits HBM and meets the SLOs needs "
         f"{smallest} devices ({cards} cards); --max-cards {request.max_cards:g} allows {budget_devices} "
-        f"devices. Raise --max-cards to at least {cards}."
+        f"devices. Raise --max-cards to at least {cards}.",
+        engines,
     )
 
 
@@ -381,17 +400,28 @@ def why_infeasible(
     budget_devices: int,
     cache: TableCache | None,
     feasible: Feasible,
+    engines: tuple[str, ...] | None = None,
 ) -> str:
     """`diagnose_infeasible` (which re-checks the request with one flag changed through
     `feasible`, with the tables of `cache`), with the card-budget case naming the smallest budget
-    that works; for phases on two machines, what binds on which."""
+    that works (with `engines`, that one of them runs); for phases on two machines, what binds on which."""
     if contexts.mixed:
         return _mixed_message(contexts, request, dspace, pspace)
     ctx = contexts.decode
     reason = diagnose_infeasible(ctx, request, dspace, pspace, budget_devices, feasible)
     if reason.startswith("card budget") and request.rate_per_s is None:
-        return budget_message(ctx, request, budget_devices, cache)
-    return reason
+        return budget_message(ctx, request, budget_devices, cache, engines)
+    return _counted_over(reason, engines)
+
+
+def _counted_over(reason: str, engines: tuple[str, ...] | None) -> str:
+    """A diagnosis naming values (at least, at most) found over the plans `engines` run: says so."""
+    if engines is None or (" at least " not in reason and " at most " not in reason):
+        return reason
+    return (
+        f"{reason} (Values counted over the plans a serving engine runs, as --engine auto ranks; "
+        "--engine none counts every plan.)"
+    )
 
 
 def _mixed_message(
