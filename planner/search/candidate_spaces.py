@@ -95,6 +95,9 @@ class PhaseSpace:
     candidates: list[PhaseCandidate]
     points_evaluated: int
     tables: dict[int, tuple[PhaseTables, IntTables]] = field(default_factory=dict)
+    # sizes left out because no expert layout of them meets the layout limits (--max-redundant-experts,
+    # the engine's): a MoE model's instance needs one, and costing the size without would drop its experts
+    no_expert_layout: list[int] = field(default_factory=list)
 
 
 def weights_bytes(ctx: CostContext) -> tuple[float, float]:
@@ -246,6 +249,7 @@ def build_phase_space(
     m = ctx.model
     cands: list[PhaseCandidate] = []
     tables_by_size: dict[int, tuple[PhaseTables, IntTables]] = {}
+    no_expert_layout: list[int] = []
     points = 0
     slo = request.slo
     fingerprint = table_key(ctx, request, limits)  # what the tables depend on
@@ -253,6 +257,9 @@ def build_phase_space(
         if progress:
             progress(f"costing {phase} instances of {n} devices", (i + 1) / max(1, len(sizes)))
         opts = size_options(m, ctx.hw, n, phase, limits)  # type: ignore[arg-type]
+        if m.moe is not None and not opts.moe:
+            no_expert_layout.append(n)
+            continue
         key = (phase, n, fingerprint)
         if phase == "decode":
             default = DEFAULT_DRAFT_DEPTHS if m.draft is not None else DEFAULT_MTP_DEPTHS
@@ -297,7 +304,7 @@ def build_phase_space(
         points += opts.count * len(t.k_values) * len(t.x_values) * micro_batch_counts
         tables_by_size[n] = (t, ints)  # type: ignore[assignment]
         cands.extend(found)
-    return PhaseSpace(phase, sizes, cands, points, tables_by_size)
+    return PhaseSpace(phase, sizes, cands, points, tables_by_size, no_expert_layout)
 
 
 def phase_sizes(ctx: CostContext, budget_devices: int, pinned: int | None, other_min: int, label: str) -> list[int]:

@@ -11,7 +11,7 @@ import math
 from dataclasses import replace
 
 from planner.candidates.phase_candidates import lowest_latency_us
-from planner.candidates.space import DENSE_NODE_COUNTS, instance_sizes, min_devices_for_weights
+from planner.candidates.space import DENSE_NODE_COUNTS, instance_sizes, min_devices_for_weights, moe_options
 from planner.costmodel.context import CostContext
 from planner.search.candidate_spaces import (
     PhaseSpace,
@@ -67,6 +67,8 @@ def diagnose_infeasible(
             continue
         if not space.sizes:
             return f"card budget: no {space.phase} instance size fits {where}; raise --max-cards."
+        if not space.tables and space.no_expert_layout:
+            return no_expert_layout_message(ctx, request, space, where, feasible)
         lowest, at = _lowest(ctx, space)
         pinned = request.decode_devices if space.phase == "decode" else request.prefill_devices
         if lowest is None and pinned is not None:
@@ -80,7 +82,7 @@ def diagnose_infeasible(
             hbm = (
                 f"HBM: no {space.phase} configuration of {where} fits in "
                 f"{ctx.hbm_capacity_bytes / 2**30:.1f} GiB per device ({ctx.hbm_utilization:g} of "
-                f"{hw.hbm_bytes / 2**30:.0f} GiB; tried instance sizes {space.sizes})"
+                f"{hw.hbm_bytes / 2**30:.0f} GiB; tried instance sizes {sorted(space.tables)})"
             )
             cards = smallest_cards(request, feasible)
             if cards is None:
@@ -194,12 +196,19 @@ def _rate_message(request: PlanRequest, where: str, feasible: Feasible) -> str:
     """--rate is more than the budget serves: the smallest budget that serves it and the largest
     rate the budget serves, each checked."""
     assert request.rate_per_s is not None
-    head = f"rate: {where} cannot serve {request.rate_per_s:g} requests/s under the SLOs"
+    # the search counts a deployment's rate as the sum of its instances' requests/s, each rounded
+    # down to the thousandth (planner.search.deployment.rate_milli_of): a plan's detail prints the
+    # unrounded figure, a little higher, so the message says which one it holds to
+    head = (
+        f"rate: {where} cannot serve {request.rate_per_s:g} requests/s under the SLOs as the search counts "
+        "a deployment's rate (each instance's requests/s rounded down to 0.001, then summed; a plan's detail "
+        "prints the unrounded figure, which can be a little higher)"
+    )
     cards = smallest_cards(request, feasible)
     rate = largest_rate(request, feasible)
     if rate is not None:
         more = "" if rate.next_value is None else f"; {thousandths(rate.next_value)} is too many"
-        head += f" (the most it serves is {thousandths(rate.value)} requests/s{more})"
+        head += f" (the most it serves so counted is {thousandths(rate.value)} requests/s{more})"
     advice = []
     if cards is not None:
         advice.append(_raise_cards(cards))
@@ -236,6 +245,49 @@ def _pinned_too_small(
                 f"from {need} devices up that works), or leave the size to the search."
             )
     return f"{head} No larger {phase} instance size works within the budget: leave the size to the search."
+
+
+def no_expert_layout_message(
+    ctx: CostContext, request: PlanRequest, space: PhaseSpace, where: str, feasible: Feasible
+) -> str:
+    """No instance size of a phase has an expert layout within the layout limits: the cap on
+    redundant copies (--max-redundant-experts) or, without one, the engine's. With a cap, the
+    smallest cap that makes the request feasible, checked (the cap one copy below it is not)."""
+    sizes = space.no_expert_layout
+    experts = ctx.model.moe.routed_experts if ctx.model.moe is not None else 0
+    cap = request.max_redundant_experts
+    if cap is None:
+        return (
+            f"experts: {request.engine} runs no expert layout of a {space.phase} instance of {sizes} devices of "
+            f"{where}; pin another --{space.phase}-devices or plan for another --engine."
+        )
+    # the redundant copies a layout of these sizes can have (the cap lifted): the request's
+    # feasibility changes only at these counts, and grows with the cap
+    free = replace(request_limits(request, max(sizes)), max_redundant_experts=None)
+    counts = sorted(
+        {o.moe.ep * o.moe.slots_per_device - experts for n in sizes for o in moe_options(ctx.model, n, free)}
+    )
+    across = ", ".join(str(n) for n in sizes)
+    head = (
+        f"experts: no {space.phase} instance of {where} ({across} devices) holds {ctx.model.name}'s {experts} "
+        f"routed experts with at most {cap} redundant copies (--max-redundant-experts {cap})"
+    )
+    if counts:
+        head += f"; the fewest an instance of {across} devices can have is {counts[0]}"
+    above = [c for c in counts if c > cap]
+
+    def works(i: int) -> bool:
+        return feasible(replace(request, max_redundant_experts=above[i]))
+
+    if not above or not works(len(above) - 1):
+        return f"{head}, and no cap on them makes the request feasible; pin another --{space.phase}-devices."
+    lo, hi = -1, len(above) - 1  # above[lo] (or the request's cap) does not work; above[hi] does
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if works(mid) else (mid, hi)
+    below = cap if lo < 0 else above[lo]
+    gap = f"; no layout of {across} devices has {below + 1} to {above[hi] - 1}" if above[hi] - 1 > below else ""
+    return f"{head}. Raise --max-redundant-experts to at least {above[hi]} (checked: {below} is still infeasible{gap})."
 
 
 def _context_binds(ctx: CostContext, phase: str, devices: int) -> str | None:
@@ -282,21 +334,22 @@ def smallest_deployment_devices(ctx: CostContext, request: PlanRequest, cache: T
     want_prefill = request.phase in ("both", "prefill")
     coloc_ok = want_decode and want_prefill and request.colocated
     limits = request_limits(request, largest)
-    sizes = set(instance_sizes(hw, largest, min_dev))
-    for pinned in (request.decode_devices, request.prefill_devices):
-        if pinned is not None:
-            sizes.add(pinned)
+    searched = set(instance_sizes(hw, largest, min_dev))
+    # each phase at the sizes the search gives it: the pinned one, else the search's own (the other
+    # phase's pinned size is not one of them, and no colocated instance has it unless both are)
+    phase_sizes = {
+        phase: searched if pinned is None else {pinned}
+        for phase, pinned in (("decode", request.decode_devices), ("prefill", request.prefill_devices))
+    }
+    sizes = phase_sizes["decode"] | phase_sizes["prefill"]
     best: int | None = None
     smallest: dict[str, int] = {}
     for n in sorted(sizes):
         if best is not None and n >= best:
             break
         spaces = {}
-        for phase, want, pinned in (
-            ("decode", want_decode, request.decode_devices),
-            ("prefill", want_prefill, request.prefill_devices),
-        ):
-            if want and (pinned is None or pinned == n):
+        for phase, want in (("decode", want_decode), ("prefill", want_prefill)):
+            if want and n in phase_sizes[phase]:
                 spaces[phase] = build_phase_space(ctx, phase, [n], request, limits, keep=1, cache=cache)
                 if spaces[phase].candidates and phase not in smallest:
                     smallest[phase] = n
@@ -309,10 +362,21 @@ def smallest_deployment_devices(ctx: CostContext, request: PlanRequest, cache: T
     return best
 
 
-def budget_message(ctx: CostContext, request: PlanRequest, budget_devices: int, cache: TableCache | None) -> str:
-    """Why the budget is too small, naming the smallest budget that works (found by costing)."""
+def budget_message(
+    ctx: CostContext,
+    request: PlanRequest,
+    budget_devices: int,
+    cache: TableCache | None,
+    engines: tuple[str, ...] | None = None,
+) -> str:
+    """Why the budget is too small, naming the smallest budget that works (found by costing; with
+    `engines`, the smallest at which one of them runs a deployment)."""
     hw = ctx.hw
-    smallest = smallest_deployment_devices(ctx, request, cache)
+    if engines is None:
+        smallest = smallest_deployment_devices(ctx, request, cache)
+    else:
+        each = [smallest_deployment_devices(ctx, replace(request, engine=e), cache) for e in engines]
+        smallest = min((n for n in each if n is not None), default=None)
     where = f"{ctx.model.name} on {hw.name}"
     if smallest is None:
         return (
@@ -320,10 +384,11 @@ def budget_message(ctx: CostContext, request: PlanRequest, budget_devices: int, 
             f"{DENSE_NODE_COUNTS} nodes; relax --tpot-ms/--ttft-ms or use a smaller quantization."
         )
     cards = math.ceil(smallest / hw.devices_per_card - 1e-9)
-    return (
+    return _counted_over(
         f"card budget: the smallest deployment of {where} that fits HBM and meets the SLOs needs "
         f"{smallest} devices ({cards} cards); --max-cards {request.max_cards:g} allows {budget_devices} "
-        f"devices. Raise --max-cards to at least {cards}."
+        f"devices. Raise --max-cards to at least {cards}.",
+        engines,
     )
 
 
@@ -335,17 +400,28 @@ def why_infeasible(
     budget_devices: int,
     cache: TableCache | None,
     feasible: Feasible,
+    engines: tuple[str, ...] | None = None,
 ) -> str:
     """`diagnose_infeasible` (which re-checks the request with one flag changed through
     `feasible`, with the tables of `cache`), with the card-budget case naming the smallest budget
-    that works; for phases on two machines, what binds on which."""
+    that works (with `engines`, that one of them runs); for phases on two machines, what binds on which."""
     if contexts.mixed:
         return _mixed_message(contexts, request, dspace, pspace)
     ctx = contexts.decode
     reason = diagnose_infeasible(ctx, request, dspace, pspace, budget_devices, feasible)
     if reason.startswith("card budget") and request.rate_per_s is None:
-        return budget_message(ctx, request, budget_devices, cache)
-    return reason
+        return budget_message(ctx, request, budget_devices, cache, engines)
+    return _counted_over(reason, engines)
+
+
+def _counted_over(reason: str, engines: tuple[str, ...] | None) -> str:
+    """A diagnosis naming values (at least, at most) found over the plans `engines` run: says so."""
+    if engines is None or (" at least " not in reason and " at most " not in reason):
+        return reason
+    return (
+        f"{reason} (Values counted over the plans a serving engine runs, as --engine auto ranks; "
+        "--engine none counts every plan.)"
+    )
 
 
 def _mixed_message(
@@ -356,6 +432,15 @@ def _mixed_message(
         (dspace, contexts.decode, "decode", f"TPOT <= {request.slo.tpot_ms} ms"),
         (pspace, contexts.prefill, "prefill", f"TTFT <= {request.slo.ttft_ms} ms"),
     ):
+        if space is not None and not space.candidates and not space.tables and space.no_expert_layout:
+            return (
+                f"{label} on {ctx.hw.name}: no instance of {', '.join(map(str, space.no_expert_layout))} devices has "
+                f"an expert layout with at most {request.max_redundant_experts} redundant copies "
+                "(--max-redundant-experts); raise --max-redundant-experts or pin another size."
+                if request.max_redundant_experts is not None
+                else f"{label} on {ctx.hw.name}: {request.engine} runs no expert layout of an instance of "
+                f"{', '.join(map(str, space.no_expert_layout))} devices; pin another size or plan for another --engine."
+            )
         if space is not None and not space.candidates:
             return (
                 f"{label} on {ctx.hw.name}: no instance of up to {max(space.sizes, default=0)} devices fits HBM "

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from planner.candidates.afd_candidates import AfdCandidate
@@ -117,9 +117,14 @@ def refuse_engine(engine: str, contexts: PhaseContexts, quantization: str) -> No
 
 
 def run_search(
-    request: PlanRequest, progress: Progress | None = None, cache: TableCache | None = None
+    request: PlanRequest,
+    progress: Progress | None = None,
+    cache: TableCache | None = None,
+    diagnose_engines: tuple[str, ...] | None = None,
 ) -> SearchOutcome:
-    """Plan a deployment for `request` (see the module docstring); `cache` reuses cost tables."""
+    """Plan a deployment for `request` (see the module docstring); `cache` reuses cost tables.
+    `diagnose_engines` (--engine auto's free search): when nothing is feasible, the values the
+    diagnosis names are those at which one of these engines runs a plan, not any plan."""
     start = time.perf_counter()
     deadline = start + request.settings.time_limit_s
     contexts = phase_contexts(request)
@@ -134,14 +139,17 @@ def run_search(
     # the K best distinct deployments use at most K configurations of any one instance size
     spaces = candidate_spaces(contexts, request, budget, request.top, progress, cache)
     if spaces is None:
-        raise InfeasibleError(budget_message(contexts.decode, request, budget.limits[0], cache))
+        raise InfeasibleError(budget_message(contexts.decode, request, budget.limits[0], cache, diagnose_engines))
     dspace, pspace = spaces
+
+    def feasible(changed: PlanRequest) -> bool:
+        if diagnose_engines is None:
+            return is_feasible(changed, cache)
+        return any(is_feasible(replace(changed, engine=engine), cache) for engine in diagnose_engines)
 
     def infeasible() -> InfeasibleError:
         return InfeasibleError(
-            why_infeasible(
-                contexts, request, dspace, pspace, budget.limits[0], cache, lambda changed: is_feasible(changed, cache)
-            )
+            why_infeasible(contexts, request, dspace, pspace, budget.limits[0], cache, feasible, diagnose_engines)
         )
 
     d_cands = dspace.candidates if dspace else []

@@ -98,7 +98,10 @@ def run_runnable(
     if not outcomes:
         # infeasible for every engine: if the free search is infeasible too, its diagnosis is the
         # answer (the request, not the engines, is the problem); else the engines lack what it needs
-        free_outcome = run_search(dataclasses.replace(request, engine=None, top=1, alternatives=False), None, cache)
+        # (its diagnosis names the values at which some engine runs a plan: what --engine auto admits)
+        running = tuple(e for e in ENGINES if e not in engines_refused(request))
+        free_request = dataclasses.replace(request, engine=None, top=1, alternatives=False)
+        free_outcome = run_search(free_request, None, cache, diagnose_engines=running)
         problems = engine_problems(free_outcome.plans[0], free_outcome)
         # (each problem's own advice, re-plan with --engine E, does not apply here: E runs none of it)
         lacks = "; ".join(f"{e}: {p[0].split('; re-plan')[0].rstrip('.')}" for e, p in problems.items() if p)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -42,10 +43,19 @@ def test_kimi_k3_on_a2_is_infeasible_with_the_reason():
     r = run_cli("plan", "--model", "kimi-k3", "--hardware", "a2", "--top", "1", "--no-colocated")
     assert r.exit_code == 1
     assert "HBM" in r.output and "kimi-k3" in r.output
-    # one colocated instance of 48 cards serves both phases; below that nothing fits
-    r = run_cli("plan", "--model", "kimi-k3", "--hardware", "a2", "--top", "1", "--max-cards", "40")
+    # one colocated instance of 48 cards serves both phases (one with 6 dedicated shared-expert
+    # devices, which no engine runs); below that nothing fits
+    r = run_cli("plan", "--model", "kimi-k3", "--hardware", "a2", "--top", "1", "--max-cards", "40", "--engine", "none")
     assert r.exit_code == 1
     assert "HBM" in r.output and "kimi-k3" in r.output and "at least 48" in r.output
+    # under --engine auto the budget named is one at which an engine runs a plan (48 was named and
+    # exited 1: no engine runs that plan)
+    r = run_cli("plan", "--model", "kimi-k3", "--hardware", "a2", "--top", "1", "--max-cards", "40")
+    assert r.exit_code == 1
+    found = re.search(r"Raise --max-cards to at least ([0-9]+)", " ".join(r.output.split()))
+    assert found and "serving engine runs" in r.output, r.output
+    cards = found.group(1)
+    assert run_cli("plan", "--model", "kimi-k3", "--hardware", "a2", "--top", "1", "--max-cards", cards).exit_code == 0
 
 
 def test_deepseek_v32_no_longer_plans_as_v3():
