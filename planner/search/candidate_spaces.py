@@ -330,6 +330,15 @@ def phase_sizes(ctx: CostContext, budget_devices: int, pinned: int | None, other
     return instance_sizes(ctx.hw, max(0, budget_devices - other_min), min_dev)
 
 
+class PinnedSizeRefused(InfeasibleError):
+    """The request's engine runs no layout of a pinned instance size (--decode-devices, --prefill-devices):
+    `pin` the flag and its value, `why` the engine's rule."""
+
+    def __init__(self, pin: str, why: str) -> None:
+        super().__init__(f"{pin}: {why}; pin a size it runs or drop the pin.")
+        self.pin, self.why = pin, why
+
+
 def refuse_pinned_size_the_engine_cannot_run(request: PlanRequest, ctx: CostContext, label: str) -> None:
     """A pinned instance size (--decode-devices / --prefill-devices) the request's engine runs in no layout:
     InfeasibleError naming the pin and the engine's rule, rather than plans the engine cannot run (the
@@ -341,7 +350,7 @@ def refuse_pinned_size_the_engine_cannot_run(request: PlanRequest, ctx: CostCont
 
     why = size_refusal(load_profile(request.engine), pinned, ctx.hw.devices_per_node)
     if why is not None:
-        raise InfeasibleError(f"--{label}-devices {pinned}: {why}; pin a size it runs or drop the pin.")
+        raise PinnedSizeRefused(f"--{label}-devices {pinned}", why)
 
 
 def request_limits(request: PlanRequest, max_devices: int) -> SpaceLimits:

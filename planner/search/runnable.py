@@ -18,7 +18,7 @@ import time
 from planner.engines.profiles import ENGINES, engine_refusal, model_engines_that_run
 from planner.errors import InfeasibleError
 from planner.search.alternatives import NO_AFD_FITS, NO_ENGINE_RUNS_AFD
-from planner.search.candidate_spaces import Progress
+from planner.search.candidate_spaces import PinnedSizeRefused, Progress
 from planner.search.deployment import Deployment, Objective, counts_key
 from planner.search.plan_files import plan_signature
 from planner.search.plan_search import Alternative, SearchOutcome, run_search
@@ -84,17 +84,28 @@ def run_runnable(
             seconds=time.perf_counter() - start,
         )
     interrupted = False
+    pins: dict[str, PinnedSizeRefused] = {}  # engines whose rules refuse a pinned size (no layout runs it)
     for engine in ENGINES:
         if engine in failures:
             continue
         try:
             outcomes[engine] = run_search(dataclasses.replace(request, engine=engine, top=fetch), progress, cache)
+        except PinnedSizeRefused as exc:
+            pins[engine], failures[engine] = exc, str(exc).rstrip(".")
+            continue
         except InfeasibleError as exc:
             failures[engine] = f"no feasible plan it runs ({str(exc).rstrip('.')})"
             continue
         if outcomes[engine].status == "INTERRUPTED":  # Ctrl-C: the best so far, no further search
             interrupted = True
             break
+    if not outcomes and pins and len(pins) == len(ENGINES) - len(engines_refused(request)):
+        # every engine that runs here refuses the pinned size: that, not the budget or the SLOs, is why
+        first = next(iter(pins.values()))
+        raise InfeasibleError(
+            f"no serving engine runs {first.pin} ({'; '.join(exc.why for exc in pins.values())}); pin a size they "
+            "run, or plan with --engine none."
+        )
     if not outcomes:
         # infeasible for every engine: if the free search is infeasible too, its diagnosis is the
         # answer (the request, not the engines, is the problem); else the engines lack what it needs

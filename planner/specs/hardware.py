@@ -47,9 +47,9 @@ class Strict(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _no_bool_for_a_number(cls, value: object, info: ValidationInfo) -> object:
-        if isinstance(value, bool) and info.field_name is not None:
-            if not _admits_bool(cls.model_fields[info.field_name].annotation):
-                raise ValueError(f"give a number, not {str(value).lower()}")
+        name = info.field_name
+        if isinstance(value, bool) and name is not None and not _admits_bool(cls.model_fields[name].annotation):
+            raise ValueError(f"give a number, not {str(value).lower()}")
         return value
 
 
