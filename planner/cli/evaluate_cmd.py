@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.common import Outputs, check_output, check_outputs, command_line, console, err_console, run_guarded
+from planner.cli.common import Outputs, check_outputs, command_line, console, err_console, run_guarded
 from planner.cli.emit_options import EmitOpt, ForceOpt, check_new_folders, parse_emits, stage_emits
 from planner.cli.options import (
     DEFAULT_CURRENCY,
@@ -257,11 +257,10 @@ def evaluate(
     def body() -> None:
         emits = parse_emits(emit)
         check_new_folders(emits, force)
-        check_outputs({"--out": out, "--html": html, "--json": json_out})
-        check_output("--html", html, stdout_ok=False)
+        # the JSON on stdout is --json -
+        check_outputs({"--out": out, "--html": html, "--json": json_out}, no_stdout=("--out", "--html"))
         if max_itl_ms is not None and not (math.isfinite(max_itl_ms) and max_itl_ms >= 0):
             raise BadInputError(f"--max-itl-ms must be >= 0 ms (0 disables it); got {max_itl_ms:g}.")
-        check_output("--out", out, stdout_ok=False)  # the JSON on stdout is --json -
         plan, _ = load_plan(plan_file, rank)
         if hardware is not None:
             own = {n: h for n, h in phase_hardware(plan).items() if h}

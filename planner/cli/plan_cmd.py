@@ -12,7 +12,6 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 from planner.cli.common import (
     Outputs,
-    check_output,
     check_outputs,
     command_line,
     console,
@@ -1065,8 +1064,7 @@ def plan(
         refuse_unused_flags(ctx, phase)
         emits = parse_emits(emit)
         check_new_folders(emits, force)
-        check_outputs({"--json": json_out, "--html": html})
-        check_output("--html", html, stdout_ok=False)
+        check_outputs({"--json": json_out, "--html": html}, no_stdout=("--html",))
         mode = engine_mode(engine, emits, prefill_hardware is not None or decode_hardware is not None)
         scheme, quant_note = quantization_for(quantization, hardware, prefill_hardware, decode_hardware)
         cards = max_cards

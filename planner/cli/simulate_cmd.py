@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from planner.cli.common import Outputs, check_output, check_outputs, command_line, console, err_console, run_guarded
+from planner.cli.common import Outputs, check_outputs, command_line, console, err_console, run_guarded
 from planner.cli.evaluate_cmd import Scored, plan_lines, score_plan
 from planner.cli.options import AcceptanceSpreadOpt, LoadsOpt, SkewSigmaOpt, SloPercentileOpt
 from planner.errors import BadInputError
@@ -267,10 +267,12 @@ def simulate(
         from planner.specs.catalog import load_plan, plan_base_dir
         from planner.specs.workload import load_workload_file
 
-        check_outputs({"--json": json_out, "--records": records, "--plot": plot, "--html": html})
-        check_output("--html", html, stdout_ok=False)
         if records is not None and str(records) == "-":
             raise BadInputError("--records: give a file name ('-' is for --json).")
+        check_outputs(
+            {"--json": json_out, "--records": records, "--plot": plot, "--html": html},
+            no_stdout=("--records", "--plot", "--html"),
+        )
         fmt = plot_format(plot) if plot is not None else None
         pcts = parse_percentiles(percentiles)
         check_slo_percentile(slo_percentile)
