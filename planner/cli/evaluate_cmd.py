@@ -17,6 +17,7 @@ from planner.cli.options import (
     CurrencyOpt,
     HtmlOpt,
     PricePerCardHourOpt,
+    check_default_itl,
     check_hbm_utilization,
     check_price_names,
     imbalance_from_options,
@@ -66,6 +67,7 @@ def judged_slo(plan: Plan, tpot_ms: float | None, ttft_ms: float | None, max_itl
     elif slo.get("max_itl_ms") is None and slo.get("tpot_ms") is not None:
         tpot = slo["tpot_ms"]
         if math.isfinite(tpot) and tpot > 0:  # (a bad --tpot-ms is reported by the validation below)
+            check_default_itl(tpot, "--tpot-ms" if tpot_ms is not None else "the plan's slo.tpot_ms")
             slo["max_itl_ms"] = default_max_itl_ms(tpot)
             note = (
                 f"ITL limit: {slo['max_itl_ms']:g} ms ({ITL_TPOT_MULTIPLE:g}x TPOT, the default `moeplan plan` "

@@ -53,6 +53,7 @@ from planner.cli.options import (
     TpotAtPercentileOpt,
     WorkersOpt,
     WorkloadFileOpt,
+    check_default_itl,
     check_hbm_utilization,
     check_price_names,
     check_spread_needs_simulate,
@@ -190,6 +191,8 @@ def build_request(
     # the default ITL limit follows a valid TPOT SLO only: a bad --tpot-ms is reported alone, not
     # again as a --max-itl-ms the user never gave
     tpot_valid = tpot_ms is not None and math.isfinite(tpot_ms) and tpot_ms > 0
+    if max_itl_ms is None and tpot_valid and tpot_ms is not None:
+        check_default_itl(tpot_ms)
     itl = (default_max_itl_ms(tpot_ms) if tpot_valid else None) if max_itl_ms is None else (max_itl_ms or None)
     slo = validate_model(
         SLO,

@@ -247,6 +247,21 @@ def test_a_bad_tpot_is_reported_alone(command, value):
     assert "--tpot-ms" in line and "--max-itl-ms" not in line
 
 
+@pytest.mark.parametrize("args", [("plan",), ("sweep",), ("evaluate", "a2-d70")])
+def test_a_tpot_whose_default_itl_passes_the_limit_names_tpot_and_its_limit(args):
+    r = run_cli(*args, "--tpot-ms", "4e8")  # the default ITL limit, 3x TPOT, would be 1.2e9 ms > 1e9 ms
+    assert r.exit_code == 2
+    line = _one_line_error(r.output)
+    assert line.startswith("error: --tpot-ms: must be <= 1e+09/3 ms (about 333,333,333 ms)")
+    assert "got 4e+08" in line and "--max-itl-ms:" not in line
+
+
+def test_evaluate_takes_the_largest_tpot_it_names_and_max_itl_ms_lifts_the_limit():
+    assert "--tpot-ms: must be <= 1e+09/3 ms" in run_cli("evaluate", "a2-d70", "--tpot-ms", "333333334").output
+    assert run_cli("evaluate", "a2-d70", "--tpot-ms", "333333333").exit_code == 0
+    assert run_cli("evaluate", "a2-d70", "--tpot-ms", "4e8", "--max-itl-ms", "0").exit_code == 0
+
+
 def test_an_unknown_emit_engine_names_emit_and_the_engines(tmp_path):
     r = run_cli("plan", "--emit", "foo", str(tmp_path / "D"))
     assert r.exit_code == 2
