@@ -211,6 +211,13 @@ class Outputs:
         self._items, self._stdout = [], []
 
 
+def flag_given(ctx: typer.Context, name: str) -> bool:
+    """Whether the user set parameter `name` (on the command line or through the environment), not
+    left it at its default."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
 def command_line(ctx: typer.Context, parsed: dict[str, object] | None = None) -> str:
     """The running command as a shell reads it back: `moeplan`, the subcommand, and every argument
     and option the user set (on the command line or through the environment; defaults left out).
