@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sys
 import tempfile
@@ -58,7 +59,9 @@ def check_output(flag: str, path: Path | None, stdout_ok: bool = True) -> None:
     """Refuse, before any work, a destination the command could not write.
 
     A file is written by renaming a temporary file beside it, so what matters is the folder: it
-    must exist and be writable; the path itself must not be a folder or a device ('-' is stdout).
+    must exist and take a new file (tried with a temporary file, removed at once: permissions alone
+    do not tell, for root or a read-only or virtual file system); the path itself must not be a
+    folder or a device ('-' is stdout where `stdout_ok`). The destination itself is not created.
     """
     if path is None:
         return
@@ -69,20 +72,40 @@ def check_output(flag: str, path: Path | None, stdout_ok: bool = True) -> None:
     if path.is_dir():
         raise BadInputError(f"{flag}: '{path}' is a folder; give a file name (e.g. '{path / 'out'}').")
     if path.exists() and not path.is_file():
-        raise BadInputError(f"{flag}: '{path}' is not a regular file; give a file name ('-' for stdout).")
+        advice = "give a file name ('-' for stdout)" if stdout_ok else "give a file name"
+        raise BadInputError(f"{flag}: '{path}' is not a regular file; {advice}.")
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         what = f"'{folder}' is a file, not a folder" if folder.exists() else f"folder '{folder}' does not exist"
         raise BadInputError(f"{flag}: {what}; create the folder first or write elsewhere.")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise BadInputError(f"{flag}: folder '{folder}' is not writable; write elsewhere.")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".check", dir=folder)
+    except OSError as exc:
+        raise BadInputError(
+            f"{flag}: cannot write '{path}' ({_refusal(folder, exc)}); give a path in an existing, writable folder."
+        ) from None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
 
 
-def check_outputs(destinations: dict[str, Path | None], stdout_ok: bool = True) -> None:
-    """`check_output` for every flag, and no two flags writing the same file or both to stdout."""
+def _refusal(folder: Path, exc: OSError) -> str:
+    """Why `folder` took no new file, in words."""
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return f"folder '{folder}' is not writable"
+    if exc.errno == errno.EROFS:
+        return f"folder '{folder}' is on a read-only file system"
+    return f"creating a file in folder '{folder}' fails: {exc.strerror or exc}"
+
+
+def check_outputs(destinations: dict[str, Path | None], no_stdout: tuple[str, ...] = ()) -> None:
+    """`check_output` for every flag (those in `no_stdout` refuse '-'), and no two flags writing the
+    same file or both to stdout."""
     seen: dict[str, str] = {}
     for flag, path in destinations.items():
-        check_output(flag, path, stdout_ok)
+        check_output(flag, path, stdout_ok=flag not in no_stdout)
         if path is None:
             continue
         key = "-" if str(path) == "-" else os.path.realpath(path)
@@ -186,6 +209,13 @@ class Outputs:
         for text in self._stdout:
             sys.stdout.write(text)
         self._items, self._stdout = [], []
+
+
+def flag_given(ctx: typer.Context, name: str) -> bool:
+    """Whether the user set parameter `name` (on the command line or through the environment), not
+    left it at its default."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
 
 
 def command_line(ctx: typer.Context, parsed: dict[str, object] | None = None) -> str:

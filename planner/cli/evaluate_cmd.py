@@ -10,13 +10,14 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.common import Outputs, check_output, check_outputs, command_line, console, err_console, run_guarded
+from planner.cli.common import Outputs, check_outputs, command_line, console, err_console, run_guarded
 from planner.cli.emit_options import EmitOpt, ForceOpt, check_new_folders, parse_emits, stage_emits
 from planner.cli.options import (
     DEFAULT_CURRENCY,
     CurrencyOpt,
     HtmlOpt,
     PricePerCardHourOpt,
+    check_default_itl,
     check_hbm_utilization,
     check_price_names,
     imbalance_from_options,
@@ -66,6 +67,7 @@ def judged_slo(plan: Plan, tpot_ms: float | None, ttft_ms: float | None, max_itl
     elif slo.get("max_itl_ms") is None and slo.get("tpot_ms") is not None:
         tpot = slo["tpot_ms"]
         if math.isfinite(tpot) and tpot > 0:  # (a bad --tpot-ms is reported by the validation below)
+            check_default_itl(tpot, "--tpot-ms" if tpot_ms is not None else "the plan's slo.tpot_ms")
             slo["max_itl_ms"] = default_max_itl_ms(tpot)
             note = (
                 f"ITL limit: {slo['max_itl_ms']:g} ms ({ITL_TPOT_MULTIPLE:g}x TPOT, the default `moeplan plan` "
@@ -257,11 +259,10 @@ def evaluate(
     def body() -> None:
         emits = parse_emits(emit)
         check_new_folders(emits, force)
-        check_outputs({"--out": out, "--html": html, "--json": json_out})
-        check_output("--html", html, stdout_ok=False)
+        # the JSON on stdout is --json -
+        check_outputs({"--out": out, "--html": html, "--json": json_out}, no_stdout=("--out", "--html"))
         if max_itl_ms is not None and not (math.isfinite(max_itl_ms) and max_itl_ms >= 0):
             raise BadInputError(f"--max-itl-ms must be >= 0 ms (0 disables it); got {max_itl_ms:g}.")
-        check_output("--out", out, stdout_ok=False)  # the JSON on stdout is --json -
         plan, _ = load_plan(plan_file, rank)
         if hardware is not None:
             own = {n: h for n, h in phase_hardware(plan).items() if h}

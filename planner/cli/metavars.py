@@ -78,6 +78,20 @@ def _no_type(ctx: Any = None) -> None:
     return None
 
 
+def _refusing_empty_paths(param: Any) -> Any:
+    """`param.process_value` that refuses an empty path ('' would read as '.', the current folder)."""
+    process = param.process_value
+
+    def process_value(ctx: Any, value: Any) -> Any:
+        if value == "":
+            from planner.cli.usage_errors import click_exceptions
+
+            raise click_exceptions.BadParameter("the path is empty; give a file name.", ctx=ctx, param=param)
+        return process(ctx, value)
+
+    return process_value
+
+
 def _usage_pieces(argument: Any) -> Any:
     def pieces(ctx: Any = None) -> list[str]:
         name = argument.metavar if argument.required else f"[{argument.metavar}]"
@@ -87,7 +101,8 @@ def _usage_pieces(argument: Any) -> Any:
 
 
 class MetavarCommand(TyperCommand):
-    """A typer command whose options all show a metavar naming what they take."""
+    """A typer command whose options all show a metavar naming what they take, and whose path
+    options and arguments refuse an empty path by name."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -95,6 +110,9 @@ class MetavarCommand(TyperCommand):
             is_option = getattr(param, "param_type_name", "") == "option"
             if is_option and not param.is_flag and not param.count and param.metavar is None:  # type: ignore[attr-defined]
                 param.metavar = metavar_for(param)
+            bare = getattr(param, "bare_type", None)
+            if callable(bare) and bare() == "Path":
+                setattr(param, "process_value", _refusing_empty_paths(param))  # noqa: B010
             if getattr(param, "param_type_name", "") == "argument":
                 # an argument's name (PLAN, BASE_PLAN) says what it takes; no "<str>" after it, and
                 # the usage line shows it as PLAN (required) or [PLAN], not typer's {PLAN}

@@ -187,6 +187,21 @@ def check_hbm_utilization(value: float) -> float:
     return value
 
 
+def check_default_itl(tpot_ms: float, field: str = "--tpot-ms") -> None:
+    """Refuse a TPOT SLO whose default ITL limit (3x it, when --max-itl-ms is not given) would pass the
+    largest SLO the spec takes: the error names `field`, the value the user gave, not --max-itl-ms."""
+    from planner.search.nearest import SLO_LIMIT_MS
+    from planner.search.request import ITL_TPOT_MULTIPLE
+
+    if ITL_TPOT_MULTIPLE * tpot_ms > SLO_LIMIT_MS:
+        raise BadInputError(
+            f"{field}: must be <= {SLO_LIMIT_MS:g}/{ITL_TPOT_MULTIPLE:g} ms (about "
+            f"{SLO_LIMIT_MS / ITL_TPOT_MULTIPLE:,.0f} ms) while --max-itl-ms is left at its default "
+            f"({ITL_TPOT_MULTIPLE:g}x TPOT, at most {SLO_LIMIT_MS:g} ms); got {tpot_ms:g}. Give a smaller "
+            f"{field}, or set --max-itl-ms (0 disables it) to allow a TPOT up to {SLO_LIMIT_MS:g} ms."
+        )
+
+
 HtmlOpt = Annotated[
     Path | None,
     typer.Option(

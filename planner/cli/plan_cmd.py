@@ -12,11 +12,11 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 from planner.cli.common import (
     Outputs,
-    check_output,
     check_outputs,
     command_line,
     console,
     err_console,
+    flag_given,
     run_guarded,
     write_text_atomic,
 )
@@ -54,6 +54,7 @@ from planner.cli.options import (
     TpotAtPercentileOpt,
     WorkersOpt,
     WorkloadFileOpt,
+    check_default_itl,
     check_hbm_utilization,
     check_price_names,
     check_spread_needs_simulate,
@@ -192,6 +193,8 @@ def build_request(
     # the default ITL limit follows a valid TPOT SLO only: a bad --tpot-ms is reported alone, not
     # again as a --max-itl-ms the user never gave
     tpot_valid = tpot_ms is not None and math.isfinite(tpot_ms) and tpot_ms > 0
+    if max_itl_ms is None and tpot_valid and tpot_ms is not None:
+        check_default_itl(tpot_ms)
     itl = (default_max_itl_ms(tpot_ms) if tpot_valid else None) if max_itl_ms is None else (max_itl_ms or None)
     slo = validate_model(
         SLO,
@@ -220,6 +223,8 @@ def build_request(
             raise BadInputError(f"{flag} must be between 1 and {MAX_DEVICES_PER_INSTANCE}; got {value}.")
     mtp_values = parse_int_list(mtp, "--mtp", 0, 4) if mtp else None
     structures = parse_structures(structure, colocated)
+    if structure is not None:
+        check_structures_phase(structures, phase)
     if draft_model is not None:
         with_draft(load_model(model), draft_model, field="--draft-model")  # refuses a draft the model cannot take
         if "afd" in structures:
@@ -308,6 +313,23 @@ def build_request(
 
 
 STRUCTURES = ("colocated", "pd", "afd")
+# what each structure needs of --phase: a colocated instance runs both phases; AFD splits decode instances
+_STRUCTURE_PHASES = {"colocated": ("both",), "afd": ("both", "decode")}
+
+
+def check_structures_phase(structures: tuple[str, ...], phase: str) -> None:
+    """Refuse a --structure the --phase plans none of (a decode-only search has no colocated instance,
+    a prefill-only one no colocated or AFD instance), rather than print plans of another structure."""
+    for name in structures:
+        phases = _STRUCTURE_PHASES.get(name)
+        if phases is not None and phase not in phases:
+            what = "runs prefill and decode on the same instances" if name == "colocated" else "splits decode instances"
+            raise BadInputError(
+                f"--structure {name} and --phase {phase} contradict each other: {name} {what}, and --phase {phase} "
+                f"plans {phase} instances only; drop {name} from --structure, or --phase {phase}."
+            )
+
+
 OBJECTIVES = ("tokens-per-card", "total", "cost", "energy")
 
 
@@ -725,10 +747,30 @@ def plan_page_html(
     return plan_html(page)
 
 
-# flags a search of one phase has no use for (a flag given on the command line, not its default)
+# flags a search of one phase has no use for (a flag given on the command line, not its default).
+# A decode-only search costs no prefill instance: the KV link and the prefix cache only move its TTFT,
+# the prefill machine and budget only its instances. A prefill-only search runs no decode step: MTP,
+# its acceptance, decode micro-batches and the TPOT percentile only shape those steps.
 _PHASE_UNUSED = {
-    "decode": (("ttft_ms", "--ttft-ms"), ("prefill_devices", "--prefill-devices")),
-    "prefill": (("tpot_ms", "--tpot-ms"), ("max_itl_ms", "--max-itl-ms"), ("decode_devices", "--decode-devices")),
+    "decode": (
+        ("ttft_ms", "--ttft-ms"),
+        ("prefill_devices", "--prefill-devices"),
+        ("prefill_hardware", "--prefill-hardware"),
+        ("max_prefill_cards", "--max-prefill-cards"),
+        ("kv_transfer_gbps", "--kv-transfer-gbps"),
+        ("prefix_hit_rate", "--prefix-hit-rate"),
+    ),
+    "prefill": (
+        ("tpot_ms", "--tpot-ms"),
+        ("max_itl_ms", "--max-itl-ms"),
+        ("decode_devices", "--decode-devices"),
+        ("decode_hardware", "--decode-hardware"),
+        ("max_decode_cards", "--max-decode-cards"),
+        ("mtp", "--mtp"),
+        ("mtp_acceptance", "--mtp-acceptance"),
+        ("tpot_at_percentile", "--tpot-at-percentile"),
+        ("decode_microbatch", "--decode-microbatch/--no-decode-microbatch"),
+    ),
 }
 
 
@@ -736,11 +778,12 @@ def refuse_unused_flags(ctx: typer.Context, phase: str) -> None:
     """Refuse a flag the request would ignore (exit 2 naming it), rather than print a plan as if it held."""
 
     def given(name: str) -> bool:
-        source = ctx.get_parameter_source(name)
-        return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+        return flag_given(ctx, name)
 
     for name, flag in _PHASE_UNUSED.get(phase.strip().lower(), ()):
         if given(name):
+            on, _, off = flag.partition("/")
+            flag = off if off and ctx.params.get(name) is False else on  # the one the user gave
             raise BadInputError(f"{flag}: --phase {phase} plans no phase it applies to; drop {flag} or the --phase.")
     if given("workload_file"):
         for name, flag in (("input_tokens", "--input-tokens"), ("output_tokens", "--output-tokens")):
@@ -1083,8 +1126,7 @@ def plan(
         refuse_unused_flags(ctx, phase)
         emits = parse_emits(emit)
         check_new_folders(emits, force)
-        check_outputs({"--json": json_out, "--html": html})
-        check_output("--html", html, stdout_ok=False)
+        check_outputs({"--json": json_out, "--html": html}, no_stdout=("--html",))
         mode = engine_mode(engine, emits, prefill_hardware is not None or decode_hardware is not None)
         scheme, quant_note = quantization_for(quantization, hardware, prefill_hardware, decode_hardware)
         cards = max_cards

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from planner.cli.common import Outputs, check_output, check_outputs, command_line, console, err_console, run_guarded
+from planner.cli.common import Outputs, check_outputs, command_line, console, err_console, flag_given, run_guarded
 from planner.cli.evaluate_cmd import Scored, plan_lines, score_plan
 from planner.cli.options import AcceptanceSpreadOpt, LoadsOpt, SkewSigmaOpt, SloPercentileOpt
 from planner.errors import BadInputError
@@ -264,13 +264,16 @@ def simulate(
         from planner.simulate.metrics import parse_goodput
         from planner.simulate.routing import engine_routing
         from planner.simulate.run import auto_requests, claimed_rate, simulate_plan
+        from planner.simulate.traffic import check_random_dataset
         from planner.specs.catalog import load_plan, plan_base_dir
         from planner.specs.workload import load_workload_file
 
-        check_outputs({"--json": json_out, "--records": records, "--plot": plot, "--html": html})
-        check_output("--html", html, stdout_ok=False)
         if records is not None and str(records) == "-":
             raise BadInputError("--records: give a file name ('-' is for --json).")
+        check_outputs(
+            {"--json": json_out, "--records": records, "--plot": plot, "--html": html},
+            no_stdout=("--records", "--plot", "--html"),
+        )
         fmt = plot_format(plot) if plot is not None else None
         pcts = parse_percentiles(percentiles)
         check_slo_percentile(slo_percentile)
@@ -291,7 +294,18 @@ def simulate(
             for flag, v in (("--random-input-len", random_input_len), ("--random-output-len", random_output_len)):
                 if v < 1:
                     raise BadInputError(f"{flag} must be >= 1 token; got {v}.")
+            check_random_dataset(random_range_ratio, random_convention)
             random = RandomDataset(random_input_len, random_output_len, random_range_ratio, random_convention)
+        else:
+            for name, flag in (
+                ("random_range_ratio", "--random-range-ratio"),
+                ("random_convention", "--random-convention"),
+            ):
+                if flag_given(ctx, name):
+                    raise BadInputError(
+                        f"{flag} shapes the random dataset, which needs --random-input-len and --random-output-len; "
+                        f"give them, or drop {flag}."
+                    )
         if workload_file is not None and random is not None:
             raise BadInputError("--workload and --random-* both give lengths; give one.")
         if workload_file is not None and trace is not None:

@@ -14,7 +14,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from planner.cli.common import (
     Outputs,
-    check_output,
     check_outputs,
     command_line,
     console,
@@ -351,9 +350,9 @@ def sweep(
         fmt = plot_format(plot) if plot is not None else None
         if sum(1 for o in (csv_out, json_out) if o is not None and str(o) == "-") > 1:
             raise BadInputError("--csv - and --json - both want stdout; send one of them to a file.")
-        check_outputs({"--csv": csv_out, "--json": json_out, "--plot": plot, "--html": html})
-        check_output("--plot", plot, stdout_ok=False)
-        check_output("--html", html, stdout_ok=False)
+        check_outputs(
+            {"--csv": csv_out, "--json": json_out, "--plot": plot, "--html": html}, no_stdout=("--plot", "--html")
+        )
         texts = {
             "hardware": hardware,
             "tpot-ms": tpot_ms,

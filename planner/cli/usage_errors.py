@@ -83,6 +83,14 @@ def _kind(param: Any) -> str:
     return {"int": "a whole number", "float": "a number"}.get(type_name, "a value")
 
 
+def _choices(param: Any) -> list[str]:
+    """The values a choice option (an Enum) takes, as the user types them; [] for any other option."""
+    descriptor = getattr(param, "type_descriptor", None)
+    if descriptor is None or not getattr(descriptor, "is_choice", False) or not descriptor.choices:
+        return []
+    return [str(getattr(c, "value", c)) for c in descriptor.choices]
+
+
 def _range(param: Any) -> str:
     lo, hi = getattr(param, "min", None), getattr(param, "max", None)
     if lo is not None and hi is not None:
@@ -102,6 +110,9 @@ def _bad_value(exc: Any, param: Any) -> str:
         return f"{exc.message.rstrip('.')}."
     error = errors[0]
     given, kind, bounds = error.get("input"), _kind(param), _range(param)
+    choices = _choices(param)
+    if choices:
+        return f"'{given}' is not one of {', '.join(choices)}; give one of them, e.g. {_name(param)} {choices[0]}."
     wanted = f"give {kind}{bounds}"
     default = getattr(param, "default", None)
     if isinstance(default, (int, float)) and not isinstance(default, bool) and not bounds:

@@ -58,28 +58,31 @@ def lengths_from_bins(bins: list[LengthBin], count: int, rng: np.random.Generato
     return inp[pick], out[pick]
 
 
+def check_random_dataset(range_ratio: float, convention: str) -> None:
+    """Refuse a range ratio or convention the random dataset cannot draw by (errors name the flag)."""
+    if convention not in RANDOM_CONVENTIONS:
+        raise BadInputError(f"--random-convention: '{convention}' is not one of {', '.join(RANDOM_CONVENTIONS)}.")
+    if convention == "vllm" and not 0.0 <= range_ratio < 1.0:
+        raise BadInputError(
+            f"--random-range-ratio {range_ratio:g}: vLLM's random dataset takes a ratio in [0, 1); "
+            "give one there, or --random-convention sglang (whose 1 means fixed lengths)."
+        )
+    if convention == "sglang" and not 0.0 <= range_ratio <= 1.0:
+        raise BadInputError(f"--random-range-ratio {range_ratio:g}: SGLang's random dataset takes a ratio in [0, 1].")
+
+
 def random_dataset_lengths(
     input_len: int, output_len: int, range_ratio: float, convention: str, count: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
     """Lengths as `vllm bench serve` or SGLang's `bench_serving` random dataset draws them (module docstring)."""
+    check_random_dataset(range_ratio, convention)
     if convention == "vllm":
-        if not 0.0 <= range_ratio < 1.0:
-            raise BadInputError(
-                f"--random-range-ratio {range_ratio:g}: vLLM's random dataset takes a ratio in [0, 1); "
-                "give one there, or --random-convention sglang (whose 1 means fixed lengths)."
-            )
         lo_in, hi_in = math.floor(input_len * (1 - range_ratio)), math.ceil(input_len * (1 + range_ratio))
         lo_out, hi_out = math.floor(output_len * (1 - range_ratio)), math.ceil(output_len * (1 + range_ratio))
         lo_in, lo_out = max(lo_in, 1), max(lo_out, 1)
-    elif convention == "sglang":
-        if not 0.0 <= range_ratio <= 1.0:
-            raise BadInputError(
-                f"--random-range-ratio {range_ratio:g}: SGLang's random dataset takes a ratio in [0, 1]."
-            )
+    else:
         lo_in, hi_in = max(int(input_len * range_ratio), 1), input_len
         lo_out, hi_out = max(int(output_len * range_ratio), 1), output_len
-    else:
-        raise BadInputError(f"--random-convention: '{convention}' is not one of {', '.join(RANDOM_CONVENTIONS)}.")
     return rng.integers(lo_in, hi_in + 1, size=count), rng.integers(lo_out, hi_out + 1, size=count)
 
 

@@ -4,13 +4,14 @@ names what each argument takes; evaluate judges the default ITL limit as plan se
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
 import yaml
 
 from planner.specs.quantization import QUANTIZATION_SCHEMES
-from tests.conftest import PLANS, run_cli
+from tests.conftest import PLANS, REPO, run_cli
 
 SWEEP = ("sweep", "--hardware", "a2", "--max-cards", "16", "--tpot-ms", "50:100:50")
 
@@ -135,6 +136,59 @@ def test_experts_refuses_an_out_path_it_cannot_write_before_the_placement(tmp_pa
     assert "--out" in _one_line_error(r.output) and "is a folder" in r.output
 
 
+# /proc takes no new file, whoever asks: permissions say root may write there, creating a file fails
+NO_NEW_FILES = "/proc"
+CALIBRATE = ("calibrate", str(REPO / "docs" / "examples" / "calibration" / "measurements.csv"), "--hardware", "a2")
+
+
+@pytest.mark.skipif(not os.path.isdir(NO_NEW_FILES), reason="needs Linux's /proc")
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (("plan",), "--json"),
+        (("plan",), "--html"),
+        (("evaluate", "a2-d70"), "--out"),
+        (("evaluate", "a2-d70"), "--html"),
+        (SWEEP, "--plot"),
+        (SWEEP, "--csv"),
+        (CALIBRATE, "--out"),
+        (("experts", "--synthetic", "zipf:1.1", "--devices", "8", "--slots-per-device", "40"), "--out"),
+        (("simulate", "a2-d70", "--requests", "10"), "--json"),
+        (("whatif", "a2-d70", "--tpot-ms", "80"), "--json"),
+    ],
+)
+def test_a_folder_that_takes_no_file_is_refused_before_any_work_naming_the_flag(args, flag):
+    path = f"{NO_NEW_FILES}/moeplan-out.{'png' if flag == '--plot' else 'json'}"
+    r = run_cli(*args, flag, path)
+    assert r.exit_code == 2, r.output
+    line = _one_line_error(r.output)  # no table printed before it: nothing ran
+    assert line.startswith(f"error: {flag}: cannot write '{path}' (")
+    assert line.endswith("give a path in an existing, writable folder.")
+    assert not os.path.exists(path)
+
+
+def test_a_non_file_output_is_refused_with_advice_the_flag_takes(tmp_path):
+    html = _one_line_error(run_cli("plan", "--html", "/dev/null").output)
+    assert "--html: '/dev/null' is not a regular file; give a file name." in html
+    assert "stdout" not in html  # --html - is refused
+    assert "('-' for stdout)" in _one_line_error(run_cli("plan", "--json", "/dev/null").output)
+
+
+@pytest.mark.parametrize(("args", "flag"), [(("plan",), "--json"), (("plan",), "--html"), (SWEEP, "--csv")])
+def test_an_empty_output_path_is_refused_as_empty(args, flag):
+    r = run_cli(*args, flag, "")
+    assert r.exit_code == 2
+    assert _one_line_error(r.output) == f"error: {flag}: the path is empty; give a file name."
+
+
+def test_a_bad_choice_names_the_flag_and_the_values():
+    r = run_cli("experts", "--format", "foo")
+    assert r.exit_code == 2
+    assert _one_line_error(r.output) == (
+        "error: --format: 'foo' is not one of vllm-ascend, json; give one of them, e.g. --format vllm-ascend."
+    )
+
+
 def test_outputs_are_renamed_into_place_only_when_every_one_is_staged(tmp_path):
     from planner.cli.common import Outputs
     from planner.errors import PlannerError
@@ -191,6 +245,21 @@ def test_a_bad_tpot_is_reported_alone(command, value):
     assert r.exit_code == 2
     line = _one_line_error(r.output)
     assert "--tpot-ms" in line and "--max-itl-ms" not in line
+
+
+@pytest.mark.parametrize("args", [("plan",), ("sweep",), ("evaluate", "a2-d70")])
+def test_a_tpot_whose_default_itl_passes_the_limit_names_tpot_and_its_limit(args):
+    r = run_cli(*args, "--tpot-ms", "4e8")  # the default ITL limit, 3x TPOT, would be 1.2e9 ms > 1e9 ms
+    assert r.exit_code == 2
+    line = _one_line_error(r.output)
+    assert line.startswith("error: --tpot-ms: must be <= 1e+09/3 ms (about 333,333,333 ms)")
+    assert "got 4e+08" in line and "--max-itl-ms:" not in line
+
+
+def test_evaluate_takes_the_largest_tpot_it_names_and_max_itl_ms_lifts_the_limit():
+    assert "--tpot-ms: must be <= 1e+09/3 ms" in run_cli("evaluate", "a2-d70", "--tpot-ms", "333333334").output
+    assert run_cli("evaluate", "a2-d70", "--tpot-ms", "333333333").exit_code == 0
+    assert run_cli("evaluate", "a2-d70", "--tpot-ms", "4e8", "--max-itl-ms", "0").exit_code == 0
 
 
 def test_an_unknown_emit_engine_names_emit_and_the_engines(tmp_path):

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from tests.conftest import run_cli
 
 LITE = ("plan", "--model", "deepseek-v2-lite", "--engine", "none")
@@ -60,6 +62,27 @@ def test_flags_a_request_would_ignore_are_refused():
         r = run_cli(*LITE, "--max-cards", "8", *flags)
         assert r.exit_code == 2, (flags, r.output)
         assert r.output.startswith("error: ") and named in r.output, r.output
+
+
+@pytest.mark.parametrize(
+    ("phase", "flags", "named"),
+    [
+        ("decode", ("--kv-transfer-gbps", "1"), "--kv-transfer-gbps"),
+        ("decode", ("--max-prefill-cards", "4"), "--max-prefill-cards"),
+        ("decode", ("--prefill-hardware", "a3"), "--prefill-hardware"),
+        ("decode", ("--prefix-hit-rate", "0.5"), "--prefix-hit-rate"),
+        ("prefill", ("--max-decode-cards", "4"), "--max-decode-cards"),
+        ("prefill", ("--decode-hardware", "a3"), "--decode-hardware"),
+        ("prefill", ("--mtp", "1"), "--mtp"),
+        ("prefill", ("--mtp-acceptance", "0.9"), "--mtp-acceptance"),
+        ("prefill", ("--tpot-at-percentile",), "--tpot-at-percentile"),
+        ("prefill", ("--no-decode-microbatch",), "--no-decode-microbatch"),
+    ],
+)
+def test_a_flag_of_the_other_phase_is_refused_naming_it_and_the_phase(phase, flags, named):
+    r = run_cli(*LITE, "--max-cards", "8", "--phase", phase, *flags)
+    assert r.exit_code == 2, r.output
+    assert r.output == f"error: {named}: --phase {phase} plans no phase it applies to; drop {named} or the --phase.\n"
 
 
 def test_a_workload_file_names_itself_and_its_lengths_are_not_overridden(tmp_path):

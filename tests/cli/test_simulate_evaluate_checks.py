@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from planner.simulate.run import AUTO_MAX_REQUESTS, auto_requests
 from planner.specs.catalog import load_plan
 from tests.conftest import REPO, run_cli
@@ -30,6 +32,19 @@ def test_a_trace_gives_the_lengths_so_workload_is_refused_with_it(tmp_path):
     workload = str(REPO / "docs" / "examples" / "workload-chat-histogram.yaml")
     r = run_cli("simulate", PD, "--trace", _trace(tmp_path, "0,100,20\n"), "--workload", workload)
     assert r.exit_code == 2 and "drop --workload" in r.output, r.output
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [(("--random-range-ratio", "2"), "--random-range-ratio"), (("--random-convention", "foo"), "--random-convention")],
+)
+def test_a_random_dataset_flag_without_the_random_lengths_is_refused(flags, named):
+    r = run_cli("simulate", "a2-d70", *flags)
+    assert r.exit_code == 2, r.output
+    assert r.output == (
+        f"error: {named} shapes the random dataset, which needs --random-input-len and --random-output-len; "
+        f"give them, or drop {named}.\n"
+    )
 
 
 def test_one_token_requests_have_no_acceptance_and_no_tpot_verdict(tmp_path):

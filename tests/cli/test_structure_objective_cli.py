@@ -13,6 +13,18 @@ from tests.conftest import PLANS, run_cli
     [
         (("--structure", "pd,moe"), "--structure: 'moe' is not a structure"),
         (("--structure", "colocated", "--no-colocated"), "contradict"),
+        (
+            ("--structure", "colocated", "--phase", "decode"),
+            "--structure colocated and --phase decode contradict each other",
+        ),
+        (
+            ("--structure", "pd,colocated", "--phase", "prefill"),
+            "--structure colocated and --phase prefill contradict each other",
+        ),
+        (
+            ("--structure", "afd", "--phase", "prefill", "--engine", "none"),
+            "--structure afd and --phase prefill contradict each other",
+        ),
         (("--objective", "speed"), "--objective: 'speed' is not one of"),
         (("--objective", "total", "--rate", "2"), "--objective total fills the budget"),
         (("--objective", "cost"), "hardware 'a2' has no price_per_card_hour"),
