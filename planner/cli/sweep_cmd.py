@@ -51,7 +51,13 @@ from planner.cli.options import (
     parse_prices,
     priced,
 )
-from planner.cli.plan_cmd import build_request, engine_mode, first_plan_outcome, quantization_for
+from planner.cli.plan_cmd import (
+    build_request,
+    engine_mode,
+    first_plan_outcome,
+    quantization_for,
+    refuse_unused_flags,
+)
 from planner.costmodel.context import DEFAULT_HBM_UTILIZATION
 from planner.errors import BadInputError, InfeasibleError
 from planner.ranking.frontier import ECONOMICS_FIGURE, Y_AXES, published_points, sweep_curves, sweep_metric
@@ -346,6 +352,7 @@ def sweep(
         from planner.report.plot import plot_format
 
         check_spread_needs_simulate(acceptance_spread, simulate)
+        refuse_unused_flags(ctx, phase)  # as plan does: a flag of the phase --phase leaves out
 
         fmt = plot_format(plot) if plot is not None else None
         if sum(1 for o in (csv_out, json_out) if o is not None and str(o) == "-") > 1:

@@ -132,3 +132,13 @@ def test_another_structures_plan_that_is_in_the_list_says_its_rank():
     matched = [row for row in rows if "".join(c.strip() for c in row.split("│")[2:4]) in listed]
     assert matched, r.output
     assert all("(rank " in row for row in matched), matched
+
+
+def test_sweep_refuses_a_flag_of_the_phase_it_leaves_out():
+    # sweep ran --phase decode --ttft-ms 1000,2000 as two identical points (the TTFT SLO binds no decode plan)
+    for args, flag in (
+        (("--phase", "decode", "--ttft-ms", "1000,2000"), "--ttft-ms"),
+        (("--phase", "prefill", "--mtp", "1"), "--mtp"),
+    ):
+        r = run_cli("sweep", *args)
+        assert r.exit_code == 2 and f"{flag}: --phase" in r.output, r.output
