@@ -44,6 +44,7 @@ from planner.search.plan_search import SearchOutcome
 from planner.search.request import PlanRequest
 from planner.specs.catalog import load_hardware, load_model, with_draft
 from planner.specs.hardware import HardwareSpec
+from planner.specs.model import ModelSpec
 from planner.specs.plan import SLO, AfdPlan, DecodePlan, Plan, PrefillPlan
 from planner.specs.quantization import get_quantization
 
@@ -517,10 +518,23 @@ def cards_for_rate(plan: Plan, prediction: Prediction, hw: HardwareSpec, rate_pe
     return hw.cards(devices)
 
 
-def _next_size(hw: HardwareSpec, devices: int) -> int | None:
+def _next_size(hw: HardwareSpec, devices: int, admits: Callable[[int], bool] | None = None) -> int | None:
+    """The next instance size the search's space holds past `devices` (`admits`: a size the request's
+    limits leave an expert layout for; None: every size)."""
     cap = hw.max_devices if hw.max_devices is not None else max(4 * devices, devices + hw.devices_per_node)
-    larger = [s for s in instance_sizes(hw, cap, devices + 1) if s > devices]
+    larger = [s for s in instance_sizes(hw, cap, devices + 1) if s > devices and (admits is None or admits(s))]
     return larger[0] if larger else None
+
+
+def size_admits(model: ModelSpec, req: PlanRequest) -> Callable[[int], bool]:
+    """Whether the request's layout limits (--max-redundant-experts, its engine) leave an instance of n
+    devices an expert layout: the search leaves sizes without one out (planner.search.candidate_spaces)."""
+    from planner.candidates.space import moe_options
+    from planner.search.candidate_spaces import request_limits
+
+    if model.moe is None:
+        return lambda n: True
+    return lambda n: bool(moe_options(model, n, request_limits(req, n)))
 
 
 def deployment_binding(
@@ -529,8 +543,10 @@ def deployment_binding(
     hw: HardwareSpec,
     max_cards: float | None,
     rate_per_s: float | None,
+    admits: Callable[[int], bool] | None = None,
 ) -> Binding:
-    """What limits the deployment's size: the card budget, the target rate, or nothing."""
+    """What limits the deployment's size: the card budget, the target rate, or nothing (`admits`:
+    `size_admits` of the request, when known)."""
     d_rps, p_rps = _instance_rates(plan, prediction)
     d_name = "AFD" if plan.afd is not None else "decode"
     phases = [
@@ -628,7 +644,7 @@ def deployment_binding(
     if not phases:
         return Binding("deployment", "none", "no phase to size.", "cards: -")
     name, ph, _ = phases[0]
-    nxt = _next_size(hw, ph.devices)
+    nxt = _next_size(hw, ph.devices, admits)
     if nxt is None:
         return Binding(
             "deployment",
@@ -678,7 +694,11 @@ def plan_context(plan: Plan, specs: PlanSpecs, imbalance=None) -> CostContext:
 
 
 def plan_bindings(
-    plan: Plan, ctx: CostContext, max_cards: float | None = None, rate_per_s: float | None = None
+    plan: Plan,
+    ctx: CostContext,
+    max_cards: float | None = None,
+    rate_per_s: float | None = None,
+    admits: Callable[[int], bool] | None = None,
 ) -> list[Binding]:
     """Decode, prefill and deployment bindings of a plan (scored if it has no `predicted`)."""
     if plan.predicted:
@@ -697,7 +717,7 @@ def plan_bindings(
         out.append(afd_binding(ctx, plan.afd, slo.tpot_ms if slo else None, factor))
     if plan.prefill_phase is not None and not plan.is_colocated:
         out.append(prefill_binding(ctx, plan.prefill_phase, slo.ttft_ms if slo else None))
-    out.append(deployment_binding(plan, prediction, ctx.hw, max_cards, rate_per_s))
+    out.append(deployment_binding(plan, prediction, ctx.hw, max_cards, rate_per_s, admits))
     return out
 
 
@@ -713,7 +733,7 @@ def request_bindings(plan: Plan, req: PlanRequest) -> list[Binding]:
         req.imbalance or default_imbalance_model(),
         req.hbm_utilization,
     )
-    return plan_bindings(plan, ctx, req.max_cards, req.rate_per_s)
+    return plan_bindings(plan, ctx, req.max_cards, req.rate_per_s, size_admits(ctx.model, req))
 
 
 def mixed_request_bindings(plan: Plan, req: PlanRequest) -> list[Binding]:

@@ -30,7 +30,7 @@ from planner.costmodel.imbalance import default_imbalance_model
 from planner.costmodel.mixed import is_mixed_plan
 from planner.engines.profiles import model_engines_that_run, running
 from planner.errors import BadInputError, InfeasibleError
-from planner.ranking.binding import Binding, mixed_request_bindings, plan_bindings, plan_context
+from planner.ranking.binding import Binding, mixed_request_bindings, plan_bindings, plan_context, size_admits
 from planner.ranking.compare import (
     Change,
     Delta,
@@ -191,7 +191,7 @@ def _column(
         bindings=(
             mixed_request_bindings(plan, req)
             if is_mixed_plan(plan)
-            else plan_bindings(plan, ctx, max_cards, req.rate_per_s)
+            else plan_bindings(plan, ctx, max_cards, req.rate_per_s, size_admits(ctx.model, req))
         ),
         meets_slo=all(meets) if meets else None,
         fits_hbm=all(fits) if fits else None,

@@ -70,3 +70,17 @@ def test_the_cli_exits_1_on_a_pinned_size_with_no_layout_under_the_cap():
     r = run_cli("plan", "--max-redundant-experts", "0", "--prefill-devices", "24", "--top", "1")
     assert r.exit_code == 1, r.output
     assert "--max-redundant-experts to at least 8" in " ".join(r.output.split())
+
+
+def test_the_binding_line_names_the_next_size_the_cap_leaves_a_layout():
+    # whatif's and plan's "the next instance size (40 devices) was not tried" under --max-redundant-experts 0:
+    # 256 experts over 40 devices need 24 copies, so the search never costs 40; the next size it holds is 64
+    from planner.ranking.binding import _next_size, size_admits
+    from planner.search.request import PlanRequest
+    from planner.specs.catalog import load_hardware, load_model
+
+    model, hw = load_model("deepseek-v3"), load_hardware("a2")
+    capped = size_admits(model, PlanRequest(max_redundant_experts=0))
+    assert not capped(40) and not capped(48) and capped(32) and capped(64)
+    assert _next_size(hw, 32) == 40 and _next_size(hw, 32, capped) == 64
+    assert _next_size(hw, 32, size_admits(model, PlanRequest())) == 40  # the default space holds 40
