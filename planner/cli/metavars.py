@@ -78,15 +78,20 @@ def _no_type(ctx: Any = None) -> None:
     return None
 
 
-def _refusing_empty_paths(param: Any) -> Any:
-    """`param.process_value` that refuses an empty path ('' would read as '.', the current folder)."""
+# options that name a catalog entry or a file ('' would read as the current folder)
+NAME_OPTIONS = ("model", "hardware", "prefill_hardware", "decode_hardware", "draft_model")
+
+
+def _refusing_empty_paths(param: Any, advice: str = "the path is empty; give a file name.") -> Any:
+    """`param.process_value` that refuses an empty path or name ('' would read as '.', the current folder)."""
     process = param.process_value
 
     def process_value(ctx: Any, value: Any) -> Any:
-        if value == "":
+        source = ctx.get_parameter_source(param.name)
+        if value == "" and (source is None or source.name not in ("DEFAULT", "DEFAULT_MAP")):  # given, not a default
             from planner.cli.usage_errors import click_exceptions
 
-            raise click_exceptions.BadParameter("the path is empty; give a file name.", ctx=ctx, param=param)
+            raise click_exceptions.BadParameter(advice, ctx=ctx, param=param)
         return process(ctx, value)
 
     return process_value
@@ -113,6 +118,9 @@ class MetavarCommand(TyperCommand):
             bare = getattr(param, "bare_type", None)
             if callable(bare) and bare() == "Path":
                 setattr(param, "process_value", _refusing_empty_paths(param))  # noqa: B010
+            elif param.name in NAME_OPTIONS or getattr(param, "param_type_name", "") == "argument":
+                advice = "it is empty; give a catalog name or a file."
+                setattr(param, "process_value", _refusing_empty_paths(param, advice))  # noqa: B010
             if getattr(param, "param_type_name", "") == "argument":
                 # an argument's name (PLAN, BASE_PLAN) says what it takes; no "<str>" after it, and
                 # the usage line shows it as PLAN (required) or [PLAN], not typer's {PLAN}

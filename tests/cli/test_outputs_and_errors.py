@@ -406,3 +406,20 @@ def test_evaluate_json_carries_the_limit_it_judged(tmp_path):
     doc, _ = json.JSONDecoder().raw_decode(r.output[r.output.index("{") :])  # (the migration notes follow)
     assert doc["slo"]["max_itl_ms"] == 300
     assert doc["predicted"]["colocated"]["meets_itl_slo"] is False
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("evaluate", ""), ("simulate", ""), ("whatif", ""), ("models", "show", ""), ("plan", "--model", ""),
+     ("plan", "--hardware", ""), ("sweep", "--hardware", "")],
+)  # fmt: skip
+def test_an_empty_name_is_refused_by_name(args):
+    # evaluate "" said "plan '' is a folder; give one of its plan files: none" ('' reads as '.')
+    r = run_cli(*args)
+    assert r.exit_code == 2 and "it is empty; give a catalog name or a file" in r.output, r.output
+
+
+def test_an_empty_default_is_not_an_empty_name():
+    # calibrate's --hardware defaults to '' and is required: its own message, not "it is empty"
+    r = run_cli("calibrate")
+    assert r.exit_code == 2 and "--hardware is required" in r.output, r.output
