@@ -56,7 +56,7 @@ def rank_deployments(
 
     def offer(structure: Structure, picks: tuple[int, ...], got: Counts | None) -> None:
         nonlocal order
-        if Choice(structure.name, picks) in exclude or got is None:
+        if got is None or (exclude and Choice(structure.name, picks) in exclude):
             return
         # (a ratio clearly below the k-th best cannot enter: its exact key is not needed)
         if got.rate_milli / max(got.weight, 1) >= worst * (1 - 1e-9):
@@ -101,8 +101,12 @@ def rank_deployments(
                 below = np.flatnonzero(bound_a[ii, jj] * (1 + 1e-12) < kth)
                 if below.size:
                     ii, jj, stop = ii[: below[0]], jj[: below[0]], True
-            for q, got in enumerate(pairs_best_counts(oa, ob, ii, jj, budget, objective)):
-                offer(s, (int(ii[q]), int(jj[q])), got)
+            # (pairs below the k-th best's ratio come back None: offer would not keep them, and skipping
+            # them leaves the order counter monotonic in the visit, all that ties read)
+            least = worst * (1 - 1e-9) if objective.kind == "ratio" and worst > 0 else None
+            for q, got in enumerate(pairs_best_counts(oa, ob, ii, jj, budget, objective, least)):
+                if got is not None:
+                    offer(s, (int(ii[q]), int(jj[q])), got)
             if stop:
                 break
             start += size

@@ -133,11 +133,19 @@ class OfferArrays:
 
 
 def pairs_best_counts(
-    oa: OfferArrays, ob: OfferArrays, ia: np.ndarray, jb: np.ndarray, budget: Budget, objective: Objective
+    oa: OfferArrays,
+    ob: OfferArrays,
+    ia: np.ndarray,
+    jb: np.ndarray,
+    budget: Budget,
+    objective: Objective,
+    below: float | None = None,
 ) -> list[Counts | None]:
     """`best_counts` of the pairs (oa[ia[q]], ob[jb[q]]) at once, for the ratio and total objectives:
     the same counts, to the tie (exact integer comparisons; first of equals in `_two_roles`' visiting
-    order). A pair whose exact comparison would not fit in 64-bit integers is counted by `_two_roles`."""
+    order). A pair whose exact comparison would not fit in 64-bit integers is counted by `_two_roles`.
+    `below` (ratio): a pair whose best requests/s per weight is below it is None, not counted out (the
+    caller keeps none such: the k-th best's ratio less its tolerance)."""
     assert objective.kind in ("ratio", "total")
     out: list[Counts | None] = [None] * len(ia)
     if len(ia) == 0:
@@ -193,7 +201,12 @@ def pairs_best_counts(
     least_weight = np.where(tie, weight, np.iinfo(np.int64).max).min(axis=1, keepdims=True)
     tie &= weight == least_weight
     pick = tie.argmax(axis=1)  # the first of equals: variant m_lo first, then n ascending
-    for q in np.flatnonzero(live & ok.any(axis=1)):
+    wanted = live & ok.any(axis=1)
+    if below is not None and objective.kind == "ratio":
+        rows = np.arange(len(ia))
+        best = rate[rows, pick] / np.maximum(weight[rows, pick], 1)  # as the caller divides (exact ints)
+        wanted &= exact_more | (best >= below * (1 - 1e-12))
+    for q in np.flatnonzero(wanted):
         if exact_more[q]:  # (float rounding hid an exactly better count: the scalar solver decides)
             out[q] = _two_roles(a[int(ia[q])], b[int(jb[q])], budget, objective)
             continue
