@@ -87,8 +87,9 @@ def _refusing_empty_paths(param: Any, advice: str = "the path is empty; give a f
     process = param.process_value
 
     def process_value(ctx: Any, value: Any) -> Any:
-        source = ctx.get_parameter_source(param.name)
-        if value == "" and (source is None or source.name not in ("DEFAULT", "DEFAULT_MAP")):  # given, not a default
+        from planner.cli.common import flag_given
+
+        if value == "" and flag_given(ctx, param.name):  # given, not a default (calibrate's --hardware is '')
             from planner.cli.usage_errors import click_exceptions
 
             raise click_exceptions.BadParameter(advice, ctx=ctx, param=param)

@@ -777,17 +777,14 @@ _PHASE_UNUSED = {
 def refuse_unused_flags(ctx: typer.Context, phase: str) -> None:
     """Refuse a flag the request would ignore (exit 2 naming it), rather than print a plan as if it held."""
 
-    def given(name: str) -> bool:
-        return flag_given(ctx, name)
-
     for name, flag in _PHASE_UNUSED.get(phase.strip().lower(), ()):
-        if given(name):
+        if flag_given(ctx, name):
             on, _, off = flag.partition("/")
             flag = off if off and ctx.params.get(name) is False else on  # the one the user gave
             raise BadInputError(f"{flag}: --phase {phase} plans no phase it applies to; drop {flag} or the --phase.")
-    if given("workload_file"):
+    if flag_given(ctx, "workload_file"):
         for name, flag in (("input_tokens", "--input-tokens"), ("output_tokens", "--output-tokens")):
-            if given(name):
+            if flag_given(ctx, name):
                 raise BadInputError(f"{flag}: --workload gives every request's lengths; drop {flag} with it.")
 
 

@@ -522,8 +522,8 @@ def _next_size(hw: HardwareSpec, devices: int, admits: Callable[[int], bool] | N
     """The next instance size the search's space holds past `devices` (`admits`: a size the request's
     limits leave an expert layout for; None: every size)."""
     cap = hw.max_devices if hw.max_devices is not None else max(4 * devices, devices + hw.devices_per_node)
-    larger = [s for s in instance_sizes(hw, cap, devices + 1) if s > devices and (admits is None or admits(s))]
-    return larger[0] if larger else None
+    larger = (s for s in instance_sizes(hw, cap, devices + 1) if s > devices)
+    return next((s for s in larger if admits is None or admits(s)), None)
 
 
 def size_admits(model: ModelSpec, req: PlanRequest) -> Callable[[int], bool]:

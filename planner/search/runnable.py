@@ -70,8 +70,10 @@ def run_runnable(
     start = time.perf_counter()
     cache = cache if cache is not None else TableCache()
     outcomes: dict[str, SearchOutcome] = {}
-    failures = engines_refused(request)
-    if len(failures) == len(ENGINES):
+    refused = engines_refused(request)
+    failures = dict(refused)
+    running = tuple(e for e in ENGINES if e not in refused)  # the engines searched below
+    if not running:
         # no engine runs anything on these machines in this format: the free search, each plan's row
         # saying that no engine runs it and each engine's line why
         unrestricted = run_search(dataclasses.replace(request, engine=None, top=fetch), progress, cache)
@@ -85,9 +87,7 @@ def run_runnable(
         )
     interrupted = False
     pins: dict[str, PinnedSizeRefused] = {}  # engines whose rules refuse a pinned size (no layout runs it)
-    for engine in ENGINES:
-        if engine in failures:
-            continue
+    for engine in running:
         try:
             outcomes[engine] = run_search(dataclasses.replace(request, engine=engine, top=fetch), progress, cache)
         except PinnedSizeRefused as exc:
@@ -99,7 +99,7 @@ def run_runnable(
         if outcomes[engine].status == "INTERRUPTED":  # Ctrl-C: the best so far, no further search
             interrupted = True
             break
-    if not outcomes and pins and len(pins) == len(ENGINES) - len(engines_refused(request)):
+    if not outcomes and len(pins) == len(running):
         # every engine that runs here refuses the pinned size: that, not the budget or the SLOs, is why
         first = next(iter(pins.values()))
         raise InfeasibleError(
@@ -110,7 +110,6 @@ def run_runnable(
         # infeasible for every engine: if the free search is infeasible too, its diagnosis is the
         # answer (the request, not the engines, is the problem); else the engines lack what it needs
         # (its diagnosis names the values at which some engine runs a plan: what --engine auto admits)
-        running = tuple(e for e in ENGINES if e not in engines_refused(request))
         free_request = dataclasses.replace(request, engine=None, top=1, alternatives=False)
         free_outcome = run_search(free_request, None, cache, diagnose_engines=running)
         problems = engine_problems(free_outcome.plans[0], free_outcome)

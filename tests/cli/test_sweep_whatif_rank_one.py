@@ -12,10 +12,7 @@ FIGURES = ("predicted", "rank", "runs_on", "cannot_run", "variants")
 
 
 def _deployment(plan: dict) -> str:
-    return json.dumps(
-        {k: v for k, v in plan.items() if k not in FIGURES},
-        sort_keys=True,
-    )
+    return json.dumps({k: v for k, v in plan.items() if k not in FIGURES}, sort_keys=True)
 
 
 def _json(*args: str) -> dict:
@@ -28,8 +25,7 @@ def test_sweep_and_whatif_report_plans_rank_1():
     first = _json("plan", "--top", "1")["plans"][0]
     point = _json("sweep", "--tpot-ms", "100")["points"][0]
     assert _deployment(point["plan"]) == _deployment(first)
-    base = _json("whatif", "--tpot-ms", "50")["base"]["plan"]
-    assert _deployment(base) == _deployment(first)
+    whatif = _json("whatif", "--tpot-ms", "50")
+    assert _deployment(whatif["base"]["plan"]) == _deployment(first)
     at_50 = _json("plan", "--top", "1", "--tpot-ms", "50")["plans"][0]
-    new = _json("whatif", "--tpot-ms", "50")["new"]["plan"]
-    assert _deployment(new) == _deployment(at_50)
+    assert _deployment(whatif["new"]["plan"]) == _deployment(at_50)
