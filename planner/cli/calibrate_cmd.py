@@ -82,7 +82,7 @@ def calibrate_cmd(
             f"{result.hw.name}: {hw.name} calibrated by `moeplan calibrate` from {data.path.name} "
             f"({result.rows} row{'s' if result.rows != 1 else ''}).\nUse it with --hardware {out}."
         )
-        write_text_atomic(out, hardware_yaml(result.hw, header))
+        write_text_atomic(out, hardware_yaml(result.hw, header), "--out")
         console.print(f"wrote {out} (use it with --hardware {out})")
 
     run_guarded(body)

@@ -48,10 +48,10 @@ def run_guarded(action: Callable[[], T]) -> T:
         raise typer.Exit(code=INTERRUPTED_EXIT_CODE) from None
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` atomically (stdout when path is '-')."""
+def write_text_atomic(path: Path, text: str, flag: str | None = None) -> None:
+    """Write `text` to `path` atomically (stdout when path is '-'); a failed write names `flag`."""
     outputs = Outputs()
-    outputs.text(path, text)
+    outputs.text(path, text, flag)
     outputs.commit()
 
 
@@ -170,22 +170,28 @@ class Outputs:
 
     def __init__(self) -> None:
         self._items: list[Staged] = []
+        self._flags: dict[int, str] = {}  # id(item) -> the flag that asked for it (named in a write error)
         self._stdout: list[str] = []
 
-    def text(self, path: Path, text: str) -> None:
-        """Write `text` to `path` ('-': stdout)."""
+    def _add(self, item: Staged, flag: str | None) -> None:
+        self._items.append(item)
+        if flag is not None:
+            self._flags[id(item)] = flag
+
+    def text(self, path: Path, text: str, flag: str | None = None) -> None:
+        """Write `text` to `path` ('-': stdout); `flag`: the option that named the path."""
         if str(path) == "-":
             self._stdout.append(text if text.endswith("\n") else text + "\n")
         else:
-            self._items.append(_StagedFile(Path(path), text))
+            self._add(_StagedFile(Path(path), text), flag)
 
-    def data(self, path: Path, data: bytes) -> None:
+    def data(self, path: Path, data: bytes, flag: str | None = None) -> None:
         """Write `data` to `path`."""
-        self._items.append(_StagedFile(Path(path), data))
+        self._add(_StagedFile(Path(path), data), flag)
 
-    def folder(self, prepared: Staged) -> None:
+    def folder(self, prepared: Staged, flag: str | None = None) -> None:
         """A folder with stage(), commit() and discard() (planner.report.launch.PreparedExport)."""
-        self._items.append(prepared)
+        self._add(prepared, flag)
 
     def commit(self) -> None:
         """Stage everything, then rename everything into place, then print what goes to stdout."""
@@ -201,8 +207,10 @@ class Outputs:
                 current.commit()
         except OSError as exc:
             where = getattr(current, "destination", "an output")
+            flag = self._flags.get(id(current))
             done = "" if renaming else "; nothing was written"
-            raise PlannerError(f"cannot write '{where}': {exc.strerror or exc}{done}.") from None
+            prefix = "" if flag is None else f"{flag}: "
+            raise PlannerError(f"{prefix}cannot write '{where}': {exc.strerror or exc}{done}.") from None
         finally:
             for item in staged:
                 item.discard()  # (a committed item has nothing left to discard)

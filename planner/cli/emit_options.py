@@ -103,6 +103,6 @@ def stage_emits(
     several = len(emits) > 1
     for engine, folder in emits:
         prepared = prepare(engine, plan, model, hw, folder, force, array, create_parent=several)
-        outputs.folder(prepared)
+        outputs.folder(prepared, "--emit")
         lines.append(f"wrote {len(prepared.files)} files to {folder} ({engine})")
     return lines

@@ -307,7 +307,7 @@ def evaluate(
                 )
             wrote = stage_emits(outputs, emits, scored, model, hw, loads, force)
         if out is not None:
-            outputs.text(out, text)
+            outputs.text(out, text, "--out")
         if html is not None:
             from planner.report.html import EvaluatePage, evaluate_html
 
@@ -325,10 +325,10 @@ def evaluate(
                 loads=loads_array(loads) if loads else None,
                 html_name=str(html),
             )
-            outputs.text(html, evaluate_html(page))
+            outputs.text(html, evaluate_html(page), "--html")
         to_stdout = json_out is not None and str(json_out) == "-"
         if json_out is not None and not to_stdout:
-            outputs.text(json_out, text)
+            outputs.text(json_out, text, "--json")
         if to_stdout:
             console.file.write(text)
         else:

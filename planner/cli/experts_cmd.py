@@ -139,7 +139,7 @@ def experts(
         ):
             screen.print(renderable)
         if out is not None and text is not None:
-            write_text_atomic(out, text)
+            write_text_atomic(out, text, "--out")
             if str(out) != "-":
                 screen.print(
                     f"wrote {out} ({fmt.value}, {study.deployed.placement.layers} layers "

@@ -1183,7 +1183,7 @@ def plan(
                 outcome, checks = simulated_checks(outcome, mode, acceptance_spread)
         except InfeasibleError as exc:
             if json_out is not None:  # scripts read the verdict from the JSON too
-                write_text_atomic(json_out, infeasible_document(str(exc)))
+                write_text_atomic(json_out, infeasible_document(str(exc)), "--json")
             if html is not None and str(html) != "-":  # a page shows a plan: with none, none is written
                 raise InfeasibleError(f"{exc} Not written: {html}.") from None
             raise
@@ -1225,9 +1225,11 @@ def plan(
             outcome.space,
         )
         if json_out is not None:
-            outputs.text(json_out, document)
+            outputs.text(json_out, document, "--json")
         if html is not None:
-            outputs.text(html, plan_page_html(outcome, document, notes, loads, html, command_line(ctx), checks))
+            outputs.text(
+                html, plan_page_html(outcome, document, notes, loads, html, command_line(ctx), checks), "--html"
+            )
         outputs.commit()
         for line in wrote:
             err_console.print(line)

@@ -370,15 +370,15 @@ def simulate(
         result.summary["moeplan"]["notes"][:0] = notes
         outputs = Outputs()
         if json_out is not None:
-            outputs.text(json_out, result_json(result))
+            outputs.text(json_out, result_json(result), "--json")
         if records is not None:
-            outputs.text(records, records_jsonl(result))
+            outputs.text(records, records_jsonl(result), "--records")
         if plot is not None:
             assert fmt is not None
-            outputs.data(plot, render(simulate_figure(result), fmt))
+            outputs.data(plot, render(simulate_figure(result), fmt), "--plot")
         if html is not None:
             run = RunAsked(plan_file, rank, claimed=traffic_rate is not None and rate is None and trace is None)
-            outputs.text(html, simulate_page_html(ctx, run, scored, sized, result, loads, html, pairs))
+            outputs.text(html, simulate_page_html(ctx, run, scored, sized, result, loads, html, pairs), "--html")
         if json_out is not None and str(json_out) == "-":
             outputs.commit()
             return

@@ -446,9 +446,9 @@ def sweep(
         # every output is built before any is written: a plot that fails leaves no CSV behind
         outputs = Outputs()
         if csv_out is not None:
-            outputs.text(csv_out, sweep_csv(result, rows))
+            outputs.text(csv_out, sweep_csv(result, rows), "--csv")
         if json_out is not None:
-            outputs.text(json_out, sweep_document(result, rows))
+            outputs.text(json_out, sweep_document(result, rows), "--json")
         metric = sweep_metric(result)
         curves = published = None
         from planner.report.plot import y_label
@@ -463,10 +463,10 @@ def sweep(
             from planner.report.plot import frontier_figure, render
 
             fig = frontier_figure(curves, published, metric, _title(result, metric), y_text)
-            outputs.data(plot, render(fig, fmt))
+            outputs.data(plot, render(fig, fmt), "--plot")
         if html is not None:
             page = _sweep_page(result, rows, metric, curves, published, command_line(ctx), html, y_text)
-            outputs.text(html, page)
+            outputs.text(html, page, "--html")
         outputs.commit()
         if any(o is not None and str(o) == "-" for o in (csv_out, json_out)):
             return

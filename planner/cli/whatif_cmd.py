@@ -516,7 +516,7 @@ def whatif(
                 constraint, sep, rest = as_base_flags(str(exc)).partition(":")
                 exc = InfeasibleError(f"{constraint} (of the base assumptions){sep}{rest}")
             if json_out is not None:  # as `plan --json`: the status, the reason and the nearest point
-                write_text_atomic(json_out, infeasible_document(str(exc)))
+                write_text_atomic(json_out, infeasible_document(str(exc)), "--json")
             raise exc from None
         checks = simulate_columns(result, new_request, acceptance_spread) if simulate else []
         if json_out is not None:
@@ -525,7 +525,7 @@ def whatif(
                 doc = json.loads(text)
                 doc["simulated"] = {label: c.as_dict() for label, c in checks}
                 text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
-            write_text_atomic(json_out, text)
+            write_text_atomic(json_out, text, "--json")
             if str(json_out) == "-":
                 return
         for renderable in whatif_renderables(result):

@@ -216,6 +216,32 @@ def test_outputs_are_renamed_into_place_only_when_every_one_is_staged(tmp_path):
     assert _leftovers(tmp_path) == ["first.csv"]  # the staged copy of first.csv is gone too
 
 
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (("evaluate", "a2-d70", "--json"), "--json"),
+        (("evaluate", "a2-d70", "--out"), "--out"),
+        (("experts", "--synthetic", "zipf:1.1", "--devices", "8", "--slots-per-device", "40", "--out"), "--out"),
+    ],
+)
+def test_a_write_that_fails_after_the_early_check_names_its_flag(tmp_path, monkeypatch, args, flag):
+    """A disk that fills between the early check and the write: the error names the flag that gave the
+    path, exit 2, nothing written."""
+    import planner.cli.common as common
+
+    def full_disk(self):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(common._StagedFile, "stage", full_disk)
+    path = tmp_path / "out.json"
+    r = run_cli(*args, str(path))
+    assert r.exit_code == 2, r.output
+    assert f"error: {flag}: cannot write '{path}': No space left on device; nothing was written." in " ".join(
+        r.output.split()
+    )
+    assert _leftovers(tmp_path) == []
+
+
 # ---- a sweep with no feasible point --------------------------------------------------------------
 
 
