@@ -2,12 +2,13 @@
 
     python benchmarks/qwen3_token_gap.py
 
-For each Qwen3 figure of validation/ with a plan (SGLang's best-practice PD runs on A3), the measured
+For each Qwen3 figure of validation/ with a plan (SGLang's and vllm-ascend's PD runs on A3), the measured
 step is the published TPOT times the tokens a step emits (the model's: 1, or the EAGLE-3 acceptance),
 the modelled step is `moeplan evaluate`'s, and the gap is divided by the MoE layers and the tokens each
 die routes a step (sequences a die x the tokens a step verifies). Beside it: what one more sequence a die
 adds to the modelled step, per routed token and layer (the model's own marginal cost of such a token).
-docs/fidelity.md quotes these figures; nothing is fitted on them.
+docs/fidelity.md quotes these figures. Two of the rows (the 480B and the vllm-ascend W8A8 235B decodes, no
+speculation) are fit rows since 2026-12-05: they set the open engines' decode KV-read factor on 910C.
 """
 
 from __future__ import annotations

@@ -404,8 +404,9 @@ def test_a_row_of_a_late_group_says_it_fitted_only_its_own_groups_factors(fideli
     assert ep64["role"] == "fit"
     assert ep64["fitted_to"], ep64
     assert all(k.startswith("910c-vllm-ascend:") for k in ep64["fitted_to"]), ep64["fitted_to"]
-    # it is sensitive to the attention factor it takes from 910c-open, which it did not fit
-    assert "910c-open:efficiency.attention_compute" in ep64["sensitivity"]
+    # it is sensitive to the decode KV-read factor it takes from 910c-open (its sparse attention's reads),
+    # which it did not fit
+    assert "910c-open:efficiency.decode_kv_read_bandwidth" in ep64["sensitivity"]
 
 
 def test_restarts_fit_from_the_start_and_from_seeded_perturbations_of_it(model):
