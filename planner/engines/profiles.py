@@ -346,7 +346,7 @@ def phase_problems(
     spans = span_refusal(profile, phase.devices, node)
     if spans is not None:
         out.append(f"{field}devices: {spans}; {fix}.")
-    if phase.devices > node and (phase.devices % node or node % att.tp):
+    if _part_node(phase.devices, node) or (phase.devices > node and node % att.tp):
         out.append(
             f"{field}devices: an instance of {phase.devices} devices over {node}-device nodes needs whole nodes and an "
             f"attention TP ({att.tp}) that divides a node; {fix}."
@@ -366,12 +366,18 @@ def span_refusal(profile: EngineProfile, devices: int, node: int) -> str | None:
     return None
 
 
+def _part_node(devices: int, node: int) -> bool:
+    """Whether an instance of `devices` spans nodes without filling each of them: no engine layout runs
+    it (the whole-node rule `size_refusal` and `phase_problems` apply)."""
+    return devices > node and devices % node != 0
+
+
 def size_refusal(profile: EngineProfile, devices: int, node: int) -> str | None:
     """`span_refusal`, and past a node a size that is not whole nodes (no layout of the engine runs it)."""
     spans = span_refusal(profile, devices, node)
     if spans is not None:
         return spans
-    if devices > node and devices % node:
+    if _part_node(devices, node):
         return f"an instance of {devices} devices over {node}-device nodes needs whole nodes in {profile.label}"
     return None
 
