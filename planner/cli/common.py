@@ -169,45 +169,39 @@ class Outputs:
     """
 
     def __init__(self) -> None:
-        self._items: list[Staged] = []
-        self._flags: dict[int, str] = {}  # id(item) -> the flag that asked for it (named in a write error)
+        self._items: list[tuple[Staged, str | None]] = []  # each with the flag that named it (for a write error)
         self._stdout: list[str] = []
-
-    def _add(self, item: Staged, flag: str | None) -> None:
-        self._items.append(item)
-        if flag is not None:
-            self._flags[id(item)] = flag
 
     def text(self, path: Path, text: str, flag: str | None = None) -> None:
         """Write `text` to `path` ('-': stdout); `flag`: the option that named the path."""
         if str(path) == "-":
             self._stdout.append(text if text.endswith("\n") else text + "\n")
         else:
-            self._add(_StagedFile(Path(path), text), flag)
+            self._items.append((_StagedFile(Path(path), text), flag))
 
     def data(self, path: Path, data: bytes, flag: str | None = None) -> None:
         """Write `data` to `path`."""
-        self._add(_StagedFile(Path(path), data), flag)
+        self._items.append((_StagedFile(Path(path), data), flag))
 
     def folder(self, prepared: Staged, flag: str | None = None) -> None:
         """A folder with stage(), commit() and discard() (planner.report.launch.PreparedExport)."""
-        self._add(prepared, flag)
+        self._items.append((prepared, flag))
 
     def commit(self) -> None:
         """Stage everything, then rename everything into place, then print what goes to stdout."""
         staged: list[Staged] = []
         renaming = False
-        current: Staged | None = None  # the item being staged or renamed (named in an error)
+        current: tuple[Staged, str | None] | None = None  # the item being staged or renamed, and its flag
         try:
             for current in self._items:
-                staged.append(current)
-                current.stage()
+                staged.append(current[0])
+                current[0].stage()
             renaming = True
             for current in self._items:
-                current.commit()
+                current[0].commit()
         except OSError as exc:
-            where = getattr(current, "destination", "an output")
-            flag = self._flags.get(id(current))
+            item, flag = current if current is not None else (None, None)
+            where = getattr(item, "destination", "an output")
             done = "" if renaming else "; nothing was written"
             prefix = "" if flag is None else f"{flag}: "
             raise PlannerError(f"{prefix}cannot write '{where}': {exc.strerror or exc}{done}.") from None
