@@ -2,10 +2,11 @@
 
 A proof of optimality holds over a space. Every axis the search treats as continuous -- decode
 concurrency, prefill batch -- is searched at every integer value (planner.search.
-candidate_spaces), so what remains are these discrete rules. Each stands on physics, on what the
-serving engines run, on what the cost model can represent, or is a choice made to keep the space
-finite; each says which. `moeplan plan` prints the short names under its verdict, and
-`--explain-space` prints this table. tests/candidates/test_restrictions.py checks that each rule
+candidate_spaces), so what remains are these discrete rules (and that the decode concurrency is a
+whole number per device, where a plan file may state a fraction on an attention TP group). Each
+stands on physics, on what the serving engines run, on what the cost model can represent, or is a
+choice made to keep the space finite; each says which. `moeplan plan` prints the short names under
+its verdict, and `--explain-space` prints this table. tests/candidates/test_restrictions.py checks that each rule
 keeps out what it says (and nothing the description does not name), or that its flag lifts it.
 """
 
@@ -123,6 +124,15 @@ COLOCATED_MICRO_BATCH = Restriction(
     "model: the colocated schedule (planner.costmodel.colocated) has no overlap of decode micro-batches",
     "-",
 )
+WHOLE_CONCURRENCY = Restriction(
+    "whole-concurrency",
+    "B >= 1 per device",
+    "fewer decode sequences on an attention TP group than it has devices (a concurrency per device below one, "
+    "which a plan file may state: one sequence on a TP16 group is 0.0625)",
+    "choice: the tables hold whole sequences per device; below one a device, a TP group's step is mostly its "
+    "weight reads and fixed costs, which the next whole concurrency mostly shares",
+    "-",
+)
 CONCURRENCY_CAP = Restriction(
     "concurrency-cap",
     f"B <= {MAX_CONCURRENCY}",
@@ -150,6 +160,7 @@ ALL = (
     HYBRID_POST_TP,
     CHUNK_SIZES,
     COLOCATED_MICRO_BATCH,
+    WHOLE_CONCURRENCY,
     CONCURRENCY_CAP,
     BATCH_CAP,
 )

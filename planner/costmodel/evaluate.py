@@ -41,7 +41,7 @@ from planner.costmodel.prefill import prefill_forward
 from planner.specs.catalog import load_hardware, load_plan_model
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
-from planner.specs.plan import Plan, check_plan
+from planner.specs.plan import Plan, check_plan, sequences_on
 from planner.specs.quantization import QuantizationScheme, get_quantization
 
 if TYPE_CHECKING:
@@ -176,7 +176,7 @@ def predict_decode(ctx: CostContext, plan: Plan, hbm_from: DecodePrediction | No
         tokens_per_s_per_device=_r(per_dev),
         tokens_per_s_per_card=_r(per_dev * ctx.hw.devices_per_card),
         tokens_per_s_per_user=_r(1e3 / tpot_ms),
-        sequences_per_instance=phase.concurrency_per_device * phase.devices,
+        sequences_per_instance=sequences_on(phase.concurrency_per_device, phase.devices),
         moe_imbalance=_r(float(step.moe_imbalance[0])),
         max_concurrency_per_device=max_concurrency,
         meets_tpot_slo=None if slo is None else bool(judged_tpot_ms(ctx, plan, phase.mtp_tokens, tpot_ms) <= slo),
@@ -288,7 +288,7 @@ def predict_afd(ctx: CostContext, plan: Plan) -> AfdPrediction:
         tokens_per_s_per_card=_r(per_dev * ctx.hw.devices_per_card),
         tokens_per_s_per_attention_device=_r(float(step.tokens_per_s_per_attention_device[0])),
         tokens_per_s_per_user=_r(1e3 / tpot_ms),
-        sequences_per_instance=section.concurrency_per_device * section.attention_devices,
+        sequences_per_instance=sequences_on(section.concurrency_per_device, section.attention_devices),
         moe_imbalance=_r(float(step.moe_imbalance[0])),
         attention_layer_ms=_r(float(step.attention_layer_s[0]) * 1e3),
         ffn_layer_ms=_r(float(step.ffn_layer_s[0]) * 1e3),

@@ -250,7 +250,7 @@ def shared_expert_s(ctx: CostContext, tokens_per_device: ArrayLike) -> np.ndarra
     assert m.moe is not None
     t = np.asarray(tokens_per_device, dtype=float)
     p = m.moe.shared_experts * m.shared_expert_params()
-    return ctx.roofline_s(2 * t * p, p * ctx.quant.expert_weight_bytes, ctx.module_flops_per_s("experts"))
+    return ctx.roofline_s(2 * t * p, p * ctx.quant.shared_expert_weight_bytes, ctx.module_flops_per_s("experts"))
 
 
 SHARED_EXPERT_OPS = (2, 1)  # matrix and vector operators of the shared expert (fixed launch costs)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.specs.plan import DecodePlan, PhasePlan, Plan, PrefillPlan
+from planner.specs.plan import DecodePlan, PhasePlan, Plan, PrefillPlan, sequences_on
 
 
 @dataclass(frozen=True)
@@ -17,7 +17,7 @@ class ColocatedView:
     """A colocated instance: one layout for both phases and the settings of each."""
 
     phase: PhasePlan
-    concurrency_per_device: int
+    concurrency_per_device: int | float
     mtp_tokens: int
     prefill_batch_tokens: int
     micro_batches: int
@@ -64,14 +64,14 @@ def decode_slots(plan: Plan) -> int:
     the prompts of one forward per instance). The concurrency its benchmark runs at."""
     if plan.afd is not None:  # sequences sit on the attention devices
         a = plan.afd
-        return a.concurrency_per_device * a.attention_devices * a.instances
+        return sequences_on(a.concurrency_per_device, a.attention_devices) * a.instances
     view = plan_view(plan)
     if view.colocated is not None:
         c = view.colocated
-        return c.concurrency_per_device * c.phase.devices * c.phase.instances
+        return sequences_on(c.concurrency_per_device, c.phase.devices) * c.phase.instances
     if view.decode is not None:
         d = view.decode
-        return d.concurrency_per_device * d.devices * d.instances
+        return sequences_on(d.concurrency_per_device, d.devices) * d.instances
     assert view.prefill is not None
     p = view.prefill
     return max(1, p.batch_tokens // plan.workload.input_tokens) * p.instances

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -100,8 +100,8 @@ class _Axis:
     {n}: the next one, {m}: the largest allowed, {lat}: a latency formatted `lat_format`)."""
 
     phase: str
-    value: int
-    probe: Callable[[list[int]], _Probe]
+    value: int | float
+    probe: Callable[[list[float]], _Probe]
     slo_name: str  # TPOT or TTFT
     lat_format: str  # ".1f" or ".0f"
     key: str  # figures' name of the integer: "concurrency_per_device" or "requests_per_forward"
@@ -109,15 +109,16 @@ class _Axis:
     cap: int
     at: str  # where an HBM overflow happens: "at {v} sequences per device"
     slo_at: str  # where a missed SLO happens
-    over_fix: Callable[[int], str]  # the HBM overflow's advice, given the largest that fits
+    over_fix: Callable[[int | float], str]  # the HBM overflow's advice, given the largest that fits
     max_tag: str  # "B{m}" or "{m}"
-    slo_fix: Callable[[int, float, float], str]  # the missed SLO's advice (largest, its per card, now)
+    slo_fix: Callable[[int | float, float, float], str]  # the missed SLO's advice (largest, its per card, now)
     cap_text: str
     hbm_lead: str  # "decode concurrency ({v} per device)"
     short_of: str  # "{n}" or "one more request"
     one_more: str  # "one more sequence per device ({n})"
     none_lead: str  # "nothing binds decode concurrency: {n} sequences per device"
     could: str  # "run more"
+    step: float = 1.0  # the next value is value + step (a fraction below one device's sequence: 1 / TP)
 
 
 def above(value: float, limit: float, decimals: int) -> str:
@@ -144,9 +145,11 @@ def _decimals(fmt: str) -> int:
     return int(match.group(1)) if match else 0
 
 
-def _largest_ok(axis: _Axis, upto: int, slo_ms: float | None) -> tuple[int, float]:
-    """Largest value <= upto that fits HBM and meets the SLO, with its tokens/s per card."""
-    values = list(range(1, max(1, upto) + 1))
+def _largest_ok(axis: _Axis, upto: float, slo_ms: float | None) -> tuple[int | float, float]:
+    """Largest value <= upto (a multiple of the axis's step) that fits HBM and meets the SLO, with
+    its tokens/s per card."""
+    steps = max(1, math.floor(upto / axis.step + 1e-9))
+    values = [_whole(k * axis.step) for k in range(1, steps + 1)]
     f = axis.probe(values)
     ok = f.total_bytes <= f.capacity_bytes
     if slo_ms is not None:
@@ -157,16 +160,22 @@ def _largest_ok(axis: _Axis, upto: int, slo_ms: float | None) -> tuple[int, floa
     return values[i], float(f.per_card[i])
 
 
+def _whole(value: float) -> int | float:
+    """A value of an axis as the plan would state it: an integer when it is one."""
+    return int(round(value)) if abs(value - round(value)) < 1e-9 else value
+
+
 def _axis_binding(axis: _Axis, slo: float | None) -> Binding:
-    """What stops the phase's integer from going one higher (or which rule it already breaks)."""
+    """What stops the phase's value from going one step higher (or which rule it already breaks)."""
     v = axis.value
-    f = axis.probe([v, v + 1])
+    nxt = _whole(v + axis.step)
+    f = axis.probe([v, nxt])
     lat, total, cap = f.latency_ms, f.total_bytes, f.capacity_bytes
     name, label, fmt = axis.slo_name, axis.label, axis.lat_format
-    words = {"v": v, "n": v + 1}
+    words = {"v": v, "n": nxt}
 
     if total[0] > cap:
-        m, _ = _largest_ok(axis, v - 1, None)
+        m, _ = _largest_ok(axis, v - axis.step, None)
         over = (total[0] - cap) / GIB
         return Binding(
             axis.phase,
@@ -177,7 +186,7 @@ def _axis_binding(axis: _Axis, slo: float | None) -> Binding:
             {"over_bytes": float(total[0] - cap), f"max_{axis.key}": m},
         )
     if slo is not None and lat[0] > slo + 1e-9:
-        m, m_card = _largest_ok(axis, v - 1, slo)
+        m, m_card = _largest_ok(axis, v - axis.step, slo)
         over = above(lat[0], slo, _decimals(fmt))
         figures = {f"{name.lower()}_ms": float(lat[0]), "slo_ms": slo, f"max_{axis.key}": m}
         if axis.phase == "decode":
@@ -205,8 +214,8 @@ def _axis_binding(axis: _Axis, slo: float | None) -> Binding:
             axis.phase,
             "hbm",
             f"{axis.hbm_lead.format(**words)} is capped by HBM: {detail}.",
-            f"{label}: HBM ({max(short, 0) / GIB:.2f} GiB short of {axis.max_tag.format(m=v + 1)})",
-            figures={"short_bytes": float(short), f"next_{axis.key}": v + 1},
+            f"{label}: HBM ({max(short, 0) / GIB:.2f} GiB short of {axis.max_tag.format(m=nxt)})",
+            figures={"short_bytes": float(short), f"next_{axis.key}": nxt},
         )
     if slo is not None and lat[1] > slo - ROUNDING_MS:
         rel = ">" if lat[1] > slo else "~"
@@ -215,8 +224,8 @@ def _axis_binding(axis: _Axis, slo: float | None) -> Binding:
             axis.phase,
             name.lower(),  # type: ignore[arg-type]
             f"{name} binds: {axis.one_more.format(**words)} gives {shown} ms {rel} {slo:g} ms.",
-            f"{label}: {name} ({axis.max_tag.format(m=v + 1)} gives {shown} ms {rel} {slo:g} ms)",
-            figures={f"next_{name.lower()}_ms": float(lat[1]), "slo_ms": slo, f"next_{axis.key}": v + 1},
+            f"{label}: {name} ({axis.max_tag.format(m=nxt)} gives {shown} ms {rel} {slo:g} ms)",
+            figures={f"next_{name.lower()}_ms": float(lat[1]), "slo_ms": slo, f"next_{axis.key}": nxt},
         )
     slo_txt = f" <= {slo:g} ms" if slo is not None else f", no {name} SLO"
     return Binding(
@@ -224,16 +233,26 @@ def _axis_binding(axis: _Axis, slo: float | None) -> Binding:
         "none",
         f"{axis.none_lead.format(**words)} still fit HBM ({(cap - total[1]) / GIB:.2f} GiB free) and give "
         f"{lat[1]:{fmt}} ms{slo_txt}; the plan could {axis.could}.",
-        f"{label}: nothing binds ({axis.max_tag.format(m=v + 1)} allowed)",
+        f"{label}: nothing binds ({axis.max_tag.format(m=nxt)} allowed)",
         figures={f"next_{name.lower()}_ms": float(lat[1]), "next_free_bytes": float(cap - total[1])},
     )
 
 
-def _concurrency_axis(phase: str, what: str, b: int, probe: Callable[[list[int]], _Probe], per: str, cap: int) -> _Axis:
-    """The concurrency axis of a decode or AFD instance (every value to `cap` is searched): `what`
-    names it ('decode', 'AFD'), `per` what it counts per ('device', 'attention device')."""
+def _concurrency_axis(
+    phase: str, what: str, b: int | float, probe: Callable[[list[float]], _Probe], per: str, cap: int, tp: int
+) -> _Axis:
+    """The concurrency axis of a decode or AFD instance (every whole value to `cap` is searched): `what`
+    names it ('decode', 'AFD'), `per` what it counts per ('device', 'attention device'). A fractional
+    concurrency (fewer sequences than devices in an attention TP group of `tp`) steps by one sequence
+    per group, 1/tp a device."""
+    fractional = isinstance(b, float)
+    one_more = (
+        f"one more sequence per attention TP group ({{n}} per {per})"
+        if fractional
+        else f"one more sequence per {per} ({{n}})"
+    )
 
-    def slo_fix(m: int, m_card: float, now: float) -> str:
+    def slo_fix(m: int | float, m_card: float, now: float) -> str:
         if not m:
             return "no concurrency meets it with these layouts: re-plan"
         return f"at most {m} per {per} meet it ({m_card:.0f} tokens/s per card instead of {now:.0f})"
@@ -255,9 +274,10 @@ def _concurrency_axis(phase: str, what: str, b: int, probe: Callable[[list[int]]
         cap_text=f"search space binds: {what} concurrency is at the search's cap of {cap} per {per}.",
         hbm_lead=f"{what} concurrency ({{v}} per {per})",
         short_of="{n}",
-        one_more=f"one more sequence per {per} ({{n}})",
+        one_more=one_more,
         none_lead=f"nothing binds {what} concurrency: {{n}} sequences per {per}",
         could="run more",
+        step=1 / tp if fractional else 1.0,
     )
 
 
@@ -265,14 +285,16 @@ def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | Non
     """What stops the decode concurrency from going one higher (or which rule it already breaks);
     `tpot_factor`: the TPOT the SLO judges over the mean (planner.costmodel.acceptance_spread.slo_tpot_factor)."""
 
-    def probe(bs: list[int]) -> _Probe:
+    def probe(bs: list[float]) -> _Probe:
         step = decode_step(ctx, phase, np.array(bs, dtype=float))
         use = decode_hbm(ctx, phase, np.array(bs, dtype=float))
         per_card = np.asarray(step.tokens_per_s_per_device) * ctx.hw.devices_per_card
         tpot = np.asarray(step.tpot_s) * 1e3 * tpot_factor
         return _Probe(tpot, np.asarray(use.total_bytes), float(use.capacity_bytes), per_card)
 
-    axis = _concurrency_axis("decode", "decode", phase.concurrency_per_device, probe, "device", MAX_CONCURRENCY)
+    axis = _concurrency_axis(
+        "decode", "decode", phase.concurrency_per_device, probe, "device", MAX_CONCURRENCY, phase.attention.tp
+    )
     return _axis_binding(axis, tpot_slo_ms)
 
 
@@ -282,7 +304,7 @@ def afd_binding(ctx: CostContext, section: AfdPlan, tpot_slo_ms: float | None, t
     from planner.candidates.afd_candidates import MAX_CONCURRENCY as AFD_MAX_CONCURRENCY
     from planner.costmodel.afd import afd_decode_step, afd_hbm
 
-    def probe(bs: list[int]) -> _Probe:
+    def probe(bs: list[float]) -> _Probe:
         b = np.array(bs, dtype=float)
         step = afd_decode_step(ctx, section, b)
         att, ffn = afd_hbm(ctx, section, b, section.prefill_batch_tokens)
@@ -291,7 +313,7 @@ def afd_binding(ctx: CostContext, section: AfdPlan, tpot_slo_ms: float | None, t
         return _Probe(np.asarray(step.tpot_s) * 1e3 * tpot_factor, used, float(att.capacity_bytes), per_card)
 
     b = section.concurrency_per_device
-    axis = _concurrency_axis("afd", "AFD", b, probe, "attention device", AFD_MAX_CONCURRENCY)
+    axis = _concurrency_axis("afd", "AFD", b, probe, "attention device", AFD_MAX_CONCURRENCY, section.attention.tp)
     return _axis_binding(axis, tpot_slo_ms)
 
 
@@ -301,10 +323,10 @@ def prefill_binding(ctx: CostContext, phase: PrefillPlan, ttft_slo_ms: float | N
     bt = phase.batch_tokens
     r = max(1, bt // n_in)
 
-    def probe(rs: list[int]) -> _Probe:
+    def probe(rs: list[float]) -> _Probe:  # whole requests: the axis steps by 1
         # the plan's own batch as it is and one request more; smaller batches as whole requests
         shifted = {r: bt, r + 1: bt + n_in}
-        tokens = np.array([shifted.get(x, max(x * n_in, phase.micro_batches)) for x in rs], dtype=float)
+        tokens = np.array([shifted.get(int(x), max(int(x) * n_in, phase.micro_batches)) for x in rs], dtype=float)
         fwd = prefill_forward(ctx, phase, tokens)
         use = prefill_hbm(ctx, phase, tokens)
         zeros = np.zeros(len(rs))
@@ -398,7 +420,7 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
     section = plan.colocated
     assert section is not None
 
-    def neighbour(label: str, update: dict[str, int]) -> tuple[Constraint, str, str]:
+    def neighbour(label: str, update: Mapping[str, int | float]) -> tuple[Constraint, str, str]:
         moved = plan.model_copy(update={"colocated": section.model_copy(update=update), "predicted": None})
         f = _colocated_figures(moved, ctx)
         if f.hbm_headroom_bytes < ROUNDING_BYTES:
@@ -421,23 +443,27 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
             )
         return "none", f"nothing binds: {label} is still allowed", "nothing binds"
 
-    def at_cap(kind: Constraint, text: str, tag: str, cap: int, value: int, what: str):
+    def at_cap(kind: Constraint, text: str, tag: str, cap: int, value: int | float, what: str, step: float = 1):
         # the search tries every value up to its cap: one more is allowed but beyond it
         if kind == "none" and value >= cap:
             return (
                 "search_space",
-                f"search space binds: {value + 1} {what} would be allowed, but the search tries at most {cap}",
+                f"search space binds: {_whole(value + step)} {what} would be allowed, but the search tries at "
+                f"most {cap}",
                 "search space",
             )
         return kind, text, tag
 
     out = []
-    more_seqs = {"concurrency_per_device": b + 1}
+    # one more sequence per device, or below one a device one more per attention TP group
+    b_step = 1 / section.attention.tp if isinstance(b, float) else 1.0
+    more_seqs = {"concurrency_per_device": _whole(b + b_step)}
     kind, text, tag = at_cap(
-        *neighbour(f"{b + 1} sequences per device", more_seqs),
+        *neighbour(f"{_whole(b + b_step)} sequences per device", more_seqs),
         MAX_CONCURRENCY,
         b,
         "sequences per device",
+        b_step,
     )
     message = f"colocated decode concurrency ({b} per device): {text}."
     out.append(Binding("decode", kind, message, f"colocated B{b}: {tag}"))

@@ -108,7 +108,7 @@ def weights_bytes(ctx: CostContext) -> tuple[float, float]:
         layers = m.num_moe_layers + m.mtp_layers
         experts = layers * (
             m.moe.routed_experts * m.expert_params() * ctx.routed_expert_weight_bytes
-            + m.moe.shared_experts * m.shared_expert_params() * q.expert_weight_bytes
+            + m.moe.shared_experts * m.shared_expert_params() * q.shared_expert_weight_bytes
         )
     attn = m.attention_params_all() * q.linear_weight_bytes
     dense = m.num_dense_layers * m.dense_ffn_params() * q.dense_weight_bytes
@@ -432,6 +432,10 @@ def space_restrictions(
         out.append(rules.HYBRID_POST_TP)
     if dspace and pspace and request.colocated and not contexts.mixed:
         out += [rules.CHUNK_SIZES, rules.COLOCATED_MICRO_BATCH]
+    if dspace is not None and any(
+        a.tp > 1 for t, _ in dspace.tables.values() for a in t.options.attention
+    ):  # a fraction of a sequence per device needs a TP group to hold whole ones
+        out.append(rules.WHOLE_CONCURRENCY)
     caps = ((dspace, MAX_CONCURRENCY, rules.CONCURRENCY_CAP), (pspace, MAX_REQUESTS_PER_FORWARD, rules.BATCH_CAP))
     for space, cap, rule in caps:  # a cap is a limit only where HBM and the SLOs would allow more
         if space is not None and any(

@@ -293,7 +293,8 @@ def no_expert_layout_message(
 def _context_binds(ctx: CostContext, phase: str, devices: int) -> str | None:
     """The long-context diagnosis: one request's KV cache alone does not fit next to the weights.
 
-    A device serves at least one sequence (concurrency_per_device >= 1), and a request's KV lives
+    The search gives a device at least one sequence (it tries whole concurrencies per device; a plan
+    file may state a fraction, one sequence on a TP group), and a request's KV lives
     on its attention DP rank: tensor parallelism splits the KV heads over the TP group, but that
     group then serves TP sequences, so every layout holds at least one request's whole KV per
     device (MLA's latent is not split at all). No layout fits a request whose KV exceeds what a

@@ -50,7 +50,7 @@ from planner.simulate.routing import Routing, engine_routing
 from planner.simulate.tracefile import load_trace
 from planner.simulate.traffic import arrival_times, lengths_from_bins, random_dataset_lengths
 from planner.specs.hardware import HardwareSpec
-from planner.specs.plan import DecodePlan, Plan, PrefillPlan
+from planner.specs.plan import DecodePlan, Plan, PrefillPlan, sequences_on
 from planner.specs.workload import WorkloadFile
 
 MAX_REQUESTS = 10_000_000
@@ -422,7 +422,7 @@ def build_simulation(
         pool = kv_pool(d_ctx, decode_phase, other)
         tp = decode_phase.attention.tp
         dp = decode_phase.attention.dp
-        seats_per_rank = decode_phase.concurrency_per_device * tp
+        seats_per_rank = sequences_on(decode_phase.concurrency_per_device, tp)
         per_rank_tokens = pool.tokens_for(1)
         pool_tokens = per_rank_tokens
         if per_rank_tokens < max_context:

@@ -11,9 +11,10 @@ Field names carry units. A "device" is one die as the software sees it (see `spe
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import math
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from planner.errors import BadInputError
 from planner.specs.hardware import HardwareSpec, Strict
@@ -26,6 +27,46 @@ __all__ = ["Workload"]  # the workload section lives in planner.specs.workload (
 COLOCATED_SHARED_FIELDS = ("devices", "instances", "attention", "dense_ffn", "moe", "shared_expert", "lm_head")
 PLAN_SCHEMA_VERSION = 2
 MAX_DEVICES_PER_INSTANCE = 1_000_000
+MAX_CONCURRENCY_PER_DEVICE = 10_000_000
+_WHOLE_TOLERANCE = 1e-6
+
+
+def _integral_as_int(value: float) -> int | float:
+    """A whole number given as a float (8.0) is the integer it names."""
+    return int(round(value)) if abs(value - round(value)) < _WHOLE_TOLERANCE else value
+
+
+# Sequences in flight per (attention) device. A whole number, or a fraction when an attention TP
+# group holds fewer sequences than it has devices (one sequence on a TP16 group: 1/16 = 0.0625);
+# the phase's validator requires a whole number of sequences per attention TP group.
+ConcurrencyPerDevice = Annotated[
+    int | float,
+    Field(gt=0, le=MAX_CONCURRENCY_PER_DEVICE, allow_inf_nan=False),
+    AfterValidator(_integral_as_int),
+]
+
+
+def sequences_on(concurrency_per_device: float, devices: int) -> int:
+    """Sequences `devices` attention devices hold (an attention TP group: one DP rank's seats; an
+    instance: its seats), a whole number for every concurrency a plan validates."""
+    return int(round(concurrency_per_device * devices))
+
+
+def check_whole_sequences(field: str, concurrency_per_device: float, tp: int) -> None:
+    """Refuse a concurrency that puts a fraction of a sequence on an attention TP group."""
+    seqs = concurrency_per_device * tp
+    if abs(seqs - round(seqs)) >= _WHOLE_TOLERANCE * max(1.0, seqs) or round(seqs) < 1:
+        step = 1 / tp
+        raise ValueError(
+            f"{field} = {concurrency_per_device:g} puts {seqs:g} sequences on each attention TP group of {tp} "
+            f"devices; give a whole number of sequences per group: a multiple of 1/{tp} = {step:g}"
+            + ("" if tp > 1 else " (with attention TP1, a whole number)")
+        )
+
+
+def fits_micro_batches(micro_batches: int, concurrency_per_device: float) -> bool:
+    """Each micro-batch needs a sequence per attention device; one micro-batch always runs."""
+    return micro_batches == 1 or micro_batches <= math.floor(concurrency_per_device + _WHOLE_TOLERANCE)
 
 
 class SLO(Strict):
@@ -171,7 +212,10 @@ class DecodePlan(PhasePlan):
     decode micro-batch pipeline).
     """
 
-    concurrency_per_device: int = Field(ge=1, le=10_000_000)
+    concurrency_per_device: ConcurrencyPerDevice = Field(
+        description="sequences in flight per device: a whole number, or a multiple of 1/attention.tp below one "
+        "(one sequence on a TP16 group: 0.0625)"
+    )
     mtp_tokens: int = Field(default=0, ge=0, le=4)
     micro_batches: Literal[1, 2] = Field(
         default=1,
@@ -184,7 +228,8 @@ class DecodePlan(PhasePlan):
 
     @model_validator(mode="after")
     def _micro_batches_fit_decode(self) -> DecodePlan:
-        if self.micro_batches > self.concurrency_per_device:
+        check_whole_sequences("concurrency_per_device", self.concurrency_per_device, self.attention.tp)
+        if not fits_micro_batches(self.micro_batches, self.concurrency_per_device):
             raise ValueError("micro_batches cannot exceed concurrency_per_device; use micro_batches: 1")
         return self
 
@@ -220,7 +265,9 @@ class ColocatedPlan(PhasePlan):
     the two phases the cost model scores (same devices, same layouts).
     """
 
-    concurrency_per_device: int = Field(ge=1, le=10_000_000, description="decode sequences in flight per device")
+    concurrency_per_device: ConcurrencyPerDevice = Field(
+        description="decode sequences in flight per device (a multiple of 1/attention.tp below one)"
+    )
     mtp_tokens: int = Field(default=0, ge=0, le=4)
     prefill_batch_tokens: int = Field(ge=1, le=1_000_000_000, description="tokens of one prefill forward")
     prefill_micro_batches: int = Field(default=1, ge=1, le=16)
@@ -249,7 +296,8 @@ class ColocatedPlan(PhasePlan):
     def _micro_batches_fit(self) -> ColocatedPlan:
         if self.prefill_micro_batches > self.prefill_batch_tokens:
             raise ValueError("prefill_micro_batches cannot exceed prefill_batch_tokens")
-        if self.decode_micro_batches > self.concurrency_per_device:
+        check_whole_sequences("concurrency_per_device", self.concurrency_per_device, self.attention.tp)
+        if not fits_micro_batches(self.decode_micro_batches, self.concurrency_per_device):
             raise ValueError("decode_micro_batches cannot exceed concurrency_per_device; use decode_micro_batches: 1")
         if self.chunk_tokens is not None:
             if self.prefill_batch_tokens != self.chunk_tokens:
@@ -348,7 +396,9 @@ class AfdPlan(Strict):
     lm_head: ParallelLayout | None = Field(
         default=None, description="embedding and LM head over the attention devices (default: DP)"
     )
-    concurrency_per_device: int = Field(ge=1, le=10_000_000, description="sequences in flight per attention device")
+    concurrency_per_device: ConcurrencyPerDevice = Field(
+        description="sequences in flight per attention device (a multiple of 1/attention.tp below one)"
+    )
     mtp_tokens: int = Field(
         default=0, ge=0, le=4, description="MTP draft tokens (the MTP module runs on the attention side)"
     )
@@ -362,7 +412,8 @@ class AfdPlan(Strict):
 
     @model_validator(mode="after")
     def _micro_batches_fit(self) -> AfdPlan:
-        if self.micro_batches > self.concurrency_per_device:
+        check_whole_sequences("concurrency_per_device", self.concurrency_per_device, self.attention.tp)
+        if not fits_micro_batches(self.micro_batches, self.concurrency_per_device):
             raise ValueError(
                 f"micro_batches ({self.micro_batches}) cannot exceed concurrency_per_device "
                 f"({self.concurrency_per_device}): each micro-batch needs a sequence per attention device"

@@ -16,6 +16,9 @@ blocks sharing one 8-bit E8M0 scale, so 8.25 and 4.25 bits per element) and HiF8
 HiFloat8, 8 bits, arXiv 2409.16626) on Ascend 950 (Huawei Connect 2025 keynote, Ascend
 roadmap). W4A8 (INT4 weights, INT8 activations) dequantises the weights and runs the INT8 cube
 path, so its math is `int8`; MXFP4 weights with MXFP8 activations likewise run the MXFP8 path.
+W4A16 (`int4g32`: INT4 weights with one BF16 scale per 32 weights, 4.5 bits per weight, as the
+compressed-tensors "pack-quantized" INT4 QAT checkpoints of Kimi-K2-Thinking store them) is
+dequantised inside the grouped matmul and runs the BF16 cube path, so its math is `bf16`.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from pydantic import Field, model_validator
 from planner.errors import BadInputError
 from planner.specs.hardware import HardwareSpec, Strict
 
-NumberFormat = Literal["bf16", "fp16", "int8", "int4", "fp8", "mxfp8", "hif8", "mxfp4"]
+NumberFormat = Literal["bf16", "fp16", "int8", "int4", "int4g32", "fp8", "mxfp8", "hif8", "mxfp4"]
 
 # bytes per element, block scales included (MX: one 1-byte scale per 32 elements)
 FORMAT_BYTES: dict[str, float] = {
@@ -35,13 +38,14 @@ FORMAT_BYTES: dict[str, float] = {
     "fp16": 2.0,
     "int8": 1.0,
     "int4": 0.5,
+    "int4g32": 0.5 + 2.0 / 32,
     "fp8": 1.0,
     "mxfp8": 1.0 + 1.0 / 32,
     "hif8": 1.0,
     "mxfp4": 0.5 + 1.0 / 32,
 }
 # 4-bit weights are dequantised to the activation's format; other pairs must agree
-_DEQUANTISED_WEIGHTS = {"int4": {"int8"}, "mxfp4": {"mxfp8", "mxfp4"}}
+_DEQUANTISED_WEIGHTS = {"int4": {"int8"}, "int4g32": {"bf16"}, "mxfp4": {"mxfp8", "mxfp4"}}
 
 
 class ModuleFormats(Strict):
@@ -56,7 +60,8 @@ class ModuleFormats(Strict):
         if w != a and a not in _DEQUANTISED_WEIGHTS.get(w, set()) and not {w, a} <= {"bf16", "fp16"}:
             raise ValueError(
                 f"weight format {w} with activation format {a} has no GEMM path; use the same format for both, "
-                "INT4 weights with INT8 activations (W4A8), or MXFP4 weights with MXFP8 activations"
+                "INT4 weights with INT8 activations (W4A8), group-quantised INT4 (int4g32) with BF16 activations "
+                "(W4A16), or MXFP4 weights with MXFP8 activations"
             )
         return self
 
@@ -77,7 +82,11 @@ class QuantizationScheme(Strict):
     description: str
     attention: ModuleFormats = Field(description="attention projections (and the MTP projection)")
     dense_ffn: ModuleFormats
-    experts: ModuleFormats = Field(description="routed and shared experts")
+    experts: ModuleFormats = Field(description="routed experts (and the shared experts unless `shared_experts`)")
+    shared_experts: ModuleFormats | None = Field(
+        default=None,
+        description="shared experts when their format differs from the routed experts' (same math format)",
+    )
     lm_head: ModuleFormats = Field(description="embedding and LM head")
     kv_format: NumberFormat = Field(description="KV cache")
     dispatch_format: NumberFormat = Field(description="tokens sent to experts (and TP all-gathers)")
@@ -93,10 +102,21 @@ class QuantizationScheme(Strict):
         """Bytes per dense-FFN weight."""
         return FORMAT_BYTES[self.dense_ffn.weight]
 
+    @model_validator(mode="after")
+    def _shared_same_math(self) -> QuantizationScheme:
+        if self.shared_experts is not None and self.shared_experts.math != self.experts.math:
+            raise ValueError("shared_experts must run the routed experts' math format")
+        return self
+
     @property
     def expert_weight_bytes(self) -> float:
-        """Bytes per expert weight."""
+        """Bytes per routed-expert weight."""
         return FORMAT_BYTES[self.experts.weight]
+
+    @property
+    def shared_expert_weight_bytes(self) -> float:
+        """Bytes per shared-expert weight."""
+        return FORMAT_BYTES[(self.shared_experts or self.experts).weight]
 
     @property
     def vocab_weight_bytes(self) -> float:
@@ -136,7 +156,9 @@ class QuantizationScheme(Strict):
         """One line: formats per module."""
         return (
             f"attention {self.attention.short()}, dense FFN {self.dense_ffn.short()}, experts "
-            f"{self.experts.short()}, LM head {self.lm_head.short()}, KV {self.kv_format}"
+            f"{self.experts.short()}"
+            + ("" if self.shared_experts is None else f", shared experts {self.shared_experts.short()}")
+            + f", LM head {self.lm_head.short()}, KV {self.kv_format}"
         )
 
 
@@ -147,15 +169,18 @@ def _scheme(
     experts: tuple[str, str] | None = None,
     kv: str = "bf16",
     dispatch: str | None = None,
+    shared_experts: tuple[str, str] | None = None,
 ) -> QuantizationScheme:
     lin = ModuleFormats(weight=linear[0], activation=linear[1])  # type: ignore[arg-type]
     exp = lin if experts is None else ModuleFormats(weight=experts[0], activation=experts[1])  # type: ignore[arg-type]
+    shared = None if shared_experts is None else ModuleFormats(weight=shared_experts[0], activation=shared_experts[1])  # type: ignore[arg-type]
     return QuantizationScheme(
         name=name,
         description=description,
         attention=lin,
         dense_ffn=lin,
         experts=exp,
+        shared_experts=shared,
         lm_head=ModuleFormats(weight="bf16", activation="bf16"),
         kv_format=kv,  # type: ignore[arg-type]
         dispatch_format=dispatch or exp.activation,  # type: ignore[arg-type]
@@ -177,6 +202,14 @@ QUANTIZATION_SCHEMES: dict[str, QuantizationScheme] = {
             "INT4 expert weights (INT8 math after dequantisation), INT8 other linear layers, BF16 KV cache",
             ("int8", "int8"),
             experts=("int4", "int8"),
+        ),
+        _scheme(
+            "w4a16",
+            "W4A16: INT4 routed-expert weights with a BF16 scale per 32 weights (BF16 math after "
+            "dequantisation; Kimi-K2-Thinking's INT4 checkpoint), BF16 shared experts, other linear layers and KV",
+            ("bf16", "bf16"),
+            experts=("int4g32", "bf16"),
+            shared_experts=("bf16", "bf16"),
         ),
         _scheme(
             "w4a8",

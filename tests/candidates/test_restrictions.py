@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
 from planner.candidates import restrictions as rules
@@ -134,3 +135,25 @@ def test_micro_batches_are_one_or_two():
 
     assert size_options(V3, A2, 16, "prefill", SpaceLimits(1024)).prefill_micro_batches == (1, 2)
     assert PlanRequest().decode_micro_batches == (1, 2)
+
+
+def test_decode_concurrency_is_searched_in_whole_sequences_per_device():
+    """The space holds whole concurrencies per device from 1 (the rule the verdict names); a plan file
+    may state a fraction on a TP group, which the search does not try."""
+    from planner.search.budget import request_budget
+    from planner.search.candidate_spaces import candidate_spaces, space_restrictions
+    from planner.search.contexts import phase_contexts
+    from planner.search.request import PlanRequest
+
+    request = PlanRequest(max_cards=16)
+    contexts = phase_contexts(request)
+    spaces = candidate_spaces(contexts, request, request_budget(request, contexts), 1, None, None)
+    assert spaces is not None
+    dspace, pspace = spaces
+    tables = [t for t, _ in dspace.tables.values()]
+    assert any(a.tp > 1 for t in tables for a in t.options.attention)
+    for t in tables:
+        assert t.x_values[0] == 1 and np.all(t.x_values == np.round(t.x_values))
+    assert rules.WHOLE_CONCURRENCY in space_restrictions(request, contexts, dspace, pspace)
+    plan, _ = load_plan(str(PLANS / "a3-vllm-ascend-kimi-k2-thinking-tp16-d.yaml"))
+    assert plan.decode.concurrency_per_device == 0.0625  # the format admits what the search leaves out

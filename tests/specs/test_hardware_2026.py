@@ -8,12 +8,19 @@ from typing import get_args
 import pytest
 
 from planner.costmodel.context import CostContext
+from planner.costmodel.memory import decode_hbm
 from planner.costmodel.prefill import prefill_forward
 from planner.errors import BadInputError
 from planner.specs.catalog import catalog_names, load_hardware, load_model
 from planner.specs.model import LayerKind
-from planner.specs.plan import AttentionLayout, MoELayout, ParallelLayout, PrefillPlan, Workload
-from planner.specs.quantization import FORMAT_BYTES, QUANTIZATION_SCHEMES, check_scheme_on_hardware, get_quantization
+from planner.specs.plan import AttentionLayout, DecodePlan, MoELayout, ParallelLayout, PrefillPlan, Workload
+from planner.specs.quantization import (
+    FORMAT_BYTES,
+    QUANTIZATION_SCHEMES,
+    ModuleFormats,
+    check_scheme_on_hardware,
+    get_quantization,
+)
 from tests.conftest import run_cli
 
 NEW = ("a3", "atlas350", "atlas950")
@@ -89,6 +96,30 @@ def test_scheme_formats_and_bytes():
         2,
         2,
     )
+
+
+def test_w4a16_keeps_the_shared_expert_in_bf16_and_counts_the_group_scales():
+    q = get_quantization("w4a16")
+    assert (q.experts.weight, q.experts.math) == ("int4g32", "bf16")
+    assert q.expert_weight_bytes == pytest.approx(0.5 + 2 / 32)  # one BF16 scale per 32 INT4 weights
+    assert q.shared_expert_weight_bytes == 2 and q.linear_weight_bytes == 2 and q.dispatch_bytes_per_element == 2
+    assert "shared experts bf16/bf16" in q.summary()
+    # the other schemes' shared experts take the routed experts' format
+    a8w4 = get_quantization("a8w4c16")
+    assert a8w4.shared_expert_weight_bytes == a8w4.expert_weight_bytes == 0.5
+    with pytest.raises(ValueError, match="W4A16"):
+        ModuleFormats(weight="int4g32", activation="int8")
+    # the HBM a decode device holds for the shared expert is its BF16 copy
+    m, hw = load_model("kimi-k2"), load_hardware("a3")
+    ctx = CostContext(m, hw, q, Workload(input_tokens=1024, output_tokens=1024))
+    plan = DecodePlan(
+        devices=16,
+        attention=AttentionLayout(dp=1, tp=16),
+        moe=MoELayout(ep=16, slots_per_device=24),
+        concurrency_per_device=0.0625,
+    )
+    shared = decode_hbm(ctx, plan).breakdown_bytes["shared_expert_weights"]
+    assert float(shared[0]) == pytest.approx(m.moe.shared_experts * m.shared_expert_params() * 2 * m.num_moe_layers)
 
 
 def test_a_format_the_chip_lacks_is_refused_naming_the_field():

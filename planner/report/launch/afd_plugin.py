@@ -49,7 +49,7 @@ from planner.report.launch.common import (
 )
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
-from planner.specs.plan import AttentionLayout, PhasePlan, Plan
+from planner.specs.plan import AttentionLayout, PhasePlan, Plan, sequences_on
 
 CONNECTOR = "CAMP2pAFDConnector"
 AFD_PORT_BASE = 29666  # the recipe's AFD_PORT
@@ -122,7 +122,7 @@ def build_afd(
         )
     node = hw.devices_per_node
     a, f = section.attention_devices, section.ffn_devices
-    att_batch = section.concurrency_per_device * section.attention.tp
+    att_batch = sequences_on(section.concurrency_per_device, section.attention.tp)
     ffn_batch = math.ceil(a * section.concurrency_per_device * (1 + section.mtp_tokens) / f)
     files: dict[str, str] = {}
     extra_ffn: dict = {}

@@ -43,7 +43,7 @@ from planner.report.launch.common import (
 )
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
-from planner.specs.plan import PhasePlan, Plan
+from planner.specs.plan import PhasePlan, Plan, sequences_on
 
 ENGINE = "mindie"
 MULTI_NODE_PORT = 1120  # BackendConfig.multiNodesInferPort default (config_info.h), + instance
@@ -120,12 +120,12 @@ def _schedule(plan: Plan, slot: Slot, phase: PhasePlan, view) -> dict:
         batch = max(1, math.ceil(tokens / input_tokens))
         prefill_batch = batch
     elif slot.role == "decode":
-        batch = view.decode.concurrency_per_device * n
+        batch = sequences_on(view.decode.concurrency_per_device, n)
         tokens = input_tokens
         prefill_batch = 1
     else:
         c = view.colocated
-        batch = c.concurrency_per_device * n
+        batch = sequences_on(c.concurrency_per_device, n)
         tokens = c.prefill_batch_tokens
         prefill_batch = max(1, math.ceil(tokens / input_tokens))
     return {

@@ -37,7 +37,7 @@ from planner.report.launch.common import (
 )
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
-from planner.specs.plan import PhasePlan, Plan
+from planner.specs.plan import PhasePlan, Plan, sequences_on
 
 ENGINE = "sglang"
 DIST_PORT_BASE = 5000
@@ -208,13 +208,13 @@ def _batch_flags(plan: Plan, role: str, phase: PhasePlan, view) -> list[str]:
         if view.prefill.micro_batches > 1:
             out.append("--enable-two-batch-overlap")
     elif role == "decode":
-        running = view.decode.concurrency_per_device * n
+        running = sequences_on(view.decode.concurrency_per_device, n)
         out = []
         if plan.decode is not None and plan.decode.micro_batches > 1:  # decode two-batch overlap
             out.append("--enable-two-batch-overlap")
     else:
         c = view.colocated
-        running = c.concurrency_per_device * n
+        running = sequences_on(c.concurrency_per_device, n)
         # chunked prefill: one chunk of chunk_tokens rides along each decode step; else whole forwards
         tokens = chunk_size(c.chunk_tokens if c.chunk_tokens is not None else c.prefill_batch_tokens, dp)
         out = ["--chunked-prefill-size", str(tokens), "--max-prefill-tokens", str(tokens)]

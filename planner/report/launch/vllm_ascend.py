@@ -37,7 +37,7 @@ from planner.report.launch.common import (
 )
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
-from planner.specs.plan import PhasePlan, Plan
+from planner.specs.plan import PhasePlan, Plan, sequences_on
 
 ENGINE = "vllm-ascend"
 DP_RPC_PORT_BASE = 13389
@@ -182,12 +182,12 @@ def _batch_flags(plan: Plan, role: str, phase: PhasePlan) -> list[str]:
         seqs = max(1, math.ceil(tokens / plan.workload.input_tokens))
     elif role == "decode":
         assert view.decode is not None
-        seqs = view.decode.concurrency_per_device * att.tp
+        seqs = sequences_on(view.decode.concurrency_per_device, att.tp)
         tokens = seqs * (1 + view.decode.mtp_tokens)
     else:
         assert view.colocated is not None
         c = view.colocated
-        seqs = c.concurrency_per_device * att.tp
+        seqs = sequences_on(c.concurrency_per_device, att.tp)
         if c.chunk_tokens is not None:
             # chunked prefill: each step carries the rank's decodes plus its share of one prompt chunk
             # (vLLM schedules running decodes first, then fills max_num_batched_tokens with prompt chunks)
