@@ -19,6 +19,7 @@ import numpy as np
 from planner.costmodel.acceptance_spread import default_acceptance_spread, percentile_request_factor, slo_tpot_factor
 from planner.costmodel.colocated import colocated_figures
 from planner.costmodel.context import CostContext
+from planner.costmodel.coverage import coverage_notes
 from planner.costmodel.decode import decode_step, emitted_tokens_per_step
 from planner.costmodel.economics import PricedPart, plan_economics
 from planner.costmodel.imbalance import ImbalanceModel, default_imbalance_model
@@ -654,6 +655,11 @@ def _evaluate_single(plan: Plan, specs: PlanSpecs, imb: ImbalanceModel, hbm_from
                 if present
             ),
             specs.model.name,
+        )
+        + coverage_notes(
+            plan,
+            specs.hw.name,
+            tuple(p for p, present in (("decode", decode), ("prefill", prefill)) if present is not None),
         )
         + workload_notes(ctx)
         + acceptance_spread_notes(plan, colocated or afd or decode)

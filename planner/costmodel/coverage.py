@@ -1,0 +1,83 @@
+"""Where the measured rows stand: the load per device at which each phase of a machine has been
+checked against a measurement, and a note on a plan outside that range.
+
+The cost model is checked on the figures of validation/ (`moeplan fidelity`). A row checks a phase
+at the load its plan puts on a device: a decode step at its sequences per device, a prefill
+forward at its prompt tokens per device. Figures the model misses (`known_miss`) check nothing and
+are left out. A plan whose phase runs below the lightest or above the heaviest load any remaining
+figure of its machine was taken at is an extrapolation: the efficiency factors were fitted where
+the rows are, and what changes outside them (a kernel's efficiency at a few tokens, the host's
+share of a small step) no row has measured. vllm-ascend's Kimi-K2-Thinking prefill at 64 tokens a
+die, 62% slower than modelled, is such a case. A machine without measured figures of a phase (or a
+machine file of your own) gets no note here; its factors' sources say where they come from.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from planner.errors import BadInputError
+from planner.specs.plan import Plan
+
+COVERED_PHASES = ("decode", "prefill")
+
+
+def phase_load(plan: Plan, phase: str) -> float | None:
+    """The load one device of the plan's phase carries: decode sequences in flight per device, or a
+    prefill forward's prompt tokens per device (None: the plan has no such phase)."""
+    if phase == "decode":
+        d = plan.decode_phase
+        return None if d is None else float(d.concurrency_per_device)
+    if phase == "prefill":
+        p = plan.prefill_phase
+        return None if p is None else p.batch_tokens / p.devices
+    return None
+
+
+@cache
+def measured_loads(machine: str, phase: str) -> tuple[float, ...]:
+    """The loads per device of `phase` at which the usable static figures of `machine` that the model
+    meets (no `known_miss`) were taken, ascending."""
+    from planner.specs.catalog import load_plan
+    from planner.specs.validation import figure_phase, usable_figures
+
+    loads = set()
+    for fig in usable_figures(compare="static"):
+        if fig.row.hardware != machine or fig.known_miss or figure_phase(fig) != phase:
+            continue
+        try:
+            plan, _ = load_plan(fig.plan)
+        except BadInputError:
+            continue
+        load = phase_load(plan, phase)
+        if load is not None:
+            loads.add(load)
+    return tuple(sorted(loads))
+
+
+def _load_words(phase: str, load: float) -> str:
+    if phase == "decode":
+        return f"runs {load:g} sequences per device"
+    return f"forward carries {load:,.0f} prompt tokens per device"
+
+
+def coverage_notes(plan: Plan, machine: str, phases: tuple[str, ...]) -> list[str]:
+    """One note per phase of `phases` whose load per device lies outside the loads the measured
+    figures of `machine` were taken at (none for a machine or phase without such figures)."""
+    notes = []
+    for phase in phases:
+        load = phase_load(plan, phase) if phase in COVERED_PHASES else None
+        loads = measured_loads(machine, phase) if load is not None else ()
+        if load is None or not loads or loads[0] <= load <= loads[-1]:
+            continue
+        lo, hi = loads[0], loads[-1]
+        span = f"{lo:g}" if lo == hi else f"{lo:g} to {hi:g}"
+        if phase == "prefill":
+            span = f"{lo:,.0f}" if lo == hi else f"{lo:,.0f} to {hi:,.0f}"
+        side = "below" if load < lo else "above"
+        notes.append(
+            f"extrapolation: this plan's {phase} {_load_words(phase, load)}, {side} every measured {phase} "
+            f"figure on {machine} the model meets ({len(loads)} load{'s' if len(loads) != 1 else ''}, {span} per "
+            f"device): no measured row checks its {phase} figures at this load (moeplan fidelity lists the rows)"
+        )
+    return notes

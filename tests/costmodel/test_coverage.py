@@ -1,0 +1,55 @@
+"""A plan outside the loads its machine's measured figures were taken at says so: the ranges come
+from validation/'s rows (figures the model misses check nothing), and every row the model meets
+lies inside its own machine's range."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.costmodel.coverage import coverage_notes, measured_loads, phase_load
+from planner.costmodel.evaluate import evaluate_plan, load_plan_specs
+from planner.specs.catalog import load_plan
+from planner.specs.validation import figure_phase, usable_figures
+
+
+def test_a_prefill_below_every_measured_load_is_named_an_extrapolation():
+    plan, _ = load_plan("a3-vllm-ascend-kimi-k2-thinking-tp16-p")
+    assert phase_load(plan, "prefill") == 64
+    loads = measured_loads("a3", "prefill")
+    # the Kimi row itself is a known miss: it checks nothing, so the range starts above it
+    assert loads and loads[0] > 64
+    notes = [n for n in evaluate_plan(plan, specs=load_plan_specs(plan)).notes if n.startswith("extrapolation")]
+    assert len(notes) == 1
+    assert "64 prompt tokens per device, below every measured prefill figure on a3" in notes[0]
+    assert f"{loads[0]:,.0f} to {loads[-1]:,.0f} per device" in notes[0]
+
+
+@pytest.mark.parametrize("name", ["a3-sglang-r1-w8a8-d32", "a2-d70", "a2-p"])
+def test_a_plan_at_a_measured_load_gets_no_note(name):
+    plan, _ = load_plan(name)
+    notes = evaluate_plan(plan, specs=load_plan_specs(plan)).notes
+    assert not [n for n in notes if n.startswith("extrapolation")]
+
+
+def test_the_ranges_are_the_rows_loads():
+    # vllm-ascend's Qwen3-235B BF16 decode (a holdout the model meets, 8 a die) counts; the Kimi prefill
+    # (a known miss, 64 tokens a die) does not; SGLang's R1 W8A8 prefill (28,000 tokens on 16 dies) does
+    assert 8 in measured_loads("a3", "decode")
+    assert 64 not in measured_loads("a3", "prefill") and 1750 in measured_loads("a3", "prefill")
+    assert measured_loads("no-such-machine", "decode") == ()
+    for fig in usable_figures(compare="static"):
+        if fig.row.hardware == "a3" and figure_phase(fig) == "decode" and not fig.known_miss:
+            plan, _ = load_plan(fig.plan)
+            assert phase_load(plan, "decode") in measured_loads("a3", "decode"), fig.id
+
+
+def test_decode_above_the_heaviest_measured_load_and_other_machines():
+    plan, _ = load_plan("a3-sglang-r1-w8a8-d32")
+    heaviest = max(measured_loads("a3", "decode"))
+    heavier = plan.model_copy(
+        update={"decode": plan.decode.model_copy(update={"concurrency_per_device": int(10 * heaviest)})}
+    )
+    (note,) = coverage_notes(heavier, "a3", ("decode",))
+    assert "above every measured decode figure on a3" in note
+    # a machine file of the user's own (no measured rows) gets no note here
+    assert coverage_notes(heavier, "my-machine", ("decode", "prefill")) == []
