@@ -165,6 +165,12 @@ def _whole(value: float) -> int | float:
     return int(round(value)) if abs(value - round(value)) < 1e-9 else value
 
 
+def _sequence_step(concurrency_per_device: int | float, tp: int) -> float:
+    """The next concurrency is one more sequence per device, or below whole numbers one more per
+    attention TP group (1/tp a device)."""
+    return 1 / tp if isinstance(concurrency_per_device, float) else 1.0
+
+
 def _axis_binding(axis: _Axis, slo: float | None) -> Binding:
     """What stops the phase's value from going one step higher (or which rule it already breaks)."""
     v = axis.value
@@ -277,7 +283,7 @@ def _concurrency_axis(
         one_more=one_more,
         none_lead=f"nothing binds {what} concurrency: {{n}} sequences per {per}",
         could="run more",
-        step=1 / tp if fractional else 1.0,
+        step=_sequence_step(b, tp),
     )
 
 
@@ -455,8 +461,7 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
         return kind, text, tag
 
     out = []
-    # one more sequence per device, or below one a device one more per attention TP group
-    b_step = 1 / section.attention.tp if isinstance(b, float) else 1.0
+    b_step = _sequence_step(b, section.attention.tp)
     more_seqs = {"concurrency_per_device": _whole(b + b_step)}
     kind, text, tag = at_cap(
         *neighbour(f"{_whole(b + b_step)} sequences per device", more_seqs),
