@@ -97,20 +97,31 @@ def undominated(arrays: list[np.ndarray], groups: np.ndarray | None = None) -> n
 
 
 def _pruned(
-    ints: IntTables, names: tuple[str, ...], t: PhaseTables | None = None, ep_of: np.ndarray | None = None
+    ints: IntTables,
+    names: tuple[str, ...],
+    t: PhaseTables | None = None,
+    ep_of: np.ndarray | None = None,
+    attention_of: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """Per module, the option indices that survive dominance over the given tables (all of them
     when an engine restricts which combinations may run: a dominating option may be one the
     engine cannot combine, so pruning would not be exact). Expert options are pruned only by
     options over the same device count (`ep_of`, from the tables' options): the alternatives
-    search for another EP (`ep_not`) then finds its best exactly."""
-    if t is not None and t.options.combo_ok is not None:
+    search for another EP (`ep_not`) then finds its best exactly. When only a split shared expert
+    restricts the pairs, attention and expert options are pruned within their groups of equal
+    pairing (`attention_of`, and `ep_of` by EP and split TP): exact as well."""
+    if t is not None and t.options.combo_ok is not None and not t.options.combo_split_only:
         return {mod: np.arange(ints.hbm_mib[mod].shape[0]) for mod in MODULES}
     if t is not None:  # the same for every SLO: kept with the tables
+        from planner.candidates.space import pairing_groups
         from planner.candidates.table_store import derived
 
-        eps = np.array([o.moe.ep for o in t.options.moe]) if t.options.moe else None
-        return derived(t, ("undominated_within_ep", names), lambda: _pruned(ints, names, ep_of=eps))
+        att_groups, moe_groups = pairing_groups(t.options)
+        eps = moe_groups if t.options.moe else None
+        atts = att_groups if t.options.combo_split_only else None
+        return derived(
+            t, ("undominated_within_pairing", names), lambda: _pruned(ints, names, ep_of=eps, attention_of=atts)
+        )
     tables = {
         "time": ints.time_us,
         "comm": ints.comm_us,
@@ -125,6 +136,8 @@ def _pruned(
         arrays = [tables[n][mod] for n in names]
         arrays = [a for a in arrays if a.shape[0] == ints.hbm_mib[mod].shape[0]]
         groups = ep_of if mod == "moe" and ep_of is not None and ep_of.size == arrays[0].shape[0] else None
+        if mod == "attention" and attention_of is not None and attention_of.size == arrays[0].shape[0]:
+            groups = attention_of
         out[mod] = undominated(arrays, groups)
     return out
 

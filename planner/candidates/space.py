@@ -23,7 +23,9 @@ Per size, the options of each module are the layouts that tile the devices:
   none). All2All or AllGather+ReduceScatter (what the engines run). The shared expert is
   replicated on every device, or on dedicated devices, as many as balance the routed and the
   shared-expert devices' loads (`dedicated_shared_devices`: physics, at every instance size
-  where one device is enough, not a count any deployment published).
+  where one device is enough, not a count any deployment published), or split over the
+  attention TP group (one option per attention TP above 1 of the size; `combo_ok` pairs it
+  with the plain attention layouts of that TP only: vLLM's TP-sharded shared expert).
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ class MoEOption:
         s = self.moe.short()
         if self.shared.placement == "dedicated":
             s += f"+shared x{self.shared.devices}"
+        elif self.shared.placement == "split":
+            s += f"+shared/TP{self.shared.tp}"
         return s
 
 
@@ -68,9 +72,13 @@ class SizeOptions:
     dense_ffn: list[ParallelLayout]
     lm_head: list[ParallelLayout]
     moe: list[MoEOption]
-    # with an engine: which (attention, dense FFN, MoE, LM head) combinations it can run, and its
-    # prefill micro-batch counts (planner.engines); None / (1, 2): every combination, both counts
+    # which (attention, dense FFN, MoE, LM head) combinations can run together: a split shared
+    # expert only with the attention TP it is split over, and with an engine what it can combine
+    # (planner.engines); None: every combination. With an engine, its prefill micro-batch counts.
     combo_ok: np.ndarray | None = None
+    # True when combo_ok holds only the split shared expert's pairing (no engine): dominance may then
+    # still prune within the groups of equal pairing (planner.candidates.phase_candidates._pruned)
+    combo_split_only: bool = False
     prefill_micro_batches: tuple[int, ...] = (1, 2)
     # with an engine: per MoE option, whether it may run more than one prefill micro-batch
     moe_micro_ok: np.ndarray | None = None
@@ -191,8 +199,11 @@ def dedicated_shared_devices(model: ModelSpec, devices: int) -> int | None:
     return min(counts, key=lambda n: (max(k / (devices - n), s / n), n))
 
 
-def moe_options(model: ModelSpec, devices: int, limits: SpaceLimits) -> list[MoEOption]:
-    """EP layouts with 0..max_extra_slots redundant slots per device, both comm schemes, shared placements."""
+def moe_options(
+    model: ModelSpec, devices: int, limits: SpaceLimits, split_tps: tuple[int, ...] = ()
+) -> list[MoEOption]:
+    """EP layouts with 0..max_extra_slots redundant slots per device, both comm schemes, shared placements
+    (`split_tps`: the attention TPs above 1 a split shared expert may span)."""
     if model.moe is None:
         return []
     experts = model.moe.routed_experts
@@ -201,6 +212,8 @@ def moe_options(model: ModelSpec, devices: int, limits: SpaceLimits) -> list[MoE
     n_sh = dedicated_shared_devices(model, devices)
     if n_sh is not None:
         shareds.append(SharedExpertLayout(placement="dedicated", devices=n_sh))
+    if model.moe.shared_experts:
+        shareds += [SharedExpertLayout(placement="split", tp=tp) for tp in split_tps if tp > 1]
     out = []
     for shared in shareds:
         ep = devices - shared.dedicated_devices
@@ -220,14 +233,43 @@ def size_options(model: ModelSpec, hw: HardwareSpec, devices: int, phase: Phase,
     """Every module's layout options for one instance size."""
     any_tp = limits.any_tp
     dense = parallel_options(hw, devices, model.dense_intermediate_size, any_tp) if model.num_dense_layers else []
+    attention = attention_options(model, hw, devices, phase, any_tp)
+    split_tps = tuple(sorted({a.tp for a in attention if a.tp > 1 and not a.is_hybrid}))
     opts = SizeOptions(
         devices=devices,
-        attention=attention_options(model, hw, devices, phase, any_tp),
+        attention=attention,
         dense_ffn=dense,
         lm_head=parallel_options(hw, devices, None, any_tp),
-        moe=moe_options(model, devices, limits),
+        moe=moe_options(model, devices, limits, split_tps),
     )
-    return opts if limits.engine is None else restrict_to_engine(opts, model, hw, limits.engine)
+    if limits.engine is not None:
+        return restrict_to_engine(opts, model, hw, limits.engine)
+    pairing = split_pairing(opts.attention, opts.moe)
+    if pairing is not None:
+        shape = (len(opts.attention), max(1, len(opts.dense_ffn)), len(opts.moe), len(opts.lm_head))
+        opts.combo_ok = np.broadcast_to(pairing[:, None, :, None], shape).copy()
+        opts.combo_split_only = True
+    return opts
+
+
+def split_pairing(attention: list[AttentionLayout], moe: list[MoEOption]) -> np.ndarray | None:
+    """[attention, MoE] True where the pair can run: a split shared expert only with a plain attention
+    layout of the TP it is split over (None when no option is split)."""
+    if not any(o.shared.placement == "split" for o in moe):
+        return None
+    return np.array(
+        [[o.shared.placement != "split" or (a.tp == o.shared.tp and not a.is_hybrid) for o in moe] for a in attention],
+        dtype=bool,
+    ).reshape(len(attention), len(moe))
+
+
+def pairing_groups(opts: SizeOptions) -> tuple[np.ndarray, np.ndarray]:
+    """Attention and MoE option groups of equal pairing under `split_pairing` (attention: its TP when
+    plain, -1 when hybrid; MoE: its EP and the TP its shared expert is split over)."""
+    att = np.array([-1 if a.is_hybrid else a.tp for a in opts.attention])
+    keys = sorted({(o.moe.ep, o.shared.split_tp) for o in opts.moe})
+    moe = np.array([keys.index((o.moe.ep, o.shared.split_tp)) for o in opts.moe])
+    return att, moe
 
 
 def restrict_to_engine(opts: SizeOptions, model: ModelSpec, hw: HardwareSpec, engine: str) -> SizeOptions:
@@ -246,6 +288,9 @@ def restrict_to_engine(opts: SizeOptions, model: ModelSpec, hw: HardwareSpec, en
         for f, fl in enumerate(dense):
             for h, hl in enumerate(opts.lm_head):
                 mask[a, f, :, h] = combo_ok(profile, hw, opts.devices, al, fl, hl)
+    pairing = split_pairing(att, moe)
+    if pairing is not None:
+        mask &= pairing[:, None, :, None]
     return SizeOptions(
         devices=opts.devices,
         attention=att,

@@ -55,10 +55,15 @@ def measured_loads(machine: str, phase: str) -> tuple[float, ...]:
     return tuple(sorted(loads))
 
 
+def _load_text(phase: str, load: float) -> str:
+    """A load as the note states it: sequences as given, prompt tokens as a whole number."""
+    return f"{load:g}" if phase == "decode" else f"{load:,.0f}"
+
+
 def _load_words(phase: str, load: float) -> str:
     if phase == "decode":
-        return f"runs {load:g} sequences per device"
-    return f"forward carries {load:,.0f} prompt tokens per device"
+        return f"runs {_load_text(phase, load)} sequences per device"
+    return f"forward carries {_load_text(phase, load)} prompt tokens per device"
 
 
 def coverage_notes(plan: Plan, machine: str, phases: tuple[str, ...]) -> list[str]:
@@ -71,9 +76,7 @@ def coverage_notes(plan: Plan, machine: str, phases: tuple[str, ...]) -> list[st
         if load is None or not loads or loads[0] <= load <= loads[-1]:
             continue
         lo, hi = loads[0], loads[-1]
-        span = f"{lo:g}" if lo == hi else f"{lo:g} to {hi:g}"
-        if phase == "prefill":
-            span = f"{lo:,.0f}" if lo == hi else f"{lo:,.0f} to {hi:,.0f}"
+        span = _load_text(phase, lo) if lo == hi else f"{_load_text(phase, lo)} to {_load_text(phase, hi)}"
         side = "below" if load < lo else "above"
         notes.append(
             f"extrapolation: this plan's {phase} {_load_words(phase, load)}, {side} every measured {phase} "

@@ -190,6 +190,7 @@ def moe_hbm(
     moe_layers = m.num_moe_layers + m.mtp_layers
     expert = m.expert_params() * ctx.routed_expert_weight_bytes
     shared_bytes = m.moe.shared_experts * m.shared_expert_params() * q.shared_expert_weight_bytes * moe_layers
+    shared_bytes /= shared.split_tp  # a split shared expert: 1/tp of its weights a device
     routed_bytes = moe_layers * moe.slots_per_device * expert
     dedicated = shared.placement == "dedicated" and m.moe.shared_experts > 0
     per_token = m.expert_token_width() * (q.dispatch_bytes_per_element + q.combine_bytes_per_element)

@@ -244,13 +244,26 @@ class MoECost(ModuleCost):
     imbalance: np.ndarray
 
 
-def shared_expert_s(ctx: CostContext, tokens_per_device: ArrayLike) -> np.ndarray:
-    """Roofline time of every shared expert of one MoE layer on `tokens_per_device` tokens."""
+def shared_expert_s(ctx: CostContext, tokens_per_device: ArrayLike, split_tp: int = 1) -> np.ndarray:
+    """Roofline time of every shared expert of one MoE layer on `tokens_per_device` tokens.
+
+    `split_tp` > 1: the weights are split over a TP group whose devices each run their 1/split_tp
+    on every token of the group (split_tp x the device's tokens): the same FLOPs a device, 1/split_tp
+    of the weight reads."""
     m = ctx.model
     assert m.moe is not None
     t = np.asarray(tokens_per_device, dtype=float)
     p = m.moe.shared_experts * m.shared_expert_params()
-    return ctx.roofline_s(2 * t * p, p * ctx.quant.shared_expert_weight_bytes, ctx.module_flops_per_s("experts"))
+    weight_bytes = p * ctx.quant.shared_expert_weight_bytes / split_tp
+    return ctx.roofline_s(2 * t * p, weight_bytes, ctx.module_flops_per_s("experts"))
+
+
+def split_shared_expert_allreduce_s(ctx: CostContext, tokens_per_device: ArrayLike, split_tp: int) -> np.ndarray:
+    """The all-reduce of a split shared expert's partial output over its TP group: every token of
+    the group at the model width in BF16 (vllm-ascend's TENSOR_PARALLEL mode all-reduces the shared
+    output over the TP group, vllm_ascend/ops/fused_moe/fused_moe.py _reduce_shared_output_if_needed)."""
+    t = np.asarray(tokens_per_device, dtype=float)
+    return comm.allreduce_s(ctx.hw, split_tp, t * split_tp * ctx.model.hidden_size * BF16_BYTES)
 
 
 SHARED_EXPERT_OPS = (2, 1)  # matrix and vector operators of the shared expert (fixed launch costs)
@@ -322,8 +335,8 @@ def moe_cost(
     n_shared = m.moe.shared_experts if include_shared else 0
     if n_shared == 0:
         shared_s = np.zeros_like(t)
-    elif shared.placement == "replicated":
-        shared_s = shared_expert_s(ctx, t)
+    elif shared.placement != "dedicated":
+        shared_s = shared_expert_s(ctx, t, shared.split_tp)
     else:
         shared_s = shared_expert_s(ctx, tokens_total / shared.devices)
 
@@ -347,6 +360,11 @@ def moe_cost(
     if shared.placement == "dedicated" and n_shared:
         compute = router_s + np.maximum(experts_s, shared_s)
         comm_s = dc
+    elif shared.placement == "split" and n_shared:
+        # no overlap with dispatch/combine: vllm-ascend's shared-expert stream runs only at TP 1 or with
+        # replicated weights (multistream_overlap_shared_expert, docs/source/tutorials/models/DeepSeek-V3.1.md)
+        compute = router_s + experts_s + shared_s
+        comm_s = dc + split_shared_expert_allreduce_s(ctx, t, shared.tp)
     elif overlap_shared:
         compute = router_s + experts_s
         comm_s = np.maximum(dc, shared_s)

@@ -409,6 +409,12 @@ def _vllm_problems(files: dict[str, str], processes: list[dict]) -> list[str]:
         eplb = extra.get("eplb_config", {})
         if eplb.get("expert_map_path"):
             out += _vllm_map_problems(where, files, eplb)
+        tp = int(f.get("--tensor-parallel-size") or 1)
+        if extra.get("enable_shared_expert_dp") and (tp < 2 or "--enable-expert-parallel" not in p["argv"]):
+            out.append(
+                f"{where}: enable_shared_expert_dp is ignored without --enable-expert-parallel and "
+                "--tensor-parallel-size > 1 (vllm_ascend/ascend_config.py): the shared expert would not run as planned"
+            )
     return out
 
 

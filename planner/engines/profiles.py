@@ -88,7 +88,7 @@ class Capabilities(Strict):
     devices_source: str = Field(min_length=1, description="where the device list was read")
     disaggregated: bool
     colocated: bool
-    shared_expert: list[Literal["replicated", "dedicated"]]
+    shared_expert: list[Literal["replicated", "dedicated", "split"]]
     dedicated_shared_hardware: list[str] | None = None
     dedicated_shared_without_redundancy: bool = False
     attention_hybrid: bool
@@ -261,7 +261,13 @@ def _moe_problems(
 ) -> list[str]:
     cap = profile.capabilities
     out = []
-    if shared.placement not in cap.shared_expert:
+    if shared.placement not in cap.shared_expert and shared.placement == "split":
+        out.append(
+            f"{field}shared_expert: placement 'split' (over the attention TP{shared.tp} group): {profile.label} "
+            f"runs the shared expert {' or '.join(cap.shared_expert)}, not split over the attention TP; use "
+            f"placement: replicated, re-plan with --engine {profile.engine}, or export for vllm-ascend."
+        )
+    elif shared.placement not in cap.shared_expert:
         out.append(
             f"{field}shared_expert: placement 'dedicated' ({shared.devices} devices): {profile.label} has no "
             "external shared-expert devices (it runs the shared expert on every device); re-plan with "

@@ -45,7 +45,7 @@ from planner.search.request import PlanRequest
 from planner.specs.catalog import load_hardware, load_model, with_draft
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
-from planner.specs.plan import SLO, AfdPlan, DecodePlan, Plan, PrefillPlan
+from planner.specs.plan import SLO, AfdPlan, DecodePlan, Plan, PrefillPlan, integral_as_int
 from planner.specs.quantization import get_quantization
 
 GIB = 1024.0**3
@@ -149,7 +149,7 @@ def _largest_ok(axis: _Axis, upto: float, slo_ms: float | None) -> tuple[int | f
     """Largest value <= upto (a multiple of the axis's step) that fits HBM and meets the SLO, with
     its tokens/s per card."""
     steps = max(1, math.floor(upto / axis.step + 1e-9))
-    values = [_whole(k * axis.step) for k in range(1, steps + 1)]
+    values = [integral_as_int(k * axis.step) for k in range(1, steps + 1)]
     f = axis.probe(values)
     ok = f.total_bytes <= f.capacity_bytes
     if slo_ms is not None:
@@ -158,11 +158,6 @@ def _largest_ok(axis: _Axis, upto: float, slo_ms: float | None) -> tuple[int | f
         return 0, 0.0
     i = int(np.flatnonzero(ok)[-1])
     return values[i], float(f.per_card[i])
-
-
-def _whole(value: float) -> int | float:
-    """A value of an axis as the plan would state it: an integer when it is one."""
-    return int(round(value)) if abs(value - round(value)) < 1e-9 else value
 
 
 def _sequence_step(concurrency_per_device: int | float, tp: int) -> float:
@@ -174,7 +169,7 @@ def _sequence_step(concurrency_per_device: int | float, tp: int) -> float:
 def _axis_binding(axis: _Axis, slo: float | None) -> Binding:
     """What stops the phase's value from going one step higher (or which rule it already breaks)."""
     v = axis.value
-    nxt = _whole(v + axis.step)
+    nxt = integral_as_int(v + axis.step)
     f = axis.probe([v, nxt])
     lat, total, cap = f.latency_ms, f.total_bytes, f.capacity_bytes
     name, label, fmt = axis.slo_name, axis.label, axis.lat_format
@@ -454,7 +449,7 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
         if kind == "none" and value >= cap:
             return (
                 "search_space",
-                f"search space binds: {_whole(value + step)} {what} would be allowed, but the search tries at "
+                f"search space binds: {integral_as_int(value + step)} {what} would be allowed, but the search tries at "
                 f"most {cap}",
                 "search space",
             )
@@ -462,9 +457,9 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
 
     out = []
     b_step = _sequence_step(b, section.attention.tp)
-    more_seqs = {"concurrency_per_device": _whole(b + b_step)}
+    more_seqs = {"concurrency_per_device": integral_as_int(b + b_step)}
     kind, text, tag = at_cap(
-        *neighbour(f"{_whole(b + b_step)} sequences per device", more_seqs),
+        *neighbour(f"{integral_as_int(b + b_step)} sequences per device", more_seqs),
         MAX_CONCURRENCY,
         b,
         "sequences per device",

@@ -45,7 +45,7 @@ def _layout(phase: PhasePlan, module: str) -> str:
         return phase.moe.short() if phase.moe is not None else "-"
     if module == "shared_expert":
         s = phase.shared_expert
-        return f"dedicated x{s.devices}" if s.placement == "dedicated" else "replicated"
+        return s.short()
     return phase.lm_head_layout.short()
 
 

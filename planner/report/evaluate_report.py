@@ -27,7 +27,7 @@ BREAKDOWN_LABELS = {
     "dense_ffn": "dense FFN",
     "dense_ffn_comm": "dense FFN collectives",
     "moe": "MoE router + experts (busiest device)",
-    "moe_comm": "MoE dispatch/combine (shared expert overlapped)",
+    "moe_comm": "MoE dispatch/combine (incl. overlapped or split shared expert)",
     "lm_head": "embedding + LM head + sampling",
     "lm_head_comm": "embedding + LM head collectives",
     "mtp": "MTP module (or draft head) + framework time",
@@ -71,8 +71,8 @@ def layout_summary(phase: PhasePlan) -> str:
         parts.append(f"ffn {phase.dense_ffn.short()}")
     if phase.moe is not None:
         parts.append(f"moe {phase.moe.short()}")
-    if phase.shared_expert.placement == "dedicated":
-        parts.append(f"shared x{phase.shared_expert.devices}")
+    if phase.shared_expert.placement != "replicated":
+        parts.append(f"shared {phase.shared_expert.short()}")
     parts.append(f"head {phase.lm_head_layout.short()}")
     return ", ".join(parts)
 

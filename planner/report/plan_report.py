@@ -45,6 +45,8 @@ def compact_layouts(phase: PhasePlan) -> str:
         moe = f"EP{phase.moe.ep}x{phase.moe.slots_per_device} {'AG' if phase.moe.comm == 'allgather' else 'A2A'}"
         if phase.shared_expert.placement == "dedicated":
             moe += f"+S{phase.shared_expert.devices}"
+        elif phase.shared_expert.placement == "split":
+            moe += f"+S/TP{phase.shared_expert.tp}"
         parts.append(moe)
     parts.append(phase.lm_head_layout.short())
     return "|".join(parts)
@@ -106,6 +108,11 @@ def ranked_table(
     )
     if any(p.draft_model for p in plans):
         caption += "; EAGLE3:k: k draft tokens per step from the EAGLE-3 draft head (--draft-model)"
+    placements = {ph.shared_expert.placement for p in plans for ph in (p.decode, p.prefill, p.colocated) if ph}
+    if "split" in placements:
+        caption += "; +S/TPt: the shared expert split over the attention TP group of t devices"
+    if "dedicated" in placements:
+        caption += "; +Sn: n dedicated shared-expert devices"
     if any(p.afd is not None for p in plans):
         caption += (
             "\nAFD: attention-FFN disaggregated decode instances, per instance A attention devices (attention, KV, "

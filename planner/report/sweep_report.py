@@ -137,6 +137,8 @@ def short_layouts(phase: PhasePlan) -> str:
         moe = f"EP{phase.moe.ep}x{phase.moe.slots_per_device} {comm}"
         if phase.shared_expert.placement == "dedicated":
             moe += f"+S{phase.shared_expert.devices}"
+        elif phase.shared_expert.placement == "split":
+            moe += f"+S/TP{phase.shared_expert.tp}"
         parts.append(moe)
     return "|".join(parts)
 

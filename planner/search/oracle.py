@@ -76,7 +76,10 @@ def best_phase_ratio(
     at least one sequence per micro-batch; `max_step_us` bounds the decode step (the ITL limit)."""
     best = Fraction(0)
     ranges = [range(t.n_options(mod)) for mod in MODULES]
+    runnable = t.options.combo_ok  # pairs that cannot run together (a split shared expert, an engine)
     for combo in itertools.product(*ranges):
+        if runnable is not None and not runnable[combo]:
+            continue
         for j, k in enumerate(t.k_values):
             for xi, x in enumerate(t.x_values.tolist()):
                 hbm = sum(int(ints.hbm_mib[mod][o, j, xi]) for mod, o in zip(MODULES, combo, strict=True))

@@ -31,8 +31,8 @@ MAX_CONCURRENCY_PER_DEVICE = 10_000_000
 _WHOLE_TOLERANCE = 1e-6
 
 
-def _integral_as_int(value: float) -> int | float:
-    """A whole number given as a float (8.0) is the integer it names."""
+def integral_as_int(value: float) -> int | float:
+    """A whole number given as a float (8.0) is the integer it names (how a plan states a concurrency)."""
     return int(round(value)) if abs(value - round(value)) < _WHOLE_TOLERANCE else value
 
 
@@ -42,7 +42,7 @@ def _integral_as_int(value: float) -> int | float:
 ConcurrencyPerDevice = Annotated[
     int | float,
     Field(gt=0, le=MAX_CONCURRENCY_PER_DEVICE, allow_inf_nan=False),
-    AfterValidator(_integral_as_int),
+    AfterValidator(integral_as_int),
 ]
 
 
@@ -158,23 +158,45 @@ class MoELayout(Strict):
 
 
 class SharedExpertLayout(Strict):
-    """Where the shared expert runs: on every device for its own tokens, or on dedicated devices."""
+    """Where the shared expert runs: on every device for its own tokens (replicated), on dedicated
+    devices, or split over the attention TP group (split: each device holds 1/tp of its weights and
+    runs them on every token of its TP group, then the group all-reduces the output - vLLM's
+    DeepseekV2MLP over the TP group, vllm-ascend's default with attention TP > 1 and expert
+    parallelism, vllm_ascend/ops/fused_moe/shared_experts.py SharedExpertParallelMode.TENSOR_PARALLEL)."""
 
-    placement: Literal["replicated", "dedicated"] = "replicated"
+    placement: Literal["replicated", "dedicated", "split"] = "replicated"
     devices: int = Field(default=0, ge=0, le=MAX_DEVICES_PER_INSTANCE)
+    tp: int = Field(default=1, ge=1, le=MAX_DEVICES_PER_INSTANCE, description="split: the attention TP it spans")
 
     @model_validator(mode="after")
     def _devices_match_placement(self) -> SharedExpertLayout:
         if self.placement == "dedicated" and self.devices < 1:
             raise ValueError("a dedicated shared expert needs devices >= 1")
-        if self.placement == "replicated" and self.devices:
-            raise ValueError("a replicated shared expert takes no devices; drop 'devices'")
+        if self.placement != "dedicated" and self.devices:
+            raise ValueError(f"a {self.placement} shared expert takes no devices; drop 'devices'")
+        if self.placement == "split" and self.tp < 2:
+            raise ValueError("a split shared expert needs tp >= 2 (the attention TP it is split over)")
+        if self.placement != "split" and self.tp != 1:
+            raise ValueError(f"only a split shared expert takes tp; drop 'tp' from placement: {self.placement}")
         return self
 
     @property
     def dedicated_devices(self) -> int:
-        """Devices used only by the shared expert (0 when replicated)."""
+        """Devices used only by the shared expert (0 when replicated or split)."""
         return self.devices if self.placement == "dedicated" else 0
+
+    @property
+    def split_tp(self) -> int:
+        """Devices one copy of the shared expert's weights is split over (1: not split)."""
+        return self.tp if self.placement == "split" else 1
+
+    def short(self) -> str:
+        """'replicated', 'dedicated x4', 'split TP16'."""
+        if self.placement == "dedicated":
+            return f"dedicated x{self.devices}"
+        if self.placement == "split":
+            return f"split TP{self.tp}"
+        return "replicated"
 
 
 class PhasePlan(Strict):
@@ -418,6 +440,11 @@ class AfdPlan(Strict):
                 f"micro_batches ({self.micro_batches}) cannot exceed concurrency_per_device "
                 f"({self.concurrency_per_device}): each micro-batch needs a sequence per attention device"
             )
+        if self.shared_expert.placement == "split":
+            raise ValueError(
+                "shared_expert.placement: split is not modelled across attention-FFN disaggregation; "
+                "use placement: replicated (or dedicated on the FFN side)"
+            )
         if self.shared_expert_on == "attention" and self.shared_expert.placement == "dedicated":
             raise ValueError(
                 "shared_expert_on: attention runs the shared expert on every attention device; "
@@ -633,7 +660,7 @@ def check_phase(phase_name: str, phase: PhasePlan, model: ModelSpec, hw: Hardwar
     if model.moe is None:
         if phase.moe is not None and not (phase.moe.ep == 1 and phase.moe.slots_per_device == 1):
             raise BadInputError(f"{phase_name}.moe: model '{model.name}' has no MoE layers; remove the moe section.")
-        if shared.placement == "dedicated":
+        if shared.placement != "replicated":
             raise BadInputError(
                 f"{phase_name}.shared_expert: model '{model.name}' has no experts; use placement: replicated."
             )
@@ -644,9 +671,15 @@ def check_phase(phase_name: str, phase: PhasePlan, model: ModelSpec, hw: Hardwar
             f"{phase_name}.moe is missing: model '{model.name}' has MoE layers; add "
             f"moe: {{ep: N, slots_per_device: S, comm: alltoall|allgather}}."
         )
-    if shared.placement == "dedicated" and model.moe.shared_experts == 0:
+    if shared.placement != "replicated" and model.moe.shared_experts == 0:
         raise BadInputError(
             f"{phase_name}.shared_expert: model '{model.name}' has no shared expert; use placement: replicated."
+        )
+    if shared.placement == "split" and (att.is_hybrid or shared.tp != att.tp):
+        what = "a hybrid attention layout" if att.is_hybrid else f"attention TP {att.tp}"
+        raise BadInputError(
+            f"{phase_name}.shared_expert: split over tp = {shared.tp} needs a plain DP x TP attention of the same "
+            f"TP (this phase has {what}); set shared_expert.tp to the attention TP or use placement: replicated."
         )
     if moe.ep + shared.dedicated_devices != n:
         raise BadInputError(

@@ -225,3 +225,17 @@ def test_vllm_ascend_redundant_count_matches_the_expert_map(exports):
     extra["eplb_config"]["num_redundant_experts"] = 0
     argv[at] = json.dumps(extra)
     assert any("capacity mismatch" in p for p in export_problems("vllm-ascend", files, processes, modes))
+
+
+def test_vllm_ascend_flags_a_shared_expert_dp_the_engine_would_ignore(exports):
+    """The exports' decode runs attention TP1: enable_shared_expert_dp there would be ignored by the
+    engine (it needs expert parallelism and TP > 1), so the shared expert would not run as planned."""
+    files, processes, modes = broken(exports, "vllm-ascend")
+    argv = _argv_of(processes, "decode")
+    at = argv.index("--additional-config") + 1
+    extra = json.loads(argv[at])
+    extra["enable_shared_expert_dp"] = True
+    argv[at] = json.dumps(extra)
+    assert any(
+        "enable_shared_expert_dp is ignored" in p for p in export_problems("vllm-ascend", files, processes, modes)
+    )

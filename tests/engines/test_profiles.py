@@ -52,7 +52,14 @@ def test_engine_search_space_holds_only_what_the_engine_runs(engine, phase):
     opts = size_options(model, hw, 32, phase, SpaceLimits(max_devices=64, engine=engine))
     profile = load_profile(engine)
     assert all(not a.is_hybrid for a in opts.attention)
-    assert all(o.shared.placement == "replicated" for o in opts.moe)  # no engine runs dedicated on a2
+    # no engine runs dedicated shared-expert devices on a2; vLLM-Ascend splits it over the attention TP
+    splits = {"replicated", "split"} if engine == "vllm-ascend" else {"replicated"}
+    assert {o.shared.placement for o in opts.moe} == splits
+    assert opts.moe[0].shared.placement == "replicated"
+    for m, o in enumerate(opts.moe):
+        if o.shared.placement == "split":  # only with the plain attention layouts of its TP
+            paired = [att.tp for a, att in enumerate(opts.attention) if opts.combo_ok[a, :, m, :].any()]
+            assert paired and set(paired) == {o.shared.tp}
     assert set(opts.prefill_micro_batches) == set(profile.capabilities.prefill_micro_batches)
     assert opts.combo_ok is not None and opts.combo_ok.any()
     for a, att in enumerate(opts.attention):

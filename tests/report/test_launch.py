@@ -172,7 +172,18 @@ def check_vllm(plan: Plan, out: Path, doc: dict) -> None:
         assert a.max_model_len == plan.workload.input_tokens + plan.workload.output_tokens
         assert 0 < a.gpu_memory_utilization < 1
         extra = a.additional_config or {}
-        assert set(extra) <= {"eplb_config", "finegrained_tp_config"}
+        shared_keys = {"enable_shared_expert_dp", "multistream_overlap_shared_expert"}
+        assert set(extra) <= {"eplb_config", "finegrained_tp_config"} | shared_keys
+        assert shared_keys <= set(keys["additional_config"]["top"])
+        phase = plan.colocated if plan.is_colocated else getattr(plan, p["role"])
+        replicated = phase.shared_expert.placement == "replicated" and bool(model.moe.shared_experts)
+        assert extra.get("enable_shared_expert_dp", False) is (
+            replicated and a.tensor_parallel_size > 1 and phase.moe.ep > 1
+        )
+        # the decode's overlap of a whole shared expert with dispatch/combine, on its own stream
+        overlap = load_hardware(plan.hardware).overlap.decode_shared_expert_with_dispatch
+        stream = replicated and overlap and p["role"] != "prefill"
+        assert extra.get("multistream_overlap_shared_expert", False) is stream
         eplb = extra.get("eplb_config")
         if eplb:
             assert set(eplb) <= set(keys["additional_config"]["eplb_config"])
@@ -337,6 +348,59 @@ def test_dedicated_shared_experts_only_on_mindie_cm384(tmp_path):
     cfg = json.loads((out / "decode0_config.json").read_text())
     ds = cfg["BackendConfig"]["ModelDeployConfig"]["ModelConfig"][0]["models"]["deepseekv2"]
     assert ds["num_dangling_shared_experts"] == 32
+
+
+def _tp4_decode(shared: dict) -> Plan:
+    """A DeepSeek-V3 A2 PD plan whose decode runs attention DP8xTP4 with the given shared expert."""
+    flat = {"dp": 32, "tp": 1}
+    tp4 = {"dp": 8, "tp": 4}
+    moe = {"ep": 32, "slots_per_device": 8, "comm": "alltoall"}
+    return plan_from(
+        {
+            **COMMON,
+            "hardware": "a2",
+            "prefill": {
+                "devices": 32,
+                "attention": flat,
+                "dense_ffn": flat,
+                "lm_head": flat,
+                "moe": moe,
+                "batch_tokens": 16384,
+            },
+            "decode": {
+                "devices": 32,
+                "attention": tp4,
+                "dense_ffn": tp4,
+                "lm_head": tp4,
+                "moe": moe,
+                "shared_expert": shared,
+                "concurrency_per_device": 16,
+            },
+        }
+    )
+
+
+def test_vllm_ascend_replicates_the_shared_expert_only_where_the_plan_does(tmp_path):
+    """With attention TP > 1 and expert parallelism vLLM splits the shared expert over the TP group;
+    a plan that replicates it gets enable_shared_expert_dp, a split one keeps the default, and the
+    other engines refuse the split naming the field."""
+    for shared, flag in (({"placement": "replicated"}, True), ({"placement": "split", "tp": 4}, False)):
+        plan = _tp4_decode(shared)
+        (tmp_path / shared["placement"]).mkdir()
+        out, doc = export("vllm-ascend", plan, tmp_path / shared["placement"])
+        check_vllm(plan, out, doc)
+        decode = parse(load_profile("vllm-ascend").server, _argv(doc, "decode"))
+        prefill = parse(load_profile("vllm-ascend").server, _argv(doc, "prefill"))
+        assert (decode.additional_config or {}).get("enable_shared_expert_dp", False) is flag
+        assert "enable_shared_expert_dp" not in (prefill.additional_config or {})  # TP1: nothing to split
+    plan = _tp4_decode({"placement": "split", "tp": 4})
+    for engine in ("sglang", "mindie"):
+        with pytest.raises(BadInputError, match=r"decode\.shared_expert: placement 'split'"):
+            emit(engine, plan, load_model(plan.model), load_hardware(plan.hardware), tmp_path / engine)
+
+
+def _argv(doc: dict, role: str) -> list[str]:
+    return next(p["argv"] for p in doc["processes"] if p["role"] == role)
 
 
 def test_hybrid_prefill_attention_is_refused_by_every_engine(tmp_path):

@@ -71,6 +71,8 @@ def module_layouts(phase: PhasePlan | AfdPlan, routed_experts: int | None) -> li
         shared = phase.shared_expert
         if shared.placement == "dedicated":
             rows.append(("shared expert", f"{shared.devices} dedicated devices"))
+        elif shared.placement == "split":
+            rows.append(("shared expert", f"split over the attention TP{shared.tp} group"))
     rows.append(("LM head", phase.lm_head_layout.short()))
     return rows
 

@@ -49,9 +49,45 @@ def _json(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
-def _additional_config(phase: PhasePlan, map_path: Path | None, redundant: int, has_dense: bool) -> dict:
+def shared_expert_dp(phase: PhasePlan, model: ModelSpec) -> bool:
+    """Whether the launch must set enable_shared_expert_dp: the plan replicates the shared expert while
+    vLLM's attention TP group would split it (TP > 1 with expert parallelism; the option replicates its
+    weights and runs each device's share of the tokens, vllm_ascend/ascend_config.py at v0.25.1rc1)."""
+    has_shared = model.moe is not None and model.moe.shared_experts > 0
+    expert_parallel = phase.moe is not None and phase.moe.ep > 1
+    return has_shared and expert_parallel and phase.attention.tp > 1 and phase.shared_expert.placement == "replicated"
+
+
+def shared_expert_stream(role: str, phase: PhasePlan, model: ModelSpec, hw: HardwareSpec) -> bool:
+    """Whether the launch must set multistream_overlap_shared_expert: the plan's decode steps run a whole
+    shared expert concurrently with dispatch/combine (the machine's overlap.decode_shared_expert_with_dispatch,
+    planner.costmodel.modules.moe_cost), which vllm-ascend does on a second stream with this option, at
+    attention TP 1 or with enable_shared_expert_dp (docs/source/tutorials/models/DeepSeek-V3.1.md at
+    v0.25.1rc1; its PD decode nodes set it). Prefill steps are costed without the overlap."""
+    has_shared = model.moe is not None and model.moe.shared_experts > 0
+    return (
+        role != "prefill"
+        and has_shared
+        and phase.shared_expert.placement == "replicated"
+        and hw.overlap.decode_shared_expert_with_dispatch
+    )
+
+
+def _additional_config(
+    role: str,
+    phase: PhasePlan,
+    map_path: Path | None,
+    redundant: int,
+    has_dense: bool,
+    model: ModelSpec,
+    hw: HardwareSpec,
+) -> dict:
     att = phase.attention
     extra: dict = {}
+    if shared_expert_dp(phase, model):
+        extra["enable_shared_expert_dp"] = True
+    if shared_expert_stream(role, phase, model, hw):
+        extra["multistream_overlap_shared_expert"] = True
     if map_path is not None:
         extra["eplb_config"] = {"expert_map_path": str(map_path), "num_redundant_experts": redundant}
     fine: dict = {}
@@ -91,7 +127,7 @@ def build(
             files[f"{role}_expert_map.json"] = vllm_ascend_json(placement)
             map_path = final_dir / f"{role}_expert_map.json"
             redundant = placement.redundant_slots
-        extra_by_role[role] = _additional_config(phase, map_path, redundant, has_dense)
+        extra_by_role[role] = _additional_config(role, phase, map_path, redundant, has_dense, model, hw)
     for k, slot in enumerate(slots):
         phase = by_role[slot.role]
         att = phase.attention
@@ -239,6 +275,11 @@ _README = """
   tutorials do; prefill servers run `--enforce-eager` as the PD tutorial's do.
 - Weights: `--quantization ascend` loads ModelSlim W8A8 weights (e.g. `vllm-ascend/DeepSeek-R1-W8A8`); replace
   the model path in argv with your local copy.
+- Shared expert: with attention TP > 1 and expert parallelism vLLM splits it over the TP group; a plan that
+  replicates it sets `enable_shared_expert_dp` in `--additional-config` (which turns FlashComm1 on at this
+  release), a plan with `shared_expert: {placement: split}` leaves the default. Decode and colocated servers of
+  a plan whose decode overlaps a whole shared expert with dispatch/combine set `multistream_overlap_shared_expert`
+  (as the release's PD tutorial's decode nodes do).
 - Expert maps: `*_expert_map.json`, referenced by absolute path from `--additional-config`
   (`eplb_config.expert_map_path`, with the matching `num_redundant_experts`). If you move this folder,
   re-export or edit those paths. The static map runs on the V1 model runner.
