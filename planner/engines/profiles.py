@@ -261,18 +261,19 @@ def _moe_problems(
 ) -> list[str]:
     cap = profile.capabilities
     out = []
-    if shared.placement not in cap.shared_expert and shared.placement == "split":
-        out.append(
-            f"{field}shared_expert: placement 'split' (over the attention TP{shared.tp} group): {profile.label} "
-            f"runs the shared expert {' or '.join(cap.shared_expert)}, not split over the attention TP; use "
-            f"placement: replicated, re-plan with --engine {profile.engine}, or export for vllm-ascend."
-        )
-    elif shared.placement not in cap.shared_expert:
-        out.append(
-            f"{field}shared_expert: placement 'dedicated' ({shared.devices} devices): {profile.label} has no "
-            "external shared-expert devices (it runs the shared expert on every device); re-plan with "
-            f"--engine {profile.engine}, or export for mindie on cm384."
-        )
+    if shared.placement not in cap.shared_expert:
+        if shared.placement == "split":
+            out.append(
+                f"{field}shared_expert: placement 'split' (over the attention TP{shared.tp} group): {profile.label} "
+                f"runs the shared expert {' or '.join(cap.shared_expert)}, not split over the attention TP; use "
+                f"placement: replicated, re-plan with --engine {profile.engine}, or export for vllm-ascend."
+            )
+        else:
+            out.append(
+                f"{field}shared_expert: placement 'dedicated' ({shared.devices} devices): {profile.label} has no "
+                "external shared-expert devices (it runs the shared expert on every device); re-plan with "
+                f"--engine {profile.engine}, or export for mindie on cm384."
+            )
     elif shared.placement == "dedicated":
         if cap.dedicated_shared_hardware is not None and hw.name not in cap.dedicated_shared_hardware:
             out.append(

@@ -44,8 +44,7 @@ def _layout(phase: PhasePlan, module: str) -> str:
     if module == "moe":
         return phase.moe.short() if phase.moe is not None else "-"
     if module == "shared_expert":
-        s = phase.shared_expert
-        return s.short()
+        return phase.shared_expert.short()
     return phase.lm_head_layout.short()
 
 

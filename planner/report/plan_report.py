@@ -13,7 +13,7 @@ from planner.ranking.compare import pd_cards
 from planner.ranking.robust import band_cell, tpot_band_cell
 from planner.ranking.rows import headline
 from planner.specs.hardware import HardwareSpec
-from planner.specs.plan import AfdPlan, PhasePlan, Plan
+from planner.specs.plan import AfdPlan, MoELayout, PhasePlan, Plan, SharedExpertLayout
 
 GIB = 1024.0**3
 
@@ -37,17 +37,22 @@ def cards_of(plan: Plan, hw: HardwareSpec) -> float:
     return hw.cards(plan.total_devices)
 
 
+def compact_experts(moe: MoELayout, shared: SharedExpertLayout) -> str:
+    """Experts and shared expert in a few characters: EP32x8 A2A, +S8 (dedicated devices), +S/TP4 (split)."""
+    text = f"EP{moe.ep}x{moe.slots_per_device} {'AG' if moe.comm == 'allgather' else 'A2A'}"
+    if shared.placement == "dedicated":
+        text += f"+S{shared.devices}"
+    elif shared.placement == "split":
+        text += f"+S/TP{shared.tp}"
+    return text
+
+
 def compact_layouts(phase: PhasePlan) -> str:
     """Layouts in a few characters: attention|FFN|experts|head, e.g. DP32|TP8|EP32x8 AG|DP4xTP8."""
     parts = [phase.attention.short()]
     parts.append(phase.dense_ffn.short() if phase.dense_ffn is not None else "-")
     if phase.moe is not None:
-        moe = f"EP{phase.moe.ep}x{phase.moe.slots_per_device} {'AG' if phase.moe.comm == 'allgather' else 'A2A'}"
-        if phase.shared_expert.placement == "dedicated":
-            moe += f"+S{phase.shared_expert.devices}"
-        elif phase.shared_expert.placement == "split":
-            moe += f"+S/TP{phase.shared_expert.tp}"
-        parts.append(moe)
+        parts.append(compact_experts(phase.moe, phase.shared_expert))
     parts.append(phase.lm_head_layout.short())
     return "|".join(parts)
 
@@ -56,10 +61,7 @@ def compact_afd(section: AfdPlan) -> str:
     """An AFD instance in a few characters: attention side | FFN side, concurrency, MTP, micro-batches,
     e.g. 48A:DP48|DP48 16F:EP16x16 A2A|DP16 B40 MTP0 mb2 (dense FFN and shared expert on the FFN side
     unless marked)."""
-    moe = section.moe
-    ffn = f"EP{moe.ep}x{moe.slots_per_device} {'AG' if moe.comm == 'allgather' else 'A2A'}" if moe else "-"
-    if section.shared_expert.placement == "dedicated":
-        ffn += f"+S{section.shared_expert.devices}"
+    ffn = compact_experts(section.moe, section.shared_expert) if section.moe else "-"
     att = f"{section.attention.short()}|{section.lm_head_layout.short()}"
     if section.dense_ffn is not None:
         if section.dense_ffn_on == "attention":

@@ -16,6 +16,7 @@ from planner.ranking.compare import pd_cards, plan_devices
 from planner.ranking.frontier import Curve, PublishedPoint
 from planner.report.plan_report import (
     compact_afd,
+    compact_experts,
     compact_layouts,
     decode_cell,
     draft_label,
@@ -133,13 +134,7 @@ def short_layouts(phase: PhasePlan) -> str:
     """Attention and experts only (the table's width): e.g. DP48xTP2|EP48x6 A2A+S8."""
     parts = [phase.attention.short()]
     if phase.moe is not None:
-        comm = "AG" if phase.moe.comm == "allgather" else "A2A"
-        moe = f"EP{phase.moe.ep}x{phase.moe.slots_per_device} {comm}"
-        if phase.shared_expert.placement == "dedicated":
-            moe += f"+S{phase.shared_expert.devices}"
-        elif phase.shared_expert.placement == "split":
-            moe += f"+S/TP{phase.shared_expert.tp}"
-        parts.append(moe)
+        parts.append(compact_experts(phase.moe, phase.shared_expert))
     return "|".join(parts)
 
 

@@ -17,7 +17,7 @@ import pytest
 from planner.engines.conformance import coordinator_problems, export_problems, mindie_config_problems, with_addresses
 from planner.report.launch import prepare
 from planner.specs.catalog import catalog_dir, load_hardware, load_model, load_plan
-from tests.report.test_launch import plan_from, scored
+from tests.report.test_launch import argv_of, plan_from, scored
 
 
 def _phase(devices: int, redundant: int) -> dict:
@@ -170,13 +170,9 @@ def test_mindie_coordinator_is_complete_and_refused_when_a_section_is_missing(ex
 # ---- SGLang ----------------------------------------------------------------------------------------
 
 
-def _argv_of(processes: list[dict], role: str) -> list[str]:
-    return next(p["argv"] for p in processes if p["role"] == role)
-
-
 def test_sglang_chunk_is_whole_pages_per_attention_dp_rank(exports):
     files, processes, modes = broken(exports, "sglang")
-    argv = _argv_of(processes, "prefill")
+    argv = argv_of(processes, "prefill")
     chunk = int(argv[argv.index("--chunked-prefill-size") + 1])
     dp = int(argv[argv.index("--attn-dp-size") + 1])
     assert chunk // dp % 128 == 0 and chunk // dp > 0
@@ -190,7 +186,7 @@ def test_sglang_chunk_is_whole_pages_per_attention_dp_rank(exports):
 def test_sglang_attention_dp_uses_the_current_flag(exports):
     files, processes, modes = broken(exports, "sglang")
     assert all("--enable-dp-attention" not in p["argv"] for p in processes)
-    _argv_of(processes, "decode").append("--enable-dp-attention")
+    argv_of(processes, "decode").append("--enable-dp-attention")
     assert any("deprecated" in p for p in export_problems("sglang", files, processes, modes))
 
 
@@ -211,14 +207,14 @@ def test_vllm_ascend_carries_the_tutorial_environment_and_graph_mode(exports):
     assert decode["env"]["HCCL_BUFFSIZE"] == "600" and decode["env"]["TASK_QUEUE_ENABLE"] == "1"
     argv = decode["argv"]
     assert json.loads(argv[argv.index("--compilation-config") + 1]) == {"cudagraph_mode": "FULL_DECODE_ONLY"}
-    assert "--enforce-eager" in _argv_of(processes, "prefill")
+    assert "--enforce-eager" in argv_of(processes, "prefill")
     decode["env"].pop("PYTORCH_NPU_ALLOC_CONF")
     assert any("PYTORCH_NPU_ALLOC_CONF" in p for p in export_problems("vllm-ascend", files, processes, modes))
 
 
 def test_vllm_ascend_redundant_count_matches_the_expert_map(exports):
     files, processes, modes = broken(exports, "vllm-ascend")
-    argv = _argv_of(processes, "decode")
+    argv = argv_of(processes, "decode")
     at = argv.index("--additional-config") + 1
     extra = json.loads(argv[at])
     assert extra["eplb_config"]["num_redundant_experts"] == 32
@@ -231,7 +227,7 @@ def test_vllm_ascend_flags_a_shared_expert_dp_the_engine_would_ignore(exports):
     """The exports' decode runs attention TP1: enable_shared_expert_dp there would be ignored by the
     engine (it needs expert parallelism and TP > 1), so the shared expert would not run as planned."""
     files, processes, modes = broken(exports, "vllm-ascend")
-    argv = _argv_of(processes, "decode")
+    argv = argv_of(processes, "decode")
     at = argv.index("--additional-config") + 1
     extra = json.loads(argv[at])
     extra["enable_shared_expert_dp"] = True

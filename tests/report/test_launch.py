@@ -389,8 +389,8 @@ def test_vllm_ascend_replicates_the_shared_expert_only_where_the_plan_does(tmp_p
         (tmp_path / shared["placement"]).mkdir()
         out, doc = export("vllm-ascend", plan, tmp_path / shared["placement"])
         check_vllm(plan, out, doc)
-        decode = parse(load_profile("vllm-ascend").server, _argv(doc, "decode"))
-        prefill = parse(load_profile("vllm-ascend").server, _argv(doc, "prefill"))
+        decode = parse(load_profile("vllm-ascend").server, argv_of(doc["processes"], "decode"))
+        prefill = parse(load_profile("vllm-ascend").server, argv_of(doc["processes"], "prefill"))
         assert (decode.additional_config or {}).get("enable_shared_expert_dp", False) is flag
         assert "enable_shared_expert_dp" not in (prefill.additional_config or {})  # TP1: nothing to split
     plan = _tp4_decode({"placement": "split", "tp": 4})
@@ -399,8 +399,9 @@ def test_vllm_ascend_replicates_the_shared_expert_only_where_the_plan_does(tmp_p
             emit(engine, plan, load_model(plan.model), load_hardware(plan.hardware), tmp_path / engine)
 
 
-def _argv(doc: dict, role: str) -> list[str]:
-    return next(p["argv"] for p in doc["processes"] if p["role"] == role)
+def argv_of(processes: list[dict], role: str) -> list[str]:
+    """The argv of the first process of `role` in launch.json's processes."""
+    return next(p["argv"] for p in processes if p["role"] == role)
 
 
 def test_hybrid_prefill_attention_is_refused_by_every_engine(tmp_path):

@@ -49,13 +49,17 @@ def _json(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
+def _has_shared_expert(model: ModelSpec) -> bool:
+    return model.moe is not None and model.moe.shared_experts > 0
+
+
 def shared_expert_dp(phase: PhasePlan, model: ModelSpec) -> bool:
     """Whether the launch must set enable_shared_expert_dp: the plan replicates the shared expert while
     vLLM's attention TP group would split it (TP > 1 with expert parallelism; the option replicates its
     weights and runs each device's share of the tokens, vllm_ascend/ascend_config.py at v0.25.1rc1)."""
-    has_shared = model.moe is not None and model.moe.shared_experts > 0
     expert_parallel = phase.moe is not None and phase.moe.ep > 1
-    return has_shared and expert_parallel and phase.attention.tp > 1 and phase.shared_expert.placement == "replicated"
+    replicated = phase.shared_expert.placement == "replicated"
+    return _has_shared_expert(model) and expert_parallel and phase.attention.tp > 1 and replicated
 
 
 def shared_expert_stream(role: str, phase: PhasePlan, model: ModelSpec, hw: HardwareSpec) -> bool:
@@ -64,10 +68,9 @@ def shared_expert_stream(role: str, phase: PhasePlan, model: ModelSpec, hw: Hard
     planner.costmodel.modules.moe_cost), which vllm-ascend does on a second stream with this option, at
     attention TP 1 or with enable_shared_expert_dp (docs/source/tutorials/models/DeepSeek-V3.1.md at
     v0.25.1rc1; its PD decode nodes set it). Prefill steps are costed without the overlap."""
-    has_shared = model.moe is not None and model.moe.shared_experts > 0
     return (
         role != "prefill"
-        and has_shared
+        and _has_shared_expert(model)
         and phase.shared_expert.placement == "replicated"
         and hw.overlap.decode_shared_expert_with_dispatch
     )
@@ -78,7 +81,6 @@ def _additional_config(
     phase: PhasePlan,
     map_path: Path | None,
     redundant: int,
-    has_dense: bool,
     model: ModelSpec,
     hw: HardwareSpec,
 ) -> dict:
@@ -94,7 +96,7 @@ def _additional_config(
     head = phase.lm_head_layout
     if head.tp != att.tp:
         fine["lmhead_tensor_parallel_size"] = head.tp
-    if has_dense and phase.dense_layout.tp != att.tp:
+    if model.num_dense_layers > 0 and phase.dense_layout.tp != att.tp:
         fine["mlp_tensor_parallel_size"] = phase.dense_layout.tp
     if fine:
         extra["finegrained_tp_config"] = fine
@@ -114,7 +116,6 @@ def build(
     slots = allocate(view, hw)
     files: dict[str, str] = {}
     processes: list[Process] = []
-    has_dense = model.num_dense_layers > 0
     decode_mtp = view.decode.mtp_tokens if view.decode is not None else 0
     pd = view.decode is not None and view.prefill is not None
     by_role = dict(sections(view))
@@ -127,7 +128,7 @@ def build(
             files[f"{role}_expert_map.json"] = vllm_ascend_json(placement)
             map_path = final_dir / f"{role}_expert_map.json"
             redundant = placement.redundant_slots
-        extra_by_role[role] = _additional_config(role, phase, map_path, redundant, has_dense, model, hw)
+        extra_by_role[role] = _additional_config(role, phase, map_path, redundant, model, hw)
     for k, slot in enumerate(slots):
         phase = by_role[slot.role]
         att = phase.attention
