@@ -56,6 +56,8 @@ from planner.candidates.phase_candidates import (
     TpotLimitUs,
     _combine,
     _option_lists,
+    concurrency_value,
+    decode_ratio,
     engine_mask,
     prefill_forward_us,
     tpot_limit_at,
@@ -471,7 +473,7 @@ def colocated_upper_bounds(
     if key in pt.memo:
         return pt.memo[key]
     n = dt.devices
-    xs = dt.x_values.astype(np.int64)
+    xs = dt.x_values.astype(float)
     rs = pt.x_values.astype(float)
     out_tokens = ctx.workload.output_tokens
     # prefill seconds per request at the best batch of at most R requests [A, F, M, L, R]
@@ -734,7 +736,7 @@ def _evaluate(
     """The best whole-forward and the best chunked colocated instance (requests/s, candidate) of
     each chosen (depth, combination)."""
     n = dt.devices
-    xs = dt.x_values.astype(np.int64)
+    xs = dt.x_values.astype(float)
     rs = pt.x_values.astype(np.int64)
     # [C, B]: decode step and HBM of each chosen (combination, depth)
     step_cb = np.stack([per_k[j][1][idx] for j, idx in chosen]).astype(float)
@@ -791,6 +793,8 @@ def _evaluate(
         b_i, requests, mb, tpot_v, ttft_v, hbm_v, longest_v, chunk = at  # type: ignore[misc]
         e, step, hbm_d = per_k[j]
         s_us = int(step[idx + (b_i,)])
+        x = concurrency_value(float(xs[b_i]))
+        num, den = decode_ratio(x, e, s_us, opts.attention[idx[0]].tp)
         decode = PhaseCandidate(
             phase="decode",
             devices=n,
@@ -799,13 +803,13 @@ def _evaluate(
             moe=opts.moe[idx[2]] if opts.moe else None,
             lm_head=opts.lm_head[idx[3]],
             k=dt.k_values[j],
-            x=int(xs[b_i]),
+            x=x,
             time_us=s_us,
             latency_us=-(-s_us * EMITTED_SCALE // e),
             hbm_mib=int(hbm_d[idx + (b_i,)]),
             hbm_capacity_mib=di.hbm_capacity_mib,
-            num=int(xs[b_i]) * e,
-            den=s_us,
+            num=num,
+            den=den,
             option_index=idx,
         )
         out.append(

@@ -52,13 +52,14 @@ class PhaseCandidate:
     moe: MoEOption | None
     lm_head: ParallelLayout
     k: int  # decode: MTP draft tokens; prefill: micro-batches
-    x: int  # decode: concurrency per device; prefill: requests per forward
+    x: int | float  # decode: concurrency per device (a fraction below FRACTIONAL_BELOW); prefill: requests per forward
     time_us: int  # decode: step; prefill: forward
     latency_us: int  # decode: TPOT; prefill: TTFT
     hbm_mib: int
     hbm_capacity_mib: int
-    num: int  # throughput ratio numerator (decode: B * emitted in thousandths; prefill: requests)
-    den: int  # ... and denominator (the step or forward, us)
+    num: int  # throughput ratio numerator (decode: B * emitted in thousandths, times tp for a fractional B;
+    # prefill: requests)
+    den: int  # ... and denominator (the step or forward, us; times tp for a fractional B)
     option_index: tuple[int, ...]  # attention, dense FFN, MoE, LM head option indices
     micro_batches: int = 1  # decode: 1, or 2 with compute/communication overlap
 
@@ -75,6 +76,19 @@ class PhaseCandidate:
     def key(self) -> tuple:
         """Deterministic order among equals: fewer devices, then option indices, k, micro-batches, larger x."""
         return (self.devices, self.option_index, self.k, self.micro_batches, -self.x)
+
+
+def concurrency_value(x: float) -> int | float:
+    """A concurrency of the decode axis as a plan states it: a whole number as an int."""
+    return int(round(x)) if abs(x - round(x)) < 1e-9 else x
+
+
+def decode_ratio(x: int | float, emitted: int, step_us: int, tp: int) -> tuple[int, int]:
+    """(num, den) of a decode candidate's throughput ratio x * emitted / step in integers: a fractional
+    concurrency (whole sequences per attention TP group, `tp` devices) counts sequences per group."""
+    if isinstance(x, int):
+        return x * emitted, step_us
+    return int(round(x * tp)) * emitted, step_us * tp
 
 
 def undominated(arrays: list[np.ndarray], groups: np.ndarray | None = None) -> np.ndarray:
@@ -187,7 +201,7 @@ def _candidate(
     ints: IntTables,
     idx: tuple[int, ...],
     k: int,
-    x: int,
+    x: int | float,
     time_us: int,
     latency_us: int,
     hbm: int,
@@ -336,7 +350,7 @@ def _decode_scores(
     key = ("decode_scores", tpot_slo_us, max_step_us, overlap_factor)
     if key in t.memo:
         return t.memo[key]
-    xs = t.x_values.astype(np.int64)
+    xs = t.x_values.astype(float)
     best_score = []
     per_k = []
     two = t.micro_batches > 1 and bool(ints.cover_us)
@@ -405,7 +419,7 @@ def _decode_scores_of(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(score, step and HBM at the best concurrency, its index) of some combinations, `combos`
     [C, 5] as (depth, A, F, M, L) over the kept options: what `_decode_scores` computes for them."""
-    xs = t.x_values.astype(np.int64)
+    xs = t.x_values.astype(float)
     two = t.micro_batches > 1 and bool(ints.cover_us)
     score = np.full(len(combos), -1.0)
     step_at = np.zeros(len(combos), dtype=np.int64)
@@ -501,7 +515,7 @@ def decode_candidates(
     memo_key = ("decode_top", tpot_slo_us, max_step_us, overlap_factor, keep, mtp, ep_not)
     if memo_key in t.memo:
         return t.memo[memo_key]
-    xs = t.x_values.astype(np.int64)
+    xs = t.x_values.astype(float)
     bound, kept = _decode_bound(t, ints, overlap_factor)
     if mtp is not None:  # only configurations with (True) or without (False) MTP draft tokens
         keep_k = np.array([(k > 0) == mtp for k in t.k_values])
@@ -516,11 +530,11 @@ def decode_candidates(
     out: list[PhaseCandidate] = []
     for (j, *idx), (_, step_at, hbm_at, b_at) in _branch_and_bound(bound, keep, score_of, first_round):
         e = int(np.floor(t.emitted[j] * EMITTED_SCALE + 1e-9))
-        x, s_us = int(xs[int(b_at)]), int(step_at)
+        x, s_us = concurrency_value(float(xs[int(b_at)])), int(step_at)
         orig = tuple(int(kept[mod][i]) for mod, i in zip(MODULES, idx, strict=True))
-        out.append(
-            _candidate(t, ints, orig, t.k_values[j], x, s_us, -(-s_us * EMITTED_SCALE // e), int(hbm_at), x * e, s_us)
-        )
+        num, den = decode_ratio(x, e, s_us, t.options.attention[orig[0]].tp)
+        tpot_us = -(-s_us * EMITTED_SCALE // e)
+        out.append(_candidate(t, ints, orig, t.k_values[j], x, s_us, tpot_us, int(hbm_at), num, den))
     t.memo[memo_key] = out
     return out
 

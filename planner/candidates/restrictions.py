@@ -2,8 +2,10 @@
 
 A proof of optimality holds over a space. Every axis the search treats as continuous -- decode
 concurrency, prefill batch -- is searched at every integer value (planner.search.
-candidate_spaces), so what remains are these discrete rules (and that the decode concurrency is a
-whole number per device, where a plan file may state a fraction on an attention TP group). Each
+candidate_spaces; the decode concurrency below FRACTIONAL_BELOW a device also at every whole number
+of sequences per attention TP group), so what remains are these discrete rules (and that the decode
+concurrency is a whole number per device from FRACTIONAL_BELOW on, where a plan file may state any
+whole number of sequences per attention TP group). Each
 stands on physics, on what the serving engines run, on what the cost model can represent, or is a
 choice made to keep the space finite; each says which. `moeplan plan` prints the short names under
 its verdict, and `--explain-space` prints this table. tests/candidates/test_restrictions.py checks that each rule
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 
 from planner.candidates.colocated_candidates import CHUNK_TOKENS_PER_DEVICE
 from planner.candidates.space import DENSE_NODE_COUNTS, MAX_EXTRA_SLOTS, MAX_INSTANCE_DEVICES, MAX_REDUNDANCY
-from planner.candidates.tables import MAX_CONCURRENCY, MAX_REQUESTS_PER_FORWARD
+from planner.candidates.tables import FRACTIONAL_BELOW, MAX_CONCURRENCY, MAX_REQUESTS_PER_FORWARD
 
 DEFAULT_MTP_DEPTHS = (0, 1, 2)  # what a model with MTP layers is searched at without --mtp
 DEFAULT_DRAFT_DEPTHS = (1, 2, 3)  # what a model with a draft model (--draft-model) is searched at without --mtp
@@ -126,11 +128,15 @@ COLOCATED_MICRO_BATCH = Restriction(
 )
 WHOLE_CONCURRENCY = Restriction(
     "whole-concurrency",
-    "B >= 1 per device",
-    "fewer decode sequences on an attention TP group than it has devices (a concurrency per device below one, "
-    "which a plan file may state: one sequence on a TP16 group is 0.0625)",
-    "choice: the tables hold whole sequences per device; below one a device, a TP group's step is mostly its "
-    "weight reads and fixed costs, which the next whole concurrency mostly shares",
+    f"B whole per device from {FRACTIONAL_BELOW}",
+    f"decode concurrencies of {FRACTIONAL_BELOW} sequences per device or more that are not a whole number per device "
+    "(a plan file may state any whole number of sequences per attention TP group: 4.5 on a TP2 group), and "
+    "fractions of a sequence per device on an attention TP that is not a power of two (--any-tp); below "
+    f"{FRACTIONAL_BELOW} every whole number of sequences per attention TP group of a power of two is searched "
+    "(1/16, 2/16, ... on TP16)",
+    f"choice: from {FRACTIONAL_BELOW} sequences a device on, the next whole number is at most 25% more "
+    "sequences, and the axis stays one value per sequence a device (a TP16 group's every sequence would make "
+    "the tables 16 times wider)",
     "-",
 )
 CONCURRENCY_CAP = Restriction(

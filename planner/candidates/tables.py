@@ -43,6 +43,12 @@ from planner.specs.plan import ParallelLayout
 
 MODULES = ("attention", "dense_ffn", "moe", "lm_head")
 MAX_CONCURRENCY = 2048
+# Below this many sequences per device the decode concurrency axis also steps by one sequence per
+# attention TP group (1/tp a device, for a TP that is a power of two); from it on, by one per device
+FRACTIONAL_BELOW = 4
+# HBM an attention option is given where its TP group would hold a fraction of a sequence: no
+# device has it, so no search and no bound ever runs the option there (1 PiB)
+UNRUNNABLE_BYTES = float(2**50)
 MAX_REQUESTS_PER_FORWARD = 256
 MIB = 1024.0 * 1024.0
 
@@ -123,6 +129,12 @@ def to_integer_tables(tables: PhaseTables, hbm_capacity_bytes: float) -> IntTabl
         hbm_capacity_mib=int(math.floor(hbm_capacity_bytes / MIB)) - fixed_mib,
         cover_us={m: us(v) for m, v in tables.cover_s.items()},
     )
+
+
+def whole_sequences(concurrency_per_device: np.ndarray, tp: int) -> np.ndarray:
+    """Where an attention TP group of `tp` devices holds a whole number of sequences (and at least one)."""
+    seqs = np.asarray(concurrency_per_device, dtype=float) * tp
+    return (np.abs(seqs - np.round(seqs)) < 1e-6) & (seqs > 1 - 1e-6)
 
 
 def _sum_parts(parts: dict[str, np.ndarray]) -> np.ndarray:
@@ -265,6 +277,8 @@ def decode_tables_by_micro_batches(
     hbm = {mod: np.zeros((time_s[mod].shape[0], nk, nb0)) for mod in MODULES}
     for i, att_lay in enumerate(opts.attention):
         hbm["attention"][i] = _sum_parts(attention_hbm(ctx, att_lay, tokens_full, kv_all, seqs_full)).reshape(nk, nb0)
+        # a concurrency that puts a fraction of a sequence on the option's TP group is not a layout
+        hbm["attention"][i][:, ~whole_sequences(b_full, att_lay.tp)] = UNRUNNABLE_BYTES
     if m.num_dense_layers:
         for i, lay in enumerate(opts.dense_ffn):
             hbm["dense_ffn"][i] = _sum_parts(dense_ffn_hbm(ctx, lay, tokens_full)).reshape(nk, nb0)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
 from planner.cli.common import console, run_guarded
@@ -40,15 +43,33 @@ def fidelity(
         help="Only print how often the bands hold the measured figure, by machine group, at the shipped 90% "
         "width and at others (each row's band widened without its own error).",
     ),
+    rows_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--rows",
+            metavar="PATH",
+            help="Check measured runs kept aside from validation/ instead: a YAML file of rows in its format "
+            "(docs/validation.md), or a folder of them, predicted under the shipped factors with nothing fitted on "
+            "them (every error out-of-sample). Works with --json and --simulated.",
+        ),
+    ] = None,
 ) -> None:
     """Predicted vs published for every row of the validation/ store: the error under the shipped factors,
     the leave-one-out error (factors refitted without the row) and the factors each row determines."""
 
     def body() -> None:
-        if hardware is not None and not misses:
-            raise BadInputError("--hardware: it selects the machine of --misses; add --misses, or drop --hardware")
+        if rows_path is not None and (misses or coverage or markdown or hardware is not None):
+            raise BadInputError(
+                "--rows checks the given rows alone: drop --misses, --hardware, --coverage and --markdown (--json and "
+                "--simulated work with it)"
+            )
         if json_out and markdown:
             raise BadInputError("--json and --markdown: each prints the whole table in its format; give one")
+        if rows_path is not None:
+            _kept_aside(rows_path, json_out, simulated)
+            return
+        if hardware is not None and not misses:
+            raise BadInputError("--hardware: it selects the machine of --misses; add --misses, or drop --hardware")
         if misses and (json_out or markdown):
             raise BadInputError(
                 "--misses lists the known misses as text; drop --json/--markdown (fidelity --json holds every row "
@@ -102,11 +123,52 @@ def fidelity(
             console.print(fidelity_table(report))
             for line in fit_lines(report):
                 console.print(line)
-            if sims:
-                from planner.report.simulate_report import simulated_fidelity_lines, simulated_fidelity_table
-
-                console.print(simulated_fidelity_table(sims))
-                for line in simulated_fidelity_lines(sims):
-                    console.print(line)
+            _print_simulated(sims)
 
     run_guarded(body)
+
+
+def _kept_aside(path: Path, json_out: bool, simulated: bool) -> None:
+    """`fidelity --rows PATH`: the rows at PATH against the shipped model, nothing fitted on them."""
+    from planner.costmodel.fidelity import kept_aside_report
+    from planner.report.fidelity_report import kept_aside_lines, kept_aside_table
+    from planner.specs.validation import figures_at
+
+    figures = figures_at(path)
+    report = kept_aside_report(figures)
+    sims = []
+    if simulated:
+        from planner.simulate.validation import simulate_figures
+
+        sims = simulate_figures([f for f, why in figures if not why and f.compare == "simulated"])
+        judged = {r.figure.id for r in sims}
+        report.not_compared = [(f, why) for f, why in report.not_compared if f.id not in judged]
+    else:
+        report.not_compared = [(f, why) for f, why in report.not_compared if f.compare != "simulated"]
+    if json_out:
+        import json
+
+        doc = json.loads(fidelity_json(report))
+        doc["kept_aside"] = str(path)
+        for row in doc["rows"]:  # the file's role (fit or holdout) means nothing here: none is fitted on
+            row["role"] = "kept aside"
+        if simulated:
+            doc["simulated_rows"] = [r.as_json() for r in sims]
+        console.file.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+        return
+    if report.rows:
+        console.print(kept_aside_table(report, str(path)))
+    for line in kept_aside_lines(report):
+        console.print(line)
+    _print_simulated(sims)
+
+
+def _print_simulated(sims: list) -> None:
+    """The simulator's judgement of the queueing-dominated figures: its table and summary (nothing without any)."""
+    if not sims:
+        return
+    from planner.report.simulate_report import simulated_fidelity_lines, simulated_fidelity_table
+
+    console.print(simulated_fidelity_table(sims))
+    for line in simulated_fidelity_lines(sims):
+        console.print(line)

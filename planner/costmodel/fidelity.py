@@ -302,3 +302,48 @@ def fidelity_report(subset: list[StoredFigure] | None = None) -> FidelityReport:
             )
         )
     return FidelityReport(out, values, loo_values, not_compared_figures(), stale)
+
+
+def kept_aside_report(figures: list[tuple[StoredFigure, str]]) -> FidelityReport:
+    """Figures from outside the store (runs kept aside from it, `figures_at`), predicted under the
+    shipped values as every plan is: nothing is fitted on them, so each error is out-of-sample and
+    its leave-one-out column the same. Bands as the store's rows have them, widened by the machine
+    group's whole held-out RMS error (no row of theirs is in it). A figure whose id the store also
+    holds is named in `fitted_to` (the fit may have seen it). Excluded figures and queueing-dominated
+    ones (`compare: simulated`) are listed as not compared, each with why."""
+    from planner.costmodel.store_fit import Model, Row, fit_config, parameters
+
+    config = fit_config()
+    params = parameters(config)
+    in_store = {f.id for f, _ in all_figures()}
+    every = {f.id: f for f, _ in figures}
+    rows, not_compared = [], []
+    for fig, why in figures:
+        if why:
+            not_compared.append((fig, f"excluded: {why}"))
+        elif fig.compare == "simulated":
+            not_compared.append((fig, "needs simulation: queueing-dominated (judged by the serving simulator)"))
+        else:
+            plan, _ = _plan_and_specs(fig.plan)
+            base = every[fig.figure.ratio_to] if fig.figure.ratio_to else None
+            rows.append(Row(fig, plan.hardware, base))
+    model = Model(config, rows, params)
+    x = model.start()
+    out = []
+    for r in rows:
+        predicted = model.predict(r, x)
+        seen = [f"chosen: the shipped store (validation/) holds a figure '{r.id}'"] if r.id in in_store else []
+        out.append(
+            FidelityRow(
+                row=r.figure,
+                hardware=r.machine,
+                plan=r.figure.plan,
+                predicted=predicted,
+                loo_predicted=predicted,
+                fitted_to=seen,
+                sensitivity={},
+                corners=_corners(r.figure, r.base),
+                heldout_rms=heldout_error(r.machine),
+            )
+        )
+    return FidelityReport(out, model.values(x), [], not_compared, False)

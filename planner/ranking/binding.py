@@ -3,10 +3,12 @@
 A plan from the search sits where some constraint stops it from doing more. To name that
 constraint, its neighbours are evaluated with the cost model (never the solver):
 
-- decode: one more sequence per device (B + 1). If that overflows HBM, HBM binds; if it misses
-  the TPOT SLO, TPOT binds; if the rules would allow it but it is beyond the search's cap
-  (planner.candidates.tables.MAX_CONCURRENCY), the search space binds. Every concurrency up to
-  the cap is searched, so a plan the search returns is never stopped by a gap in its axis.
+- decode: one more sequence per device (B + 1), or below FRACTIONAL_BELOW sequences a device one
+  more per attention TP group (B + 1/tp, the decode axis's step there). If that overflows HBM, HBM
+  binds; if it misses the TPOT SLO, TPOT binds; if the rules would allow it but it is beyond the
+  search's cap (planner.candidates.tables.MAX_CONCURRENCY), the search space binds. Every
+  concurrency of that axis up to the cap is searched, so a plan the search returns is never stopped
+  by a gap in its axis.
 - prefill: one more request per forward, with HBM and TTFT in the same roles.
 - deployment: one more instance of the phase that limits the request rate. If it would raise
   output tokens/s per card but does not fit the card budget, the budget binds; with a target
@@ -31,7 +33,7 @@ import numpy as np
 
 from planner.candidates.colocated_candidates import CHUNK_TOKENS_PER_DEVICE
 from planner.candidates.space import instance_sizes
-from planner.candidates.tables import MAX_CONCURRENCY, MAX_REQUESTS_PER_FORWARD
+from planner.candidates.tables import FRACTIONAL_BELOW, MAX_CONCURRENCY, MAX_REQUESTS_PER_FORWARD
 from planner.costmodel.acceptance_spread import slo_tpot_factor
 from planner.costmodel.context import CostContext
 from planner.costmodel.decode import decode_step
@@ -119,6 +121,8 @@ class _Axis:
     none_lead: str  # "nothing binds decode concurrency: {n} sequences per device"
     could: str  # "run more"
     step: float = 1.0  # the next value is value + step (a fraction below one device's sequence: 1 / TP)
+    fine_step: float = 1.0  # the axis's step below `fine_below` (1 / TP on the decode axis), 1 above
+    fine_below: float = 0.0
 
 
 def above(value: float, limit: float, decimals: int) -> str:
@@ -146,11 +150,17 @@ def _decimals(fmt: str) -> int:
 
 
 def _largest_ok(axis: _Axis, upto: float, slo_ms: float | None) -> tuple[int | float, float]:
-    """Largest value <= upto (a multiple of the axis's step) that fits HBM and meets the SLO, with
-    its tokens/s per card."""
-    steps = max(1, math.floor(upto / axis.step + 1e-9))
-    values = [integral_as_int(k * axis.step) for k in range(1, steps + 1)]
-    f = axis.probe(values)
+    """Largest value <= upto of the axis (multiples of its fine step below `fine_below`, of its step
+    above) that fits HBM and meets the SLO, with its tokens/s per card."""
+    fine = min(upto, axis.fine_below - 1e-9)
+    values: list[int | float] = [
+        integral_as_int(k * axis.fine_step) for k in range(1, math.floor(max(fine, 0) / axis.fine_step + 1e-9) + 1)
+    ]
+    start = max(axis.fine_below, axis.step)
+    steps = math.floor((upto - start) / axis.step + 1e-9) + 1 if upto >= start - 1e-9 else 0
+    values += [integral_as_int(start + k * axis.step) for k in range(max(0, steps))]
+    values = values or [integral_as_int(axis.step)]
+    f = axis.probe([float(v) for v in values])
     ok = f.total_bytes <= f.capacity_bytes
     if slo_ms is not None:
         ok &= f.latency_ms <= slo_ms
@@ -160,10 +170,13 @@ def _largest_ok(axis: _Axis, upto: float, slo_ms: float | None) -> tuple[int | f
     return values[i], float(f.per_card[i])
 
 
-def _sequence_step(concurrency_per_device: int | float, tp: int) -> float:
-    """The next concurrency is one more sequence per device, or below whole numbers one more per
-    attention TP group (1/tp a device)."""
-    return 1 / tp if isinstance(concurrency_per_device, float) else 1.0
+def _sequence_step(concurrency_per_device: int | float, tp: int, fractional_below: float = 1.0) -> float:
+    """The next concurrency the search tries: one more sequence per attention TP group (1/tp a device)
+    below `fractional_below` per device when tp is a power of two (the decode axis,
+    planner.candidates.tables.FRACTIONAL_BELOW), or below one sequence a device (a plan file may state
+    it); one more sequence per device above."""
+    fractional = concurrency_per_device < fractional_below - 1e-9 and tp > 1 and tp & (tp - 1) == 0
+    return 1 / tp if fractional or not float(concurrency_per_device).is_integer() else 1.0
 
 
 def _axis_binding(axis: _Axis, slo: float | None) -> Binding:
@@ -240,16 +253,23 @@ def _axis_binding(axis: _Axis, slo: float | None) -> Binding:
 
 
 def _concurrency_axis(
-    phase: str, what: str, b: int | float, probe: Callable[[list[float]], _Probe], per: str, cap: int, tp: int
+    phase: str,
+    what: str,
+    b: int | float,
+    probe: Callable[[list[float]], _Probe],
+    per: str,
+    cap: int,
+    tp: int,
+    fractional_below: float = 1.0,
 ) -> _Axis:
     """The concurrency axis of a decode or AFD instance (every whole value to `cap` is searched): `what`
-    names it ('decode', 'AFD'), `per` what it counts per ('device', 'attention device'). A fractional
-    concurrency (fewer sequences than devices in an attention TP group of `tp`) steps by one sequence
-    per group, 1/tp a device."""
-    fractional = isinstance(b, float)
+    names it ('decode', 'AFD'), `per` what it counts per ('device', 'attention device'). Below
+    `fractional_below` a device (the decode search's FRACTIONAL_BELOW), and at any fraction a plan
+    states, it steps by one sequence per attention TP group of `tp`, 1/tp a device (`_sequence_step`)."""
+    step = _sequence_step(b, tp, fractional_below)
     one_more = (
         f"one more sequence per attention TP group ({{n}} per {per})"
-        if fractional
+        if step < 1
         else f"one more sequence per {per} ({{n}})"
     )
 
@@ -278,7 +298,9 @@ def _concurrency_axis(
         one_more=one_more,
         none_lead=f"nothing binds {what} concurrency: {{n}} sequences per {per}",
         could="run more",
-        step=_sequence_step(b, tp),
+        step=step,
+        fine_step=1 / tp if tp > 1 and tp & (tp - 1) == 0 else 1.0,
+        fine_below=fractional_below,
     )
 
 
@@ -294,7 +316,14 @@ def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | Non
         return _Probe(tpot, np.asarray(use.total_bytes), float(use.capacity_bytes), per_card)
 
     axis = _concurrency_axis(
-        "decode", "decode", phase.concurrency_per_device, probe, "device", MAX_CONCURRENCY, phase.attention.tp
+        "decode",
+        "decode",
+        phase.concurrency_per_device,
+        probe,
+        "device",
+        MAX_CONCURRENCY,
+        phase.attention.tp,
+        FRACTIONAL_BELOW,
     )
     return _axis_binding(axis, tpot_slo_ms)
 
@@ -456,7 +485,7 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
         return kind, text, tag
 
     out = []
-    b_step = _sequence_step(b, section.attention.tp)
+    b_step = _sequence_step(b, section.attention.tp, FRACTIONAL_BELOW)
     more_seqs = {"concurrency_per_device": integral_as_int(b + b_step)}
     kind, text, tag = at_cap(
         *neighbour(f"{integral_as_int(b + b_step)} sequences per device", more_seqs),

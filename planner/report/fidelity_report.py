@@ -71,15 +71,23 @@ def _value(x: float) -> str:
 
 def fidelity_table(report: FidelityReport) -> Table:
     """One row per measured figure."""
-    table = Table(title="Cost model vs measured deployments (validation/)", caption=TABLE_CAPTION)
-    for col in COLUMNS:
+    title = "Cost model vs measured deployments (validation/)"
+    return _rows_table(report, title, TABLE_CAPTION, COLUMNS, "leave-one-out")
+
+
+def _rows_table(report: FidelityReport, title: str, caption: str, columns: tuple[str, ...], judged: str) -> Table:
+    """The rows' `columns`, the `judged` error in red where it is outside the row's tolerance, the band
+    marked where it misses the measured figure."""
+    table = Table(title=title, caption=caption)
+    for col in columns:
         table.add_column(col, justify="right" if col in NUMERIC_COLUMNS else "left")
     for r in report.rows:
         cells = row_cells(r)
-        if abs(r.loo_error) > r.row.tolerance:
-            cells["leave-one-out"] = f"[red]{cells['leave-one-out']}[/]"
+        error = r.loo_error if judged == "leave-one-out" else r.error
+        if abs(error) > r.row.tolerance:
+            cells[judged] = f"[red]{cells[judged]}[/]"
         cells["band"] = _band(r)
-        table.add_row(*cells.values())
+        table.add_row(*(cells[c] for c in columns))
     return table
 
 
@@ -284,3 +292,46 @@ def known_miss_text(misses: tuple[KnownMiss, ...], machine: str | None = None) -
                 out.append(f"  - {m.figure_id} ({m.model or 'model not stated'})")
             out.append(f"    why: {why}")
     return "\n".join(out) + "\n"
+
+
+# the kept-aside check's columns: nothing is fitted on those rows, so no leave-one-out and no "fitted to"
+KEPT_ASIDE_COLUMNS = ("row", "machine", "figure", "measured", "predicted", "error", "band", "tolerance")
+KEPT_ASIDE_CAPTION = (
+    "predicted: under the shipped factors and imbalance parameters, as `moeplan plan` and `evaluate` print it; "
+    "nothing is fitted on these rows, so every error is out-of-sample; band: every factor and imbalance parameter "
+    f"at the slow / fast end of its range, widened by {BAND_Z:.3f} times the machine group's held-out RMS error "
+    f"(the {BAND_LEVEL:.0%} point of a normal error)"
+)
+
+
+def kept_aside_table(report: FidelityReport, where: str) -> Table:
+    """One row per figure of runs kept aside from the store (`moeplan fidelity --rows`)."""
+    title = f"Cost model vs measured runs kept aside ({where})"
+    return _rows_table(report, title, KEPT_ASIDE_CAPTION, KEPT_ASIDE_COLUMNS, "error")
+
+
+def kept_aside_lines(report: FidelityReport) -> list[str]:
+    """The kept-aside check's headline: figures, median and worst |error|, within tolerance, inside the band;
+    then the figures not compared, each with why."""
+    rows = report.rows
+    lines = []
+    if rows:
+        errors = [abs(r.error) for r in rows]
+        worst = max(rows, key=lambda r: abs(r.error))
+        within = sum(1 for r in rows if abs(r.error) <= r.row.tolerance)
+        banded = [r for r in rows if r.band is not None]
+        inside = sum(1 for r in banded if r.in_band)
+        machines = sorted({r.hardware for r in rows})
+        lines.append(
+            f"{len(rows)} measured figures on {', '.join(machines)}, out-of-sample (nothing fitted on them): "
+            f"|error| median {median(errors):.1%}, worst {worst.row.id} {worst.error:+.1%}; within their tolerance "
+            f"{within} of {len(rows)}; inside the {BAND_LEVEL:.0%} band {inside} of {len(banded)}"
+        )
+    else:
+        lines.append("no figure the static cost model judges (every one excluded or queueing-dominated)")
+    for r in rows:
+        if r.fitted_to:
+            lines.append(f"note: {r.row.id}: {', '.join(r.fitted_to)}: its error may not be out-of-sample")
+    for fig, why in report.not_compared:
+        lines.append(f"not compared: {fig.id} ({fig.published:g} {fig.unit}): {why}")
+    return lines

@@ -334,7 +334,7 @@ def space_line(space: list[Any]) -> str:
 def space_table(space: list[Any]) -> Table:
     """`--explain-space`: every named limit of the space, what it keeps out, why, how to lift it."""
     table = Table(
-        title="The search space's named limits (every whole concurrency per device and every batch is searched)",
+        title="The search space's named limits (every decode concurrency of its axis and every batch is searched)",
         caption="basis: physics, engine (what the serving engines run), model (what the cost model "
         "represents) or choice; tests/candidates/test_restrictions.py checks each",
     )

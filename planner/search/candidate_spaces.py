@@ -51,6 +51,7 @@ from planner.candidates.phase_candidates import (
 from planner.candidates.restrictions import DEFAULT_DRAFT_DEPTHS, DEFAULT_MTP_DEPTHS
 from planner.candidates.space import SizeOptions, SpaceLimits, instance_sizes, min_devices_for_weights, size_options
 from planner.candidates.tables import (
+    FRACTIONAL_BELOW,
     MAX_CONCURRENCY,
     MAX_REQUESTS_PER_FORWARD,
     MODULES,
@@ -131,17 +132,23 @@ def _fixed_and_kv(ctx: CostContext) -> tuple[float, float, float]:
     return usable, sequence_bytes(ctx.mean_decode_context_tokens), sequence_bytes(float(ctx.workload.input_tokens))
 
 
-def concurrency_axis(ctx: CostContext, cap: int | None = None) -> np.ndarray:
-    """Every decode concurrency per device the search costs: 1 to the most any layout can hold
-    (`cap`, else HBM over one sequence's KV at the mean context, without weights: every layout
-    holds at least the whole KV of B sequences per device, since tensor parallelism over t
-    devices splits a sequence's heads but serves t times the sequences, and MLA's latent is not
-    split at all), and at most MAX_CONCURRENCY (a named limit of the space). `build_phase_space`
-    checks the bound on the tables and extends the axis if a layout still fits at its end."""
+def concurrency_axis(ctx: CostContext, cap: int | None = None, tps: Sequence[int] = ()) -> np.ndarray:
+    """Every decode concurrency per device the search costs: each whole number from 1 to the most any
+    layout can hold (`cap`, else HBM over one sequence's KV at the mean context, without weights:
+    every layout holds at least the whole KV of B sequences per device, since tensor parallelism over
+    t devices splits a sequence's heads but serves t times the sequences, and MLA's latent is not
+    split at all), at most MAX_CONCURRENCY (a named limit of the space); and below FRACTIONAL_BELOW
+    every whole number of sequences per attention TP group of the sizes `tps` that are powers of two
+    (1/16, 2/16, ... a device for TP16), which only the layouts of such a TP run (the tables give the
+    others no HBM there). `build_phase_space` checks the bound on the tables and extends the axis if
+    a layout still fits at its end."""
     if cap is None:
         usable, per_sequence, _ = _fixed_and_kv(ctx)
         cap = int(usable // max(per_sequence, 1.0)) + 1
-    return np.arange(1, max(1, min(MAX_CONCURRENCY, cap)) + 1, dtype=np.int64)
+    whole = np.arange(1, max(1, min(MAX_CONCURRENCY, cap)) + 1, dtype=float)
+    steps = {tp for tp in tps if tp > 1 and tp & (tp - 1) == 0}
+    fractions = {k / tp for tp in steps for k in range(1, FRACTIONAL_BELOW * tp) if k % tp}
+    return np.union1d(whole, np.array(sorted(fractions), dtype=float))
 
 
 def batch_axis(ctx: CostContext, devices: int, cap: int | None = None) -> np.ndarray:
@@ -166,9 +173,11 @@ def _axis_covers(t: PhaseTables, ints: IntTables, cap_limit: int) -> bool:
 
 def _may_fit_beyond(t: PhaseTables, ints: IntTables) -> bool:
     """Whether some layout might fit HBM beyond the axis's last value: one fits at it, or the least
-    HBM over the layouts falls somewhere along the axis (so it is no bound)."""
+    HBM over the layouts falls somewhere along the axis's whole numbers (so it is no bound; between
+    them, where only some TPs run, the least may dip)."""
+    whole = np.flatnonzero(np.abs(t.x_values - np.round(t.x_values)) < 1e-9)
     for j in range(len(t.k_values)):
-        least = sum(ints.hbm_mib[mod][:, j, :].min(axis=0) for mod in MODULES)
+        least = sum(ints.hbm_mib[mod][:, j, whole].min(axis=0) for mod in MODULES)
         if np.any(np.diff(least) < 0) or least[-1] <= ints.hbm_capacity_mib:
             return True
     return False
@@ -193,7 +202,8 @@ def _decode_tables(
 ) -> list[tuple[PhaseTables, IntTables]]:
     """A decode size's tables, one per micro-batch count (costed in one pass), over the whole
     concurrency axis: extended while a layout still fits HBM at its end."""
-    xs = concurrency_axis(ctx)
+    tps = sorted({a.tp for a in opts.attention})
+    xs = concurrency_axis(ctx, tps=tps)
     while True:
         joint: dict[int, tuple[PhaseTables, IntTables]] = {}
 
@@ -204,7 +214,7 @@ def _decode_tables(
                     joint[count] = (t, to_integer_tables(t, ctx.hbm_capacity_bytes))
             return joint[mb]
 
-        extended = () if xs[-1] == concurrency_axis(ctx)[-1] else ("concurrency_to", int(xs[-1]))
+        extended = () if xs[-1] == concurrency_axis(ctx, tps=tps)[-1] else ("concurrency_to", int(xs[-1]))
         out = [
             cached_tables(
                 cache, (*key, *extended) if mb == 1 else (*key, "micro_batches", mb, *extended), partial(build, mb)
@@ -213,7 +223,7 @@ def _decode_tables(
         ]
         if _axis_covers(*out[0], MAX_CONCURRENCY):
             return out
-        xs = concurrency_axis(ctx, 2 * int(xs[-1]))
+        xs = concurrency_axis(ctx, 2 * int(xs[-1]), tps)
 
 
 def _prefill_tables(

@@ -293,12 +293,13 @@ def no_expert_layout_message(
 def _context_binds(ctx: CostContext, phase: str, devices: int) -> str | None:
     """The long-context diagnosis: one request's KV cache alone does not fit next to the weights.
 
-    The search gives a device at least one sequence (it tries whole concurrencies per device; a plan
-    file may state a fraction, one sequence on a TP group), and a request's KV lives
-    on its attention DP rank: tensor parallelism splits the KV heads over the TP group, but that
-    group then serves TP sequences, so every layout holds at least one request's whole KV per
-    device (MLA's latent is not split at all). No layout fits a request whose KV exceeds what a
-    device has left after its share of the weights and reserves.
+    A request's KV lives on its attention DP rank, and the memory model keeps room on every device
+    of the rank for the longest request next to the others (planner.costmodel.memory.kv_tokens_in_use,
+    whatever the concurrency, fractions of a sequence a device included): tensor parallelism splits
+    the KV heads over the TP group, but that room is then TP requests' worth of heads, so every layout
+    holds at least one request's whole KV per device (MLA's latent is not split at all). No layout
+    fits a request whose KV exceeds what a device has left after its share of the weights and
+    reserves.
     """
     m, hw, w = ctx.model, ctx.hw, ctx.workload
     a = m.attention

@@ -98,7 +98,7 @@ def best_phase_ratio(
                     limit = tpot_limit_at(slo_us, j)
                     if limit is not None and step * EMITTED_SCALE > limit * e:
                         continue
-                    best = max(best, Fraction(x * e, step))
+                    best = max(best, Fraction(x) * e / step)  # x: whole, or k/tp with tp a power of two
                 else:
                     c = sum(int(ints.time_us[mod][o, 0, xi]) for mod, o in zip(MODULES, combo, strict=True))
                     mm = sum(int(ints.comm_us[mod][o, 0, xi]) for mod, o in zip(MODULES, combo, strict=True))

@@ -36,7 +36,7 @@ def candidate_phase_plan(c: PhaseCandidate, instances: int, input_tokens: int) -
     common = {k: v for k, v in common.items() if v is not None}
     if c.phase == "decode":
         return DecodePlan(concurrency_per_device=c.x, mtp_tokens=c.k, micro_batches=c.micro_batches, **common)  # type: ignore[arg-type]
-    return PrefillPlan(batch_tokens=c.x * input_tokens, micro_batches=c.k, **common)
+    return PrefillPlan(batch_tokens=int(c.x) * input_tokens, micro_batches=c.k, **common)  # type: ignore[arg-type]
 
 
 def _colocated_section(c: ColocatedCandidate, instances: int, n_in: int) -> ColocatedPlan:

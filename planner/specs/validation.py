@@ -275,27 +275,29 @@ def _plan_path(plan: str, folder: Path) -> str:
     return plan
 
 
-@lru_cache(maxsize=4)
-def _load_store(folder: Path) -> tuple[tuple[str, ValidationFile], ...]:
-    out = []
+def _checked(docs: list[tuple[str, ValidationFile]]) -> tuple[tuple[str, ValidationFile], ...]:
+    """The files, with every figure id unique across them and every ratio's base among them."""
     seen: dict[str, str] = {}
-    for path in store_files(folder):
-        doc = load_file(path)
+    for name, doc in docs:
         for row in doc.rows:
             for fig in row.figures:
                 fid = fig.id or row.id
                 if fid in seen:
-                    raise BadInputError(f"{path.name}: figure id '{fid}' is also used in {seen[fid]}; ids are unique.")
-                seen[fid] = path.name
-        out.append((path.name, doc))
-    for name, doc in out:
+                    raise BadInputError(f"{name}: figure id '{fid}' is also used in {seen[fid]}; ids are unique.")
+                seen[fid] = name
+    for name, doc in docs:
         for row in doc.rows:
             for fig in row.figures:
                 if fig.ratio_to and fig.ratio_to not in seen:
                     raise BadInputError(
                         f"{name}: figure '{fig.id or row.id}' is a ratio to unknown figure '{fig.ratio_to}'."
                     )
-    return tuple(out)
+    return tuple(docs)
+
+
+@lru_cache(maxsize=4)
+def _load_store(folder: Path) -> tuple[tuple[str, ValidationFile], ...]:
+    return _checked([(path.name, load_file(path)) for path in store_files(folder)])
 
 
 def load_store(folder: Path | None = None) -> list[tuple[str, ValidationFile]]:
@@ -303,17 +305,39 @@ def load_store(folder: Path | None = None) -> list[tuple[str, ValidationFile]]:
     return list(_load_store((folder or validation_dir()).resolve()))
 
 
-def all_figures(folder: Path | None = None) -> list[tuple[StoredFigure, str]]:
-    """Every figure of the store with why it is not usable ('' when it is)."""
-    folder = (folder or validation_dir()).resolve()
+def _figures(docs: tuple[tuple[str, ValidationFile], ...], folder: Path) -> list[tuple[StoredFigure, str]]:
     out = []
-    for name, doc in load_store(folder):
+    for name, doc in docs:
         for row in doc.rows:
             for fig in row.figures:
                 why = row.excluded or fig.excluded
                 stored = StoredFigure(fig.id or row.id, row, fig, doc.source, name, _plan_path(row.plan or "", folder))
                 out.append((stored, why))
     return out
+
+
+def all_figures(folder: Path | None = None) -> list[tuple[StoredFigure, str]]:
+    """Every figure of the store with why it is not usable ('' when it is)."""
+    folder = (folder or validation_dir()).resolve()
+    return _figures(_load_store(folder), folder)
+
+
+def figures_at(path: Path) -> list[tuple[StoredFigure, str]]:
+    """Every figure of a file or folder of rows in the store's format from outside the store (runs kept
+    aside from it: `moeplan fidelity --rows`), with why it is not usable ('' when it is). Plans are
+    catalog names or paths relative to the file; a ratio's base figure is one of the same rows."""
+    path = path.expanduser()
+    if path.is_dir():
+        if not store_files(path):
+            raise BadInputError(f"--rows: folder '{path}' holds no .yaml file of rows; give a file or a folder of them")
+        return all_figures(path)
+    if not path.is_file():
+        raise BadInputError(
+            f"--rows: no file or folder '{path}'; give a YAML file of measured rows in validation/'s format "
+            "(docs/validation.md) or a folder of them"
+        )
+    path = path.resolve()
+    return _figures(_checked([(path.name, load_file(path))]), path.parent)
 
 
 def usable_figures(folder: Path | None = None, compare: Compare | None = None) -> list[StoredFigure]:

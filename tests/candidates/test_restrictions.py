@@ -137,9 +137,11 @@ def test_micro_batches_are_one_or_two():
     assert PlanRequest().decode_micro_batches == (1, 2)
 
 
-def test_decode_concurrency_is_searched_in_whole_sequences_per_device():
-    """The space holds whole concurrencies per device from 1 (the rule the verdict names); a plan file
-    may state a fraction on a TP group, which the search does not try."""
+def test_decode_concurrency_is_searched_per_tp_group_below_the_limit_and_per_device_above():
+    """Below FRACTIONAL_BELOW a device the axis holds every whole number of sequences per attention TP
+    group of every TP of the size (1/tp a device); from it on, whole numbers per device (the rule the
+    verdict names); a layout never runs a fraction of a sequence on its TP group (no HBM there)."""
+    from planner.candidates.tables import FRACTIONAL_BELOW, whole_sequences
     from planner.search.budget import request_budget
     from planner.search.candidate_spaces import candidate_spaces, space_restrictions
     from planner.search.contexts import phase_contexts
@@ -150,10 +152,18 @@ def test_decode_concurrency_is_searched_in_whole_sequences_per_device():
     spaces = candidate_spaces(contexts, request, request_budget(request, contexts), 1, None, None)
     assert spaces is not None
     dspace, pspace = spaces
-    tables = [t for t, _ in dspace.tables.values()]
-    assert any(a.tp > 1 for t in tables for a in t.options.attention)
-    for t in tables:
-        assert t.x_values[0] == 1 and np.all(t.x_values == np.round(t.x_values))
+    tables = [(t, ints) for t, ints in dspace.tables.values()]
+    assert any(a.tp > 1 for t, _ in tables for a in t.options.attention)
+    for t, ints in tables:
+        xs = t.x_values
+        largest_tp = max(a.tp for a in t.options.attention)
+        below = xs[xs < FRACTIONAL_BELOW]
+        np.testing.assert_allclose(below, np.arange(1, FRACTIONAL_BELOW * largest_tp) / largest_tp)
+        above = xs[xs >= FRACTIONAL_BELOW]
+        assert np.all(above == np.round(above)) and np.all(np.diff(above) == 1)
+        for i, a in enumerate(t.options.attention):
+            runs = ints.hbm_mib["attention"][i, 0, :] < ints.hbm_capacity_mib * 1000
+            np.testing.assert_array_equal(runs, whole_sequences(xs, a.tp))
     assert rules.WHOLE_CONCURRENCY in space_restrictions(request, contexts, dspace, pspace)
     plan, _ = load_plan(str(PLANS / "a3-vllm-ascend-kimi-k2-thinking-tp16-d.yaml"))
-    assert plan.decode.concurrency_per_device == 0.0625  # the format admits what the search leaves out
+    assert plan.decode.concurrency_per_device == 0.0625  # on the axis of a TP16 layout

@@ -10,8 +10,10 @@ from planner.candidates.phase_candidates import (
     _candidate,
     _decode_scores,
     _top,
+    concurrency_value,
     decode_candidates,
     decode_micro_batch_factor,
+    decode_ratio,
 )
 from planner.candidates.space import DENSE_NODE_COUNTS, SpaceLimits
 from planner.candidates.tables import MODULES
@@ -41,8 +43,9 @@ def _every_combination(t, ints, tpot, keep, itl, factor, mtp, ep_not=None):
         k, e, step_at, hbm_at, b_idx = per_k[j]
         b, s = int(b_idx[idx]), int(step_at[idx])
         orig = tuple(int(kept[mod][i]) for mod, i in zip(MODULES, idx, strict=True))
-        x = int(t.x_values[b])
-        out.append(_candidate(t, ints, orig, k, x, s, -(-s * 1000 // e), int(hbm_at[idx]), x * e, s))
+        x = concurrency_value(float(t.x_values[b]))
+        num, den = decode_ratio(x, e, s, t.options.attention[orig[0]].tp)
+        out.append(_candidate(t, ints, orig, k, x, s, -(-s * 1000 // e), int(hbm_at[idx]), num, den))
     return out
 
 

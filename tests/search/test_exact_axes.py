@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from planner.candidates.colocated_candidates import _forward_us, _prefill_extra_mib, _whole_forward_best
-from planner.candidates.tables import MAX_CONCURRENCY, MAX_REQUESTS_PER_FORWARD, MODULES
+from planner.candidates.tables import FRACTIONAL_BELOW, MAX_CONCURRENCY, MAX_REQUESTS_PER_FORWARD, MODULES
 from planner.costmodel.evaluate import evaluate_plan
 from planner.search.candidate_spaces import _may_fit_beyond
 from planner.search.plan_search import TableCache, run_search
@@ -93,14 +93,20 @@ def lite_search():
 
 
 def test_the_axes_run_from_one_past_what_hbm_holds(lite_search):
-    """Every integer concurrency and batch from the smallest up, and at the end no layout fits
-    HBM any more (or the space's cap is reached, which the verdict line then names)."""
+    """Every integer concurrency and batch from the smallest up (the decode axis below FRACTIONAL_BELOW
+    also every whole number of sequences per attention TP group), and at the end no layout fits HBM any
+    more (or the space's cap is reached, which the verdict line then names)."""
     caps = {"decode": MAX_CONCURRENCY, "prefill": MAX_REQUESTS_PER_FORWARD}
     for space in (lite_search.decode_space, lite_search.prefill_space):
         for t, ints in space.tables.values():
             xs = t.x_values
-            assert np.array_equal(xs, np.arange(xs[0], xs[-1] + 1))
-            assert (xs[0] == 1) if space.phase == "decode" else xs[0] >= 1
+            whole = xs[xs >= (FRACTIONAL_BELOW if space.phase == "decode" else 0)]
+            assert np.array_equal(whole, np.arange(whole[0], whole[-1] + 1))
+            if space.phase == "decode":
+                step = 1 / max(a.tp for a in t.options.attention)
+                np.testing.assert_allclose(xs[xs < FRACTIONAL_BELOW], np.arange(step, FRACTIONAL_BELOW, step))
+            else:
+                assert xs[0] >= 1
             assert int(xs[-1]) >= caps[space.phase] or not _may_fit_beyond(t, ints)
     named = {r.key for r in lite_search.space}
     assert "batch-cap" in named  # v2-lite on 8 devices could hold more than 256 prompts per forward
@@ -131,7 +137,7 @@ def test_the_colocated_batch_at_each_concurrency_is_the_exhaustive_best(lite_sea
                     step,
                     hbm.astype(float),
                     e / 1000,
-                    dt.x_values.astype(np.int64),
+                    dt.x_values.astype(float),
                     _forward_us(ctx, pi, idx, mb),
                     _prefill_extra_mib(ctx, dt, pt, idx, mb),
                     pt.x_values.astype(np.int64),
@@ -145,7 +151,7 @@ def test_the_colocated_batch_at_each_concurrency_is_the_exhaustive_best(lite_sea
                     # a batch larger than the prompts admitted between forwards gains nothing: the
                     # best is never beyond the first batch of at least H_B requests
                     b_i, batch = fast[1][0], fast[1][1]
-                    admitted = n * int(dt.x_values[b_i]) * (e / 1000) / ctx.workload.output_tokens
+                    admitted = n * float(dt.x_values[b_i]) * (e / 1000) / ctx.workload.output_tokens
                     held = max(int(pt.x_values[0]), admitted / -math.expm1(-admitted))
                     assert batch <= math.ceil(held - 1e-9)
                     compared += 1

@@ -1,0 +1,90 @@
+"""Below FRACTIONAL_BELOW sequences a device the decode search tries every whole number of sequences per
+attention TP group (1/tp a device): long contexts and tight TPOTs put the best plan between two whole
+concurrencies, where the whole-number axis had to round it down."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from planner.candidates.phase_candidates import decode_candidates
+from planner.candidates.space import SpaceLimits, size_options
+from planner.candidates.tables import FRACTIONAL_BELOW, decode_tables, to_integer_tables, whole_sequences
+from planner.costmodel.context import CostContext
+from planner.search.candidate_spaces import concurrency_axis
+from planner.search.oracle import best_phase_ratio
+from planner.specs.catalog import load_hardware, load_model
+from planner.specs.plan import Workload
+from planner.specs.quantization import get_quantization
+from tests.conftest import run_cli
+
+
+@pytest.fixture(scope="module")
+def long_context():
+    """DeepSeek-V3 decode on 16 A2 dies at 32K of context: HBM holds 3 sequences a die."""
+    model, hw = load_model("deepseek-v3"), load_hardware("a2")
+    ctx = CostContext(model, hw, get_quantization("a8w8c16"), Workload(input_tokens=32768, output_tokens=1024))
+    opts = size_options(model, hw, 16, "decode", SpaceLimits(64))
+    tps = [a.tp for a in opts.attention]
+    t = decode_tables(ctx, opts, [0, 1], concurrency_axis(ctx, cap=12, tps=tps))
+    whole = decode_tables(ctx, opts, [0, 1], concurrency_axis(ctx, cap=12))
+    return t, to_integer_tables(t, hw.hbm_bytes), whole, to_integer_tables(whole, hw.hbm_bytes)
+
+
+def test_the_axis_holds_every_sequence_per_group_below_the_limit(long_context):
+    t, _, whole, _ = long_context
+    assert max(a.tp for a in t.options.attention) == 8
+    np.testing.assert_allclose(t.x_values[t.x_values < FRACTIONAL_BELOW], np.arange(1, 8 * FRACTIONAL_BELOW) / 8)
+    np.testing.assert_array_equal(whole.x_values, np.arange(1, 13))  # no TPs given: whole numbers only
+
+
+@pytest.mark.parametrize("slo_us", [None, 60000, 45000, 40000, 35000, 30000])
+def test_the_best_decode_is_the_exhaustive_best_over_the_fractions(long_context, slo_us):
+    t, ints, _, _ = long_context
+    best = decode_candidates(t, ints, slo_us, keep=1)
+    oracle = best_phase_ratio(t, ints, slo_us)
+    assert (Fraction(best[0].num, best[0].den) if best else Fraction(0)) == oracle
+
+
+@pytest.mark.parametrize(("slo_us", "x"), [(45000, 1.75), (40000, 1.25)])
+def test_a_tight_tpot_lands_between_whole_concurrencies_and_gains_over_them(long_context, slo_us, x):
+    t, ints, whole, whole_ints = long_context
+    (best,) = decode_candidates(t, ints, slo_us, keep=1)
+    (rounded,) = decode_candidates(whole, whole_ints, slo_us, keep=1)
+    assert best.x == x and rounded.x == 1  # seven or five sequences on a TP4 group, against four
+    assert best.attention.tp == 4 and best.x * best.attention.tp == int(best.x * best.attention.tp)
+    assert Fraction(best.num, best.den) > Fraction(rounded.num, rounded.den) * Fraction(11, 10)
+
+
+def test_no_candidate_puts_a_fraction_of_a_sequence_on_its_tp_group(long_context):
+    t, ints, _, _ = long_context
+    found = decode_candidates(t, ints, 45000, keep=40)
+    assert any(c.attention.tp == 1 for c in found) and any(not float(c.x).is_integer() for c in found)
+    for c in found:
+        assert whole_sequences(np.array([c.x]), c.attention.tp)[0], c
+        # the ratio is x * emitted / step exactly, however the integers carry it
+        e = int(np.floor(t.emitted[t.k_values.index(c.k)] * 1000 + 1e-9))
+        assert Fraction(c.num, c.den) == Fraction(c.x) * e / c.time_us
+
+
+def test_a_fractional_plan_runs_end_to_end(tmp_path):
+    """From the CLI: the plan, its export, its re-evaluation, what binds it and MindIE's batch."""
+    out, emit = tmp_path / "plan.json", tmp_path / "mindie"
+    args = ["plan", "--model", "deepseek-v3", "--hardware", "a2", "--phase", "decode", "--decode-devices", "16"]
+    args += ["--input-tokens", "16384", "--output-tokens", "1024", "--tpot-ms", "34", "--max-cards", "16", "--top", "1"]
+    r = run_cli(*args, "--json", str(out), "--emit", "mindie", str(emit))
+    assert r.exit_code == 0, r.output
+    plan = json.loads(out.read_text())["plans"][0]
+    decode = plan["decode"]
+    assert decode["concurrency_per_device"] == 1.75 and decode["attention"]["tp"] == 4
+    assert "B1.75" in r.output and "short of B2" in r.output  # the next step is one more sequence per group
+    again = run_cli("evaluate", str(out), "--json", "-")
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.output)["predicted"]["decode"]["tpot_ms"] == pytest.approx(
+        plan["predicted"]["decode"]["tpot_ms"], rel=1e-9
+    )
+    config = json.loads((emit / "decode0_config.json").read_text())
+    assert config["BackendConfig"]["ScheduleConfig"]["maxBatchSize"] == 28  # 1.75 x 16 dies
