@@ -148,3 +148,23 @@ def test_a_malformed_file_names_the_field_and_an_unknown_base(tmp_path):
     orphan = _row("r", "a2-d70", [_figure("decode.tpot_ms", 1.0, ratio_to="nowhere")])
     r = run_cli("fidelity", "--rows", str(_write(tmp_path, [orphan], "orphan.yaml")))
     assert r.exit_code == 2 and "ratio to unknown figure 'nowhere'" in r.output
+
+
+def test_a_folder_of_rows_is_read_as_one_set(tmp_path):
+    """A folder holding rows files: every file's figures, ids unique across them; an empty folder exits 2."""
+    rows = tmp_path / "rows"
+    rows.mkdir()
+    _write(rows, [_row("one", "a2-d70", [_figure("decode.tpot_ms", 99.6, id="first TPOT")])], "a.yaml")
+    _write(rows, [_row("two", "a2-d90", [_figure("decode.tpot_ms", 99.6, id="second TPOT")])], "b.yaml")
+    assert {r["name"] for r in _json(rows)["rows"]} == {"first TPOT", "second TPOT"}
+    # (a folder is read once per process, as the store is: the clash goes in a folder of its own)
+    clash = tmp_path / "clash"
+    clash.mkdir()
+    _write(clash, [_row("one", "a2-d70", [_figure("decode.tpot_ms", 99.6, id="first TPOT")])], "a.yaml")
+    _write(clash, [_row("three", "a2-d70", [_figure("decode.tpot_ms", 99.6, id="first TPOT")])], "c.yaml")
+    r = run_cli("fidelity", "--rows", str(clash))
+    assert r.exit_code == 2 and "figure id 'first TPOT' is also used in" in r.output
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = run_cli("fidelity", "--rows", str(empty))
+    assert r.exit_code == 2 and "holds no .yaml file of rows" in r.output
