@@ -56,7 +56,6 @@ from planner.candidates.phase_candidates import (
     TpotLimitUs,
     _combine,
     _option_lists,
-    concurrency_value,
     decode_ratio,
     engine_mask,
     prefill_forward_us,
@@ -74,7 +73,7 @@ from planner.costmodel.colocated import (
 )
 from planner.costmodel.context import CostContext
 from planner.costmodel.memory import prefill_hbm
-from planner.specs.plan import PrefillPlan
+from planner.specs.plan import PrefillPlan, integral_as_int
 
 MIB = 1024.0 * 1024.0
 # chunked prefill: prompt tokens per step of the instance, per device of it (vLLM's default
@@ -793,7 +792,7 @@ def _evaluate(
         b_i, requests, mb, tpot_v, ttft_v, hbm_v, longest_v, chunk = at  # type: ignore[misc]
         e, step, hbm_d = per_k[j]
         s_us = int(step[idx + (b_i,)])
-        x = concurrency_value(float(xs[b_i]))
+        x = integral_as_int(float(xs[b_i]))
         num, den = decode_ratio(x, e, s_us, opts.attention[idx[0]].tp)
         decode = PhaseCandidate(
             phase="decode",

@@ -21,7 +21,7 @@ import numpy as np
 
 from planner.candidates.space import MoEOption
 from planner.candidates.tables import MODULES, IntTables, PhaseTables
-from planner.specs.plan import AttentionLayout, ParallelLayout
+from planner.specs.plan import AttentionLayout, ParallelLayout, integral_as_int
 
 EMITTED_SCALE = 1000  # tokens per step per sequence, in thousandths
 # a TPOT limit on the mean step over the tokens it emits, in us: one for every MTP depth, or one per depth
@@ -76,11 +76,6 @@ class PhaseCandidate:
     def key(self) -> tuple:
         """Deterministic order among equals: fewer devices, then option indices, k, micro-batches, larger x."""
         return (self.devices, self.option_index, self.k, self.micro_batches, -self.x)
-
-
-def concurrency_value(x: float) -> int | float:
-    """A concurrency of the decode axis as a plan states it: a whole number as an int."""
-    return int(round(x)) if abs(x - round(x)) < 1e-9 else x
 
 
 def decode_ratio(x: int | float, emitted: int, step_us: int, tp: int) -> tuple[int, int]:
@@ -530,7 +525,7 @@ def decode_candidates(
     out: list[PhaseCandidate] = []
     for (j, *idx), (_, step_at, hbm_at, b_at) in _branch_and_bound(bound, keep, score_of, first_round):
         e = int(np.floor(t.emitted[j] * EMITTED_SCALE + 1e-9))
-        x, s_us = concurrency_value(float(xs[int(b_at)])), int(step_at)
+        x, s_us = integral_as_int(float(xs[int(b_at)])), int(step_at)
         orig = tuple(int(kept[mod][i]) for mod, i in zip(MODULES, idx, strict=True))
         num, den = decode_ratio(x, e, s_us, t.options.attention[orig[0]].tp)
         tpot_us = -(-s_us * EMITTED_SCALE // e)

@@ -131,6 +131,12 @@ def to_integer_tables(tables: PhaseTables, hbm_capacity_bytes: float) -> IntTabl
     )
 
 
+def steps_per_group_sequence(tp: int) -> bool:
+    """Whether the decode axis steps by one sequence per attention TP group of `tp` below
+    FRACTIONAL_BELOW: a TP above 1 that is a power of two (1/tp is then a short decimal a plan states)."""
+    return tp > 1 and tp & (tp - 1) == 0
+
+
 def whole_sequences(concurrency_per_device: np.ndarray, tp: int) -> np.ndarray:
     """Where an attention TP group of `tp` devices holds a whole number of sequences (and at least one)."""
     seqs = np.asarray(concurrency_per_device, dtype=float) * tp

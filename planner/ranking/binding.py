@@ -33,7 +33,12 @@ import numpy as np
 
 from planner.candidates.colocated_candidates import CHUNK_TOKENS_PER_DEVICE
 from planner.candidates.space import instance_sizes
-from planner.candidates.tables import FRACTIONAL_BELOW, MAX_CONCURRENCY, MAX_REQUESTS_PER_FORWARD
+from planner.candidates.tables import (
+    FRACTIONAL_BELOW,
+    MAX_CONCURRENCY,
+    MAX_REQUESTS_PER_FORWARD,
+    steps_per_group_sequence,
+)
 from planner.costmodel.acceptance_spread import slo_tpot_factor
 from planner.costmodel.context import CostContext
 from planner.costmodel.decode import decode_step
@@ -175,7 +180,7 @@ def _sequence_step(concurrency_per_device: int | float, tp: int, fractional_belo
     below `fractional_below` per device when tp is a power of two (the decode axis,
     planner.candidates.tables.FRACTIONAL_BELOW), or below one sequence a device (a plan file may state
     it); one more sequence per device above."""
-    fractional = concurrency_per_device < fractional_below - 1e-9 and tp > 1 and tp & (tp - 1) == 0
+    fractional = concurrency_per_device < fractional_below - 1e-9 and steps_per_group_sequence(tp)
     return 1 / tp if fractional or not float(concurrency_per_device).is_integer() else 1.0
 
 
@@ -299,7 +304,7 @@ def _concurrency_axis(
         none_lead=f"nothing binds {what} concurrency: {{n}} sequences per {per}",
         could="run more",
         step=step,
-        fine_step=1 / tp if tp > 1 and tp & (tp - 1) == 0 else 1.0,
+        fine_step=1 / tp if steps_per_group_sequence(tp) else 1.0,
         fine_below=fractional_below,
     )
 

@@ -59,6 +59,7 @@ from planner.candidates.tables import (
     PhaseTables,
     decode_tables_by_micro_batches,
     prefill_tables,
+    steps_per_group_sequence,
     to_integer_tables,
 )
 from planner.costmodel.acceptance_spread import slo_tpot_factor
@@ -146,7 +147,7 @@ def concurrency_axis(ctx: CostContext, cap: int | None = None, tps: Sequence[int
         usable, per_sequence, _ = _fixed_and_kv(ctx)
         cap = int(usable // max(per_sequence, 1.0)) + 1
     whole = np.arange(1, max(1, min(MAX_CONCURRENCY, cap)) + 1, dtype=float)
-    steps = {tp for tp in tps if tp > 1 and tp & (tp - 1) == 0}
+    steps = {tp for tp in tps if steps_per_group_sequence(tp)}
     fractions = {k / tp for tp in steps for k in range(1, FRACTIONAL_BELOW * tp) if k % tp}
     return np.union1d(whole, np.array(sorted(fractions), dtype=float))
 

@@ -10,7 +10,6 @@ from planner.candidates.phase_candidates import (
     _candidate,
     _decode_scores,
     _top,
-    concurrency_value,
     decode_candidates,
     decode_micro_batch_factor,
     decode_ratio,
@@ -21,6 +20,7 @@ from planner.search.candidate_spaces import build_phase_space
 from planner.search.contexts import make_context
 from planner.search.plan_search import TableCache
 from planner.search.request import PlanRequest
+from planner.specs.plan import integral_as_int
 
 CACHE = TableCache()
 
@@ -43,7 +43,7 @@ def _every_combination(t, ints, tpot, keep, itl, factor, mtp, ep_not=None):
         k, e, step_at, hbm_at, b_idx = per_k[j]
         b, s = int(b_idx[idx]), int(step_at[idx])
         orig = tuple(int(kept[mod][i]) for mod, i in zip(MODULES, idx, strict=True))
-        x = concurrency_value(float(t.x_values[b]))
+        x = integral_as_int(float(t.x_values[b]))
         num, den = decode_ratio(x, e, s, t.options.attention[orig[0]].tp)
         out.append(_candidate(t, ints, orig, k, x, s, -(-s * 1000 // e), int(hbm_at[idx]), num, den))
     return out
