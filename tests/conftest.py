@@ -29,6 +29,20 @@ PROOF = SolverSettings(time_limit_s=86_400, workers=1)
 PLANS = REPO / "plans"
 
 
+def llama_8b_config(max_position_embeddings: int) -> dict[str, object]:
+    """A Llama-3-8B-shaped dense config.json (8 KV heads of 128 dims, 32 layers: 128 KiB of BF16 KV a token)."""
+    return {
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "vocab_size": 128256,
+        "max_position_embeddings": max_position_embeddings,
+    }
+
+
 @pytest.fixture
 def runner() -> CliRunner:
     return CliRunner()

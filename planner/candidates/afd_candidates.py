@@ -16,8 +16,11 @@ The space (every restriction named; `AFD_SPACE` says it in one line for the sear
   side it runs on; the dense FFN and the shared expert on the FFN side or the attention side (the
   engine's sides when it has an engine);
 - MTP depths: the request's (`SpaceLimits.mtp_tokens`; the engine's maximum);
-- concurrency B per attention device: every value from M to the HBM ceiling of the attention side
-  (at most `MAX_CONCURRENCY`): the best is found by evaluating all of them, not sampled.
+- concurrency B per attention device: every whole value from M to the HBM ceiling of the attention
+  side (at most `MAX_CONCURRENCY`), and from M to `FRACTIONAL_BELOW` every whole number of sequences
+  per attention TP group of the power-of-two TPs (as the decode axis,
+  planner.search.candidate_spaces.concurrency_axis; an attention layout runs only the values that put
+  whole sequences on its group): the best is found by evaluating all of them, not sampled.
 
 Every configuration's step comes from `planner.costmodel.afd`, evaluated per option over all B at
 once (the pipeline's max couples the sides, so the options are combined by broadcasting, not
@@ -28,6 +31,7 @@ tokens/s per device (both sides) are kept.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 
@@ -42,6 +46,7 @@ from planner.candidates.space import (
     moe_options,
     parallel_options,
 )
+from planner.candidates.tables import FRACTIONAL_BELOW, UNRUNNABLE_BYTES, steps_per_group_sequence, whole_sequences
 from planner.costmodel.afd import AFD_ACTIVATION_BYTES, pipeline_layer_s
 from planner.costmodel.attention_kinds import layers_cost
 from planner.costmodel.context import CostContext
@@ -62,7 +67,14 @@ from planner.costmodel.modules import (
     shared_expert_fixed_s,
     shared_expert_s,
 )
-from planner.specs.plan import AFD_MAX_MICRO_BATCHES, AfdPlan, AttentionLayout, ParallelLayout, SharedExpertLayout
+from planner.specs.plan import (
+    AFD_MAX_MICRO_BATCHES,
+    AfdPlan,
+    AttentionLayout,
+    ParallelLayout,
+    SharedExpertLayout,
+    integral_as_int,
+)
 
 MAX_RATIO = 8
 MAX_CONCURRENCY = 2048
@@ -251,13 +263,18 @@ def _slo_emitted(limits: AfdLimits, k: np.ndarray, emitted: np.ndarray) -> np.nd
     return out
 
 
-def _grid(limits: AfdLimits, b_max: int, has_mtp: bool) -> _Grid:
+def _grid(limits: AfdLimits, b_max: float, has_mtp: bool, tps: Sequence[int] = ()) -> _Grid:
+    """Every (M, k, B) point up to `b_max` sequences per attention device: B whole from M on, and the
+    fractions from M to FRACTIONAL_BELOW that put whole sequences on a TP group of `tps`."""
+    steps = {tp for tp in tps if steps_per_group_sequence(tp)}
+    fractions = sorted({j / tp for tp in steps for j in range(1, FRACTIONAL_BELOW * tp) if j % tp and j / tp <= b_max})
     mbs, ks, bs, slices, at = [], [], [], {}, 0
     for mb in limits.micro_batches:
         for k in limits.mtp_tokens:
-            if (k and not has_mtp) or b_max < mb:
+            whole = np.arange(mb, int(b_max) + 1, dtype=float)
+            b = np.union1d(whole, np.array([x for x in fractions if x >= mb], dtype=float))
+            if (k and not has_mtp) or not len(b):
                 continue
-            b = np.arange(mb, b_max + 1, dtype=float)
             slices[(mb, k)] = slice(at, at + len(b))
             at += len(b)
             mbs.append(np.full_like(b, mb))
@@ -269,21 +286,24 @@ def _grid(limits: AfdLimits, b_max: int, has_mtp: bool) -> _Grid:
     return _Grid(np.concatenate(mbs), np.concatenate(ks), np.concatenate(bs), slices)
 
 
-def _attention_ceiling(ctx: CostContext, a: int, att_opts: list[AttentionLayout], k_max: int) -> int:
+def _attention_ceiling(ctx: CostContext, a: int, att_opts: list[AttentionLayout], k_max: int) -> float:
     """Most sequences per attention device any attention layout holds (DP LM head, nothing else on
-    the side): no configuration of `a` attention devices can run more."""
+    the side), in steps of one sequence per its TP group: no configuration of `a` attention devices
+    can run more."""
     from planner.costmodel.memory import _max_fitting
 
     head = ParallelLayout(dp=a, tp=1)
     fixed = sum(fixed_hbm(ctx).values())
 
-    def total(b: np.ndarray, lay: AttentionLayout) -> np.ndarray:
-        kv = kv_tokens_in_use(ctx, b, k_max)
+    def total(group_sequences: np.ndarray, lay: AttentionLayout) -> np.ndarray:
+        b = group_sequences / lay.tp
+        kv = kv_tokens_in_use(ctx, b, k_max, lay.tp)
         t = b * (1 + k_max)
         parts = [*attention_hbm(ctx, lay, t, kv, b).values(), *lm_head_hbm(ctx, head, t).values()]
         return np.sum(parts, axis=0) + fixed
 
-    best = max(_max_fitting(partial(total, lay=lay), ctx.hbm_capacity_bytes, 64.0, 128.0) for lay in att_opts)
+    cap = ctx.hbm_capacity_bytes
+    best = max(_max_fitting(partial(total, lay=lay), cap, 64.0 * lay.tp, 128.0 * lay.tp) / lay.tp for lay in att_opts)
     return min(best, MAX_CONCURRENCY)
 
 
@@ -483,14 +503,20 @@ def _attention_side(ctx: CostContext, limits: AfdLimits, a: int) -> tuple:
     if not att_opts or not pair_ok.any():
         return att_opts, lm_opts, None, None
     k_max = max(limits.mtp_tokens) if m.mtp_layers and limits.mtp_tokens else 0
-    g = _grid(limits, _attention_ceiling(ctx, a, att_opts, k_max), m.mtp_layers > 0)
+    g = _grid(limits, _attention_ceiling(ctx, a, att_opts, k_max), m.mtp_layers > 0, [x.tp for x in att_opts])
     if not g.slices:
         return att_opts, lm_opts, g, None
     t, seqs = g.tokens, g.seqs
-    kv = np.concatenate([kv_tokens_in_use(ctx, g.b[sl], k) for (mb, k), sl in g.slices.items()])
     all_tokens = g.b * (1 + g.k)
+
+    def kv_at(tp: int) -> np.ndarray:
+        return np.concatenate([kv_tokens_in_use(ctx, g.b[sl], k, tp) for (mb, k), sl in g.slices.items()])
+
     a_time = np.stack([layers_cost(ctx, lay, t, seqs, decode=True).total_s / m.num_layers for lay in att_opts])
-    a_hbm = np.stack([sum(attention_hbm(ctx, lay, all_tokens, kv, g.b).values()) for lay in att_opts])
+    a_hbm = np.stack([sum(attention_hbm(ctx, lay, all_tokens, kv_at(lay.tp), g.b).values()) for lay in att_opts])
+    # a concurrency that puts a fraction of a sequence on the layout's TP group is not a layout
+    for i, att in enumerate(att_opts):
+        a_hbm[i, ~whole_sequences(g.b, att.tp)] = UNRUNNABLE_BYTES
     lm_time = []
     for lay in lm_opts:
         # the embedding in every micro-batch's forward, the LM head once on their merged output
@@ -539,6 +565,17 @@ def _attention_side(ctx: CostContext, limits: AfdLimits, a: int) -> tuple:
     return att_opts, lm_opts, g, arrays
 
 
+def _runnable_at_or_below(g: _Grid, att_opts: list[AttentionLayout]) -> np.ndarray:
+    """[attention option, grid point]: the largest point of the same (M, k) block at or below it whose
+    concurrency puts whole sequences on the option's TP group (-1: none)."""
+    out = np.full((len(att_opts), len(g.b)), -1, dtype=np.int64)
+    for i, lay in enumerate(att_opts):
+        runs = np.where(whole_sequences(g.b, lay.tp), np.arange(len(g.b)), -1)
+        for sl in g.slices.values():
+            out[i, sl] = np.maximum.accumulate(runs[sl])
+    return out
+
+
 def _best_of_size(
     ctx: CostContext, limits: AfdLimits, a: int, f: int, attention: tuple, ffn: dict[str, tuple]
 ) -> list[AfdCandidate]:
@@ -564,6 +601,7 @@ def _best_of_size(
     k_max = int(g.k.max()) if len(g.k) else 0
     shared_sides = limits.shared_sides if m.moe.shared_experts else ("ffn",)
     dense_sides = limits.dense_sides if m.num_dense_layers else ("ffn",)
+    prev = _runnable_at_or_below(g, att_opts)
     results: list[tuple] = []
     for shared_on in shared_sides:
         opts, ffn_arrays, shared_w = ffn[shared_on]
@@ -633,9 +671,11 @@ def _best_of_size(
                     return total + framework[x] + lm_best[i, x]
 
                 def ok_at(
-                    i: np.ndarray, p: np.ndarray, x: np.ndarray, step_at=step_at, ffn_side=ffn_side, lm_best=lm_best
+                    i: np.ndarray, p: np.ndarray, y: np.ndarray, step_at=step_at, ffn_side=ffn_side, lm_best=lm_best
                 ) -> np.ndarray:
-                    ok = np.isfinite(lm_best[i, x]) & (ffn_side[p, x] <= cap)
+                    """Whether attention option i's largest runnable point at or below y fits and meets the limits."""
+                    x = np.maximum(prev[i, y], 0)
+                    ok = (prev[i, y] >= 0) & np.isfinite(lm_best[i, x]) & (ffn_side[p, x] <= cap)
                     total = step_at(i, p, x)
                     if limits.tpot_s is not None:
                         ok &= total / slo_emitted[x] <= limits.tpot_s
@@ -646,7 +686,8 @@ def _best_of_size(
                 # throughput grows with the concurrency for fixed layouts (every term of the step costs
                 # less per sequence as sequences are added) and HBM, TPOT and the gap only grow with it,
                 # so each combination's best concurrency is the largest that meets them all: bisection
-                # per (attention option, MoE option, block of the grid), all at once
+                # per (attention option, MoE option, block of the grid), all at once, over each grid
+                # point's largest value the attention option runs (`prev`: monotone, so still exact)
                 n_att, n_moe, starts = len(att_opts), len(opts), g.block_starts
                 ii, pp, bb = np.meshgrid(np.arange(n_att), np.arange(n_moe), np.arange(len(starts)), indexing="ij")
                 lo = starts[bb] - 1  # the largest known feasible point (the block's start - 1: none yet)
@@ -662,7 +703,7 @@ def _best_of_size(
                 feasible = lo >= starts[bb]
                 if not feasible.any():
                     continue
-                xs = np.where(feasible, lo, 0)
+                xs = np.where(feasible, prev[ii, np.maximum(lo, 0)], 0)
                 totals = np.where(feasible, step_at(ii, pp, xs), np.inf)
                 best = np.where(feasible, a * g.b[xs] * emitted[xs] / totals, -1.0)  # [att, moe, block]
                 # only the `keep` best of these options become candidates (stable: among equals the first)
@@ -682,7 +723,7 @@ def _best_of_size(
                         "moe": opts[p].moe,
                         "shared_expert": opts[p].shared,
                         "shared_expert_on": shared_on,
-                        "concurrency_per_device": int(g.b[x]),
+                        "concurrency_per_device": integral_as_int(float(g.b[x])),
                         "mtp_tokens": k,
                     }
                     step = float(totals[i, p, blk])

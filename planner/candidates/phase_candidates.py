@@ -316,13 +316,15 @@ def _best_concurrency(
     """(best throughput ratio, step and HBM there, its concurrency index) per layout combination at
     depth j over the concurrencies `xs` (the last axis), -1 where none fits HBM and the SLOs.
     `summed(tables)` adds the combinations' module rows of a table (by broadcasting or gathering);
-    `overlap_factor` (two micro-batches) subtracts the hidden part. A concurrency below
-    `micro_batches` is not a layout (each micro-batch holds at least one sequence per device)."""
+    `overlap_factor` (two micro-batches) subtracts the hidden part. With two micro-batches a
+    concurrency below `micro_batches` is not a layout (each holds at least one sequence per device,
+    planner.specs.plan.fits_micro_batches); one runs any concurrency the tables give HBM to (a
+    fraction of a sequence a device on a TP group that holds whole ones)."""
     step = summed(ints.time_us) + ints.const_us[j][: xs.size]
     if overlap_factor is not None:
         step = overlapped_step_us(step, summed(ints.comm_us), summed(ints.cover_us), overlap_factor)
     hbm = summed(ints.hbm_mib)
-    ok = (hbm <= ints.hbm_capacity_mib) & (xs >= micro_batches)
+    ok = (hbm <= ints.hbm_capacity_mib) & ((xs >= micro_batches) | (micro_batches == 1))
     if tpot_slo_us is not None:
         ok &= step * EMITTED_SCALE <= tpot_slo_us * e
     if max_step_us is not None:

@@ -129,7 +129,8 @@ COLOCATED_MICRO_BATCH = Restriction(
 WHOLE_CONCURRENCY = Restriction(
     "whole-concurrency",
     f"B whole per device from {FRACTIONAL_BELOW}",
-    f"decode concurrencies of {FRACTIONAL_BELOW} sequences per device or more that are not a whole number per device "
+    f"decode and AFD concurrencies of {FRACTIONAL_BELOW} sequences per (attention) device or more that are not a "
+    "whole number per device "
     "(a plan file may state any whole number of sequences per attention TP group: 4.5 on a TP2 group), and "
     "fractions of a sequence per device on an attention TP that is not a power of two (--any-tp); below "
     f"{FRACTIONAL_BELOW} every whole number of sequences per attention TP group of a power of two is searched "

@@ -39,7 +39,7 @@ from planner.costmodel.modules import (
     moe_cost,
 )
 from planner.costmodel.prefill import kv_transfer_s
-from planner.specs.plan import ParallelLayout
+from planner.specs.plan import ParallelLayout, holds_whole_sequences
 
 MODULES = ("attention", "dense_ffn", "moe", "lm_head")
 MAX_CONCURRENCY = 2048
@@ -138,9 +138,9 @@ def steps_per_group_sequence(tp: int) -> bool:
 
 
 def whole_sequences(concurrency_per_device: np.ndarray, tp: int) -> np.ndarray:
-    """Where an attention TP group of `tp` devices holds a whole number of sequences (and at least one)."""
-    seqs = np.asarray(concurrency_per_device, dtype=float) * tp
-    return (np.abs(seqs - np.round(seqs)) < 1e-6) & (seqs > 1 - 1e-6)
+    """Where an attention TP group of `tp` devices holds a whole number of sequences (and at least one):
+    the plan's own test (planner.specs.plan.holds_whole_sequences) at each concurrency."""
+    return np.array([holds_whole_sequences(float(x), tp) for x in np.ravel(concurrency_per_device)], dtype=bool)
 
 
 def _sum_parts(parts: dict[str, np.ndarray]) -> np.ndarray:
@@ -279,9 +279,9 @@ def decode_tables_by_micro_batches(
     b_full = b_values.astype(float)
     tokens_full = (b_full[None, :] * (1 + ks[:, None])).reshape(-1)
     seqs_full = np.tile(b_full, nk)
-    kv_all = np.concatenate([kv_tokens_in_use(ctx, b_full, k) for k in k_values])
     hbm = {mod: np.zeros((time_s[mod].shape[0], nk, nb0)) for mod in MODULES}
     for i, att_lay in enumerate(opts.attention):
+        kv_all = np.concatenate([kv_tokens_in_use(ctx, b_full, k, att_lay.tp) for k in k_values])
         hbm["attention"][i] = _sum_parts(attention_hbm(ctx, att_lay, tokens_full, kv_all, seqs_full)).reshape(nk, nb0)
         # a concurrency that puts a fraction of a sequence on the option's TP group is not a layout
         hbm["attention"][i][:, ~whole_sequences(b_full, att_lay.tp)] = UNRUNNABLE_BYTES

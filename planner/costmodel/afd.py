@@ -84,7 +84,7 @@ from planner.costmodel.modules import (
 )
 from planner.errors import BadInputError
 from planner.specs.hardware import LinkLevel
-from planner.specs.plan import AfdPlan, SharedExpertLayout, afd_link_level
+from planner.specs.plan import AfdPlan, SharedExpertLayout, afd_link_level, integral_as_int
 
 AFD_ACTIVATION_BYTES = 2.0  # BF16 hidden states both ways (CAMP2P quant_mode 0, see the module docstring)
 GIB = 1024.0**3
@@ -391,7 +391,7 @@ def afd_hbm(
     b = np.atleast_1d(np.asarray(section.concurrency_per_device if concurrency is None else concurrency, dtype=float))
     k = section.mtp_tokens
     tokens = b * (1 + k)
-    kv = kv_tokens_in_use(ctx, b, k)
+    kv = kv_tokens_in_use(ctx, b, k, section.attention.tp)
     seqs = b
     if prefill_batch_tokens:
         # a prefill forward's prompts, spread over the attention devices' DP ranks (as a prefill instance)
@@ -424,15 +424,18 @@ def afd_hbm(
     )
 
 
-def max_afd_concurrency(ctx: CostContext, section: AfdPlan) -> int:
-    """Most sequences per attention device both sides hold in HBM (0: the weights alone overflow)."""
+def max_afd_concurrency(ctx: CostContext, section: AfdPlan) -> int | float:
+    """Most sequences per attention device both sides hold in HBM (0: the weights alone overflow), in
+    steps of one sequence per attention TP group, as planner.costmodel.memory.max_decode_concurrency."""
     from planner.costmodel.memory import _max_fitting
 
-    def total(b: np.ndarray) -> np.ndarray:
-        att, ffn = afd_hbm(ctx, section, b, section.prefill_batch_tokens)
+    tp = section.attention.tp
+
+    def total(group_sequences: np.ndarray) -> np.ndarray:
+        att, ffn = afd_hbm(ctx, section, group_sequences / tp, section.prefill_batch_tokens)
         return np.maximum(att.total_bytes, ffn.total_bytes)
 
-    return _max_fitting(total, ctx.hbm_capacity_bytes, 64.0, 128.0)
+    return integral_as_int(_max_fitting(total, ctx.hbm_capacity_bytes, 64.0 * tp, 128.0 * tp) / tp)
 
 
 def check_ffn_side_fits(ctx: CostContext, section: AfdPlan, field: str = "afd") -> None:

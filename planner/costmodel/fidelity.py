@@ -24,6 +24,7 @@ here only when the rows, catalogs or code changed since (`report.stale` says so)
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -32,7 +33,7 @@ import numpy as np
 from planner.costmodel.evaluate import PlanSpecs, evaluate_plan, load_plan_specs
 from planner.costmodel.fitting import SENSITIVE_ELASTICITY, metric_value
 from planner.costmodel.reference import condition_imbalance
-from planner.costmodel.store_fit import heldout_error
+from planner.costmodel.store_fit import Row, heldout_error
 from planner.costmodel.uncertainty import BAND_Z, imbalance_corner, prediction_uncertainty, scenarios, widened
 from planner.specs.catalog import load_plan, plan_base_dir
 from planner.specs.hardware import HardwareSpec
@@ -228,6 +229,30 @@ def _band(fig: StoredFigure, base: StoredFigure | None) -> tuple[float, float] |
     return None if span is None else widened(list(span), BAND_Z * _heldout_rms(fig))
 
 
+def _fidelity_row(
+    r: Row,
+    predicted: float,
+    loo_predicted: float,
+    fitted_to: list[str],
+    sensitivity: dict[str, float],
+    heldout_rms: float,
+    loo_undetermined: Iterable[str] = (),
+) -> FidelityRow:
+    """One row of a fidelity report: the figure, both predictions, what was fitted on it, its band's corners."""
+    return FidelityRow(
+        row=r.figure,
+        hardware=r.machine,
+        plan=r.figure.plan,
+        predicted=predicted,
+        loo_predicted=loo_predicted,
+        fitted_to=fitted_to,
+        sensitivity=sensitivity,
+        corners=_corners(r.figure, r.base),
+        heldout_rms=heldout_rms,
+        loo_undetermined=list(loo_undetermined),
+    )
+
+
 def fidelity_report(subset: list[StoredFigure] | None = None) -> FidelityReport:
     """Every usable static row (or those of `subset`) with its in-sample and leave-one-out figures (see the
     module docstring); the fit always covers every row."""
@@ -286,21 +311,8 @@ def fidelity_report(subset: list[StoredFigure] | None = None) -> FidelityReport:
             # imbalance parameters are fitted on every fit row, a machine outside the groups included
             fitted_to = [k for k in fitted_to if k.startswith("imbalance.")] if r.figure.role == "fit" else []
         fitted_to += [f"chosen: {c}" for c in r.figure.row.chosen_on]
-        corners = _corners(r.figure, r.base)
-        out.append(
-            FidelityRow(
-                row=r.figure,
-                hardware=r.machine,
-                plan=r.figure.plan,
-                predicted=predicted,
-                loo_predicted=loo_pred.get(r.id, predicted),
-                fitted_to=fitted_to,
-                sensitivity=sens,
-                corners=corners,
-                heldout_rms=_heldout_rms(r.figure),
-                loo_undetermined=list(kept.get(r.id, [])),
-            )
-        )
+        loo = loo_pred.get(r.id, predicted)
+        out.append(_fidelity_row(r, predicted, loo, fitted_to, sens, _heldout_rms(r.figure), kept.get(r.id, [])))
     return FidelityReport(out, values, loo_values, not_compared_figures(), stale)
 
 
@@ -311,7 +323,7 @@ def kept_aside_report(figures: list[tuple[StoredFigure, str]]) -> FidelityReport
     group's whole held-out RMS error (no row of theirs is in it). A figure whose id the store also
     holds is named in `fitted_to` (the fit may have seen it). Excluded figures and queueing-dominated
     ones (`compare: simulated`) are listed as not compared, each with why."""
-    from planner.costmodel.store_fit import Model, Row, fit_config, parameters
+    from planner.costmodel.store_fit import Model, fit_config, parameters
 
     config = fit_config()
     params = parameters(config)
@@ -333,17 +345,5 @@ def kept_aside_report(figures: list[tuple[StoredFigure, str]]) -> FidelityReport
     for r in rows:
         predicted = model.predict(r, x)
         seen = [f"chosen: the shipped store (validation/) holds a figure '{r.id}'"] if r.id in in_store else []
-        out.append(
-            FidelityRow(
-                row=r.figure,
-                hardware=r.machine,
-                plan=r.figure.plan,
-                predicted=predicted,
-                loo_predicted=predicted,
-                fitted_to=seen,
-                sensitivity={},
-                corners=_corners(r.figure, r.base),
-                heldout_rms=heldout_error(r.machine),
-            )
-        )
+        out.append(_fidelity_row(r, predicted, predicted, seen, {}, heldout_error(r.machine)))
     return FidelityReport(out, model.values(x), [], not_compared, False)

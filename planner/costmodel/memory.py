@@ -34,6 +34,7 @@ from planner.specs.plan import (
     PhasePlan,
     PrefillPlan,
     SharedExpertLayout,
+    integral_as_int,
 )
 
 HIDDEN_STATE_COPIES = 6  # residual, normed input, attention out, FFN in/out, one spare (the residual: one per stream)
@@ -59,20 +60,28 @@ class HbmUse:
         return self.total_bytes <= self.capacity_bytes
 
 
-def kv_tokens_in_use(ctx: CostContext, sequences: ArrayLike, mtp_tokens: int) -> np.ndarray:
-    """KV positions held by `sequences` decoding sequences of one device, with a 2-sigma margin.
+def kv_tokens_in_use(ctx: CostContext, sequences: ArrayLike, mtp_tokens: int, tp: int) -> np.ndarray:
+    """KV positions held by the attention TP group of a device running `sequences` decoding
+    sequences a device, divided by `tp` (attention_hbm multiplies by the group's `tp` again).
 
-    The KV cache is paged (blocks are taken as a sequence grows and freed when it ends), so at
-    steady state the sequences sit at uniformly spread positions of their completions: the pool
-    holds prompt + half the completion per sequence on average, plus two standard deviations
-    of the sum (each position uniform over the completion: std = output / sqrt(12)).
+    The group holds g = sequences x tp sequences: the KV cache is paged (blocks are taken as a
+    sequence grows and freed when it ends), so at steady state they sit at uniformly spread positions
+    of their completions: the pool holds prompt + half the completion per sequence on average, plus
+    two standard deviations of the group's sum (each position uniform over the completion,
+    std = output / sqrt(12); the sum of g independent ones has sqrt(g) of it). The longest request
+    must fit next to the group's g - 1 others (binds only for a long-tailed distribution). The
+    group's KV is counted once: tensor parallelism splits its heads (GQA) or replicates its latent
+    (MLA) across the group, which attention_hbm's bytes per token carry.
     """
     s = np.asarray(sequences, dtype=float)
+    if tp < 1:
+        raise ValueError(f"tp = {tp}: an attention TP group has at least one device")
+    g = s * tp
     mean = ctx.mean_decode_context_tokens + mtp_tokens
     std = ctx.decode_context_std_tokens
-    # the longest request must fit next to the others (binds only for a long-tailed distribution)
-    longest = np.maximum(s - 1.0, 0.0) * mean + ctx.max_context_tokens + mtp_tokens
-    return np.maximum(s * mean + 2.0 * np.sqrt(s) * std, np.where(s > 0, longest, 0.0))
+    longest = np.maximum(g - 1.0, 0.0) * mean + ctx.max_context_tokens + mtp_tokens
+    group = np.maximum(g * mean + 2.0 * np.sqrt(g) * std, np.where(g > 0, longest, 0.0))
+    return group / tp
 
 
 def kv_transfer_bytes_per_request(ctx: CostContext) -> float:
@@ -109,6 +118,13 @@ def _kv_bytes_per_token(ctx: CostContext, core_tp: int) -> float:
         else 2.0 * a.head_dim * max(1.0, a.num_kv_heads / core_tp)
     )
     return elems * m.kv_layers() * ctx.quant.kv_bytes_per_element + draft_kv_bytes_per_token(ctx, core_tp)
+
+
+def request_kv_bytes_per_device(ctx: CostContext, tokens: float, core_tp: int) -> float:
+    """KV cache of one request of `tokens` positions on each device of its attention TP group of
+    `core_tp` devices (GQA heads split up to one KV head a device, MLA's latent replicated), the
+    part that does not grow with the context included."""
+    return tokens * _kv_bytes_per_token(ctx, core_tp) + _kv_fixed_bytes_per_sequence(ctx, core_tp)
 
 
 def _attention_weight_bytes(ctx: CostContext, layout: AttentionLayout) -> float:
@@ -275,7 +291,8 @@ def decode_hbm(ctx: CostContext, phase: DecodePlan, concurrency: ArrayLike | Non
     """HBM per device of a decode instance at each concurrency per device."""
     b = np.atleast_1d(np.asarray(phase.concurrency_per_device if concurrency is None else concurrency, dtype=float))
     tokens = b * (1 + phase.mtp_tokens)
-    return _phase_hbm(ctx, phase, tokens, kv_tokens_in_use(ctx, b, phase.mtp_tokens), tokens, b)
+    kv = kv_tokens_in_use(ctx, b, phase.mtp_tokens, phase.attention.tp)
+    return _phase_hbm(ctx, phase, tokens, kv, tokens, b)
 
 
 def prefill_kv_tokens(batch_tokens: ArrayLike, core_dp: int) -> np.ndarray:
@@ -313,9 +330,17 @@ def _max_fitting(total_at: Callable[[np.ndarray], np.ndarray], capacity: float, 
     return int(ok.max())
 
 
-def max_decode_concurrency(ctx: CostContext, phase: DecodePlan) -> int:
-    """Most sequences per device a decode instance can hold in HBM (0: the weights alone overflow)."""
-    return _max_fitting(lambda b: decode_hbm(ctx, phase, b).total_bytes, ctx.hbm_capacity_bytes, 64.0, 128.0)
+def max_decode_concurrency(ctx: CostContext, phase: DecodePlan) -> int | float:
+    """Most sequences per device a decode instance can hold in HBM (0: the weights alone overflow), in
+    steps of one sequence per attention TP group (1/tp a device), the steps a plan states it in
+    (planner.specs.plan.check_whole_sequences): a whole number, or a fraction such as 1.75 on TP4."""
+    tp = phase.attention.tp
+
+    def total_at(group_sequences: np.ndarray) -> np.ndarray:
+        return decode_hbm(ctx, phase, group_sequences / tp).total_bytes
+
+    groups = _max_fitting(total_at, ctx.hbm_capacity_bytes, 64.0 * tp, 128.0 * tp)
+    return integral_as_int(groups / tp)
 
 
 def max_prefill_batch_tokens(ctx: CostContext, phase: PrefillPlan) -> int:

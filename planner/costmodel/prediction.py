@@ -40,7 +40,8 @@ class DecodePrediction(_HbmFigures):
     sequences_per_instance: int
     moe_imbalance: float
     hbm_role: str
-    max_concurrency_per_device: int
+    # in steps of one sequence per attention TP group, as a plan states it (0.25: one on a TP4 group)
+    max_concurrency_per_device: int | float
     meets_tpot_slo: bool | None
     meets_itl_slo: bool | None  # the step (the gap between two emissions) within slo.max_itl_ms
     breakdown_ms: dict[str, float]
@@ -91,7 +92,7 @@ class AfdPrediction(_HbmFigures):
     transfer_layer_ms: float  # one direction of that layer's activations
     bound: str  # what sets the layer period: attention, ffn, transfer, or 'in turn' (one micro-batch)
     hbm_role: str
-    max_concurrency_per_device: int
+    max_concurrency_per_device: int | float  # per attention device, in steps of one sequence per its TP group
     meets_tpot_slo: bool | None
     meets_itl_slo: bool | None
     breakdown_ms: dict[str, float]

@@ -98,6 +98,7 @@ class _Probe:
     total_bytes: np.ndarray  # HBM per device
     capacity_bytes: float
     per_card: np.ndarray  # decode: output tokens/s per card (prefill: unused)
+    step_ms: np.ndarray | None = None  # decode: the step, the gap between two emissions (the ITL limit's)
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,7 @@ def _largest_ok(axis: _Axis, upto: float, slo_ms: float | None) -> tuple[int | f
     return values[i], float(f.per_card[i])
 
 
-def _sequence_step(concurrency_per_device: int | float, tp: int, fractional_below: float = 1.0) -> float:
+def _sequence_step(concurrency_per_device: int | float, tp: int, fractional_below: float) -> float:
     """The next concurrency the search tries: one more sequence per attention TP group (1/tp a device)
     below `fractional_below` per device when tp is a power of two (the decode axis,
     planner.candidates.tables.FRACTIONAL_BELOW), or below one sequence a device (a plan file may state
@@ -184,8 +185,9 @@ def _sequence_step(concurrency_per_device: int | float, tp: int, fractional_belo
     return 1 / tp if fractional or not float(concurrency_per_device).is_integer() else 1.0
 
 
-def _axis_binding(axis: _Axis, slo: float | None) -> Binding:
-    """What stops the phase's value from going one step higher (or which rule it already breaks)."""
+def _axis_binding(axis: _Axis, slo: float | None, itl_ms: float | None = None) -> Binding:
+    """What stops the phase's value from going one step higher (or which rule it already breaks);
+    `itl_ms`: the limit on the step (the gap between two emissions) a decode axis is held to too."""
     v = axis.value
     nxt = integral_as_int(v + axis.step)
     f = axis.probe([v, nxt])
@@ -219,6 +221,18 @@ def _axis_binding(axis: _Axis, slo: float | None) -> Binding:
             True,
             figures,
         )
+    step = f.step_ms if itl_ms is not None else None
+    if step is not None and itl_ms is not None and step[0] > itl_ms + 1e-9:
+        over = above(float(step[0]), itl_ms, 1)
+        return Binding(
+            axis.phase,
+            "itl",
+            f"{axis.phase} breaks the ITL limit: a {over} ms step > {itl_ms:g} ms {axis.slo_at.format(**words)}; "
+            "lower the concurrency or re-plan.",
+            f"{label}: breaks ITL ({over} ms > {itl_ms:g} ms)",
+            True,
+            {"step_ms": float(step[0]), "itl_ms": itl_ms},
+        )
     if v >= axis.cap:
         return Binding(axis.phase, "search_space", axis.cap_text, f"{label}: search cap {axis.cap}")
     short = total[1] - cap
@@ -246,6 +260,15 @@ def _axis_binding(axis: _Axis, slo: float | None) -> Binding:
             f"{label}: {name} ({axis.max_tag.format(m=nxt)} gives {shown} ms {rel} {slo:g} ms)",
             figures={f"next_{name.lower()}_ms": float(lat[1]), "slo_ms": slo, f"next_{axis.key}": nxt},
         )
+    if step is not None and itl_ms is not None and step[1] > itl_ms - ROUNDING_MS:
+        shown = _vs(float(step[1]), itl_ms, 1, " step")
+        return Binding(
+            axis.phase,
+            "itl",
+            f"ITL binds: {axis.one_more.format(**words)} gives a {shown} {itl_ms:g} ms (the gap between two tokens).",
+            f"{label}: ITL ({axis.max_tag.format(m=nxt)} gives a {shown} {itl_ms:g} ms)",
+            figures={"next_step_ms": float(step[1]), "itl_ms": itl_ms, f"next_{axis.key}": nxt},
+        )
     slo_txt = f" <= {slo:g} ms" if slo is not None else f", no {name} SLO"
     return Binding(
         axis.phase,
@@ -265,11 +288,11 @@ def _concurrency_axis(
     per: str,
     cap: int,
     tp: int,
-    fractional_below: float = 1.0,
+    fractional_below: float,
 ) -> _Axis:
     """The concurrency axis of a decode or AFD instance (every whole value to `cap` is searched): `what`
     names it ('decode', 'AFD'), `per` what it counts per ('device', 'attention device'). Below
-    `fractional_below` a device (the decode search's FRACTIONAL_BELOW), and at any fraction a plan
+    `fractional_below` a device (the decode and AFD searches' FRACTIONAL_BELOW), and at any fraction a plan
     states, it steps by one sequence per attention TP group of `tp`, 1/tp a device (`_sequence_step`)."""
     step = _sequence_step(b, tp, fractional_below)
     one_more = (
@@ -309,16 +332,24 @@ def _concurrency_axis(
     )
 
 
-def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | None, tpot_factor: float = 1.0) -> Binding:
+def decode_binding(
+    ctx: CostContext,
+    phase: DecodePlan,
+    tpot_slo_ms: float | None,
+    tpot_factor: float = 1.0,
+    max_itl_ms: float | None = None,
+) -> Binding:
     """What stops the decode concurrency from going one higher (or which rule it already breaks);
-    `tpot_factor`: the TPOT the SLO judges over the mean (planner.costmodel.acceptance_spread.slo_tpot_factor)."""
+    `tpot_factor`: the TPOT the SLO judges over the mean (planner.costmodel.acceptance_spread.slo_tpot_factor);
+    `max_itl_ms`: the limit on the step (--max-itl-ms), which binds like the SLO."""
 
     def probe(bs: list[float]) -> _Probe:
         step = decode_step(ctx, phase, np.array(bs, dtype=float))
         use = decode_hbm(ctx, phase, np.array(bs, dtype=float))
         per_card = np.asarray(step.tokens_per_s_per_device) * ctx.hw.devices_per_card
         tpot = np.asarray(step.tpot_s) * 1e3 * tpot_factor
-        return _Probe(tpot, np.asarray(use.total_bytes), float(use.capacity_bytes), per_card)
+        step_ms = np.asarray(step.step_s) * 1e3
+        return _Probe(tpot, np.asarray(use.total_bytes), float(use.capacity_bytes), per_card, step_ms)
 
     axis = _concurrency_axis(
         "decode",
@@ -330,12 +361,18 @@ def decode_binding(ctx: CostContext, phase: DecodePlan, tpot_slo_ms: float | Non
         phase.attention.tp,
         FRACTIONAL_BELOW,
     )
-    return _axis_binding(axis, tpot_slo_ms)
+    return _axis_binding(axis, tpot_slo_ms, max_itl_ms)
 
 
-def afd_binding(ctx: CostContext, section: AfdPlan, tpot_slo_ms: float | None, tpot_factor: float = 1.0) -> Binding:
+def afd_binding(
+    ctx: CostContext,
+    section: AfdPlan,
+    tpot_slo_ms: float | None,
+    tpot_factor: float = 1.0,
+    max_itl_ms: float | None = None,
+) -> Binding:
     """What stops an AFD instance's concurrency per attention device from going one higher (HBM of
-    either side, TPOT), as decode_binding says it for a decode instance."""
+    either side, TPOT, the ITL limit), as decode_binding says it for a decode instance."""
     from planner.candidates.afd_candidates import MAX_CONCURRENCY as AFD_MAX_CONCURRENCY
     from planner.costmodel.afd import afd_decode_step, afd_hbm
 
@@ -345,11 +382,13 @@ def afd_binding(ctx: CostContext, section: AfdPlan, tpot_slo_ms: float | None, t
         att, ffn = afd_hbm(ctx, section, b, section.prefill_batch_tokens)
         per_card = np.asarray(step.tokens_per_s_per_device) * ctx.hw.devices_per_card
         used = np.maximum(np.asarray(att.total_bytes), np.asarray(ffn.total_bytes))
-        return _Probe(np.asarray(step.tpot_s) * 1e3 * tpot_factor, used, float(att.capacity_bytes), per_card)
+        tpot = np.asarray(step.tpot_s) * 1e3 * tpot_factor
+        return _Probe(tpot, used, float(att.capacity_bytes), per_card, np.asarray(step.step_s) * 1e3)
 
     b = section.concurrency_per_device
-    axis = _concurrency_axis("afd", "AFD", b, probe, "attention device", AFD_MAX_CONCURRENCY, section.attention.tp)
-    return _axis_binding(axis, tpot_slo_ms)
+    tp = section.attention.tp
+    axis = _concurrency_axis("afd", "AFD", b, probe, "attention device", AFD_MAX_CONCURRENCY, tp, FRACTIONAL_BELOW)
+    return _axis_binding(axis, tpot_slo_ms, max_itl_ms)
 
 
 def prefill_binding(ctx: CostContext, phase: PrefillPlan, ttft_slo_ms: float | None) -> Binding:
@@ -771,10 +810,11 @@ def plan_bindings(
         out.extend(colocated_bindings(plan, ctx))
     if plan.decode_phase is not None and not plan.is_colocated:
         factor = slo_tpot_factor(slo, ctx.workload, plan.decode_phase.mtp_tokens)
-        out.append(decode_binding(ctx, plan.decode_phase, slo.tpot_ms if slo else None, factor))
+        itl = slo.max_itl_ms if slo else None
+        out.append(decode_binding(ctx, plan.decode_phase, slo.tpot_ms if slo else None, factor, itl))
     if plan.afd is not None:
         factor = slo_tpot_factor(slo, ctx.workload, plan.afd.mtp_tokens)
-        out.append(afd_binding(ctx, plan.afd, slo.tpot_ms if slo else None, factor))
+        out.append(afd_binding(ctx, plan.afd, slo.tpot_ms if slo else None, factor, slo.max_itl_ms if slo else None))
     if plan.prefill_phase is not None and not plan.is_colocated:
         out.append(prefill_binding(ctx, plan.prefill_phase, slo.ttft_ms if slo else None))
     out.append(deployment_binding(plan, prediction, ctx.hw, max_cards, rate_per_s, admits))
@@ -806,7 +846,8 @@ def mixed_request_bindings(plan: Plan, req: PlanRequest) -> list[Binding]:
     out = []
     if plan.decode is not None:
         factor = slo_tpot_factor(slo, d_ctx.workload, plan.decode.mtp_tokens)
-        out.append(decode_binding(d_ctx, plan.decode, slo.tpot_ms if slo else None, factor))
+        itl = slo.max_itl_ms if slo else None
+        out.append(decode_binding(d_ctx, plan.decode, slo.tpot_ms if slo else None, factor, itl))
     if plan.prefill is not None:
         out.append(prefill_binding(p_ctx, plan.prefill, slo.ttft_ms if slo else None))
     return out

@@ -11,8 +11,15 @@ import math
 from dataclasses import replace
 
 from planner.candidates.phase_candidates import lowest_latency_us
-from planner.candidates.space import DENSE_NODE_COUNTS, instance_sizes, min_devices_for_weights, moe_options
+from planner.candidates.space import (
+    DENSE_NODE_COUNTS,
+    attention_options,
+    instance_sizes,
+    min_devices_for_weights,
+    moe_options,
+)
 from planner.costmodel.context import CostContext
+from planner.costmodel.memory import request_kv_bytes_per_device
 from planner.search.candidate_spaces import (
     PhaseSpace,
     build_phase_space,
@@ -293,30 +300,29 @@ def no_expert_layout_message(
 def _context_binds(ctx: CostContext, phase: str, devices: int) -> str | None:
     """The long-context diagnosis: one request's KV cache alone does not fit next to the weights.
 
-    A request's KV lives on its attention DP rank, and the memory model keeps room on every device
-    of the rank for the longest request next to the others (planner.costmodel.memory.kv_tokens_in_use,
-    whatever the concurrency, fractions of a sequence a device included): tensor parallelism splits
-    the KV heads over the TP group, but that room is then TP requests' worth of heads, so every layout
-    holds at least one request's whole KV per device (MLA's latent is not split at all). No layout
-    fits a request whose KV exceeds what a device has left after its share of the weights and
-    reserves.
+    A request's KV lives on its attention DP rank: tensor parallelism splits its KV heads over the
+    TP group (GQA, up to one KV head a device; MLA's latent is not split), as the memory model
+    charges it (planner.costmodel.memory.kv_tokens_in_use counts the group's sequences and one
+    longest among them once). No layout fits a request whose KV on a device of the layout that
+    splits it most exceeds what the device has left after its share of the weights and reserves.
     """
     m, hw, w = ctx.model, ctx.hw, ctx.workload
     a = m.attention
     tokens = w.longest_context_tokens if phase == "decode" else max(w.slo_input_tokens, w.input_tokens)
-    per_token = m.kv_elements_per_token_per_layer() * m.kv_layers() * ctx.quant.kv_bytes_per_element
-    kv = tokens * per_token
+    tps = sorted({lay.tp for lay in attention_options(m, hw, devices, "decode")}) or [1]
+    kv, tp = min((request_kv_bytes_per_device(ctx, float(tokens), t), t) for t in tps)
+    per_token = (kv - request_kv_bytes_per_device(ctx, 0.0, tp)) / max(tokens, 1)
     experts, other = weights_bytes(ctx)
     reserve = hw.memory.comm_buffers.value + hw.memory.runtime_reserve.value
     free = hw.hbm_bytes - reserve - (experts + other) / max(1, devices)
     if kv <= 0.5 * max(free, 0.0):
         return None
     gib = 2.0**30
-    fit = max(0, int(max(free, 0.0) // per_token))
+    fit = max(0, int(max(free, 0.0) // max(per_token, 1.0)))
+    split = f"split over TP{tp}" if tp > 1 else "on one device"
     return (
-        f"context: one {tokens:,}-token request needs {kv / gib:.1f} GiB of KV cache on its device "
-        f"({per_token / 1024:.1f} KiB per token, {a.kind.upper()}; every layout holds at least one whole request "
-        "per device), "
+        f"context: one {tokens:,}-token request needs {kv / gib:.1f} GiB of KV cache per device "
+        f"({per_token / 1024:.1f} KiB per token, {a.kind.upper()}, {split}: the layout that splits it most), "
         f"but each {hw.name} device of the largest {phase} instance tried ({devices} devices) has at most "
         f"{max(free, 0.0) / gib:.1f} GiB left after weights and reserves (about {fit:,} tokens). Shorten the "
         "context, use a scheme with a smaller KV format (fp8-c8 or hif8 where the chip lists FP8/HiF8), or "

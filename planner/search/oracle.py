@@ -73,7 +73,8 @@ def best_phase_ratio(
     """Best throughput ratio (num/den as in planner.candidates) of one instance size, by loops.
     Decode tables of two micro-batches hide `overlap_factor` millionths of the shorter of their
     communication and compute (planner.candidates.phase_candidates.overlapped_step_us), and hold
-    at least one sequence per micro-batch; `max_step_us` bounds the decode step (the ITL limit)."""
+    at least one sequence a device per micro-batch (planner.specs.plan.fits_micro_batches);
+    `max_step_us` bounds the decode step (the ITL limit)."""
     best = Fraction(0)
     ranges = [range(t.n_options(mod)) for mod in MODULES]
     runnable = t.options.combo_ok  # pairs that cannot run together (a split shared expert, an engine)
@@ -93,7 +94,9 @@ def best_phase_ratio(
                         comm = sum(int(ints.comm_us[mod][o, j, xi]) for mod, o in zip(MODULES, combo, strict=True))
                         cover = sum(int(ints.cover_us[mod][o, j, xi]) for mod, o in zip(MODULES, combo, strict=True))
                         step = int(overlapped_step_us(step, comm, cover, overlap_factor))
-                    if x < t.micro_batches or (max_step_us is not None and step > max_step_us):
+                    if (t.micro_batches > 1 and x < t.micro_batches) or (
+                        max_step_us is not None and step > max_step_us
+                    ):
                         continue
                     limit = tpot_limit_at(slo_us, j)
                     if limit is not None and step * EMITTED_SCALE > limit * e:

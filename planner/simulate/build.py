@@ -263,11 +263,12 @@ def _check_holds(
     if override:
         raise BadInputError(
             f"--decode-concurrency = {phase.concurrency_per_device}: the plan cannot hold it; HBM per device holds "
-            f"at most {most} sequences per device at this workload {where}; give {max(most, 1)} or fewer."
+            f"at most {most:g} sequences per device at this workload {where}; "
+            + (f"give {most:g} or fewer." if most else "no concurrency fits next to the weights.")
         )
     return (
         f"{section}.concurrency_per_device = {phase.concurrency_per_device} is more than HBM holds at the cost "
-        f"model's steady-state KV estimate ({most} per device {where}): the KV cache, not the seats, binds admission"
+        f"model's steady-state KV estimate ({most:g} per device {where}): the KV cache, not the seats, binds admission"
     )
 
 

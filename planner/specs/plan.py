@@ -52,10 +52,16 @@ def sequences_on(concurrency_per_device: float, devices: int) -> int:
     return int(round(concurrency_per_device * devices))
 
 
+def holds_whole_sequences(concurrency_per_device: float, tp: int) -> bool:
+    """Whether an attention TP group of `tp` devices holds a whole number of sequences (at least one)."""
+    seqs = concurrency_per_device * tp
+    return abs(seqs - round(seqs)) < _WHOLE_TOLERANCE * max(1.0, seqs) and round(seqs) >= 1
+
+
 def check_whole_sequences(field: str, concurrency_per_device: float, tp: int) -> None:
     """Refuse a concurrency that puts a fraction of a sequence on an attention TP group."""
     seqs = concurrency_per_device * tp
-    if abs(seqs - round(seqs)) >= _WHOLE_TOLERANCE * max(1.0, seqs) or round(seqs) < 1:
+    if not holds_whole_sequences(concurrency_per_device, tp):
         step = 1 / tp
         raise ValueError(
             f"{field} = {concurrency_per_device:g} puts {seqs:g} sequences on each attention TP group of {tp} "

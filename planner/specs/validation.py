@@ -295,9 +295,12 @@ def _checked(docs: list[tuple[str, ValidationFile]]) -> tuple[tuple[str, Validat
     return tuple(docs)
 
 
-@lru_cache(maxsize=4)
-def _load_store(folder: Path) -> tuple[tuple[str, ValidationFile], ...]:
+def _read_folder(folder: Path) -> tuple[tuple[str, ValidationFile], ...]:
     return _checked([(path.name, load_file(path)) for path in store_files(folder)])
+
+
+# the shipped store does not change while a process runs; a folder from outside it may (read afresh)
+_load_store = lru_cache(maxsize=4)(_read_folder)
 
 
 def load_store(folder: Path | None = None) -> list[tuple[str, ValidationFile]]:
@@ -330,7 +333,8 @@ def figures_at(path: Path) -> list[tuple[StoredFigure, str]]:
     if path.is_dir():
         if not store_files(path):
             raise BadInputError(f"--rows: folder '{path}' holds no .yaml file of rows; give a file or a folder of them")
-        return all_figures(path)
+        path = path.resolve()
+        return _figures(_read_folder(path), path)
     if not path.is_file():
         raise BadInputError(
             f"--rows: no file or folder '{path}'; give a YAML file of measured rows in validation/'s format "

@@ -10,6 +10,7 @@ import pytest
 
 from planner.candidates.afd_candidates import AfdLimits, afd_candidates
 from planner.candidates.space import SpaceLimits, attention_options, moe_options, parallel_options
+from planner.candidates.tables import FRACTIONAL_BELOW, whole_sequences
 from planner.costmodel.afd import afd_decode_step, afd_hbm
 from planner.costmodel.context import CostContext
 from planner.specs.catalog import load_hardware, load_model
@@ -33,7 +34,9 @@ def _brute_force(ctx: CostContext, a: int, f: int, limits: AfdLimits) -> float:
     m, hw = ctx.model, ctx.hw
     best = 0.0
     space = SpaceLimits(max_devices=limits.max_devices)
-    b = np.arange(1, 600, dtype=float)
+    # every whole B, and below FRACTIONAL_BELOW every whole number of sequences per TP group of a power of two
+    fractions = [j / tp for tp in (2, 4, 8, 16) for j in range(1, FRACTIONAL_BELOW * tp) if j % tp]
+    b = np.union1d(np.arange(1, 600, dtype=float), fractions)
     for mb, k, dense_on, shared_on in itertools.product(
         limits.micro_batches, limits.mtp_tokens, limits.dense_sides, limits.shared_sides
     ):
@@ -44,8 +47,10 @@ def _brute_force(ctx: CostContext, a: int, f: int, limits: AfdLimits) -> float:
             moe_options(m, f, space),
             parallel_options(hw, dense_devices, m.dense_intermediate_size),
         ):
-            if shared_on == "attention" and o.shared.placement == "dedicated":
-                continue
+            if shared_on == "attention" and (o.shared.placement == "dedicated" or not m.moe.shared_experts):
+                continue  # no shared expert to move
+            if dense_on == "attention" and not m.num_dense_layers:
+                continue  # no dense FFN to move
             section = AfdPlan(
                 attention_devices=a,
                 ffn_devices=f,
@@ -60,7 +65,7 @@ def _brute_force(ctx: CostContext, a: int, f: int, limits: AfdLimits) -> float:
                 concurrency_per_device=mb,
                 mtp_tokens=k,
             )
-            bs = b[b >= mb]
+            bs = b[(b >= mb) & whole_sequences(b, att.tp)]
             step = afd_decode_step(ctx, section, bs)
             att_use, ffn_use = afd_hbm(ctx, section, bs)
             ok = att_use.fits & ffn_use.fits
@@ -89,6 +94,23 @@ def test_the_search_finds_what_scoring_every_configuration_finds(ctx, a, f, extr
     ]
     assert found, "no candidate of the size"
     assert found[0].tokens_per_s_per_device == pytest.approx(_brute_force(ctx, a, f, limits), rel=1e-9)
+
+
+def test_a_long_context_lands_between_whole_concurrencies_and_the_search_still_finds_the_best():
+    """Qwen3-235B at 39K of context on 8 + 8 A2 dies, TPOT 50 ms: the best runs 13 sequences on each
+    TP4 attention group (3.25 a die), between the whole values 3 and 4 a die."""
+    long_ctx = CostContext(
+        load_model("qwen3-235b-a22b"),
+        load_hardware("a2"),
+        get_quantization("a8w8c16"),
+        Workload(input_tokens=39_000, output_tokens=1000),
+    )
+    limits = AfdLimits(max_devices=16, tpot_s=0.05, max_itl_s=0.3, keep=1)
+    found = [c for c in afd_candidates(long_ctx, SpaceLimits(max_devices=16), limits) if c.section.ffn_devices == 8]
+    best = found[0].section
+    assert (best.concurrency_per_device, best.attention.tp) == (3.25, 4)
+    assert whole_sequences(np.array([best.concurrency_per_device]), best.attention.tp)[0]
+    assert found[0].tokens_per_s_per_device == pytest.approx(_brute_force(long_ctx, 8, 8, limits), rel=1e-9)
 
 
 def test_every_candidate_evaluates_to_its_own_figures(ctx):

@@ -15,7 +15,7 @@ from planner.specs.catalog import load_hardware, load_model
 from planner.specs.plan import AttentionLayout, DecodePlan, MoELayout, ParallelLayout, PrefillPlan
 from planner.specs.quantization import get_quantization
 from planner.specs.workload import PAIR_BINS, Workload, WorkloadFile
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, llama_8b_config, run_cli
 
 PREFILL = PrefillPlan(
     devices=16,
@@ -106,7 +106,7 @@ def test_a_single_bin_is_the_plain_workload():
     ):
         assert getattr(plain, name) == pytest.approx(getattr(binned, name))
     assert plain.decode_context_std_tokens == pytest.approx(512 / math.sqrt(12))
-    assert kv_tokens_in_use(plain, [1.0, 8.0], 0) == pytest.approx(kv_tokens_in_use(binned, [1.0, 8.0], 0))
+    assert kv_tokens_in_use(plain, [1.0, 8.0], 0, 1) == pytest.approx(kv_tokens_in_use(binned, [1.0, 8.0], 0, 1))
 
 
 def test_long_requests_bind_kv_and_percentile_drives_ttft():
@@ -118,7 +118,7 @@ def test_long_requests_bind_kv_and_percentile_drives_ttft():
     )
     ctx = _ctx(tail)
     # one sequence of a device must be able to hold the longest request
-    assert kv_tokens_in_use(ctx, [1.0], 0)[0] >= 60200
+    assert kv_tokens_in_use(ctx, [1.0], 0, 1)[0] >= 60200
     # TTFT at p90 is the short prompt's; at p99.5 the long one's (its KV transfer and its batch)
     short = prefill_forward(ctx, PREFILL).ttft_s[0]
     long_ctx = _ctx(Workload(lengths=tail.lengths, slo_percentile=99.5))
@@ -160,23 +160,23 @@ def test_128k_context_plans_and_an_impossible_one_names_the_kv(tmp_path):
     best = json.loads(r.output)["plans"][0]
     assert best["predicted"]["decode"]["fits_hbm"] and best["predicted"]["prefill"]["fits_hbm"]
     long_model = tmp_path / "long.json"
-    long_model.write_text(
-        json.dumps(
-            {
-                "model_type": "llama",
-                "hidden_size": 4096,
-                "num_hidden_layers": 32,
-                "num_attention_heads": 32,
-                "num_key_value_heads": 8,
-                "intermediate_size": 14336,
-                "vocab_size": 128256,
-                "max_position_embeddings": 1_100_000,
-            }
-        )
-    )
+    long_model.write_text(json.dumps(llama_8b_config(4_200_000)))
+    # a 1M-token request's KV (128 KiB a token) splits over the TP group's 8 KV heads: a plan
+    # with one sequence on a TP4 or TP8 decode group fits where one die could not hold it
     r = run_cli(
         "plan", "--model", str(long_model), "--input-tokens", "1000000", "--output-tokens", "1000",
-        "--ttft-ms", "1000000", "--max-cards", "64",
+        "--ttft-ms", "1000000", "--max-cards", "64", "--top", "1", "--json", "-",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    decode = json.loads(r.output)["plans"][0]["decode"]
+    per_group = decode["concurrency_per_device"] * decode["attention"]["tp"]
+    assert decode["attention"]["tp"] >= 4 and per_group == pytest.approx(round(per_group))
+    # 4M tokens need 61.1 GiB a die even at TP8 (one KV head a die): no layout holds it
+    r = run_cli(
+        "plan", "--model", str(long_model), "--input-tokens", "4000000", "--output-tokens", "1000",
+        "--ttft-ms", "10000000", "--max-cards", "64",
     )  # fmt: skip
     assert r.exit_code == 1
-    assert "context: one 1,001,000-token request needs 122.2 GiB of KV cache" in r.output.replace("\n", " ")
+    text = r.output.replace("\n", " ")
+    assert "context: one 4,001,000-token request needs 61.1 GiB of KV cache per device" in text
+    assert "16.0 KiB per token, GQA, split over TP8" in text

@@ -208,3 +208,19 @@ def test_an_engine_without_written_chunked_prefill_gets_whole_forward_colocated_
     request = COLOCATED_REQUESTS["whole"]
     assert run_search(dataclasses.replace(request, engine=None)).plans[0].colocated.chunk_tokens is not None
     assert run_search(request).plans[0].colocated.chunk_tokens is None
+
+
+def test_an_itl_limit_binds_the_decode_concurrency_and_is_named():
+    """--max-itl-ms holds the decode step: when one more sequence's step breaks it while TPOT and HBM
+    still allow it, what binds says ITL with that step, and a step already past it is a broken rule."""
+    plan, specs = _scored("a2-d70", slo=SLO(tpot_ms=150))
+    ctx = plan_context(plan, specs)
+    b = plan.decode.concurrency_per_device
+    steps = decode_step(ctx, plan.decode, [b, b + 1]).step_s * 1e3
+    between = float(steps[0] + steps[1]) / 2  # the plan's step meets it, one more sequence's does not
+    decode = decode_binding(ctx, plan.decode, 150.0, max_itl_ms=between)
+    assert decode.constraint == "itl" and not decode.violated
+    assert f"B{b + 1} gives a {steps[1]:.1f} ms step > {between:g} ms" in decode.short
+    broken = decode_binding(ctx, plan.decode, 150.0, max_itl_ms=float(steps[0]) - 1.0)
+    assert broken.constraint == "itl" and broken.violated
+    assert decode_binding(ctx, plan.decode, 150.0).constraint != "itl"  # no limit given: none binds on it

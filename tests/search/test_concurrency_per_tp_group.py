@@ -19,7 +19,7 @@ from planner.search.oracle import best_phase_ratio
 from planner.specs.catalog import load_hardware, load_model
 from planner.specs.plan import Workload
 from planner.specs.quantization import get_quantization
-from tests.conftest import run_cli
+from tests.conftest import llama_8b_config, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -88,3 +88,26 @@ def test_a_fractional_plan_runs_end_to_end(tmp_path):
     )
     config = json.loads((emit / "decode0_config.json").read_text())
     assert config["BackendConfig"]["ScheduleConfig"]["maxBatchSize"] == 28  # 1.75 x 16 dies
+
+
+@pytest.fixture(scope="module")
+def million_tokens(tmp_path_factory):
+    """A Llama-8B-shaped model (8 KV heads, 128 KiB of KV a token) at 1M tokens of context on 8 A2
+    dies: one request's KV is 122 GiB on one die and 15 GiB a die on a TP8 group."""
+    cfg = llama_8b_config(1_100_000)
+    path = tmp_path_factory.mktemp("long") / "long.json"
+    path.write_text(json.dumps(cfg))
+    model, hw = load_model(str(path)), load_hardware("a2")
+    ctx = CostContext(model, hw, get_quantization("a8w8c16"), Workload(input_tokens=1_000_000, output_tokens=1000))
+    opts = size_options(model, hw, 8, "decode", SpaceLimits(64))
+    t = decode_tables(ctx, opts, [0], concurrency_axis(ctx, tps=[a.tp for a in opts.attention]))
+    return t, to_integer_tables(t, hw.hbm_bytes)
+
+
+@pytest.mark.parametrize("slo_us", [None, 100000, 30000])
+def test_below_one_sequence_a_device_the_search_finds_the_exhaustive_best(million_tokens, slo_us):
+    t, ints = million_tokens
+    (best,) = decode_candidates(t, ints, slo_us, keep=1)
+    assert best.x < 1 and best.attention.tp >= 4  # no die holds one request's KV alone
+    assert best.x * best.attention.tp == int(best.x * best.attention.tp)
+    assert Fraction(best.num, best.den) == best_phase_ratio(t, ints, slo_us)

@@ -10,7 +10,7 @@ from planner.errors import BadInputError, InfeasibleError
 from planner.search.plan_search import run_search
 from planner.search.request import PlanRequest
 from planner.specs.plan import SLO, Workload
-from tests.conftest import PROOF, REPO
+from tests.conftest import PROOF, REPO, llama_8b_config
 
 
 def test_a_100000_card_budget_plans():
@@ -24,27 +24,19 @@ def test_budgets_beyond_the_limit_are_refused():
         run_search(PlanRequest(max_cards=10**13, top=1))
 
 
-def test_a_one_million_token_context_is_refused_clearly(tmp_path):
-    cfg = {
-        "model_type": "llama",
-        "hidden_size": 4096,
-        "num_hidden_layers": 32,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "intermediate_size": 14336,
-        "vocab_size": 128256,
-        "max_position_embeddings": 1_100_000,
-    }
+def test_a_four_million_token_context_is_refused_clearly(tmp_path):
+    cfg = llama_8b_config(4_200_000)
     path = tmp_path / "long.json"
     path.write_text(json.dumps(cfg))
     request = PlanRequest(
         model=str(path),
-        workload=Workload(input_tokens=1_000_000, output_tokens=1000),
-        slo=SLO(tpot_ms=100, ttft_ms=1_000_000),
+        workload=Workload(input_tokens=4_000_000, output_tokens=1000),
+        slo=SLO(tpot_ms=100, ttft_ms=10_000_000),
         max_cards=64,
         top=1,
     )
-    with pytest.raises(InfeasibleError, match="HBM"):
+    # one request's KV at TP8 (one KV head a die) is 61 GiB: more than a 64 GB die has
+    with pytest.raises(InfeasibleError, match="KV cache per device"):
         run_search(request)
 
 

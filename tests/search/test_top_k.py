@@ -136,7 +136,7 @@ def test_cli_prints_the_note_and_the_other_structures():
         "--mtp",
         "0",
         "--tpot-ms",
-        "35.8",
+        "22",
         "--input-tokens",
         "1024",
         "--output-tokens",

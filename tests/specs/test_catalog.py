@@ -8,7 +8,7 @@ import pytest
 
 from planner.errors import BadInputError
 from planner.specs.catalog import catalog_names, load_hardware, load_model
-from tests.conftest import REPO
+from tests.conftest import REPO, llama_8b_config
 
 
 def test_catalogs_hold_the_promised_entries():
@@ -82,16 +82,7 @@ def test_hf_config_by_path(tmp_path):
 
 
 def test_dense_hf_config(tmp_path):
-    cfg = {
-        "model_type": "llama",
-        "hidden_size": 4096,
-        "num_hidden_layers": 32,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "intermediate_size": 14336,
-        "vocab_size": 128256,
-        "max_position_embeddings": 8192,
-    }
+    cfg = llama_8b_config(8192)
     path = tmp_path / "llama.json"
     path.write_text(json.dumps(cfg))
     m = load_model(str(path))
