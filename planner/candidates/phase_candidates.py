@@ -668,16 +668,20 @@ def prefill_candidates(
 
 
 def lowest_latency_us(t: PhaseTables, ints: IntTables, layers: int = 1, overlap_efficiency: float = 1.0) -> int | None:
-    """Lowest TPOT (decode) or TTFT (prefill) of any configuration that fits HBM; None if none fits."""
+    """Lowest TPOT (decode) or TTFT (prefill) of any configuration that fits HBM (with two decode
+    micro-batches, at a concurrency that gives each one a sequence a device, as `_best_concurrency`);
+    None if none fits."""
     best: int | None = None
     if t.phase == "decode":
+        runs = (t.x_values >= t.micro_batches) | (t.micro_batches == 1)
         for j in range(len(t.k_values)):
             e = int(np.floor(t.emitted[j] * EMITTED_SCALE + 1e-9))
             step = (
                 _combine([ints.time_us[mod][:, j, :] for mod in MODULES]) + ints.const_us[j][None, None, None, None, :]
             )
             hbm = _combine([ints.hbm_mib[mod][:, j, :] for mod in MODULES])
-            lat = np.where(hbm <= ints.hbm_capacity_mib, -(-step * EMITTED_SCALE // e), np.iinfo(np.int64).max)
+            ok = (hbm <= ints.hbm_capacity_mib) & runs
+            lat = np.where(ok, -(-step * EMITTED_SCALE // e), np.iinfo(np.int64).max)
             v = int(lat.min())
             if v < np.iinfo(np.int64).max and (best is None or v < best):
                 best = v

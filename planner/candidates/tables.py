@@ -140,7 +140,9 @@ def steps_per_group_sequence(tp: int) -> bool:
 def whole_sequences(concurrency_per_device: np.ndarray, tp: int) -> np.ndarray:
     """Where an attention TP group of `tp` devices holds a whole number of sequences (and at least one):
     the plan's own test (planner.specs.plan.holds_whole_sequences) at each concurrency."""
-    return np.array([holds_whole_sequences(float(x), tp) for x in np.ravel(concurrency_per_device)], dtype=bool)
+    values, at = np.unique(np.ravel(concurrency_per_device), return_inverse=True)  # the grids repeat their axis
+    runs = np.array([holds_whole_sequences(float(x), tp) for x in values], dtype=bool)
+    return runs[at]
 
 
 def _sum_parts(parts: dict[str, np.ndarray]) -> np.ndarray:

@@ -66,6 +66,9 @@ def diagnose_infeasible(
     value of the binding flag that works (planner.search.nearest)."""
     hw, m = ctx.hw, ctx.model
     where = f"{m.name} on {hw.name} with <= {request.max_cards:g} cards"
+    if request.afd and not request.disaggregated and not request.colocated and request.rate_per_s is None:
+        # the decode and prefill spaces are not deployments of their own here: judge the AFD ones
+        return _afd_only_message(request, where, feasible)
     for space, slo_name, flag, value in (
         (dspace, "TPOT", "--tpot-ms", request.slo.tpot_ms),
         (pspace, "TTFT", "--ttft-ms", request.slo.ttft_ms),
@@ -115,6 +118,24 @@ def diagnose_infeasible(
         f"card budget: the smallest deployment that meets the SLOs needs {need} devices "
         f"({math.ceil(need / hw.devices_per_card)} cards) but --max-cards {request.max_cards:g} allows "
         f"{budget_devices} devices; raise --max-cards."
+    )
+
+
+def _afd_only_message(request: PlanRequest, where: str, feasible: Feasible) -> str:
+    """Why a request for attention-FFN disaggregated deployments alone (--structure afd) has none: the
+    smallest budget at which one works, else the smallest TPOT, else TTFT SLO, each found by the search
+    itself with only that flag changed."""
+    head = f"AFD: no attention-FFN disaggregated deployment of {where} fits HBM and meets the SLOs"
+    cards = smallest_cards(request, feasible)
+    if cards is not None:
+        return f"{head}. {_raise_cards(cards)}."
+    for flag in ("--tpot-ms", "--ttft-ms"):
+        near = smallest_slo(request, flag, feasible)
+        if near is not None:
+            return f"{head}. Relax {flag} to at least {tenths(near.value)}{_still(near)}"
+    return (
+        f"{head}, and no --max-cards, --tpot-ms or --ttft-ms alone changes that; plan with --structure pd or "
+        "colocated, relax both SLOs, or plan for another --engine."
     )
 
 

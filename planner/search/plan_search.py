@@ -292,8 +292,9 @@ def is_feasible(request: PlanRequest, cache: TableCache | None = None) -> bool:
     """Whether `run_search` finds a deployment for `request`, without the solver or the plans:
     the same candidate spaces (one configuration per size is enough to exist) and the exact
     enumeration of deployments, which has a deployment exactly when the CP-SAT model has one.
-    The diagnosis re-checks a request with one flag changed this way. Single-machine requests
-    only (a mixed request's diagnosis names its budget instead)."""
+    The diagnosis re-checks a request with one flag changed this way. AFD instances count when the
+    request searches them (every split, no floor: one candidate of any is enough). Single-machine
+    requests only (a mixed request's diagnosis names its budget instead)."""
     if request.is_mixed:
         raise ValueError("is_feasible: a mixed-hardware request is diagnosed by its budget")
     contexts = phase_contexts(request)
@@ -303,12 +304,19 @@ def is_feasible(request: PlanRequest, cache: TableCache | None = None) -> bool:
     if spaces is None:
         return False
     dspace, pspace = spaces
-    if (dspace and not dspace.candidates) or (pspace and not pspace.candidates):
+    if pspace and not pspace.candidates:
         return False
     d = dspace.candidates if dspace else []
     p = pspace.candidates if pspace else []
-    if question.ranked(d, p, [], 1):
-        return True
-    if not (dspace and pspace and COLOCATED in question.structures):
+    if not (dspace and not d):
+        if question.ranked(d, p, [], 1):
+            return True
+        if dspace and pspace and COLOCATED in question.structures:
+            coloc = colocated_space(contexts.decode, request, dspace, pspace, 1)
+            if question.ranked([], [], coloc, 1):
+                return True
+    if not any(s.roles[0] == "afd" for s in question.structures):
         return False
-    return bool(question.ranked([], [], colocated_space(contexts.decode, request, dspace, pspace, 1), 1))
+    # AFD instances (with prefill instances feeding them), as run_search costs them, without its floor
+    afd = afd_space(contexts.decode, request, budget, 1, None, cache)
+    return bool(afd) and bool(question.ranked(d, p, [], 1, afd=afd))

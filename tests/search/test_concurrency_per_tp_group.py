@@ -10,7 +10,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from planner.candidates.phase_candidates import decode_candidates
+from planner.candidates.phase_candidates import decode_candidates, lowest_latency_us
 from planner.candidates.space import SpaceLimits, size_options
 from planner.candidates.tables import FRACTIONAL_BELOW, decode_tables, to_integer_tables, whole_sequences
 from planner.costmodel.context import CostContext
@@ -111,3 +111,14 @@ def test_below_one_sequence_a_device_the_search_finds_the_exhaustive_best(millio
     assert best.x < 1 and best.attention.tp >= 4  # no die holds one request's KV alone
     assert best.x * best.attention.tp == int(best.x * best.attention.tp)
     assert Fraction(best.num, best.den) == best_phase_ratio(t, ints, slo_us)
+
+
+@pytest.mark.parametrize("tables", ["long_context", "million_tokens"])
+def test_the_lowest_tpot_the_diagnosis_quotes_is_one_the_search_reaches(tables, request):
+    """`lowest_latency_us` (what an infeasible TPOT is told it could reach) counts the concurrencies the
+    search runs, no others: at that TPOT a candidate exists, one microsecond below none does."""
+    t, ints = request.getfixturevalue(tables)[:2]
+    lowest = lowest_latency_us(t, ints)
+    assert lowest is not None
+    assert decode_candidates(t, ints, lowest, keep=1)
+    assert not decode_candidates(t, ints, lowest - 1, keep=1)
