@@ -29,6 +29,37 @@ PROOF = SolverSettings(time_limit_s=86_400, workers=1)
 PLANS = REPO / "plans"
 
 
+# `moeplan plan`'s flags at their defaults, as keyword arguments of planner.cli.plan_cmd.build_request
+PLAN_FLAGS: dict[str, object] = dict(
+    model="deepseek-v3",
+    hardware="a2",
+    quantization="a8w8c16",
+    input_tokens=2048,
+    output_tokens=2048,
+    mtp_acceptance=0.7,
+    tpot_ms=100.0,
+    ttft_ms=2000.0,
+    max_cards=48.0,
+    phase="both",
+    decode_devices=None,
+    prefill_devices=None,
+    rate=None,
+    top=5,
+    mtp=None,
+    time_limit=60.0,
+    workers=1,
+    loads=None,
+    skew_sigma=None,
+)
+
+
+def plan_request(**flags: object):
+    """The request `moeplan plan` builds with these flags changed (the ITL limit 3x TPOT unless given)."""
+    from planner.cli.plan_cmd import build_request
+
+    return build_request(**{**PLAN_FLAGS, **flags})  # type: ignore[arg-type]
+
+
 def llama_8b_config(max_position_embeddings: int) -> dict[str, object]:
     """A Llama-3-8B-shaped dense config.json (8 KV heads of 128 dims, 32 layers: 128 KiB of BF16 KV a token)."""
     return {

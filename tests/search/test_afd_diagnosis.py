@@ -9,40 +9,27 @@ import re
 
 import pytest
 
-from planner.cli.plan_cmd import build_request
 from planner.errors import InfeasibleError
 from planner.report.plan_report import infeasible_document
 from planner.search.plan_search import TableCache, is_feasible, run_search
+from tests.conftest import plan_request
 
 CACHE = TableCache()
 # Qwen3-235B at 39K of context on A3 for SGLang's AFD (three micro-batches): a 50 ms TPOT is out of reach
 FLAGS = dict(
     model="qwen3-235b-a22b",
     hardware="a3",
-    quantization="a8w8c16",
     input_tokens=39000,
     output_tokens=1000,
-    mtp_acceptance=0.7,
     tpot_ms=50.0,
-    ttft_ms=2000.0,
-    max_cards=48.0,
-    phase="both",
-    decode_devices=None,
-    prefill_devices=None,
-    rate=None,
     top=1,
-    mtp=None,
-    time_limit=60.0,
-    workers=1,
-    loads=None,
-    skew_sigma=None,
     engine="sglang",
     structure="afd",
 )
 
 
 def _request(**flags: object):
-    return build_request(**{**FLAGS, **flags})  # type: ignore[arg-type]
+    return plan_request(**{**FLAGS, **flags})
 
 
 def _found(**flags: object) -> bool:

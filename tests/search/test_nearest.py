@@ -19,42 +19,21 @@ import pytest
 
 from planner.candidates.phase_candidates import decode_candidates
 from planner.candidates.space import SpaceLimits
-from planner.cli.plan_cmd import build_request
 from planner.errors import InfeasibleError
 from planner.report.plan_report import infeasible_document
 from planner.search.candidate_spaces import build_phase_space
 from planner.search.contexts import make_context
 from planner.search.plan_search import TableCache, run_search
 from planner.search.request import PlanRequest
+from tests.conftest import plan_request
 
 CACHE = TableCache()
-FLAGS = dict(
-    model="deepseek-v3",
-    hardware="a2",
-    quantization="a8w8c16",
-    input_tokens=2048,
-    output_tokens=2048,
-    mtp_acceptance=0.7,
-    tpot_ms=100.0,
-    ttft_ms=2000.0,
-    max_cards=48.0,
-    phase="both",
-    decode_devices=None,
-    prefill_devices=None,
-    rate=None,
-    top=5,
-    mtp=None,
-    time_limit=60.0,
-    workers=1,
-    loads=None,
-    skew_sigma=None,
-)
 FIELD = {"--tpot-ms": "tpot_ms", "--ttft-ms": "ttft_ms", "--max-cards": "max_cards", "--max-itl-ms": "max_itl_ms"}
 
 
 def _request(**flags: object) -> PlanRequest:
     """The request `moeplan plan` builds from these flags (the ITL limit 3x TPOT unless given)."""
-    return build_request(**{**FLAGS, **flags})  # type: ignore[arg-type]
+    return plan_request(**flags)
 
 
 def _feasible(**flags: object) -> bool:
