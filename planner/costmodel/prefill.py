@@ -121,3 +121,28 @@ def prefill_forward(ctx: CostContext, phase: PrefillPlan, batch_tokens: ArrayLik
         breakdown_s=parts,
         moe_imbalance=imbalance,
     )
+
+
+def prefill_spread_notes(ctx: CostContext, phase: PrefillPlan | None) -> list[str]:
+    """A note when a prefill forward's requests do not divide evenly over the attention DP ranks.
+
+    The forward above spreads its prompt tokens evenly over the instance's devices (attention's per
+    device tokens are the batch over the devices), which is what context parallelism does. A serving
+    engine without it places each request whole on one attention DP rank (vLLM's and SGLang's DP
+    schedulers do): with R requests over D ranks the busiest rank holds ceil(R / D) of them, so its
+    attention (and what its DP layouts carry) does ceil(R / D) x D / R times the modelled work, while
+    the others wait at the expert all-to-all. This model does not cost that yet: the note says so."""
+    if phase is None or phase.attention.dp <= 1:
+        return []
+    dp = phase.attention.dp
+    requests = phase.batch_tokens / ctx.prefill_tokens_per_request
+    busiest = math.ceil(requests / dp - 1e-9)
+    ratio = busiest * dp / requests
+    if ratio <= 1.0 + 1e-6:
+        return []
+    return [
+        f"prefill spread: {requests:.3g} request(s) a forward over {dp} attention DP ranks are costed spread evenly "
+        "(as context parallelism runs them); an engine that keeps each prompt whole on one rank gives the busiest "
+        f"rank {busiest}, {ratio:.2f}x the modelled attention work, not costed here: the prefill figures are "
+        "optimistic by up to that"
+    ]

@@ -187,12 +187,14 @@ def test_planning_on_announced_hardware_warns_and_says_so_in_json(tmp_path):
     single.write_text(json.dumps(doc["plans"][0]))
     r = run_cli("evaluate", str(single))
     assert r.exit_code == 0 and "vendor claims" in r.output
-    # shipping machines carry no announced note (A3 carries its known misses, validation/, and a plan past
-    # the loads its measured rows were taken at says so)
+    # shipping machines carry no announced note (A3 carries its known misses, validation/, a plan past
+    # the loads its measured rows were taken at says so, and a prefill forward whose prompts do not divide
+    # over its attention DP ranks says so)
     r = run_cli("plan", "--hardware", "a3", "--max-cards", "64", "--top", "1", "--engine", "none", "--json", "-")
     assert r.exit_code == 0
     notes = json.loads(r.output).get("notes", [])
-    assert all(n.startswith(("known miss: on a3", "extrapolation: ")) for n in notes), notes
+    assert all(n.startswith(("known miss: on a3", "extrapolation: ", "prefill spread: ")) for n in notes), notes
+    assert not any("announced" in n for n in notes)
 
 
 def test_plan_on_a3_for_deepseek_v3():
