@@ -58,6 +58,7 @@ from planner.costmodel.memory import (
     kv_tokens_in_use,
     lm_head_hbm,
     moe_hbm,
+    most_sequences_fitting,
 )
 from planner.costmodel.modules import (
     dense_ffn_cost,
@@ -290,20 +291,17 @@ def _attention_ceiling(ctx: CostContext, a: int, att_opts: list[AttentionLayout]
     """Most sequences per attention device any attention layout holds (DP LM head, nothing else on
     the side), in steps of one sequence per its TP group: no configuration of `a` attention devices
     can run more."""
-    from planner.costmodel.memory import _max_fitting
-
     head = ParallelLayout(dp=a, tp=1)
     fixed = sum(fixed_hbm(ctx).values())
 
-    def total(group_sequences: np.ndarray, lay: AttentionLayout) -> np.ndarray:
-        b = group_sequences / lay.tp
+    def total(b: np.ndarray, lay: AttentionLayout) -> np.ndarray:
         kv = kv_tokens_in_use(ctx, b, k_max, lay.tp)
         t = b * (1 + k_max)
         parts = [*attention_hbm(ctx, lay, t, kv, b).values(), *lm_head_hbm(ctx, head, t).values()]
         return np.sum(parts, axis=0) + fixed
 
     cap = ctx.hbm_capacity_bytes
-    best = max(_max_fitting(partial(total, lay=lay), cap, 64.0 * lay.tp, 128.0 * lay.tp) / lay.tp for lay in att_opts)
+    best = max(most_sequences_fitting(partial(total, lay=lay), cap, lay.tp) for lay in att_opts)
     return min(best, MAX_CONCURRENCY)
 
 

@@ -302,6 +302,12 @@ def _reachable_concurrencies(
     return max(1, int(np.flatnonzero(reach).max(initial=-1)) + 1)
 
 
+def micro_batches_run(concurrency_per_device: np.ndarray, micro_batches: int) -> np.ndarray:
+    """Where a decode step of `micro_batches` runs: one runs any concurrency, more give each micro-batch
+    at least one sequence a device (planner.specs.plan.fits_micro_batches, the plan format's rule)."""
+    return (np.asarray(concurrency_per_device) >= micro_batches) | (micro_batches == 1)
+
+
 def _best_concurrency(
     summed: Callable[[dict[str, np.ndarray]], np.ndarray],
     ints: IntTables,
@@ -324,7 +330,7 @@ def _best_concurrency(
     if overlap_factor is not None:
         step = overlapped_step_us(step, summed(ints.comm_us), summed(ints.cover_us), overlap_factor)
     hbm = summed(ints.hbm_mib)
-    ok = (hbm <= ints.hbm_capacity_mib) & ((xs >= micro_batches) | (micro_batches == 1))
+    ok = (hbm <= ints.hbm_capacity_mib) & micro_batches_run(xs, micro_batches)
     if tpot_slo_us is not None:
         ok &= step * EMITTED_SCALE <= tpot_slo_us * e
     if max_step_us is not None:
@@ -673,7 +679,7 @@ def lowest_latency_us(t: PhaseTables, ints: IntTables, layers: int = 1, overlap_
     None if none fits."""
     best: int | None = None
     if t.phase == "decode":
-        runs = (t.x_values >= t.micro_batches) | (t.micro_batches == 1)
+        runs = micro_batches_run(t.x_values, t.micro_batches)
         for j in range(len(t.k_values)):
             e = int(np.floor(t.emitted[j] * EMITTED_SCALE + 1e-9))
             step = (

@@ -84,7 +84,7 @@ from planner.costmodel.modules import (
 )
 from planner.errors import BadInputError
 from planner.specs.hardware import LinkLevel
-from planner.specs.plan import AfdPlan, SharedExpertLayout, afd_link_level, integral_as_int
+from planner.specs.plan import AfdPlan, SharedExpertLayout, afd_link_level
 
 AFD_ACTIVATION_BYTES = 2.0  # BF16 hidden states both ways (CAMP2P quant_mode 0, see the module docstring)
 GIB = 1024.0**3
@@ -427,15 +427,13 @@ def afd_hbm(
 def max_afd_concurrency(ctx: CostContext, section: AfdPlan) -> int | float:
     """Most sequences per attention device both sides hold in HBM (0: the weights alone overflow), in
     steps of one sequence per attention TP group, as planner.costmodel.memory.max_decode_concurrency."""
-    from planner.costmodel.memory import _max_fitting
+    from planner.costmodel.memory import most_sequences_fitting
 
-    tp = section.attention.tp
-
-    def total(group_sequences: np.ndarray) -> np.ndarray:
-        att, ffn = afd_hbm(ctx, section, group_sequences / tp, section.prefill_batch_tokens)
+    def total(b: np.ndarray) -> np.ndarray:
+        att, ffn = afd_hbm(ctx, section, b, section.prefill_batch_tokens)
         return np.maximum(att.total_bytes, ffn.total_bytes)
 
-    return integral_as_int(_max_fitting(total, ctx.hbm_capacity_bytes, 64.0 * tp, 128.0 * tp) / tp)
+    return most_sequences_fitting(total, ctx.hbm_capacity_bytes, section.attention.tp)
 
 
 def check_ffn_side_fits(ctx: CostContext, section: AfdPlan, field: str = "afd") -> None:

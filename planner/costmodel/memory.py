@@ -330,17 +330,20 @@ def _max_fitting(total_at: Callable[[np.ndarray], np.ndarray], capacity: float, 
     return int(ok.max())
 
 
+def most_sequences_fitting(total_at: Callable[[np.ndarray], np.ndarray], capacity: float, tp: int) -> int | float:
+    """Most sequences per device whose `total_at` (bytes per device at sequences per device) fits
+    `capacity`, in steps of one sequence per attention TP group of `tp` (1/tp a device), the steps a
+    plan states it in (planner.specs.plan.check_whole_sequences): a whole number, or 1.75 on TP4."""
+    groups = _max_fitting(lambda g: total_at(g / tp), capacity, 64.0 * tp, 128.0 * tp)
+    return integral_as_int(groups / tp)
+
+
 def max_decode_concurrency(ctx: CostContext, phase: DecodePlan) -> int | float:
     """Most sequences per device a decode instance can hold in HBM (0: the weights alone overflow), in
-    steps of one sequence per attention TP group (1/tp a device), the steps a plan states it in
-    (planner.specs.plan.check_whole_sequences): a whole number, or a fraction such as 1.75 on TP4."""
-    tp = phase.attention.tp
-
-    def total_at(group_sequences: np.ndarray) -> np.ndarray:
-        return decode_hbm(ctx, phase, group_sequences / tp).total_bytes
-
-    groups = _max_fitting(total_at, ctx.hbm_capacity_bytes, 64.0 * tp, 128.0 * tp)
-    return integral_as_int(groups / tp)
+    steps of one sequence per attention TP group (`most_sequences_fitting`)."""
+    return most_sequences_fitting(
+        lambda b: decode_hbm(ctx, phase, b).total_bytes, ctx.hbm_capacity_bytes, phase.attention.tp
+    )
 
 
 def max_prefill_batch_tokens(ctx: CostContext, phase: PrefillPlan) -> int:

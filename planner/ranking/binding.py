@@ -221,7 +221,7 @@ def _axis_binding(axis: _Axis, slo: float | None, itl_ms: float | None = None) -
             True,
             figures,
         )
-    step = f.step_ms if itl_ms is not None else None
+    step = f.step_ms if itl_ms is not None else None  # None: no limit on the step to hold
     if step is not None and itl_ms is not None and step[0] > itl_ms + 1e-9:
         over = above(float(step[0]), itl_ms, 1)
         return Binding(

@@ -308,7 +308,7 @@ def is_feasible(request: PlanRequest, cache: TableCache | None = None) -> bool:
         return False
     d = dspace.candidates if dspace else []
     p = pspace.candidates if pspace else []
-    if not (dspace and not d):
+    if dspace is None or d:  # prefill-decode and colocated deployments need decode candidates when searched
         if question.ranked(d, p, [], 1):
             return True
         if dspace and pspace and COLOCATED in question.structures:
