@@ -24,19 +24,22 @@ holds for both schedules (`colocated_upper_bounds`):
   micro-batch counts) of the whole batches on either side of H_B -- and the TPOT stretched by
   that prefill share of time meets its SLO (the real instance also holds activations and waits
   a step, so the bound is never below the real rate);
-- chunked prefill serves 1 / lambda = out * step_B / (n B e) + in * t_c / C seconds per request
-  (planner.costmodel.colocated: lambda = N e / (out (step + phi t_c)), phi = in N e / (out C)),
-  where t_c / C = max(F(2X) - F(X), 0) / X. With one micro-batch a forward F is the sum of its
-  modules' compute and communication plus launch costs that cancel in the difference, so t_c of
-  every combination and chunk size comes exactly from one set of float tables per size
-  (`_chunk_differences`, the same model `_chunk_figures` evaluates; the bound takes it a hair
-  lower for float sums in another order, the evaluation rounds it up to whole microseconds).
-  For each chunk size C, the bound is 1 / min over the B where phi < 1, the mean step
-  step + phi t_c stays within e * TPOT, the TTFT (step + t_c) (1 + ceil(in / C) + phi / (2 (1 -
-  phi))) within its SLO, the longest gap step + t_c within the ITL limit and the decode HBM plus
-  one prompt's KV cache within capacity (the evaluation's own conditions, with the activations
-  and the rest of the prompts' KV left out, so a looser set of B) of those seconds per request:
-  the exact chunked rate of the combination but for HBM, never below it.
+- chunked prefill serves 1 / lambda = out * t / (N_d e) seconds per request, at least
+  out * t_floor / (N e) (planner.costmodel.colocated: N_d <= N the seats that decode, the mean step
+  t = step + busy (t_c - s_e) + phi s_e with busy = 1 - (1 - phi)^D over the layout's D DP ranks,
+  phi = in N_d e / (out C), at least phi at the fewest seats the TTFT SLO lets decode;
+  `_chunked_seconds_floor`), where t_c / C = max(F(2X) - F(X), 0) / X and s_e its experts' part.
+  With one micro-batch a forward F is the sum of its modules' compute and communication plus
+  launch costs that cancel in the difference, so t_c of every combination and chunk size comes
+  exactly from one set of float tables per size (`_chunk_module_differences`, the same model
+  `_chunk_figures` evaluates; the bound takes it a hair lower for float sums in another order, the
+  evaluation rounds it up to whole microseconds). For each chunk size C, the bound is 1 / min over
+  the B where phi < 1 (every seat decoding), the floor of the mean step stays within e * TPOT, the
+  TTFT (step + t_c) (1 + ceil(in D / C) + phi / (2 (1 - phi))) within its SLO, the longest gap
+  step + t_c within the ITL limit and the decode HBM plus one prompt's KV cache within capacity
+  (the evaluation's own conditions at floors, with the activations and the rest of the prompts'
+  KV left out, so a looser set of B) of those seconds per request: never below the exact chunked
+  rate of the combination.
 
 The bound of a combination is the larger of the two. Rounds stop once no combination left can
 beat the `keep`-th best instance found, so the result is the exact best of the declared space,
@@ -66,9 +69,11 @@ from planner.candidates.tables import MODULES, IntTables, PhaseTables, prefill_t
 from planner.costmodel.colocated import (
     admitted_per_step,
     chunk_time_s,
+    chunked_prefill_tokens,
     chunked_rate_and_latency,
     chunked_reference_tokens,
     colocated_rate_and_latency,
+    decoding_seats,
     held_requests,
 )
 from planner.costmodel.context import CostContext
@@ -146,32 +151,45 @@ def _chunk_differences(ctx: CostContext, dt: PhaseTables, pt: PhaseTables) -> tu
     launch costs that cancel in the difference, so F(2X) - F(X) of a combination is the sum of its
     modules' differences, from one set of float tables (as planner.costmodel.prefill sums them).
     Memoised with the prefill tables (and kept on disk with them: planner.candidates.table_store)."""
+    x, diff, _ = _chunk_module_differences(ctx, dt, pt)
+    return x, diff
 
-    def compute() -> tuple[np.ndarray, np.ndarray]:
+
+def _chunk_module_differences(
+    ctx: CostContext, dt: PhaseTables, pt: PhaseTables
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`_chunk_differences` and the MoE module's compute part of them per MoE option [M, C]: the routed
+    experts' share, which the DP ranks' chunks share (planner.costmodel.colocated)."""
+
+    def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         w = ctx.workload
         chunks = np.array([g * dt.devices for g in CHUNK_TOKENS_PER_DEVICE], dtype=float)
         x = chunked_reference_tokens(chunks, w.input_tokens)
         t = prefill_tables(ctx, dt.options, [1], np.concatenate([x, 2.0 * x]) / ctx.prefill_tokens_per_request)
         g = [t.time_s[mod][:, 0, :] + t.comm_s[mod][:, 0, :] for mod in MODULES]
-        return x, _combine([a[:, x.size :] - a[:, : x.size] for a in g])
+        experts = t.time_s["moe"][:, 0, :]
+        return x, _combine([a[:, x.size :] - a[:, : x.size] for a in g]), experts[:, x.size :] - experts[:, : x.size]
 
-    return derived(pt, ("chunk_differences", dt.devices), compute)
+    return derived(pt, ("chunk_module_differences", dt.devices), compute)  # type: ignore[no-any-return]
 
 
 def _chunk_figures(
     ctx: CostContext, dt: PhaseTables, pt: PhaseTables, idx: tuple[int, ...], chunks: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """(t_c in us, HBM MiB of the prompts in prefill) per chunk size, for the layouts `idx`."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(t_c in us, its routed experts' part in s, HBM MiB of the prompts in prefill) per chunk size, for
+    the layouts `idx`."""
     w = ctx.workload
-    x, diff = _chunk_differences(ctx, dt, pt)
+    x, diff, experts = _chunk_module_differences(ctx, dt, pt)
     t_c = chunk_time_s(0.0, diff[idx], chunks, x) * 1e6
+    shared_s = chunk_time_s(0.0, experts[idx[2]], chunks, x)
     key = ("chunk_extra_mib", dt.devices, idx)
     if key not in pt.memo:
         phase = _prefill_phase(dt, idx, w.input_tokens, 1)
-        use = prefill_hbm(ctx, phase, np.concatenate([chunks + w.input_tokens, chunks]).astype(float))
+        tokens = chunked_prefill_tokens(chunks, w.input_tokens, phase.attention.dp)
+        use = prefill_hbm(ctx, phase, tokens, carried_prompt=False)
         extra = use.breakdown_bytes["kv_cache"][: chunks.size] + use.breakdown_bytes["activations"][chunks.size :]
         pt.memo[key] = np.ceil(extra / MIB)
-    return np.ceil(t_c), pt.memo[key]
+    return np.ceil(t_c), shared_s, pt.memo[key]
 
 
 def _chunked_best(
@@ -191,7 +209,7 @@ def _chunked_best(
     """The best chunked instance of one combination: (requests/s, its figures), or None."""
     w = ctx.workload
     chunks = np.array([g * dt.devices for g in CHUNK_TOKENS_PER_DEVICE], dtype=float)
-    t_c, extra = _chunk_figures(ctx, dt, pt, idx, chunks)
+    t_c, shared_s, extra = _chunk_figures(ctx, dt, pt, idx, chunks)
     rate, _, tpot, ttft, _, _, longest = chunked_rate_and_latency(
         step_b[:, None] / 1e6,
         emitted,
@@ -201,6 +219,8 @@ def _chunked_best(
         chunks[None, :],
         w.input_tokens,
         w.output_tokens,
+        dt.options.attention[idx[0]].dp,
+        shared_s[None, :],
     )
     hbm = hbm_b[:, None] + extra[None, :]
     ok = (rate > 0) & (hbm <= capacity_mib)
@@ -238,16 +258,17 @@ def _prefill_forwards_us(ctx: CostContext, pt: PhaseTables, pi: IntTables, n_att
 
 
 def _kv_one_prompt_mib(ctx: CostContext, dt: PhaseTables, pt: PhaseTables) -> np.ndarray:
-    """MiB of KV cache one prompt leaves on a device, per decode attention layout (memoised with
-    the prefill tables, and kept on disk with them)."""
+    """MiB of KV cache one prompt leaves on a device spread over the DP ranks, per decode attention layout: the
+    slope of the prefill batch's KV in its prompts, below what any batch holds (a rank holds one whole
+    prompt at least), as the bounds need (memoised with the prefill tables, and kept on disk with them)."""
 
     def compute() -> np.ndarray:
         return np.array(
             [
                 float(
-                    prefill_hbm(ctx, _prefill_phase(dt, (a, 0, 0, 0), ctx.workload.input_tokens, 1)).breakdown_bytes[
-                        "kv_cache"
-                    ][0]
+                    prefill_hbm(
+                        ctx, _prefill_phase(dt, (a, 0, 0, 0), ctx.workload.input_tokens, 1), carried_prompt=False
+                    ).breakdown_bytes["kv_cache"][0]
                 )
                 / MIB
                 for a in range(len(dt.options.attention))
@@ -308,20 +329,57 @@ def _chunked_meets(
     tpot_slo_us: int | None,
     ttft_slo_us: int | None,
     max_itl_us: int | None,
+    out_tokens: int = 0,
+    dp: np.ndarray | int = 1,
 ) -> np.ndarray:
-    """Where a chunked-prefill instance meets its limits with chunks of `chunk` prompt tokens taking
-    `t_c_us` (the module docstring): phi < 1, the mean step (TPOT), the TTFT (the step in flight,
-    the queue and the prompt's own chunks) and the longest gap (a step with a chunk). Every
-    condition grows with the step and t_c, so the bounds may pass floors of both."""
+    """Where a chunked-prefill instance might meet its limits with chunks of `chunk` prompt tokens taking
+    `t_c_us` (the module docstring): phi < 1 (every seat decoding), the mean step (TPOT), the TTFT
+    (the step in flight, the queue and the prompt's own chunks over `dp` ranks, the fewest the
+    combinations have) and the longest gap (a
+    step with a chunk). Each is a floor of the evaluation's: the mean step takes the chunks at the
+    fewest seats that may decode, those left when a request holds its seat for the longest prefill the
+    TTFT SLO allows (none without one), and every condition grows with the step and t_c, so the bounds
+    may pass floors of both."""
     ok = phi < 1.0
     if tpot_slo_us is not None:
-        ok = ok & (step + phi * t_c_us <= tpot_slo_us * (e / EMITTED_SCALE) * (1 + 1e-9))
+        decode_steps = out_tokens * EMITTED_SCALE / max(e, 1)
+        held = np.inf if ttft_slo_us is None else ttft_slo_us / np.maximum(step, 1)
+        least_phi = phi * decoding_seats(1.0, decode_steps, held) if out_tokens else 0.0
+        ok = ok & (step + least_phi * t_c_us <= tpot_slo_us * (e / EMITTED_SCALE) * (1 + 1e-9))
     if ttft_slo_us is not None:
         queue = np.where(phi < 1.0, phi / (2.0 * np.maximum(1.0 - phi, 1e-12)), np.inf)
-        ok = ok & ((step + t_c_us) * (1.0 + math.ceil(in_tokens / chunk) + queue) <= ttft_slo_us * (1 + 1e-9))
+        own = np.ceil(in_tokens * np.asarray(dp, dtype=float) / chunk - 1e-9)
+        ok = ok & ((step + t_c_us) * (1.0 + own + queue) <= ttft_slo_us * (1 + 1e-9))
     if max_itl_us is not None:
         ok = ok & (step + t_c_us <= max_itl_us * (1 + 1e-9))
     return ok
+
+
+def _chunked_seconds_floor(
+    step: np.ndarray,
+    least_step: np.ndarray,
+    phi: np.ndarray,
+    e: int,
+    out_tokens: int,
+    rank_s: np.ndarray | float,
+    experts_s: np.ndarray | float,
+    dp: np.ndarray | int,
+    ttft_slo_us: int | None,
+    sequences: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds per request, mean step us) floors of chunked prefill (planner.costmodel.colocated) from
+    floors of a chunk's rank part `rank_s` and experts' part `experts_s` (s), the DP ranks `dp`, phi at
+    every seat decoding and `sequences` seats, per concurrency (the last axis): the seats that decode
+    are at least those left when a request holds its seat for the longest prefill the TTFT SLO allows
+    (ttft / `least_step` steps, the step's floor over the layouts; every seat without an SLO), which
+    floors phi, and the steps waiting for a chunk are at least 1 - (1 - phi)^dp at that floor; the rate
+    is at most every seat's at the floor of the mean step."""
+    decode_steps = out_tokens * EMITTED_SCALE / max(e, 1)
+    held = np.inf if ttft_slo_us is None else ttft_slo_us / np.maximum(least_step, 1)
+    least_phi = np.minimum(phi, 1.0 - 1e-15) * decoding_seats(1.0, decode_steps, held)
+    busy = -np.expm1(np.asarray(dp, dtype=float) * np.log1p(-least_phi))
+    mean_us = step + 1e6 * (busy * rank_s + least_phi * experts_s)
+    return out_tokens * 1e-3 * mean_us / (sequences * e), mean_us
 
 
 def _held(ctx: CostContext, n: int, xs: np.ndarray, emitted: float, rs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -384,10 +442,12 @@ def colocated_size_bound(
     the layouts. Per B, the decode step and HBM are at least the sum over modules of each
     module's least (`least_step`, `least_hbm`); a whole-forward batch's prefill seconds per
     request at least the least over combinations of `_prefill_seconds_per_request` at the largest
-    batch whose KV fits next to `least_hbm`; a chunk's seconds per prompt token at least the least
-    slope over combinations. Every condition (HBM, TPOT stretched by the prefill share, TTFT,
-    ITL) grows with the step, t_c and the prefill time, so what fails with these floors fails for
-    every combination: the bound of the size is 1 / min over B of (decode floor + prefill floor),
+    batch whose KV fits next to `least_hbm`; a chunk's time at least the least over combinations per
+    attention layout, its part but the experts' likewise, and the experts' part the least over the
+    expert layouts, with the layout's DP ranks (`_chunked_seconds_floor`). Every condition (HBM, TPOT
+    stretched by the prefill share, TTFT, ITL) grows with the step, t_c and the prefill time, so what
+    fails with these floors fails for every combination: the bound of the size is 1 / min over B of
+    (decode floor + prefill floor),
     the larger over the MTP depths (`mtp` True or False: only depths with or without MTP).
     Memoised with the prefill tables."""
     key = ("colocated_size_bound", dt.devices, tpot_slo_us, ttft_slo_us, max_itl_us, mtp)
@@ -406,10 +466,25 @@ def colocated_size_bound(
     prefill_least = np.minimum.accumulate(np.where(forward_least <= limit, forward_least * 1e-6 / rs, np.inf))
     kv_one = float(_kv_one_prompt_mib(ctx, dt, pt).min())
     chunks = np.array([g * n for g in CHUNK_TOKENS_PER_DEVICE], dtype=float)
-    x_tokens, diff = _chunk_differences(ctx, dt, pt)
-    slope_least = np.array(
-        [float((np.maximum(diff[..., c], 0.0) / x_tokens[c] * (1.0 - 1e-9)).min()) for c in range(chunks.size)]
-    )
+    x_tokens, diff, experts = _chunk_module_differences(ctx, dt, pt)
+    # a chunk's seconds per prompt token, least per attention layout [C][A, 1] (a layout's DP ranks set how
+    # often a step waits for a chunk, so the floor is taken per layout, then the best of them), and of its
+    # part but the experts' (per combination, then least per layout), and the experts' part, least
+    slope_least = [
+        (np.maximum(diff[..., c], 0.0) / x_tokens[c] * (1.0 - 1e-9)).min(axis=(1, 2, 3))[:, None]
+        for c in range(chunks.size)
+    ]
+    experts_s = np.maximum(experts, 0.0) / x_tokens * chunks  # [M, C] seconds
+    rank_least = [
+        np.maximum(
+            np.maximum(diff[..., c], 0.0) / x_tokens[c] * chunks[c] * (1.0 - 1e-9)
+            - experts_s[None, None, :, None, c] * (1.0 + 1e-9),
+            0.0,
+        ).min(axis=(1, 2, 3))[:, None]
+        for c in range(chunks.size)
+    ]
+    experts_lo = experts_s.min(axis=0) * (1.0 - 1e-9)
+    dps = np.array([a.dp for a in dt.options.attention], dtype=float)[:, None]
     best = 0.0
     for j, k in enumerate(dt.k_values):
         if mtp is not None and (k > 0) != mtp:
@@ -443,9 +518,14 @@ def colocated_size_bound(
             phi = w.input_tokens * sequences_e / (w.output_tokens * chunk)
             t_c_us = 1e6 * chunk * slope_least[c]
             c_ok = chunk_ok & _chunked_meets(
-                step, t_c_us, phi, e, w.input_tokens, chunk, slo_us, ttft_slo_us, max_itl_us
+                step, t_c_us, phi, e, w.input_tokens, chunk, None, ttft_slo_us, max_itl_us, w.output_tokens, dps
             )
-            total = np.minimum(total, np.where(c_ok, decode_s + w.input_tokens * slope_least[c], np.inf))
+            floor_s, mean_us = _chunked_seconds_floor(
+                step, step, phi, e, w.output_tokens, rank_least[c], experts_lo[c], dps, ttft_slo_us, n * xs
+            )
+            if slo_us is not None:
+                c_ok &= mean_us * EMITTED_SCALE <= slo_us * e * (1 + 1e-9)
+            total = np.minimum(total, np.where(c_ok, floor_s, np.inf).min(axis=0))
         least = float(total.min())
         if math.isfinite(least):
             best = max(best, 1.0 / least)
@@ -482,10 +562,15 @@ def colocated_upper_bounds(
     kv_one = _kv_one_prompt_mib(ctx, dt, pt)
     in_tokens = ctx.workload.input_tokens
     chunks = np.array([g * n for g in CHUNK_TOKENS_PER_DEVICE], dtype=float)
-    x_tokens, diff = _chunk_differences(ctx, dt, pt)
+    x_tokens, diff, experts = _chunk_module_differences(ctx, dt, pt)
     # seconds per prompt token of a chunk, per combination and chunk size [C][A, F, M, L, 1]: t_c / C
     # as the evaluation computes it, a hair below (float sums in another order; it rounds t_c up)
     slopes = [(np.maximum(diff[..., c], 0.0) / x_tokens[c] * (1.0 - 1e-9))[..., None] for c in range(chunks.size)]
+    # the experts' part of a chunk (s) per expert layout and chunk size, a hair above and below
+    experts_s = np.maximum(experts, 0.0) / x_tokens * chunks
+    experts_hi = experts_s[None, None, :, None, :, None] * (1.0 + 1e-9)
+    experts_lo = experts_s[None, None, :, None, :, None] * (1.0 - 1e-9)
+    dps = np.array([a.dp for a in dt.options.attention], dtype=float)[:, None, None, None, None]
     per_k: list[tuple[int, np.ndarray, np.ndarray]] = []
     totals, chunked_totals = [], []
     for j in range(len(dt.k_values)):
@@ -525,8 +610,16 @@ def colocated_upper_bounds(
             if not (phi < 1.0).any():
                 continue
             t_c_us = 1e6 * chunk * slopes[c]
-            c_ok = chunk_ok & _chunked_meets(step, t_c_us, phi, e, in_tokens, chunk, slo_us, ttft_slo_us, max_itl_us)
-            chunked = np.minimum(chunked, np.where(c_ok, decode_s + in_tokens * slopes[c], np.inf).min(axis=-1))
+            c_ok = chunk_ok & _chunked_meets(
+                step, t_c_us, phi, e, in_tokens, chunk, None, ttft_slo_us, max_itl_us, out_tokens, dps
+            )
+            rank_s = np.maximum(chunk * slopes[c] - experts_hi[..., c, :], 0.0)
+            floor_s, mean_us = _chunked_seconds_floor(
+                step, least_step[:nb], phi, e, out_tokens, rank_s, experts_lo[..., c, :], dps, ttft_slo_us, n * xs[:nb]
+            )
+            if slo_us is not None:
+                c_ok &= mean_us * EMITTED_SCALE <= slo_us * e * (1 + 1e-9)
+            chunked = np.minimum(chunked, np.where(c_ok, floor_s, np.inf).min(axis=-1))
         chunked_totals.append(chunked)
         room = (di.hbm_capacity_mib - hbm) / np.maximum(kv_one, 1e-9)[:, None, None, None, None]
         r_idx = np.searchsorted(rs, np.floor(room), side="right") - 1  # largest batch that fits

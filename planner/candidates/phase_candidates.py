@@ -139,10 +139,12 @@ def _pruned(
         # two decode micro-batches (see `_dominance_tables`)
         "time_less_comm": {mod: ints.time_us[mod] - v for mod, v in ints.comm_us.items() if mod in ints.cover_us},
         "time_less_cover": {mod: ints.time_us[mod] - v for mod, v in ints.cover_us.items()},
+        # prefill: a prompt's forwards on its rank (attention only; fewer is better, as time)
+        "forwards": ints.forwards,
     }
     out = {}
     for mod in MODULES:
-        arrays = [tables[n][mod] for n in names]
+        arrays = [tables[n][mod] for n in names if mod in tables[n]]
         arrays = [a for a in arrays if a.shape[0] == ints.hbm_mib[mod].shape[0]]
         groups = ep_of if mod == "moe" and ep_of is not None and ep_of.size == arrays[0].shape[0] else None
         if mod == "attention" and attention_of is not None and attention_of.size == arrays[0].shape[0]:
@@ -246,11 +248,19 @@ def prefill_forward_us(comp_us, comm_us, fixed_us, micro_batches: int, layers: i
     return comp_us + comm_us + micro_batches * fixed_us - hidden
 
 
-def prefill_ttft_us(forward_us, kv_transfer_us: int):
+def prefill_ttft_us(forward_us, kv_transfer_us: int, own_forwards=1):
     """The integer TTFT (us) of a prefill forward: the wait for the forward in flight (half a
-    forward on average), its own forward, and the KV transfer (planner.costmodel.prefill), as
-    1.5 forwards plus the transfer, rounded up."""
-    return -(-(3 * forward_us + 2 * kv_transfer_us) // 2)
+    forward on average), the prompt's own forwards on its attention DP rank (`PhaseTables.forwards`),
+    and the KV transfer (planner.costmodel.prefill), as own + 0.5 forwards plus the transfer, rounded up."""
+    return -(-((2 * np.asarray(own_forwards) + 1) * forward_us + 2 * kv_transfer_us) // 2)
+
+
+def least_forwards(ints: IntTables, kept: np.ndarray | None = None) -> np.ndarray | int:
+    """Per batch, the fewest forwards a prompt takes over the (kept) attention options: 1 without the table."""
+    own = ints.forwards.get("attention")
+    if own is None:
+        return 1
+    return own[kept].min(axis=0) if kept is not None else own.min(axis=0)
 
 
 DECODE_OVERLAP_SCALE = 1_000_000  # the decode overlap factor in millionths (hidden parts are tens of ms)
@@ -563,7 +573,7 @@ def _reachable_batches(
         ok = sum(ints.hbm_mib[mod][kept[mod], j, :].min(axis=0) for mod in MODULES) <= ints.hbm_capacity_mib
         if ttft_slo_us is not None:
             forward = prefill_forward_us(least["comp"], least["comm"], least["fixed"], mb, layers, efficiency)
-            ok = ok & (prefill_ttft_us(forward, kv_us) <= ttft_slo_us)
+            ok = ok & (prefill_ttft_us(forward, kv_us, least_forwards(ints, kept["attention"])) <= ttft_slo_us)
         reach |= ok
     return max(1, int(np.flatnonzero(reach).max(initial=-1)) + 1)
 
@@ -601,7 +611,8 @@ def _prefill_scores_of(
             efficiency,
         )
         hbm = gathered(ints.hbm_mib, int(j))
-        ttft = prefill_ttft_us(forward, kv_us)
+        own = ints.forwards["attention"][kept["attention"][c[:, 1]], :nr] if ints.forwards else 1
+        ttft = prefill_ttft_us(forward, kv_us, own)
         ok = hbm <= ints.hbm_capacity_mib
         if ttft_slo_us is not None:
             ok &= ttft <= ttft_slo_us
@@ -623,7 +634,7 @@ def _prefill_bound(
     the score is never above it. Kept on disk with the tables (no SLO in it)."""
     from planner.candidates.table_store import derived
 
-    kept = _pruned(ints, ("time", "comm", "fixed", "hbm"), t)
+    kept = _pruned(ints, ("time", "comm", "fixed", "hbm", "forwards"), t)
 
     def compute() -> np.ndarray:
         nr = _reachable_batches(t, ints, kept, None, layers, efficiency, int(ints.const_us.reshape(-1)[0]))
@@ -699,7 +710,8 @@ def lowest_latency_us(t: PhaseTables, ints: IntTables, layers: int = 1, overlap_
     for j, mb in enumerate(t.k_values):
         forward = prefill_forward_us(comp, comm, fixed, mb, layers, overlap_efficiency)
         hbm = _combine([ints.hbm_mib[mod][:, j, :] for mod in MODULES])
-        ttft = np.where(hbm <= ints.hbm_capacity_mib, prefill_ttft_us(forward, kv_us), np.iinfo(np.int64).max)
+        own = ints.forwards["attention"][:, None, None, None, :] if ints.forwards else 1
+        ttft = np.where(hbm <= ints.hbm_capacity_mib, prefill_ttft_us(forward, kv_us, own), np.iinfo(np.int64).max)
         v = int(ttft.min())
         if v < np.iinfo(np.int64).max and (best is None or v < best):
             best = v

@@ -83,6 +83,7 @@ def _map(ints: IntTables, fn) -> IntTables:
         hbm_mib=each(ints.hbm_mib),
         hbm_capacity_mib=ints.hbm_capacity_mib,
         cover_us=each(ints.cover_us),
+        forwards=each(ints.forwards),
     )
 
 

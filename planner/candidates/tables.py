@@ -38,7 +38,7 @@ from planner.costmodel.modules import (
     lm_head_cost,
     moe_cost,
 )
-from planner.costmodel.prefill import kv_transfer_s
+from planner.costmodel.prefill import forwards_per_prompt, kv_transfer_s
 from planner.specs.plan import ParallelLayout, holds_whole_sequences
 
 MODULES = ("attention", "dense_ffn", "moe", "lm_head")
@@ -80,6 +80,9 @@ class PhaseTables:
     emitted: np.ndarray
     micro_batches: int = 1
     cover_s: dict[str, np.ndarray] = field(default_factory=dict)
+    # prefill: forwards the TTFT-percentile prompt takes on its attention DP rank, per attention option
+    # and batch ({"attention": [A, X]}; planner.costmodel.prefill.forwards_per_prompt)
+    forwards: dict[str, np.ndarray] = field(default_factory=dict)
     # derived arrays later stages compute from these tables and may reuse (they live as long as
     # the tables, e.g. across the points of a sweep that shares a TableCache)
     memo: dict = field(default_factory=dict, repr=False, compare=False)
@@ -108,6 +111,7 @@ class IntTables:
     hbm_mib: dict[str, np.ndarray]
     hbm_capacity_mib: int
     cover_us: dict[str, np.ndarray] = field(default_factory=dict)
+    forwards: dict[str, np.ndarray] = field(default_factory=dict)  # as PhaseTables.forwards
 
 
 def to_integer_tables(tables: PhaseTables, hbm_capacity_bytes: float) -> IntTables:
@@ -128,6 +132,7 @@ def to_integer_tables(tables: PhaseTables, hbm_capacity_bytes: float) -> IntTabl
         hbm_mib={m: mib(v) for m, v in tables.hbm_bytes.items()},
         hbm_capacity_mib=int(math.floor(hbm_capacity_bytes / MIB)) - fixed_mib,
         cover_us={m: us(v) for m, v in tables.cover_s.items()},
+        forwards={m: np.asarray(v, dtype=np.int64) for m, v in tables.forwards.items()},
     )
 
 
@@ -368,13 +373,14 @@ def prefill_tables(ctx: CostContext, opts: SizeOptions, micro_batches: list[int]
         "lm_head": collect(lambda o: _prefill_head(ctx, o, t, requests_per_device), opts.lm_head, 1),
     }
     hbm = {mod: np.zeros((parts[mod][0].shape[0], len(micro_batches), r.size)) for mod in MODULES}
+    prompt_kv = float(ctx.workload.stats.mean_input)
     for j, mb in enumerate(micro_batches):
         in_flight = bt / mb * min(2, mb)
         tok = in_flight / n
         logits = in_flight / ctx.prefill_tokens_per_request / n
         for i, att_lay in enumerate(opts.attention):
             # cached prefixes occupy KV too: the KV of whole prompts
-            kv = prefill_kv_tokens(bt * ctx.kv_tokens_per_computed_token, att_lay.dp) / att_lay.tp
+            kv = prefill_kv_tokens(bt * ctx.kv_tokens_per_computed_token, att_lay.dp, prompt_kv) / att_lay.tp
             hbm["attention"][i, j] = _sum_parts(attention_hbm(ctx, att_lay, tok, kv, kv / ctx.workload.input_tokens))
         for i, lay in enumerate(opts.dense_ffn):
             hbm["dense_ffn"][i, j] = _sum_parts(dense_ffn_hbm(ctx, lay, tok)) if m.num_dense_layers else 0
@@ -395,6 +401,11 @@ def prefill_tables(ctx: CostContext, opts: SizeOptions, micro_batches: list[int]
         hbm_bytes=hbm,
         hbm_fixed_bytes=sum(fixed_hbm(ctx).values()),
         emitted=np.ones(len(micro_batches)),
+        forwards={
+            "attention": np.array(
+                [forwards_per_prompt(ctx, bt, lay.dp, False) for lay in opts.attention], dtype=np.int64
+            ).reshape(len(opts.attention), r.size)
+        },
     )
 
 

@@ -49,6 +49,24 @@ TTFT = (step + t_c) (1 + ceil(in / C) + phi / (2 (1 - phi))). HBM adds the KV ca
 prompts being prefilled (at most C + in tokens: a chunk and one partly prefilled prompt) and the
 activations of one chunk.
 
+With attention data parallelism over D ranks each rank schedules its own prompts (vLLM: an engine
+core per DP rank; SGLang: a scheduler per DP rank, `--chunked-prefill-size` divided over them), so
+a rank's chunk is C / D tokens of its own prompt, and phi above is the fraction of steps one rank
+prefills in. A step in which any rank prefills waits for that rank's attention at its chunk (as
+long as with every rank prefilling), while the routed experts' part s_e of t_c grows only with the
+tokens of the ranks that do. With the ranks prefilling independently, a fraction
+busy = 1 - (1 - phi)^D of the steps carry a chunk:
+
+    t    = step + busy (t_c - s_e) + phi s_e,   TTFT = (step + t_c) (1 + ceil(in D / C) + phi / (2 (1 - phi)))
+
+(a prompt's own chunks are C / D tokens), the ITL percentiles take busy as the long gaps'
+fraction, and the KV cache of prompts in prefill is a rank's prompt and its next chunk, in + C / D
+tokens a rank. With D = 1 this is the model above. A request holds its seat while it prefills
+(the engines count it among their running requests), for the TTFT's steps: of N seats,
+N out / (out + e s_p) decode at a time, s_p = 1 + ceil(in D / C) + the queue term, and phi,
+busy, the mean step and lambda are those of the seats that decode (the queue term is taken at
+every seat decoding, a little long).
+
 For whole forwards the ITL percentiles follow the same way from the fraction of a sequence's
 gaps that hold a forward (forwards per second over steps per second).
 """
@@ -181,26 +199,66 @@ def chunked_reference_tokens(chunk_tokens, input_tokens: int) -> np.ndarray:
 
 
 def chunked_rate_and_latency(
-    step_s, emitted, devices: int, concurrency, chunk_s, chunk_tokens, input_tokens: int, output_tokens: int
+    step_s,
+    emitted,
+    devices: int,
+    concurrency,
+    chunk_s,
+    chunk_tokens,
+    input_tokens: int,
+    output_tokens: int,
+    dp: int = 1,
+    shared_chunk_s=0.0,
 ) -> tuple[np.ndarray, ...]:
-    """(requests/s, phi, TPOT s, TTFT s, ITL P50 s, ITL P99 s, longest gap s) of chunked prefill.
+    """(requests/s, phi, TPOT s, TTFT s, ITL P50 s, ITL P99 s, longest gap s) of chunked prefill over
+    `dp` attention DP ranks, each prefilling its own prompts in chunks of C / dp (module docstring);
+    `shared_chunk_s`: the part of `chunk_s` (t_c) the ranks' chunks share, the routed experts'.
 
     Where phi >= 1 (the chunks cannot keep up with the sequences finishing) rate is 0 and the
     latencies infinite.
     """
     step, c_s = np.asarray(step_s, dtype=float), np.asarray(chunk_s, dtype=float)
-    sequences = devices * np.asarray(concurrency, dtype=float)
+    shared = np.minimum(np.asarray(shared_chunk_s, dtype=float), c_s)
+    seats = devices * np.asarray(concurrency, dtype=float)
     chunk = np.asarray(chunk_tokens, dtype=float)
+    full = input_tokens * seats * emitted / (output_tokens * chunk)  # phi were every seat decoding
+    ok = full < 1.0
+    queue = np.where(ok, full / (2.0 * np.maximum(1.0 - full, 1e-12)), np.inf)
+    # steps a request holds its seat before it decodes: the step in flight, its queue, its own chunks
+    held = 1.0 + np.ceil(input_tokens * dp / chunk - 1e-9) + queue
+    sequences = decoding_seats(seats, output_tokens / emitted, held)
     phi = input_tokens * sequences * emitted / (output_tokens * chunk)
-    ok = phi < 1.0
-    mean_step = step + np.minimum(phi, 1.0) * c_s
+    busy = steps_with_a_chunk(phi, dp)
+    mean_step = step + busy * (c_s - shared) + np.minimum(phi, 1.0) * shared
     rate = np.where(ok, sequences * emitted / (output_tokens * mean_step), 0.0)
     tpot = np.where(ok, mean_step / emitted, np.inf)
     mixed = step + c_s
-    queue = np.where(ok, phi / (2.0 * np.maximum(1.0 - phi, 1e-12)), np.inf)
-    ttft = mixed * (1.0 + np.ceil(input_tokens / chunk) + queue)
-    p50, p99 = itl_percentiles(step, mixed, phi)
-    return rate, phi, tpot, ttft, p50, p99, mixed
+    ttft = mixed * held
+    p50, p99 = itl_percentiles(step, mixed, busy)
+    return rate, np.where(ok, phi, full), tpot, ttft, p50, p99, mixed
+
+
+def decoding_seats(seats, decode_steps, held_steps) -> np.ndarray:
+    """Seats that decode at a time when each request holds its seat for `held_steps` steps of prefill (the
+    engines count a request in prefill among their running ones: vLLM's max_num_seqs, SGLang's
+    --max-running-requests) and then `decode_steps`: seats x decode / (decode + held)."""
+    d = np.asarray(decode_steps, dtype=float)
+    return np.asarray(seats, dtype=float) * d / (d + np.where(np.isfinite(held_steps), held_steps, np.inf))
+
+
+def chunked_prefill_tokens(chunk_tokens, input_tokens: int, dp: int) -> np.ndarray:
+    """The two batches whose prefill HBM a chunked instance adds, in tokens spread over its `dp` ranks:
+    the KV cache of a rank's prompt in prefill and its chunk's next (in + C / dp a rank), and the
+    activations of one chunk (C over the instance)."""
+    c = np.atleast_1d(np.asarray(chunk_tokens, dtype=float))
+    return np.concatenate([c + float(input_tokens) * dp, c])
+
+
+def steps_with_a_chunk(phi, dp: int) -> np.ndarray:
+    """Fraction of steps in which at least one of `dp` DP ranks prefills a chunk, each rank doing so on a
+    fraction phi of the steps, independently of the others: 1 - (1 - phi)^dp (phi with one rank)."""
+    p = np.minimum(np.asarray(phi, dtype=float), 1.0)
+    return -np.expm1(dp * np.log1p(-np.minimum(p, 1.0 - 1e-15))) if dp > 1 else p
 
 
 def colocated_figures(
@@ -219,6 +277,8 @@ def colocated_figures(
         x = float(chunked_reference_tokens(chunk_tokens, w.input_tokens))
         fwd = prefill_forward(ctx, one, np.array([x, 2.0 * x]))
         chunk_s = float(chunk_time_s(fwd.forward_s[0], fwd.forward_s[1], chunk_tokens, x))
+        experts = fwd.breakdown_s.get("moe", np.zeros(2))
+        shared_s = float(chunk_time_s(experts[0], experts[1], chunk_tokens, x))
         rate, phi, tpot, ttft, p50, p99, longest = chunked_rate_and_latency(
             step_s,
             emitted,
@@ -228,21 +288,25 @@ def colocated_figures(
             chunk_tokens,
             w.input_tokens,
             w.output_tokens,
+            decode.attention.dp,
+            shared_s,
         )
-        p_use = prefill_hbm(ctx, one, np.array([chunk_tokens + w.input_tokens, chunk_tokens], dtype=float))
+        tokens = chunked_prefill_tokens(chunk_tokens, w.input_tokens, decode.attention.dp)
+        p_use = prefill_hbm(ctx, one, tokens, carried_prompt=False)
         parts["prefill_kv_cache"] = p_use.breakdown_bytes["kv_cache"][:1]
         parts["prefill_activations"] = p_use.breakdown_bytes["activations"][1:]
-        mean_step = step_s + min(float(phi), 1.0) * chunk_s
+        busy = float(steps_with_a_chunk(phi, decode.attention.dp))
+        prefill_s = busy * (chunk_s - shared_s) + min(float(phi), 1.0) * shared_s
         return ColocatedFigures(
             requests_per_s=float(rate),
-            prefill_time_fraction=min(float(phi), 1.0) * chunk_s / mean_step,
+            prefill_time_fraction=prefill_s / (step_s + prefill_s),
             tpot_s=float(tpot),
             ttft_s=float(ttft),
             pause_s=float(longest),
             hbm=HbmUse(parts, d_use.role, ctx.hbm_capacity_bytes),
             itl_p50_s=float(p50),
             itl_p99_s=float(p99),
-            chunk_step_fraction=float(phi),
+            chunk_step_fraction=busy,
         )
     fwd = prefill_forward(ctx, prefill)
     forward_s = float(fwd.forward_s[0])

@@ -38,7 +38,7 @@ from planner.costmodel.prediction import (
     PrefillPrediction,
     SystemPrediction,
 )
-from planner.costmodel.prefill import prefill_forward, prefill_spread_notes
+from planner.costmodel.prefill import prefill_forward, prefill_rank_notes
 from planner.specs.catalog import load_hardware, load_plan_model
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
@@ -662,7 +662,7 @@ def _evaluate_single(plan: Plan, specs: PlanSpecs, imb: ImbalanceModel, hbm_from
             tuple(p for p, present in (("decode", decode), ("prefill", prefill)) if present is not None),
         )
         + workload_notes(ctx)
-        + prefill_spread_notes(ctx, plan.prefill_phase if prefill is not None and colocated is None else None)
+        + prefill_rank_notes(ctx, plan.prefill_phase if prefill is not None and colocated is None else None)
         + acceptance_spread_notes(plan, colocated or afd or decode)
         + (
             [
@@ -717,7 +717,7 @@ def evaluate_mixed_plan(
         notes=hardware_notes(specs.decode_hw, specs.prefill_hw)
         + notes
         + workload_notes(p_ctx)
-        + prefill_spread_notes(p_ctx, plan.prefill),
+        + prefill_rank_notes(p_ctx, plan.prefill),
     )
     parts = []
     if plan.decode is not None:

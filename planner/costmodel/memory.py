@@ -295,22 +295,40 @@ def decode_hbm(ctx: CostContext, phase: DecodePlan, concurrency: ArrayLike | Non
     return _phase_hbm(ctx, phase, tokens, kv, tokens, b)
 
 
-def prefill_kv_tokens(batch_tokens: ArrayLike, core_dp: int) -> np.ndarray:
-    """KV positions a prefill device holds: those of its attention DP rank's share of the batch."""
-    return np.asarray(batch_tokens, dtype=float) / core_dp
+def prefill_kv_tokens(batch_tokens: ArrayLike, core_dp: int, prompt_kv_tokens: float | None = None) -> np.ndarray:
+    """KV positions a prefill device's attention DP rank holds: its share of the batch, the rank's token
+    budget (planner.costmodel.prefill), and with `prompt_kv_tokens` (a prompt's KV positions) at least one
+    whole prompt's: a prompt longer than the budget keeps its KV over the forwards it spans. (A budget
+    that is not a whole number of prompts also carries part of a prompt from one forward to the next,
+    at most one prompt more: not counted, so that the figure grows with the batch.)"""
+    share = np.asarray(batch_tokens, dtype=float) / core_dp
+    return share if prompt_kv_tokens is None else np.maximum(share, prompt_kv_tokens)
 
 
-def prefill_hbm(ctx: CostContext, phase: PrefillPlan, batch_tokens: ArrayLike | None = None) -> HbmUse:
-    """HBM per device of a prefill instance at each batch size (tokens per forward)."""
+def prefill_hbm(
+    ctx: CostContext, phase: PrefillPlan, batch_tokens: ArrayLike | None = None, *, carried_prompt: bool = True
+) -> HbmUse:
+    """HBM per device of a prefill instance at each batch size (tokens per forward). `carried_prompt`: a
+    rank holds at least one whole prompt's KV cache (`prefill_kv_tokens`); a chunked colocated instance's
+    caller counts its prompts in prefill itself."""
     bt = np.atleast_1d(np.asarray(phase.batch_tokens if batch_tokens is None else batch_tokens, dtype=float))
     # two micro-batches are in flight at once when micro-batching
     in_flight = bt / phase.micro_batches * min(2, phase.micro_batches)
     tokens = in_flight / phase.devices
     requests = in_flight / ctx.prefill_tokens_per_request
     # cached prefixes occupy KV too: the KV of whole prompts
-    kv = prefill_kv_tokens(bt * ctx.kv_tokens_per_computed_token, phase.attention.dp) / phase.attention.tp
+    kv = prefill_kv_tokens(bt * ctx.kv_tokens_per_computed_token, *_prefill_kv_rank(ctx, phase, carried_prompt))
+    kv = kv / phase.attention.tp
     kv_sequences = kv / ctx.workload.input_tokens
     return _phase_hbm(ctx, phase, tokens, kv, requests / phase.devices, kv_sequences)
+
+
+def _prefill_kv_rank(ctx: CostContext, phase: PrefillPlan, carried_prompt: bool) -> tuple[int, float | None]:
+    """(the ranks a forward's KV spreads over, a prompt's KV positions or None) of `prefill_kv_tokens`:
+    context parallelism splits each prompt over the ranks, so no rank holds one whole."""
+    if phase.context_parallel or not carried_prompt:
+        return phase.attention.dp, None
+    return phase.attention.dp, float(ctx.workload.stats.mean_input)
 
 
 def _max_fitting(total_at: Callable[[np.ndarray], np.ndarray], capacity: float, lo: float, hi: float) -> int:

@@ -12,10 +12,20 @@ compute C and total communication M, the machine's overlap efficiency times
 min(C, M) * (1 - 1/(m L)) is hidden. Launch costs are paid once per micro-batch.
 
 TTFT = the wait for the forward already in flight (half a forward on average when the instance
-is busy) + this request's forward (or forwards, when its prompt is longer than a batch) + moving
-its KV cache to the decode instance. With a length distribution it is the TTFT of the prompt at
-the workload's SLO percentile; with prefix-cache hits only the uncached part of each prompt is
-computed (planner.specs.workload).
+is busy) + this request's forwards + moving its KV cache to the decode instance. With a length
+distribution it is the TTFT of the prompt at the workload's SLO percentile; with prefix-cache hits
+only the uncached part of each prompt is computed (planner.specs.workload).
+
+With attention data parallelism over D ranks, each rank schedules its own prompts under its own
+token budget, the forward's batch over D (vLLM: an engine core per DP rank, its scheduler's
+max_num_batched_tokens, vllm/v1/engine/core_client.py DPLBAsyncMPClient routing a request to one;
+SGLang: a scheduler per DP rank, --chunked-prefill-size divided over them; MindIE is costed the
+same way, its DP scheduling not read), and chunks a prompt longer than that budget over several
+forwards (both engines' chunked prefill). A busy instance's ranks all fill their budgets, so a
+forward is the batch spread evenly over the devices, as costed here, but a prompt takes
+ceil(prompt / (batch / D)) forwards on its rank: the TTFT counts them (`forwards_per_prompt`).
+Context parallelism (`context_parallel`) splits each prompt over the ranks instead: a prompt takes
+ceil(prompt / batch) forwards.
 """
 
 from __future__ import annotations
@@ -56,6 +66,15 @@ def least_requests_per_forward(ctx: CostContext) -> int:
     """Fewest requests per prefill forward whose tokens hold the TTFT-percentile prompt whole."""
     need = ctx.ttft_input_tokens * (1.0 - ctx.workload.hit_rate)
     return max(1, math.ceil(need / ctx.prefill_tokens_per_request - 1e-9))
+
+
+def forwards_per_prompt(ctx: CostContext, batch_tokens: ArrayLike, dp: int, context_parallel: bool) -> np.ndarray:
+    """Forwards the TTFT-percentile prompt's computed tokens take at `batch_tokens` a forward: over its
+    rank's budget, the batch over `dp` attention DP ranks (module docstring), or the whole batch with
+    context parallelism; at least one."""
+    budget = np.asarray(batch_tokens, dtype=float) / (1 if context_parallel else dp)
+    need = ctx.ttft_input_tokens * (1.0 - ctx.workload.hit_rate)
+    return np.maximum(np.ceil(need / budget - 1e-9), 1.0)
 
 
 def kv_transfer_s(ctx: CostContext) -> float:
@@ -109,9 +128,9 @@ def prefill_forward(ctx: CostContext, phase: PrefillPlan, batch_tokens: ArrayLik
     parts["launch_overhead"] = np.full_like(bt, fixed * mb)
     forward = sum(parts.values())
     # the TTFT-percentile prompt waits half a forward, then takes as many forwards as its computed
-    # tokens fill (one when the batch holds it whole, as the search sizes batches)
-    own = np.ceil(ctx.ttft_input_tokens * (1.0 - ctx.workload.hit_rate) / bt - 1e-9)
-    ttft = (0.5 + np.maximum(own, 1.0)) * forward + kv_transfer_s(ctx)
+    # tokens fill on its rank (module docstring)
+    own = forwards_per_prompt(ctx, bt, phase.attention.dp, phase.context_parallel)
+    ttft = (0.5 + own) * forward + kv_transfer_s(ctx)
     return PrefillForward(
         batch_tokens=bt,
         forward_s=forward,  # type: ignore[arg-type]
@@ -123,26 +142,26 @@ def prefill_forward(ctx: CostContext, phase: PrefillPlan, batch_tokens: ArrayLik
     )
 
 
-def prefill_spread_notes(ctx: CostContext, phase: PrefillPlan | None) -> list[str]:
-    """A note when a prefill forward's requests do not divide evenly over the attention DP ranks.
-
-    The forward above spreads its prompt tokens evenly over the instance's devices (attention's per
-    device tokens are the batch over the devices), which is what context parallelism does. A serving
-    engine without it places each request whole on one attention DP rank (vLLM's and SGLang's DP
-    schedulers do): with R requests over D ranks the busiest rank holds ceil(R / D) of them, so its
-    attention (and what its DP layouts carry) does ceil(R / D) x D / R times the modelled work, while
-    the others wait at the expert all-to-all. This model does not cost that yet: the note says so."""
+def prefill_rank_notes(ctx: CostContext, phase: PrefillPlan | None) -> list[str]:
+    """What the placement of a prefill forward's prompts on the attention DP ranks does to the plan, where it
+    does something: a prompt longer than its rank's budget spans forwards (module docstring) and its
+    rank keeps its KV cache over them (planner.costmodel.memory.prefill_kv_tokens); context
+    parallelism leaves its KV exchange uncosted."""
     if phase is None or phase.attention.dp <= 1:
         return []
     dp = phase.attention.dp
-    requests = phase.batch_tokens / ctx.prefill_tokens_per_request
-    busiest = math.ceil(requests / dp - 1e-9)
-    ratio = busiest * dp / requests
-    if ratio <= 1.0 + 1e-6:
-        return []
-    return [
-        f"prefill spread: {requests:.3g} request(s) a forward over {dp} attention DP ranks are costed spread evenly "
-        "(as context parallelism runs them); an engine that keeps each prompt whole on one rank gives the busiest "
-        f"rank {busiest}, {ratio:.2f}x the modelled attention work, not costed here: the prefill figures are "
-        "optimistic by up to that"
-    ]
+    if phase.context_parallel:
+        return [
+            f"prefill context parallelism: each prompt is costed split evenly over {dp} attention DP ranks; the "
+            "exchange of KV between the ranks that context parallelism needs is not costed"
+        ]
+    budget = phase.batch_tokens / dp
+    own = int(forwards_per_prompt(ctx, phase.batch_tokens, dp, False))
+    if own > 1:
+        return [
+            f"prefill ranks: each of the {dp} attention DP ranks computes {budget:,.0f} tokens a forward of its own "
+            f"prompts (the engines' per-rank token budget); a {ctx.ttft_input_tokens:,}-token prompt spans {own} "
+            "forwards on its rank, which its TTFT counts, and its rank keeps the prompt's KV cache over them. "
+            "Fewer DP ranks or a larger batch shorten it."
+        ]
+    return []

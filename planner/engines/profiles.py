@@ -556,6 +556,12 @@ def plan_problems(
     if view.prefill is not None:
         p = view.prefill
         out += phase_problems(profile, hw, "prefill.", p, experts, has_dense, p.micro_batches, 0)
+    if plan.prefill is not None and plan.prefill.context_parallel:
+        out.append(
+            f"prefill.context_parallel: moeplan writes no context-parallel prefill launch for {profile.label} "
+            "(vllm-ascend's prefill context parallel and SGLang's NSA prefill context parallelism are costed, not "
+            "exported); set it false to export whole prompts per DP rank, or start it by hand from the plan."
+        )
     return out
 
 

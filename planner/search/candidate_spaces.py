@@ -43,6 +43,7 @@ from planner.candidates.phase_candidates import (
     TpotLimitUs,
     decode_candidates,
     decode_micro_batch_factor,
+    least_forwards,
     overlapped_step_us,
     prefill_candidates,
     prefill_forward_us,
@@ -520,7 +521,11 @@ def _some_layout_runs_at_end(ctx: CostContext, request: PlanRequest, t: PhaseTab
         )
         efficiency = ctx.hw.overlap.prefill_micro_batch_efficiency.value
         forward = int(prefill_forward_us(comp, comm_, fixed, k, ctx.model.num_layers, efficiency))
-        if slo.ttft_ms is None or prefill_ttft_us(forward, int(ints.const_us.reshape(-1)[0])) <= slo.ttft_ms * 1000:
+        own = int(np.asarray(least_forwards(ints)).reshape(-1)[-1])
+        if (
+            slo.ttft_ms is None
+            or prefill_ttft_us(forward, int(ints.const_us.reshape(-1)[0]), own) <= slo.ttft_ms * 1000
+        ):
             return True
     return False
 

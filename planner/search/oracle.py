@@ -108,7 +108,8 @@ def best_phase_ratio(
                     f = sum(int(ints.fixed_us[mod][o, 0, 0]) for mod, o in zip(MODULES, combo, strict=True))
                     forward = int(prefill_forward_us(c, mm, f, k, layers, overlap_efficiency))
                     kv = int(ints.const_us.reshape(-1)[0])
-                    if slo_us is not None and prefill_ttft_us(forward, kv) > slo_us:
+                    own = int(ints.forwards["attention"][combo[0], xi]) if ints.forwards else 1
+                    if slo_us is not None and prefill_ttft_us(forward, kv, own) > slo_us:
                         continue
                     best = max(best, Fraction(x, forward))
     return best

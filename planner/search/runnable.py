@@ -150,7 +150,7 @@ def run_runnable(
         lead,
         request=request,  # as asked (the engines' searches each had their engine and a wider top)
         plans=plans,
-        alternatives=_best_alternatives(lead, outcomes, plans),
+        alternatives=_best_alternatives(lead, outcomes, plans, [e for e in failures if e not in refused]),
         optimal=not interrupted and all(o.optimal for o in outcomes.values()),
         status="INTERRUPTED"
         if interrupted
@@ -167,11 +167,14 @@ def run_runnable(
     )
 
 
-def _best_alternatives(lead: SearchOutcome, outcomes: dict[str, SearchOutcome], plans: list[Plan]) -> list[Alternative]:
+def _best_alternatives(
+    lead: SearchOutcome, outcomes: dict[str, SearchOutcome], plans: list[Plan], infeasible: list[str]
+) -> list[Alternative]:
     """Rank 1's alternatives (the lead engine's labels, in its order), each the best plan of that label
     over every engine's search: the lead engine may not run a structure another engine runs (MindIE
     has no AFD: its "best AFD" is empty while vLLM-Ascend's is not), and a plan of the label from one
-    engine is no worse an answer than the lead's. A label no engine fills keeps the lead's reason."""
+    engine is no worse an answer than the lead's. A label no engine fills keeps the lead's reason.
+    `infeasible`: the engines whose search found no plan at all (their AFD was searched if they run it)."""
     best: dict[str, tuple[Alternative, SearchOutcome]] = {}
     for outcome in [lead, *(o for o in outcomes.values() if o is not lead)]:
         for alt in outcome.alternatives:
@@ -191,7 +194,7 @@ def _best_alternatives(lead: SearchOutcome, outcomes: dict[str, SearchOutcome], 
     for alt in lead.alternatives:
         chosen = best[alt.label][0]
         if chosen.plan is None and chosen.label == "best AFD":
-            chosen = _no_afd_alternative(chosen, outcomes)
+            chosen = _no_afd_alternative(chosen, outcomes, _afd_runners(lead.request, infeasible))
         rank = None
         if chosen.plan is not None and (sig := plan_signature(chosen.plan)) in signatures:
             rank = signatures.index(sig) + 1
@@ -199,10 +202,22 @@ def _best_alternatives(lead: SearchOutcome, outcomes: dict[str, SearchOutcome], 
     return out
 
 
-def _no_afd_alternative(empty: Alternative, outcomes: dict[str, SearchOutcome]) -> Alternative:
+def _afd_runners(request: PlanRequest, engines: list[str]) -> list[str]:
+    """Those of `engines` that run AFD of the request's model on its machine (each searched it)."""
+    from planner.engines.profiles import afd_refusal, load_profile
+    from planner.specs.catalog import load_hardware, load_model
+
+    if not engines or request.decode_hardware is not None or request.prefill_hardware is not None:
+        return []  # two machines: AFD is not searched
+    hw, model = load_hardware(request.hardware), load_model(request.model)
+    return [e for e in engines if afd_refusal(load_profile(e).capabilities.afd, hw.name, model.architectures) is None]
+
+
+def _no_afd_alternative(empty: Alternative, outcomes: dict[str, SearchOutcome], runners: list[str]) -> Alternative:
     """The "best AFD" row when no engine's search found an AFD plan: none of the engines runs AFD here
-    (`unsearched`), or one that does found none that meets the SLOs and HBM."""
+    (`unsearched`), or one that does (`runners`: those whose whole search found nothing) found none
+    that meets the SLOs and HBM."""
     rows = [a for o in outcomes.values() for a in o.alternatives if a.label == "best AFD"]
-    if rows and all(a.unsearched for a in rows):
+    if rows and all(a.unsearched for a in rows) and not runners:
         return dataclasses.replace(empty, reason=NO_ENGINE_RUNS_AFD, unsearched=True)
     return dataclasses.replace(empty, reason=NO_AFD_FITS, unsearched=False)

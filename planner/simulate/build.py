@@ -406,7 +406,10 @@ def build_simulation(
     if structure in ("disaggregated", "prefill-only"):
         assert plan.prefill is not None
         pt = prefill_times(p_ctx, plan.prefill, max_prompt, float(plan.workload.input_tokens))
-        sim.prefill = [PrefillInstance(k, sim, pt, plan.prefill.batch_tokens) for k in range(plan.prefill.instances)]
+        ranks = 1 if plan.prefill.context_parallel else plan.prefill.attention.dp
+        sim.prefill = [
+            PrefillInstance(k, sim, pt, plan.prefill.batch_tokens, ranks) for k in range(plan.prefill.instances)
+        ]
         sim.kv_bytes = pt.prompt_kv_bytes
         sim.kv_link_bytes_per_s = d_ctx.kv_link_bytes_per_s
     if decode_phase is not None:

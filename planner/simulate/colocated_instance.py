@@ -141,9 +141,10 @@ class ColocatedInstance(DecodeInstance):
                 self.completing.append(entry)
         return tokens, attended, parts, lengths
 
-    def _take_rank_tokens(self, budget: int) -> tuple[np.ndarray, np.ndarray, float]:
+    def _take_rank_tokens(self, budget: int, parts: list[tuple[int, int, int]] | None = None):
         """Up to `budget` prompt tokens of each DP rank's admitted prompts, oldest first: (tokens per rank,
-        prompts per rank, attended sum); completed prompts move to `completing`."""
+        prompts per rank, attended sum); completed prompts move to `completing`. `parts` collects
+        (tokens, prompt length, rank) of every prompt taken from."""
         table = self.sim.table
         taken = np.zeros(self.dp, dtype=np.int64)
         prompts = np.zeros(self.dp, dtype=np.int64)
@@ -151,15 +152,18 @@ class ColocatedInstance(DecodeInstance):
         left: deque[list[int]] = deque()
         for entry in self.prefilling:
             rid, r, done = entry
-            take = min(int(table.input_tokens[rid]) - done, budget - int(taken[r]))
+            total = int(table.input_tokens[rid])
+            take = min(total - done, budget - int(taken[r]))
             if take <= 0:
                 left.append(entry)
                 continue
             attended += ((done + take) ** 2 - done**2) / 2.0
             taken[r] += take
             prompts[r] += 1
+            if parts is not None:
+                parts.append((take, total, r))
             entry[2] = done + take
-            (self.completing if entry[2] >= table.input_tokens[rid] else left).append(entry)
+            (self.completing if entry[2] >= total else left).append(entry)
         self.prefilling = left
         return taken, prompts, attended
 
@@ -225,11 +229,23 @@ class ColocatedInstance(DecodeInstance):
         chunk_s = 0.0
         if self.chunk_tokens is not None and self.prefilling:
             assert self.chunk is not None
-            tokens, attended, parts, lengths = self._take_prompt_tokens(self.chunk_tokens)
-            if self.n:
-                chunk_s = self.chunk.chunk_s(parts, lengths)
+            if self.dp > 1:
+                # each DP rank chunks its own prompts, C / dp tokens a step (planner.costmodel.colocated)
+                taken_parts: list[tuple[int, int, int]] = []
+                taken, _, attended = self._take_rank_tokens(max(1, self.chunk_tokens // self.dp), taken_parts)
+                tokens = int(taken.sum())
+                if self.n:
+                    chunk_s = self.chunk.rank_chunk_s(taken_parts, self.dp)
+                else:
+                    chunk_s = self.forward_times.rank_forward_s(
+                        float(taken.max()), float(tokens), attended / tokens, self.dp
+                    )
             else:
-                chunk_s = self.forward_times.forward_s(tokens, attended / tokens)
+                tokens, attended, parts, lengths = self._take_prompt_tokens(self.chunk_tokens)
+                if self.n:
+                    chunk_s = self.chunk.chunk_s(parts, lengths)
+                else:
+                    chunk_s = self.forward_times.forward_s(tokens, attended / tokens)
             self.prefill_busy_s += chunk_s
         if self.n == 0 and chunk_s == 0.0:
             self.busy = False

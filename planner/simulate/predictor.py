@@ -306,32 +306,54 @@ def _prefill_times(ctx: CostContext, phase: PrefillPlan, max_prompt: float, stat
 
 @dataclass(frozen=True)
 class ChunkTimes:
-    """Colocated chunked prefill: seconds one prompt token adds to a decode step, by prompt length."""
+    """Colocated chunked prefill: seconds one prompt token adds to a decode step, by prompt length, and the
+    routed experts' part of them (the part DP ranks' chunks share)."""
 
     length_grid: np.ndarray
     seconds_per_token: np.ndarray
+    expert_seconds_per_token: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_x", self.length_grid.tolist())
         object.__setattr__(self, "_s", self.seconds_per_token.tolist())
+        experts = self.expert_seconds_per_token
+        object.__setattr__(self, "_e", None if experts is None else experts.tolist())
 
     def chunk_s(self, tokens: list[int], prompt_tokens: list[int]) -> float:
         """What chunks of `tokens` prompt tokens (of prompts of `prompt_tokens`) add to a step."""
         xs, ss = self._x, self._s  # type: ignore[attr-defined]
         return sum(t * interp_scalar(xs, ss, p) for t, p in zip(tokens, prompt_tokens, strict=True))
 
+    def rank_chunk_s(self, parts: list[tuple[int, int, int]], dp: int) -> float:
+        """What the own chunks of `dp` DP ranks, (tokens, prompt length, rank) each, add to a step: the
+        busiest rank's chunks (its tokens take as long as `dp` times as many spread over the instance, the
+        per-token seconds' view) but for the routed experts' part, which every rank's tokens add up to
+        (planner.costmodel.colocated)."""
+        xs, ss, es = self._x, self._s, self._e  # type: ignore[attr-defined]
+        if es is None or dp <= 1:
+            return self.chunk_s([t for t, _, _ in parts], [p for _, p, _ in parts])
+        by_rank: dict[int, float] = {}
+        shared = 0.0
+        for t, p, r in parts:
+            e = t * interp_scalar(xs, es, p)
+            shared += e
+            by_rank[r] = by_rank.get(r, 0.0) + (t * interp_scalar(xs, ss, p) - e) * dp
+        return max(by_rank.values(), default=0.0) + shared
+
 
 def chunk_times(ctx: CostContext, prefill: PrefillPlan, chunk_tokens: int, max_prompt: float) -> ChunkTimes:
     """t_c per token (planner.costmodel.colocated): the marginal forward at X = max(C, prompt)."""
     one = prefill.model_copy(update={"micro_batches": 1})
     lengths = np.unique(np.round(_grid(1.0, max(max_prompt, 2.0), PREFILL_LENGTH_POINTS)))
-    slopes = []
+    slopes, experts = [], []
     for length in lengths:
         x = float(chunked_reference_tokens(chunk_tokens, int(length)))
         c = with_workload(ctx, prefill_workload(int(length), ctx.workload))
         fwd = prefill_forward(c, one, np.array([x, 2.0 * x]))
         slopes.append(float(chunk_time_s(fwd.forward_s[0], fwd.forward_s[1], 1.0, x)))
-    return ChunkTimes(lengths.astype(float), np.asarray(slopes))
+        moe = fwd.breakdown_s.get("moe", np.zeros(2))
+        experts.append(float(chunk_time_s(moe[0], moe[1], 1.0, x)))
+    return ChunkTimes(lengths.astype(float), np.asarray(slopes), np.asarray(experts))
 
 
 @dataclass(frozen=True)

@@ -267,6 +267,13 @@ class PrefillPlan(PhasePlan):
 
     batch_tokens: int = Field(ge=1, le=1_000_000_000)
     micro_batches: int = Field(default=1, ge=1, le=16)
+    context_parallel: bool = Field(
+        default=False,
+        description=(
+            "each prompt split over every attention DP rank (vllm-ascend's prefill context parallel, SGLang's "
+            "NSA prefill context parallelism); false: each prompt whole on one rank, as DP attention runs it"
+        ),
+    )
     hardware: str | None = Field(
         default=None, min_length=1, description="machine of the prefill instances (overrides the plan's 'hardware')"
     )

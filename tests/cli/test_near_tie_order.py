@@ -37,8 +37,9 @@ def test_objective_total_ranks_by_the_deployments_tokens_per_s(tmp_path):
     args = (*LITE[:3], "--max-cards", "11", "--objective", "total", "--structure", "colocated", "--engine", "none")
     plans = _plans(tmp_path, *args, "--top", "4")
     totals = [p["predicted"]["economics"]["output_tokens_per_s"] for p in plans]
-    # rank 1 is the search's best (11 x 1 device, 62.2k tokens/s); per card it is the lowest of the four
-    assert totals[0] == max(totals)
+    # rank 1 is the search's best (11 x 1 device, 62.1k tokens/s) or within the near-tie tolerance of it
+    # (then first by its shorter TTFT); per card it is the lowest of the four
+    assert totals[0] * 1.005 >= max(totals)
     per_card = [p["predicted"]["system"]["output_tokens_per_s_per_card"] for p in plans]
     assert per_card[0] == min(per_card)
     # the rows are in total tokens/s order, up to the near-tie tolerance

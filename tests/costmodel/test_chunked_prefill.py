@@ -17,19 +17,45 @@ from tests.conftest import run_cli
 
 
 def test_chunked_formulas_by_hand():
-    # 24 devices x 50 sequences, e = 1.7 tokens per step, 2K + 2K tokens, 3072-token chunks
+    # 24 devices x 50 sequences, e = 1.7 tokens per step, 2K + 2K tokens, 3072-token chunks, one DP rank
     step, t_c = 0.140, 0.050
     rate, phi, tpot, ttft, p50, p99, longest = chunked_rate_and_latency(step, 1.7, 24, 50, t_c, 3072, 2048, 2048)
-    want_phi = 2048 * 1200 * 1.7 / (2048 * 3072)  # prompt tokens needed per step / chunk
+    full = 2048 * 1200 * 1.7 / (2048 * 3072)  # prompt tokens needed per step / chunk, every seat decoding
+    queue = full / (2 * (1 - full))
+    held = 1 + 1 + queue  # steps a request holds its seat before it decodes: the TTFT's
+    decoding = 1200 * (2048 / 1.7) / (2048 / 1.7 + held)
+    want_phi = 2048 * decoding * 1.7 / (2048 * 3072)
     mean_step = step + want_phi * t_c
     assert float(phi) == pytest.approx(want_phi)
-    assert float(rate) == pytest.approx(1200 * 1.7 / (2048 * mean_step))
+    assert float(rate) == pytest.approx(decoding * 1.7 / (2048 * mean_step))
     assert float(tpot) == pytest.approx(mean_step / 1.7)
     assert float(longest) == pytest.approx(step + t_c)
     # most steps carry a chunk: the gaps are uniform
     assert float(p50) == float(p99) == float(longest)
-    queue = want_phi / (2 * (1 - want_phi))
-    assert float(ttft) == pytest.approx((step + t_c) * (1 + 1 + queue))
+    assert float(ttft) == pytest.approx((step + t_c) * held)
+
+
+def test_chunks_over_dp_ranks_by_hand():
+    # 8 DP ranks, each chunking its own prompts at 3072 / 8 tokens: a step waits for a rank's chunk whenever
+    # any rank prefills (1 - (1 - phi)^8 of the steps), the experts' part (10 of the 50 ms) grows with phi
+    step, t_c, experts = 0.140, 0.050, 0.010
+    rate, phi, tpot, ttft, p50, p99, longest = chunked_rate_and_latency(
+        step, 1.7, 24, 50, t_c, 3072, 2048, 2048, 8, experts
+    )
+    full = 2048 * 1200 * 1.7 / (2048 * 3072)
+    queue = full / (2 * (1 - full))
+    held = 1 + 6 + queue  # ceil(2048 x 8 / 3072) = 6 own chunk steps of 384 tokens
+    decoding = 1200 * (2048 / 1.7) / (2048 / 1.7 + held)
+    want_phi = 2048 * decoding * 1.7 / (2048 * 3072)
+    busy = 1 - (1 - want_phi) ** 8
+    mean_step = step + busy * (t_c - experts) + want_phi * experts
+    assert float(phi) == pytest.approx(want_phi)
+    assert float(tpot) == pytest.approx(mean_step / 1.7)
+    assert float(rate) == pytest.approx(decoding * 1.7 / (2048 * mean_step))
+    assert float(ttft) == pytest.approx((step + t_c) * held)
+    assert float(longest) == pytest.approx(step + t_c) and float(p50) == float(longest)  # busy > 1/2
+    one_rank = chunked_rate_and_latency(step, 1.7, 24, 50, t_c, 3072, 2048, 2048, 1, experts)
+    assert float(rate) < float(one_rank[0]) and float(ttft) > float(one_rank[3])
 
 
 def test_big_chunks_leave_most_steps_plain():
@@ -65,16 +91,18 @@ def test_default_limit_bounds_the_longest_gap(default_outcome):
 
 
 def test_a_tighter_limit_picks_chunked_prefill():
-    # colocated instances are searched with one decode micro-batch: compare like with like
+    # colocated instances are searched with one decode micro-batch: compare like with like. At 200 ms a
+    # whole forward of 4K prompt tokens fits between two tokens and beats chunks, which each DP rank takes
+    # from its own prompts (planner.costmodel.colocated); at 150 ms it does not
     outcome = run_search(
-        PlanRequest(top=3, slo=SLO(tpot_ms=100, ttft_ms=2000, max_itl_ms=200), decode_micro_batches=(1,))
+        PlanRequest(top=3, slo=SLO(tpot_ms=100, ttft_ms=2000, max_itl_ms=150), decode_micro_batches=(1,))
     )
     chunked = [p for p in _colocated(outcome) if p.colocated.chunk_tokens is not None]  # type: ignore[union-attr]
-    assert chunked, "a chunked colocated plan meets a 200 ms ITL limit at 100 ms TPOT"
+    assert chunked, "a chunked colocated plan meets a 150 ms ITL limit at 100 ms TPOT"
     for plan in outcome.plans:
         c = plan.predicted.get("colocated")  # type: ignore[union-attr]
         if c:
-            assert c["longest_decode_pause_ms"] <= 200 and c["meets_itl_slo"]
+            assert c["longest_decode_pause_ms"] <= 150 and c["meets_itl_slo"]
             assert c["itl_p50_ms"] <= c["itl_p99_ms"] <= c["longest_decode_pause_ms"]
 
 
@@ -89,10 +117,11 @@ def test_zero_disables_the_limit_and_the_title_says_which():
 
 def test_a_chunked_plan_file_evaluates_and_round_trips(tmp_path):
     out = tmp_path / "plans.json"
-    # at 32 cards the best plan under a 200 ms ITL limit is colocated with chunked prefill
+    # at 32 cards the best colocated plan under a 150 ms ITL limit prefills in chunks
     r = run_cli(
-        "plan", "--top", "1", "--max-itl-ms", "200", "--max-cards", "32", "--no-decode-microbatch", "--json", str(out)
-    )
+        "plan", "--top", "1", "--max-itl-ms", "150", "--max-cards", "32", "--no-decode-microbatch",
+        "--structure", "colocated", "--json", str(out),
+    )  # fmt: skip
     assert r.exit_code == 0, r.output
     plan = json.loads(out.read_text())["plans"][0]
     assert plan["colocated"]["chunk_tokens"] == plan["colocated"]["prefill_batch_tokens"]

@@ -48,10 +48,13 @@ def test_prefix_hits_skip_prefill_compute_but_keep_kv():
     f_cold, f_warm = prefill_forward(cold, PREFILL), prefill_forward(warm, PREFILL)
     # the same computed tokens per forward serve twice the requests
     assert f_warm.requests_per_forward[0] == pytest.approx(2 * f_cold.requests_per_forward[0])
-    # the whole prompt's KV stays in HBM: twice the KV per computed token
-    kv_cold = prefill_hbm(cold, PREFILL).breakdown_bytes["kv_cache"][0]
-    kv_warm = prefill_hbm(warm, PREFILL).breakdown_bytes["kv_cache"][0]
+    # the whole prompt's KV stays in HBM: twice the KV per computed token (at a batch of two prompts a DP
+    # rank and more: below one, a rank holds one whole prompt's KV either way)
+    kv_cold = prefill_hbm(cold, PREFILL, 8 * 16384).breakdown_bytes["kv_cache"][0]
+    kv_warm = prefill_hbm(warm, PREFILL, 8 * 16384).breakdown_bytes["kv_cache"][0]
     assert kv_warm == pytest.approx(2 * kv_cold)
+    one_prompt = prefill_hbm(cold, PREFILL).breakdown_bytes["kv_cache"][0]
+    assert prefill_hbm(warm, PREFILL).breakdown_bytes["kv_cache"][0] == pytest.approx(one_prompt)
     # decode is untouched: every KV position is there
     assert decode_step(warm, DECODE).step_s[0] == pytest.approx(decode_step(cold, DECODE).step_s[0])
 

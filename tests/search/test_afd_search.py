@@ -88,13 +88,13 @@ def test_an_alternative_is_the_best_of_every_engines_search_not_only_the_lead_en
         alternatives=[Alternative("best AFD", None, None, "none fits: no AFD configuration meets the SLOs and HBM")],
     )
     vllm = SimpleNamespace(request=request, alternatives=[Alternative("best AFD", afd_plan, None)])
-    merged = _best_alternatives(lead, {"mindie": lead, "vllm-ascend": vllm}, [other])  # type: ignore[arg-type]
+    merged = _best_alternatives(lead, {"mindie": lead, "vllm-ascend": vllm}, [other], [])  # type: ignore[arg-type]
     assert [a.label for a in merged] == ["best AFD"]
     assert merged[0].plan is afd_plan and merged[0].rank is None
     # a label no engine fills keeps the lead's reason; a plan in the list gets its rank
-    alone = _best_alternatives(lead, {"mindie": lead}, [other])  # type: ignore[arg-type]
+    alone = _best_alternatives(lead, {"mindie": lead}, [other], [])  # type: ignore[arg-type]
     assert alone[0].plan is None and alone[0].reason and alone[0].reason.startswith("none fits")
-    ranked = _best_alternatives(lead, {"mindie": lead, "vllm-ascend": vllm}, [other, afd_plan])  # type: ignore[arg-type]
+    ranked = _best_alternatives(lead, {"mindie": lead, "vllm-ascend": vllm}, [other, afd_plan], [])  # type: ignore[arg-type]
     assert ranked[0].rank == 2
 
 
@@ -120,8 +120,22 @@ def test_the_no_afd_reason_is_none_fits_when_an_engine_that_runs_afd_found_none(
 
     none_run = {e: outcome(e, False) for e in ("vllm-ascend", "sglang", "mindie")}
     empty = none_run["mindie"].alternatives[0]
-    merged = _no_afd_alternative(empty, none_run)  # type: ignore[arg-type]
+    merged = _no_afd_alternative(empty, none_run, [])  # type: ignore[arg-type]
     assert merged.reason == NO_ENGINE_RUNS_AFD and merged.unsearched
     one_searched = {**none_run, "vllm-ascend": outcome("vllm-ascend", True)}
-    merged = _no_afd_alternative(empty, one_searched)  # type: ignore[arg-type]
+    merged = _no_afd_alternative(empty, one_searched, [])  # type: ignore[arg-type]
     assert merged.reason == NO_AFD_FITS and not merged.unsearched
+    # an engine that runs AFD here but whose whole search found nothing (no outcome at all) searched it too
+    others = {e: outcome(e, False) for e in ("sglang", "mindie")}
+    merged = _no_afd_alternative(empty, others, ["vllm-ascend"])  # type: ignore[arg-type]
+    assert merged.reason == NO_AFD_FITS and not merged.unsearched
+
+
+def test_engines_that_found_nothing_count_as_afd_searchers_only_where_they_run_afd():
+    from planner.search.request import PlanRequest
+    from planner.search.runnable import _afd_runners
+
+    request = PlanRequest(model="deepseek-v3.2", hardware="a3")
+    assert _afd_runners(request, ["vllm-ascend", "sglang", "mindie"]) == ["vllm-ascend"]
+    assert _afd_runners(PlanRequest(model="deepseek-v3.2", hardware="a2"), ["vllm-ascend"]) == []
+    assert _afd_runners(request, []) == []

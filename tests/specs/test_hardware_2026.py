@@ -193,7 +193,7 @@ def test_planning_on_announced_hardware_warns_and_says_so_in_json(tmp_path):
     r = run_cli("plan", "--hardware", "a3", "--max-cards", "64", "--top", "1", "--engine", "none", "--json", "-")
     assert r.exit_code == 0
     notes = json.loads(r.output).get("notes", [])
-    assert all(n.startswith(("known miss: on a3", "extrapolation: ", "prefill spread: ")) for n in notes), notes
+    assert all(n.startswith(("known miss: on a3", "extrapolation: ", "prefill ranks: ")) for n in notes), notes
     assert not any("announced" in n for n in notes)
 
 

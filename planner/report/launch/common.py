@@ -208,6 +208,10 @@ def memory_fraction_of(
     outside = parts.get("runtime_reserve", 0) + sum(v for k, v in parts.items() if k in exclude)
     fraction = math.floor((cap - outside) / whole * 1000) / 1000
     inside = sum(v for k, v in parts.items() if k not in exclude and k != "runtime_reserve")
+    if fraction * whole < inside <= cap - outside:
+        # a plan filled to its cap: the fraction rounded down to thousandths would cut into it, so it is
+        # rounded up instead, the engine taking at most a thousandth of the HBM from the runtime reserve
+        fraction = math.ceil(inside / whole * 1000) / 1000
     if inside > fraction * whole:
         raise BadInputError(
             f"{role}: the plan's HBM per device ({inside / 2**30:.1f} GiB under {flag}) exceeds {flag} "
