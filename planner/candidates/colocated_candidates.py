@@ -145,21 +145,16 @@ def _prefill_extra_mib(ctx: CostContext, dt: PhaseTables, pt: PhaseTables, idx: 
     return pt.memo[key]
 
 
-def _chunk_differences(ctx: CostContext, dt: PhaseTables, pt: PhaseTables) -> tuple[np.ndarray, np.ndarray]:
-    """(X per chunk size, F(2X) - F(X) in s [A, F, M, L, C]) for every combination of the size.
-    With one micro-batch a forward F is the sum over modules of compute and communication plus
-    launch costs that cancel in the difference, so F(2X) - F(X) of a combination is the sum of its
-    modules' differences, from one set of float tables (as planner.costmodel.prefill sums them).
-    Memoised with the prefill tables (and kept on disk with them: planner.candidates.table_store)."""
-    x, diff, _ = _chunk_module_differences(ctx, dt, pt)
-    return x, diff
-
-
 def _chunk_module_differences(
     ctx: CostContext, dt: PhaseTables, pt: PhaseTables
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`_chunk_differences` and the MoE module's compute part of them per MoE option [M, C]: the routed
-    experts' share, which the DP ranks' chunks share (planner.costmodel.colocated)."""
+    """(X per chunk size, F(2X) - F(X) in s [A, F, M, L, C] for every combination of the size, and the MoE
+    module's compute part of it per MoE option [M, C]: the routed experts' share, which the DP ranks'
+    chunks share, planner.costmodel.colocated). With one micro-batch a forward F is the sum over modules
+    of compute and communication plus launch costs that cancel in the difference, so F(2X) - F(X) of a
+    combination is the sum of its modules' differences, from one set of float tables (as
+    planner.costmodel.prefill sums them). Memoised with the prefill tables (and kept on disk with them:
+    planner.candidates.table_store)."""
 
     def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         w = ctx.workload
