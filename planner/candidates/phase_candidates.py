@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -253,6 +254,12 @@ def prefill_ttft_us(forward_us, kv_transfer_us: int, own_forwards=1):
     forward on average), the prompt's own forwards on its attention DP rank (`PhaseTables.forwards`),
     and the KV transfer (planner.costmodel.prefill), as own + 0.5 forwards plus the transfer, rounded up."""
     return -(-((2 * np.asarray(own_forwards) + 1) * forward_us + 2 * kv_transfer_us) // 2)
+
+
+def attention_forwards(ints: IntTables, index: Any) -> np.ndarray | int:
+    """The forwards a prompt takes (`PhaseTables.forwards`) at the attention options and batches `index`
+    picks from the [A, X] table: 1 without the table (decode, colocated)."""
+    return ints.forwards["attention"][index] if ints.forwards else 1
 
 
 def least_forwards(ints: IntTables, kept: np.ndarray | None = None) -> np.ndarray | int:
@@ -611,7 +618,7 @@ def _prefill_scores_of(
             efficiency,
         )
         hbm = gathered(ints.hbm_mib, int(j))
-        own = ints.forwards["attention"][kept["attention"][c[:, 1]], :nr] if ints.forwards else 1
+        own = attention_forwards(ints, (kept["attention"][c[:, 1]], slice(None, nr)))
         ttft = prefill_ttft_us(forward, kv_us, own)
         ok = hbm <= ints.hbm_capacity_mib
         if ttft_slo_us is not None:
@@ -710,7 +717,7 @@ def lowest_latency_us(t: PhaseTables, ints: IntTables, layers: int = 1, overlap_
     for j, mb in enumerate(t.k_values):
         forward = prefill_forward_us(comp, comm, fixed, mb, layers, overlap_efficiency)
         hbm = _combine([ints.hbm_mib[mod][:, j, :] for mod in MODULES])
-        own = ints.forwards["attention"][:, None, None, None, :] if ints.forwards else 1
+        own = attention_forwards(ints, (slice(None), None, None, None, slice(None)))
         ttft = np.where(hbm <= ints.hbm_capacity_mib, prefill_ttft_us(forward, kv_us, own), np.iinfo(np.int64).max)
         v = int(ttft.min())
         if v < np.iinfo(np.int64).max and (best is None or v < best):

@@ -30,6 +30,7 @@ from planner.costmodel.memory import (
     lm_head_hbm,
     moe_hbm,
     prefill_kv_tokens,
+    rank_prompt_kv_tokens,
 )
 from planner.costmodel.modules import (
     ModuleCost,
@@ -373,7 +374,7 @@ def prefill_tables(ctx: CostContext, opts: SizeOptions, micro_batches: list[int]
         "lm_head": collect(lambda o: _prefill_head(ctx, o, t, requests_per_device), opts.lm_head, 1),
     }
     hbm = {mod: np.zeros((parts[mod][0].shape[0], len(micro_batches), r.size)) for mod in MODULES}
-    prompt_kv = float(ctx.workload.stats.mean_input)
+    prompt_kv = rank_prompt_kv_tokens(ctx, context_parallel=False)
     for j, mb in enumerate(micro_batches):
         in_flight = bt / mb * min(2, mb)
         tok = in_flight / n

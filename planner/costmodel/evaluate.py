@@ -38,7 +38,7 @@ from planner.costmodel.prediction import (
     PrefillPrediction,
     SystemPrediction,
 )
-from planner.costmodel.prefill import prefill_forward, prefill_rank_notes
+from planner.costmodel.prefill import prefill_forward, prefill_rank_notes, prompt_alone_s
 from planner.specs.catalog import load_hardware, load_plan_model
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
@@ -206,6 +206,7 @@ def predict_prefill(ctx: CostContext, plan: Plan, hbm_from: PrefillPrediction | 
     return PrefillPrediction(
         forward_ms=_r(float(fwd.forward_s[0]) * 1e3),
         ttft_ms=_r(ttft_ms),
+        prompt_alone_ms=_r(prompt_alone_s(ctx, phase) * 1e3),
         requests_per_forward=_r(float(fwd.requests_per_forward[0])),
         tokens_per_s_per_device=_r(per_dev),
         tokens_per_s_per_card=_r(per_dev * ctx.hw.devices_per_card),

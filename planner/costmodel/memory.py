@@ -104,27 +104,27 @@ def _kv_fixed_bytes_per_sequence(ctx: CostContext, core_tp: int) -> float:
     return m.kv_cache_bytes(float(ctx.max_context_tokens), ctx.quant.kv_bytes_per_element, core_tp)[1]
 
 
-def _kv_bytes_per_token(ctx: CostContext, core_tp: int) -> float:
+def kv_bytes_per_token_per_device(ctx: CostContext, core_tp: int, draft: bool = True) -> float:
     """KV bytes per token on one device of a DP rank, all layers (the MLA latent is replicated),
-    a draft head's included."""
+    a draft head's included unless `draft` is false."""
     m = ctx.model
     a = m.attention
+    extra = draft_kv_bytes_per_token(ctx, core_tp) if draft else 0.0
     if not m.is_plain():
-        growing = m.kv_cache_bytes(1.0, ctx.quant.kv_bytes_per_element, core_tp)[0]
-        return growing + draft_kv_bytes_per_token(ctx, core_tp)
+        return m.kv_cache_bytes(1.0, ctx.quant.kv_bytes_per_element, core_tp)[0] + extra
     elems = (
         float(a.kv_lora_rank + a.qk_rope_head_dim)
         if a.kind == "mla"
         else 2.0 * a.head_dim * max(1.0, a.num_kv_heads / core_tp)
     )
-    return elems * m.kv_layers() * ctx.quant.kv_bytes_per_element + draft_kv_bytes_per_token(ctx, core_tp)
+    return elems * m.kv_layers() * ctx.quant.kv_bytes_per_element + extra
 
 
 def request_kv_bytes_per_device(ctx: CostContext, tokens: float, core_tp: int) -> float:
     """KV cache of one request of `tokens` positions on each device of its attention TP group of
     `core_tp` devices (GQA heads split up to one KV head a device, MLA's latent replicated), the
     part that does not grow with the context included."""
-    return tokens * _kv_bytes_per_token(ctx, core_tp) + _kv_fixed_bytes_per_sequence(ctx, core_tp)
+    return tokens * kv_bytes_per_token_per_device(ctx, core_tp) + _kv_fixed_bytes_per_sequence(ctx, core_tp)
 
 
 def _attention_weight_bytes(ctx: CostContext, layout: AttentionLayout) -> float:
@@ -165,7 +165,7 @@ def attention_hbm(
     m = ctx.model
     a = m.attention
     t = np.asarray(tokens_per_device, dtype=float)
-    kv = np.asarray(kv_tokens_per_device, dtype=float) * layout.tp * _kv_bytes_per_token(ctx, layout.tp)
+    kv = np.asarray(kv_tokens_per_device, dtype=float) * layout.tp * kv_bytes_per_token_per_device(ctx, layout.tp)
     if kv_sequences_per_device is not None and not m.is_plain():
         fixed = _kv_fixed_bytes_per_sequence(ctx, layout.tp)
         kv = kv + np.asarray(kv_sequences_per_device, dtype=float) * layout.tp * fixed
@@ -317,18 +317,20 @@ def prefill_hbm(
     tokens = in_flight / phase.devices
     requests = in_flight / ctx.prefill_tokens_per_request
     # cached prefixes occupy KV too: the KV of whole prompts
-    kv = prefill_kv_tokens(bt * ctx.kv_tokens_per_computed_token, *_prefill_kv_rank(ctx, phase, carried_prompt))
+    prompt_kv = rank_prompt_kv_tokens(ctx, phase.context_parallel, carried_prompt)
+    kv = prefill_kv_tokens(bt * ctx.kv_tokens_per_computed_token, phase.attention.dp, prompt_kv)
     kv = kv / phase.attention.tp
     kv_sequences = kv / ctx.workload.input_tokens
     return _phase_hbm(ctx, phase, tokens, kv, requests / phase.devices, kv_sequences)
 
 
-def _prefill_kv_rank(ctx: CostContext, phase: PrefillPlan, carried_prompt: bool) -> tuple[int, float | None]:
-    """(the ranks a forward's KV spreads over, a prompt's KV positions or None) of `prefill_kv_tokens`:
-    context parallelism splits each prompt over the ranks, so no rank holds one whole."""
-    if phase.context_parallel or not carried_prompt:
-        return phase.attention.dp, None
-    return phase.attention.dp, float(ctx.workload.stats.mean_input)
+def rank_prompt_kv_tokens(ctx: CostContext, context_parallel: bool, carried_prompt: bool = True) -> float | None:
+    """The KV positions of the prompt a prefill rank keeps whole over the forwards it spans (the workload's
+    mean prompt), for `prefill_kv_tokens`; None where no rank keeps one whole: context parallelism splits
+    each prompt over the ranks, and a chunked colocated caller counts its prompts in prefill itself."""
+    if context_parallel or not carried_prompt:
+        return None
+    return float(ctx.workload.stats.mean_input)
 
 
 def _max_fitting(total_at: Callable[[np.ndarray], np.ndarray], capacity: float, lo: float, hi: float) -> int:

@@ -56,6 +56,9 @@ class PrefillPrediction(_HbmFigures):
 
     forward_ms: float
     ttft_ms: float
+    # TTFT of the TTFT-percentile prompt alone on an idle instance, without queueing
+    # (planner.costmodel.prefill.prompt_alone_s)
+    prompt_alone_ms: float
     requests_per_forward: float
     tokens_per_s_per_device: float
     tokens_per_s_per_card: float

@@ -25,7 +25,12 @@ forwards (both engines' chunked prefill). A busy instance's ranks all fill their
 forward is the batch spread evenly over the devices, as costed here, but a prompt takes
 ceil(prompt / (batch / D)) forwards on its rank: the TTFT counts them (`forwards_per_prompt`).
 Context parallelism (`context_parallel`) splits each prompt over the ranks instead: a prompt takes
-ceil(prompt / batch) forwards.
+ceil(prompt / batch) forwards, and before each attention layer the ranks exchange the batch's new KV
+entries so that each rank's queries see every earlier position of their prompts
+(`context_parallel_exchange_s`).
+
+A prompt alone on an idle instance (`prompt_alone_s`, the TTFT without queueing) shows what context
+parallelism buys: without it one rank computes the prompt while the other ranks' attention idles.
 """
 
 from __future__ import annotations
@@ -37,9 +42,10 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from planner.costmodel.attention_kinds import layers_cost
+from planner.costmodel.comm import allgather_s
 from planner.costmodel.context import CostContext
 from planner.costmodel.decode import hash_routed_saving
-from planner.costmodel.memory import kv_transfer_bytes_per_request
+from planner.costmodel.memory import kv_bytes_per_token_per_device, kv_transfer_bytes_per_request
 from planner.costmodel.modules import (
     dense_ffn_cost,
     embedding_cost,
@@ -83,6 +89,33 @@ def kv_transfer_s(ctx: CostContext) -> float:
     return kv_transfer_bytes_per_request(ctx) / ctx.kv_link_bytes_per_s
 
 
+def context_parallel_exchange_s(ctx: CostContext, phase: PrefillPlan, batch_tokens: ArrayLike) -> np.ndarray:
+    """The KV exchange of context-parallel prefill, all layers, at each batch size.
+
+    Each of the D attention ranks computes 1/D of every prompt's positions (head and tail chunks, so that
+    causal attention is balanced) and, before each layer's attention, gathers the KV entries the other
+    ranks hold, computed or cached as a prefix: vllm-ascend v0.23.0 all-gathers MLA's latent and rope key
+    over the PCP ranks layer by layer, inline (vllm_ascend/attention/context_parallel/mla_cp.py,
+    mla_preprocess_prefill; ring passing was rejected in its design document), SGLang's NSA prefill
+    context parallelism the latent and the indexer's keys (layers/attention/nsa/utils.py). The entries are
+    those a device keeps (`kv_bytes_per_token_per_device`: MLA's latent, GQA's share of heads, DSA's keys).
+    Costed as an AllGather over the D x tp devices of the ranks, each contributing 1/tp of its rank's
+    share, so a device receives what the other ranks hold over the links the ranks span; one per main
+    layer. Micro-batches hide it as they hide the other collectives."""
+    dp, tp = phase.attention.dp, phase.attention.tp
+    bt = np.asarray(batch_tokens, dtype=float)
+    if not phase.context_parallel or dp <= 1:
+        return np.zeros_like(bt)
+    m = ctx.model
+    # a layer's entries: the cache's mean over its layers; exchanged in the main layers (the prefill's MTP
+    # pass is not costed)
+    per_layer = kv_bytes_per_token_per_device(ctx, tp, draft=False) / max(m.kv_layers(), 1)
+    layers = m.num_layers
+    # a cached prefix's entries are spread over the ranks' caches too: every position of the prompts
+    shard = bt * ctx.kv_tokens_per_computed_token / dp * per_layer / tp
+    return allgather_s(ctx.hw, dp * tp, shard) * layers
+
+
 def prefill_forward(ctx: CostContext, phase: PrefillPlan, batch_tokens: ArrayLike | None = None) -> PrefillForward:
     """Cost of one prefill forward at each batch size (default: the plan's)."""
     m = ctx.model
@@ -97,6 +130,8 @@ def prefill_forward(ctx: CostContext, phase: PrefillPlan, batch_tokens: ArrayLik
     att = layers_cost(ctx, phase.attention, t, requests / n, decode=False)
     compute["attention"] = att.compute_s
     comm_parts["attention_comm"] = att.comm_s
+    if phase.context_parallel:
+        comm_parts["context_parallel_comm"] = context_parallel_exchange_s(ctx, phase, bt)
     fixed += att.fixed_s
     imbalance = np.ones_like(bt)
     if m.num_dense_layers:
@@ -142,18 +177,42 @@ def prefill_forward(ctx: CostContext, phase: PrefillPlan, batch_tokens: ArrayLik
     )
 
 
+def prompt_alone_s(ctx: CostContext, phase: PrefillPlan) -> float:
+    """TTFT of the TTFT-percentile prompt alone on an idle instance, without queueing: its forwards
+    (`forwards_per_prompt`), each a chunk of prompt / forwards tokens whose positions attend like the whole
+    prompt's (the chunks' attention sums to the prompt's).
+
+    With context parallelism (or one rank) a chunk spreads over every device. Without it the prompt sits on
+    one of the D attention DP ranks while the others idle: every part but the routed experts' compute
+    (attention, dense layers, LM head, the rank's dispatch and combine, launches) takes as long as D such
+    chunks spread evenly, the experts' compute that of the one chunk (the serving simulator's busiest rank,
+    planner.simulate.predictor.PrefillTimes.rank_forward_s, is the same rule). The KV transfer to decode
+    follows, as in the TTFT."""
+    dp = phase.attention.dp
+    prompt = ctx.ttft_input_tokens * (1.0 - ctx.workload.hit_rate)
+    forwards = float(forwards_per_prompt(ctx, phase.batch_tokens, dp, phase.context_parallel))
+    chunk = prompt / forwards
+    if phase.context_parallel or dp <= 1:
+        return forwards * float(prefill_forward(ctx, phase, chunk).forward_s[0]) + kv_transfer_s(ctx)
+    even = prefill_forward(ctx, phase, np.array([dp * chunk, chunk]))
+    experts = even.breakdown_s.get("moe", np.zeros(2))
+    return forwards * float(even.forward_s[0] - experts[0] + experts[1]) + kv_transfer_s(ctx)
+
+
 def prefill_rank_notes(ctx: CostContext, phase: PrefillPlan | None) -> list[str]:
     """What the placement of a prefill forward's prompts on the attention DP ranks does to the plan, where it
     does something: a prompt longer than its rank's budget spans forwards (module docstring) and its
-    rank keeps its KV cache over them (planner.costmodel.memory.prefill_kv_tokens); context
-    parallelism leaves its KV exchange uncosted."""
+    rank keeps its KV cache over them (planner.costmodel.memory.prefill_kv_tokens); with context
+    parallelism, what its KV exchange costs a forward."""
     if phase is None or phase.attention.dp <= 1:
         return []
     dp = phase.attention.dp
     if phase.context_parallel:
+        exchange_ms = float(context_parallel_exchange_s(ctx, phase, phase.batch_tokens)) * 1e3
         return [
-            f"prefill context parallelism: each prompt is costed split evenly over {dp} attention DP ranks; the "
-            "exchange of KV between the ranks that context parallelism needs is not costed"
+            f"prefill context parallelism: each prompt is split evenly over the {dp} attention DP ranks, which "
+            f"gather each other's KV entries before every attention layer ({exchange_ms:,.1f} ms of communication "
+            "a forward, before micro-batch overlap)"
         ]
     budget = phase.batch_tokens / dp
     own = int(forwards_per_prompt(ctx, phase.batch_tokens, dp, False))

@@ -52,7 +52,7 @@ from planner.costmodel.imbalance import (
     EngineImbalance,
     ImbalanceModel,
 )
-from planner.costmodel.prefill import prefill_forward
+from planner.costmodel.prefill import prefill_forward, prompt_alone_s
 from planner.costmodel.reference import condition_imbalance
 from planner.specs.catalog import load_hardware, load_plan, plan_base_dir
 from planner.specs.files import load_mapping, validate_model
@@ -249,7 +249,8 @@ def _fast_metric(plan: Plan, specs: PlanSpecs, imbalance: ImbalanceModel, metric
         if name == "step_ms":
             return float(step.step_s[0]) * 1e3
         return float(step.tokens_per_s_per_device[0]) * specs.hw.devices_per_card
-    if phase == "prefill" and plan.prefill is not None and name in ("forward_ms", "tokens_per_s_per_card"):
+    prefill_metrics = ("forward_ms", "prompt_alone_ms", "tokens_per_s_per_card")
+    if phase == "prefill" and plan.prefill is not None and name in prefill_metrics:
         ctx = CostContext(
             specs.model,
             specs.hw,
@@ -259,6 +260,8 @@ def _fast_metric(plan: Plan, specs: PlanSpecs, imbalance: ImbalanceModel, metric
             plan.hbm_utilization,
             plan.prefill.kv_transfer_bytes_per_s,
         )
+        if name == "prompt_alone_ms":
+            return prompt_alone_s(ctx, plan.prefill) * 1e3
         fwd = prefill_forward(ctx, plan.prefill)
         if name == "forward_ms":
             return float(fwd.forward_s[0]) * 1e3

@@ -109,6 +109,11 @@ class Capabilities(Strict):
     multi_node: bool
     max_nodes_per_instance: int | None = Field(default=None, ge=1, description="most nodes one instance may span")
     chunked_prefill: bool = Field(default=True, description="whether moeplan writes the engine's chunked prefill")
+    prefill_context_parallel: str = Field(
+        min_length=1,
+        description="whether the release runs context-parallel prefill on Ascend, and where that was read "
+        "(moeplan writes no such launch for any engine yet)",
+    )
     afd: AfdCapability | None = Field(default=None, description="attention-FFN disaggregation; None: none")
 
 
@@ -559,8 +564,7 @@ def plan_problems(
     if plan.prefill is not None and plan.prefill.context_parallel:
         out.append(
             f"prefill.context_parallel: moeplan writes no context-parallel prefill launch for {profile.label} "
-            "(vllm-ascend's prefill context parallel and SGLang's NSA prefill context parallelism are costed, not "
-            "exported); set it false to export whole prompts per DP rank, or start it by hand from the plan."
+            f"({profile.capabilities.prefill_context_parallel}); set it false to export whole prompts per DP rank."
         )
     return out
 

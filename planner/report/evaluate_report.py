@@ -187,6 +187,7 @@ def _prefill_summary(phase: PrefillPlan, p: PrefillPrediction, hw: HardwareSpec,
             "TTFT (wait + forward + KV transfer)",
             f"{p.ttft_ms:.2f} ms" + (f" (SLO {slo:g} ms: {_ok(p.meets_ttft_slo)})" if slo else ""),
         )
+        t.add_row("TTFT of a prompt alone (idle instance)", f"{p.prompt_alone_ms:.2f} ms")
         t.add_row(
             "input tokens/s",
             f"{p.tokens_per_s_per_device:.1f} per device, {p.tokens_per_s_per_card:.1f} per card",

@@ -286,6 +286,15 @@ class PrefillPlan(PhasePlan):
     )
 
     @model_validator(mode="after")
+    def _context_parallel_has_ranks(self) -> PrefillPlan:
+        if self.context_parallel and self.attention.dp < 2:
+            raise ValueError(
+                "context_parallel splits each prompt over the attention DP ranks and attention.dp is 1; "
+                "set attention.dp >= 2 or context_parallel: false"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _micro_batches_fit(self) -> PrefillPlan:
         if self.micro_batches > self.batch_tokens:
             raise ValueError("micro_batches cannot exceed batch_tokens")
@@ -849,6 +858,22 @@ def check_afd(section: AfdPlan, model: ModelSpec, hw: HardwareSpec, field: str =
     afd_link_level(hw, section, f"{field}.link")
 
 
+CONTEXT_PARALLEL_KINDS = ("mla", "gqa", "dsa", "dsa_shared")
+
+
+def check_context_parallel(model: ModelSpec) -> None:
+    """Context-parallel prefill is costed for full-attention layers whose KV entries the ranks gather
+    (MLA, GQA, DSA's latent and indexer keys); a linear-attention state passes from rank to rank in order,
+    and sliding-window and compressed layers keep other entries than the ones gathered: refused by name."""
+    other = sorted({kind for kind, _, _ in model.attention_groups()} - set(CONTEXT_PARALLEL_KINDS))
+    if other:
+        raise BadInputError(
+            f"prefill.context_parallel: model '{model.name}' has {', '.join(other)} attention layers, whose "
+            "context-parallel prefill moeplan cannot cost (it costs MLA, GQA and DSA layers); set "
+            "context_parallel: false."
+        )
+
+
 def check_plan(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> None:
     """Every rule of a plan that needs the model and the machine; raises BadInputError."""
     w = plan.workload
@@ -865,6 +890,8 @@ def check_plan(plan: Plan, model: ModelSpec, hw: HardwareSpec) -> None:
         check_phase("colocated", plan.colocated, model, hw)
     if plan.prefill is not None:
         check_phase("prefill", plan.prefill, model, hw)
+        if plan.prefill.context_parallel:
+            check_context_parallel(model)
     decode = plan.decode_phase
     if decode is not None:
         section = "colocated" if plan.is_colocated else "decode"

@@ -110,9 +110,9 @@ def test_one_micro_batch_shows_the_wait_and_the_two_transfers_and_no_side_binds(
     assert float(step.breakdown_s["afd_ffn_wait"][0]) < layers * float(step.ffn_layer_s[0])
     assert float(step.breakdown_s["afd_ffn_wait"][0]) > ctx.model.num_moe_layers * float(step.ffn_layer_s[0])
     assert bound_side(step, 1) == ["in turn"]
-    # with the run's two micro-batches the sides are near even (a ~ f): the round trip a + f + 2c exceeds
-    # 2 max(a, f), the transfers bind, and only that excess (less than 2c) is exposed
-    two = afd_decode_step(ctx, plan.afd)
+    # with the run's two micro-batches at 24 sequences a device the sides are near even (a ~ f): the round trip
+    # a + f + 2c exceeds 2 max(a, f), the transfers bind, and only that excess (less than 2c) is exposed
+    two = afd_decode_step(ctx, plan.afd.model_copy(update={"concurrency_per_device": 24}))
     a, f, c = (float(x[0]) for x in (two.attention_layer_s, two.ffn_layer_s, two.transfer_layer_s))
     assert plan.afd.micro_batches == 2 and a + f + 2 * c > 2 * max(a, f)
     assert bound_side(two, 2) == ["transfer"]

@@ -53,10 +53,14 @@ def test_a_prompt_spans_the_forwards_its_rank_budget_needs(ctx, dp, requests, fo
 
 def test_the_forward_is_the_even_one_and_only_the_ttft_differs(ctx):
     """A busy instance's ranks all fill their budgets: the forward is the batch spread evenly, with or
-    without context parallelism; the prompt's own forwards are 8 on its rank, 1 split over the ranks."""
+    without context parallelism (which adds its KV exchange); the prompt's own forwards are 8 on its rank,
+    1 split over the ranks."""
     whole, split = prefill_forward(ctx, _prefill(24, 1, 3)), prefill_forward(ctx, _prefill(24, 1, 3, True))
-    assert whole.forward_s[0] == pytest.approx(split.forward_s[0], rel=1e-12)
-    assert whole.ttft_s[0] - split.ttft_s[0] == pytest.approx(7 * whole.forward_s[0], rel=1e-9)
+    exchange = split.breakdown_s["context_parallel_comm"][0]
+    assert exchange > 0 and "context_parallel_comm" not in whole.breakdown_s
+    assert whole.forward_s[0] == pytest.approx(split.forward_s[0] - exchange, rel=1e-12)
+    assert split.ttft_s[0] == pytest.approx(1.5 * split.forward_s[0] + kv_transfer_s(ctx), rel=1e-12)
+    assert whole.ttft_s[0] == pytest.approx(8.5 * whole.forward_s[0] + kv_transfer_s(ctx), rel=1e-12)
 
 
 def test_a_rank_keeps_a_whole_prompts_kv(ctx):
@@ -78,7 +82,7 @@ def test_long_prompts_over_many_ranks_are_named(ctx, dp, requests, phrase):
 def test_context_parallelism_is_named_and_whole_prompts_need_no_note(ctx):
     assert prefill_rank_notes(ctx, _prefill(2, 8, 7)) == []
     (note,) = prefill_rank_notes(ctx, _prefill(24, 1, 3, True))
-    assert "split evenly over 24 attention DP ranks" in note and "not costed" in note
+    assert "split evenly over the 24 attention DP ranks" in note and "ms of communication a forward" in note
     assert prefill_rank_notes(ctx, _prefill(24, 1, 24)) == []
     assert prefill_rank_notes(ctx, _prefill(1, 16, 3)) == []
     assert prefill_rank_notes(ctx, None) == []
