@@ -19,7 +19,10 @@ holds for both schedules (`colocated_upper_bounds`):
   concurrency B and p_B a floor on the prefill seconds per request: a forward holds
   min(R, H_B) requests, H_B the prompts a full instance admits between forwards
   (planner.costmodel.colocated), so p_B is the least forward_R / R over the batches below H_B up
-  to R_B whose 1.5 forwards meet the TTFT SLO and whose forward fits in the ITL limit, or, if a
+  to R_B whose 1.5 forwards meet the TTFT SLO and whose forward fits in the ITL limit (on a layout where
+  a prompt takes several forwards on its attention DP rank at some batch, every batch up to R_B without
+  those limits: a forward there holds R_h = min(R, H_B / k) requests' worth and reads the forwards of
+  smaller batches, planner.costmodel.colocated), or, if a
   batch of at least H_B fits, F(H_B) / H_B read linearly between the shortest forwards (over the
   micro-batch counts) of the whole batches on either side of H_B -- and the TPOT stretched by
   that prefill share of time meets its SLO (the real instance also holds activations and waits
@@ -74,6 +77,7 @@ from planner.costmodel.colocated import (
     chunked_reference_tokens,
     colocated_rate_and_latency,
     decoding_seats,
+    forward_below_axis,
     held_requests,
 )
 from planner.costmodel.context import CostContext
@@ -129,6 +133,19 @@ def _forward_us(ctx: CostContext, pi: IntTables, idx: tuple[int, ...], mb: int) 
     comm = sum(pi.comm_us[mod][i, 0, :] for mod, i in zip(MODULES, idx, strict=True))
     fixed = sum(int(pi.fixed_us[mod][i, 0, 0]) for mod, i in zip(MODULES, idx, strict=True))
     return _forward_total_us(ctx, comp, comm, fixed, mb)  # type: ignore[arg-type]
+
+
+def _spanning_layouts(pi: IntTables, n_att: int) -> np.ndarray:
+    """[A]: whether a prompt takes more than one forward on its rank at some batch of the axis, per
+    attention layout of the decode options (the first `n_att` of the prefill list)."""
+    return np.asarray(np.asarray(pi.forwards["attention"][:n_att] > 1).any(axis=-1))
+
+
+def _prompt_forwards(pi: IntTables, attention: int | slice) -> np.ndarray:
+    """The forwards (k) a prompt takes on its attention DP rank, back to back, at each batch of the
+    requests-per-forward axis, for the attention option(s) `attention` (planner.costmodel.colocated; the
+    prefill tables' `forwards`)."""
+    return np.asarray(pi.forwards["attention"][attention], dtype=float)
 
 
 def _prefill_extra_mib(ctx: CostContext, dt: PhaseTables, pt: PhaseTables, idx: tuple[int, ...], mb: int) -> np.ndarray:
@@ -275,11 +292,14 @@ def _kv_one_prompt_mib(ctx: CostContext, dt: PhaseTables, pt: PhaseTables) -> np
 
 def _prefill_seconds_per_request(
     ctx: CostContext, dt: PhaseTables, pt: PhaseTables, pi: IntTables, ttft_slo_us: int | None, max_itl_us: int | None
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(prefill seconds per request [A, F, M, L, R] at the best whole forward of at most R requests
-    (any micro-batch count) whose 1.5 forwards meet the TTFT SLO and whose forward fits in the ITL
-    limit, the shortest forward in us of R requests [A, F, M, L, R] over the micro-batch counts,
-    without limits), memoised with the prefill tables."""
+    (any micro-batch count) whose 1.5 forwards meet the TTFT SLO and whose forward fits in the ITL limit
+    (without those limits on layouts where a prompt takes several forwards at some batch:
+    `_admitted_prefill_floor`), the shortest forward in us of R requests [A, F, M, L, R] over the
+    micro-batch counts, without limits, and per batch the largest batch up to it whose forward meets its own
+    TTFT and longest gap with its k (k + 1/2 forwards, k forwards) at some micro-batch count, -1 if none),
+    memoised with the prefill tables."""
     key = ("prefill_s_upto", dt.devices, ttft_slo_us, max_itl_us)
     if key in pt.memo:
         return pt.memo[key]
@@ -287,15 +307,26 @@ def _prefill_seconds_per_request(
     rs = pt.x_values.astype(float)
     shape = (n_att, *[len(o) or 1 for o in _option_lists(dt)[1:]], rs.size)
     prefill_s, shortest = np.full(shape, np.inf), np.full(shape, np.inf)
+    # layouts on which a prompt takes several forwards at some batch [A, 1, 1, 1, 1]: there a batch's
+    # prefill seconds per request read the forwards of smaller batches, whose own limits do not apply
+    spans = _spanning_layouts(pi, n_att).reshape((n_att,) + (1,) * (len(shape) - 1))
+    own = _prompt_forwards(pi, slice(0, n_att)).reshape((n_att,) + (1,) * (len(shape) - 2) + (rs.size,))
+    runs = np.zeros(shape, dtype=bool)  # a batch meets its own limits at some micro-batch count
     for _, forward in _prefill_forwards_us(ctx, pt, pi, n_att):
         ok = np.ones(forward.shape, dtype=bool)
+        own_ok = np.ones(forward.shape, dtype=bool)
         if ttft_slo_us is not None:
-            ok &= 1.5 * forward <= ttft_slo_us  # TTFT is at least 1.5 forwards
+            ok &= spans | (1.5 * forward <= ttft_slo_us)  # TTFT is at least 1.5 forwards
+            own_ok &= (own + 0.5) * forward <= ttft_slo_us  # and at least its k + 1/2
         if max_itl_us is not None:
-            ok &= forward <= max_itl_us  # the longest gap holds a whole forward (and a step)
+            ok &= spans | (forward <= max_itl_us)  # the longest gap holds a whole forward (and a step)
+            own_ok &= own * forward <= max_itl_us  # and a prompt's k
         prefill_s = np.minimum(prefill_s, np.where(ok, forward * 1e-6 / rs, np.inf))
         shortest = np.minimum(shortest, forward)
-    pt.memo[key] = (np.minimum.accumulate(prefill_s, axis=-1), shortest)
+        runs |= own_ok
+    # per batch, the largest batch up to it that meets its own limits (-1: none)
+    last_runs = np.maximum.accumulate(np.where(runs, np.arange(rs.size), -1), axis=-1)
+    pt.memo[key] = (np.minimum.accumulate(prefill_s, axis=-1), shortest, last_runs)
     return pt.memo[key]
 
 
@@ -387,6 +418,19 @@ def _held(ctx: CostContext, n: int, xs: np.ndarray, emitted: float, rs: np.ndarr
     return held, np.searchsorted(rs, held - 1e-9, side="left")
 
 
+def _read_forward(rs: np.ndarray, forward_r: np.ndarray, held: np.ndarray) -> np.ndarray:
+    """F at `held` requests' worth of prompt tokens from the forwards `forward_r` of the whole batches `rs`,
+    as the evaluation reads it (planner.costmodel.colocated.forward_held_s): linearly between the batches on
+    either side, below the axis's first batch by `forward_below_axis` (an axis of one batch, where the
+    evaluation would read the next batch's forward, gives its floor, F(R_0) R_h / R_0)."""
+    x = np.asarray(held, dtype=float)
+    inside = np.interp(x, rs.astype(float), forward_r)
+    if rs.size < 2:
+        return np.where(x < rs[0], forward_r[0] * x / float(rs[0]), inside)
+    below = forward_below_axis(x, rs[0], rs[1], forward_r[0], forward_r[1])
+    return np.where(x < rs[0] - 1e-9, below, inside)
+
+
 def _held_floor_s(shortest_us: np.ndarray, rs: np.ndarray, held: np.ndarray, first: np.ndarray) -> np.ndarray:
     """[..., B]: a floor on F(H_B) / H_B in seconds, F read linearly between the whole batches on
     either side of H_B as the evaluation reads it, from `shortest_us` [..., R], the shortest
@@ -401,7 +445,12 @@ def _held_floor_s(shortest_us: np.ndarray, rs: np.ndarray, held: np.ndarray, fir
 
 
 def _admitted_prefill_floor(
-    prefill_s: np.ndarray, held_floor_s: np.ndarray, r_idx: np.ndarray, first_held: np.ndarray
+    prefill_s: np.ndarray,
+    held_floor_s: np.ndarray,
+    r_idx: np.ndarray,
+    first_held: np.ndarray,
+    spans: np.ndarray | bool = False,
+    last_runs: np.ndarray | None = None,
 ) -> np.ndarray:
     """A floor on the prefill seconds per request of a whole-forward instance at each concurrency
     B, over [..., B]: `prefill_s` [..., R] is the least F(R) / R up to R among the forwards that
@@ -409,15 +458,35 @@ def _admitted_prefill_floor(
     `r_idx` [..., B] the largest batch that fits, `first_held` [B] the first batch of at least H_B
     requests. A batch below H_B costs its own F(R) / R (the limits apply to it); every batch from
     H_B on costs F(H_B) / H_B (the forward of R, not of H_B, meets the limits, so that floor takes
-    none), if one fits."""
+    none), if one fits. Where a prompt may take several forwards on its rank (`spans` [..., 1], and
+    then `prefill_s` is taken without limits), a forward holds R_h = min(R, H_B / k) requests' worth,
+    read linearly between whole batches up to R or, below the first, at no fewer seconds per request
+    than it (planner.costmodel.colocated.forward_below_axis): at least the least F(R') / R' over the
+    batches up to the largest that fits and meets its own limits (`last_runs` [..., R], from
+    `_prefill_seconds_per_request`; without it, up to the largest that fits)."""
     size = prefill_s.shape[-1]
+
+    def at(table: np.ndarray, index: np.ndarray) -> np.ndarray:
+        return np.take_along_axis(
+            table,
+            np.broadcast_to(np.clip(index, 0, size - 1), np.broadcast_shapes(index.shape, r_idx.shape)).astype(
+                np.int64
+            ),
+            axis=-1,
+        )
+
     below = np.minimum(r_idx, first_held - 1)  # the largest fitting batch of fewer than H_B requests
-    at_below = np.take_along_axis(
-        prefill_s, np.broadcast_to(np.clip(below, 0, size - 1), r_idx.shape).astype(np.int64), axis=-1
-    )
-    at_below = np.where(below >= 0, at_below, np.inf)
+    at_below = np.where(below >= 0, at(prefill_s, below), np.inf)
     at_held = np.where((first_held <= r_idx) & (r_idx >= 0), held_floor_s, np.inf)
-    return np.minimum(at_below, at_held)
+    whole = np.minimum(at_below, at_held)
+    if not np.any(spans):
+        return whole
+    # where prompts span forwards: the least F(R') / R' up to the largest batch that fits and meets its limits
+    top = (
+        r_idx if last_runs is None else np.where(r_idx >= 0, at(np.broadcast_to(last_runs, prefill_s.shape), r_idx), -1)
+    )
+    spanning = np.where(top >= 0, at(prefill_s, top), np.inf)
+    return np.where(spans, spanning, whole)
 
 
 def colocated_size_bound(
@@ -458,7 +527,18 @@ def colocated_size_bound(
     # that one misses the TTFT or ITL limit every forward does
     forward_least = _least_forward_us(ctx, dt, pt, pi)
     limit = min(math.inf if ttft_slo_us is None else ttft_slo_us / 1.5, math.inf if max_itl_us is None else max_itl_us)
-    prefill_least = np.minimum.accumulate(np.where(forward_least <= limit, forward_least * 1e-6 / rs, np.inf))
+    # where a prompt may take several forwards on its rank, a batch reads smaller batches' forwards, whose own
+    # limits do not apply (`_admitted_prefill_floor`)
+    spans = bool(_spanning_layouts(pi, len(dt.options.attention)).any())
+    prefill_least = np.minimum.accumulate(np.where(spans | (forward_least <= limit), forward_least * 1e-6 / rs, np.inf))
+    # a batch a plan holds meets its own limits with its layout's k, at least the fewest over the layouts
+    own_least = _prompt_forwards(pi, slice(0, len(dt.options.attention))).min(axis=0)
+    runs = np.ones(rs.size, dtype=bool)
+    if ttft_slo_us is not None:
+        runs &= (own_least + 0.5) * forward_least <= ttft_slo_us
+    if max_itl_us is not None:
+        runs &= own_least * forward_least <= max_itl_us
+    last_runs = np.maximum.accumulate(np.where(runs, np.arange(rs.size), -1))
     kv_one = float(_kv_one_prompt_mib(ctx, dt, pt).min())
     chunks = np.array([g * n for g in CHUNK_TOKENS_PER_DEVICE], dtype=float)
     x_tokens, diff, experts = _chunk_module_differences(ctx, dt, pt)
@@ -501,7 +581,9 @@ def colocated_size_bound(
         # whole forwards: the largest batch whose KV alone fits next to the least decode HBM
         r_idx = np.searchsorted(rs, np.floor((cap - hbm) / max(kv_one, 1e-9)), side="right") - 1
         held, first = _held(ctx, n, xs, e / EMITTED_SCALE, rs)
-        at = _admitted_prefill_floor(prefill_least, _held_floor_s(forward_least, rs, held, first), r_idx, first)
+        at = _admitted_prefill_floor(
+            prefill_least, _held_floor_s(forward_least, rs, held, first), r_idx, first, spans, last_runs
+        )
         whole_ok = ok & (r_idx >= 0)
         if slo_us is not None:
             whole_ok &= at <= decode_s * (slo_us * e / (np.maximum(step, 1) * EMITTED_SCALE) - 1.0) * (1 + 1e-9)
@@ -551,7 +633,9 @@ def colocated_upper_bounds(
     rs = pt.x_values.astype(float)
     out_tokens = ctx.workload.output_tokens
     # prefill seconds per request at the best batch of at most R requests [A, F, M, L, R]
-    prefill_s, shortest_us = _prefill_seconds_per_request(ctx, dt, pt, pi, ttft_slo_us, max_itl_us)
+    prefill_s, shortest_us, last_runs = _prefill_seconds_per_request(ctx, dt, pt, pi, ttft_slo_us, max_itl_us)
+    # layouts on which a prompt takes several forwards at some batch [A, 1, 1, 1, 1] (`_admitted_prefill_floor`)
+    spans = _spanning_layouts(pi, len(dt.options.attention))[:, None, None, None, None]
     # MiB of KV cache one prompt leaves on a device, per attention layout: the prefill batch's
     # KV alone (activations come on top) must fit next to the decode instance's HBM
     kv_one = _kv_one_prompt_mib(ctx, dt, pt)
@@ -619,7 +703,9 @@ def colocated_upper_bounds(
         room = (di.hbm_capacity_mib - hbm) / np.maximum(kv_one, 1e-9)[:, None, None, None, None]
         r_idx = np.searchsorted(rs, np.floor(room), side="right") - 1  # largest batch that fits
         held, first = _held(ctx, n, xs[:nb], e / EMITTED_SCALE, rs)
-        at = _admitted_prefill_floor(prefill_s, _held_floor_s(shortest_us, rs, held, first), r_idx, first)
+        at = _admitted_prefill_floor(
+            prefill_s, _held_floor_s(shortest_us, rs, held, first), r_idx, first, spans, last_runs
+        )
         ok &= r_idx >= 0
         if slo_us is not None:
             # TPOT stretches to step / e / (1 - f) with f = p / (d + p) the prefill share of time:
@@ -723,6 +809,7 @@ def _whole_forward_best(
     rs: np.ndarray,
     mb: int,
     exhaustive: bool = False,
+    prompt_forwards: np.ndarray | None = None,
 ) -> tuple[float, tuple] | None:
     """The best whole-forward instance of one combination and prefill micro-batch count, exactly
     over every concurrency B and batch R: (requests/s, its figures), or None.
@@ -732,46 +819,73 @@ def _whole_forward_best(
     1 / (decode seconds + p), p = F(R_h) / R_h: F(R) / R below H_B, and the same p_H = F(H_B) / H_B
     at every batch from the first of at least H_B requests on. The TPOT (step / e / (1 - f),
     f = p / (decode seconds + p)) grows with p: the best R is the one of least p among those the
-    other limits allow. Those limits -- HBM (the batch's KV and activations next to the decode
-    HBM), the TTFT (step + 1.5 forwards of R) and the longest gap (step + a forward of R) -- each
-    grow with R, so the batches they allow at B are the R up to the largest that meets all three:
-    one search per limit per B, a running minimum of F(R) / R below H_B and p_H from the first
-    batch of at least H_B give the best R at every B (a larger batch only adds to the limits).
-    Where a forward or its HBM falls with R somewhere (not monotone), or with `exhaustive` (the
-    tests' reference), every (B, R) is evaluated instead."""
+    other limits allow. Those limits are HBM (the batch's KV and activations next to the decode
+    HBM), the TTFT (step + (k + 1/2) forwards of R) and the longest gap (step + k forwards of R),
+    k the forwards a prompt takes on its rank at R (`prompt_forwards` [R], 1 by default). Where every
+    k is 1 they each grow with R, so the batches they allow at B are the R up to the largest that
+    meets all three: one search per limit per B, a running minimum of F(R) / R below H_B and p_H from
+    the first batch of at least H_B give the best R at every B (a larger batch only adds to the
+    limits). Where k falls as R grows (a larger batch gives each rank a larger share), the TTFT and the
+    longest gap need not grow with R: the allowed (B, R) are then marked one by one and the least p
+    taken over them. Where a forward or its HBM falls with R somewhere (not monotone), or with
+    `exhaustive` (the tests' reference), every (B, R) is evaluated instead."""
     w = ctx.workload
+    k_r = np.ones(rs.size) if prompt_forwards is None else np.broadcast_to(np.asarray(prompt_forwards, float), rs.shape)
     held_b, first_h = _held(ctx, n, xs, emitted, rs)
     # the forward of H_B read linearly between the whole batches on either side (the batch axis is
     # every whole batch from R_0, so this is the cost model's reading)
     forward_h = np.interp(held_b, rs.astype(float), forward_r)
     per_held = forward_h / held_b
     monotone = not exhaustive and bool(np.all(np.diff(forward_r) >= 0) and np.all(np.diff(extra_r) >= 0))
+    per_request = forward_r / rs
     if monotone:
-        # the largest batch index each B allows (-1: none)
-        top = np.searchsorted(extra_r, capacity_mib - hbm_b, side="right") - 1
+        # from r1 on a rank's share holds a prompt (k = 1; k falls as R grows): there the limits grow with R
+        r1 = int(np.argmax(k_r <= 1)) if bool(np.any(k_r <= 1)) else rs.size
+        fits = np.searchsorted(extra_r, capacity_mib - hbm_b, side="right") - 1  # the largest batch HBM holds
+        top = fits  # the largest batch index each B allows at k = 1 (-1: none)
         if max_itl_us is not None:  # the longest gap: a whole forward and a step
             top = np.minimum(top, np.searchsorted(forward_r, max_itl_us - step_b, side="right") - 1)
         if ttft_slo_us is not None:  # a new request waits for the step and 1.5 forwards
             top = np.minimum(top, np.searchsorted(3 * forward_r, 2 * ttft_slo_us - 2 * step_b, side="right") - 1)
-        per_request = forward_r / rs
-        # index of the least prefill seconds per request among the first r + 1 batches (the first of equals)
-        lower = np.concatenate([[True], per_request[1:] < np.minimum.accumulate(per_request)[:-1]])
+        # index of the least prefill seconds per request among the batches from r1 to r (the first of equals)
+        masked = np.where(np.arange(rs.size) >= r1, per_request, np.inf)
+        lower = np.concatenate([[True], masked[1:] < np.minimum.accumulate(masked)[:-1]])
         least_upto = np.maximum.accumulate(np.where(lower, np.arange(rs.size), 0))
         below = np.minimum(top, first_h - 1)  # the largest allowed batch of fewer than H_B requests
         r_below = least_upto[np.maximum(below, 0)]
-        p_below = np.where(below >= 0, per_request[r_below], np.inf)
-        held_ok = first_h <= top  # a batch of at least H_B requests is allowed: it holds H_B
-        use_held = held_ok & (per_held < p_below)
-        r_at = np.where(use_held, np.minimum(first_h, rs.size - 1), r_below)
+        p_below = np.where(below >= r1, masked[r_below], np.inf)
+        first_b = np.maximum(first_h, r1)
+        p_held = np.where(first_b <= top, per_held, np.inf)  # a batch of at least H_B allowed: it holds H_B
+        r_at = np.where(p_held < p_below, np.minimum(first_b, rs.size - 1), r_below)
+        p_at = np.minimum(p_below, p_held)
+        if r1 > 0:
+            # below r1 a prompt takes k > 1 forwards: the TTFT and the longest gap need not grow with R, so
+            # those batches are marked one by one [B, r1], each holding R_h = min(R, H_B / k) requests' worth
+            ra, ka, fa = np.arange(r1), k_r[:r1], forward_r[:r1]
+            allowed = ra[None, :] <= fits[:, None]
+            if max_itl_us is not None:
+                allowed &= step_b[:, None] + ka * fa <= max_itl_us
+            if ttft_slo_us is not None:
+                allowed &= 2 * step_b[:, None] + (2 * ka + 1) * fa <= 2 * ttft_slo_us
+            held_ba = np.minimum(rs[None, :r1].astype(float), held_b[:, None] / ka[None, :])
+            p_ba = np.where(allowed, _read_forward(rs, forward_r, held_ba) / held_ba, np.inf)
+            r_a = p_ba.argmin(axis=1)
+            p_a = p_ba[np.arange(xs.size), r_a]
+            r_at = np.where(p_a <= p_at, r_a, r_at)  # ties: the smaller batch
+            p_at = np.minimum(p_a, p_at)
         b_at = np.arange(xs.size)
-        ok_b = top >= 0
+        ok_b = np.isfinite(p_at)
     else:
         b_at, r_at = (a.reshape(-1) for a in np.meshgrid(np.arange(xs.size), np.arange(rs.size), indexing="ij"))
         ok_b = np.ones(b_at.size, dtype=bool)
-    step, fwd, extra = step_b[b_at], forward_r[r_at], extra_r[r_at]
-    holds_h = r_at >= first_h[b_at]
-    held = np.where(holds_h, held_b[b_at], rs[r_at])
-    fwd_held = np.where(holds_h, forward_h[b_at], fwd)
+    step, fwd, extra, own = step_b[b_at], forward_r[r_at], extra_r[r_at], k_r[r_at]
+    if bool(np.any(k_r > 1)):  # R_h = min(R, H_B / k), read as the evaluation reads it
+        held = np.minimum(rs[r_at].astype(float), held_b[b_at] / own)
+        fwd_held = _read_forward(rs, forward_r, held)
+    else:
+        holds_h = r_at >= first_h[b_at]
+        held = np.where(holds_h, held_b[b_at], rs[r_at])
+        fwd_held = np.where(holds_h, forward_h[b_at], fwd)
     rate, _, tpot, ttft = colocated_rate_and_latency(
         step / 1e6,
         emitted,
@@ -782,14 +896,15 @@ def _whole_forward_best(
         w.output_tokens,
         fwd_held / 1e6,
         held,
+        own,
     )
     ok = ok_b & (hbm_b[b_at] + extra <= capacity_mib)
     if max_itl_us is not None:
-        ok &= step + fwd <= max_itl_us
+        ok &= step + own * fwd <= max_itl_us
     if tpot_slo_us is not None:
         ok &= tpot * 1e6 <= tpot_slo_us
     if ttft_slo_us is not None:
-        ok &= 2 * step + 3 * fwd <= 2 * ttft_slo_us
+        ok &= 2 * step + (2 * own + 1) * fwd <= 2 * ttft_slo_us
     score = np.where(ok, rate, -1.0)
     i = int(score.argmax())  # the first best: the smallest B, then the smallest R
     if score[i] <= 0:
@@ -802,7 +917,7 @@ def _whole_forward_best(
         float(tpot[i]),
         float(ttft[i]),
         int(hbm_b[b_i] + extra_r[r_i]),
-        float(step_b[b_i] + forward_r[r_i]) / 1e6,
+        float(step_b[b_i] + k_r[r_i] * forward_r[r_i]) / 1e6,
         None,
     )
     return float(score[i]), figures
@@ -851,7 +966,16 @@ def _evaluate(
             forward = _forward_us(ctx, pi, idx, mb)  # [R]
             extra = _prefill_extra_mib(ctx, dt, pt, idx, mb)
             args = (step_cb[c], hbm_cb[c], float(emitted_c[c]), xs, forward, extra, rs, mb)
-            found = _whole_forward_best(ctx, n, di.hbm_capacity_mib, slo_c[c], ttft_slo_us, max_itl_us, *args)
+            found = _whole_forward_best(
+                ctx,
+                n,
+                di.hbm_capacity_mib,
+                slo_c[c],
+                ttft_slo_us,
+                max_itl_us,
+                *args,
+                prompt_forwards=_prompt_forwards(pi, idx[0]),
+            )
             if found is not None and found[0] > best_score[c]:
                 best_score[c], best_at[c] = found
     for c, (_, idx) in enumerate(chosen if dt.options.chunked_prefill else ()):

@@ -8,20 +8,30 @@ forward prefills the prompts admitted since the last one, at most the plan's bat
 A full instance admits a prompt only when a sequence finishes, a = N e / out of them a decode
 step, and the engines prefill what they admit (vLLM's and SGLang's schedulers run a waiting
 prompt at the next step, MindIE with supportSelectBatch off, as the launch files set it). With
-admissions per step Poisson of mean a and a forward after every step that admitted one, a
-forward holds H = a / (1 - e^-a) prompts (the mean of a Poisson count given it is not zero),
-and never more than R nor fewer than the fewest requests the search's batch axis holds
-(`least_requests_per_forward`): R_h = min(R, max(R_0, H)), its forward F_h read linearly between
-the forwards of the whole batches on either side. Per request an instance spends
-out * step / (N e) seconds decoding and F_h / R_h prefilling, so it serves
-lambda = 1 / (out * step / (N e) + F_h / R_h) requests per second. A fraction
-f = lambda * F_h / R_h of its time goes to prefill, during which decoding stalls: a sequence sees
-TPOT = (step / e) / (1 - f) on average. The limits stay at the plan's batch, the largest forward
-the engine may run: the gap between two of a sequence's tokens is at most a forward of R plus a
-step, a new request waits for the decode step in flight and the forward in flight (half a
-forward on average), then its own forward: TTFT = step + 1.5 F(R), and HBM holds the KV cache
-and activations of R prompts. (Checked against the serving simulator, which admits as the
-engines do: tests/simulate/test_consistency.py.)
+admissions per step Poisson of mean a and a forward after every step that admitted one, H =
+a / (1 - e^-a) prompts wait (the mean of a Poisson count given it is not zero), never fewer than
+the fewest requests the search's batch axis holds (`least_requests_per_forward`, R_0).
+
+With attention data parallelism over D ranks each rank prefills its own prompts within its share
+R / D of the batch (the engines' per-rank budget: planner.costmodel.prefill), so a prompt longer
+than that share takes k = ceil(in D / (R in)) forwards on its rank
+(`planner.costmodel.prefill.forwards_per_prompt`; k = 1 when a share holds a prompt), back to back:
+the engines run a prompt's next chunk at the next prefill opportunity, before decoding resumes
+(SGLang schedules a new prefill batch, the chunked request's rest, before each decode batch; the
+serving simulator does the same), and no sequence finishes meanwhile to admit another. The H
+prompts thus take k forwards of H / k prompts' tokens each, never more than the batch: a forward
+holds R_h = min(R, max(R_0, H) / k) requests' worth, its forward F_h read linearly between the
+forwards of the whole batches on either side (below R_0 on the line through R_0 and R_0 + 1,
+`forward_below_axis`). Per request an instance spends out * step / (N e) seconds decoding and
+F_h / R_h prefilling, so it serves lambda = 1 / (out * step / (N e) + F_h / R_h) requests per
+second. A fraction f = lambda * F_h / R_h of its time goes to prefill, during which decoding
+stalls: a sequence sees TPOT = (step / e) / (1 - f) on average. The limits stay at the plan's
+batch, the largest forward the engine may run: the gap between two of a sequence's tokens is at
+most k forwards of R plus a step, and a new request waits for the decode step in flight and the
+forward in flight (half a forward on average), then its own k forwards:
+TTFT = step + (k + 1/2) F(R) (step + 1.5 F(R) with k = 1), and HBM holds the KV cache and
+activations of R prompts. (Checked against the serving simulator, which admits as the engines do:
+tests/simulate/test_consistency.py.)
 
 **Chunked prefill** (`chunk_tokens` = C, the prompt tokens one step may carry; vLLM's chunked
 prefill: `max_num_batched_tokens` is the "maximum number of tokens to be processed in a single
@@ -68,7 +78,8 @@ busy, the mean step and lambda are those of the seats that decode (the queue ter
 every seat decoding, a little long).
 
 For whole forwards the ITL percentiles follow the same way from the fraction of a sequence's
-gaps that hold a forward (forwards per second over steps per second).
+gaps that hold a prompt's run of k forwards (runs per second over steps per second), a long gap
+being a step and k forwards.
 """
 
 from __future__ import annotations
@@ -81,7 +92,7 @@ import numpy as np
 from planner.costmodel.context import CostContext
 from planner.costmodel.decode import decode_step
 from planner.costmodel.memory import HbmUse, decode_hbm, prefill_hbm
-from planner.costmodel.prefill import least_requests_per_forward, prefill_forward
+from planner.costmodel.prefill import forwards_per_prompt, least_requests_per_forward, prefill_forward
 from planner.specs.plan import DecodePlan, PrefillPlan
 
 
@@ -99,6 +110,7 @@ class ColocatedFigures:
     itl_p99_s: float = 0.0
     chunk_step_fraction: float = 0.0  # chunked: steps carrying a chunk (phi); whole forwards: 0
     held_requests: float = 0.0  # whole forwards: the requests a forward holds (R_h); chunked: 0
+    prompt_forwards: int = 1  # whole forwards: the forwards a prompt takes on its rank (k); chunked: 1
 
 
 def admitted_per_step(devices: int, concurrency, emitted, output_tokens: int) -> np.ndarray:
@@ -113,10 +125,22 @@ def prompts_per_forward(admitted) -> np.ndarray:
     return a / -np.expm1(-a)
 
 
-def held_requests(batch_requests, admitted, least_requests: int) -> np.ndarray:
-    """R_h = min(R, max(R_0, H)): the requests a whole forward holds (module docstring)."""
-    held = np.maximum(float(least_requests), prompts_per_forward(admitted))
+def held_requests(batch_requests, admitted, least_requests: int, prompt_forwards=1.0) -> np.ndarray:
+    """R_h = min(R, max(R_0, H) / k): the requests' worth of prompt tokens a whole forward holds (module
+    docstring; k the forwards a prompt takes on its rank)."""
+    held = np.maximum(float(least_requests), prompts_per_forward(admitted)) / np.asarray(prompt_forwards, dtype=float)
     return np.minimum(np.asarray(batch_requests, dtype=float), held)
+
+
+def forward_below_axis(held, first_requests, second_requests, first_s, second_s) -> np.ndarray:
+    """F(R_h) for R_h below the fewest whole requests a forward holds (R_0, `first_requests`; the search's
+    batch axis starts there): read on the line through the forwards of R_0 and the next batch
+    (`second_requests`), never below F(R_0) R_h / R_0 (a forward's seconds per request do not fall as
+    it shrinks: its weight reads and launches stay)."""
+    x = np.asarray(held, dtype=float)
+    slope = (np.asarray(second_s) - np.asarray(first_s)) / max(float(second_requests) - float(first_requests), 1e-12)
+    line = np.asarray(first_s) + (x - float(first_requests)) * slope
+    return np.maximum(line, np.asarray(first_s) * x / float(first_requests))
 
 
 def colocated_rate_and_latency(
@@ -129,10 +153,12 @@ def colocated_rate_and_latency(
     output_tokens: int,
     held_forward_s=None,
     held_requests_per_forward=None,
+    prompt_forwards=1.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(requests/s, prefill time fraction, TPOT s, TTFT s) by the formulas of the module docstring:
     the rate and the stretched TPOT from the forwards the instance runs (`held_forward_s` of
-    `held_requests_per_forward`, by default the plan's), the TTFT from the plan's forward."""
+    `held_requests_per_forward`, by default the plan's), the TTFT from the plan's forward and the
+    `prompt_forwards` (k) a prompt takes on its rank."""
     decode_s_per_request = output_tokens * np.asarray(step_s) / (devices * np.asarray(concurrency) * emitted)
     if held_forward_s is None:
         held_forward_s, held_requests_per_forward = forward_s, requests_per_forward
@@ -140,7 +166,7 @@ def colocated_rate_and_latency(
     rate = 1.0 / (decode_s_per_request + prefill_s_per_request)
     fraction = rate * prefill_s_per_request
     tpot = np.asarray(step_s) / emitted / np.maximum(1.0 - fraction, 1e-12)
-    ttft = np.asarray(step_s) + 1.5 * np.asarray(forward_s)
+    ttft = np.asarray(step_s) + (np.asarray(prompt_forwards, dtype=float) + 0.5) * np.asarray(forward_s)
     return rate, fraction, tpot, ttft
 
 
@@ -153,21 +179,34 @@ def itl_percentiles(step_s, long_s, long_fraction) -> tuple[np.ndarray, np.ndarr
     return np.where(frac >= ITL_P50, long, step), np.where(frac > ITL_P99, long, step)
 
 
-def whole_forward_long_gap_fraction(step_s, emitted, rate, forward_s, requests_per_forward, fraction) -> np.ndarray:
-    """Fraction of a sequence's gaps with a whole forward in them: forwards per step taken."""
-    forwards_per_s = np.asarray(rate) / np.asarray(requests_per_forward)
+def whole_forward_long_gap_fraction(
+    step_s, emitted, rate, forward_s, requests_per_forward, fraction, prompt_forwards=1.0
+) -> np.ndarray:
+    """Fraction of a sequence's gaps with whole forwards in them: runs of `prompt_forwards` forwards
+    (a prompt's forwards on its rank, back to back) per step taken."""
+    runs_per_s = np.asarray(rate) / np.asarray(requests_per_forward) / np.asarray(prompt_forwards, dtype=float)
     steps_per_s = (1.0 - np.asarray(fraction)) / np.asarray(step_s)
-    return np.minimum(1.0, forwards_per_s / np.maximum(steps_per_s, 1e-12))
+    return np.minimum(1.0, runs_per_s / np.maximum(steps_per_s, 1e-12))
 
 
 def forward_held_s(
-    forward_at, held: float, batch_requests: float, batch_forward_s: float, tokens_per_request: int
+    forward_at,
+    held: float,
+    batch_requests: float,
+    batch_forward_s: float,
+    tokens_per_request: int,
+    least_requests: int = 1,
 ) -> float:
     """F_h: the forward of `held` requests, read linearly between the forwards of the whole
-    batches on either side (`forward_at` maps prompt tokens to seconds); the plan's own forward
+    batches on either side (`forward_at` maps prompt tokens to seconds), below the fewest whole
+    requests a forward holds (`least_requests`) by `forward_below_axis`; the plan's own forward
     when the forward holds its whole batch."""
     if held >= batch_requests - 1e-9:
         return batch_forward_s
+    if held < least_requests - 1e-9:
+        pair = np.array([least_requests, least_requests + 1], dtype=float)
+        f0, f1 = (float(x) for x in np.asarray(forward_at(pair * tokens_per_request)))
+        return float(forward_below_axis(held, least_requests, least_requests + 1, f0, f1))
     lo = math.floor(held + 1e-9)
     hi = min(lo + 1.0, batch_requests)
     if held - lo <= 1e-9:
@@ -177,14 +216,24 @@ def forward_held_s(
 
 
 def held_forward(
-    ctx: CostContext, devices: int, concurrency, emitted, batch_requests: float, batch_forward_s: float, forward_at
+    ctx: CostContext,
+    devices: int,
+    concurrency,
+    emitted,
+    batch_requests: float,
+    batch_forward_s: float,
+    forward_at,
+    prompt_forwards: float = 1.0,
 ) -> tuple[float, float]:
-    """(R_h, F_h): the requests a whole forward of an instance of `devices` at `concurrency` holds,
-    and that forward's seconds (`forward_at` maps prompt tokens to seconds; the plan's batch of
-    `batch_requests` takes `batch_forward_s`), by the module docstring."""
+    """(R_h, F_h): the requests' worth of prompt tokens a whole forward of an instance of `devices` at
+    `concurrency` holds, and that forward's seconds (`forward_at` maps prompt tokens to seconds; the
+    plan's batch of `batch_requests` takes `batch_forward_s`; a prompt takes `prompt_forwards` on its
+    rank), by the module docstring."""
     admitted = admitted_per_step(devices, concurrency, emitted, ctx.workload.output_tokens)
-    held = float(held_requests(batch_requests, admitted, least_requests_per_forward(ctx)))
-    return held, forward_held_s(forward_at, held, batch_requests, batch_forward_s, ctx.prefill_tokens_per_request)
+    least = least_requests_per_forward(ctx)
+    held = float(held_requests(batch_requests, admitted, least, prompt_forwards))
+    tokens = ctx.prefill_tokens_per_request
+    return held, forward_held_s(forward_at, held, batch_requests, batch_forward_s, tokens, least)
 
 
 def chunk_time_s(forward_x_s, forward_2x_s, chunk_tokens, x_tokens) -> np.ndarray:
@@ -311,6 +360,8 @@ def colocated_figures(
     fwd = prefill_forward(ctx, prefill)
     forward_s = float(fwd.forward_s[0])
     batch = float(fwd.requests_per_forward[0])
+    # the forwards a prompt takes on its rank (module docstring)
+    own = float(forwards_per_prompt(ctx, prefill.batch_tokens, prefill.attention.dp, prefill.context_parallel))
     held, held_s = held_forward(
         ctx,
         decode.devices,
@@ -319,23 +370,34 @@ def colocated_figures(
         batch,
         forward_s,
         lambda tokens: prefill_forward(ctx, prefill, tokens).forward_s,
+        own,
     )
     rate, fraction, tpot, ttft = colocated_rate_and_latency(
-        step_s, emitted, decode.devices, decode.concurrency_per_device, forward_s, batch, w.output_tokens, held_s, held
+        step_s,
+        emitted,
+        decode.devices,
+        decode.concurrency_per_device,
+        forward_s,
+        batch,
+        w.output_tokens,
+        held_s,
+        held,
+        own,
     )
     p_use = prefill_hbm(ctx, prefill)
     parts["prefill_kv_cache"] = p_use.breakdown_bytes["kv_cache"]
     parts["prefill_activations"] = p_use.breakdown_bytes["activations"]
-    long_share = whole_forward_long_gap_fraction(step_s, emitted, rate, held_s, held, fraction)
-    p50, p99 = itl_percentiles(step_s, held_s + step_s, long_share)
+    long_share = whole_forward_long_gap_fraction(step_s, emitted, rate, held_s, held, fraction, own)
+    p50, p99 = itl_percentiles(step_s, own * held_s + step_s, long_share)
     return ColocatedFigures(
         requests_per_s=float(rate),
         prefill_time_fraction=float(fraction),
         tpot_s=float(tpot),
         ttft_s=float(ttft),
-        pause_s=forward_s + step_s,
+        pause_s=own * forward_s + step_s,
         hbm=HbmUse(parts, d_use.role, ctx.hbm_capacity_bytes),
         itl_p50_s=float(p50),
         itl_p99_s=float(p99),
         held_requests=held,
+        prompt_forwards=int(own),
     )

@@ -38,7 +38,7 @@ from planner.costmodel.prediction import (
     PrefillPrediction,
     SystemPrediction,
 )
-from planner.costmodel.prefill import prefill_forward, prefill_rank_notes, prompt_alone_s
+from planner.costmodel.prefill import forwards_per_prompt, prefill_forward, prefill_rank_notes, prompt_alone_s
 from planner.specs.catalog import load_hardware, load_plan_model
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
@@ -206,7 +206,7 @@ def predict_prefill(ctx: CostContext, plan: Plan, hbm_from: PrefillPrediction | 
     return PrefillPrediction(
         forward_ms=_r(float(fwd.forward_s[0]) * 1e3),
         ttft_ms=_r(ttft_ms),
-        prompt_alone_ms=_r(prompt_alone_s(ctx, phase) * 1e3),
+        prompt_alone_ms=None if plan.colocated is not None else _r(prompt_alone_s(ctx, phase) * 1e3),
         requests_per_forward=_r(float(fwd.requests_per_forward[0])),
         tokens_per_s_per_device=_r(per_dev),
         tokens_per_s_per_card=_r(per_dev * ctx.hw.devices_per_card),
@@ -239,6 +239,7 @@ def predict_colocated(ctx: CostContext, plan: Plan) -> ColocatedPrediction:
         chunk_tokens=section.chunk_tokens,
         chunk_step_fraction=_r(fig.chunk_step_fraction, 6),
         prompts_per_forward=None if section.chunk_tokens is not None else _r(fig.held_requests, 3),
+        forwards_per_prompt=None if section.chunk_tokens is not None else fig.prompt_forwards,
         tokens_per_s_per_user=_r(1e3 / tpot_ms) if tpot_ms > 0 else 0.0,
         tokens_per_s_per_card=_r(out_per_s / ctx.hw.cards(section.devices)),
         meets_tpot_slo=None
@@ -328,6 +329,8 @@ def predict_afd_colocated(ctx: CostContext, plan: Plan, afd: AfdPrediction) -> C
     step_s, forward_s = afd.step_ms / 1e3, afd.prefill_forward_ms / 1e3
     emitted = afd.tokens_per_step_per_sequence
     requests = section.prefill_batch_tokens / ctx.prefill_tokens_per_request
+    # the forwards a prompt takes on its attention DP rank, back to back (planner.costmodel.colocated)
+    own = float(forwards_per_prompt(ctx, section.prefill_batch_tokens, section.attention.dp, False))
     held, held_s = held_forward(
         ctx,
         section.attention_devices,
@@ -336,6 +339,7 @@ def predict_afd_colocated(ctx: CostContext, plan: Plan, afd: AfdPrediction) -> C
         requests,
         forward_s,
         lambda tokens: afd_prefill_forward_s(ctx, section, tokens),
+        own,
     )
     rate, fraction, tpot, ttft = (
         float(np.asarray(x).reshape(-1)[0])
@@ -349,11 +353,14 @@ def predict_afd_colocated(ctx: CostContext, plan: Plan, afd: AfdPrediction) -> C
             ctx.workload.output_tokens,
             held_s,
             held,
+            own,
         )
     )
-    long_fraction = whole_forward_long_gap_fraction(step_s, emitted, rate, held_s, held, fraction)
-    pause = step_s + forward_s
-    p50, p99 = (float(np.asarray(x).reshape(-1)[0]) for x in itl_percentiles(step_s, held_s + step_s, long_fraction))
+    long_fraction = whole_forward_long_gap_fraction(step_s, emitted, rate, held_s, held, fraction, own)
+    pause = step_s + own * forward_s
+    p50, p99 = (
+        float(np.asarray(x).reshape(-1)[0]) for x in itl_percentiles(step_s, own * held_s + step_s, long_fraction)
+    )
     att_use, _ = afd_hbm(ctx, section, None, section.prefill_batch_tokens)
     hbm = _hbm_fields(att_use, ctx)
     hbm.pop("hbm_role")
@@ -371,6 +378,7 @@ def predict_afd_colocated(ctx: CostContext, plan: Plan, afd: AfdPrediction) -> C
         chunk_tokens=None,
         chunk_step_fraction=0.0,
         prompts_per_forward=_r(held, 3),
+        forwards_per_prompt=int(own),
         tokens_per_s_per_user=_r(1e3 / (tpot * 1e3)) if tpot > 0 else 0.0,
         tokens_per_s_per_card=_r(rate * ctx.workload.output_tokens / cards),
         meets_tpot_slo=None
@@ -663,7 +671,12 @@ def _evaluate_single(plan: Plan, specs: PlanSpecs, imb: ImbalanceModel, hbm_from
             tuple(p for p, present in (("decode", decode), ("prefill", prefill)) if present is not None),
         )
         + workload_notes(ctx)
-        + prefill_rank_notes(ctx, plan.prefill_phase if prefill is not None and colocated is None else None)
+        + prefill_rank_notes(
+            ctx,
+            plan.prefill_phase
+            if prefill is not None and (plan.colocated is None or plan.colocated.chunk_tokens is None)
+            else None,
+        )
         + acceptance_spread_notes(plan, colocated or afd or decode)
         + (
             [

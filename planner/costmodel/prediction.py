@@ -57,8 +57,8 @@ class PrefillPrediction(_HbmFigures):
     forward_ms: float
     ttft_ms: float
     # TTFT of the TTFT-percentile prompt alone on an idle instance, without queueing
-    # (planner.costmodel.prefill.prompt_alone_s)
-    prompt_alone_ms: float
+    # (planner.costmodel.prefill.prompt_alone_s); None for colocated instances, whose TTFT is the colocated block's
+    prompt_alone_ms: float | None = None
     requests_per_forward: float
     tokens_per_s_per_device: float
     tokens_per_s_per_card: float
@@ -127,6 +127,9 @@ class ColocatedPrediction(_HbmFigures):
     # whole forwards: requests a forward holds when the engine prefills what a full instance admits
     # (planner.costmodel.colocated: min(batch, a / (1 - e^-a)), a = N e / out); chunked: None
     prompts_per_forward: float | None = None
+    # whole forwards: the forwards the TTFT-percentile prompt takes on its attention DP rank, back to back (its
+    # rank's share of the batch: planner.costmodel.colocated); chunked: None
+    forwards_per_prompt: int | None = None
     tokens_per_s_per_user: float  # 1000 / TPOT, the stalls included: what `plan`, `evaluate`, `whatif` show
     tokens_per_s_per_card: float
     meets_tpot_slo: bool | None

@@ -36,6 +36,7 @@ parallelism buys: without it one rank computes the prompt while the other ranks'
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -177,26 +178,41 @@ def prefill_forward(ctx: CostContext, phase: PrefillPlan, batch_tokens: ArrayLik
     )
 
 
+def busiest_rank_forward_s(
+    parts_at: Callable[[float], tuple[float, float]], busiest_rank_tokens: float, tokens: float, dp: int
+) -> float:
+    """A forward in which each of `dp` attention DP ranks prefills its own prompts, `tokens` in all and
+    `busiest_rank_tokens` on the busiest rank. Every part but the routed experts' compute (attention, dense
+    layers, LM head, the rank's dispatch and combine, launches) takes as long as on that rank, which is the
+    forward of `dp` times its tokens spread evenly; the experts' compute is that of the `tokens` of all ranks
+    together. `parts_at(tokens)` gives (forward s, routed experts' compute s) of a forward of that many
+    tokens spread evenly. One rank alone thus costs more than the same tokens spread over every rank. Read
+    by `prompt_alone_s` and by the serving simulator (planner.simulate.predictor.PrefillTimes.rank_forward_s)."""
+    if dp <= 1 or busiest_rank_tokens * dp <= tokens:
+        return parts_at(tokens)[0]
+    even_s, even_experts_s = parts_at(busiest_rank_tokens * dp)
+    return even_s - even_experts_s + parts_at(tokens)[1]
+
+
 def prompt_alone_s(ctx: CostContext, phase: PrefillPlan) -> float:
     """TTFT of the TTFT-percentile prompt alone on an idle instance, without queueing: its forwards
     (`forwards_per_prompt`), each a chunk of prompt / forwards tokens whose positions attend like the whole
     prompt's (the chunks' attention sums to the prompt's).
 
     With context parallelism (or one rank) a chunk spreads over every device. Without it the prompt sits on
-    one of the D attention DP ranks while the others idle: every part but the routed experts' compute
-    (attention, dense layers, LM head, the rank's dispatch and combine, launches) takes as long as D such
-    chunks spread evenly, the experts' compute that of the one chunk (the serving simulator's busiest rank,
-    planner.simulate.predictor.PrefillTimes.rank_forward_s, is the same rule). The KV transfer to decode
-    follows, as in the TTFT."""
+    one of the D attention DP ranks while the others idle: a forward whose busiest rank holds the chunk
+    alone (`busiest_rank_forward_s`). The KV transfer to decode follows, as in the TTFT."""
     dp = phase.attention.dp
     prompt = ctx.ttft_input_tokens * (1.0 - ctx.workload.hit_rate)
     forwards = float(forwards_per_prompt(ctx, phase.batch_tokens, dp, phase.context_parallel))
     chunk = prompt / forwards
-    if phase.context_parallel or dp <= 1:
-        return forwards * float(prefill_forward(ctx, phase, chunk).forward_s[0]) + kv_transfer_s(ctx)
-    even = prefill_forward(ctx, phase, np.array([dp * chunk, chunk]))
-    experts = even.breakdown_s.get("moe", np.zeros(2))
-    return forwards * float(even.forward_s[0] - experts[0] + experts[1]) + kv_transfer_s(ctx)
+
+    def parts_at(tokens: float) -> tuple[float, float]:
+        fwd = prefill_forward(ctx, phase, tokens)
+        return float(fwd.forward_s[0]), float(fwd.breakdown_s.get("moe", np.zeros(1))[0])
+
+    ranks = 1 if phase.context_parallel else dp
+    return forwards * busiest_rank_forward_s(parts_at, chunk, chunk, ranks) + kv_transfer_s(ctx)
 
 
 def prefill_rank_notes(ctx: CostContext, phase: PrefillPlan | None) -> list[str]:

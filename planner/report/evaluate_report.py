@@ -359,7 +359,9 @@ def evaluate_tables(
             _tpot_text(plan, c),
         )
         t.add_row(
-            "TTFT (step in flight, queue, own chunks)" if chunked else "TTFT (step in flight + 1.5 forwards)",
+            "TTFT (step in flight, queue, own chunks)"
+            if chunked
+            else "TTFT (step in flight, half a forward, own forwards)",
             f"{c.ttft_ms:.2f} ms"
             + (f" (SLO {slo.ttft_ms:g} ms: {_ok(c.meets_ttft_slo)})" if slo and slo.ttft_ms else ""),
         )
@@ -376,6 +378,11 @@ def evaluate_tables(
                 if c.prompts_per_forward is None
                 else f"; a forward holds about {c.prompts_per_forward:.2f} prompts, what a full instance admits"
             )
+            if c.forwards_per_prompt is not None and c.forwards_per_prompt > 1:
+                held += (
+                    f"; a prompt takes {c.forwards_per_prompt} forwards in a row on its attention DP rank "
+                    "(its rank's share of the batch)"
+                )
             t.add_row("prefill schedule", "whole forwards between decode steps (decoding stops during each)" + held)
         itl_slo = slo.max_itl_ms if slo else None
         t.add_row(
@@ -442,6 +449,16 @@ def whole_forward_notes(plan: Plan, prediction: Prediction) -> list[str]:
     batch = (co.prefill_batch_tokens or per_request) / per_request
     if c.prompts_per_forward >= batch - 1e-3:
         return []
+    spans = c.forwards_per_prompt or 1
+    if spans > 1:
+        return [
+            f"whole prefill forwards: a full instance admits a prompt only as a sequence finishes, and each prompt "
+            f"takes {spans} forwards in a row on its attention DP rank (its rank's share of the batch), so its "
+            f"forwards hold about {c.prompts_per_forward:.2f} prompts' worth of tokens, not the {batch:.1f} of this "
+            "plan's batch: the TPOT, time in prefill and requests/s above are at those forwards, the TTFT, longest "
+            "gap and HBM at the full batch; a larger batch takes fewer forwards a prompt (docs/simulate.md compares "
+            "this with the serving simulator)"
+        ]
     return [
         f"whole prefill forwards: a full instance admits a prompt only as a sequence finishes, so its forwards "
         f"hold about {c.prompts_per_forward:.2f} prompts, not the {batch:.1f} of this plan's batch (vLLM and SGLang "

@@ -15,8 +15,11 @@ engines' running set). Then, with the plan's `chunk_tokens` C:
   prefill forward, and decoding stops meanwhile (SGLang's and vLLM V0's scheduler try a new prefill
   batch before each decode batch); otherwise it runs a decode step. Prompts longer than the batch
   take several forwards. Two ways to form the forward's batch:
-  - **instance** (the default; the static model's, planner.costmodel.colocated): as many admitted
-    prompts, oldest first, as fit in `prefill_batch_tokens`, costed as if spread over the DP ranks;
+  - **instance** (the default; the static model's, planner.costmodel.colocated): each DP rank's admitted
+    prompts, oldest first, up to its share `prefill_batch_tokens / dp` (every engine's per-rank budget:
+    vLLM's max_num_batched_tokens per DP engine core, SGLang's divided --chunked-prefill-size; a prompt
+    longer than the share takes several forwards in a row), the forward's tokens costed as if spread
+    evenly over the DP ranks;
   - **per-rank** (SGLang with DP attention): each DP rank batches its own admitted prompts, up to its
     share `prefill_batch_tokens / dp`. SGLang runs one scheduler per attention-DP rank
     (python/sglang/srt/managers/scheduler_dp_attn_mixin.py gathers each rank's own batch;
@@ -168,9 +171,13 @@ class ColocatedInstance(DecodeInstance):
         return taken, prompts, attended
 
     def _start_instance_forward(self, now: float) -> None:
-        """A whole forward of the admitted prompts, oldest first, up to the instance's batch, costed as spread
-        over the DP ranks (the static model's); the instance's decoding waits for it."""
-        tokens, attended, _, _ = self._take_prompt_tokens(self.batch_tokens)
+        """A whole forward of each DP rank's admitted prompts, oldest first, up to the rank's share of the
+        batch, costed as spread over the DP ranks (the static model's); the instance's decoding waits for it."""
+        if self.dp > 1:
+            taken, _, attended = self._take_rank_tokens(max(1, self.batch_tokens // self.dp))
+            tokens = int(taken.sum())
+        else:
+            tokens, attended, _, _ = self._take_prompt_tokens(self.batch_tokens)
         self._launch_forward(now, self.forward_times.forward_s(tokens, attended / tokens))
 
     def _start_rank_forward(self, now: float) -> None:

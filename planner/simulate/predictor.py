@@ -34,7 +34,7 @@ from planner.costmodel.colocated import chunk_time_s, chunked_reference_tokens
 from planner.costmodel.context import CostContext
 from planner.costmodel.decode import decode_step, emitted_tokens_per_step
 from planner.costmodel.memory import attention_hbm, decode_hbm, kv_transfer_bytes_per_request
-from planner.costmodel.prefill import prefill_forward
+from planner.costmodel.prefill import busiest_rank_forward_s, prefill_forward
 from planner.specs.plan import DecodePlan, PrefillPlan
 from planner.specs.workload import Workload
 
@@ -261,18 +261,19 @@ class PrefillTimes:
 
     def rank_forward_s(self, busiest_rank_tokens: float, tokens: float, attended_mean: float, dp: int) -> float:
         """A forward in which each of `dp` attention-DP ranks prefills its own prompts, `tokens` in all and
-        `busiest_rank_tokens` on the busiest rank: every part but the routed experts' compute (attention,
-        dense layers, the rank's dispatch and combine, launches) takes as long as on that rank, which is the
-        forward of `dp` times its tokens spread evenly; the experts' compute is that of the `tokens` of all
-        ranks together. One rank alone thus costs more than `forward_s(tokens)`, which spreads its prompt over
-        every rank. With one rank (or tables without the experts' part) it is `forward_s(tokens)`."""
-        if dp <= 1 or self._e is None or busiest_rank_tokens * dp <= tokens:  # type: ignore[attr-defined]
+        `busiest_rank_tokens` on the busiest rank, by the cost model's busiest-rank rule
+        (planner.costmodel.prefill.busiest_rank_forward_s) on these tables: one rank alone costs more than
+        `forward_s(tokens)`, which spreads its prompt over every rank. With one rank (or tables without the
+        experts' part) it is `forward_s(tokens)`."""
+        if self._e is None:  # type: ignore[attr-defined]
             return self.forward_s(tokens, attended_mean)
         x = 2.0 * attended_mean / (1.0 + self.hit_rate)
         t, lengths, experts = self._t, self._x, self._e  # type: ignore[attr-defined]
-        even = busiest_rank_tokens * dp
-        rest = self.forward_s(even, attended_mean) - bilinear_scalar(t, lengths, experts, even, x)
-        return rest + bilinear_scalar(t, lengths, experts, tokens, x)
+
+        def parts_at(n: float) -> tuple[float, float]:
+            return self.forward_s(n, attended_mean), bilinear_scalar(t, lengths, experts, n, x)
+
+        return busiest_rank_forward_s(parts_at, busiest_rank_tokens, tokens, dp)
 
     def prompt_kv_bytes(self, prompt_tokens: float) -> float:
         """Cache bytes of a whole prompt (cached prefix included), by linear interpolation in length."""

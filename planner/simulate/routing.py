@@ -92,7 +92,11 @@ ENGINE_ROUTING: dict[str, Routing] = {
             "MindIE Motor 2.3.0 docs (servicedeploy, Overview): the coordinator sends a request to the "
             "prefill/decode instance with the lowest load"
         ),
-        dp_source="not documented by MindIE; round robin assumed",
+        dp_source=(
+            "MindIE-LLM v3.0.0 (8b4871ad) src/engine/llm_engine.cpp LlmEngine::AddRequest: (rrIdx++) % DP ranks, "
+            "load and prompt length ignored; across nodes its LoadBalancer's only policy is round robin "
+            "(src/load_balance/round_robin_policy.cpp)"
+        ),
     ),
 }
 DEFAULT_ENGINE = "vllm-ascend"

@@ -18,7 +18,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from planner.errors import BadInputError
 from planner.specs.hardware import HardwareSpec, Strict
-from planner.specs.model import ModelSpec
+from planner.specs.model import MLA_KINDS, ModelSpec
 from planner.specs.workload import Workload
 
 __all__ = ["Workload"]  # the workload section lives in planner.specs.workload (lengths, prefix hits)
@@ -858,7 +858,8 @@ def check_afd(section: AfdPlan, model: ModelSpec, hw: HardwareSpec, field: str =
     afd_link_level(hw, section, f"{field}.link")
 
 
-CONTEXT_PARALLEL_KINDS = ("mla", "gqa", "dsa", "dsa_shared")
+# the full-attention kinds whose KV entries the ranks gather: MLA and its DSA variants, and GQA
+CONTEXT_PARALLEL_KINDS = (*MLA_KINDS, "gqa")
 
 
 def check_context_parallel(model: ModelSpec) -> None:

@@ -104,13 +104,15 @@ def test_whatif_of_a_colocated_plan_keeps_its_card_count_as_the_budget(tmp_path)
     assert r.exit_code == 0, r.output
     plan = json.loads(base.read_text())["plans"][0]
     assert plan.get("colocated"), "the a2 24-card plan is no longer colocated: pick another base"
-    r = run_cli("whatif", str(base), "--tpot-ms", "90", "--json", "-")
+    r = run_cli("whatif", str(base), "--tpot-ms", "80", "--json", "-")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
     assert doc["assumptions"]["base"]["max-cards"] == 24
     assert doc["new"]["plan"]["predicted"]["system"]["cards"] <= 24
-    text = run_cli("whatif", str(base), "--tpot-ms", "90").output
-    assert "decode (or colocated) concurrency per device" in text
+    new = doc["new"]["plan"]["colocated"]
+    assert new is not None and new["concurrency_per_device"] < plan["colocated"]["concurrency_per_device"]
+    text = run_cli("whatif", str(base), "--tpot-ms", "80").output
+    assert "decode (or colocated)" in text and "concurrency per device" in text
 
 
 @pytest.mark.parametrize(

@@ -220,17 +220,23 @@ def test_afd_instances_that_prefill_too_are_scored_as_colocated():
     assert p.colocated is not None and p.afd.prefill_forward_ms is not None
     # decoding stalls during prefill forwards: the user sees a longer TPOT than the steps alone
     assert p.colocated.tpot_ms > p.afd.tpot_ms
-    assert p.colocated.longest_decode_pause_ms == pytest.approx(p.afd.step_ms + p.afd.prefill_forward_ms, abs=0.01)
-    # a forward holds what a full instance admits between forwards, a / (1 - e^-a), at most the batch
+    # each of the 64 attention DP ranks prefills 32,768 / 64 = 512 tokens a forward of its own prompts: a
+    # 16K prompt takes 32 forwards in a row, the longest gap a step and those forwards
+    assert p.colocated.forwards_per_prompt == 32
+    assert p.colocated.longest_decode_pause_ms == pytest.approx(p.afd.step_ms + 32 * p.afd.prefill_forward_ms, abs=0.01)
+    # a forward holds what a full instance admits between forwards, a / (1 - e^-a), over the forwards a
+    # prompt takes on its rank, at most the batch
     w = both.workload
-    for batch in (2, 8):
+    for batch in (2, 8, 64):
         section = plan.afd.model_copy(update={"prefill_batch_tokens": batch * w.input_tokens})
         q = evaluate_plan(both.model_copy(update={"afd": section}), None)
         a = section.attention_devices * section.concurrency_per_device * q.afd.tokens_per_step_per_sequence
         a /= w.output_tokens
-        held = min(batch, max(1.0, a / -np.expm1(-a)))
+        k = -(-64 // batch)
+        assert q.colocated.forwards_per_prompt == k
+        held = min(batch, max(1.0, a / -np.expm1(-a)) / k)
         assert q.colocated.prompts_per_forward == pytest.approx(held, abs=1e-3)
-    assert held < 8  # the second batch is above what is admitted: its forwards are read between batches
+    assert held < 64  # the last batch is above what is admitted: its forwards are read between batches
 
 
 @pytest.mark.parametrize(("tag", "room"), [("16k", 0.0006), ("32k", None)])

@@ -110,3 +110,29 @@ def test_the_searched_plan_reports_the_forwards_it_costs():
     assert predicted["ttft_ms"] >= (0.5 + own) * predicted["forward_ms"] - 1e-6
     spans = [n for n in plan["predicted"]["notes"] if "spans" in n and n.startswith("prefill ranks:")]
     assert bool(spans) == (own > 1)
+
+
+def test_a_colocated_prompt_takes_its_forwards_in_a_row_before_decoding_resumes():
+    # attention DP24 over a 16,384-token batch: 682 tokens a rank, so a 1,024-token prompt takes 2 forwards;
+    # a new request waits for the step and half a forward, then its 2 forwards; a sequence's longest gap
+    # holds a prompt's 2 forwards and a step
+    from planner.costmodel.evaluate import evaluate_plan
+
+    plan, _ = load_plan("tests/simulate/small-colocated-whole.yaml")
+    p = evaluate_plan(plan)
+    step, forward = p.decode.step_ms, p.prefill.forward_ms
+    assert p.colocated.forwards_per_prompt == 2
+    assert p.colocated.ttft_ms == pytest.approx(step + 2.5 * forward, abs=0.01)
+    assert p.colocated.longest_decode_pause_ms == pytest.approx(step + 2 * forward, abs=0.01)
+    assert any("spans 2 forwards on its rank, which its TTFT counts" in n for n in p.notes)
+    # a colocated instance's TTFT is the colocated block's: no prompt-alone figure for its prefill block
+    assert p.prefill.prompt_alone_ms is None
+
+
+def test_a_forward_below_the_batch_axis_is_read_on_the_line_of_its_first_two_batches():
+    from planner.costmodel.colocated import forward_below_axis
+
+    # F(1) = 10, F(2) = 12: half a request's tokens on the line, 9 s
+    assert float(forward_below_axis(0.5, 1, 2, 10.0, 12.0)) == pytest.approx(9.0)
+    # a line that would fall below F(1) x: the seconds per request never fall as the forward shrinks
+    assert float(forward_below_axis(0.25, 1, 2, 10.0, 30.0)) == pytest.approx(2.5)

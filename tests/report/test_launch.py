@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -290,6 +291,16 @@ def check_mindie(plan: Plan, out: Path, doc: dict) -> None:
             assert m["moe_layer_count"] == model.num_moe_layers
         # atb_llm Mapping: dp x tp and moe_ep x moe_tp are both the world size (shared-expert dies are EP ranks)
         assert mc["dp"] * mc["tp"] == mc["moe_ep"] * mc["moe_tp"]
+        # ScheduleConfig's limits are each DP rank's (a scheduler per rank, MindIE-LLM v3.0.0 scheduler.cpp): the
+        # plan's sequences and prefill batch over its DP ranks, a whole prompt at least
+        sched = cfg["BackendConfig"]["ScheduleConfig"]
+        section = {"prefill": plan.prefill, "decode": plan.decode, "colocated": plan.colocated}[p["role"]]
+        att, n_in = section.attention, plan.workload.input_tokens
+        if p["role"] != "prefill":
+            assert sched["maxBatchSize"] == round(section.concurrency_per_device * att.tp)
+        if p["role"] != "decode":
+            batch = section.batch_tokens if p["role"] == "prefill" else section.prefill_batch_tokens
+            assert sched["maxPrefillTokens"] == max(math.ceil(batch / att.dp), n_in)
 
 
 CHECKS = {"vllm-ascend": check_vllm, "sglang": check_sglang, "mindie": check_mindie}

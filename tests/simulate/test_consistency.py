@@ -82,7 +82,9 @@ def test_whole_forward_colocation_matches_the_static_prediction():
 
 def test_evaluate_says_how_many_prompts_a_whole_forward_holds():
     # a full instance frees N e / out seats a step and a forward follows each step that admitted one:
-    # a / (1 - e^-a) prompts, far below the plan's batch here; the rate and TPOT are at those forwards
+    # a / (1 - e^-a) prompts wait, far below the plan's batch here; the rate and TPOT are at those forwards.
+    # Each of the 24 DP ranks has 16,384 / 24 = 682 tokens a forward, so a 1,024-token prompt takes 2
+    # forwards in a row on its rank, each holding half the waiting prompts' tokens
     import math
 
     from planner.costmodel.decode import emitted_tokens_per_step
@@ -93,15 +95,22 @@ def test_evaluate_says_how_many_prompts_a_whole_forward_holds():
     co = plan.colocated
     e = emitted_tokens_per_step(co.mtp_tokens, plan.workload.mtp_acceptance)
     a = co.devices * co.concurrency_per_device * e / plan.workload.output_tokens
-    held = max(1.0, a / -math.expm1(-a))
+    waiting = max(1.0, a / -math.expm1(-a))
     predicted = evaluate_plan(plan).colocated
-    assert predicted.prompts_per_forward == pytest.approx(held, abs=1e-3)
+    assert predicted.forwards_per_prompt == math.ceil(1024 / (16384 / 24)) == 2
+    assert predicted.prompts_per_forward == pytest.approx(waiting / 2, abs=1e-3)
     fewer = evaluate_plan(plan.model_copy(update={"colocated": co.model_copy(update={"concurrency_per_device": 1})}))
-    assert 1.0 <= fewer.colocated.prompts_per_forward < held  # fewer seats free a step: smaller forwards, never < 1
+    # fewer seats free a step: smaller forwards, never below one prompt over its forwards
+    assert 0.5 <= fewer.colocated.prompts_per_forward < waiting / 2
     r = run_cli("evaluate", str(HERE / "small-colocated-whole.yaml"))
     assert r.exit_code == 0, r.output
     text = " ".join(r.output.split())
-    assert f"forwards hold about {held:.2f} prompts, not the 16.0 of this plan's batch" in text
+    assert "each prompt takes 2 forwards in a row on its attention DP rank" in text
+    assert f"forwards hold about {waiting / 2:.2f} prompts' worth of tokens, not the 16.0 of this plan's batch" in text
+    # with a share that holds a prompt (DP12: 1,365 tokens a rank) a prompt takes one forward
+    dp12 = co.model_copy(update={"attention": co.attention.model_copy(update={"dp": 12, "tp": 2})})
+    whole = evaluate_plan(plan.model_copy(update={"colocated": dp12})).colocated
+    assert whole.forwards_per_prompt == 1
     chunked = run_cli("evaluate", str(HERE / "small-colocated.yaml"))
     assert chunked.exit_code == 0 and "whole prefill forwards" not in chunked.output
 

@@ -113,27 +113,33 @@ def _model_config(plan: Plan, model: ModelSpec, slot: Slot, phase: PhasePlan, ds
 
 
 def _schedule(plan: Plan, slot: Slot, phase: PhasePlan, view) -> dict:
-    n = phase.devices
+    """ScheduleConfig: its batch and token limits are each attention DP rank's, not the instance's. MindIE-LLM
+    runs a scheduler per DP rank, each reading the same ScheduleConfig, none dividing by dp (v3.0.0,
+    8b4871ad: src/engine/llm_engine.h EnginePerDP, src/scheduler/scheduler.cpp Scheduler::Schedule builds
+    each rank's SchedulingBudget from maxPrefillTokens and maxPrefillBatchSize or maxBatchSize), so the
+    plan's sequences and prefill batch are written over its DP ranks."""
+    att = phase.attention
     input_tokens = plan.workload.input_tokens
     if slot.role == "prefill":
-        tokens = view.prefill.batch_tokens
+        tokens = math.ceil(view.prefill.batch_tokens / att.dp)
         batch = max(1, math.ceil(tokens / input_tokens))
         prefill_batch = batch
     elif slot.role == "decode":
-        batch = sequences_on(view.decode.concurrency_per_device, n)
+        batch = sequences_on(view.decode.concurrency_per_device, att.tp)
         tokens = input_tokens
         prefill_batch = 1
     else:
         c = view.colocated
-        batch = sequences_on(c.concurrency_per_device, n)
-        tokens = c.prefill_batch_tokens
+        batch = sequences_on(c.concurrency_per_device, att.tp)
+        tokens = math.ceil(c.prefill_batch_tokens / att.dp)
         prefill_batch = max(1, math.ceil(tokens / input_tokens))
     return {
         "templateType": "Standard",
         "templateName": "Standard_LLM",
         "cacheBlockSize": 128,
         "maxPrefillBatchSize": min(prefill_batch, batch),
-        # a whole prompt must fit one prefill (config_manager_impl.cpp:324-327)
+        # a whole prompt must fit one prefill (config_manager_impl.cpp:324-327): without SplitFuse MindIE never
+        # splits a prompt over forwards, so a rank's share below a prompt is raised to one
         "maxPrefillTokens": max(tokens, input_tokens),
         "prefillTimeMsPerReq": 150,  # the shipped defaults (src/server/conf/config.json)
         "prefillPolicyType": 0,

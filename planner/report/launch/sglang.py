@@ -258,6 +258,7 @@ _README = """
 - Colocated plans: one server per instance; put any HTTP load balancer in front of several instances. With
   attention DP and whole prefill forwards the server runs `--enable-prefill-delayer`: SGLang schedules each DP
   rank on its own, and without the delayer a prompt prefills on its rank alone while the others idle; the
-  plan's prediction assumes the ranks prefill together, which the delayer makes happen (simulated:
+  plan's prediction costs forwards spread over the ranks, which the delayer brings about by gathering
+  prompts until every rank has one (simulated, it serves at or above the prediction:
   `moeplan simulate PLAN --colocated-prefill per-rank --prefill-delayer sglang-0.5.23`; docs/simulate.md).
 """
