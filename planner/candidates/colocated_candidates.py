@@ -810,6 +810,7 @@ def _whole_forward_best(
     mb: int,
     exhaustive: bool = False,
     prompt_forwards: np.ndarray | None = None,
+    over_forwards: bool = True,
 ) -> tuple[float, tuple] | None:
     """The best whole-forward instance of one combination and prefill micro-batch count, exactly
     over every concurrency B and batch R: (requests/s, its figures), or None.
@@ -827,7 +828,8 @@ def _whole_forward_best(
     the first batch of at least H_B give the best R at every B (a larger batch only adds to the
     limits). Where k falls as R grows (a larger batch gives each rank a larger share), the TTFT and the
     longest gap need not grow with R: the allowed (B, R) are then marked one by one and the least p
-    taken over them. Where a forward or its HBM falls with R somewhere (not monotone), or with
+    taken over them; with `over_forwards` False (an engine that prefills a prompt whole on its rank)
+    those batches are not run. Where a forward or its HBM falls with R somewhere (not monotone), or with
     `exhaustive` (the tests' reference), every (B, R) is evaluated instead."""
     w = ctx.workload
     k_r = np.ones(rs.size) if prompt_forwards is None else np.broadcast_to(np.asarray(prompt_forwards, float), rs.shape)
@@ -858,7 +860,7 @@ def _whole_forward_best(
         p_held = np.where(first_b <= top, per_held, np.inf)  # a batch of at least H_B allowed: it holds H_B
         r_at = np.where(p_held < p_below, np.minimum(first_b, rs.size - 1), r_below)
         p_at = np.minimum(p_below, p_held)
-        if r1 > 0:
+        if r1 > 0 and over_forwards:
             # below r1 a prompt takes k > 1 forwards: the TTFT and the longest gap need not grow with R, so
             # those batches are marked one by one [B, r1], each holding R_h = min(R, H_B / k) requests' worth
             ra, ka, fa = np.arange(r1), k_r[:r1], forward_r[:r1]
@@ -899,6 +901,8 @@ def _whole_forward_best(
         own,
     )
     ok = ok_b & (hbm_b[b_at] + extra <= capacity_mib)
+    if not over_forwards:
+        ok &= own <= 1
     if max_itl_us is not None:
         ok &= step + own * fwd <= max_itl_us
     if tpot_slo_us is not None:
@@ -975,6 +979,7 @@ def _evaluate(
                 max_itl_us,
                 *args,
                 prompt_forwards=_prompt_forwards(pi, idx[0]),
+                over_forwards=dt.options.prompt_over_forwards,
             )
             if found is not None and found[0] > best_score[c]:
                 best_score[c], best_at[c] = found

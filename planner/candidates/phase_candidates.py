@@ -262,6 +262,13 @@ def attention_forwards(ints: IntTables, index: Any) -> np.ndarray | int:
     return ints.forwards["attention"][index] if ints.forwards else 1
 
 
+def engine_runs_forwards(t: PhaseTables, own: np.ndarray | int) -> np.ndarray | bool:
+    """Where an engine runs a prompt over `own` forwards on its attention DP rank: everywhere, or, for an
+    engine that prefills a prompt whole on its rank (`SizeOptions.prompt_over_forwards` False: MindIE as
+    moeplan launches it), only where a rank's share of the batch holds the prompt (one forward)."""
+    return True if t.options.prompt_over_forwards else np.asarray(own) == 1
+
+
 def least_forwards(ints: IntTables, kept: np.ndarray | None = None) -> np.ndarray | int:
     """Per batch, the fewest forwards a prompt takes over the (kept) attention options: 1 without the table."""
     own = ints.forwards.get("attention")
@@ -620,7 +627,7 @@ def _prefill_scores_of(
         hbm = gathered(ints.hbm_mib, int(j))
         own = attention_forwards(ints, (kept["attention"][c[:, 1]], slice(None, nr)))
         ttft = prefill_ttft_us(forward, kv_us, own)
-        ok = hbm <= ints.hbm_capacity_mib
+        ok = (hbm <= ints.hbm_capacity_mib) & engine_runs_forwards(t, own)
         if ttft_slo_us is not None:
             ok &= ttft <= ttft_slo_us
         ratio = np.where(ok, xs / np.maximum(forward, 1), -1.0)
@@ -718,7 +725,8 @@ def lowest_latency_us(t: PhaseTables, ints: IntTables, layers: int = 1, overlap_
         forward = prefill_forward_us(comp, comm, fixed, mb, layers, overlap_efficiency)
         hbm = _combine([ints.hbm_mib[mod][:, j, :] for mod in MODULES])
         own = attention_forwards(ints, (slice(None), None, None, None, slice(None)))
-        ttft = np.where(hbm <= ints.hbm_capacity_mib, prefill_ttft_us(forward, kv_us, own), np.iinfo(np.int64).max)
+        runs = (hbm <= ints.hbm_capacity_mib) & engine_runs_forwards(t, own)
+        ttft = np.where(runs, prefill_ttft_us(forward, kv_us, own), np.iinfo(np.int64).max)
         v = int(ttft.min())
         if v < np.iinfo(np.int64).max and (best is None or v < best):
             best = v

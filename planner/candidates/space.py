@@ -84,6 +84,9 @@ class SizeOptions:
     moe_micro_ok: np.ndarray | None = None
     # with an engine: whether moeplan writes its chunked prefill (colocated instances may use it)
     chunked_prefill: bool = True
+    # with an engine: whether a prompt longer than its attention DP rank's share of the prefill batch may take
+    # several forwards (False: the engine prefills it whole, so only batches whose shares hold it are searched)
+    prompt_over_forwards: bool = True
 
     @property
     def count(self) -> int:
@@ -301,4 +304,5 @@ def restrict_to_engine(opts: SizeOptions, model: ModelSpec, hw: HardwareSpec, en
         prefill_micro_batches=micro_batches(profile),
         moe_micro_ok=np.array([multi_micro_ok(profile, o.moe) for o in moe] or [True], dtype=bool),
         chunked_prefill=profile.capabilities.chunked_prefill,
+        prompt_over_forwards=profile.capabilities.prompt_over_forwards is None,
     )

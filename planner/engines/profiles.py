@@ -15,6 +15,7 @@ quantization schemes it can run). This module loads them and answers one questio
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -109,6 +110,12 @@ class Capabilities(Strict):
     multi_node: bool
     max_nodes_per_instance: int | None = Field(default=None, ge=1, description="most nodes one instance may span")
     chunked_prefill: bool = Field(default=True, description="whether moeplan writes the engine's chunked prefill")
+    prompt_over_forwards: str | None = Field(
+        default=None,
+        description="None: a prompt longer than its attention DP rank's share of the prefill batch takes several "
+        "forwards (chunked prefill); else why the engine, as moeplan launches it, prefills a prompt whole on its "
+        "rank, and where that was read",
+    )
     prefill_context_parallel: str = Field(
         min_length=1,
         description="whether the release runs context-parallel prefill on Ascend, and where that was read "
@@ -537,6 +544,8 @@ def plan_problems(
         out += _afd_attention_side_problems(profile, plan, hw)
         if plan.prefill is not None and not cap.disaggregated:
             out.append(f"prefill/afd: {profile.label} cannot disaggregate prefill and decode.")
+    if cap.prompt_over_forwards is not None:
+        out += _whole_prompt_problems(profile, plan)
     if view.colocated is not None:
         if not cap.colocated:
             out.append(f"colocated: {profile.label} cannot run prefill and decode on the same instances.")
@@ -566,6 +575,32 @@ def plan_problems(
             f"prefill.context_parallel: moeplan writes no context-parallel prefill launch for {profile.label} "
             f"({profile.capabilities.prefill_context_parallel}); set it false to export whole prompts per DP rank."
         )
+    return out
+
+
+def _whole_prompt_problems(profile: EngineProfile, plan: Plan) -> list[str]:
+    """For an engine that prefills a prompt whole on its attention DP rank (`prompt_over_forwards`): a prefill
+    batch whose rank share is below the TTFT-percentile prompt's computed tokens (the cost model then counts
+    the prompt's forwards on its rank, planner.costmodel.prefill.forwards_per_prompt; the engine would run
+    a prompt a rank instead, a larger forward than the plan's)."""
+    w = plan.workload
+    prompt = w.slo_input_tokens * (1.0 - w.hit_rate)
+    batches: list[tuple[str, PhasePlan, int]] = []
+    if plan.prefill is not None and not plan.prefill.context_parallel:
+        batches.append(("prefill.batch_tokens", plan.prefill, plan.prefill.batch_tokens))
+    if plan.colocated is not None and plan.colocated.chunk_tokens is None:
+        c = plan.colocated
+        batches.append(("colocated.prefill_batch_tokens", c.prefill_section(), c.prefill_batch_tokens))
+    out = []
+    for field, phase, batch in batches:
+        dp = phase.attention.dp
+        if prompt > batch / dp + 1e-9:
+            out.append(
+                f"{field}: {profile.capabilities.prompt_over_forwards}; this batch gives each of its {dp} DP ranks "
+                f"{batch / dp:,.0f} tokens a forward, below a {prompt:,.0f}-token prompt, so {profile.label} would "
+                f"run larger forwards than the plan costs; set {field} to {math.ceil(dp * prompt)} or more, or "
+                "export for another engine."
+            )
     return out
 
 

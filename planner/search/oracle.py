@@ -111,5 +111,7 @@ def best_phase_ratio(
                     own = int(ints.forwards["attention"][combo[0], xi]) if ints.forwards else 1
                     if slo_us is not None and prefill_ttft_us(forward, kv, own) > slo_us:
                         continue
+                    if own > 1 and not t.options.prompt_over_forwards:
+                        continue  # the engine prefills a prompt whole on its rank
                     best = max(best, Fraction(x, forward))
     return best

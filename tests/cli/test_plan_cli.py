@@ -78,7 +78,7 @@ def test_emit_all_writes_one_folder_per_engine_and_refuses_to_overwrite(tmp_path
         "colocated": {
             "devices": 32, "instances": 1, "attention": flat, "dense_ffn": flat, "lm_head": flat,
             "moe": {"ep": 32, "slots_per_device": 9, "comm": "alltoall"}, "concurrency_per_device": 16,
-            "mtp_tokens": 1, "prefill_batch_tokens": 16384,
+            "mtp_tokens": 1, "prefill_batch_tokens": 65536,  # a 2K prompt a DP rank (MindIE prefills it whole)
         },
     }  # fmt: skip
     path = tmp_path / "plan.json"

@@ -42,7 +42,7 @@ def exports(tmp_path_factory) -> dict:
         {
             **COMMON,
             "hardware": "a2",
-            "prefill": {**_phase(32, 0), "batch_tokens": 16384},
+            "prefill": {**_phase(32, 0), "batch_tokens": 65536},  # a 2K prompt a DP rank (MindIE takes one whole)
             "decode": {**_phase(32, 32), "concurrency_per_device": 64, "mtp_tokens": 1},
         }
     )

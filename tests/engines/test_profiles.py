@@ -67,3 +67,49 @@ def test_engine_search_space_holds_only_what_the_engine_runs(engine, phase):
             for h, head in enumerate(opts.lm_head):
                 assert opts.combo_ok[a, f, 0, h] == combo_ok(profile, hw, 32, att, dense, head)
     assert opts.count <= free.count
+
+
+def test_mindie_refuses_a_prefill_batch_whose_rank_shares_are_below_a_prompt():
+    """MindIE without SplitFuse prefills a prompt whole on its attention DP rank (its loader refuses
+    maxPrefillTokens below maxInputTokenLen, its scheduler takes a waiting prompt whole): a plan whose DP
+    ranks' shares of the batch hold less than a prompt, costed as the prompt's forwards on its rank, is not
+    what it runs; the engines that chunk prompts run it."""
+    from planner.specs.plan import AttentionLayout
+
+    plan, _ = load_plan("a2-p")
+    hw = load_hardware(plan.hardware)
+    model = load_model(plan.model)
+    experts, dense = model.moe.routed_experts, model.num_dense_layers > 0
+    prompt = plan.workload.input_tokens
+    dp = plan.prefill.attention.dp * plan.prefill.attention.tp  # every device its own DP rank
+    wide = plan.prefill.model_copy(update={"attention": AttentionLayout(dp=dp, tp=1)})
+    for batch, spans in ((dp * prompt, False), (dp * prompt // 2, True)):
+        p = plan.model_copy(update={"prefill": wide.model_copy(update={"batch_tokens": batch})})
+        found = [m for m in plan_problems(p, hw, "mindie", experts, dense) if m.startswith("prefill.batch_tokens")]
+        assert bool(found) == spans, found
+        if spans:
+            assert "prefills a prompt whole on its attention DP rank" in found[0]
+            assert f"set prefill.batch_tokens to {dp * prompt} or more" in found[0]
+        for other in ("vllm-ascend", "sglang"):
+            assert not any(m.startswith("prefill.batch_tokens") for m in plan_problems(p, hw, other, experts, dense))
+
+
+def test_mindies_search_keeps_to_batches_whose_rank_shares_hold_a_prompt():
+    # 16K prompts on 48 A2 cards: SGLang meets a 2 s TTFT with prompts over several forwards
+    # on its rank; MindIE prefills them whole, so its search finds no plan and names the TTFT it reaches
+    import json
+
+    from tests.conftest import run_cli
+
+    args = ("plan", "--input-tokens", "16384", "--output-tokens", "1024", "--top", "1", "--json", "-")
+    sglang = run_cli(*args, "--engine", "sglang")
+    assert sglang.exit_code == 0, sglang.output
+    notes = json.loads(sglang.output)["plans"][0]["predicted"]["notes"]
+    assert any(n.startswith("prefill ranks") and "spans 3 forwards" in n for n in notes)
+    refused = run_cli(*args[:-2], "--engine", "mindie")
+    assert refused.exit_code == 1 and "TTFT: the lowest TTFT reachable" in refused.output
+    r = run_cli(*args, "--engine", "mindie", "--ttft-ms", "3000")
+    assert r.exit_code == 0, r.output
+    plan = json.loads(r.output)["plans"][0]
+    share = plan["prefill"]["batch_tokens"] / plan["prefill"]["attention"]["dp"]
+    assert share >= 16384 and not any(n.startswith("prefill ranks") for n in plan["predicted"]["notes"])

@@ -78,7 +78,7 @@ COMMON = {
 def colocated_plan(
     hardware: str, devices: int, instances: int, model: str = "deepseek-v3", experts: int = 256, mtp: int = 1
 ) -> Plan:
-    """A colocated plan every engine runs: everything data-parallel, one micro-batch."""
+    """A colocated plan every engine runs: everything data-parallel, one micro-batch, a prompt a DP rank at least."""
     layouts = {
         "attention": {"dp": devices, "tp": 1},
         "dense_ffn": {"dp": devices, "tp": 1},
@@ -97,7 +97,8 @@ def colocated_plan(
                 "moe": {"ep": devices, "slots_per_device": slots, "comm": "alltoall"},
                 "concurrency_per_device": 16,
                 "mtp_tokens": mtp,
-                "prefill_batch_tokens": 16384,
+                # at least a 2K prompt a DP rank: MindIE prefills a prompt whole on its rank
+                "prefill_batch_tokens": max(16384, devices * 2048),
                 "prefill_micro_batches": 1,
             },
         }

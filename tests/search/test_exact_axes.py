@@ -149,6 +149,17 @@ def test_the_colocated_batch_at_each_concurrency_is_the_exhaustive_best(lite_sea
                     mb,
                 )
                 k = own[idx[0]].astype(float)
+                # an engine that prefills a prompt whole on its rank (MindIE) runs only the batches where k = 1
+                whole = _whole_forward_best(
+                    ctx, n, di.hbm_capacity_mib, *limits, *args, prompt_forwards=k, over_forwards=False
+                )
+                whole_every = _whole_forward_best(
+                    ctx, n, di.hbm_capacity_mib, *limits, *args, exhaustive=True, prompt_forwards=k, over_forwards=False
+                )
+                assert (whole is None) == (whole_every is None)
+                if whole is not None:
+                    assert whole[0] == pytest.approx(whole_every[0], rel=1e-12)
+                    assert k[int(np.flatnonzero(pt.x_values == whole[1][1])[0])] == 1
                 fast = _whole_forward_best(ctx, n, di.hbm_capacity_mib, *limits, *args, prompt_forwards=k)
                 every = _whole_forward_best(
                     ctx, n, di.hbm_capacity_mib, *limits, *args, exhaustive=True, prompt_forwards=k
@@ -156,6 +167,7 @@ def test_the_colocated_batch_at_each_concurrency_is_the_exhaustive_best(lite_sea
                 assert (fast is None) == (every is None)
                 if fast is not None:
                     assert fast[0] == pytest.approx(every[0], rel=1e-12)
+                    assert whole is None or fast[0] >= whole[0]
                     spanning += bool((k > 1).any())
                     # a batch larger than the prompts admitted between forwards gains nothing: the
                     # best is never beyond the first batch of at least H_B requests, nor, where a prompt
