@@ -138,7 +138,7 @@ def _forward_us(ctx: CostContext, pi: IntTables, idx: tuple[int, ...], mb: int) 
 def _spanning_layouts(pi: IntTables, n_att: int) -> np.ndarray:
     """[A]: whether a prompt takes more than one forward on its rank at some batch of the axis, per
     attention layout of the decode options (the first `n_att` of the prefill list)."""
-    return np.asarray(np.asarray(pi.forwards["attention"][:n_att] > 1).any(axis=-1))
+    return np.asarray((_prompt_forwards(pi, slice(0, n_att)) > 1).any(axis=-1))
 
 
 def _prompt_forwards(pi: IntTables, attention: int | slice) -> np.ndarray:
