@@ -8,7 +8,8 @@ case it does what `python -m sglang.launch_server` does before it touches a devi
 `ServerArgs.resolve_once()` (the resolution pipeline of sglang/srt/arg_groups: every hook that
 derives and checks settings, among them the attention-DP division of --chunked-prefill-size) and
 `ServerArgs.check_server_args()` (arg_groups/validation_hook.py). Deprecation warnings are
-collected: a launch file that leans on a deprecated flag fails the check. Router command lines go
+collected: a launch file that leans on a deprecated flag fails the check, and so does one with an
+`--enable-*` switch that the resolution turns off (the server would not run as written). Router command lines go
 through `sglang_router.launch_router.parse_router_args`.
 
 The device is an Ascend NPU, which this machine lacks; SGLang reads the NPU's page size and
@@ -89,6 +90,13 @@ def check_server(argv: list[str], env: dict[str, str]) -> dict:
         from sglang.srt.arg_groups.overrides import resolving_view
 
         cfg = resolving_view(args)
+        # a switch of this command line that SGLang's resolution turned off (a hook's declare_resolution, as its
+        # speculative hooks do to --enable-mixed-chunk): the server would not run as the launch says
+        dropped = sorted(
+            f for f in flags if f.startswith("--enable-") and getattr(cfg, f[2:].replace("-", "_"), None) is False
+        )
+        if dropped:
+            return {"ok": False, "stage": "resolve", "error": f"{', '.join(dropped)} turned off by SGLang's resolution"}
         return {
             "ok": True,
             "tp": cfg.tp_size,
@@ -97,6 +105,7 @@ def check_server(argv: list[str], env: dict[str, str]) -> dict:
             "ep": cfg.ep_size,
             "page_size": cfg.page_size,
             "chunked_prefill_size": cfg.chunked_prefill_size,
+            "enable_mixed_chunk": cfg.enable_mixed_chunk,
             "max_running_requests": cfg.max_running_requests,
             "disaggregation_mode": cfg.disaggregation_mode,
         }

@@ -4,8 +4,9 @@ Two kinds of plans:
 
 - written out here, so the set does not move with the cost model: A2 and CloudMatrix384,
   disaggregated and colocated, instances over several nodes, MTP 1 and 2, redundant experts,
-  chunked prefill, the report's A2 decode (LM head and dense FFN TP8 beside DP32 attention) and
-  its CloudMatrix384 decode (the shared expert on 32 dedicated dies);
+  whole prefill forwards and chunked prefill (with and without MTP), the report's A2 decode (LM head
+  and dense FFN TP8 beside DP32 attention) and its CloudMatrix384 decode (the shared expert on 32
+  dedicated dies);
 - what a user gets: `moeplan plan` with no flags (every plan it lists runs on some engine; rank 1 is
   exported for each engine, and refused by those that do not run it) and `moeplan plan --engine E`
   (A2 48 cards and CloudMatrix384 64 cards, disaggregated), run as commands (`plan --json`).
@@ -50,12 +51,13 @@ def _phase(devices: int, instances: int, redundant: int) -> dict:
     return {"devices": devices, "instances": instances, **_dp(devices), "moe": _moe(devices, redundant)}
 
 
+# prefill batches give each of the 32 DP ranks a 2K prompt at least: MindIE prefills a prompt whole on its rank
 WRITTEN: dict[str, dict] = {
     # A2: 4-node prefill (EP32), 4-node decode (EP32 + 32 redundant experts), MTP 1
     "a2-pd": {
         **COMMON,
         "hardware": "a2",
-        "prefill": {**_phase(32, 1, 0), "batch_tokens": 16384},
+        "prefill": {**_phase(32, 1, 0), "batch_tokens": 65536},
         "decode": {**_phase(32, 1, 32), "concurrency_per_device": 64, "mtp_tokens": 1},
     },
     # A2 colocated: two instances of 4 nodes (EP32 + 32 redundant), chunked prefill, MTP 1
@@ -74,7 +76,7 @@ WRITTEN: dict[str, dict] = {
     "cm384-pd": {
         **COMMON,
         "hardware": "cm384",
-        "prefill": {**_phase(32, 1, 32), "batch_tokens": 32768},
+        "prefill": {**_phase(32, 1, 32), "batch_tokens": 65536},
         "decode": {**_phase(64, 1, 64), "concurrency_per_device": 32, "mtp_tokens": 2},
     },
     # CloudMatrix384 colocated: one 2-node instance (32 dies), no redundancy, no MTP
@@ -85,7 +87,19 @@ WRITTEN: dict[str, dict] = {
             **_phase(32, 1, 0),
             "concurrency_per_device": 16,
             "mtp_tokens": 0,
-            "prefill_batch_tokens": 16384,
+            "prefill_batch_tokens": 65536,
+        },
+    },
+    # the same instance chunked (16K-token chunks along the decode steps): vLLM's every step and SGLang's
+    # --enable-mixed-chunk (at MTP 0: SGLang's mixed steps drop the draft)
+    "cm384-colocated-chunked": {
+        **COMMON,
+        "hardware": "cm384",
+        "colocated": {
+            **_phase(32, 1, 0),
+            "concurrency_per_device": 16,
+            "mtp_tokens": 0,
+            "chunk_tokens": 16384,
         },
     },
 }

@@ -7,7 +7,10 @@ stretched TPOT and the TTFT follow the cost model, HBM adds the prefill batch's 
 activations to the decode instance's. Chunked prefill: every concurrency B against the chunk
 sizes of `CHUNK_TOKENS_PER_DEVICE` (times the instance's devices), the chunk's time t_c from the
 float cost model of the combination's prefill forward; only with engines whose chunked prefill
-moeplan writes (an engine profile's `chunked_prefill`: MindIE's SplitFuse is not written). Each
+moeplan writes (an engine profile's `chunked_prefill`: MindIE's SplitFuse is not written), and at MTP 0
+with an engine whose mixed steps drop the draft tokens (`chunked_mtp`: SGLang). Whole forwards only with
+engines that run prefill forwards apart from decode steps (`whole_prefill_forwards`: not vLLM, whose
+every step mixes them). Each
 combination keeps its best whole-forward and its best chunked instance; `max_itl_us` (the longest
 gap between two tokens, --max-itl-ms) prunes both, and combinations the engine cannot run are never tried.
 
@@ -584,14 +587,14 @@ def colocated_size_bound(
         at = _admitted_prefill_floor(
             prefill_least, _held_floor_s(forward_least, rs, held, first), r_idx, first, spans, last_runs
         )
-        whole_ok = ok & (r_idx >= 0)
+        whole_ok = ok & (r_idx >= 0) & dt.options.whole_prefill_forwards
         if slo_us is not None:
             whole_ok &= at <= decode_s * (slo_us * e / (np.maximum(step, 1) * EMITTED_SCALE) - 1.0) * (1 + 1e-9)
         total = np.where(whole_ok, decode_s + at, np.inf)
         # chunked prefill, per chunk size: the module docstring's conditions with t_c at its floor
         sequences_e = n * xs * (e / EMITTED_SCALE)
         chunk_ok = ok & (hbm + kv_one <= cap)
-        for c, chunk in enumerate(chunks if dt.options.chunked_prefill else ()):
+        for c, chunk in enumerate(chunks if _runs_chunked(dt, k) else ()):
             phi = w.input_tokens * sequences_e / (w.output_tokens * chunk)
             t_c_us = 1e6 * chunk * slope_least[c]
             c_ok = chunk_ok & _chunked_meets(
@@ -608,6 +611,12 @@ def colocated_size_bound(
             best = max(best, 1.0 / least)
     pt.memo[key] = best
     return best
+
+
+def _runs_chunked(dt: PhaseTables, mtp_tokens: int) -> bool:
+    """Whether the engine runs chunked colocated instances at this MTP depth (its mixed steps are written by
+    moeplan, and keep the draft tokens when there are any: planner.engines `chunked_prefill`, `chunked_mtp`)."""
+    return dt.options.chunked_prefill and (mtp_tokens == 0 or dt.options.chunked_mtp)
 
 
 def colocated_upper_bounds(
@@ -684,7 +693,7 @@ def colocated_upper_bounds(
         sequences_e = n * xs[:nb] * (e / EMITTED_SCALE)
         chunk_ok = ok & (hbm + kv_one[:, None, None, None, None] <= di.hbm_capacity_mib)
         chunked = np.full(step.shape[:-1], np.inf)
-        for c, chunk in enumerate(chunks if dt.options.chunked_prefill else ()):
+        for c, chunk in enumerate(chunks if _runs_chunked(dt, dt.k_values[j]) else ()):
             phi = in_tokens * sequences_e / (out_tokens * chunk)
             if not (phi < 1.0).any():
                 continue
@@ -706,7 +715,7 @@ def colocated_upper_bounds(
         at = _admitted_prefill_floor(
             prefill_s, _held_floor_s(shortest_us, rs, held, first), r_idx, first, spans, last_runs
         )
-        ok &= r_idx >= 0
+        ok &= (r_idx >= 0) & dt.options.whole_prefill_forwards
         if slo_us is not None:
             # TPOT stretches to step / e / (1 - f) with f = p / (d + p) the prefill share of time:
             # within the SLO only if p <= d (SLO e / step - 1), and p is at least `at`
@@ -963,7 +972,7 @@ def _evaluate(
         return []
     step_cb, hbm_cb, xs = step_cb[:, :nb], hbm_cb[:, :nb], xs[:nb]
     micro_ok = dt.options.moe_micro_ok
-    for mb in pt.k_values:
+    for mb in pt.k_values if dt.options.whole_prefill_forwards else ():
         for c, (_, idx) in enumerate(chosen):
             if mb > 1 and micro_ok is not None and not micro_ok[idx[2]]:
                 continue  # an engine that runs several micro-batches only with some MoE layouts
@@ -983,7 +992,9 @@ def _evaluate(
             )
             if found is not None and found[0] > best_score[c]:
                 best_score[c], best_at[c] = found
-    for c, (_, idx) in enumerate(chosen if dt.options.chunked_prefill else ()):
+    for c, (j, idx) in enumerate(chosen):
+        if not _runs_chunked(dt, dt.k_values[j]):
+            continue
         found = _chunked_best(
             ctx,
             dt,

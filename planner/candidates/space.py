@@ -87,6 +87,11 @@ class SizeOptions:
     # with an engine: whether a prompt longer than its attention DP rank's share of the prefill batch may take
     # several forwards (False: the engine prefills it whole, so only batches whose shares hold it are searched)
     prompt_over_forwards: bool = True
+    # with an engine: whether a colocated instance may run whole prefill forwards apart from its decode steps
+    # (False: every step of the engine mixes decodes and prompt tokens, so only chunked instances are searched)
+    whole_prefill_forwards: bool = True
+    # with an engine: whether its mixed steps keep the decodes' MTP draft tokens (False: chunked instances at MTP 0)
+    chunked_mtp: bool = True
 
     @property
     def count(self) -> int:
@@ -305,4 +310,6 @@ def restrict_to_engine(opts: SizeOptions, model: ModelSpec, hw: HardwareSpec, en
         moe_micro_ok=np.array([multi_micro_ok(profile, o.moe) for o in moe] or [True], dtype=bool),
         chunked_prefill=profile.capabilities.chunked_prefill,
         prompt_over_forwards=profile.capabilities.prompt_over_forwards is None,
+        whole_prefill_forwards=profile.capabilities.whole_prefill_forwards is None,
+        chunked_mtp=profile.capabilities.chunked_mtp is None,
     )

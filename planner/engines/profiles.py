@@ -109,7 +109,21 @@ class Capabilities(Strict):
     quantization: dict[str, str | None]
     multi_node: bool
     max_nodes_per_instance: int | None = Field(default=None, ge=1, description="most nodes one instance may span")
-    chunked_prefill: bool = Field(default=True, description="whether moeplan writes the engine's chunked prefill")
+    chunked_prefill: bool = Field(
+        default=True,
+        description="whether moeplan writes the engine's mixed steps: a decode step that also carries a prompt "
+        "chunk (moeplan's chunked colocated schedule)",
+    )
+    whole_prefill_forwards: str | None = Field(
+        default=None,
+        description="None: a colocated instance may run prefill forwards apart from its decode steps (moeplan's "
+        "whole-forward colocated schedule); else why the engine cannot, and where that was read",
+    )
+    chunked_mtp: str | None = Field(
+        default=None,
+        description="None: the decodes of a mixed step keep their MTP draft tokens; else why they do not, and "
+        "where that was read (moeplan then keeps the engine's chunked colocated plans to MTP 0)",
+    )
     prompt_over_forwards: str | None = Field(
         default=None,
         description="None: a prompt longer than its attention DP rank's share of the prefill batch takes several "
@@ -551,12 +565,7 @@ def plan_problems(
             out.append(f"colocated: {profile.label} cannot run prefill and decode on the same instances.")
         c = view.colocated
         out += phase_problems(profile, hw, "colocated.", c.phase, experts, has_dense, c.micro_batches, c.mtp_tokens)
-        if c.chunk_tokens is not None and not cap.chunked_prefill:
-            out.append(
-                f"colocated.chunk_tokens: chunked prefill ({c.chunk_tokens}-token chunks riding along decode steps) is "
-                f"not written for {profile.label} by moeplan (its SplitFuse plugin and Mix template are not "
-                "modelled); re-plan with whole-prompt prefill or export for another engine."
-            )
+        out += _colocated_schedule_problems(profile, c.chunk_tokens, c.prefill_batch_tokens, c.mtp_tokens)
         if plan.colocated is not None:
             mb = plan.colocated.decode_micro_batches
             out += _decode_micro_problems(profile, "colocated.decode_micro_batches", mb, plan.colocated.moe)
@@ -576,6 +585,38 @@ def plan_problems(
             f"({profile.capabilities.prefill_context_parallel}); set it false to export whole prompts per DP rank."
         )
     return out
+
+
+def _colocated_schedule_problems(
+    profile: EngineProfile, chunk_tokens: int | None, prefill_batch_tokens: int, mtp_tokens: int
+) -> list[str]:
+    """A colocated schedule the engine does not run as moeplan costs it: whole prefill forwards on an engine
+    whose every step mixes decodes and prompt tokens, mixed steps on one whose mixed steps moeplan does not
+    write, or mixed steps with MTP on one whose mixed steps drop the draft tokens."""
+    cap = profile.capabilities
+    if chunk_tokens is None:
+        if cap.whole_prefill_forwards is None:
+            return []
+        return [
+            f"colocated.chunk_tokens: {cap.whole_prefill_forwards}; this plan's whole prefill forwards "
+            f"({prefill_batch_tokens:,} tokens between decode steps) would run as mixed steps, not as costed; "
+            f"re-plan with --engine {profile.engine} (its search keeps to chunked prefill) or export for another "
+            "engine."
+        ]
+    if not cap.chunked_prefill:
+        return [
+            f"colocated.chunk_tokens: chunked prefill ({chunk_tokens}-token chunks riding along decode steps) is "
+            f"not written for {profile.label} by moeplan (its SplitFuse plugin and Mix template are not "
+            "modelled); re-plan with whole-prompt prefill or export for another engine."
+        ]
+    if mtp_tokens > 0 and cap.chunked_mtp is not None:
+        return [
+            f"colocated.mtp_tokens: {cap.chunked_mtp}; this plan's chunked prefill ({chunk_tokens}-token chunks "
+            f"riding along decode steps) with {mtp_tokens} MTP token(s) a step would emit fewer tokens a step than "
+            f"costed; re-plan with --engine {profile.engine} (its search keeps chunked plans to MTP 0) or export "
+            "for another engine."
+        ]
+    return []
 
 
 def _whole_prompt_problems(profile: EngineProfile, plan: Plan) -> list[str]:

@@ -70,16 +70,18 @@ def test_emit_refuses_a_plan_the_engine_cannot_run_naming_the_field(tmp_path):
 
 
 def test_emit_all_writes_one_folder_per_engine_and_refuses_to_overwrite(tmp_path):
-    # a plan every engine runs: everything data-parallel, one micro-batch, no chunked prefill
+    # a plan every engine runs: disaggregated (no colocated schedule runs on all three: vLLM mixes every step,
+    # MindIE's mixed steps are not written), everything data-parallel, one micro-batch
     flat = {"dp": 32, "tp": 1}
+    phase = {
+        "devices": 32, "instances": 1, "attention": flat, "dense_ffn": flat, "lm_head": flat,
+        "moe": {"ep": 32, "slots_per_device": 9, "comm": "alltoall"},
+    }  # fmt: skip
     plan = {
         "schema_version": 2, "model": "deepseek-v3", "hardware": "a2", "quantization": "a8w8c16",
         "workload": {"input_tokens": 2048, "output_tokens": 2048, "mtp_acceptance": 0.7},
-        "colocated": {
-            "devices": 32, "instances": 1, "attention": flat, "dense_ffn": flat, "lm_head": flat,
-            "moe": {"ep": 32, "slots_per_device": 9, "comm": "alltoall"}, "concurrency_per_device": 16,
-            "mtp_tokens": 1, "prefill_batch_tokens": 65536,  # a 2K prompt a DP rank (MindIE prefills it whole)
-        },
+        "prefill": {**phase, "batch_tokens": 65536},  # a 2K prompt a DP rank (MindIE prefills it whole)
+        "decode": {**phase, "concurrency_per_device": 16, "mtp_tokens": 1},
     }  # fmt: skip
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan))

@@ -67,6 +67,18 @@ def plan_from(doc: dict) -> Plan:
     return scored(Plan.model_validate(doc))
 
 
+def runnable_by(engine: str, plan: Plan) -> Plan:
+    """A colocated test plan as `engine` runs it: vLLM puts decodes and prompt tokens in every step, so its
+    colocated plans are chunked (4,096-token chunks); SGLang and MindIE take the whole forwards as written."""
+    if engine != "vllm-ascend" or plan.colocated is None or plan.colocated.chunk_tokens is not None:
+        return plan
+    doc = plan.model_dump(mode="json", exclude_none=True)
+    doc.pop("predicted", None)
+    doc["colocated"]["chunk_tokens"] = 4096
+    doc["colocated"].pop("prefill_batch_tokens")  # with chunked prefill a forward is one chunk
+    return plan_from(doc)
+
+
 COMMON = {
     "schema_version": 2,
     "model": "deepseek-v3",
@@ -247,6 +259,11 @@ def check_sglang(plan: Plan, out: Path, doc: dict) -> None:
         # whole prefill forwards over attention-DP ranks run SGLang's prefill delayer (docs/simulate.md)
         co = plan.colocated
         assert a.enable_prefill_delayer == (co is not None and co.chunk_tokens is None and co.attention.dp > 1)
+        # chunked prefill rides along the decode steps only in SGLang's mixed batches (without the flag its chunks
+        # run one after another ahead of the decodes), whose decodes drop the MTP draft: chunked plans at MTP 0
+        assert a.enable_mixed_chunk == (co is not None and co.chunk_tokens is not None)
+        if a.enable_mixed_chunk:
+            assert co.mtp_tokens == 0
         pd = plan.decode is not None and plan.prefill is not None
         assert (a.disaggregation_mode == p["role"]) if pd else a.disaggregation_mode is None
         if pd:
@@ -322,7 +339,7 @@ def test_engine_searched_plan_exports_and_parses(plans, tmp_path, engine, name):
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("name", ["a2-colocated", "cm384-colocated"])
 def test_colocated_plan_is_one_server_per_instance(plans, tmp_path, engine, name):
-    plan = plans[name]
+    plan = runnable_by(engine, plans[name])
     out, doc = export(engine, plan, tmp_path)
     CHECKS[engine](plan, out, doc)
     assert {p["role"] for p in doc["processes"]} == {"colocated"}
@@ -424,8 +441,38 @@ def test_hybrid_prefill_attention_is_refused_by_every_engine(tmp_path):
             emit(engine, plan, load_model(plan.model), load_hardware(plan.hardware), tmp_path / engine)
 
 
+def test_each_engine_exports_the_colocated_schedules_it_runs_and_refuses_the_others_by_name(plans, tmp_path):
+    """vLLM puts decodes and prompt tokens in every step (no prefill forward of its own); SGLang runs whole
+    forwards by default and a chunk along each decode step only with --enable-mixed-chunk, whose decodes drop
+    the MTP draft; MindIE without SplitFuse runs whole forwards only."""
+    whole = plans["a2-colocated"]  # whole forwards, MTP 1
+    chunked_mtp = runnable_by("vllm-ascend", whole)
+    chunked = runnable_by("vllm-ascend", colocated_plan("a2", 32, 2, mtp=0))
+    model, hw = load_model(whole.model), load_hardware(whole.hardware)
+    refused = {
+        ("vllm-ascend", "whole"): r"colocated\.chunk_tokens: vLLM-Ascend v0\.25\.1rc1 runs vLLM V1's scheduler",
+        ("sglang", "chunked_mtp"): r"colocated\.mtp_tokens: SGLang 0\.5\.23's mixed steps",
+        ("mindie", "chunked_mtp"): r"colocated\.chunk_tokens: chunked prefill",
+        ("mindie", "chunked"): r"colocated\.chunk_tokens: chunked prefill",
+    }
+    for engine in ENGINES:
+        for name, plan in (("whole", whole), ("chunked_mtp", chunked_mtp), ("chunked", chunked)):
+            folder = tmp_path / f"{engine}-{name}"
+            if (engine, name) in refused:
+                with pytest.raises(BadInputError, match=refused[(engine, name)]):
+                    emit(engine, plan, model, hw, folder)
+                assert not folder.exists()
+                continue
+            emit(engine, plan, model, hw, folder)
+            doc = json.loads((folder / "launch.json").read_text())
+            CHECKS[engine](plan, folder, doc)
+            argv = [a for p in doc["processes"] for a in p["argv"]]
+            if engine == "sglang":
+                assert ("--enable-mixed-chunk" in argv) == (name == "chunked")
+
+
 def test_emit_refuses_to_overwrite_without_force(plans, tmp_path):
-    plan = plans["a2-colocated"]
+    plan = runnable_by("vllm-ascend", plans["a2-colocated"])
     model, hw = load_model(plan.model), load_hardware(plan.hardware)
     out = tmp_path / "v"
     emit("vllm-ascend", plan, model, hw, out)
@@ -438,8 +485,9 @@ def test_emit_refuses_to_overwrite_without_force(plans, tmp_path):
 
 
 def test_sub_node_instances_share_nodes_without_overlap(tmp_path):
-    plan = colocated_plan("a2", 4, 6, "deepseek-v2-lite", 64, 0)  # six 4-device instances: two per node
+    whole = colocated_plan("a2", 4, 6, "deepseek-v2-lite", 64, 0)  # six 4-device instances: two per node
     for engine in ENGINES:
+        plan = runnable_by(engine, whole)
         _, doc = export(engine, plan, tmp_path)
         assert {p["node"] for p in doc["processes"]} == {0, 1, 2}
         owner: dict[tuple[int, str], int] = {}  # (node, port) -> instance

@@ -49,11 +49,11 @@ def _request(hardware: str, mode: str, cards: float) -> PlanRequest:
     return PlanRequest(hardware=hardware, workload=WORKLOAD, max_cards=cards, top=1, settings=SETTINGS, **MODES[mode])
 
 
-def _size_tables(hardware: str, cards: float, devices: int) -> tuple:
+def _size_tables(hardware: str, cards: float, devices: int, engine: str | None = None) -> tuple:
     """(request, context, decode tables, prefill tables) of one instance size, colocated mode."""
     request = _request(hardware, "colocated", cards)
     ctx = make_context(request)
-    limits = SpaceLimits(max_devices=DENSE_NODE_COUNTS * 8)
+    limits = SpaceLimits(max_devices=DENSE_NODE_COUNTS * 8, engine=engine)
     d = build_phase_space(ctx, "decode", [devices], request, limits, keep=1, cache=CACHE)
     p = build_phase_space(ctx, "prefill", [devices], request, limits, keep=1, cache=CACHE)
     return request, ctx, d.tables[devices], p.tables[devices]
@@ -234,6 +234,32 @@ def test_colocated_bound_holds_for_whole_forward_and_chunked_instances(devices, 
     assert [(c.rate_milli, c.decode.key(), c.chunk_tokens) for c in other] == [
         (c.rate_milli, c.decode.key(), c.chunk_tokens) for c in others[:2]
     ]
+
+
+@pytest.mark.parametrize(("engine", "devices", "tpot_ms"), [("vllm-ascend", 32, 100), ("sglang", 32, 100)])
+def test_colocated_search_keeps_to_the_schedules_the_engine_runs(engine, devices, tpot_ms):
+    """vLLM mixes decodes and prompt tokens in every step: its colocated instances are all chunked. SGLang's mixed
+    steps drop the MTP draft: its chunked instances are all at MTP 0 (and its whole-forward ones may carry MTP).
+    The bound still holds over every instance, and the pruned search keeps the best of them."""
+    request, ctx, (dt, di), (pt, pi) = _size_tables("a2", 64, devices, engine)
+    tpot, ttft = int(tpot_ms * 1000), int(request.slo.ttft_ms * 1000)
+    every = colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep=10**6, prune=False)
+    chunked = [c for c in every if c.chunk_tokens is not None]
+    whole = [c for c in every if c.chunk_tokens is None]
+    if engine == "vllm-ascend":
+        assert chunked and not whole
+        assert any(c.decode.k > 0 for c in chunked), "no chunked instance with MTP: vLLM's steps keep the draft"
+    else:
+        assert chunked and whole
+        assert all(c.decode.k == 0 for c in chunked)
+        assert any(c.decode.k > 0 for c in whole), "no whole-forward instance with MTP"
+    bound, _ = colocated_upper_bounds(ctx, dt, di, pt, pi, tpot, ttft)
+    for c in every:
+        assert c.rate_milli / 1000 <= bound[(dt.k_values.index(c.decode.k),) + c.decode.option_index] * (1 + 1e-9)
+    pruned = colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep=2)
+    assert [(c.rate_milli, c.chunk_tokens) for c in pruned] == [(c.rate_milli, c.chunk_tokens) for c in every[:2]]
+    size_bound = colocated_size_bound(ctx, dt, di, pt, pi, tpot, ttft, None, None)
+    assert float(bound.max()) <= size_bound * (1 + 1e-9)
 
 
 @pytest.mark.parametrize(

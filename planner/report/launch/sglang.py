@@ -215,9 +215,12 @@ def _batch_flags(plan: Plan, role: str, phase: PhasePlan, view) -> list[str]:
     else:
         c = view.colocated
         running = sequences_on(c.concurrency_per_device, n)
-        # chunked prefill: one chunk of chunk_tokens rides along each decode step; else whole forwards
+        # chunked prefill: one chunk of chunk_tokens rides along each decode step, SGLang's mixed batch (without
+        # --enable-mixed-chunk it runs the chunks one after another ahead of the decodes); else whole forwards
         tokens = chunk_size(c.chunk_tokens if c.chunk_tokens is not None else c.prefill_batch_tokens, dp)
         out = ["--chunked-prefill-size", str(tokens), "--max-prefill-tokens", str(tokens)]
+        if c.chunk_tokens is not None:
+            out.append("--enable-mixed-chunk")
         if c.whole_forwards_over_dp_ranks:
             # each DP rank prefills its own prompts: without the delayer a freed seat's prompt prefills on its rank
             # alone while the others idle, far below the plan's prediction (docs/simulate.md)
@@ -261,4 +264,7 @@ _README = """
   plan's prediction costs forwards spread over the ranks, which the delayer brings about by gathering
   prompts until every rank has one (simulated, it serves at or above the prediction:
   `moeplan simulate PLAN --colocated-prefill per-rank --prefill-delayer sglang-0.5.23`; docs/simulate.md).
+  With chunked prefill the server runs `--enable-mixed-chunk`, so each decode step carries a prompt chunk as the
+  plan costs (without it SGLang runs a prompt's chunks one after another while the decodes wait); SGLang's mixed
+  steps drop the MTP draft, so moeplan exports chunked plans for SGLang only without MTP.
 """

@@ -225,12 +225,11 @@ def _batch_flags(plan: Plan, role: str, phase: PhasePlan) -> list[str]:
         assert view.colocated is not None
         c = view.colocated
         seqs = sequences_on(c.concurrency_per_device, att.tp)
-        if c.chunk_tokens is not None:
-            # chunked prefill: each step carries the rank's decodes plus its share of one prompt chunk
-            # (vLLM schedules running decodes first, then fills max_num_batched_tokens with prompt chunks)
-            tokens = seqs * (1 + c.mtp_tokens) + math.ceil(c.chunk_tokens / att.dp)
-        else:
-            tokens = max(math.ceil(c.prefill_batch_tokens / att.dp), seqs * (1 + c.mtp_tokens))
+        # chunked prefill (whole prefill forwards are refused for vLLM: plan_problems): each step carries the
+        # rank's decodes plus its share of one prompt chunk (vLLM schedules running decodes first, then fills
+        # max_num_batched_tokens with prompt chunks)
+        assert c.chunk_tokens is not None
+        tokens = seqs * (1 + c.mtp_tokens) + math.ceil(c.chunk_tokens / att.dp)
     return ["--max-num-seqs", str(seqs), "--max-num-batched-tokens", str(tokens)]
 
 
@@ -287,5 +286,7 @@ _README = """
 - Disaggregated plans: the router is vLLM-Ascend's
   `examples/disaggregated_prefill_v1/load_balance_proxy_server_example.py` (copy it here); Mooncake must be
   installed on every node (see the release's PD tutorial).
-- Colocated plans: one server per instance; put any HTTP load balancer in front of several instances.
+- Colocated plans: one server per instance; put any HTTP load balancer in front of several instances. vLLM's
+  scheduler puts the running decodes and prompt chunks in every step, so only chunked colocated plans export for
+  vLLM-Ascend: `--max-num-batched-tokens` is a DP rank's decode tokens plus its share of one chunk.
 """
