@@ -144,6 +144,25 @@ def _spanning_layouts(pi: IntTables, n_att: int) -> np.ndarray:
     return np.asarray((_prompt_forwards(pi, slice(0, n_att)) > 1).any(axis=-1))
 
 
+def _spans(dt: PhaseTables, pi: IntTables) -> np.ndarray:
+    """[A]: `_spanning_layouts` where the engine lets a prompt take several forwards on its rank (else none:
+    it runs only the batches whose shares hold a prompt, `_first_whole_batch`)."""
+    n_att = len(dt.options.attention)
+    spanning = _spanning_layouts(pi, n_att)
+    return spanning if dt.options.prompt_over_forwards else np.zeros_like(spanning)
+
+
+def _first_whole_batch(dt: PhaseTables, pi: IntTables) -> np.ndarray:
+    """[A]: per attention layout, the index of the first batch at which every rank's share holds a prompt
+    (k = 1; the batch axis's size when none does), 0 where the engine lets a prompt take several forwards:
+    with an engine that prefills a prompt whole on its rank, a batch below it does not run."""
+    n_att = len(dt.options.attention)
+    if dt.options.prompt_over_forwards:
+        return np.zeros(n_att, dtype=np.int64)
+    whole = _prompt_forwards(pi, slice(0, n_att)) <= 1
+    return np.where(whole.any(axis=-1), whole.argmax(axis=-1), whole.shape[-1])
+
+
 def _prompt_forwards(pi: IntTables, attention: int | slice) -> np.ndarray:
     """The forwards (k) a prompt takes on its attention DP rank, back to back, at each batch of the
     requests-per-forward axis, for the attention option(s) `attention` (planner.costmodel.colocated; the
@@ -312,12 +331,14 @@ def _prefill_seconds_per_request(
     prefill_s, shortest = np.full(shape, np.inf), np.full(shape, np.inf)
     # layouts on which a prompt takes several forwards at some batch [A, 1, 1, 1, 1]: there a batch's
     # prefill seconds per request read the forwards of smaller batches, whose own limits do not apply
-    spans = _spanning_layouts(pi, n_att).reshape((n_att,) + (1,) * (len(shape) - 1))
+    spans = _spans(dt, pi).reshape((n_att,) + (1,) * (len(shape) - 1))
     own = _prompt_forwards(pi, slice(0, n_att)).reshape((n_att,) + (1,) * (len(shape) - 2) + (rs.size,))
+    # an engine that prefills a prompt whole on its rank runs only the batches whose shares hold one
+    runnable = np.ones(own.shape, dtype=bool) if dt.options.prompt_over_forwards else own <= 1
     runs = np.zeros(shape, dtype=bool)  # a batch meets its own limits at some micro-batch count
     for _, forward in _prefill_forwards_us(ctx, pt, pi, n_att):
-        ok = np.ones(forward.shape, dtype=bool)
-        own_ok = np.ones(forward.shape, dtype=bool)
+        ok = np.broadcast_to(runnable, forward.shape).copy()
+        own_ok = ok.copy()
         if ttft_slo_us is not None:
             ok &= spans | (1.5 * forward <= ttft_slo_us)  # TTFT is at least 1.5 forwards
             own_ok &= (own + 0.5) * forward <= ttft_slo_us  # and at least its k + 1/2
@@ -331,21 +352,6 @@ def _prefill_seconds_per_request(
     last_runs = np.maximum.accumulate(np.where(runs, np.arange(rs.size), -1), axis=-1)
     pt.memo[key] = (np.minimum.accumulate(prefill_s, axis=-1), shortest, last_runs)
     return pt.memo[key]
-
-
-def _least_forward_us(ctx: CostContext, dt: PhaseTables, pt: PhaseTables, pi: IntTables) -> np.ndarray:
-    """The shortest whole prefill forward (us) over the decode layouts' combinations and the
-    micro-batch counts, per batch R (memoised with the prefill tables, and kept on disk with them:
-    no SLO in it)."""
-
-    def compute() -> np.ndarray:
-        rows = [
-            forward.reshape(-1, forward.shape[-1]).min(axis=0)
-            for _, forward in _prefill_forwards_us(ctx, pt, pi, len(dt.options.attention))
-        ]
-        return np.min(np.stack(rows), axis=0)
-
-    return derived(pt, ("least_forward_us", dt.devices), compute)
 
 
 def _chunked_meets(
@@ -411,6 +417,22 @@ def _chunked_seconds_floor(
     return out_tokens * 1e-3 * mean_us / (sequences * e), mean_us
 
 
+def _least_forward_per_attention_us(ctx: CostContext, dt: PhaseTables, pt: PhaseTables, pi: IntTables) -> np.ndarray:
+    """[A, R]: the shortest whole prefill forward (us) per decode attention layout, over the other modules'
+    layouts and the micro-batch counts, per batch R (memoised with the prefill tables, and kept on disk with
+    them: no SLO in it)."""
+
+    def compute() -> np.ndarray:
+        n_att = len(dt.options.attention)
+        rows = [
+            forward.reshape(n_att, -1, forward.shape[-1]).min(axis=1)
+            for _, forward in _prefill_forwards_us(ctx, pt, pi, n_att)
+        ]
+        return np.min(np.stack(rows), axis=0)
+
+    return derived(pt, ("least_forward_per_attention_us", dt.devices), compute)
+
+
 def _held(ctx: CostContext, n: int, xs: np.ndarray, emitted: float, rs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per concurrency B: (H_B, the prompts a forward holds when a full instance of n devices at B
     emits `emitted` tokens a step per sequence, never fewer than the batch axis's first, R_0
@@ -461,7 +483,8 @@ def _admitted_prefill_floor(
     `r_idx` [..., B] the largest batch that fits, `first_held` [B] the first batch of at least H_B
     requests. A batch below H_B costs its own F(R) / R (the limits apply to it); every batch from
     H_B on costs F(H_B) / H_B (the forward of R, not of H_B, meets the limits, so that floor takes
-    none), if one fits. Where a prompt may take several forwards on its rank (`spans` [..., 1], and
+    none), if one fits and meets its own limits (`last_runs`). Where a prompt may take several forwards on
+    its rank (`spans` [..., 1], and
     then `prefill_s` is taken without limits), a forward holds R_h = min(R, H_B / k) requests' worth,
     read linearly between whole batches up to R or, below the first, at no fewer seconds per request
     than it (planner.costmodel.colocated.forward_below_axis): at least the least F(R') / R' over the
@@ -478,16 +501,18 @@ def _admitted_prefill_floor(
             axis=-1,
         )
 
+    # the largest batch that fits and meets its own limits (-1: none)
+    top = (
+        r_idx if last_runs is None else np.where(r_idx >= 0, at(np.broadcast_to(last_runs, prefill_s.shape), r_idx), -1)
+    )
     below = np.minimum(r_idx, first_held - 1)  # the largest fitting batch of fewer than H_B requests
     at_below = np.where(below >= 0, at(prefill_s, below), np.inf)
-    at_held = np.where((first_held <= r_idx) & (r_idx >= 0), held_floor_s, np.inf)
+    # a batch of at least H_B requests that fits and meets its own limits holds H_B
+    at_held = np.where((first_held <= top) & (top >= 0), held_floor_s, np.inf)
     whole = np.minimum(at_below, at_held)
     if not np.any(spans):
         return whole
     # where prompts span forwards: the least F(R') / R' up to the largest batch that fits and meets its limits
-    top = (
-        r_idx if last_runs is None else np.where(r_idx >= 0, at(np.broadcast_to(last_runs, prefill_s.shape), r_idx), -1)
-    )
     spanning = np.where(top >= 0, at(prefill_s, top), np.inf)
     return np.where(spans, spanning, whole)
 
@@ -504,19 +529,20 @@ def colocated_size_bound(
     mtp: bool | None = None,
 ) -> float:
     """An upper bound on the requests/s of any colocated instance of this size, at least the
-    largest `colocated_upper_bounds` entry, for a few thousandths of its cost: the same
-    conditions per concurrency B, with every combination's figures replaced by their least over
-    the layouts. Per B, the decode step and HBM are at least the sum over modules of each
-    module's least (`least_step`, `least_hbm`); a whole-forward batch's prefill seconds per
-    request at least the least over combinations of `_prefill_seconds_per_request` at the largest
-    batch whose KV fits next to `least_hbm`; a chunk's time at least the least over combinations per
-    attention layout, its part but the experts' likewise, and the experts' part the least over the
-    expert layouts, with the layout's DP ranks (`_chunked_seconds_floor`). Every condition (HBM, TPOT
-    stretched by the prefill share, TTFT, ITL) grows with the step, t_c and the prefill time, so what
-    fails with these floors fails for every combination: the bound of the size is 1 / min over B of
-    (decode floor + prefill floor),
-    the larger over the MTP depths (`mtp` True or False: only depths with or without MTP).
-    Memoised with the prefill tables."""
+    largest `colocated_upper_bounds` entry, for a few hundredths of its cost: the same
+    conditions per attention layout A and concurrency B, with the figures of A's combinations replaced
+    by their least over the other modules' layouts. Per (A, B), the decode step and HBM are at least
+    A's own plus the sum over the other modules of each one's least; a whole-forward batch's prefill
+    seconds per request at least the least over A's combinations and the micro-batch counts at the
+    largest batch whose KV fits next to that HBM (A's KV per prompt, its spanning and its prompts'
+    forwards k); a chunk's time at least the least over A's combinations, its part but the experts'
+    likewise, and the experts' part the least over the expert layouts, with A's DP ranks
+    (`_chunked_seconds_floor`). Every condition (HBM, TPOT stretched by the prefill share, TTFT, ITL)
+    grows with the step, t_c and the prefill time, so what fails with these floors fails for every
+    combination of A: the bound of the size is the largest over A of 1 / min over B of (decode floor +
+    prefill floor), the larger over the MTP depths (`mtp` True or False: only depths with or without
+    MTP). (Taking the least over every layout, attention included, was 15-25% above the combinations'
+    bound and pruned almost no size.) Memoised with the prefill tables."""
     key = ("colocated_size_bound", dt.devices, tpot_slo_us, ttft_slo_us, max_itl_us, mtp)
     if key in pt.memo:
         return pt.memo[key]
@@ -528,26 +554,30 @@ def colocated_size_bound(
     # prefill seconds per request at the best batch of at most R requests, least over the
     # combinations: at a given R the least seconds per request is the shortest forward, and if
     # that one misses the TTFT or ITL limit every forward does
-    forward_least = _least_forward_us(ctx, dt, pt, pi)
+    n_att = len(dt.options.attention)
+    forward_a = _least_forward_per_attention_us(ctx, dt, pt, pi)  # [A, R]
     limit = min(math.inf if ttft_slo_us is None else ttft_slo_us / 1.5, math.inf if max_itl_us is None else max_itl_us)
     # where a prompt may take several forwards on its rank, a batch reads smaller batches' forwards, whose own
     # limits do not apply (`_admitted_prefill_floor`)
-    spans = bool(_spanning_layouts(pi, len(dt.options.attention)).any())
-    prefill_least = np.minimum.accumulate(np.where(spans | (forward_least <= limit), forward_least * 1e-6 / rs, np.inf))
-    # a batch a plan holds meets its own limits with its layout's k, at least the fewest over the layouts
-    own_least = _prompt_forwards(pi, slice(0, len(dt.options.attention))).min(axis=0)
-    runs = np.ones(rs.size, dtype=bool)
+    spans = _spans(dt, pi)[:, None]  # [A, 1]
+    first_whole = _first_whole_batch(dt, pi)[:, None]  # [A, 1]: batches below it do not run
+    runnable = np.arange(rs.size) >= first_whole  # [A, R]
+    prefill_least = np.minimum.accumulate(
+        np.where(runnable & (spans | (forward_a <= limit)), forward_a * 1e-6 / rs, np.inf), axis=-1
+    )  # [A, R]
+    # a batch a plan holds meets its own limits with its layout's k
+    own = _prompt_forwards(pi, slice(0, n_att))  # [A, R]
+    runs = runnable.copy()
     if ttft_slo_us is not None:
-        runs &= (own_least + 0.5) * forward_least <= ttft_slo_us
+        runs &= (own + 0.5) * forward_a <= ttft_slo_us
     if max_itl_us is not None:
-        runs &= own_least * forward_least <= max_itl_us
-    last_runs = np.maximum.accumulate(np.where(runs, np.arange(rs.size), -1))
-    kv_one = float(_kv_one_prompt_mib(ctx, dt, pt).min())
+        runs &= own * forward_a <= max_itl_us
+    last_runs = np.maximum.accumulate(np.where(runs, np.arange(rs.size), -1), axis=-1)  # [A, R]
+    kv_one = _kv_one_prompt_mib(ctx, dt, pt)[:, None]  # [A, 1]
     chunks = np.array([g * n for g in CHUNK_TOKENS_PER_DEVICE], dtype=float)
     x_tokens, diff, experts = _chunk_module_differences(ctx, dt, pt)
-    # a chunk's seconds per prompt token, least per attention layout [C][A, 1] (a layout's DP ranks set how
-    # often a step waits for a chunk, so the floor is taken per layout, then the best of them), and of its
-    # part but the experts' (per combination, then least per layout), and the experts' part, least
+    # a chunk's seconds per prompt token, least per attention layout [C][A, 1], and of its part but the
+    # experts' (per combination, then least per layout), and the experts' part, least
     slope_least = [
         (np.maximum(diff[..., c], 0.0) / x_tokens[c] * (1.0 - 1e-9)).min(axis=(1, 2, 3))[:, None]
         for c in range(chunks.size)
@@ -563,16 +593,23 @@ def colocated_size_bound(
     ]
     experts_lo = experts_s.min(axis=0) * (1.0 - 1e-9)
     dps = np.array([a.dp for a in dt.options.attention], dtype=float)[:, None]
+    others = [mod for mod in MODULES if mod != "attention"]
     best = 0.0
     for j, k in enumerate(dt.k_values):
         if mtp is not None and (k > 0) != mtp:
             continue
         slo_us = tpot_limit_at(tpot_slo_us, j)
         e = int(np.floor(dt.emitted[j] * EMITTED_SCALE + 1e-9))
-        step = sum(di.time_us[mod][:, j, :].min(axis=0) for mod in MODULES) + di.const_us[j]
-        hbm = sum(di.hbm_mib[mod][:, j, :].min(axis=0) for mod in MODULES)
-        step = np.asarray(step, dtype=float)
-        hbm = np.asarray(hbm, dtype=float)
+        # per attention layout [A, B]: its own figures plus the other modules' least over their layouts
+        step = np.asarray(
+            di.time_us["attention"][:, j, :]
+            + sum(di.time_us[mod][:, j, :].min(axis=0) for mod in others)
+            + di.const_us[j],
+            dtype=float,
+        )
+        hbm = np.asarray(
+            di.hbm_mib["attention"][:, j, :] + sum(di.hbm_mib[mod][:, j, :].min(axis=0) for mod in others), dtype=float
+        )
         ok = hbm <= cap
         if slo_us is not None:
             ok &= step * EMITTED_SCALE <= slo_us * e
@@ -582,10 +619,11 @@ def colocated_size_bound(
             continue
         decode_s = w.output_tokens * 1e-3 * step / (n * xs * e)
         # whole forwards: the largest batch whose KV alone fits next to the least decode HBM
-        r_idx = np.searchsorted(rs, np.floor((cap - hbm) / max(kv_one, 1e-9)), side="right") - 1
+        r_idx = np.searchsorted(rs, np.floor((cap - hbm) / np.maximum(kv_one, 1e-9)), side="right") - 1
+        r_idx = np.where(r_idx >= first_whole, r_idx, -1)  # the largest fitting batch runs, or none does
         held, first = _held(ctx, n, xs, e / EMITTED_SCALE, rs)
         at = _admitted_prefill_floor(
-            prefill_least, _held_floor_s(forward_least, rs, held, first), r_idx, first, spans, last_runs
+            prefill_least, _held_floor_s(forward_a, rs, held, first), r_idx, first, spans, last_runs
         )
         whole_ok = ok & (r_idx >= 0) & dt.options.whole_prefill_forwards
         if slo_us is not None:
@@ -605,7 +643,7 @@ def colocated_size_bound(
             )
             if slo_us is not None:
                 c_ok &= mean_us * EMITTED_SCALE <= slo_us * e * (1 + 1e-9)
-            total = np.minimum(total, np.where(c_ok, floor_s, np.inf).min(axis=0))
+            total = np.minimum(total, np.where(c_ok, floor_s, np.inf))
         least = float(total.min())
         if math.isfinite(least):
             best = max(best, 1.0 / least)
@@ -644,7 +682,8 @@ def colocated_upper_bounds(
     # prefill seconds per request at the best batch of at most R requests [A, F, M, L, R]
     prefill_s, shortest_us, last_runs = _prefill_seconds_per_request(ctx, dt, pt, pi, ttft_slo_us, max_itl_us)
     # layouts on which a prompt takes several forwards at some batch [A, 1, 1, 1, 1] (`_admitted_prefill_floor`)
-    spans = _spanning_layouts(pi, len(dt.options.attention))[:, None, None, None, None]
+    spans = _spans(dt, pi)[:, None, None, None, None]
+    first_whole = _first_whole_batch(dt, pi)[:, None, None, None, None]  # batches below it do not run
     # MiB of KV cache one prompt leaves on a device, per attention layout: the prefill batch's
     # KV alone (activations come on top) must fit next to the decode instance's HBM
     kv_one = _kv_one_prompt_mib(ctx, dt, pt)
@@ -711,6 +750,7 @@ def colocated_upper_bounds(
         chunked_totals.append(chunked)
         room = (di.hbm_capacity_mib - hbm) / np.maximum(kv_one, 1e-9)[:, None, None, None, None]
         r_idx = np.searchsorted(rs, np.floor(room), side="right") - 1  # largest batch that fits
+        r_idx = np.where(r_idx >= first_whole, r_idx, -1)  # it runs, or no batch does
         held, first = _held(ctx, n, xs[:nb], e / EMITTED_SCALE, rs)
         at = _admitted_prefill_floor(
             prefill_s, _held_floor_s(shortest_us, rs, held, first), r_idx, first, spans, last_runs

@@ -657,8 +657,9 @@ def colocated_space(
     # devices and 5 x 2 in 11 cards); the per-device order and skip are exact only for a ratio objective
     per_device = request.rate_per_s is None and request.objective != "total"
     if per_device:
-        # a second bound per size, a few thousandths of the combinations' bound: the same
-        # conditions with every figure at its least over the layouts (colocated_size_bound)
+        # a second bound per size, a few hundredths of the combinations' bound's cost: the same
+        # conditions per attention layout, with every other figure at its least over the other
+        # modules' layouts (colocated_size_bound)
         for n in sizes:
             if rough[n] > 0:
                 (dt, di), (pt, pi) = dspace.tables[n], pspace.tables[n]

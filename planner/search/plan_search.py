@@ -163,9 +163,13 @@ def run_search(
     coloc: list[ColocatedCandidate] = []
     if dspace and pspace and COLOCATED in question.structures:
         # a colocated instance matters only if it reaches the `top`-th best deployment without
-        # colocated ones (the alternatives need the best colocated plan whatever its value)
-        coloc_floor = Fraction(0) if request.alternatives else question.kth_ratio(d_cands, p_cands, request.top)
+        # colocated ones; the alternatives need the best colocated plan whatever its value: the best
+        # instance of each size searched on its own (keep 1, pruned by the best found so far), far
+        # cheaper than the `top` best of every size
+        coloc_floor = question.kth_ratio(d_cands, p_cands, request.top)
         coloc = colocated_space(contexts.decode, request, dspace, pspace, request.top, floor_per_device=coloc_floor)
+        if request.alternatives:
+            coloc = _joined(coloc, colocated_space(contexts.decode, request, dspace, pspace, 1))
     if question.objective.kind == "target" and not _rate_reachable(question, d_cands, p_cands, afd_cands):
         raise infeasible()
 
@@ -227,6 +231,17 @@ def run_search(
         space=space_restrictions(request, contexts, dspace, pspace),
         weight_unit=budget.unit,
     )
+
+
+def _joined(listed: list[ColocatedCandidate], best: list[ColocatedCandidate]) -> list[ColocatedCandidate]:
+    """The colocated candidates of both searches, each once, in `colocated_space`'s order (by size, then rate)."""
+    seen = {_colocated_key(c) for c in listed}
+    out = listed + [c for c in best if _colocated_key(c) not in seen]
+    return sorted(out, key=lambda c: (c.devices, -c.rate_milli, c.decode.key()))
+
+
+def _colocated_key(c: ColocatedCandidate) -> tuple:
+    return (c.devices, c.decode.key(), c.batch_requests, c.micro_batches, c.chunk_tokens, c.rate_milli)
 
 
 def afd_floor(

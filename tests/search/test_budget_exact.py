@@ -236,29 +236,37 @@ def test_colocated_bound_holds_for_whole_forward_and_chunked_instances(devices, 
     ]
 
 
-@pytest.mark.parametrize(("engine", "devices", "tpot_ms"), [("vllm-ascend", 32, 100), ("sglang", 32, 100)])
-def test_colocated_search_keeps_to_the_schedules_the_engine_runs(engine, devices, tpot_ms):
+@pytest.mark.parametrize(
+    ("engine", "devices", "tpot_ms", "itl_ms"),
+    [("vllm-ascend", 32, 100, None), ("sglang", 32, 100, None), ("mindie", 32, 100, None), ("mindie", 64, 100, 300)],
+)
+def test_colocated_search_keeps_to_the_schedules_the_engine_runs(engine, devices, tpot_ms, itl_ms):
     """vLLM mixes decodes and prompt tokens in every step: its colocated instances are all chunked. SGLang's mixed
     steps drop the MTP draft: its chunked instances are all at MTP 0 (and its whole-forward ones may carry MTP).
-    The bound still holds over every instance, and the pruned search keeps the best of them."""
+    MindIE's chunked prefill is not written, and it prefills a prompt whole on its rank. The bounds (of each
+    combination and of the size) still hold over every instance, and the pruned search keeps the best of them."""
     request, ctx, (dt, di), (pt, pi) = _size_tables("a2", 64, devices, engine)
     tpot, ttft = int(tpot_ms * 1000), int(request.slo.ttft_ms * 1000)
-    every = colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep=10**6, prune=False)
+    itl = None if itl_ms is None else int(itl_ms * 1000)
+    every = colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep=10**6, prune=False, max_itl_us=itl)
     chunked = [c for c in every if c.chunk_tokens is not None]
     whole = [c for c in every if c.chunk_tokens is None]
     if engine == "vllm-ascend":
         assert chunked and not whole
         assert any(c.decode.k > 0 for c in chunked), "no chunked instance with MTP: vLLM's steps keep the draft"
-    else:
+    elif engine == "sglang":
         assert chunked and whole
         assert all(c.decode.k == 0 for c in chunked)
         assert any(c.decode.k > 0 for c in whole), "no whole-forward instance with MTP"
-    bound, _ = colocated_upper_bounds(ctx, dt, di, pt, pi, tpot, ttft)
+    else:
+        assert whole and not chunked
+        assert all(c.batch_requests >= c.decode.attention.dp for c in whole), "a MindIE batch below a prompt a rank"
+    bound, _ = colocated_upper_bounds(ctx, dt, di, pt, pi, tpot, ttft, itl)
     for c in every:
         assert c.rate_milli / 1000 <= bound[(dt.k_values.index(c.decode.k),) + c.decode.option_index] * (1 + 1e-9)
-    pruned = colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep=2)
+    pruned = colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep=2, max_itl_us=itl)
     assert [(c.rate_milli, c.chunk_tokens) for c in pruned] == [(c.rate_milli, c.chunk_tokens) for c in every[:2]]
-    size_bound = colocated_size_bound(ctx, dt, di, pt, pi, tpot, ttft, None, None)
+    size_bound = colocated_size_bound(ctx, dt, di, pt, pi, tpot, ttft, itl, None)
     assert float(bound.max()) <= size_bound * (1 + 1e-9)
 
 
@@ -285,6 +293,8 @@ def test_colocated_size_bound_is_above_every_combinations_bound(hardware, device
     size_bound = colocated_size_bound(ctx, dt, di, pt, pi, tpot, ttft, itl, mtp)
     assert float(bound.max()) > 0, "no colocated combination at all: the comparison would be empty"
     assert size_bound >= float(bound.max()) * (1 - 1e-12)
-    assert size_bound <= 1.25 * float(bound.max()), "the size bound is too loose to prune sizes"
+    # per attention layout the size bound is within 9% of the combinations' best here (1.002-1.083); taking
+    # the least over every layout, attention included, was up to 25% above and pruned almost no size
+    assert size_bound <= 1.10 * float(bound.max()), "the size bound is too loose to prune sizes"
     every = colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep=1, mtp=mtp, max_itl_us=itl)
     assert every and every[0].rate_milli / 1000 <= size_bound
