@@ -325,6 +325,14 @@ def simulate(
         warm = warmup
         traffic_rate = rate
         notes = []
+        from planner.engines.profiles import colocated_schedule_refusal
+
+        refusal = colocated_schedule_refusal(routing.engine, plan)
+        if refusal is not None:
+            notes.append(
+                f"--engine {routing.engine}: {refusal.split('; re-plan')[0]}; the simulation serves the plan's own "
+                "schedule, not the one this engine would run"
+            )
         if trace is None and rate is None and concurrency is None:
             claim = claimed_rate(sized, prediction)
             if claim is None or claim <= 0:

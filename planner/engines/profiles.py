@@ -619,6 +619,19 @@ def _colocated_schedule_problems(
     return []
 
 
+def colocated_schedule_refusal(engine: str, plan: Plan) -> str | None:
+    """Why `engine` does not run a colocated plan's schedule as moeplan costs it (whole prefill forwards on vLLM,
+    whose steps all mix; mixed steps on MindIE, or with MTP on SGLang), or None: what `simulate --engine` says
+    when it serves the plan's own schedule for an engine that would run another."""
+    from planner.engines.plan_view import plan_view
+
+    c = plan_view(plan).colocated
+    if c is None:
+        return None
+    problems = _colocated_schedule_problems(load_profile(engine), c.chunk_tokens, c.prefill_batch_tokens, c.mtp_tokens)
+    return problems[0] if problems else None
+
+
 def _whole_prompt_problems(profile: EngineProfile, plan: Plan) -> list[str]:
     """For an engine that prefills a prompt whole on its attention DP rank (`prompt_over_forwards`): a prefill
     batch whose rank share is below the TTFT-percentile prompt's computed tokens (the cost model then counts

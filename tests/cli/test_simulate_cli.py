@@ -224,3 +224,17 @@ def test_plan_simulate_with_a_rate_checks_the_plans_at_that_rate(tmp_path):
     first = json.loads(out.read_text())["simulated"][0]
     assert first["rate_source"] == "--rate" and first["rate_per_s"] == 20.0
     assert first["meets_slo"] is True  # the plan kept meets its SLOs at p90 of simulated requests at 20 req/s
+
+
+def test_simulate_says_when_the_engine_would_not_run_the_plans_colocated_schedule():
+    """vLLM-Ascend (the default routing) mixes decodes and prompt tokens in every step: a whole-forward colocated
+    plan is served as the plan says, and the output says that this is not what vLLM-Ascend would run; SGLang runs
+    whole forwards, so no such note."""
+    whole = str(REPO / "tests" / "simulate" / "small-colocated-whole.yaml")
+    r = run_cli("simulate", whole, "--requests", "120", "--concurrency", "40", "--json", "-")
+    assert r.exit_code == 0, r.output
+    notes = " ".join(json.loads(r.output)["moeplan"]["notes"])
+    assert "--engine vllm-ascend: colocated.chunk_tokens" in notes and "not the one this engine would run" in notes
+    r = run_cli("simulate", whole, "--engine", "sglang", "--requests", "120", "--concurrency", "40", "--json", "-")
+    assert r.exit_code == 0, r.output
+    assert "would run" not in " ".join(json.loads(r.output)["moeplan"]["notes"])
