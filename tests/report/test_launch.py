@@ -90,7 +90,8 @@ COMMON = {
 def colocated_plan(
     hardware: str, devices: int, instances: int, model: str = "deepseek-v3", experts: int = 256, mtp: int = 1
 ) -> Plan:
-    """A colocated plan every engine runs: everything data-parallel, one micro-batch, a prompt a DP rank at least."""
+    """A whole-forward colocated plan SGLang and MindIE run (vLLM-Ascend runs its chunked form, `runnable_by`):
+    everything data-parallel, one micro-batch, a prompt a DP rank at least."""
     layouts = {
         "attention": {"dp": devices, "tp": 1},
         "dense_ffn": {"dp": devices, "tp": 1},
