@@ -67,6 +67,7 @@ from planner.candidates.phase_candidates import (
     _option_lists,
     decode_ratio,
     engine_mask,
+    engine_runs_forwards,
     prefill_forward_us,
     tpot_limit_at,
 )
@@ -156,11 +157,9 @@ def _first_whole_batch(dt: PhaseTables, pi: IntTables) -> np.ndarray:
     """[A]: per attention layout, the index of the first batch at which every rank's share holds a prompt
     (k = 1; the batch axis's size when none does), 0 where the engine lets a prompt take several forwards:
     with an engine that prefills a prompt whole on its rank, a batch below it does not run."""
-    n_att = len(dt.options.attention)
-    if dt.options.prompt_over_forwards:
-        return np.zeros(n_att, dtype=np.int64)
-    whole = _prompt_forwards(pi, slice(0, n_att)) <= 1
-    return np.where(whole.any(axis=-1), whole.argmax(axis=-1), whole.shape[-1])
+    own = _prompt_forwards(pi, slice(0, len(dt.options.attention)))
+    runs = np.broadcast_to(engine_runs_forwards(dt, own), own.shape)
+    return np.where(runs.any(axis=-1), runs.argmax(axis=-1), own.shape[-1])
 
 
 def _prompt_forwards(pi: IntTables, attention: int | slice) -> np.ndarray:
@@ -334,7 +333,7 @@ def _prefill_seconds_per_request(
     spans = _spans(dt, pi).reshape((n_att,) + (1,) * (len(shape) - 1))
     own = _prompt_forwards(pi, slice(0, n_att)).reshape((n_att,) + (1,) * (len(shape) - 2) + (rs.size,))
     # an engine that prefills a prompt whole on its rank runs only the batches whose shares hold one
-    runnable = np.ones(own.shape, dtype=bool) if dt.options.prompt_over_forwards else own <= 1
+    runnable = np.broadcast_to(engine_runs_forwards(dt, own), own.shape)
     runs = np.zeros(shape, dtype=bool)  # a batch meets its own limits at some micro-batch count
     for _, forward in _prefill_forwards_us(ctx, pt, pi, n_att):
         ok = np.broadcast_to(runnable, forward.shape).copy()
