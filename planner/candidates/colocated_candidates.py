@@ -650,6 +650,29 @@ def colocated_size_bound(
     return best
 
 
+@dataclass(frozen=True)
+class DecodeAtDepth:
+    """One MTP depth's decode figures per layout combination, summed from the integer tables on demand
+    (the [A, F, M, L, B] arrays themselves are not kept: with many expert layouts they ran to gigabytes
+    per size, memoised for every size and engine): `emitted` tokens per step in thousandths, and for a
+    combination (attention, dense FFN, MoE, LM head indices) its step in us and HBM in MiB over B."""
+
+    emitted: int
+    j: int
+    di: IntTables
+
+    def step_us(self, idx: tuple[int, ...]) -> np.ndarray:
+        t = self.di.time_us
+        return (
+            np.sum([t[mod][i, self.j, :] for mod, i in zip(MODULES, idx, strict=True)], axis=0)
+            + self.di.const_us[self.j]
+        )
+
+    def hbm_mib(self, idx: tuple[int, ...]) -> np.ndarray:
+        h = self.di.hbm_mib
+        return np.sum([h[mod][i, self.j, :] for mod, i in zip(MODULES, idx, strict=True)], axis=0)
+
+
 def _runs_chunked(dt: PhaseTables, mtp_tokens: int) -> bool:
     """Whether the engine runs chunked colocated instances at this MTP depth (its mixed steps are written by
     moeplan, and keep the draft tokens when there are any: planner.engines `chunked_prefill`, `chunked_mtp`)."""
@@ -665,12 +688,12 @@ def colocated_upper_bounds(
     tpot_slo_us: TpotLimitUs,
     ttft_slo_us: int | None,
     max_itl_us: int | None = None,
-) -> tuple[np.ndarray, list[tuple[int, np.ndarray, np.ndarray]]]:
+) -> tuple[np.ndarray, list[DecodeAtDepth]]:
     """Per (MTP depth, layout combination) [K, A, F, M, L]: an upper bound on the requests/s of a
     colocated instance, whole-forward or chunked (module docstring; 0 when its decode half alone
-    cannot fit or meet the SLOs, or the engine cannot run it), and per depth (emitted tokens in
-    thousandths, decode step us, decode HBM MiB) over [A, F, M, L, B]. Memoised with the prefill
-    tables (the bound depends on the SLOs, never on the budget)."""
+    cannot fit or meet the SLOs, or the engine cannot run it), and per depth its decode figures
+    (`DecodeAtDepth`). Memoised with the prefill tables (the bound depends on the SLOs, never on the
+    budget)."""
     key = ("colocated_bound", dt.devices, tpot_slo_us, ttft_slo_us, max_itl_us)
     if key in pt.memo:
         return pt.memo[key]
@@ -697,14 +720,14 @@ def colocated_upper_bounds(
     experts_hi = experts_s[None, None, :, None, :, None] * (1.0 + 1e-9)
     experts_lo = experts_s[None, None, :, None, :, None] * (1.0 - 1e-9)
     dps = np.array([a.dp for a in dt.options.attention], dtype=float)[:, None, None, None, None]
-    per_k: list[tuple[int, np.ndarray, np.ndarray]] = []
+    per_k: list[DecodeAtDepth] = []
     totals, chunked_totals = [], []
     for j in range(len(dt.k_values)):
         slo_us = tpot_limit_at(tpot_slo_us, j)
         e = int(np.floor(dt.emitted[j] * EMITTED_SCALE + 1e-9))
         step = _combine([di.time_us[mod][:, j, :] for mod in MODULES]) + di.const_us[j][None, None, None, None, :]
         hbm = _combine([di.hbm_mib[mod][:, j, :] for mod in MODULES])
-        per_k.append((e, step, hbm))
+        per_k.append(DecodeAtDepth(e, j, di))
         # concurrencies no layout can reach (HBM or TPOT even with every module at its least) are cut
         least_hbm = sum(di.hbm_mib[mod][:, j, :].min(axis=0) for mod in MODULES)
         least_step = sum(di.time_us[mod][:, j, :].min(axis=0) for mod in MODULES) + di.const_us[j]
@@ -826,7 +849,7 @@ def _evaluate_memo(
     tpot_slo_us: TpotLimitUs,
     ttft_slo_us: int | None,
     chosen: list[tuple[int, tuple[int, ...]]],
-    per_k: list[tuple[int, np.ndarray, np.ndarray]],
+    per_k: list[DecodeAtDepth],
     max_itl_us: int | None,
 ) -> list[tuple[float, ColocatedCandidate]]:
     """`_evaluate`, each combination's result memoised with the prefill tables (the MTP-filtered
@@ -984,7 +1007,7 @@ def _evaluate(
     tpot_slo_us: TpotLimitUs,
     ttft_slo_us: int | None,
     chosen: list[tuple[int, tuple[int, ...]]],
-    per_k: list[tuple[int, np.ndarray, np.ndarray]],
+    per_k: list[DecodeAtDepth],
     max_itl_us: int | None = None,
 ) -> list[tuple[float, ColocatedCandidate]]:
     """The best whole-forward and the best chunked colocated instance (requests/s, candidate) of
@@ -993,9 +1016,9 @@ def _evaluate(
     xs = dt.x_values.astype(float)
     rs = pt.x_values.astype(np.int64)
     # [C, B]: decode step and HBM of each chosen (combination, depth)
-    step_cb = np.stack([per_k[j][1][idx] for j, idx in chosen]).astype(float)
-    hbm_cb = np.stack([per_k[j][2][idx] for j, idx in chosen]).astype(float)
-    emitted_c = np.array([per_k[j][0] / EMITTED_SCALE for j, _ in chosen])
+    step_cb = np.stack([per_k[j].step_us(idx) for j, idx in chosen]).astype(float)
+    hbm_cb = np.stack([per_k[j].hbm_mib(idx) for j, idx in chosen]).astype(float)
+    emitted_c = np.array([per_k[j].emitted / EMITTED_SCALE for j, _ in chosen])
     best_score = np.full(len(chosen), -1.0)
     best_at: list[tuple | None] = [None] * len(chosen)
     chunked_best: list[tuple[int, float, tuple]] = []
@@ -1057,8 +1080,8 @@ def _evaluate(
     for c, value, at in whole + chunked_best:
         j, idx = chosen[c]
         b_i, requests, mb, tpot_v, ttft_v, hbm_v, longest_v, chunk = at  # type: ignore[misc]
-        e, step, hbm_d = per_k[j]
-        s_us = int(step[idx + (b_i,)])
+        e = per_k[j].emitted
+        s_us = int(per_k[j].step_us(idx)[b_i])
         x = integral_as_int(float(xs[b_i]))
         num, den = decode_ratio(x, e, s_us, opts.attention[idx[0]].tp)
         decode = PhaseCandidate(
@@ -1072,7 +1095,7 @@ def _evaluate(
             x=x,
             time_us=s_us,
             latency_us=-(-s_us * EMITTED_SCALE // e),
-            hbm_mib=int(hbm_d[idx + (b_i,)]),
+            hbm_mib=int(per_k[j].hbm_mib(idx)[b_i]),
             hbm_capacity_mib=di.hbm_capacity_mib,
             num=num,
             den=den,

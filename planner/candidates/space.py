@@ -144,7 +144,7 @@ def instance_sizes(hw: HardwareSpec, max_devices: int, min_devices: int) -> list
     sizes = {s for s in _pow2_upto(node) if s < node}
     sizes.update(range(node, min(cap, DENSE_NODE_COUNTS * node) + 1, node))
     sizes.update(node * p for p in _pow2_upto(max(1, cap // node)))
-    lowest = min(s for s in range(node, cap + node, node) if s >= min_devices) if cap >= node else None
+    lowest = min((s for s in range(node, cap + node, node) if s >= min_devices), default=None)
     if lowest is not None:
         sizes.add(lowest)  # the smallest whole-node instance that holds the weights
     return sorted(s for s in sizes if min_devices <= s <= cap)

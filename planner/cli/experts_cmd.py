@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from planner.cli.common import check_output, console, err_console, run_guarded, write_text_atomic
-from planner.cli.options import check_loads_separator
+from planner.cli.options import check_loads_file
 from planner.errors import BadInputError
 from planner.placement.expert_map import moeplan_json, vllm_ascend_json
 from planner.placement.loads import ExpertLoads, check_experts, from_array, read_expert_loads
@@ -176,7 +176,7 @@ def _loads(
         ]
         if given:
             raise BadInputError(f"{', '.join(given)} only apply to --synthetic; the loads file sets its own shape.")
-        check_loads_separator(path)
+        check_loads_file(path)
         return read_expert_loads(path), f"loads {path.name}"
     assert synthetic is not None
     trace = parse_trace_spec(synthetic)

@@ -57,10 +57,23 @@ def parse_int_list(text: str, flag: str, lo: int, hi: int) -> list[int]:
     return sorted(set(values))
 
 
-def check_loads_separator(path: Path) -> None:
-    """A loads CSV separates its cells with commas: a file of ';' or tab separated cells is refused by
-    name (it would read as one non-number cell a line)."""
-    if path.suffix.lower() in (".npy", ".json", ".npz"):
+def check_loads_file(path: Path) -> None:
+    """What the loads reader cannot say itself: a loads CSV separates its cells with commas (a file of ';' or
+    tab separated cells would read as one non-number cell a line), and a .npy file that numpy did not write
+    is not one (numpy's own error calls it "pickled data"). Both refused by name."""
+    if path.suffix.lower() == ".npy":
+        try:
+            with path.open("rb") as f:
+                magic = f.read(6)
+        except OSError:
+            return  # the reader names what is wrong with the file
+        if magic and magic != b"\x93NUMPY":
+            raise BadInputError(
+                f"loads file '{path.name}' is not a readable .npy array (no numpy header: not a file numpy.save "
+                "wrote); save one with numpy.save, or use CSV or JSON."
+            )
+        return
+    if path.suffix.lower() in (".json", ".npz"):
         return
     try:
         with path.open(encoding="utf-8") as f:
@@ -77,7 +90,7 @@ def loads_array(path: Path):
     """Per-layer loads [layers, experts] from a loads file (the last window of several)."""
     from planner.placement.loads import read_loads
 
-    check_loads_separator(path)
+    check_loads_file(path)
     trace = read_loads(path)
     return trace[-1] if trace.ndim == 3 else trace
 

@@ -221,7 +221,7 @@ def build_request(
     ):
         if value is not None and not 1 <= value <= MAX_DEVICES_PER_INSTANCE:
             raise BadInputError(f"{flag} must be between 1 and {MAX_DEVICES_PER_INSTANCE}; got {value}.")
-    mtp_values = parse_int_list(mtp, "--mtp", 0, 4) if mtp else None
+    mtp_values = parse_int_list(mtp, "--mtp", 0, 4) if mtp is not None else None  # (given empty: refused)
     structures = parse_structures(structure, colocated)
     if structure is not None:
         check_structures_phase(structures, phase)
@@ -507,6 +507,7 @@ def ordered_rows(
     renumbered and the alternatives' ranks pointing at the rows shown. `first`: the search's own best
     plan, which stays in the list (in its last row when the near-tie order would cut it)."""
     from planner.ranking.rows import order_plans, renumbered
+    from planner.search.alternatives import for_leader
 
     extras = {plan_identity(p): (v, r) for p, v, r in zip(
         outcome.plans, outcome.variants or [[]] * len(outcome.plans), outcome.runs_on or [{}] * len(outcome.plans),
@@ -533,12 +534,17 @@ def ordered_rows(
         return row_of.get(plan_identity(plan))
 
     leader_first = first is not None and leaders and plan_identity(leaders[0]) != plan_identity(first)
+    alternatives = outcome.alternatives
+    if leader_first and first is not None:
+        # the alternatives are the search's best plan's: made rank 1's (its rows, if it is one, carry its band)
+        best = next((p for p in plans if plan_identity(p) == plan_identity(first)), first)
+        alternatives = for_leader(alternatives, leaders[0], best, leaders)
     return dataclasses.replace(
         outcome,
         plans=leaders,
         variants=variants,
         runs_on=[extras[plan_identity(p)][1] for p in leaders] if outcome.runs_on else [],
-        alternatives=[dataclasses.replace(a, rank=rank_of(a.plan)) for a in outcome.alternatives],
+        alternatives=[dataclasses.replace(a, rank=rank_of(a.plan)) for a in alternatives],
         proven_first=first if leader_first else None,
         exhausted=outcome.exhausted and len(leaders) < top,
     )
@@ -651,7 +657,14 @@ def engine_mode(engine: str | None, emits: list[tuple[str, Path]], mixed: bool) 
         return NONE if mixed else AUTO
     if given in (AUTO, NONE):
         return NONE if mixed and given == AUTO else given
-    return engine_name(given)
+    from planner.engines.profiles import ENGINES
+
+    try:
+        return engine_name(given)
+    except BadInputError:
+        raise BadInputError(
+            f"--engine: unknown engine '{engine}'; choose one of {AUTO}, {NONE}, {', '.join(ENGINES)}."
+        ) from None
 
 
 def search_plans(
@@ -1079,7 +1092,13 @@ def plan(
     decode_microbatch: DecodeMicrobatchOpt = True,
     time_limit: Annotated[
         float,
-        typer.Option("--time-limit", min=0.1, max=86400.0, help="Solver time limit in seconds."),
+        typer.Option(
+            "--time-limit",
+            min=0.1,
+            max=86400.0,
+            help="CP-SAT's time limit per solve, in seconds (the cost tables built before the solves are not "
+            "limited by it: --explain-space lists what sets their size).",
+        ),
     ] = DEFAULT_TIME_LIMIT_S,
     workers: WorkersOpt = 2,
     robust: Annotated[

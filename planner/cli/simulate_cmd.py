@@ -145,7 +145,9 @@ def simulate(
             "a trace: all of it).",
         ),
     ] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of lengths, arrivals and MTP acceptance draws.")] = 0,
+    seed: Annotated[
+        int, typer.Option("--seed", min=0, max=2**32 - 1, help="Seed of lengths, arrivals and MTP acceptance draws.")
+    ] = 0,
     warmup: Annotated[
         int,
         typer.Option(
@@ -249,6 +251,7 @@ def simulate(
         int,
         typer.Option(
             "--prefill-delay-passes",
+            min=1,
             help="The most passes in a row the prefill delayer holds prefill back (30, both versions' default).",
         ),
     ] = 30,

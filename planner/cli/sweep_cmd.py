@@ -309,7 +309,12 @@ def sweep(
     html: HtmlOpt = None,
     time_limit: Annotated[
         float,
-        typer.Option("--time-limit", min=0.1, max=86400.0, help="Solver time limit per point, s."),
+        typer.Option(
+            "--time-limit",
+            min=0.1,
+            max=86400.0,
+            help="CP-SAT's time limit per solve, in seconds (the cost tables are not limited by it).",
+        ),
     ] = DEFAULT_TIME_LIMIT_S,
     workers: WorkersOpt = 2,
     jobs: Annotated[

@@ -91,14 +91,19 @@ def _choices(param: Any) -> list[str]:
     return [str(getattr(c, "value", c)) for c in descriptor.choices]
 
 
+def _bound(value: float) -> str:
+    """A bound as the user types it: whole numbers in full (4294967295, not 4.29497e+09)."""
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
 def _range(param: Any) -> str:
     lo, hi = getattr(param, "min", None), getattr(param, "max", None)
     if lo is not None and hi is not None:
-        return f" from {lo:g} to {hi:g}"
+        return f" from {_bound(lo)} to {_bound(hi)}"
     if lo is not None:
-        return f" >= {lo:g}"
+        return f" >= {_bound(lo)}"
     if hi is not None:
-        return f" <= {hi:g}"
+        return f" <= {_bound(hi)}"
     return ""
 
 

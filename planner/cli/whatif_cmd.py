@@ -401,7 +401,12 @@ def whatif(
     ] = None,
     time_limit: Annotated[
         float,
-        typer.Option("--time-limit", min=0.1, max=86400.0, help="Solver time limit per search, s."),
+        typer.Option(
+            "--time-limit",
+            min=0.1,
+            max=86400.0,
+            help="CP-SAT's time limit per solve, in seconds (the cost tables are not limited by it).",
+        ),
     ] = DEFAULT_TIME_LIMIT_S,
     workers: Annotated[int, typer.Option("--workers", min=1, max=64, help="CP-SAT worker threads.")] = 2,
     simulate: Annotated[

@@ -259,7 +259,8 @@ def read_bench(pairs: list[str], hw: HardwareSpec) -> Measurements:
             base = plan_base_dir(ref)
             specs = _specs_on(plan, base, hw)
         except PlannerError as exc:
-            errors.append(f"{where}: {str(exc).rstrip('.')}.")
+            said = str(exc).rstrip(".")
+            errors.append(f"{where}: {said}{'' if said.endswith('?') else '.'}")
             continue
         plan, rows, problems = _bench_rows(plan, result, where)
         errors += problems

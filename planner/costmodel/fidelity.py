@@ -35,6 +35,7 @@ from planner.costmodel.fitting import SENSITIVE_ELASTICITY, metric_value
 from planner.costmodel.reference import condition_imbalance
 from planner.costmodel.store_fit import Row, heldout_error
 from planner.costmodel.uncertainty import BAND_Z, imbalance_corner, prediction_uncertainty, scenarios, widened
+from planner.errors import BadInputError
 from planner.specs.catalog import load_plan, plan_base_dir
 from planner.specs.hardware import HardwareSpec
 from planner.specs.plan import Plan
@@ -316,6 +317,31 @@ def fidelity_report(subset: list[StoredFigure] | None = None) -> FidelityReport:
     return FidelityReport(out, values, loo_values, not_compared_figures(), stale)
 
 
+def _check_kept_aside(fig: StoredFigure, plan: Plan, specs: PlanSpecs) -> None:
+    """A kept-aside row's model and machine are its plan's, and its metric is a figure the plan's prediction
+    has (the store's own rows are held to this by its tests): else BadInputError naming the field."""
+    from planner.costmodel.calibration import available_metrics
+
+    where = f"{fig.file}: figure '{fig.id}'"
+    for field_name, said, planned in (
+        ("model", fig.row.model, plan.model),
+        ("hardware", fig.row.hardware, plan.hardware),
+    ):
+        if said and said != planned:
+            raise BadInputError(
+                f"{where}: the row's {field_name} is '{said}' but its plan '{fig.plan}' is of '{planned}'; fix the "
+                f"row's {field_name} or its plan."
+            )
+    known = available_metrics(evaluate_plan(plan, plan_base_dir(fig.plan), specs=specs))
+    if fig.metric not in known:
+        phase = fig.metric.split(".", 1)[0]
+        near = [m for m in known if m.startswith(f"{phase}.") and m.count(".") == 1] or known
+        raise BadInputError(
+            f"{where}: metric '{fig.metric}' is not a figure moeplan predicts for plan '{fig.plan}'; use one of: "
+            f"{', '.join(near[:40])}."
+        )
+
+
 def kept_aside_report(figures: list[tuple[StoredFigure, str]]) -> FidelityReport:
     """Figures from outside the store (runs kept aside from it, `figures_at`), predicted under the
     shipped values as every plan is: nothing is fitted on them, so each error is out-of-sample and
@@ -336,7 +362,8 @@ def kept_aside_report(figures: list[tuple[StoredFigure, str]]) -> FidelityReport
         elif fig.compare == "simulated":
             not_compared.append((fig, "needs simulation: queueing-dominated (judged by the serving simulator)"))
         else:
-            plan, _ = _plan_and_specs(fig.plan)
+            plan, specs = _plan_and_specs(fig.plan)
+            _check_kept_aside(fig, plan, specs)
             base = every[fig.figure.ratio_to] if fig.figure.ratio_to else None
             rows.append(Row(fig, plan.hardware, base))
     model = Model(config, rows, params)

@@ -99,10 +99,12 @@ def mixed_system(
     rps = min(decode_rps, prefill_rps)
     d_cards, p_cards = d_hw.cards(d_dev), p_hw.cards(p_dev)
     cards = d_cards + p_cards
-    notes = [
-        f"mixed hardware: decode on {d_hw.name} ({d_cards:g} cards), prefill on {p_hw.name} ({p_cards:g} cards); "
-        f"tokens/s per card counts both kinds of card"
-    ]
+    notes = []
+    if d_hw.name != p_hw.name:  # (one machine with the phases budgeted apart is not mixed hardware)
+        notes.append(
+            f"mixed hardware: decode on {d_hw.name} ({d_cards:g} cards), prefill on {p_hw.name} ({p_cards:g} cards); "
+            "tokens/s per card counts both kinds of card"
+        )
     if d_hw.price_per_card is not None and p_hw.price_per_card is not None:
         cost = d_cards * d_hw.price_per_card.value + p_cards * p_hw.price_per_card.value
         notes.append(

@@ -552,7 +552,9 @@ def colocated_bindings(plan: Plan, ctx: CostContext) -> list[Binding]:
                 f"{max(CHUNK_TOKENS_PER_DEVICE)} prompt tokens per device and step"
             )
         message = f"colocated chunked prefill ({chunk} prompt tokens per step): {text}."
-        out.append(Binding("prefill", kind, message, f"colocated chunk {chunk}: {tag}"))
+        # (the next chunk the search tries is twice this one: the tag names it, as the decode tags name B + 1)
+        at = "" if kind in ("none", "search_space") else f" at {2 * chunk}"
+        out.append(Binding("prefill", kind, message, f"colocated chunk {chunk}: {tag}{at}"))
         return out
     held = now.prompts_per_forward
     if held is not None and held <= r + 1e-9:

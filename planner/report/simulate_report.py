@@ -158,6 +158,10 @@ def steady_line(steady: dict) -> str:
     )
 
 
+# below half its decode seats running on average, a run is at a load well below the static figures' (its seats full)
+STATIC_LOAD_SHARE = 0.5
+
+
 def bound_lines(result: SimResult) -> list[str]:
     """What limited the run, in words."""
     s = result.summary
@@ -187,6 +191,12 @@ def bound_lines(result: SimResult) -> list[str]:
                 else ""
             )
             + f"; busy {_fractions(b['decode_busy_fraction'])}"
+        )
+    if b["decode_seats"] and b["mean_running"] < STATIC_LOAD_SHARE * b["decode_seats"]:
+        lines.append(
+            f"static column: the plan's figures with its {b['decode_seats']:,} decode seats full (what `evaluate` "
+            f"prints); this run kept {b['mean_running']:,.0f} running on average, so its TPOT and throughput are "
+            "those of a lighter load, not the static ones"
         )
     if b["prefill_busy_fraction"]:
         lines.append(

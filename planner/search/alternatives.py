@@ -109,7 +109,8 @@ def alternatives(
     structures: list[tuple[str, Callable[[PhaseCandidate], bool], bool, bool, dict | None]] = []
     if dspace and pspace and (coloc or (request.colocated and not contexts.mixed)):
         if best_dep.colocated is not None:
-            structures.append(("disaggregated", anything, True, False, None))
+            if request.disaggregated:  # (--structure colocated leaves them out: no row, as --structure pd has none)
+                structures.append(("disaggregated", anything, True, False, None))
         else:
             structures.append(("colocated", anything, False, True, None))
     depths = request.mtp_tokens if request.mtp_tokens is not None else (0, 1)
@@ -221,3 +222,62 @@ def no_afd_alternative(request: PlanRequest, contexts: PhaseContexts) -> Alterna
 def _rank_in(plans: list[Plan], plan: Plan) -> int | None:
     sig = plan_signature(plan)
     return next((i + 1 for i, p in enumerate(plans) if plan_signature(p) == sig), None)
+
+
+def _structure(plan: Plan) -> dict[str, object]:
+    """What the alternatives tell apart in a plan: colocated or not, AFD or not, and of its decode
+    instances (colocated or disaggregated; none for AFD, as the search's) MTP on or off and the EP size."""
+    head = None if plan.is_afd else plan.decode_phase
+    return {
+        "colocated": plan.is_colocated,
+        "afd": plan.is_afd,
+        "mtp": None if head is None else head.mtp_tokens > 0,
+        "ep": None if head is None or head.moe is None else head.moe.ep,
+    }
+
+
+def _dimension(label: str) -> str | None:
+    if label in ("colocated", "disaggregated"):
+        return "colocated"
+    if label in ("best AFD", "best non-AFD"):
+        return "afd"
+    if label in ("with MTP", "without MTP"):
+        return "mtp"
+    if label.startswith("decode EP other than "):
+        return "ep"
+    return None
+
+
+def _label(dimension: str, leader: dict[str, object]) -> str | None:
+    """The alternative's label for what the leader does not have along `dimension`."""
+    if dimension == "colocated":
+        return "disaggregated" if leader["colocated"] else "colocated"
+    if dimension == "afd":
+        return "best non-AFD" if leader["afd"] else "best AFD"
+    if dimension == "mtp":
+        return None if leader["mtp"] is None else ("without MTP" if leader["mtp"] else "with MTP")
+    return None if leader["ep"] is None else f"decode EP other than {leader['ep']}"
+
+
+def for_leader(alternatives: list[Alternative], leader: Plan, best: Plan, rows: list[Plan]) -> list[Alternative]:
+    """The alternatives of the search's best plan `best` (each the best plan of a structure `best` does not
+    have), made rank 1's when the near-tie order puts another plan, `leader`, first: where the two differ
+    along a row's structure (MTP on or off, the decode EP size, colocated or not, AFD or not), the row is
+    the leader's other structure, and its plan the first of `rows` (the list in its order, `best` among
+    them) of that structure: `best` belongs to it, and the best plan of all is the best of every structure
+    it belongs to, so none beyond its near-ties can be better. Where the two agree, the search's row
+    stands. A row along which the leader has no value (MTP and EP rows for an AFD leader) is dropped."""
+    if leader.model_dump_json(exclude={"predicted", "rank"}) == best.model_dump_json(exclude={"predicted", "rank"}):
+        return alternatives
+    mine, its = _structure(leader), _structure(best)
+    out = []
+    for alt in alternatives:
+        dimension = _dimension(alt.label)
+        if dimension is None or mine[dimension] == its[dimension]:
+            out.append(alt)
+            continue
+        label = _label(dimension, mine)
+        if label is not None:
+            other = [p for p in rows if _structure(p)[dimension] not in (None, mine[dimension])]
+            out.append(Alternative(label, other[0] if other else best, None))
+    return out

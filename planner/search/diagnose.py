@@ -18,7 +18,7 @@ from planner.candidates.space import (
     min_devices_for_weights,
     moe_options,
 )
-from planner.costmodel.context import CostContext
+from planner.costmodel.context import DEFAULT_HBM_UTILIZATION, CostContext
 from planner.costmodel.memory import request_kv_bytes_per_device
 from planner.search.candidate_spaces import (
     PhaseSpace,
@@ -408,16 +408,37 @@ def budget_message(
         smallest = min((n for n in each if n is not None), default=None)
     where = f"{ctx.model.name} on {hw.name}"
     if smallest is None:
-        return (
-            f"card budget: no deployment of {where} fits HBM and meets the SLOs at any instance size up to "
-            f"{DENSE_NODE_COUNTS} nodes; relax --tpot-ms/--ttft-ms or use a smaller quantization."
-        )
+        return _nothing_fits(ctx, where)
     cards = math.ceil(smallest / hw.devices_per_card - 1e-9)
     return _counted_over(
         f"card budget: the smallest deployment of {where} that fits HBM and meets the SLOs needs "
         f"{smallest} devices ({cards} cards); --max-cards {request.max_cards:g} allows {budget_devices} "
         f"devices. Raise --max-cards to at least {cards}.",
         engines,
+    )
+
+
+def _nothing_fits(ctx: CostContext, where: str) -> str:
+    """No instance size works: HBM left no room at the request's --hbm-utilization, or the SLOs and HBM together."""
+    gib = 2.0**30
+    hw, util = ctx.hw, ctx.hbm_utilization
+    reserved = hw.memory.runtime_reserve.value + hw.memory.comm_buffers.value
+    if hw.hbm_bytes * util <= reserved:
+        least = math.ceil(reserved / hw.hbm_bytes * 100 + 1e-9) / 100
+        return (
+            f"HBM: at --hbm-utilization {util:g} each {hw.name} device may fill {hw.hbm_bytes * util / gib:.1f} GiB, "
+            f"no more than its runtime reserve and communication buffers ({reserved / gib:.2f} GiB): no room for "
+            f"weights or KV cache at any instance size. Raise --hbm-utilization to at least {least:g} (default "
+            f"{DEFAULT_HBM_UTILIZATION:g})."
+        )
+    raise_util = (
+        f", raise --hbm-utilization (now {util:g}; default {DEFAULT_HBM_UTILIZATION:g})"
+        if util < DEFAULT_HBM_UTILIZATION
+        else ""
+    )
+    return (
+        f"card budget: no deployment of {where} fits HBM and meets the SLOs at any instance size up to "
+        f"{DENSE_NODE_COUNTS} nodes; relax --tpot-ms/--ttft-ms{raise_util} or use a smaller quantization."
     )
 
 

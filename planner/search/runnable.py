@@ -152,9 +152,11 @@ def run_runnable(
         plans=plans,
         alternatives=_best_alternatives(lead, outcomes, plans, [e for e in failures if e not in refused]),
         optimal=not interrupted and all(o.optimal for o in outcomes.values()),
+        # proven only when every engine's search is: else a plan was found, not proven best (FEASIBLE), even
+        # where the lead engine's own search was proven
         status="INTERRUPTED"
         if interrupted
-        else ("OPTIMAL" if all(o.optimal for o in outcomes.values()) else lead.status),
+        else ("OPTIMAL" if all(o.optimal for o in outcomes.values()) else "FEASIBLE"),
         seconds=time.perf_counter() - start,
         solves=sum(o.solves for o in outcomes.values()),
         deployments=[dep for _, _, _, dep in merged[:fetch]],

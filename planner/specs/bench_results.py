@@ -79,6 +79,13 @@ def _optional(doc: dict[str, Any], key: str, where: str, infinite_is_none: bool 
     return float(value)
 
 
+def _whole(value: float, key: str, where: str) -> int:
+    """A count of requests: a whole positive number."""
+    if value != int(value):
+        raise BadInputError(f"{where}: '{key}' is {value!r}, not a whole number of requests; is this a finished run?")
+    return int(value)
+
+
 def _mean(total: float | None, count: int) -> float | None:
     return total / count if total is not None and count else None
 
@@ -93,10 +100,10 @@ _JSON_CLIENTS = {
 def _from_json(client: str, doc: dict[str, Any], path: Path) -> BenchResult:
     how, per_step = _JSON_CLIENTS[client]
     where = f"{path} ({how})"
-    completed = int(_number(doc, "completed", where))
+    completed = _whole(_number(doc, "completed", where), "completed", where)
     concurrency = _optional(doc, "max_concurrency", where)
-    if concurrency is not None and concurrency != int(concurrency):
-        raise BadInputError(f"{where}: 'max_concurrency' is {concurrency!r}, not a whole number of requests.")
+    if concurrency is not None:
+        concurrency = _whole(concurrency, "max_concurrency", where)
     return BenchResult(
         client=client,
         path=path,
@@ -112,14 +119,21 @@ def _from_json(client: str, doc: dict[str, Any], path: Path) -> BenchResult:
     )
 
 
-def _with_unit(text: str, unit: str, where: str) -> float:
+def _with_unit(text: str, unit: str, where: str, field: str) -> float:
+    """A positive finite figure written with its unit ("123.4 ms"); `field` names it in the error."""
     raw = text.strip()
     if unit.strip() and raw.endswith(unit.strip()):
         raw = raw[: -len(unit.strip())].strip()
     try:
         value = float(raw)
     except ValueError:
-        raise BadInputError(f"{where}: {text!r} is not a number in {unit.strip()}.") from None
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        in_unit = f" in {unit.strip()}" if unit.strip() else ""
+        raise BadInputError(
+            f"{where}: {field} is {text!r}, not a positive number{in_unit}; fix the file or give the file "
+            "AISBench wrote."
+        )
     return value
 
 
@@ -132,14 +146,17 @@ def _from_aisbench(text: str, path: Path) -> BenchResult:
         if metric not in table or not table[metric].get("Average"):
             raise BadInputError(f"{where}: no {metric} row with an Average; run AISBench with --mode perf.")
     n = table["TTFT"].get("N") or "0"
-    completed = int(float(n))
-    if completed <= 0:
-        raise BadInputError(f"{where}: N is {n!r}: no request completed.")
+    try:
+        completed = float(n)
+    except ValueError:
+        completed = math.nan
+    if not math.isfinite(completed) or completed <= 0 or completed != int(completed):
+        raise BadInputError(f"{where}: the TTFT row's N is {n!r}, not a whole number of completed requests.")
 
     def average(metric: str, unit: str) -> float | None:
         if metric not in table or not table[metric].get("Average"):
             return None
-        return _with_unit(table[metric]["Average"], unit, where)
+        return _with_unit(table[metric]["Average"], unit, where, f"the {metric} row's Average")
 
     common: dict[str, Any] = {}
     beside = path.with_suffix(".json")
@@ -149,19 +166,33 @@ def _from_aisbench(text: str, path: Path) -> BenchResult:
         except (OSError, ValueError):
             common = {}
 
+    if not isinstance(common, dict):
+        raise BadInputError(f"{beside}: not AISBench's common metrics (a JSON object of metrics); move it aside.")
+
     def total(metric: str, unit: str) -> float | None:
-        value = (common.get(metric) or {}).get("total", (common.get(metric) or {}).get("stable"))
+        entry = common.get(metric)
+        if entry is None:
+            return None
+        if not isinstance(entry, dict):
+            raise BadInputError(
+                f"{beside}: '{metric}' is {entry!r}, not AISBench's {{\"total\": ...}} object; fix the file or move it "
+                "aside (the CSV alone is read)."
+            )
+        value = entry.get("total", entry.get("stable"))
         if value is None:
             return None
-        return value if isinstance(value, (int, float)) else _with_unit(str(value), unit, f"{beside}")
+        text = str(value) if not isinstance(value, bool) else "not a number"
+        return _with_unit(text, unit, f"{beside}", f"'{metric}'")
 
     concurrency = total("Max Concurrency", "")
+    if concurrency is not None:
+        concurrency = _whole(concurrency, "Max Concurrency", f"{beside}")
     return BenchResult(
         client=AISBENCH,
         path=path,
-        completed=completed,
-        mean_ttft_ms=_with_unit(table["TTFT"]["Average"], " ms", where),
-        mean_tpot_ms=_with_unit(table["TPOT"]["Average"], " ms", where),
+        completed=int(completed),
+        mean_ttft_ms=_with_unit(table["TTFT"]["Average"], " ms", where, "the TTFT row's Average"),
+        mean_tpot_ms=_with_unit(table["TPOT"]["Average"], " ms", where, "the TPOT row's Average"),
         max_concurrency=int(concurrency) if concurrency else None,
         mean_input_tokens=average("InputTokens", ""),
         mean_output_tokens=average("OutputTokens", ""),

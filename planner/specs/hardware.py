@@ -376,6 +376,12 @@ class HardwareSpec(Strict):
                     "levels must nest: each level's devices_per_group must be a larger multiple "
                     f"of the previous one (got {a} then {b})"
                 )
+        for i, size in enumerate(sizes):
+            if size is not None and self.devices_per_node % size and size % self.devices_per_node:
+                raise ValueError(
+                    f"levels[{i}] ({self.levels[i].name}): devices_per_group {size} neither divides devices_per_node "
+                    f"{self.devices_per_node} nor is a multiple of it; a level's groups tile the nodes"
+                )
         if self.devices_per_card > 1 and bounded and bounded[0] % self.devices_per_card:
             raise ValueError("levels[0].devices_per_group must be a multiple of devices_per_card")
         if self.devices_per_node % self.devices_per_card:

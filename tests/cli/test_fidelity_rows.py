@@ -168,3 +168,21 @@ def test_a_folder_of_rows_is_read_as_one_set(tmp_path):
     empty.mkdir()
     r = run_cli("fidelity", "--rows", str(empty))
     assert r.exit_code == 2 and "holds no .yaml file of rows" in r.output
+
+
+def test_a_row_whose_model_or_machine_is_not_its_plans_or_whose_metric_is_none_exits_2(tmp_path):
+    """A kept-aside row is judged on its plan: a row that names another model or machine than the plan's, or a
+    metric the plan's prediction does not have, is refused naming the field (it was predicted on the plan and
+    printed under the row's model; an unknown metric ended in a KeyError)."""
+    other = _row("r", "a2-d70", [_figure("decode.tpot_ms", 99.6)], model="kimi-k2")
+    r = run_cli("fidelity", "--no-simulated", "--rows", str(_write(tmp_path, [other])))
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert "the row's model is 'kimi-k2' but its plan 'a2-d70' is of 'deepseek-v3'" in r.output
+    machine = _row("r", "a2-d70", [_figure("decode.tpot_ms", 99.6)], hardware="a3")
+    r = run_cli("fidelity", "--no-simulated", "--rows", str(_write(tmp_path, [machine], "machine.yaml")))
+    assert r.exit_code == 2 and "the row's hardware is 'a3' but its plan 'a2-d70' is of 'a2'" in r.output
+    unknown = _row("r", "a2-d70", [_figure("decode.foo", 723.0)])
+    r = run_cli("fidelity", "--no-simulated", "--rows", str(_write(tmp_path, [unknown], "metric.yaml")))
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert "metric 'decode.foo' is not a figure moeplan predicts for plan 'a2-d70'" in r.output
+    assert "decode.tpot_ms" in r.output  # the figures it has are offered

@@ -159,7 +159,7 @@ def test_sglangs_pd_mixed_runs_are_reproduced_within_tolerance():
         (["--prefill-delayer", "pr14201"], "add --colocated-prefill per-rank"),
         (
             ["--colocated-prefill", "per-rank", "--prefill-delayer", "pr14201", "--prefill-delay-passes", "0"],
-            "--prefill-delay-passes must be >= 1",
+            "--prefill-delay-passes: 0 is out of range; give a whole number >= 1",
         ),
         (
             ["--colocated-prefill", "per-rank", "--prefill-delayer", "soon"],
