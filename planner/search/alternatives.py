@@ -266,9 +266,8 @@ def for_leader(alternatives: list[Alternative], leader: Plan, best: Plan, rows: 
     the leader's other structure, and its plan the first of `rows` (the list in its order, `best` among
     them) of that structure: `best` belongs to it, and the best plan of all is the best of every structure
     it belongs to, so none beyond its near-ties can be better. Where the two agree, the search's row
-    stands. A row along which the leader has no value (MTP and EP rows for an AFD leader) is dropped."""
-    if leader.model_dump_json(exclude={"predicted", "rank"}) == best.model_dump_json(exclude={"predicted", "rank"}):
-        return alternatives
+    stands (so with `leader` the search's best every row does). A row along which the leader has no value
+    (MTP and EP rows for an AFD leader) is dropped."""
     mine, its = _structure(leader), _structure(best)
     out = []
     for alt in alternatives:
