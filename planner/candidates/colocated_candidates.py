@@ -19,7 +19,9 @@ holds for both schedules (`colocated_upper_bounds`):
 
 - whole forwards serve at most 1 / min over B of (out * step_B / (n B e) + p_B) requests/s, where
   R_B is the largest batch whose KV cache alone fits next to the decode instance's HBM at
-  concurrency B and p_B a floor on the prefill seconds per request: a forward holds
+  concurrency B, cut to the batches whose forward, after the step in flight at B, fits the TTFT
+  (step + (k + 1/2) forwards) and the longest gap (step + k forwards) at the least forward over the
+  micro-batch counts (`_batches_within_us`), and p_B a floor on the prefill seconds per request: a forward holds
   min(R, H_B) requests, H_B the prompts a full instance admits between forwards
   (planner.costmodel.colocated), so p_B is the least forward_R / R over the batches below H_B up
   to R_B whose 1.5 forwards meet the TTFT SLO and whose forward fits in the ITL limit (on a layout where
@@ -278,16 +280,21 @@ def _chunked_best(
     return float(score[b_i, c_i]), figures
 
 
-def _prefill_forwards_us(ctx: CostContext, pt: PhaseTables, pi: IntTables, n_att: int):
+def _prefill_forwards_us(ctx: CostContext, dt: PhaseTables, pt: PhaseTables, pi: IntTables, n_att: int):
     """(micro-batches, forward us [A, F, M, L, R]) over the decode layouts' prefill options, as
-    `_forward_us` computes them for one combination."""
+    `_forward_us` computes them for one combination; infinite at several micro-batches with the expert
+    layouts the engine runs only one with (`SizeOptions.moe_micro_ok`, as `_evaluate` skips them)."""
+    micro_ok = dt.options.moe_micro_ok
     for mb in pt.k_values:
         comp = [pi.time_us[mod][:, 0, :] for mod in MODULES]
         comm = [pi.comm_us[mod][:, 0, :] for mod in MODULES]
         fixed = [pi.fixed_us[mod][:, 0, :1] for mod in MODULES]
         for arrays in (comp, comm, fixed):
             arrays[0] = arrays[0][:n_att]  # decode's attention options lead the prefill list
-        yield mb, _forward_total_us(ctx, _combine(comp), _combine(comm), _combine(fixed), mb)
+        forward = _forward_total_us(ctx, _combine(comp), _combine(comm), _combine(fixed), mb)
+        if mb > 1 and micro_ok is not None and not micro_ok.all():
+            forward = np.where(micro_ok[None, None, :, None, None], forward, np.inf)
+        yield mb, forward
 
 
 def _kv_one_prompt_mib(ctx: CostContext, dt: PhaseTables, pt: PhaseTables) -> np.ndarray:
@@ -335,7 +342,7 @@ def _prefill_seconds_per_request(
     # an engine that prefills a prompt whole on its rank runs only the batches whose shares hold one
     runnable = np.broadcast_to(engine_runs_forwards(dt, own), own.shape)
     runs = np.zeros(shape, dtype=bool)  # a batch meets its own limits at some micro-batch count
-    for _, forward in _prefill_forwards_us(ctx, pt, pi, n_att):
+    for _, forward in _prefill_forwards_us(ctx, dt, pt, pi, n_att):
         ok = np.broadcast_to(runnable, forward.shape).copy()
         own_ok = ok.copy()
         if ttft_slo_us is not None:
@@ -425,7 +432,7 @@ def _least_forward_per_attention_us(ctx: CostContext, dt: PhaseTables, pt: Phase
         n_att = len(dt.options.attention)
         rows = [
             forward.reshape(n_att, -1, forward.shape[-1]).min(axis=1)
-            for _, forward in _prefill_forwards_us(ctx, pt, pi, n_att)
+            for _, forward in _prefill_forwards_us(ctx, dt, pt, pi, n_att)
         ]
         return np.min(np.stack(rows), axis=0)
 
@@ -466,6 +473,47 @@ def _held_floor_s(shortest_us: np.ndarray, rs: np.ndarray, held: np.ndarray, fir
     frac = np.where(k > lo, (held - rs[lo]) / np.maximum(rs[k] - rs[lo], 1e-12), 0.0)
     f_lo, f_k = shortest_us[..., lo], shortest_us[..., k]
     return (f_lo + frac * (f_k - f_lo)) * 1e-6 / held * (1.0 - 1e-12)
+
+
+_US_ROW = 1 << 40  # microseconds: above any forward or limit the bounds compare (12 days)
+
+
+def _step_limit_floors_us(
+    pi: IntTables, shortest_us: np.ndarray, n_att: int, ttft_slo_us: int | None, max_itl_us: int | None
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """What a whole forward leaves of the TTFT and ITL limits for the step in flight, as floors over
+    the batches from each one up: (floors [..., R], limits [2, 1, ..., 1]) or None without either limit.
+    A batch R runs at concurrency B only if step_B + (k + 1/2) F(R) <= TTFT and step_B + k F(R) <= ITL
+    (`_whole_forward_best`, k the forwards a prompt takes on its rank), F(R) at least the shortest forward
+    over the micro-batch counts; each figure is floored by its least over the batches from R up (then
+    non-decreasing in R) and rounded down to whole microseconds, the two stacked [2, A, F, M, L, R]."""
+    if ttft_slo_us is None and max_itl_us is None:
+        return None
+    own = _prompt_forwards(pi, slice(0, n_att)).reshape((n_att,) + (1,) * (shortest_us.ndim - 2) + (-1,))
+    rows, limits = [], []
+    for limit, per_forward in ((ttft_slo_us, own + 0.5), (max_itl_us, own)):
+        if limit is None:
+            continue
+        need = np.minimum(per_forward * shortest_us, float(_US_ROW - 1))
+        rows.append(np.floor(np.minimum.accumulate(need[..., ::-1], axis=-1)[..., ::-1]).astype(np.int64))
+        limits.append(int(limit))
+    shape = (len(limits),) + (1,) * shortest_us.ndim
+    return np.stack(rows), np.array(limits, dtype=np.int64).reshape(shape)
+
+
+def _batches_within_us(floors: np.ndarray, limits: np.ndarray, step_us: np.ndarray) -> np.ndarray:
+    """[..., B]: the index of the largest batch whose floors (`_step_limit_floors_us`, [L, ..., R],
+    non-decreasing in R) fit within every limit less the step at each concurrency (`step_us` [..., B]),
+    -1 where none does: every batch that runs at B is at or below it. One sorted search over all rows:
+    row i's floors are offset by i * 2**40 us, above every floor and limit of the rows before it."""
+    r = floors.shape[-1]
+    rows = int(np.prod(floors.shape[:-1]))
+    steps = np.broadcast_to(step_us, floors.shape[:-1] + step_us.shape[-1:])
+    left = np.clip(np.floor(limits - steps), -1, _US_ROW - 2).astype(np.int64)  # the floors are whole us
+    offsets = np.arange(rows, dtype=np.int64).reshape(floors.shape[:-1] + (1,)) * _US_ROW
+    counts = np.searchsorted((floors + offsets).reshape(-1), (left + offsets).reshape(-1), side="right")
+    within = counts.reshape(left.shape) - offsets // _US_ROW * r - 1
+    return within.min(axis=0)
 
 
 def _admitted_prefill_floor(
@@ -533,8 +581,9 @@ def colocated_size_bound(
     by their least over the other modules' layouts. Per (A, B), the decode step and HBM are at least
     A's own plus the sum over the other modules of each one's least; a whole-forward batch's prefill
     seconds per request at least the least over A's combinations and the micro-batch counts at the
-    largest batch whose KV fits next to that HBM (A's KV per prompt, its spanning and its prompts'
-    forwards k); a chunk's time at least the least over A's combinations, its part but the experts'
+    largest batch whose KV fits next to that HBM and whose shortest forward, after that step, fits the TTFT and
+    ITL limits (A's KV per prompt, its spanning and its prompts' forwards k); a chunk's time at least the least
+    over A's combinations, its part but the experts'
     likewise, and the experts' part the least over the expert layouts, with A's DP ranks
     (`_chunked_seconds_floor`). Every condition (HBM, TPOT stretched by the prefill share, TTFT, ITL)
     grows with the step, t_c and the prefill time, so what fails with these floors fails for every
@@ -542,9 +591,25 @@ def colocated_size_bound(
     prefill floor), the larger over the MTP depths (`mtp` True or False: only depths with or without
     MTP). (Taking the least over every layout, attention included, was 15-25% above the combinations'
     bound and pruned almost no size.) Memoised with the prefill tables."""
-    key = ("colocated_size_bound", dt.devices, tpot_slo_us, ttft_slo_us, max_itl_us, mtp)
-    if key in pt.memo:
-        return pt.memo[key]
+    key = ("colocated_size_bound", dt.devices, tpot_slo_us, ttft_slo_us, max_itl_us)
+    if key not in pt.memo:  # per MTP depth, whatever `mtp` selects
+        pt.memo[key] = _size_bound_per_depth(ctx, dt, di, pt, pi, tpot_slo_us, ttft_slo_us, max_itl_us)
+    return max(
+        (b for b, k in zip(pt.memo[key], dt.k_values, strict=True) if mtp is None or (k > 0) == mtp), default=0.0
+    )
+
+
+def _size_bound_per_depth(
+    ctx: CostContext,
+    dt: PhaseTables,
+    di: IntTables,
+    pt: PhaseTables,
+    pi: IntTables,
+    tpot_slo_us: TpotLimitUs,
+    ttft_slo_us: int | None,
+    max_itl_us: int | None,
+) -> list[float]:
+    """`colocated_size_bound` at each MTP depth of the decode tables (0 where nothing fits)."""
     n = dt.devices
     xs = dt.x_values.astype(float)
     rs = pt.x_values.astype(float)
@@ -572,6 +637,7 @@ def colocated_size_bound(
     if max_itl_us is not None:
         runs &= own * forward_a <= max_itl_us
     last_runs = np.maximum.accumulate(np.where(runs, np.arange(rs.size), -1), axis=-1)  # [A, R]
+    step_limits = _step_limit_floors_us(pi, forward_a, n_att, ttft_slo_us, max_itl_us)
     kv_one = _kv_one_prompt_mib(ctx, dt, pt)[:, None]  # [A, 1]
     chunks = np.array([g * n for g in CHUNK_TOKENS_PER_DEVICE], dtype=float)
     x_tokens, diff, experts = _chunk_module_differences(ctx, dt, pt)
@@ -593,10 +659,8 @@ def colocated_size_bound(
     experts_lo = experts_s.min(axis=0) * (1.0 - 1e-9)
     dps = np.array([a.dp for a in dt.options.attention], dtype=float)[:, None]
     others = [mod for mod in MODULES if mod != "attention"]
-    best = 0.0
+    best = [0.0] * len(dt.k_values)
     for j, k in enumerate(dt.k_values):
-        if mtp is not None and (k > 0) != mtp:
-            continue
         slo_us = tpot_limit_at(tpot_slo_us, j)
         e = int(np.floor(dt.emitted[j] * EMITTED_SCALE + 1e-9))
         # per attention layout [A, B]: its own figures plus the other modules' least over their layouts
@@ -620,6 +684,8 @@ def colocated_size_bound(
         # whole forwards: the largest batch whose KV alone fits next to the least decode HBM
         r_idx = np.searchsorted(rs, np.floor((cap - hbm) / np.maximum(kv_one, 1e-9)), side="right") - 1
         r_idx = np.where(r_idx >= first_whole, r_idx, -1)  # the largest fitting batch runs, or none does
+        if step_limits is not None:  # and its forward, after the least step, meets the TTFT and ITL limits
+            r_idx = np.minimum(r_idx, _batches_within_us(step_limits[0], step_limits[1], step))
         held, first = _held(ctx, n, xs, e / EMITTED_SCALE, rs)
         at = _admitted_prefill_floor(
             prefill_least, _held_floor_s(forward_a, rs, held, first), r_idx, first, spans, last_runs
@@ -645,8 +711,7 @@ def colocated_size_bound(
             total = np.minimum(total, np.where(c_ok, floor_s, np.inf))
         least = float(total.min())
         if math.isfinite(least):
-            best = max(best, 1.0 / least)
-    pt.memo[key] = best
+            best[j] = 1.0 / least
     return best
 
 
@@ -720,6 +785,7 @@ def colocated_upper_bounds(
     experts_hi = experts_s[None, None, :, None, :, None] * (1.0 + 1e-9)
     experts_lo = experts_s[None, None, :, None, :, None] * (1.0 - 1e-9)
     dps = np.array([a.dp for a in dt.options.attention], dtype=float)[:, None, None, None, None]
+    step_limits = _step_limit_floors_us(pi, shortest_us, len(dt.options.attention), ttft_slo_us, max_itl_us)
     per_k: list[DecodeAtDepth] = []
     totals, chunked_totals = [], []
     for j in range(len(dt.k_values)):
@@ -773,6 +839,8 @@ def colocated_upper_bounds(
         room = (di.hbm_capacity_mib - hbm) / np.maximum(kv_one, 1e-9)[:, None, None, None, None]
         r_idx = np.searchsorted(rs, np.floor(room), side="right") - 1  # largest batch that fits
         r_idx = np.where(r_idx >= first_whole, r_idx, -1)  # it runs, or no batch does
+        if step_limits is not None:  # and its forward, after the step in flight, meets the TTFT and ITL limits
+            r_idx = np.minimum(r_idx, _batches_within_us(step_limits[0], step_limits[1], step))
         held, first = _held(ctx, n, xs[:nb], e / EMITTED_SCALE, rs)
         at = _admitted_prefill_floor(
             prefill_s, _held_floor_s(shortest_us, rs, held, first), r_idx, first, spans, last_runs

@@ -247,6 +247,20 @@ def _prefill_tables(
         xs = batch_axis(ctx, opts.devices, 2 * int(xs[-1]))
 
 
+def _size_options(
+    ctx: CostContext, devices: int, phase: str, limits: SpaceLimits, fingerprint: tuple, cache: TableCache | None
+) -> SizeOptions:
+    """`size_options`, kept in `cache` (a sweep's points and `--engine auto`'s searches ask again; building
+    them is about a millisecond a size, mostly layout objects)."""
+    key = ("size_options", phase, devices, repr(limits), fingerprint)
+    found = cache.derived.get(key) if cache is not None else None
+    if found is None:
+        found = size_options(ctx.model, ctx.hw, devices, phase, limits)  # type: ignore[arg-type]
+        if cache is not None:
+            cache.derived[key] = found
+    return found
+
+
 def build_phase_space(
     ctx: CostContext,
     phase: str,
@@ -268,7 +282,7 @@ def build_phase_space(
     for i, n in enumerate(sizes):
         if progress:
             progress(f"costing {phase} instances of {n} devices", (i + 1) / max(1, len(sizes)))
-        opts = size_options(m, ctx.hw, n, phase, limits)  # type: ignore[arg-type]
+        opts = _size_options(ctx, n, phase, limits, fingerprint, cache)
         if m.moe is not None and not opts.moe:
             no_expert_layout.append(n)
             continue
