@@ -94,6 +94,9 @@ MIB = 1024.0 * 1024.0
 # chunked prefill: prompt tokens per step of the instance, per device of it (vLLM's default
 # per-engine budget, SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS, is 2048 tokens in v0.11)
 CHUNK_TOKENS_PER_DEVICE = (32, 64, 128, 256, 512, 1024, 2048)
+# the colocated bounds' working arrays (one value per combination and concurrency) are built over this many
+# elements at most at a time, a slice of the MoE layouts each: 16 MiB an array of 8-byte values
+BOUND_SLICE_ELEMENTS = 1 << 21
 
 
 @dataclass(frozen=True)
@@ -788,11 +791,10 @@ def colocated_upper_bounds(
     step_limits = _step_limit_floors_us(pi, shortest_us, len(dt.options.attention), ttft_slo_us, max_itl_us)
     per_k: list[DecodeAtDepth] = []
     totals, chunked_totals = [], []
+    n_moe = di.time_us["moe"].shape[0]
     for j in range(len(dt.k_values)):
         slo_us = tpot_limit_at(tpot_slo_us, j)
         e = int(np.floor(dt.emitted[j] * EMITTED_SCALE + 1e-9))
-        step = _combine([di.time_us[mod][:, j, :] for mod in MODULES]) + di.const_us[j][None, None, None, None, :]
-        hbm = _combine([di.hbm_mib[mod][:, j, :] for mod in MODULES])
         per_k.append(DecodeAtDepth(e, j, di))
         # concurrencies no layout can reach (HBM or TPOT even with every module at its least) are cut
         least_hbm = sum(di.hbm_mib[mod][:, j, :].min(axis=0) for mod in MODULES)
@@ -803,55 +805,87 @@ def colocated_upper_bounds(
         if max_itl_us is not None:
             reach &= least_step <= max_itl_us
         nb = int(np.flatnonzero(reach).max(initial=-1)) + 1
+        shape = tuple(di.time_us[mod].shape[0] for mod in MODULES)
         if nb == 0:
-            totals.append(np.full(step.shape[:-1], np.inf))
+            totals.append(np.full(shape, np.inf))
             chunked_totals.append(totals[-1])
             continue
-        step, hbm = step[..., :nb], hbm[..., :nb]
-        ok = hbm <= di.hbm_capacity_mib
-        if slo_us is not None:
-            ok &= step * EMITTED_SCALE <= slo_us * e
-        if max_itl_us is not None:
-            ok &= step <= max_itl_us
-        decode_s = out_tokens * 1e-3 * step / (n * xs[:nb] * e)  # decode seconds per request at each B
-        # chunked, per chunk size C: decode seconds + in t_c / C at each B, where phi < 1, the mean
-        # step, the TTFT and the longest gap (each growing with t_c) meet their limits with t_c at
-        # its floor, and one prompt's KV cache fits next to the decode HBM (the module docstring)
-        sequences_e = n * xs[:nb] * (e / EMITTED_SCALE)
-        chunk_ok = ok & (hbm + kv_one[:, None, None, None, None] <= di.hbm_capacity_mib)
-        chunked = np.full(step.shape[:-1], np.inf)
-        for c, chunk in enumerate(chunks if _runs_chunked(dt, dt.k_values[j]) else ()):
-            phi = in_tokens * sequences_e / (out_tokens * chunk)
-            if not (phi < 1.0).any():
-                continue
-            t_c_us = 1e6 * chunk * slopes[c]
-            c_ok = chunk_ok & _chunked_meets(
-                step, t_c_us, phi, e, in_tokens, chunk, None, ttft_slo_us, max_itl_us, out_tokens, dps
-            )
-            rank_s = np.maximum(chunk * slopes[c] - experts_hi[..., c, :], 0.0)
-            floor_s, mean_us = _chunked_seconds_floor(
-                step, least_step[:nb], phi, e, out_tokens, rank_s, experts_lo[..., c, :], dps, ttft_slo_us, n * xs[:nb]
-            )
+        # every figure below is per combination and concurrency: the MoE layouts are taken a slice at a time,
+        # so the arrays held at once stay near BOUND_SLICE_ELEMENTS (the result is the same)
+        per_slice = max(1, BOUND_SLICE_ELEMENTS // max(1, shape[0] * shape[1] * shape[3] * nb))
+        whole_parts, chunked_parts = [], []
+        for m0 in range(0, n_moe, per_slice):
+            ms = slice(m0, min(n_moe, m0 + per_slice))
+
+            def cut(a: np.ndarray, axis: int = 2, ms: slice = ms) -> np.ndarray:
+                return a if a.shape[axis] == 1 else a[(slice(None),) * axis + (ms,)]
+
+            parts = [di.time_us[mod][:, j, :nb] for mod in MODULES]
+            parts[2] = parts[2][ms]
+            step = _combine(parts) + di.const_us[j][None, None, None, None, :nb]
+            parts = [di.hbm_mib[mod][:, j, :nb] for mod in MODULES]
+            parts[2] = parts[2][ms]
+            hbm = _combine(parts)
+            ok = hbm <= di.hbm_capacity_mib
             if slo_us is not None:
-                c_ok &= mean_us * EMITTED_SCALE <= slo_us * e * (1 + 1e-9)
-            chunked = np.minimum(chunked, np.where(c_ok, floor_s, np.inf).min(axis=-1))
-        chunked_totals.append(chunked)
-        room = (di.hbm_capacity_mib - hbm) / np.maximum(kv_one, 1e-9)[:, None, None, None, None]
-        r_idx = np.searchsorted(rs, np.floor(room), side="right") - 1  # largest batch that fits
-        r_idx = np.where(r_idx >= first_whole, r_idx, -1)  # it runs, or no batch does
-        if step_limits is not None:  # and its forward, after the step in flight, meets the TTFT and ITL limits
-            r_idx = np.minimum(r_idx, _batches_within_us(step_limits[0], step_limits[1], step))
-        held, first = _held(ctx, n, xs[:nb], e / EMITTED_SCALE, rs)
-        at = _admitted_prefill_floor(
-            prefill_s, _held_floor_s(shortest_us, rs, held, first), r_idx, first, spans, last_runs
-        )
-        ok &= (r_idx >= 0) & dt.options.whole_prefill_forwards
-        if slo_us is not None:
-            # TPOT stretches to step / e / (1 - f) with f = p / (d + p) the prefill share of time:
-            # within the SLO only if p <= d (SLO e / step - 1), and p is at least `at`
-            ok &= at <= decode_s * (slo_us * e / (np.maximum(step, 1) * EMITTED_SCALE) - 1.0) * (1 + 1e-9)
-        total = np.where(ok, decode_s + at, np.inf)
-        totals.append(total.min(axis=-1))
+                ok &= step * EMITTED_SCALE <= slo_us * e
+            if max_itl_us is not None:
+                ok &= step <= max_itl_us
+            decode_s = out_tokens * 1e-3 * step / (n * xs[:nb] * e)  # decode seconds per request at each B
+            # chunked, per chunk size C: decode seconds + in t_c / C at each B, where phi < 1, the mean
+            # step, the TTFT and the longest gap (each growing with t_c) meet their limits with t_c at
+            # its floor, and one prompt's KV cache fits next to the decode HBM (the module docstring)
+            sequences_e = n * xs[:nb] * (e / EMITTED_SCALE)
+            chunk_ok = ok & (hbm + kv_one[:, None, None, None, None] <= di.hbm_capacity_mib)
+            chunked = np.full(step.shape[:-1], np.inf)
+            for c, chunk in enumerate(chunks if _runs_chunked(dt, dt.k_values[j]) else ()):
+                phi = in_tokens * sequences_e / (out_tokens * chunk)
+                if not (phi < 1.0).any():
+                    continue
+                slope = cut(slopes[c])
+                t_c_us = 1e6 * chunk * slope
+                c_ok = chunk_ok & _chunked_meets(
+                    step, t_c_us, phi, e, in_tokens, chunk, None, ttft_slo_us, max_itl_us, out_tokens, dps
+                )
+                rank_s = np.maximum(chunk * slope - cut(experts_hi[..., c, :]), 0.0)
+                floor_s, mean_us = _chunked_seconds_floor(
+                    step,
+                    least_step[:nb],
+                    phi,
+                    e,
+                    out_tokens,
+                    rank_s,
+                    cut(experts_lo[..., c, :]),
+                    dps,
+                    ttft_slo_us,
+                    n * xs[:nb],
+                )
+                if slo_us is not None:
+                    c_ok &= mean_us * EMITTED_SCALE <= slo_us * e * (1 + 1e-9)
+                chunked = np.minimum(chunked, np.where(c_ok, floor_s, np.inf).min(axis=-1))
+            chunked_parts.append(chunked)
+            room = (di.hbm_capacity_mib - hbm) / np.maximum(kv_one, 1e-9)[:, None, None, None, None]
+            r_idx = np.searchsorted(rs, np.floor(room), side="right") - 1  # largest batch that fits
+            r_idx = np.where(r_idx >= first_whole, r_idx, -1)  # it runs, or no batch does
+            if step_limits is not None:  # and its forward, after the step in flight, meets the TTFT and ITL limits
+                r_idx = np.minimum(r_idx, _batches_within_us(cut(step_limits[0], 3), step_limits[1], step))
+            held, first = _held(ctx, n, xs[:nb], e / EMITTED_SCALE, rs)
+            at = _admitted_prefill_floor(
+                cut(prefill_s),
+                _held_floor_s(cut(shortest_us), rs, held, first),
+                r_idx,
+                first,
+                spans,
+                cut(last_runs),
+            )
+            ok &= (r_idx >= 0) & dt.options.whole_prefill_forwards
+            if slo_us is not None:
+                # TPOT stretches to step / e / (1 - f) with f = p / (d + p) the prefill share of time:
+                # within the SLO only if p <= d (SLO e / step - 1), and p is at least `at`
+                ok &= at <= decode_s * (slo_us * e / (np.maximum(step, 1) * EMITTED_SCALE) - 1.0) * (1 + 1e-9)
+            whole_parts.append(np.where(ok, decode_s + at, np.inf).min(axis=-1))
+        totals.append(np.concatenate(whole_parts, axis=2))
+        chunked_totals.append(np.concatenate(chunked_parts, axis=2))
     # chunked candidates are searched for every combination: the bound is the larger of the two
     total = np.minimum(np.stack(totals), np.stack(chunked_totals))
     bound = np.where(np.isfinite(total), 1.0 / np.where(np.isfinite(total), total, 1.0), 0.0)

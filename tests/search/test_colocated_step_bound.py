@@ -92,3 +92,22 @@ def test_bounds_hold_and_are_tight_where_the_step_and_a_forward_fill_the_itl(eng
     assert size <= 1.10 * best
     pruned = colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep=2, max_itl_us=itl)
     assert [(c.rate_milli, c.chunk_tokens) for c in pruned] == [(c.rate_milli, c.chunk_tokens) for c in every[:2]]
+
+
+@pytest.mark.parametrize(("engine", "devices"), [(None, 64), ("sglang", 32)])
+def test_bounds_are_the_same_whatever_slice_of_expert_layouts_is_held_at_once(monkeypatch, engine, devices):
+    """The bounds' working arrays are built a slice of MoE layouts at a time (memory); the slice size must not
+    change a single value."""
+    import planner.candidates.colocated_candidates as cc
+
+    request, ctx, (dt, di), (pt, pi) = _tables(devices, engine)
+    slo = request.slo
+    args = (ctx, dt, di, pt, pi, int(slo.tpot_ms * 1000), int(slo.ttft_ms * 1000), int(3 * slo.tpot_ms * 1000))
+    results = []
+    for elements in (1, 1 << 40):  # one MoE layout a slice, and every layout at once
+        monkeypatch.setattr(cc, "BOUND_SLICE_ELEMENTS", elements)
+        pt.memo.pop(("colocated_bound", dt.devices, *args[5:]), None)
+        results.append(colocated_upper_bounds(*args)[0])
+    assert di.time_us["moe"].shape[0] > 1, "one MoE layout: nothing to slice"
+    assert float(results[0].max()) > 0
+    np.testing.assert_array_equal(results[0], results[1])
