@@ -642,7 +642,11 @@ def _size_bound_per_depth(
     if max_itl_us is not None:
         runs &= own * forward_a <= max_itl_us
     last_runs = np.maximum.accumulate(np.where(runs, np.arange(rs.size), -1), axis=-1)  # [A, R]
-    step_limits = _step_limit_floors_us(pi, forward_a, n_att, ttft_slo_us, max_itl_us)
+    step_limits = (
+        _step_limit_floors_us(pi, forward_a, n_att, ttft_slo_us, max_itl_us)
+        if dt.options.whole_prefill_forwards
+        else None
+    )
     kv_one = _kv_one_prompt_mib(ctx, dt, pt)[:, None]  # [A, 1]
     chunks = np.array([g * n for g in CHUNK_TOKENS_PER_DEVICE], dtype=float)
     x_tokens, diff, experts = _chunk_module_differences(ctx, dt, pt)
@@ -790,7 +794,11 @@ def colocated_upper_bounds(
     experts_hi = experts_s[None, None, :, None, :, None] * (1.0 + 1e-9)
     experts_lo = experts_s[None, None, :, None, :, None] * (1.0 - 1e-9)
     dps = np.array([a.dp for a in dt.options.attention], dtype=float)[:, None, None, None, None]
-    step_limits = _step_limit_floors_us(pi, shortest_us, len(dt.options.attention), ttft_slo_us, max_itl_us)
+    step_limits = (
+        _step_limit_floors_us(pi, shortest_us, len(dt.options.attention), ttft_slo_us, max_itl_us)
+        if dt.options.whole_prefill_forwards
+        else None
+    )
     per_k: list[DecodeAtDepth] = []
     totals, chunked_totals = [], []
     n_moe = di.time_us["moe"].shape[0]
@@ -866,6 +874,9 @@ def colocated_upper_bounds(
                     c_ok &= mean_us * EMITTED_SCALE <= slo_us * e * (1 + 1e-9)
                 chunked = np.minimum(chunked, np.where(c_ok, floor_s, np.inf).min(axis=-1))
             chunked_parts.append(chunked)
+            if not dt.options.whole_prefill_forwards:  # every step mixes prompt tokens in (vLLM): no whole forward
+                whole_parts.append(np.full(step.shape[:-1], np.inf))
+                continue
             room = (di.hbm_capacity_mib - hbm) / np.maximum(kv_one, 1e-9)[:, None, None, None, None]
             r_idx = np.searchsorted(rs, np.floor(room), side="right") - 1  # largest batch that fits
             r_idx = np.where(r_idx >= first_whole, r_idx, -1)  # it runs, or no batch does
@@ -880,7 +891,7 @@ def colocated_upper_bounds(
                 spans,
                 cut(last_runs),
             )
-            ok &= (r_idx >= 0) & dt.options.whole_prefill_forwards
+            ok &= r_idx >= 0
             if slo_us is not None:
                 # TPOT stretches to step / e / (1 - f) with f = p / (d + p) the prefill share of time:
                 # within the SLO only if p <= d (SLO e / step - 1), and p is at least `at`
