@@ -16,6 +16,7 @@ from planner.cli.options import (
     DEFAULT_CURRENCY,
     CurrencyOpt,
     HtmlOpt,
+    LaunchMemoryOpt,
     PricePerCardHourOpt,
     check_default_itl,
     check_hbm_utilization,
@@ -127,6 +128,18 @@ class Scored:
     prefill_hw: HardwareSpec | None  # the prefill machine of a plan on two
     imbalance: ImbalanceModel | None
     prediction: Prediction
+
+
+def with_launch_memory(
+    plan: Plan, base: Path | None, option: str, loads: Path | None, skew_sigma: float | None
+) -> tuple[Plan, str]:
+    """The plan at the hbm_utilization of --launch-memory-fraction ENGINE=FRACTION, and how it was derived."""
+    from planner.report.launch.memory_flags import hbm_utilization_for, parse_launch_memory
+
+    launch = parse_launch_memory(option)
+    first = score_plan(plan, base, loads, skew_sigma, bands=False)
+    utilization, note = hbm_utilization_for(plan_with_prediction(plan, first.prediction), launch)
+    return plan.model_copy(update={"hbm_utilization": utilization}), note
 
 
 def score_plan(
@@ -251,6 +264,7 @@ def evaluate(
             help="Fraction of each device's HBM the plan may fill (default: the plan's hbm_utilization, 0.9).",
         ),
     ] = None,
+    launch_memory_fraction: LaunchMemoryOpt = None,
     price_per_card_hour: PricePerCardHourOpt = None,
     currency: CurrencyOpt = DEFAULT_CURRENCY,
 ) -> None:
@@ -282,9 +296,16 @@ def evaluate(
             if given is not None and not has:
                 raise BadInputError(f"{flag}: the plan has no {phase} phase to judge; drop {flag}.")
         plan, itl_note = judged_slo(plan, tpot_ms, ttft_ms, max_itl_ms)
+        if hbm_utilization is not None and launch_memory_fraction is not None:
+            raise BadInputError(
+                "--hbm-utilization and --launch-memory-fraction both set the HBM the plan may fill; give one."
+            )
         if hbm_utilization is not None:
             plan = plan.model_copy(update={"hbm_utilization": check_hbm_utilization(hbm_utilization)})
         base = plan_base_dir(plan_file)
+        if launch_memory_fraction is not None:
+            plan, note = with_launch_memory(plan, base, launch_memory_fraction, loads, skew_sigma)
+            err_console.print(f"note: {note}", markup=False, highlight=False)
         scored_by = score_plan(
             plan, base, loads, skew_sigma, prices=parse_prices(price_per_card_hour), currency=currency
         )

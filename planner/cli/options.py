@@ -193,6 +193,18 @@ HbmUtilizationOpt = Annotated[
 ]
 
 
+LaunchMemoryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--launch-memory-fraction",
+        metavar="ENGINE=FRACTION",
+        help="The memory flag of the SGLang launch the plan describes, instead of --hbm-utilization: sglang=F "
+        "(its --mem-fraction-static, which holds weights and KV pool only). The plan fills the HBM that flag "
+        "gives (the inverse of what --emit sglang writes).",
+    ),
+]
+
+
 def check_hbm_utilization(value: float) -> float:
     """The --hbm-utilization value, or a BadInputError naming the flag and its range."""
     if not (0.0 < value <= 1.0):

@@ -1211,6 +1211,10 @@ def plan(
             notes = [quant_note, *notes]
             err_console.print(f"note: {quant_note}", highlight=False)
         stack = outcome.hw.engine_machine_warning(mode) if mode not in (AUTO, NONE) else None
+        if stack is None and mode not in (AUTO, NONE):
+            from planner.engines.profiles import load_profile
+
+            stack = load_profile(mode).machine_caution(outcome.hw.name)
         if stack is not None:
             notes = [*notes, stack]
         other_stack = attention_machine_notes(outcome.hw, outcome.model)  # in the notes already (the prediction's)

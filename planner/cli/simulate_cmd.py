@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from planner.cli.common import Outputs, check_outputs, command_line, console, err_console, flag_given, run_guarded
-from planner.cli.evaluate_cmd import Scored, plan_lines, score_plan
-from planner.cli.options import AcceptanceSpreadOpt, LoadsOpt, SkewSigmaOpt, SloPercentileOpt
+from planner.cli.evaluate_cmd import Scored, plan_lines, score_plan, with_launch_memory
+from planner.cli.options import AcceptanceSpreadOpt, LaunchMemoryOpt, LoadsOpt, SkewSigmaOpt, SloPercentileOpt
 from planner.errors import BadInputError
 from planner.specs.plan import Plan
 
@@ -255,6 +255,7 @@ def simulate(
             help="The most passes in a row the prefill delayer holds prefill back (30, both versions' default).",
         ),
     ] = 30,
+    launch_memory_fraction: LaunchMemoryOpt = None,
 ) -> None:
     """Simulate the plan's instances serving a benchmark client's traffic, event by event, with every step
     and forward timed by the cost model; print TTFT, TPOT, ITL and E2E percentiles, throughput and goodput."""
@@ -321,6 +322,11 @@ def simulate(
         from planner.simulate.build import with_decode_concurrency
 
         sized = with_decode_concurrency(plan, decode_concurrency)
+        if launch_memory_fraction is not None:
+            # derived at the decode concurrency the run serves; the simulation re-sizes `plan` itself
+            sized, note = with_launch_memory(sized, base, launch_memory_fraction, loads, skew_sigma)
+            plan = plan.model_copy(update={"hbm_utilization": sized.hbm_utilization})
+            err_console.print(f"note: {note}", markup=False, highlight=False)
         # the page shows the plan as `evaluate --html` does, bands included; the run needs no bands
         scored = score_plan(sized, base, loads, skew_sigma, bands=html is not None)
         imbalance, prediction = scored.imbalance, scored.prediction

@@ -347,7 +347,8 @@ def kept_aside_report(figures: list[tuple[StoredFigure, str]]) -> FidelityReport
     shipped values as every plan is: nothing is fitted on them, so each error is out-of-sample and
     its leave-one-out column the same. Bands as the store's rows have them, widened by the machine
     group's whole held-out RMS error (no row of theirs is in it). A figure whose id the store also
-    holds is named in `fitted_to` (the fit may have seen it). Excluded figures and queueing-dominated
+    holds is named in `fitted_to` (the fit may have seen it), and so is every choice made with the
+    row's figures in view (its `chosen_on`). Excluded figures and queueing-dominated
     ones (`compare: simulated`) are listed as not compared, each with why."""
     from planner.costmodel.store_fit import Model, fit_config, parameters
 
@@ -372,5 +373,6 @@ def kept_aside_report(figures: list[tuple[StoredFigure, str]]) -> FidelityReport
     for r in rows:
         predicted = model.predict(r, x)
         seen = [f"chosen: the shipped store (validation/) holds a figure '{r.id}'"] if r.id in in_store else []
+        seen += [f"chosen: {c}" for c in r.figure.row.chosen_on]
         out.append(_fidelity_row(r, predicted, predicted, seen, {}, heldout_error(r.machine)))
     return FidelityReport(out, model.values(x), [], not_compared, False)

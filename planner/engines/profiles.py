@@ -159,6 +159,17 @@ class EngineProfile(Strict):
     router: CommandSpec
     config_keys: dict[str, Any]
     capabilities: Capabilities
+    machine_cautions: dict[str, str] = Field(
+        default_factory=dict,
+        description="catalog machine -> what this engine's runs kept aside from the fit (kept-aside/) measured "
+        "against moeplan's prediction there, where the machine's factors are another software stack's; printed "
+        "when planning for this engine on it",
+    )
+
+    def machine_caution(self, machine: str) -> str | None:
+        """The caution for planning this engine on `machine` (None when its runs there raise none)."""
+        text = self.machine_cautions.get(machine)
+        return None if text is None else f"{self.display} on hardware '{machine}': {text}"
 
     @property
     def server(self) -> CommandSpec:

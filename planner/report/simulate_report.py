@@ -437,7 +437,7 @@ def simulated_fidelity_lines(rows: list[Any]) -> list[str]:
         held_inside = sum(1 for r in held if r.within_tolerance)
         lines.append(
             f"simulated figures within their tolerance: {inside} of {len(judged)}; of those on runs nothing was "
-            f"fitted on (held out): {held_inside} of {len(held)}"
+            f"fitted or chosen on (held out): {held_inside} of {len(held)}"
         )
     for r in rows:
         if r.reason:

@@ -67,9 +67,14 @@ class SimulatedFigure:
 
     @property
     def fitted_to(self) -> list[str]:
-        """Everything fitted on this figure's run: its `fitted_parameters`, then each of its
-        `static_rows_of_run` as "static row '<id>'"."""
-        return self.fitted_parameters + [f"static row '{row_id}'" for row_id in self.static_rows_of_run]
+        """Everything fitted or chosen on this figure's run: its `fitted_parameters`, each of its
+        `static_rows_of_run` as "static row '<id>'", then each choice made with the run's figures in view
+        (the row's `chosen_on`) as "chosen: <choice>"."""
+        return (
+            self.fitted_parameters
+            + [f"static row '{row_id}'" for row_id in self.static_rows_of_run]
+            + [f"chosen: {c}" for c in self.figure.row.chosen_on]
+        )
 
     @property
     def within_tolerance(self) -> bool | None:

@@ -1,5 +1,5 @@
-"""The shipped engine-imbalance table (planner/costmodel/data/engine_imbalance.json) holds exactly
-what the placement code computes, and is in use: made from the current placement code."""
+"""The shipped engine-imbalance table (planner/costmodel/data/engine_imbalance.json) holds what the
+placement code computes (to 1e-12), and is in use: made from the current placement code."""
 
 from __future__ import annotations
 
@@ -29,7 +29,10 @@ def test_a_sample_recomputes_to_the_same_values(seed):
     for key in random.Random(seed).sample(sorted(values), 3):
         sigma, drift, experts, ep, slots = key.split(",")
         computed = imbalance.engine_static_computed(float(sigma), float(drift), int(experts), int(ep), int(slots))
-        assert list(computed) == values[key], f"{key}: {REGENERATE}"
+        # to the last bits a double can lose to the CPU's vector width (numpy's SIMD sums differ between
+        # machines: a table built on one recomputed on another differs at 1e-16); any change of the placement
+        # code moves these figures by far more
+        assert list(computed) == pytest.approx(values[key], rel=1e-12, abs=0), f"{key}: {REGENERATE}"
 
 
 def test_a_shipped_key_is_answered_without_placing_experts(monkeypatch):

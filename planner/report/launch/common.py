@@ -190,6 +190,17 @@ def _prediction(plan: Plan, role: str) -> dict[str, Any]:
     return block
 
 
+def device_hbm_bytes(block: dict[str, Any]) -> float:
+    """The device's whole HBM, from a prediction block (what it uses plus what is free)."""
+    return float(block["hbm_bytes_per_device"] + block["hbm_free_bytes"])
+
+
+def outside_engine_bytes(block: dict[str, Any], exclude: tuple[str, ...]) -> float:
+    """HBM per device outside an engine's memory fraction: the runtime reserve and the `exclude` parts."""
+    parts = block["hbm_breakdown_bytes"]
+    return float(parts.get("runtime_reserve", 0) + sum(v for k, v in parts.items() if k in exclude))
+
+
 def memory_fraction(plan: Plan, role: str, exclude: tuple[str, ...], profile: EngineProfile, flag: str) -> float:
     """The fraction of HBM an engine may take for everything but `exclude` (the runtime reserve is
     always left out), rounded down to thousandths; refused when the plan's own use would not fit."""
@@ -203,10 +214,12 @@ def memory_fraction_of(
     # the engine's fraction is of the device's whole HBM; the plan may fill hbm_utilization of it
     # (--hbm-utilization), runtime reserve included, so the engine gets that share less the reserve
     cap = float(block["hbm_capacity_bytes"])
-    whole = float(block["hbm_bytes_per_device"] + block["hbm_free_bytes"])  # the device's HBM
+    whole = device_hbm_bytes(block)
     parts = block["hbm_breakdown_bytes"]
-    outside = parts.get("runtime_reserve", 0) + sum(v for k, v in parts.items() if k in exclude)
-    fraction = math.floor((cap - outside) / whole * 1000) / 1000
+    outside = outside_engine_bytes(block, exclude)
+    # floored to thousandths; the 1e-6 (of a thousandth: a few bytes) keeps a share that is a whole number
+    # of thousandths up to integer-byte noise (a plan sized by memory_flags.hbm_utilization_for) whole
+    fraction = math.floor((cap - outside) / whole * 1000 + 1e-6) / 1000
     inside = sum(v for k, v in parts.items() if k not in exclude and k != "runtime_reserve")
     if fraction * whole < inside <= cap - outside:
         # a plan filled to its cap: the fraction rounded down to thousandths would cut into it, so it is
