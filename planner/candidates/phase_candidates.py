@@ -22,6 +22,7 @@ import numpy as np
 
 from planner.candidates.space import MoEOption
 from planner.candidates.tables import MODULES, IntTables, PhaseTables
+from planner.candidates.visit_order import LazyOrder
 from planner.specs.plan import AttentionLayout, ParallelLayout, integral_as_int
 
 EMITTED_SCALE = 1000  # tokens per step per sequence, in thousandths
@@ -489,14 +490,15 @@ def _branch_and_bound(
     bound). The result is what scoring every combination gives, ties by index order."""
     flat = bound.reshape(-1)
     valid = np.flatnonzero(flat > 0)
-    order = valid[np.lexsort((valid, -flat[valid]))]
+    # best bound first, then index order (sorted a head at a time: the visit usually stops early)
+    order = LazyOrder(-flat[valid], (valid,), 16 * first_round)
     found: list[tuple[np.ndarray, tuple[np.ndarray, ...]]] = []
     kth = -np.inf
     pos, size = 0, first_round
     while pos < order.size:
-        if flat[order[pos]] < kth:
+        if flat[valid[order.upto(pos + 1)[pos]]] < kth:
             break  # no combination left can reach the keep-th best score (its score <= its bound)
-        batch = order[pos : pos + size]
+        batch = valid[order.upto(pos + size)[pos:]]
         found.append((batch, score_of(np.stack(np.unravel_index(batch, bound.shape), axis=1))))
         every = np.concatenate([f[1][0] for f in found])
         good = every[every > 0]
