@@ -598,23 +598,27 @@ def colocated_size_bound(
     bound and pruned almost no size.) Memoised with the prefill tables."""
     key = ("colocated_size_bound", dt.devices, tpot_slo_us, ttft_slo_us, max_itl_us)
     if key not in pt.memo:  # per MTP depth, whatever `mtp` selects
-        pt.memo[key] = _size_bound_per_depth(ctx, dt, di, pt, pi, tpot_slo_us, ttft_slo_us, max_itl_us)
+        # the floors take no TPOT SLO: a sweep of it costs them once per size (`_SizeFloors`)
+        floors_key = ("colocated_size_floors", dt.devices, ttft_slo_us, max_itl_us)
+        if floors_key not in pt.memo:
+            pt.memo[floors_key] = _size_floors_per_depth(ctx, dt, di, pt, pi, ttft_slo_us, max_itl_us)
+        pt.memo[key] = _size_bound_per_depth(pt.memo[floors_key], tpot_slo_us)
     return max(
         (b for b, k in zip(pt.memo[key], dt.k_values, strict=True) if mtp is None or (k > 0) == mtp), default=0.0
     )
 
 
-def _size_bound_per_depth(
+def _size_floors_per_depth(
     ctx: CostContext,
     dt: PhaseTables,
     di: IntTables,
     pt: PhaseTables,
     pi: IntTables,
-    tpot_slo_us: TpotLimitUs,
     ttft_slo_us: int | None,
     max_itl_us: int | None,
-) -> list[float]:
-    """`colocated_size_bound` at each MTP depth of the decode tables (0 where nothing fits)."""
+) -> list[_SizeFloors | None]:
+    """`colocated_size_bound`'s floors at each MTP depth of the decode tables, but for the TPOT SLO's
+    conditions (`_size_bound_per_depth` applies them): None where nothing fits HBM and the ITL limit."""
     n = dt.devices
     xs = dt.x_values.astype(float)
     rs = pt.x_values.astype(float)
@@ -668,9 +672,8 @@ def _size_bound_per_depth(
     experts_lo = experts_s.min(axis=0) * (1.0 - 1e-9)
     dps = np.array([a.dp for a in dt.options.attention], dtype=float)[:, None]
     others = [mod for mod in MODULES if mod != "attention"]
-    best = [0.0] * len(dt.k_values)
+    floors: list[_SizeFloors | None] = []
     for j, k in enumerate(dt.k_values):
-        slo_us = tpot_limit_at(tpot_slo_us, j)
         e = int(np.floor(dt.emitted[j] * EMITTED_SCALE + 1e-9))
         # per attention layout [A, B]: its own figures plus the other modules' least over their layouts
         step = np.asarray(
@@ -683,11 +686,10 @@ def _size_bound_per_depth(
             di.hbm_mib["attention"][:, j, :] + sum(di.hbm_mib[mod][:, j, :].min(axis=0) for mod in others), dtype=float
         )
         ok = hbm <= cap
-        if slo_us is not None:
-            ok &= step * EMITTED_SCALE <= slo_us * e
         if max_itl_us is not None:
             ok &= step <= max_itl_us
         if not ok.any():
+            floors.append(None)
             continue
         decode_s = w.output_tokens * 1e-3 * step / (n * xs * e)
         # whole forwards: the largest batch whose KV alone fits next to the least decode HBM
@@ -700,12 +702,10 @@ def _size_bound_per_depth(
             prefill_least, _held_floor_s(forward_a, rs, held, first), r_idx, first, spans, last_runs
         )
         whole_ok = ok & (r_idx >= 0) & dt.options.whole_prefill_forwards
-        if slo_us is not None:
-            whole_ok &= at <= decode_s * (slo_us * e / (np.maximum(step, 1) * EMITTED_SCALE) - 1.0) * (1 + 1e-9)
-        total = np.where(whole_ok, decode_s + at, np.inf)
         # chunked prefill, per chunk size: the module docstring's conditions with t_c at its floor
         sequences_e = n * xs * (e / EMITTED_SCALE)
         chunk_ok = ok & (hbm + kv_one <= cap)
+        chunked = []
         for c, chunk in enumerate(chunks if _runs_chunked(dt, k) else ()):
             phi = w.input_tokens * sequences_e / (w.output_tokens * chunk)
             t_c_us = 1e6 * chunk * slope_least[c]
@@ -715,9 +715,52 @@ def _size_bound_per_depth(
             floor_s, mean_us = _chunked_seconds_floor(
                 step, step, phi, e, w.output_tokens, rank_least[c], experts_lo[c], dps, ttft_slo_us, n * xs
             )
-            if slo_us is not None:
-                c_ok &= mean_us * EMITTED_SCALE <= slo_us * e * (1 + 1e-9)
-            total = np.minimum(total, np.where(c_ok, floor_s, np.inf))
+            chunked.append((np.where(c_ok, floor_s, np.inf), mean_us))
+        floors.append(_SizeFloors(e, step, ok, decode_s, at, np.where(whole_ok, decode_s + at, np.inf), chunked))
+    return floors
+
+
+@dataclass(frozen=True)
+class _SizeFloors:
+    """One MTP depth's floors per attention layout and concurrency [A, B] (`_size_floors_per_depth`),
+    before the TPOT SLO: `e` emitted tokens a step in thousandths, the decode `step` (us), where HBM and
+    the ITL limit are met (`ok`), the decode and whole-forward prefill seconds per request, the whole-forward
+    total where such a batch runs (inf elsewhere), and per chunk size the chunked total where it meets the
+    TTFT and ITL limits (inf elsewhere) with its mean step (us)."""
+
+    e: int
+    step: np.ndarray
+    ok: np.ndarray
+    decode_s: np.ndarray
+    at: np.ndarray
+    whole_total: np.ndarray
+    chunked: list[tuple[np.ndarray, np.ndarray]]
+
+
+def _size_bound_per_depth(floors: list[_SizeFloors | None], tpot_slo_us: TpotLimitUs) -> list[float]:
+    """`colocated_size_bound` at each MTP depth (0 where nothing fits): the floors' totals where the
+    TPOT SLO's conditions (the step, the whole-forward prefill share, the chunked mean step) hold."""
+    best = [0.0] * len(floors)
+    for j, f in enumerate(floors):
+        if f is None:
+            continue
+        slo_us = tpot_limit_at(tpot_slo_us, j)
+        e = f.e
+        if slo_us is None:
+            total = f.whole_total
+            for floor_s, _ in f.chunked:
+                total = np.minimum(total, floor_s)
+        else:
+            ok = f.ok & (f.step * EMITTED_SCALE <= slo_us * e)
+            if not ok.any():
+                continue
+            whole_ok = ok & (
+                f.at <= f.decode_s * (slo_us * e / (np.maximum(f.step, 1) * EMITTED_SCALE) - 1.0) * (1 + 1e-9)
+            )
+            total = np.where(whole_ok, f.whole_total, np.inf)
+            for floor_s, mean_us in f.chunked:
+                c_ok = ok & (mean_us * EMITTED_SCALE <= slo_us * e * (1 + 1e-9))
+                total = np.minimum(total, np.where(c_ok, floor_s, np.inf))
         least = float(total.min())
         if math.isfinite(least):
             best[j] = 1.0 / least

@@ -22,6 +22,7 @@ import numpy as np
 
 from planner.candidates.space import MoEOption
 from planner.candidates.tables import MODULES, IntTables, PhaseTables
+from planner.candidates.visit_order import LazyOrder
 from planner.specs.plan import AttentionLayout, ParallelLayout, integral_as_int
 
 EMITTED_SCALE = 1000  # tokens per step per sequence, in thousandths
@@ -458,9 +459,12 @@ def _decode_scores_of(
         e = int(np.floor(t.emitted[j] * EMITTED_SCALE + 1e-9))
         slo_j = tpot_limit_at(tpot_slo_us, int(j))
         nb = _reachable_concurrencies(t, ints, kept, int(j), e, slo_j, max_step_us, overlap_factor if two else 0)
+        option_rows = [kept[mod][c[:, 1 + m]] for m, mod in enumerate(MODULES)]
 
-        def gathered(tables: dict[str, np.ndarray], j: int = int(j), c: np.ndarray = c, nb: int = nb) -> np.ndarray:
-            return sum(tables[mod][kept[mod][c[:, 1 + m]], j, :nb] for m, mod in enumerate(MODULES))  # type: ignore[return-value]
+        def gathered(
+            tables: dict[str, np.ndarray], j: int = int(j), rows: list = option_rows, nb: int = nb
+        ) -> np.ndarray:
+            return _rows_summed(tables, rows, j, nb)
 
         score[rows], step_at[rows], hbm_at[rows], b_at[rows] = _best_concurrency(
             gathered,
@@ -476,6 +480,20 @@ def _decode_scores_of(
     return score, step_at, hbm_at, b_at
 
 
+def _rows_summed(tables: dict[str, np.ndarray], rows: list[np.ndarray], j: int, nb: int) -> np.ndarray:
+    """[C, nb]: the sum over the modules of `tables[mod][rows[m], j, :nb]`, each module's option rows of C
+    combinations at depth (or micro-batch index) j, added into one buffer (the gathers are the bulk of
+    scoring a round of combinations; integer sums, so the order of the additions does not matter)."""
+    total = tables[MODULES[0]][:, j, :nb].take(rows[0], axis=0)
+    for mod, r in zip(MODULES[1:], rows[1:], strict=True):
+        part = tables[mod][:, j, :nb].take(r, axis=0)
+        if np.result_type(total, part) == total.dtype:
+            np.add(total, part, out=total)
+        else:
+            total = total + part
+    return total
+
+
 def _branch_and_bound(
     bound: np.ndarray,
     keep: int,
@@ -489,14 +507,15 @@ def _branch_and_bound(
     bound). The result is what scoring every combination gives, ties by index order."""
     flat = bound.reshape(-1)
     valid = np.flatnonzero(flat > 0)
-    order = valid[np.lexsort((valid, -flat[valid]))]
+    # best bound first, then index order (sorted a head at a time: the visit usually stops early)
+    order = LazyOrder(-flat[valid], (valid,), 16 * first_round)
     found: list[tuple[np.ndarray, tuple[np.ndarray, ...]]] = []
     kth = -np.inf
     pos, size = 0, first_round
     while pos < order.size:
-        if flat[order[pos]] < kth:
+        if flat[valid[order.upto(pos + 1)[pos]]] < kth:
             break  # no combination left can reach the keep-th best score (its score <= its bound)
-        batch = order[pos : pos + size]
+        batch = valid[order.upto(pos + size)[pos:]]
         found.append((batch, score_of(np.stack(np.unravel_index(batch, bound.shape), axis=1))))
         every = np.concatenate([f[1][0] for f in found])
         good = every[every > 0]
@@ -611,9 +630,10 @@ def _prefill_scores_of(
     for j in np.unique(combos[:, 0]):
         rows = np.flatnonzero(combos[:, 0] == j)
         c = combos[rows]
+        option_rows = [kept[mod][c[:, 1 + m]] for m, mod in enumerate(MODULES)]
 
-        def gathered(table: dict[str, np.ndarray], k: int, c: np.ndarray = c, cut: int = nr) -> np.ndarray:
-            return sum(table[mod][kept[mod][c[:, 1 + m]], k, :cut] for m, mod in enumerate(MODULES))  # type: ignore[return-value]
+        def gathered(table: dict[str, np.ndarray], k: int, o_rows: list = option_rows, cut: int = nr) -> np.ndarray:
+            return _rows_summed(table, o_rows, k, cut)
 
         mb = t.k_values[int(j)]
         forward = prefill_forward_us(

@@ -449,8 +449,10 @@ def order_keys(outcome: SearchOutcome) -> dict[str, tuple[float, float]]:
 
 def first_plan_outcome(request: PlanRequest, cache: TableCache) -> SearchOutcome:
     """The plan `moeplan plan` ranks first for `request` (its near-tie order included), without a
-    display: what `sweep` and `whatif` report as a point's or a column's best plan."""
-    return ranked_outcome(dataclasses.replace(request, top=1), request.engine_mode, cache, quiet=True)
+    display: what `sweep` and `whatif` report as a point's or a column's best plan. The predictions are
+    remembered for the point, as for `moeplan plan` (its search, band and lead check ask for some twice)."""
+    with evaluation_memo():
+        return ranked_outcome(dataclasses.replace(request, top=1), request.engine_mode, cache, quiet=True)
 
 
 def ranked_outcome(

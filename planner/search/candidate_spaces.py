@@ -176,13 +176,18 @@ def _axis_covers(t: PhaseTables, ints: IntTables, cap_limit: int) -> bool:
 def _may_fit_beyond(t: PhaseTables, ints: IntTables) -> bool:
     """Whether some layout might fit HBM beyond the axis's last value: one fits at it, or the least
     HBM over the layouts falls somewhere along the axis's whole numbers (so it is no bound; between
-    them, where only some TPs run, the least may dip)."""
-    whole = np.flatnonzero(np.abs(t.x_values - np.round(t.x_values)) < 1e-9)
-    for j in range(len(t.k_values)):
-        least = sum(ints.hbm_mib[mod][:, j, whole].min(axis=0) for mod in MODULES)
-        if np.any(np.diff(least) < 0) or least[-1] <= ints.hbm_capacity_mib:
-            return True
-    return False
+    them, where only some TPs run, the least may dip). Memoised with the tables (every search of a
+    sweep or of --engine auto asks again; it reads the tables alone)."""
+    key = ("may_fit_beyond",)
+    if key not in t.memo:
+        whole = np.flatnonzero(np.abs(t.x_values - np.round(t.x_values)) < 1e-9)
+        t.memo[key] = any(
+            bool(np.any(np.diff(least) < 0) or least[-1] <= ints.hbm_capacity_mib)
+            for least in (
+                sum(ints.hbm_mib[mod][:, j, whole].min(axis=0) for mod in MODULES) for j in range(len(t.k_values))
+            )
+        )
+    return bool(t.memo[key])
 
 
 def engine_decode_micro_batches(engine: str) -> tuple[int, ...]:

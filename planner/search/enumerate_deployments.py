@@ -22,6 +22,7 @@ import numpy as np
 from planner.candidates.afd_candidates import AfdCandidate
 from planner.candidates.colocated_candidates import ColocatedCandidate
 from planner.candidates.phase_candidates import PhaseCandidate
+from planner.candidates.visit_order import LazyOrder
 from planner.search.budget import Budget, role_offers
 from planner.search.deployment import Choice, Deployment, Objective, Offer, Role, Structure, counts_key, sort_key
 from planner.search.instance_counts import Counts, OfferArrays, best_counts, pairs_best_counts, target_counts
@@ -86,14 +87,15 @@ def rank_deployments(
         with np.errstate(divide="ignore", invalid="ignore"):
             bound_a = np.where(usable, (ra * rb) / np.where(usable, wa * rb + wb * ra, 1), 0.0)
         i_a, j_a = np.nonzero(usable)
-        order_a = np.lexsort((j_a, i_a, wa[i_a, 0] + wb[0, j_a], -bound_a[i_a, j_a]))
+        # (sorted a head at a time: the visit usually stops within the first thousands of pairs)
+        order_a = LazyOrder(-bound_a[i_a, j_a], (j_a, i_a, wa[i_a, 0] + wb[0, j_a]), 4 * MAX_CHUNK)
         # Pairs in bound order, a chunk at a time: the visit stops at the first pair whose bound is
         # below the k-th best found (no pair after it can enter the top k). Pairs of a chunk past
         # that point (the k-th best rose within the chunk) are counted too; they cannot enter the
         # top k either (each is at most its bound), so the result is the pair-by-pair visit's.
         start, size = 0, FIRST_CHUNK
         while start < order_a.size:
-            chunk = order_a[start : start + size]
+            chunk = order_a.upto(start + size)[start:]
             ii, jj = i_a[chunk], j_a[chunk]
             stop = False
             if objective.kind == "ratio" and len(found) >= k:  # (with --objective total every pair counts)

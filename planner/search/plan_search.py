@@ -20,6 +20,7 @@ steps 1-3 and the exact enumeration of deployments).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -154,9 +155,16 @@ def run_search(
 
     d_cands = dspace.candidates if dspace else []
     p_cands = pspace.candidates if pspace else []
+
+    # the AFD and the colocated floors both start from this ranking of every decode-prefill pair:
+    # ranked once (the candidate lists do not change in between)
+    @functools.cache
+    def kth_without_others() -> Fraction:
+        return question.kth_ratio(d_cands, p_cands, request.top)
+
     afd_cands: list[AfdCandidate] = []
     if any(s.roles[0] == "afd" for s in question.structures):
-        afd_floor_of = afd_floor(question, d_cands, p_cands, request.top, request.alternatives)
+        afd_floor_of = afd_floor(question, p_cands, kth_without_others, request.alternatives)
         afd_cands = afd_space(contexts.decode, request, budget, request.top, afd_floor_of, cache)
     if (dspace and not d_cands and not afd_cands) or (pspace and not p_cands):
         raise infeasible()
@@ -166,7 +174,7 @@ def run_search(
         # colocated ones; the alternatives need the best colocated plan whatever its value: the best
         # instance of each size searched on its own (keep 1, pruned by the best found so far), far
         # cheaper than the `top` best of every size
-        coloc_floor = question.kth_ratio(d_cands, p_cands, request.top)
+        coloc_floor = kth_without_others()
         coloc = colocated_space(contexts.decode, request, dspace, pspace, request.top, floor_per_device=coloc_floor)
         if request.alternatives:
             coloc = _joined(coloc, colocated_space(contexts.decode, request, dspace, pspace, 1))
@@ -245,10 +253,11 @@ def _colocated_key(c: ColocatedCandidate) -> tuple:
 
 
 def afd_floor(
-    question: Question, d_cands: list, p_cands: list, top: int, alternatives: bool = True
+    question: Question, p_cands: list, kth_without_afd: Callable[[], Fraction], alternatives: bool = True
 ) -> Callable[[list[AfdCandidate]], float] | None:
     """The output tokens/s per device an AFD instance must exceed to matter (planner.search.
-    candidate_spaces.afd_space): to enter the `top` best deployments (the `top`-th without AFD) or,
+    candidate_spaces.afd_space): to enter the `top` best deployments (the `top`-th without AFD, whose
+    ratio `kth_without_afd()` gives: Question.kth_ratio of the decode and prefill candidates) or,
     with `alternatives`, to be the best AFD one (the alternatives show it), whichever is lower. A deployment of an AFD
     instance serving r requests/s per device and prefill instances cannot beat the matched
     fractional ratio 1 / (w / r + q), q the least weight per request/s of a prefill candidate (w the
@@ -263,7 +272,7 @@ def afd_floor(
     with_prefill = any(s.roles == ("afd", "prefill") for s in question.structures)
     if with_prefill and q is None:
         return None
-    others = question.kth_ratio(d_cands, p_cands, top)
+    others = kth_without_afd()
     # `found` only grows (afd_space appends each split's candidates), and a deployment uses one
     # AFD candidate: the best over all of them is the best of the best over each addition
     counted = [0]  # candidates of `found` already ranked
