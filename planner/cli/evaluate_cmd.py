@@ -327,6 +327,12 @@ def evaluate(
                     "export covers yet; export each phase's plan separately or drop --emit."
                 )
             wrote = stage_emits(outputs, emits, scored, model, hw, loads, force)
+            from planner.engines.profiles import load_profile
+
+            for engine, _ in emits:  # what this engine's runs kept aside measured on this machine
+                caution = hw.engine_machine_warning(engine) or load_profile(engine).machine_caution(hw.name)
+                if caution is not None:
+                    err_console.print(f"[bold yellow]warning:[/] {caution}", markup=True, highlight=False)
         if out is not None:
             outputs.text(out, text, "--out")
         if html is not None:

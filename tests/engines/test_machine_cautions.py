@@ -55,3 +55,12 @@ def test_the_caution_prints_when_planning_that_engine_there_only():
     mindie = run_cli("plan", "--hardware", "a2", "--max-cards", "32", "--engine", "mindie", "--json", "-")
     assert mindie.exit_code == 0, mindie.output
     assert not any(caution in n for n in json.loads(mindie.stdout)["notes"])
+
+
+def test_evaluate_emit_prints_the_caution(tmp_path):
+    result = run_cli("evaluate", "plans/a2-d70.yaml", "--emit", "vllm-ascend", str(tmp_path / "v"))
+    assert result.exit_code == 0, result.output
+    assert "warning: vLLM-Ascend on hardware 'a2'" in result.output
+    mindie = run_cli("evaluate", "plans/a2-d70.yaml", "--emit", "mindie", str(tmp_path / "m"))
+    assert mindie.exit_code == 0, mindie.output
+    assert "on hardware 'a2'" not in mindie.output

@@ -39,7 +39,7 @@ GIB = 2**30
 ENGINE_MEMORY_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "sglang": ("--mem-fraction-static", OUTSIDE_STATIC_POOL),
 }
-# engines whose flag is refused by name, and why
+# engines whose memory flag is refused by name (which share it holds is not settled: the module docstring)
 UNSETTLED = {
     "vllm": "vLLM's --gpu-memory-utilization",
     "vllm-ascend": "vllm-ascend's --gpu-memory-utilization",
