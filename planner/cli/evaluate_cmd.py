@@ -327,10 +327,10 @@ def evaluate(
                     "export covers yet; export each phase's plan separately or drop --emit."
                 )
             wrote = stage_emits(outputs, emits, scored, model, hw, loads, force)
-            from planner.engines.profiles import load_profile
+            from planner.engines.profiles import engine_machine_note
 
-            for engine, _ in emits:  # what this engine's runs kept aside measured on this machine
-                caution = hw.engine_machine_warning(engine) or load_profile(engine).machine_caution(hw.name)
+            for engine, _ in emits:  # as `plan --emit` says it
+                caution = engine_machine_note(hw, engine)
                 if caution is not None:
                     err_console.print(f"[bold yellow]warning:[/] {caution}", markup=True, highlight=False)
         if out is not None:

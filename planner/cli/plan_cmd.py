@@ -1212,11 +1212,11 @@ def plan(
         if quant_note is not None:
             notes = [quant_note, *notes]
             err_console.print(f"note: {quant_note}", highlight=False)
-        stack = outcome.hw.engine_machine_warning(mode) if mode not in (AUTO, NONE) else None
-        if stack is None and mode not in (AUTO, NONE):
-            from planner.engines.profiles import load_profile
+        stack = None
+        if mode not in (AUTO, NONE):
+            from planner.engines.profiles import engine_machine_note
 
-            stack = load_profile(mode).machine_caution(outcome.hw.name)
+            stack = engine_machine_note(outcome.hw, mode)
         if stack is not None:
             notes = [*notes, stack]
         other_stack = attention_machine_notes(outcome.hw, outcome.model)  # in the notes already (the prediction's)

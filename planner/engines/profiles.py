@@ -182,6 +182,12 @@ class EngineProfile(Strict):
         return f"{self.engine} {self.release}"
 
 
+def engine_machine_note(hw: HardwareSpec, engine: str) -> str | None:
+    """What to tell someone who runs `engine` on `hw`: the hardware file's pointer to the factors fitted on that
+    engine's runs of it, else the engine's caution for the machine (None when neither applies)."""
+    return hw.engine_machine_warning(engine) or load_profile(engine).machine_caution(hw.name)
+
+
 def engine_name(name: str) -> str:
     """Normalise and check an engine name; BadInputError naming the choices otherwise."""
     key = name.strip().lower().replace("_", "-")
