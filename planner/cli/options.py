@@ -187,8 +187,8 @@ HbmUtilizationOpt = Annotated[
     typer.Option(
         "--hbm-utilization",
         metavar="FRACTION",
-        help="Fraction of each device's HBM a plan may fill, as engines reserve (vLLM's "
-        "gpu_memory_utilization, default 0.9); in (0, 1].",
+        help="Fraction of each device's HBM a plan may fill, runtime reserve included (default 0.9); in (0, 1]. "
+        "An engine's own memory flag holds less (evaluate and simulate read one: --launch-memory-fraction).",
     ),
 ]
 
@@ -198,9 +198,10 @@ LaunchMemoryOpt = Annotated[
     typer.Option(
         "--launch-memory-fraction",
         metavar="ENGINE=FRACTION",
-        help="The memory flag of the SGLang launch the plan describes, instead of --hbm-utilization: sglang=F "
-        "(its --mem-fraction-static, which holds weights and KV pool only). The plan fills the HBM that flag "
-        "gives (the inverse of what --emit sglang writes).",
+        help="The memory flag of the launch the plan describes, instead of --hbm-utilization: sglang=F (its "
+        "--mem-fraction-static, which holds weights and KV pool only) or vllm-ascend=F (its "
+        "--gpu-memory-utilization, v0.15.0rc1 or later: all but the runtime's context and graphs). The plan "
+        "fills the HBM that flag gives (the inverse of what --emit writes).",
     ),
 ]
 

@@ -1,8 +1,9 @@
-"""--launch-memory-fraction: an SGLang launch's own memory flag read back as the plan's hbm_utilization.
+"""--launch-memory-fraction: an engine launch's own memory flag read back as the plan's hbm_utilization.
 
-The inverse must be exact: a plan evaluated with `sglang=F` and exported for SGLang carries F in its
-launch (SGLang's --mem-fraction-static holds weights and KV pool only). vLLM's flag is refused by name:
-which share it holds is not settled (planner/report/launch/memory_flags.py)."""
+The inverse must be exact: a plan evaluated with `sglang=F` (or `vllm-ascend=F`) and exported for that
+engine carries F in its launch (SGLang's --mem-fraction-static holds weights and KV pool only;
+vllm-ascend's --gpu-memory-utilization all but the runtime's context and graphs). vLLM's flag on a GPU is
+refused by name (planner/report/launch/memory_flags.py)."""
 
 from __future__ import annotations
 
@@ -56,10 +57,36 @@ def test_sglang_launch_carries_the_fraction_it_was_read_from(tmp_path):
     assert 0.8 < utilization < 0.9  # the static pool plus a few GiB of activations, buffers and reserve
 
 
-def test_vllm_flags_are_refused_with_the_flag_to_use():
-    for engine in ("vllm", "vllm-ascend"):
-        with pytest.raises(BadInputError, match=r"give it as --hbm-utilization 0\.9 "):
-            parse_launch_memory(f"{engine}=0.9")
+def test_vllm_ascend_launch_carries_the_fraction_it_was_read_from(tmp_path):
+    """vllm-ascend's share holds all but the runtime reserve (v0.25.1rc1's worker: the snapshot precedes
+    HCCL's set-up, graphs are captured after the KV cache): the plan fills the flag plus 3 GiB of 64."""
+    scored = tmp_path / "scored.json"
+    result = run_cli(
+        "evaluate", "plans/a2-d70.yaml", "--launch-memory-fraction", "vllm-ascend=0.88", "--json", str(scored),
+        "--emit", "vllm-ascend", str(tmp_path / "vllm"),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "--gpu-memory-utilization 0.88 of 64.0 GiB plus 3.00 GiB it leaves outside (runtime reserve)" in (
+        result.output
+    )
+    assert json.loads(scored.read_text())["hbm_utilization"] == pytest.approx(0.88 + 3 / 64, abs=1e-9)
+    values = _flag_values(tmp_path / "vllm", "--gpu-memory-utilization")
+    assert set().union(*values.values()) == {0.88}
+
+
+@pytest.mark.parametrize("name", ["ep64-16k", "ep64-32k", "64a16f-16k", "64a16f-32k", "48a16f-16k", "48a16f-32k"])
+def test_afd_plugin_plans_hold_what_their_recipes_flag_gives(tmp_path, name):
+    """The afd-plugin recipes launched vllm-ascend v0.19.1rc1 with --gpu-memory-utilization 0.93 (the same
+    worker code as v0.25.1rc1's); their plans' hbm_utilization exports back to that flag on every process."""
+    result = run_cli("evaluate", f"plans/afd-plugin-{name}.yaml", "--emit", "vllm-ascend", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    values = _flag_values(tmp_path / "out", "--gpu-memory-utilization")
+    assert values and set().union(*values.values()) == {0.93}
+
+
+def test_vllm_on_gpus_is_refused_with_the_flag_to_use():
+    with pytest.raises(BadInputError, match=r"moeplan writes no GPU launch of vLLM.*--hbm-utilization \(e\.g\. 0\.9,"):
+        parse_launch_memory("vllm=0.9")
 
 
 def test_kept_aside_glm52_plan_holds_what_its_sglang_flag_gives():
@@ -81,7 +108,8 @@ def test_kept_aside_glm52_plan_holds_what_its_sglang_flag_gives():
         ("sglang=abc", "is not a number"),
         ("sglang=0", "must be in (0, 1]"),
         ("sglang=1.2", "must be in (0, 1]"),
-        ("vllm-ascend", "read as moeplan's own share"),
+        ("vllm-ascend", "give ENGINE=FRACTION"),
+        ("vllm", "moeplan writes no GPU launch of vLLM"),
         ("sglang=nan", "must be in (0, 1]"),
     ],
 )

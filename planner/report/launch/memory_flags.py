@@ -1,22 +1,30 @@
 """A launch's own memory flag read back as moeplan's `hbm_utilization`: the inverse of what --emit writes.
 
 moeplan's `hbm_utilization` is the share of a device's HBM the whole plan may fill, its runtime
-reserve included. SGLang's --mem-fraction-static names a narrower share: its static pool, the weights
-and the KV cache; activations, graph buffers and the communication buffers (DeepEP's) live in the rest
-of the device (`ServerArgs.mem_fraction_static`, docs/engines.md). `--emit sglang` turns a plan's
-`hbm_utilization` into that flag (`common.memory_fraction_of`); `hbm_utilization_for` turns a flag that
-some launch already carries back into `hbm_utilization`, so `moeplan evaluate` judges the HBM that
-launch gives, not a transcription that takes one share for the other (--mem-fraction-static 0.85 is
-about 0.89 of an H200 in moeplan's terms: 5.5 GiB of reserve, activations and DeepEP buffers sit
-outside it).
+reserve included. An engine's flag names a narrower share, and `--emit` turns a plan's
+`hbm_utilization` into it (`common.memory_fraction_of`); `hbm_utilization_for` turns a flag that some
+launch already carries back into `hbm_utilization`, so `moeplan evaluate` judges the HBM that launch
+gives, not a transcription that takes one share for the other.
 
-vLLM's and vllm-ascend's --gpu-memory-utilization are refused here: the share they hold is not settled.
---emit writes them without the runtime reserve, but the vLLM-Ascend AFD-plugin runs, whose batches were
-set to what fits at 0.93, agree with reading 0.93 as moeplan's own share (tests/costmodel/test_afd.py) and
-not with the reserve outside it (2-5 sequences a device more than they ran); their plans keep the flag as
-`hbm_utilization`, which is what --hbm-utilization gives.
+- SGLang's --mem-fraction-static holds its static pool, the weights and the KV cache; activations,
+  graph buffers and the communication buffers (DeepEP's) live in the rest of the device
+  (`ServerArgs.mem_fraction_static`, docs/engines.md): 0.85 is about 0.89 of an H200 in moeplan's terms.
+- vllm-ascend's --gpu-memory-utilization (vLLM's CacheConfig.gpu_memory_utilization), as read in
+  vllm_ascend/worker/worker.py at v0.25.1rc1 (9bf964cb4b87), the release --emit writes for:
+  `_init_device` takes a MemorySnapshot right after `torch.npu.set_device` and before
+  `_init_worker_distributed_environment` (l.441-488); `determine_available_memory` gives the KV cache
+  `requested_memory - (weights + profiled activation peak + non-torch growth since the snapshot)`
+  (l.548-581), so the HCCL buffers and operator workspaces sit inside the share, while what the device
+  held at the snapshot (the ACL runtime context) and the graphs captured after the KV cache is allocated
+  (`compile_or_warm_up_model`, l.708) sit outside it: moeplan's runtime reserve, nothing else. The same
+  code is in v0.15.0rc1 to v0.20.2rc1 (vllm-ascend PR #6625, 2026-02-25, "Use upstream mem_utils for
+  profiling"); releases before it counted every non-torch byte on the device, the runtime's too, inside
+  the share (v0.14.0rc1's `determine_available_memory`), which is moeplan's own share: --hbm-utilization.
+- vLLM on GPUs is refused by name: moeplan writes no vLLM launch for a GPU to mirror, and vLLM v0.25.1
+  splits the device differently again (its snapshot follows NCCL's set-up, vllm/v1/worker/gpu_worker.py,
+  and the share holds an estimate of the CUDA graphs).
 
-The parts outside SGLang's share (activations, communication buffers, reserve) do not depend on
+The parts outside an engine's share (activations, communication buffers, reserve) do not depend on
 `hbm_utilization`, so one evaluation of the plan gives them and the inverse is exact: evaluating the
 plan at the returned value and emitting it writes the flag back (to the thousandth --emit rounds to).
 """
@@ -38,11 +46,12 @@ GIB = 2**30
 # engine name -> (its flag, the parts of moeplan's HBM breakdown outside the flag's share, the reserve aside)
 ENGINE_MEMORY_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "sglang": ("--mem-fraction-static", OUTSIDE_STATIC_POOL),
+    "vllm-ascend": ("--gpu-memory-utilization", ()),
 }
-# engines whose memory flag is refused by name (which share it holds is not settled: the module docstring)
-UNSETTLED = {
-    "vllm": "vLLM's --gpu-memory-utilization",
-    "vllm-ascend": "vllm-ascend's --gpu-memory-utilization",
+# engines whose memory flag is refused by name, and why (the module docstring)
+REFUSED = {
+    "vllm": "vLLM's --gpu-memory-utilization on a GPU is not read here (moeplan writes no GPU launch of vLLM to "
+    "mirror; its share holds the CUDA graphs' estimate and leaves NCCL's buffers out)",
 }
 ROLES = ("colocated", "prefill", "decode")
 
@@ -64,16 +73,18 @@ def parse_launch_memory(text: str) -> LaunchMemory:
     engines = ", ".join(ENGINE_MEMORY_FLAGS)
     engine, sep, value = text.partition("=")
     engine = engine.strip().lower()
-    if engine in UNSETTLED:
+    if engine in REFUSED:
         raise BadInputError(
-            f"{OPTION}: {UNSETTLED[engine]} is read as moeplan's own share: give it as --hbm-utilization "
-            f"{value.strip() or 'F'} (the vLLM-Ascend AFD-plugin runs agree with that reading; docs/model.md)."
+            f"{OPTION}: {REFUSED[engine]}; give the share of the device the plan may fill as --hbm-utilization "
+            f"(e.g. {value.strip() or '0.9'}, which takes the flag for moeplan's own share, runtime reserve "
+            "included; docs/model.md)."
         )
     if not sep or engine not in ENGINE_MEMORY_FLAGS:
         raise BadInputError(
             f"{OPTION}: give ENGINE=FRACTION with ENGINE one of {engines} (e.g. sglang=0.85 for a launch with "
-            f"--mem-fraction-static 0.85); got {text!r}. MindIE sizes its KV cache in blocks, not by a fraction: "
-            "use --hbm-utilization for it."
+            f"--mem-fraction-static 0.85, vllm-ascend=0.9 for one with --gpu-memory-utilization 0.9 on vllm-ascend "
+            f"v0.15.0rc1 or later); got {text!r}. MindIE sizes its KV cache in blocks, not by a fraction: use "
+            "--hbm-utilization for it."
         )
     try:
         fraction = float(value)
