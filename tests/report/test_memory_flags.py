@@ -84,6 +84,21 @@ def test_afd_plugin_plans_hold_what_their_recipes_flag_gives(tmp_path, name):
     assert values and set().union(*values.values()) == {0.93}
 
 
+def test_afd_plan_reads_one_vllm_ascend_flag_for_both_sides(tmp_path):
+    """The afd-plugin launches pass one --gpu-memory-utilization to both sides; only the runtime reserve lies
+    outside it on either, so 0.93 gives back the plan's own 0.976875; SGLang's flag (activations and buffers
+    outside, different by side) is still refused for an AFD plan."""
+    scored = tmp_path / "scored.json"
+    result = run_cli(
+        "evaluate", "plans/afd-plugin-64a16f-16k.yaml", "--launch-memory-fraction", "vllm-ascend=0.93",
+        "--json", str(scored),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert json.loads(scored.read_text())["hbm_utilization"] == pytest.approx(0.976875, abs=1e-9)
+    sglang = run_cli("evaluate", "plans/afd-plugin-64a16f-16k.yaml", "--launch-memory-fraction", "sglang=0.9")
+    assert sglang.exit_code == 2 and "a memory flag per side for this engine" in sglang.output
+
+
 def test_vllm_on_gpus_is_refused_with_the_flag_to_use():
     with pytest.raises(BadInputError, match=r"moeplan writes no GPU launch of vLLM.*--hbm-utilization \(e\.g\. 0\.9,"):
         parse_launch_memory("vllm=0.9")

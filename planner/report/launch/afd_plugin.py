@@ -38,6 +38,7 @@ from planner.report.launch.common import (
     MAX_INSTANCES_PER_ROLE,
     Export,
     Process,
+    afd_side_block,
     check_runnable,
     context_tokens,
     memory_fraction_of,
@@ -81,24 +82,6 @@ def _spans(start: int, count: int, node: int) -> list[tuple[int, tuple[int, ...]
         left -= take
         at += take
     return out
-
-
-def _side_block(plan: Plan, side: str) -> dict:
-    """The prediction's HBM figures of one side, as the memory fraction reads them."""
-    afd = (plan.predicted or {}).get("afd")
-    if not afd:
-        raise BadInputError(
-            "the plan has no predicted.afd block (HBM per device); export plans from `moeplan plan` or re-score the "
-            "file with `moeplan evaluate --json` first."
-        )
-    if side == "attention":
-        return afd
-    return {
-        "hbm_capacity_bytes": afd["hbm_capacity_bytes"],
-        "hbm_bytes_per_device": afd["ffn_hbm_bytes_per_device"],
-        "hbm_free_bytes": afd["ffn_hbm_free_bytes"],
-        "hbm_breakdown_bytes": afd["ffn_hbm_breakdown_bytes"],
-    }
 
 
 def build_afd(
@@ -159,7 +142,7 @@ def build_afd(
                 },
             }
             fraction = memory_fraction_of(
-                _side_block(plan, side), f"afd {side} side", (), profile, "--gpu-memory-utilization"
+                afd_side_block(plan, side), f"afd {side} side", (), profile, "--gpu-memory-utilization"
             )
             common = [
                 model_path(plan),

@@ -190,6 +190,25 @@ def _prediction(plan: Plan, role: str) -> dict[str, Any]:
     return block
 
 
+def afd_side_block(plan: Plan, side: str) -> dict[str, Any]:
+    """The prediction's HBM figures of one side of an AFD plan ("attention" or "ffn"), as a memory fraction
+    reads them."""
+    afd = (plan.predicted or {}).get("afd")
+    if not afd:
+        raise BadInputError(
+            "the plan has no predicted.afd block (HBM per device); export plans from `moeplan plan` or re-score the "
+            "file with `moeplan evaluate --json` first."
+        )
+    if side == "attention":
+        return afd
+    return {
+        "hbm_capacity_bytes": afd["hbm_capacity_bytes"],
+        "hbm_bytes_per_device": afd["ffn_hbm_bytes_per_device"],
+        "hbm_free_bytes": afd["ffn_hbm_free_bytes"],
+        "hbm_breakdown_bytes": afd["ffn_hbm_breakdown_bytes"],
+    }
+
+
 def device_hbm_bytes(block: dict[str, Any]) -> float:
     """The device's whole HBM, from a prediction block (what it uses plus what is free)."""
     return float(block["hbm_bytes_per_device"] + block["hbm_free_bytes"])

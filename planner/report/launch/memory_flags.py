@@ -17,7 +17,7 @@ gives, not a transcription that takes one share for the other.
   (l.548-581), so the HCCL buffers and operator workspaces sit inside the share, while what the device
   held at the snapshot (the ACL runtime context) and the graphs captured after the KV cache is allocated
   (`compile_or_warm_up_model`, l.708) sit outside it: moeplan's runtime reserve, nothing else. The same
-  code is in v0.15.0rc1 to v0.20.2rc1 (vllm-ascend PR #6625, 2026-02-25, "Use upstream mem_utils for
+  code runs from v0.15.0rc1 on (vllm-ascend PR #6625, 2026-02-25, "Use upstream mem_utils for
   profiling"); releases before it counted every non-torch byte on the device, the runtime's too, inside
   the share (v0.14.0rc1's `determine_available_memory`), which is moeplan's own share: --hbm-utilization.
 - vLLM on GPUs is refused by name: moeplan writes no vLLM launch for a GPU to mirror, and vLLM v0.25.1
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from planner.errors import BadInputError
-from planner.report.launch.common import device_hbm_bytes, outside_engine_bytes
+from planner.report.launch.common import afd_side_block, device_hbm_bytes, outside_engine_bytes
 from planner.report.launch.sglang import OUTSIDE_STATIC_POOL
 from planner.specs.plan import Plan
 
@@ -97,12 +97,16 @@ def parse_launch_memory(text: str) -> LaunchMemory:
     return LaunchMemory(engine, fraction)
 
 
-def _blocks(scored: Plan) -> dict[str, dict[str, Any]]:
+def _blocks(scored: Plan, exclude: tuple[str, ...]) -> dict[str, dict[str, Any]]:
     if scored.afd is not None:
-        raise BadInputError(
-            f"{OPTION}: an attention-FFN disaggregated plan has a memory flag per side, which one option cannot "
-            "give; set hbm_utilization in the plan or use --hbm-utilization."
-        )
+        if exclude:
+            # the parts outside the flag differ by side (activations, buffers): one flag gives two shares
+            raise BadInputError(
+                f"{OPTION}: an attention-FFN disaggregated plan has a memory flag per side for this engine, which "
+                "one option cannot give; set hbm_utilization in the plan or use --hbm-utilization."
+            )
+        # only the runtime reserve lies outside (vllm-ascend): one flag on both sides, as the afd-plugin launches
+        return {f"afd {side} side": afd_side_block(scored, side) for side in ("attention", "ffn")}
     pred = scored.predicted or {}
     # a colocated plan's decode and prefill blocks are parts of its one instance, which --emit sizes
     # by the colocated block
@@ -117,25 +121,27 @@ def hbm_utilization_for(scored: Plan, launch: LaunchMemory) -> tuple[float, str]
     """The `hbm_utilization` at which --emit would write `launch`'s flag for `scored` (a plan with its
     `predicted` block), and a line saying how it was derived.
 
-    A plan with prefill and decode instances takes the smaller of the two roles' values: no role is
-    given more HBM than the flag gives its launch.
+    A plan with prefill and decode instances (or an AFD plan's two sides) takes the smaller of the two
+    values: no role is given more HBM than the flag gives its launch.
     """
     _, exclude = ENGINE_MEMORY_FLAGS[launch.engine]
     per_role: dict[str, tuple[float, float, float]] = {}
-    for role, block in _blocks(scored).items():
+    for role, block in _blocks(scored, exclude).items():
         whole = device_hbm_bytes(block)
         outside = outside_engine_bytes(block, exclude)
         per_role[role] = ((launch.fraction * whole + outside) / whole, outside, whole)
     role = min(per_role, key=lambda r: per_role[r][0])
     utilization, outside, whole = per_role[role]
+    name = role.removeprefix("afd ") if role.startswith("afd ") else f"{role} role"
     parts = "runtime reserve" + "".join(f", {p.replace('_', ' ')}" for p in exclude)
     if utilization > 1.0:
         raise BadInputError(
             f"{OPTION} {launch.engine}={launch.fraction:g}: {launch.flag} {launch.fraction:g} of "
-            f"{whole / GIB:.1f} GiB plus the {outside / GIB:.1f} GiB the {role} devices need outside it ({parts}) "
+            f"{whole / GIB:.1f} GiB plus the {outside / GIB:.1f} GiB the {name}'s devices need "
+            f"outside it ({parts}) "
             f"is more than the device holds ({utilization:.3f} of it); give a smaller fraction."
         )
-    where = "" if len(per_role) == 1 else f" (the {role} role's, the smaller)"
+    where = "" if len(per_role) == 1 else f" (the {name}'s, the smaller)"
     note = (
         f"hbm_utilization {utilization:.4f}{where}: {launch.engine}'s {launch.flag} {launch.fraction:g} of "
         f"{whole / GIB:.1f} GiB plus {outside / GIB:.2f} GiB it leaves outside ({parts})"
