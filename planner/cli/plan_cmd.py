@@ -1098,8 +1098,8 @@ def plan(
             "--time-limit",
             min=0.1,
             max=86400.0,
-            help="CP-SAT's time limit per solve, in seconds (the cost tables built before the solves are not "
-            "limited by it: --explain-space lists what sets their size).",
+            help="CP-SAT's time limit, in seconds, for the search's solves together (the cost tables built "
+            "before them are not limited by it: --explain-space lists what sets their size).",
         ),
     ] = DEFAULT_TIME_LIMIT_S,
     workers: WorkersOpt = 2,

@@ -313,7 +313,8 @@ def sweep(
             "--time-limit",
             min=0.1,
             max=86400.0,
-            help="CP-SAT's time limit per solve, in seconds (the cost tables are not limited by it).",
+            help="CP-SAT's time limit, in seconds, for each point's solves together (the cost tables are not "
+            "limited by it).",
         ),
     ] = DEFAULT_TIME_LIMIT_S,
     workers: WorkersOpt = 2,

@@ -127,7 +127,6 @@ def run_search(
     `diagnose_engines` (--engine auto's free search): when nothing is feasible, the values the
     diagnosis names are those at which one of these engines runs a plan, not any plan."""
     start = time.perf_counter()
-    deadline = start + request.settings.time_limit_s
     contexts = phase_contexts(request)
     if request.engine is not None:
         refuse_engine(request.engine, contexts, request.quantization)
@@ -198,6 +197,8 @@ def run_search(
     )
     if progress:
         progress("CP-SAT: choosing configurations and instance counts", 1.0)
+    # --time-limit bounds the solves together, from here: the cost tables built above are not limited by it
+    deadline = time.perf_counter() + request.settings.time_limit_s
     result = model.solve(deadline)  # rank 1, proven by CP-SAT; the others enumerated exactly
     if result.deployment is None:
         if result.status == "UNKNOWN":

@@ -137,3 +137,38 @@ def test_models_without_mtp_and_gqa_models_plan_too():
     assert qwen.plans[0].decode_phase.mtp_tokens == 0
     kimi = run_search(PlanRequest(model="kimi-k2", max_cards=96, top=1, slo=SLO(tpot_ms=150, ttft_ms=4000)))
     assert kimi.plans[0].decode_phase.moe is not None
+
+
+def test_the_time_limit_bounds_the_solves_not_the_cost_tables(monkeypatch):
+    """--time-limit is CP-SAT's: however long the cost tables took (here an hour, on a clock the progress
+    callback moves), the solves get the whole limit, not what is left of it."""
+    from types import SimpleNamespace
+
+    import planner.search.plan_search as plan_search_module
+    from planner.search import cpsat_model
+
+    now = [0.0]
+    clock = SimpleNamespace(perf_counter=lambda: now[0])  # these two modules' clock only, not the process's
+    monkeypatch.setattr(plan_search_module, "time", clock)
+    monkeypatch.setattr(cpsat_model, "time", clock)
+    given: list[float | None] = []
+    make_solver = SolverSettings.make_solver
+
+    def recording(self, remaining_s=None):
+        given.append(remaining_s)
+        return make_solver(self, remaining_s)
+
+    monkeypatch.setattr(SolverSettings, "make_solver", recording)
+
+    def progress(message, fraction):
+        if not message.startswith("CP-SAT"):
+            now[0] += 3600.0  # every table step "takes" an hour
+
+    request = PlanRequest(
+        max_cards=16, top=1, workload=Workload(input_tokens=1024, output_tokens=512),
+        settings=SolverSettings(time_limit_s=30, workers=1),
+    )  # fmt: skip
+    outcome = run_search(request, progress=progress)
+    assert now[0] >= 3600.0  # the tables' steps did advance the clock
+    assert given and all(r == pytest.approx(30.0) for r in given)
+    assert outcome.optimal
