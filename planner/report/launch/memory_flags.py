@@ -98,6 +98,7 @@ def parse_launch_memory(text: str) -> LaunchMemory:
 
 
 def _blocks(scored: Plan, exclude: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """The plan's HBM figures by the part one launch flag sizes ("decode role", "attention side", ...)."""
     if scored.afd is not None:
         if exclude:
             # the parts outside the flag differ by side (activations, buffers): one flag gives two shares
@@ -106,12 +107,12 @@ def _blocks(scored: Plan, exclude: tuple[str, ...]) -> dict[str, dict[str, Any]]
                 "one option cannot give; set hbm_utilization in the plan or use --hbm-utilization."
             )
         # only the runtime reserve lies outside (vllm-ascend): one flag on both sides, as the afd-plugin launches
-        return {f"afd {side} side": afd_side_block(scored, side) for side in ("attention", "ffn")}
+        return {f"{side} side": afd_side_block(scored, side) for side in ("attention", "ffn")}
     pred = scored.predicted or {}
     # a colocated plan's decode and prefill blocks are parts of its one instance, which --emit sizes
     # by the colocated block
     roles = ("colocated",) if pred.get("colocated") else ROLES
-    blocks = {role: pred[role] for role in roles if pred.get(role)}
+    blocks = {f"{role} role": pred[role] for role in roles if pred.get(role)}
     if not blocks:
         raise BadInputError(f"{OPTION}: the plan was not scored (no HBM figures); evaluate it first.")
     return blocks
@@ -125,23 +126,21 @@ def hbm_utilization_for(scored: Plan, launch: LaunchMemory) -> tuple[float, str]
     values: no role is given more HBM than the flag gives its launch.
     """
     _, exclude = ENGINE_MEMORY_FLAGS[launch.engine]
-    per_role: dict[str, tuple[float, float, float]] = {}
-    for role, block in _blocks(scored, exclude).items():
+    per_part: dict[str, tuple[float, float, float]] = {}
+    for part, block in _blocks(scored, exclude).items():
         whole = device_hbm_bytes(block)
         outside = outside_engine_bytes(block, exclude)
-        per_role[role] = ((launch.fraction * whole + outside) / whole, outside, whole)
-    role = min(per_role, key=lambda r: per_role[r][0])
-    utilization, outside, whole = per_role[role]
-    name = role.removeprefix("afd ") if role.startswith("afd ") else f"{role} role"
+        per_part[part] = ((launch.fraction * whole + outside) / whole, outside, whole)
+    name = min(per_part, key=lambda p: per_part[p][0])
+    utilization, outside, whole = per_part[name]
     parts = "runtime reserve" + "".join(f", {p.replace('_', ' ')}" for p in exclude)
     if utilization > 1.0:
         raise BadInputError(
             f"{OPTION} {launch.engine}={launch.fraction:g}: {launch.flag} {launch.fraction:g} of "
-            f"{whole / GIB:.1f} GiB plus the {outside / GIB:.1f} GiB the {name}'s devices need "
-            f"outside it ({parts}) "
-            f"is more than the device holds ({utilization:.3f} of it); give a smaller fraction."
+            f"{whole / GIB:.1f} GiB plus the {outside / GIB:.1f} GiB the {name}'s devices need outside it "
+            f"({parts}) is more than the device holds ({utilization:.3f} of it); give a smaller fraction."
         )
-    where = "" if len(per_role) == 1 else f" (the {name}'s, the smaller)"
+    where = "" if len(per_part) == 1 else f" (the {name}'s, the smaller)"
     note = (
         f"hbm_utilization {utilization:.4f}{where}: {launch.engine}'s {launch.flag} {launch.fraction:g} of "
         f"{whole / GIB:.1f} GiB plus {outside / GIB:.2f} GiB it leaves outside ({parts})"
