@@ -202,10 +202,13 @@ def kept_aside_summary() -> str:
     within = sum(1 for r in static if abs(r["error"]) <= r["tolerance"])
     sim_within = sum(1 for r in simulated if r["within_tolerance"])
     held_within = sum(1 for r in held if r["within_tolerance"])
+    static_held = [r for r in static if not r["fitted_to"]]
+    static_held_within = sum(1 for r in static_held if abs(r["error"]) <= r["tolerance"])
     return (
         f"- runs kept aside from every fit (`moeplan {' '.join(KEPT_ASIDE_ARGS[:3])}`, on {', '.join(machines)}; "
         f"[docs/validation.md](docs/validation.md)): {len(static)} static figures, |error| median "
-        f"{median(errors):.1%}, within their tolerance {within} of {len(static)}; {len(simulated)} served-traffic "
+        f"{median(errors):.1%}, within their tolerance {within} of {len(static)}, {static_held_within} of the "
+        f"{len(static_held)} nothing was chosen on; {len(simulated)} served-traffic "
         f"figures (simulated), within their tolerance {sim_within} of {len(simulated)}, {held_within} of the "
         f"{len(held)} on runs nothing was chosen on\n"
     )

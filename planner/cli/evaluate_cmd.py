@@ -327,12 +327,12 @@ def evaluate(
                     "export covers yet; export each phase's plan separately or drop --emit."
                 )
             wrote = stage_emits(outputs, emits, scored, model, hw, loads, force)
-            from planner.engines.profiles import engine_machine_note
+            from planner.engines.profiles import engine_machine_note, kv_split_note
 
             for engine, _ in emits:  # as `plan --emit` says it
-                caution = engine_machine_note(hw, engine)
-                if caution is not None:
-                    err_console.print(f"[bold yellow]warning:[/] {caution}", markup=True, highlight=False)
+                for caution in (engine_machine_note(hw, engine), kv_split_note(plan.decode_attention_kv_split, engine)):
+                    if caution is not None:
+                        err_console.print(f"[bold yellow]warning:[/] {caution}", markup=True, highlight=False)
         if out is not None:
             outputs.text(out, text, "--out")
         if html is not None:

@@ -32,6 +32,7 @@ from planner.cli.options import (
     DecodeMicrobatchOpt,
     HbmUtilizationOpt,
     HtmlOpt,
+    KvSplitOpt,
     KvTransferGbpsOpt,
     LoadsOpt,
     MaxCostOpt,
@@ -153,6 +154,7 @@ def build_request(
     engine: str | None = None,
     robust: bool = False,
     hbm_utilization: float = DEFAULT_HBM_UTILIZATION,
+    decode_attention_kv_split: bool = True,
     max_itl_ms: float | None = None,
     decode_microbatch: bool = True,
     structure: str | None = None,
@@ -293,6 +295,7 @@ def build_request(
         engine=engine,
         pessimistic_factors=robust,
         hbm_utilization=hbm_utilization,
+        decode_attention_kv_split=decode_attention_kv_split,
         itl_from_tpot=max_itl_ms is None and tpot_ms is not None,
         decode_micro_batches=(1, 2) if decode_microbatch else (1,),
     )
@@ -785,6 +788,7 @@ _PHASE_UNUSED = {
         ("mtp_acceptance", "--mtp-acceptance"),
         ("tpot_at_percentile", "--tpot-at-percentile"),
         ("decode_microbatch", "--decode-microbatch/--no-decode-microbatch"),
+        ("decode_attention_kv_split", "--decode-attention-kv-split/--no-decode-attention-kv-split"),
     ),
 }
 
@@ -1080,6 +1084,7 @@ def plan(
     any_tp: AnyTpOpt = False,
     colocated: ColocatedOpt = True,
     hbm_utilization: HbmUtilizationOpt = DEFAULT_HBM_UTILIZATION,
+    decode_attention_kv_split: KvSplitOpt = True,
     max_itl_ms: MaxItlOpt = None,
     prefill_hardware: PrefillHardwareOpt = None,
     decode_hardware: DecodeHardwareOpt = None,
@@ -1187,6 +1192,7 @@ def plan(
             engine=None if mode in (AUTO, NONE) else mode,
             robust=robust,
             hbm_utilization=hbm_utilization,
+            decode_attention_kv_split=decode_attention_kv_split,
             max_itl_ms=max_itl_ms,
             decode_microbatch=decode_microbatch,
             structure=structure,
@@ -1214,9 +1220,13 @@ def plan(
             err_console.print(f"note: {quant_note}", highlight=False)
         stack = None
         if mode not in (AUTO, NONE):
-            from planner.engines.profiles import engine_machine_note
+            from planner.engines.profiles import engine_machine_note, kv_split_note
 
             stack = engine_machine_note(outcome.hw, mode)
+            kernel = kv_split_note(decode_attention_kv_split, mode)
+            if kernel is not None:
+                notes = [*notes, kernel]
+                err_console.print(f"[bold yellow]warning:[/] {kernel}", markup=True, highlight=False)
         if stack is not None:
             notes = [*notes, stack]
         other_stack = attention_machine_notes(outcome.hw, outcome.model)  # in the notes already (the prediction's)

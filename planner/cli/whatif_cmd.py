@@ -74,6 +74,7 @@ ASSUMPTIONS: dict[str, tuple[type, object]] = {
     "max-redundant-experts": (int, None),
     "colocated": (bool, True),
     "hbm-utilization": (float, DEFAULT_HBM_UTILIZATION),
+    "decode-attention-kv-split": (bool, True),
     "max-itl-ms": (float, None),
     "prefill-hardware": (str, None),
     "decode-hardware": (str, None),
@@ -171,6 +172,7 @@ def plan_assumptions(plan: Plan, base_dir: Path | None) -> dict[str, object]:
             "max-cards": math.ceil(specs.hw.cards(devices) - 1e-9),
             "phase": _plan_phase(plan),
             "hbm-utilization": plan.hbm_utilization,
+            "decode-attention-kv-split": plan.decode_attention_kv_split,
             # a plan without an ITL limit is compared without one (0: none; unset: 3x TPOT)
             "max-itl-ms": (plan.slo.max_itl_ms or 0.0) if plan.slo else 0.0,
             "prefix-hit-rate": plan.workload.prefix_hit_rate,
@@ -245,6 +247,7 @@ def request_from(assumptions: dict[str, object], time_limit: float, workers: int
         max_redundant_experts=_opt(a["max-redundant-experts"], int),
         colocated=bool(a["colocated"]),
         hbm_utilization=float(a["hbm-utilization"]),  # type: ignore[arg-type]
+        decode_attention_kv_split=bool(a["decode-attention-kv-split"]),
         max_itl_ms=_opt(a["max-itl-ms"], float),
         prefill_hardware=_opt(a["prefill-hardware"], str),
         decode_hardware=_opt(a["decode-hardware"], str),
@@ -364,6 +367,14 @@ def whatif(
             help="Whether the new plan may use colocated instances (default: as the base).",
         ),
     ] = None,
+    decode_attention_kv_split: Annotated[
+        bool | None,
+        typer.Option(
+            "--decode-attention-kv-split/--no-decode-attention-kv-split",
+            help="Whether the decode attention kernel splits one sequence's KV over cores (default: as the base; "
+            "moeplan plan --help).",
+        ),
+    ] = None,
     tpot_at_percentile: Annotated[
         bool | None,
         typer.Option(
@@ -458,6 +469,7 @@ def whatif(
             "loads": loads,
             "max-redundant-experts": max_redundant_experts,
             "colocated": colocated,
+            "decode-attention-kv-split": decode_attention_kv_split,
             "tpot-at-percentile": tpot_at_percentile,
             "hbm-utilization": hbm_utilization,
             "max-itl-ms": max_itl_ms,

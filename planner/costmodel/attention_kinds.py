@@ -45,6 +45,7 @@ from numpy.typing import ArrayLike
 from planner.costmodel.context import CostContext
 from planner.costmodel.elementwise import attention_bytes_per_token, hyper_connection_matrix_ops
 from planner.costmodel.imbalance import straggler_z
+from planner.costmodel.kv_split import unsplit_kv_read_s
 from planner.costmodel.modules import ModuleCost, _fixed, attention_comm, attention_cost
 from planner.specs.model import (
     DSA_KINDS,
@@ -185,6 +186,10 @@ def layer_group_cost(
         kv_bytes = np.zeros_like(t)
     rate = ctx.attention_flops_per_s if decode else ctx.prefill_attention_flops_per_s
     t_att = ctx.roofline_s(t_core * flops_per_query / core_tp, kv_bytes, rate, ctx.kv_read_bytes_per_s)
+    if decode and kind == "gqa" and not ctx.decode_attention_kv_split:
+        # one core per (sequence, KV head): the busiest core's pairs bound the layer (costmodel/kv_split.py)
+        kv_heads = max(1.0, a.num_kv_heads / core_tp)
+        t_att = np.maximum(t_att, unsplit_kv_read_s(ctx.hw, seqs * core_tp, kv_heads, read / kv_heads))
     if decode and core_dp > 1 and kind != "linear":
         # DP ranks wait for the one with the longest contexts (as in modules.attention_cost)
         spread = ctx.decode_context_std_tokens / max(ctx.mean_decode_context_tokens, 1.0)

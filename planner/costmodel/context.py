@@ -18,6 +18,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from planner.costmodel.imbalance import ImbalanceModel, default_imbalance_model
+from planner.costmodel.kv_split import check_unsplit_decode_attention
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
 from planner.specs.plan import Workload
@@ -43,10 +44,14 @@ class CostContext:
         return self.hw.hbm_bytes * self.hbm_utilization
 
     kv_transfer_bytes_per_s: float | None = None  # prefill->decode link per device; None: the machine's
+    # False: the decode attention kernel gives every (sequence, KV head) one core (planner/costmodel/kv_split.py)
+    decode_attention_kv_split: bool = True
 
     def __post_init__(self) -> None:
         # a scheme whose GEMMs need a format the chip lacks is refused here, for every command
         check_scheme_on_hardware(self.quant, self.hw)
+        if not self.decode_attention_kv_split:
+            check_unsplit_decode_attention(self.model, self.hw)
 
     def module_flops_per_s(self, module: str) -> float:
         """Effective GEMM rate of `module` ('attention', 'dense_ffn', 'experts') at its scheme's math format."""

@@ -82,6 +82,25 @@ def load_plan_specs(plan: Plan, base_dir: Path | None = None) -> PlanSpecs:
     return PlanSpecs(model, hw, quant)
 
 
+def plan_cost_context(
+    plan: Plan,
+    specs: PlanSpecs,
+    imbalance: ImbalanceModel | None = None,
+    kv_transfer_bytes_per_s: float | None = None,
+) -> CostContext:
+    """The cost context a plan is evaluated in: its specs, its own workload, HBM share and decode attention kernel."""
+    return CostContext(
+        specs.model,
+        specs.hw,
+        specs.quant,
+        plan.workload,
+        imbalance or default_imbalance_model(),
+        plan.hbm_utilization,
+        kv_transfer_bytes_per_s,
+        decode_attention_kv_split=plan.decode_attention_kv_split,
+    )
+
+
 def _r(x: float, digits: int = 4) -> float:
     return float(round(float(x), digits))
 
@@ -630,7 +649,7 @@ def evaluate_plan(
 
 
 def _evaluate_single(plan: Plan, specs: PlanSpecs, imb: ImbalanceModel, hbm_from: Prediction | None) -> Prediction:
-    ctx = CostContext(specs.model, specs.hw, specs.quant, plan.workload, imb, plan.hbm_utilization)
+    ctx = plan_cost_context(plan, specs, imb)
     if hbm_from is not None and hbm_from.imbalance_model != imb.describe():
         hbm_from = None
     d_from, p_from = (hbm_from.decode, hbm_from.prefill) if hbm_from is not None else (None, None)

@@ -82,9 +82,17 @@ def mixed_contexts(
     imb = imbalance or default_imbalance_model()
     kv = kv_link_bytes_per_s(plan, specs.decode_hw, specs.prefill_hw)
     d_ctx = CostContext(
-        specs.model, specs.decode_hw, specs.quant, plan.workload, imb, plan.hbm_utilization, kv_transfer_bytes_per_s=kv
+        specs.model,
+        specs.decode_hw,
+        specs.quant,
+        plan.workload,
+        imb,
+        plan.hbm_utilization,
+        kv_transfer_bytes_per_s=kv,
+        decode_attention_kv_split=plan.decode_attention_kv_split,
     )
-    return d_ctx, dataclasses.replace(d_ctx, hw=specs.prefill_hw)
+    # the prefill machine runs no decode step: its core count is not asked for
+    return d_ctx, dataclasses.replace(d_ctx, hw=specs.prefill_hw, decode_attention_kv_split=True)
 
 
 def mixed_system(

@@ -33,6 +33,7 @@ from planner.costmodel.elementwise import (
     moe_bytes_per_token,
 )
 from planner.costmodel.imbalance import busiest_over_mean, dispersion_of, straggler_z
+from planner.costmodel.kv_split import unsplit_kv_read_s
 from planner.specs.hardware import HardwareSpec
 from planner.specs.plan import AttentionLayout, MoELayout, ParallelLayout, SharedExpertLayout
 
@@ -187,6 +188,10 @@ def attention_cost(
         ctx.attention_flops_per_s if decode else ctx.prefill_attention_flops_per_s,
         ctx.kv_read_bytes_per_s,
     )
+    if decode and a.kind == "gqa" and not ctx.decode_attention_kv_split:
+        # one core per (sequence, KV head): the busiest core's pairs bound the layer (costmodel/kv_split.py)
+        per_head = kv_read_tokens * 2 * a.head_dim * kvb
+        t_att = np.maximum(t_att, unsplit_kv_read_s(ctx.hw, seqs * core.tp, kv_heads_core, per_head))
     if decode and core.dp > 1:
         # DP ranks wait for the one with the longest contexts (sequences at different positions)
         spread = ctx.decode_context_std_tokens / max(ctx.mean_decode_context_tokens, 1.0)

@@ -41,9 +41,8 @@ from typing import Any
 import numpy as np
 from pydantic import Field, model_validator
 
-from planner.costmodel.context import CostContext
 from planner.costmodel.decode import decode_step
-from planner.costmodel.evaluate import PlanSpecs, evaluate_plan, load_plan_specs
+from planner.costmodel.evaluate import PlanSpecs, evaluate_plan, load_plan_specs, plan_cost_context
 from planner.costmodel.fitting import SENSITIVE_ELASTICITY, factor_value, metric_value, with_factors
 from planner.costmodel.imbalance import (
     DEFAULT_DRIFT_SIGMA,
@@ -242,7 +241,7 @@ def _fast_metric(plan: Plan, specs: PlanSpecs, imbalance: ImbalanceModel, metric
     phase = metric.split(".", 1)[0]
     name = metric.split(".", 1)[1] if "." in metric else ""
     if phase == "decode" and plan.decode is not None and name in ("tpot_ms", "step_ms", "tokens_per_s_per_card"):
-        ctx = CostContext(specs.model, specs.hw, specs.quant, plan.workload, imbalance, plan.hbm_utilization)
+        ctx = plan_cost_context(plan, specs, imbalance)
         step = decode_step(ctx, plan.decode)
         if name == "tpot_ms":
             return float(step.tpot_s[0]) * 1e3
@@ -251,15 +250,7 @@ def _fast_metric(plan: Plan, specs: PlanSpecs, imbalance: ImbalanceModel, metric
         return float(step.tokens_per_s_per_device[0]) * specs.hw.devices_per_card
     prefill_metrics = ("forward_ms", "prompt_alone_ms", "tokens_per_s_per_card")
     if phase == "prefill" and plan.prefill is not None and name in prefill_metrics:
-        ctx = CostContext(
-            specs.model,
-            specs.hw,
-            specs.quant,
-            plan.workload,
-            imbalance,
-            plan.hbm_utilization,
-            plan.prefill.kv_transfer_bytes_per_s,
-        )
+        ctx = plan_cost_context(plan, specs, imbalance, plan.prefill.kv_transfer_bytes_per_s)
         if name == "prompt_alone_ms":
             return prompt_alone_s(ctx, plan.prefill) * 1e3
         fwd = prefill_forward(ctx, plan.prefill)

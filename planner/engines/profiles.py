@@ -188,6 +188,24 @@ def engine_machine_note(hw: HardwareSpec, engine: str) -> str | None:
     return hw.engine_machine_warning(engine) or load_profile(engine).machine_caution(hw.name)
 
 
+def kv_split_note(decode_attention_kv_split: bool, engine: str) -> str | None:
+    """What to tell someone who launches `engine` from a plan costed without a decode KV split (None otherwise)."""
+    if decode_attention_kv_split:
+        return None
+    profile = load_profile(engine)
+    if engine == "vllm-ascend":
+        return (
+            f"the plan costs its decode attention as one core per (sequence, KV head) (decode_attention_kv_split: "
+            f"false, CANN 8.x); the launch is for {profile.label}, whose images carry CANN 9.0, whose attention "
+            "splits one sequence's KV over the cores at small batches: its decode can run faster than planned."
+        )
+    return (
+        f"the plan costs its decode attention as one core per (sequence, KV head) (decode_attention_kv_split: "
+        f"false); {profile.display}'s Ascend decode kernel was not read here, so whether {profile.label} runs it "
+        "so is not known."
+    )
+
+
 def engine_name(name: str) -> str:
     """Normalise and check an engine name; BadInputError naming the choices otherwise."""
     key = name.strip().lower().replace("_", "-")

@@ -150,6 +150,7 @@ def request_assumptions(req: PlanRequest) -> dict[str, object]:
         "max-redundant-experts": req.max_redundant_experts,
         "colocated": req.colocated,
         "hbm-utilization": req.hbm_utilization,
+        "decode-attention-kv-split": req.decode_attention_kv_split,
         "max-itl-ms": s.max_itl_ms,
         "imbalance": (req.imbalance or default_imbalance_model()).describe(),
         "prefill-hardware": req.prefill_hardware,
@@ -243,6 +244,7 @@ def rescore(base: Plan, new_request: PlanRequest, specs: PlanSpecs) -> Plan:
             "workload": new_request.workload,
             "slo": new_request.slo,
             "hbm_utilization": new_request.hbm_utilization,
+            "decode_attention_kv_split": new_request.decode_attention_kv_split,
             "predicted": None,
             "rank": None,
         }

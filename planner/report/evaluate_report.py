@@ -141,6 +141,12 @@ def _decode_summary(phase: DecodePlan, d: DecodePrediction, hw: HardwareSpec, pl
         f"{phase.micro_batches}"
         + (" (compute of one overlaps the other's MoE dispatch/combine)" if phase.micro_batches > 1 else ""),
     )
+    if not plan.decode_attention_kv_split:
+        t.add_row(
+            "decode attention",
+            "one core per (sequence, KV head), no KV split (decode_attention_kv_split: false; "
+            "planner/costmodel/kv_split.py)",
+        )
     t.add_row("step", f"{d.step_ms:.2f} ms")
     if colocated:
         t.add_row("TPOT of the decode steps alone", f"{d.tpot_ms:.2f} ms (with prefill: the colocated table)")

@@ -71,7 +71,15 @@ def make_context(request: PlanRequest) -> CostContext:
             f"--draft-model {request.draft_model} with --mtp 0: the draft model would never run; give --mtp depths "
             "above 0 or drop --draft-model."
         )
-    return CostContext(model, hw, quant, w, imbalance, request.hbm_utilization)
+    return CostContext(
+        model,
+        hw,
+        quant,
+        w,
+        imbalance,
+        request.hbm_utilization,
+        decode_attention_kv_split=request.decode_attention_kv_split,
+    )
 
 
 def phase_contexts(request: PlanRequest) -> PhaseContexts:
@@ -81,7 +89,8 @@ def phase_contexts(request: PlanRequest) -> PhaseContexts:
         ctx = make_context(request)
         return PhaseContexts(ctx, ctx, False)
     d_ctx = make_context(dataclasses.replace(request, hardware=request.decode_hw_name))
-    p_ctx = make_context(dataclasses.replace(request, hardware=request.prefill_hw_name))
+    # the prefill machine runs no decode step: its core count is not asked for
+    p_ctx = make_context(dataclasses.replace(request, hardware=request.prefill_hw_name, decode_attention_kv_split=True))
     kv = request.kv_transfer_bytes_per_s or min(
         d_ctx.hw.kv_transfer_bandwidth_bytes_per_s, p_ctx.hw.kv_transfer_bandwidth_bytes_per_s
     )

@@ -98,6 +98,7 @@ def deployment_plan(
         colocated=colocated,
         afd=afd_section,
         hbm_utilization=request.hbm_utilization,
+        decode_attention_kv_split=request.decode_attention_kv_split,
         draft_model=request.draft_model,
         rank=rank,
     )

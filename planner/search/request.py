@@ -68,6 +68,8 @@ class PlanRequest:
     imbalance_label: str = ""
     pessimistic_factors: bool = False  # --robust: search with every factor at the slow end of its range
     hbm_utilization: float = DEFAULT_HBM_UTILIZATION  # fraction of each device's HBM a plan may fill
+    # False: the decode attention kernel gives each (sequence, KV head) one core (planner/costmodel/kv_split.py)
+    decode_attention_kv_split: bool = True
     # the ITL limit is --max-itl-ms's default, 3x the TPOT SLO: a new --tpot-ms moves it too
     itl_from_tpot: bool = False
     # prefill on one machine, decode on another (planner.search.contexts); None: `hardware`

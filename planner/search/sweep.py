@@ -233,6 +233,7 @@ def table_group(request: PlanRequest) -> tuple:
         request.prefill_devices,
         request.phase,
         request.hbm_utilization,
+        request.decode_attention_kv_split,
     )
 
 

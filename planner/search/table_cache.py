@@ -72,6 +72,7 @@ def table_key(ctx: CostContext, request: PlanRequest, limits: SpaceLimits) -> tu
         ctx.imbalance.describe(),
         imbalance_identity(ctx.imbalance),
         ctx.hbm_utilization,
+        ctx.decode_attention_kv_split,
         request.mtp_tokens,
         limits.max_extra_slots,
         limits.max_redundant_experts,

@@ -24,7 +24,13 @@ import numpy as np
 
 from planner.costmodel.acceptance_spread import MAX_ACCEPTANCE_SPREAD, default_acceptance_spread
 from planner.costmodel.context import CostContext
-from planner.costmodel.evaluate import evaluate_mixed_plan, evaluate_plan, load_plan_specs, resolve_ref
+from planner.costmodel.evaluate import (
+    evaluate_mixed_plan,
+    evaluate_plan,
+    load_plan_specs,
+    plan_cost_context,
+    resolve_ref,
+)
 from planner.costmodel.imbalance import ImbalanceModel, default_imbalance_model
 from planner.costmodel.memory import max_decode_concurrency
 from planner.costmodel.mixed import is_mixed_plan, load_mixed_specs, mixed_contexts
@@ -344,7 +350,7 @@ def build_simulation(
             prediction = evaluate_mixed_plan(plan, base_dir, imb, specs=mixed)
     else:
         specs = load_plan_specs(plan, base_dir)
-        d_ctx = p_ctx = CostContext(specs.model, specs.hw, specs.quant, plan.workload, imb, plan.hbm_utilization)
+        d_ctx = p_ctx = plan_cost_context(plan, specs, imb)
         d_hw = p_hw = specs.hw
         if prediction is None:
             prediction = evaluate_plan(plan, base_dir, imb, specs=specs)

@@ -139,6 +139,13 @@ class PeakFlops(Strict):
         return {f: v for f in MATH_FORMATS if (v := getattr(self, f)) is not None}
 
 
+class CoreCount(Strict):
+    """Compute cores of one device and where the count comes from."""
+
+    value: int = Field(ge=1, le=4096)
+    source: str = Field(min_length=1)
+
+
 class PricePerCard(Strict):
     """What one card costs, in the user's cost units (any currency, or per hour), and whence."""
 
@@ -270,6 +277,11 @@ class HardwareSpec(Strict):
     hbm_bytes: PositiveFloat = Field(description="HBM capacity per device")
     hbm_bandwidth_bytes_per_s: PositiveFloat = Field(description="HBM bandwidth per device")
     hbm_source: str = Field(min_length=1)
+    ai_cores_per_device: CoreCount | None = Field(
+        default=None,
+        description="the device's matrix (cube) cores, which a decode attention kernel that gives every "
+        "(sequence, KV head) one core leaves idle at small batches (plans with decode_attention_kv_split: false)",
+    )
     levels: list[LinkLevel] = Field(min_length=1, max_length=8)
     efficiency: Efficiencies
     fixed_costs: FixedCosts

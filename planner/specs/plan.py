@@ -563,6 +563,14 @@ class Plan(Strict):
         description="fraction of each device's HBM the engine may fill (vLLM's gpu_memory_utilization; "
         "default 0.9 as engines default)",
     )
+    decode_attention_kv_split: bool = Field(
+        default=True,
+        description="whether the decode attention kernel spreads one sequence's KV cache over the device's cores "
+        "when a batch has fewer (sequence, KV head) pairs than cores (GPUs' split-KV decoding; on Ascend, FIA's "
+        "flash decoding from CANN 9.0: vllm-ascend v0.20.2rc1 on). false: every pair is one core's task, as "
+        "CANN 8.3-8.5 run vllm-ascend's GQA decode (its v0.13.0rc1 to v0.19.x images); GQA layers only, on "
+        "hardware that gives ai_cores_per_device (planner/costmodel/kv_split.py)",
+    )
     draft_model: str | None = Field(
         default=None,
         min_length=1,
