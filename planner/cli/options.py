@@ -176,7 +176,8 @@ KvSplitOpt = Annotated[
     typer.Option(
         "--decode-attention-kv-split/--no-decode-attention-kv-split",
         help="Whether the decode attention kernel spreads one sequence's KV over the device's cores at small "
-        "batches (default: it does, as GPUs and CANN 9.0 on do). --no-...: every (sequence, KV head) is one "
+        "batches (default: it does, as GPUs' kernels do and CANN 9.0's FIA does for small batches). --no-...: every "
+        "(sequence, KV head) is one "
         "core's task, as vllm-ascend's CANN 8.3-8.5 images (v0.13.0rc1 to v0.19.x) run GQA models' decode.",
     ),
 ]

@@ -832,6 +832,7 @@ def request_bindings(plan: Plan, req: PlanRequest) -> list[Binding]:
         req.workload,
         req.imbalance or default_imbalance_model(),
         req.hbm_utilization,
+        decode_attention_kv_split=req.decode_attention_kv_split,
     )
     return plan_bindings(plan, ctx, req.max_cards, req.rate_per_s, size_admits(ctx.model, req))
 

@@ -175,3 +175,31 @@ def test_emitting_an_unsplit_plan_for_todays_release_warns_that_its_kernel_split
     again = run_cli("evaluate", str(tmp), "--emit", "vllm-ascend", str(tmp_path / "x"))
     assert again.exit_code == 0, again.output
     assert "CANN 9.0" not in again.output
+
+
+@pytest.mark.parametrize("split", [True, False])
+def test_what_binds_is_judged_with_the_requests_kernel(split):
+    from planner.ranking.binding import request_bindings
+    from planner.search.request import PlanRequest
+    from planner.specs.plan import SLO
+
+    plan, _ = load_plan(str(MINIMAX_A3_195K))
+    slo = SLO(tpot_ms=110.0, ttft_ms=None)
+    req = PlanRequest(
+        model="minimax-m2.5",
+        hardware="a3",
+        quantization="bf16",
+        workload=plan.workload,
+        slo=slo,
+        max_cards=8,
+        phase="decode",
+        hbm_utilization=plan.hbm_utilization,
+        decode_attention_kv_split=split,
+    )
+    plan = plan.model_copy(update={"slo": slo, "decode_attention_kv_split": split})
+    own_tpot = _attention_s(MINIMAX_A3_195K, split)  # (the attention alone: a floor of the step)
+    decode = request_bindings(plan, req)[0]
+    # one more sequence on the TP16 group: its step costed with the request's kernel, not the default one
+    next_tpot_ms = decode.figures["next_tpot_ms"]
+    assert next_tpot_ms > own_tpot * 1e3
+    assert (next_tpot_ms > 100.0) is (not split)
