@@ -203,3 +203,18 @@ def test_what_binds_is_judged_with_the_requests_kernel(split):
     next_tpot_ms = decode.figures["next_tpot_ms"]
     assert next_tpot_ms > own_tpot * 1e3
     assert (next_tpot_ms > 100.0) is (not split)
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        ((), "model 'deepseek-v3' has no GQA attention layer"),
+        (("--model", "minimax-m2.5", "--hardware", "h200", "--quantization", "bf16"), "hardware 'h200' gives no"),
+    ],
+    ids=["mla-model", "no-core-count"],
+)
+def test_the_flag_is_refused_in_its_own_words(args, says):
+    result = run_cli("plan", *args, "--no-decode-attention-kv-split")
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert "--no-decode-attention-kv-split:" in text and says in text and "drop the flag" in text
