@@ -42,7 +42,7 @@ from planner.candidates.tables import (
 from planner.costmodel.acceptance_spread import slo_tpot_factor
 from planner.costmodel.context import CostContext
 from planner.costmodel.decode import decode_step
-from planner.costmodel.evaluate import PlanSpecs, evaluate_plan, plan_cost_context
+from planner.costmodel.evaluate import PlanSpecs, evaluate_plan
 from planner.costmodel.imbalance import default_imbalance_model
 from planner.costmodel.memory import decode_hbm, prefill_hbm
 from planner.costmodel.prediction import ColocatedPrediction, Prediction, slo_judged_tpot_ms
@@ -785,11 +785,6 @@ def deployment_binding(
 
 
 # ---- whole plans -------------------------------------------------------------------------------
-
-
-def plan_context(plan: Plan, specs: PlanSpecs, imbalance=None) -> CostContext:
-    """The cost context a plan is evaluated in (its own workload)."""
-    return plan_cost_context(plan, specs, imbalance)
 
 
 def plan_bindings(

@@ -24,13 +24,14 @@ from planner.costmodel.evaluate import (
     PlanSpecs,
     evaluate_plan,
     load_plan_specs,
+    plan_cost_context,
     plan_with_prediction,
 )
 from planner.costmodel.imbalance import default_imbalance_model
 from planner.costmodel.mixed import is_mixed_plan
 from planner.engines.profiles import model_engines_that_run, running
 from planner.errors import BadInputError, InfeasibleError
-from planner.ranking.binding import Binding, mixed_request_bindings, plan_bindings, plan_context, size_admits
+from planner.ranking.binding import Binding, mixed_request_bindings, plan_bindings, size_admits
 from planner.ranking.compare import (
     Change,
     Delta,
@@ -173,7 +174,7 @@ def _column(
     max_cards: float | None,
 ) -> Column:
     """A scored plan's column; `max_cards` None: no budget to judge it by (a plan file)."""
-    ctx = plan_context(plan, specs, req.imbalance)
+    ctx = plan_cost_context(plan, specs, req.imbalance)
     pred = plan.predicted or {}
     d, p = pred.get("decode") or {}, pred.get("prefill") or {}
     if plan.is_colocated and pred.get("colocated"):

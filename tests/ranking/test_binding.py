@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from planner.costmodel.decode import decode_step
-from planner.costmodel.evaluate import evaluate_plan, load_plan_specs, plan_with_prediction
+from planner.costmodel.evaluate import evaluate_plan, load_plan_specs, plan_cost_context, plan_with_prediction
 from planner.costmodel.memory import decode_hbm, prefill_hbm
 from planner.costmodel.prefill import prefill_forward
 from planner.ranking.binding import (
@@ -16,7 +16,6 @@ from planner.ranking.binding import (
     decode_binding,
     outcome_bindings,
     plan_bindings,
-    plan_context,
     request_bindings,
     why_line,
 )
@@ -42,7 +41,7 @@ def _scored(name: str, **update):
 def test_default_plan_tpot_prefill_and_budget_bind(default_outcome):
     decode, prefill, deployment = outcome_bindings(default_outcome)
     plan = default_outcome.plans[0]
-    ctx = plan_context(plan, load_plan_specs(plan))
+    ctx = plan_cost_context(plan, load_plan_specs(plan))
     assert decode.constraint == "tpot" and not decode.violated
     b = plan.decode.concurrency_per_device
     nxt = decode_step(ctx, plan.decode, [b + 1]).tpot_s[0] * 1e3
@@ -129,7 +128,7 @@ def test_hbm_binds_without_a_latency_slo():
     decode = outcome_bindings(outcome)[0]
     assert decode.constraint == "hbm"
     plan = outcome.plans[0]
-    ctx = plan_context(plan, load_plan_specs(plan))
+    ctx = plan_cost_context(plan, load_plan_specs(plan))
     b = plan.decode.concurrency_per_device
     use = decode_hbm(ctx, plan.decode, [b, b + 1])
     assert use.fits[0] and not use.fits[1]
@@ -162,13 +161,13 @@ def test_something_binds_every_best_plan(request_, phase_index):
 
 def test_a_hand_plan_with_slack_says_nothing_binds():
     plan, specs = _scored("a2-d70", slo=SLO(tpot_ms=150))
-    decode = plan_bindings(plan, plan_context(plan, specs))[0]
+    decode = plan_bindings(plan, plan_cost_context(plan, specs))[0]
     assert decode.constraint == "none" and "could run more" in decode.message
 
 
 def test_a_broken_slo_gives_the_largest_concurrency_that_meets_it():
     plan, specs = _scored("a2-d70", slo=SLO(tpot_ms=30))
-    ctx = plan_context(plan, specs)
+    ctx = plan_cost_context(plan, specs)
     decode = decode_binding(ctx, plan.decode, 30.0)
     assert decode.constraint == "tpot" and decode.violated
     m = int(decode.figures["max_concurrency_per_device"])
@@ -185,11 +184,11 @@ def test_a_broken_hbm_is_reported_with_what_fits():
             "predicted": None,
         }
     )
-    bindings = plan_bindings(big, plan_context(big, specs))
+    bindings = plan_bindings(big, plan_cost_context(big, specs))
     prefill = bindings[0]
     assert prefill.constraint == "hbm" and prefill.violated
     m = int(prefill.figures["max_requests_per_forward"])
-    ctx = plan_context(big, specs)
+    ctx = plan_cost_context(big, specs)
     fits = prefill_hbm(ctx, big.prefill, [m * 2048, (m + 1) * 2048]).fits
     assert fits[0] and not fits[1]
 
@@ -218,7 +217,7 @@ def test_an_itl_limit_binds_the_decode_concurrency_and_is_named():
     """--max-itl-ms holds the decode step: when one more sequence's step breaks it while TPOT and HBM
     still allow it, what binds says ITL with that step, and a step already past it is a broken rule."""
     plan, specs = _scored("a2-d70", slo=SLO(tpot_ms=150))
-    ctx = plan_context(plan, specs)
+    ctx = plan_cost_context(plan, specs)
     b = plan.decode.concurrency_per_device
     steps = decode_step(ctx, plan.decode, [b, b + 1]).step_s * 1e3
     between = float(steps[0] + steps[1]) / 2  # the plan's step meets it, one more sequence's does not

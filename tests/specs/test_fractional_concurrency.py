@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from planner.costmodel.decode import decode_step
-from planner.costmodel.evaluate import evaluate_plan, load_plan_specs, plan_with_prediction
+from planner.costmodel.evaluate import evaluate_plan, load_plan_specs, plan_cost_context, plan_with_prediction
 from planner.engines.plan_view import decode_slots
 from planner.errors import BadInputError
-from planner.ranking.binding import decode_binding, plan_context
+from planner.ranking.binding import decode_binding
 from planner.report.launch import emit
 from planner.specs.files import validate_model
 from planner.specs.plan import SLO, Plan, check_whole_sequences, fits_micro_batches, sequences_on
@@ -82,7 +82,7 @@ def test_micro_batches_need_a_sequence_per_device():
 def test_the_step_grows_with_sequences_below_one_per_device():
     plan = _plan(0.0625)
     specs = load_plan_specs(plan)
-    ctx = plan_context(plan, specs)
+    ctx = plan_cost_context(plan, specs)
     step = decode_step(ctx, plan.decode, np.array([1, 2, 4, 8, 16]) / 16).step_s
     assert np.all(np.diff(step) > 0)
     pred = evaluate_plan(plan, specs=specs)
@@ -94,7 +94,7 @@ def test_binding_steps_one_sequence_per_tp_group():
     plan = _plan(0.125).model_copy(update={"slo": SLO(tpot_ms=1000)})
     specs = load_plan_specs(plan)
     plan = plan_with_prediction(plan, evaluate_plan(plan, specs=specs))
-    binding = decode_binding(plan_context(plan, specs), plan.decode, 1000.0)
+    binding = decode_binding(plan_cost_context(plan, specs), plan.decode, 1000.0)
     assert binding.constraint == "none"
     assert binding.figures["next_tpot_ms"] > plan.predicted["decode"]["tpot_ms"]
     assert "0.1875 sequences per device" in binding.message  # 3 sequences on the TP16 group
