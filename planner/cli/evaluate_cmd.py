@@ -327,10 +327,14 @@ def evaluate(
                     "export covers yet; export each phase's plan separately or drop --emit."
                 )
             wrote = stage_emits(outputs, emits, scored, model, hw, loads, force)
-            from planner.engines.profiles import engine_machine_note, kv_split_note
+            from planner.engines.profiles import engine_machine_note, engine_model_note, kv_split_note
 
             for engine, _ in emits:  # as `plan --emit` says it
-                for caution in (engine_machine_note(hw, engine), kv_split_note(plan.decode_attention_kv_split, engine)):
+                for caution in (
+                    engine_machine_note(hw, engine),
+                    engine_model_note(model.name, engine),
+                    kv_split_note(plan.decode_attention_kv_split, engine),
+                ):
                     if caution is not None:
                         err_console.print(f"[bold yellow]warning:[/] {caution}", markup=True, highlight=False)
         if out is not None:

@@ -1220,13 +1220,16 @@ def plan(
             err_console.print(f"note: {quant_note}", highlight=False)
         stack = None
         if mode not in (AUTO, NONE):
-            from planner.engines.profiles import engine_machine_note, kv_split_note
+            from planner.engines.profiles import engine_machine_note, engine_model_note, kv_split_note
 
             stack = engine_machine_note(outcome.hw, mode)
-            kernel = kv_split_note(decode_attention_kv_split, mode)
-            if kernel is not None:
-                notes = [*notes, kernel]
-                err_console.print(f"[bold yellow]warning:[/] {kernel}", markup=True, highlight=False)
+            for caution in (
+                engine_model_note(outcome.model.name, mode),
+                kv_split_note(decode_attention_kv_split, mode),
+            ):
+                if caution is not None:
+                    notes = [*notes, caution]
+                    err_console.print(f"[bold yellow]warning:[/] {caution}", markup=True, highlight=False)
         if stack is not None:
             notes = [*notes, stack]
         other_stack = attention_machine_notes(outcome.hw, outcome.model)  # in the notes already (the prediction's)

@@ -10,13 +10,21 @@ the rows are, and what changes outside them (a kernel's efficiency at a few toke
 share of a small step) no row has measured. vllm-ascend's Kimi-K2-Thinking prefill at 64 tokens a
 die, 62% slower than modelled, is such a case. A machine without measured figures of a phase (or a
 machine file of your own) gets no note here; its factors' sources say where they come from.
+
+A plan's model is checked too (`model_coverage_notes`): a model with no measured figure the cost model
+meets is priced with factors fitted on other models' rows, and a layer kind that no checked model has
+(Qwen3.5's Gated DeltaNet linear attention, say) is priced with no measured row to say how close a
+kernel comes to that price. Runs kept aside from the fit are not read here (they are a folder of
+the repository, `moeplan fidelity --rows kept-aside`, not of the installed package).
 """
 
 from __future__ import annotations
 
+import json
 from functools import cache
 
 from planner.errors import BadInputError
+from planner.specs.model import ModelSpec
 from planner.specs.plan import Plan
 
 COVERED_PHASES = ("decode", "prefill")
@@ -53,6 +61,68 @@ def measured_loads(machine: str, phase: str) -> tuple[float, ...]:
         if load is not None:
             loads.add(load)
     return tuple(sorted(loads))
+
+
+# what the note calls a layer kind (planner.specs.model.LayerKind)
+LAYER_KIND_WORDS = {
+    "mla": "MLA attention",
+    "gqa": "GQA attention",
+    "dsa": "DSA sparse attention",
+    "dsa_shared": "DSA sparse attention (shared indexer)",
+    "swa": "sliding-window attention",
+    "csa": "compressed sparse attention",
+    "hca": "heavily compressed attention",
+    "linear": "linear attention",
+}
+
+
+def _architecture(model: ModelSpec) -> str:
+    """A model's fields without its name: a config.json folder of a catalog model is that model."""
+    return json.dumps(model.model_dump(mode="json", exclude={"name"}), sort_keys=True)
+
+
+@cache
+def _checked() -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    from planner.specs.catalog import load_model
+    from planner.specs.validation import usable_figures
+
+    names = frozenset(f.row.model for f in usable_figures() if not f.known_miss and f.row.model)
+    specs = [load_model(name) for name in names]
+    kinds = frozenset(kind for spec in specs for kind, _ratio, _n in spec.attention_groups())
+    return names, kinds, frozenset(_architecture(spec) for spec in specs)
+
+
+def checked_models() -> tuple[frozenset[str], frozenset[str]]:
+    """The models with a usable measured figure (static or simulated) that the model meets (no
+    `known_miss`), and the layer kinds those models have."""
+    names, kinds, _ = _checked()
+    return names, kinds
+
+
+def model_coverage_notes(model: ModelSpec) -> list[str]:
+    """A note when no measured figure checks the plan's model: its factors were fitted on other models'
+    rows, and the layer kinds no checked model has (named, with their layer counts) meet no row at all."""
+    models, kinds, architectures = _checked()
+    if model.name in models or _architecture(model) in architectures:
+        return []
+    layers: dict[str, int] = {}
+    for kind, _ratio, n in model.attention_groups():
+        if kind not in kinds:
+            layers[kind] = layers.get(kind, 0) + n
+    unmet = ", ".join(
+        f"{LAYER_KIND_WORDS.get(kind, kind)} layers ({n} of its {model.num_layers})" for kind, n in layers.items()
+    )
+    return [
+        f"unchecked model: the cost model meets no measured figure of {model.name} in its validation rows "
+        "(moeplan fidelity lists them; a figure it misses, known_miss, checks nothing); its figures rest on "
+        "factors fitted on other models' rows"
+        + (
+            f", and its {unmet} are in no checked model: no measured row has tested how they are priced"
+            if unmet
+            else ""
+        )
+        + "; read its figures as unconfirmed"
+    ]
 
 
 def _load_text(phase: str, load: float) -> str:

@@ -19,7 +19,7 @@ import numpy as np
 from planner.costmodel.acceptance_spread import default_acceptance_spread, percentile_request_factor, slo_tpot_factor
 from planner.costmodel.colocated import colocated_figures
 from planner.costmodel.context import CostContext
-from planner.costmodel.coverage import coverage_notes
+from planner.costmodel.coverage import coverage_notes, model_coverage_notes
 from planner.costmodel.decode import decode_step, emitted_tokens_per_step
 from planner.costmodel.economics import PricedPart, plan_economics
 from planner.costmodel.imbalance import ImbalanceModel, default_imbalance_model
@@ -675,6 +675,7 @@ def _evaluate_single(plan: Plan, specs: PlanSpecs, imb: ImbalanceModel, hbm_from
         system=system,
         notes=hardware_notes(specs.hw)
         + attention_machine_notes(specs.hw, specs.model)
+        + model_coverage_notes(specs.model)
         + known_miss_notes(
             specs.hw.name,
             tuple(

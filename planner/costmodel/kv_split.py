@@ -44,17 +44,25 @@ from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
 
 
-def check_unsplit_decode_attention(model: ModelSpec, hw: HardwareSpec) -> None:
-    """Refuse `decode_attention_kv_split: false` where this module cannot model it (names the field)."""
+def check_unsplit_decode_attention(
+    model: ModelSpec,
+    hw: HardwareSpec,
+    *,
+    named: str = "decode_attention_kv_split: false",
+    drop: str = "the field",
+) -> None:
+    """Refuse the unsplit kernel where this module cannot model it, in the words of the input that asked for it:
+    `named` is how the message names it (the plan field by default, `--no-decode-attention-kv-split` for the
+    CLI's flag) and `drop` what to drop ("the field", "the flag")."""
     if hw.ai_cores_per_device is None:
         raise BadInputError(
-            f"decode_attention_kv_split: false needs the device's core count, and hardware '{hw.name}' gives no "
-            "ai_cores_per_device; add it to the hardware YAML (value and source) or drop the field."
+            f"{named}: hardware '{hw.name}' gives no ai_cores_per_device (the core count the unsplit kernel is "
+            f"costed with); add it to the hardware YAML (value and source) or drop {drop}."
         )
     if not any(kind == "gqa" for kind, _ratio, _n in model.attention_groups()):
         raise BadInputError(
-            f"decode_attention_kv_split: false is modelled for GQA attention layers only, and model "
-            f"'{model.name}' has none (its decode attention runs other kernels); drop the field."
+            f"{named}: model '{model.name}' has no GQA attention layer (it is modelled for GQA layers only; MLA "
+            f"and sparse attention run other kernels); drop {drop}."
         )
 
 

@@ -166,6 +166,18 @@ class EngineProfile(Strict):
         "when planning for this engine on it",
     )
 
+    model_cautions: dict[str, str] = Field(
+        default_factory=dict,
+        description="catalog model -> what this engine's runs of that model kept aside from the fit (kept-aside/) "
+        "measured against moeplan's prediction, for a model no measured row of the fit checks; printed when "
+        "planning that model for this engine",
+    )
+
+    def model_caution(self, model: str) -> str | None:
+        """The caution for planning `model` for this engine (None when no kept-aside run of it raises one)."""
+        text = self.model_cautions.get(model)
+        return None if text is None else f"{self.display} with model '{model}': {text}"
+
     def machine_caution(self, machine: str) -> str | None:
         """The caution for planning this engine on `machine` (None when its runs there raise none)."""
         text = self.machine_cautions.get(machine)
@@ -186,6 +198,11 @@ def engine_machine_note(hw: HardwareSpec, engine: str) -> str | None:
     """What to tell someone who runs `engine` on `hw`: the hardware file's pointer to the factors fitted on that
     engine's runs of it, else the engine's caution for the machine (None when neither applies)."""
     return hw.engine_machine_warning(engine) or load_profile(engine).machine_caution(hw.name)
+
+
+def engine_model_note(model: str, engine: str) -> str | None:
+    """What to tell someone who runs `model` on `engine`: the engine's caution for the model, if any."""
+    return load_profile(engine).model_caution(model)
 
 
 def kv_split_note(decode_attention_kv_split: bool, engine: str) -> str | None:

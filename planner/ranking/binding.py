@@ -43,17 +43,15 @@ from planner.costmodel.acceptance_spread import slo_tpot_factor
 from planner.costmodel.context import CostContext
 from planner.costmodel.decode import decode_step
 from planner.costmodel.evaluate import PlanSpecs, evaluate_plan
-from planner.costmodel.imbalance import default_imbalance_model
 from planner.costmodel.memory import decode_hbm, prefill_hbm
 from planner.costmodel.prediction import ColocatedPrediction, Prediction, slo_judged_tpot_ms
 from planner.costmodel.prefill import prefill_forward
+from planner.search.contexts import make_context, phase_contexts
 from planner.search.plan_search import SearchOutcome
 from planner.search.request import PlanRequest
-from planner.specs.catalog import load_hardware, load_model, with_draft
 from planner.specs.hardware import HardwareSpec
 from planner.specs.model import ModelSpec
 from planner.specs.plan import SLO, AfdPlan, DecodePlan, Plan, PrefillPlan, integral_as_int
-from planner.specs.quantization import get_quantization
 
 GIB = 1024.0**3
 # the integer tables round each module's MiB and the fixed part up: up to ~1 MiB each
@@ -817,25 +815,17 @@ def plan_bindings(
 
 
 def request_bindings(plan: Plan, req: PlanRequest) -> list[Binding]:
-    """Bindings of a plan the search returned for `req` (its budget, rate and imbalance)."""
+    """Bindings of a plan the search returned for `req` (its budget, rate and imbalance), judged in the cost
+    context the search used (planner.search.contexts.make_context): a --robust request's at the slow end of
+    every factor range, as `plan` says its 'why' line is."""
     if req.is_mixed:
         return mixed_request_bindings(plan, req)
-    ctx = CostContext(
-        with_draft(load_model(req.model), req.draft_model, field="--draft-model"),
-        load_hardware(req.hardware),
-        get_quantization(req.quantization),
-        req.workload,
-        req.imbalance or default_imbalance_model(),
-        req.hbm_utilization,
-        decode_attention_kv_split=req.decode_attention_kv_split,
-    )
+    ctx = make_context(req)
     return plan_bindings(plan, ctx, req.max_cards, req.rate_per_s, size_admits(ctx.model, req))
 
 
 def mixed_request_bindings(plan: Plan, req: PlanRequest) -> list[Binding]:
     """Phase bindings of a plan whose phases run on different machines (each on its own)."""
-    from planner.search.contexts import phase_contexts
-
     contexts = phase_contexts(req)
     d_ctx, p_ctx = contexts.decode, contexts.prefill
     slo = plan.slo

@@ -14,11 +14,10 @@ from dataclasses import dataclass
 
 from planner.costmodel.context import CostContext
 from planner.costmodel.imbalance import default_imbalance_model
+from planner.costmodel.kv_split import check_unsplit_decode_attention
 from planner.errors import BadInputError
 from planner.search.request import PlanRequest
 from planner.specs.catalog import load_hardware, load_model, with_draft
-from planner.specs.hardware import HardwareSpec
-from planner.specs.model import ModelSpec
 from planner.specs.quantization import get_quantization
 
 
@@ -74,7 +73,7 @@ def make_context(request: PlanRequest) -> CostContext:
             "above 0 or drop --draft-model."
         )
     if not request.decode_attention_kv_split:
-        _check_no_kv_split_flag(model, hw)
+        check_unsplit_decode_attention(model, hw, named="--no-decode-attention-kv-split", drop="the flag")
     return CostContext(
         model,
         hw,
@@ -84,21 +83,6 @@ def make_context(request: PlanRequest) -> CostContext:
         request.hbm_utilization,
         decode_attention_kv_split=request.decode_attention_kv_split,
     )
-
-
-def _check_no_kv_split_flag(model: ModelSpec, hw: HardwareSpec) -> None:
-    """--no-decode-attention-kv-split where it cannot be modelled, refused in the flag's words (the plan
-    field's check, planner.costmodel.kv_split, words it for plan files)."""
-    if hw.ai_cores_per_device is None:
-        raise BadInputError(
-            f"--no-decode-attention-kv-split: hardware '{hw.name}' gives no ai_cores_per_device (the core count the "
-            "unsplit kernel is costed with); add it to the hardware YAML (value and source) or drop the flag."
-        )
-    if not any(kind == "gqa" for kind, _ratio, _n in model.attention_groups()):
-        raise BadInputError(
-            f"--no-decode-attention-kv-split: model '{model.name}' has no GQA attention layer (it is modelled for "
-            "GQA layers only; MLA and sparse attention run other kernels); drop the flag."
-        )
 
 
 def phase_contexts(request: PlanRequest) -> PhaseContexts:

@@ -227,3 +227,20 @@ def test_an_itl_limit_binds_the_decode_concurrency_and_is_named():
     broken = decode_binding(ctx, plan.decode, 150.0, max_itl_ms=float(steps[0]) - 1.0)
     assert broken.constraint == "itl" and broken.violated
     assert decode_binding(ctx, plan.decode, 150.0).constraint != "itl"  # no limit given: none binds on it
+
+
+def test_a_robust_search_is_explained_at_the_slow_end_it_was_searched_at():
+    """`plan --robust` says its 'why' line is at the slow end of the factor ranges: the bindings use the
+    search's own context (the pessimistic machine), not the machine as shipped, which would call the
+    plan's TPOT slack and name a next sequence that meets the SLO."""
+    from planner.search.contexts import make_context
+
+    robust = run_search(PlanRequest(top=1, colocated=False, pessimistic_factors=True))
+    plan, req = robust.plans[0], robust.request
+    decode = outcome_bindings(robust)[0]
+    assert decode.constraint == "tpot" and not decode.violated
+    b = plan.decode.concurrency_per_device
+    slow_next = decode_step(make_context(req), plan.decode, [b + 1]).tpot_s[0] * 1e3
+    shipped_next = decode_step(make_context(dataclasses.replace(req, pessimistic_factors=False)), plan.decode, [b + 1])
+    assert decode.figures["next_tpot_ms"] == pytest.approx(slow_next, rel=1e-9)
+    assert slow_next > plan.slo.tpot_ms > shipped_next.tpot_s[0] * 1e3
