@@ -46,7 +46,7 @@ from planner.costmodel.context import CostContext
 from planner.costmodel.elementwise import attention_bytes_per_token, hyper_connection_matrix_ops
 from planner.costmodel.imbalance import straggler_z
 from planner.costmodel.kv_split import unsplit_kv_read_s
-from planner.costmodel.modules import ModuleCost, _fixed, attention_comm, attention_cost
+from planner.costmodel.modules import ModuleCost, _fixed, attention_comm, attention_cost, qk_norm_rescale_ops
 from planner.specs.model import (
     DSA_KINDS,
     MLA_KINDS,
@@ -211,7 +211,7 @@ def layer_group_cost(
     elif kind == "gqa":
         out_width = float(a.num_heads * a.head_dim)
         latent_width = float(m.hidden_size)
-        ops = (4, 4)
+        ops = (4, 4 + qk_norm_rescale_ops(a, core_tp))
     else:
         out_width = float(a.num_heads * a.head_dim)
         latent_width = float(a.head_dim + (a.q_lora_rank or 0))
@@ -220,7 +220,9 @@ def layer_group_cost(
     if decode and per_sequence is not None and a.indexer is not None and kind in ("dsa", "csa"):
         # a stack whose indexer and top-k run sequence by sequence pays its per-sequence cost on each device
         compute = compute + seqs * core_tp * per_sequence.value
-    comm_s, collectives = attention_comm(ctx, layout, t, latent_width, out_width)
+    comm_s, collectives = attention_comm(
+        ctx, layout, t, latent_width, out_width, kind == "gqa" and a.qk_norm_across_heads
+    )
     return ModuleCost(compute, comm_s, _fixed(ctx, ops[0] + hyper_connection_matrix_ops(m), ops[1], collectives))
 
 

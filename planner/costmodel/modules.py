@@ -14,6 +14,8 @@ report's vLLM-Ascend graphs: MLA decode 7 matrix ops (q_a, q_b, kv_a, absorbed U
 absorbed UV, o) and 6 vector ops (norms, RoPE, cache write, quantisation); MoE 3 matrix ops
 (router, two grouped GEMMs) and 6 vector ops (norm, top-k, permute, SwiGLU, quantisation,
 unpermute), the shared expert 2 matrix and 1 vector op; dense FFN 2 matrix and 3 vector ops.
+A GQA layer whose q and k RMSNorms span all heads (MiniMax-M2) adds, under attention TP, one
+all-reduce of each token's two FP32 sums of squares and two rescale operators.
 """
 
 from __future__ import annotations
@@ -35,9 +37,11 @@ from planner.costmodel.elementwise import (
 from planner.costmodel.imbalance import busiest_over_mean, dispersion_of, straggler_z
 from planner.costmodel.kv_split import unsplit_kv_read_s
 from planner.specs.hardware import HardwareSpec
+from planner.specs.model import AttentionSpec
 from planner.specs.plan import AttentionLayout, MoELayout, ParallelLayout, SharedExpertLayout
 
 BF16_BYTES = 2.0
+FP32_BYTES = 4.0
 LOGIT_BYTES = 4.0
 
 
@@ -73,14 +77,27 @@ def _tp_in_out_comm_s(ctx: CostContext, tp: int, tokens_per_device: np.ndarray, 
 # ---- attention ---------------------------------------------------------------------------------
 
 
+def qk_norm_rescale_ops(attention: AttentionSpec, core_tp: int) -> int:
+    """Vector operators a GQA layer adds when its q and k RMSNorms span all heads and the heads are
+    split over a TP group: the norms' scales wait for the group's sums, so q and k are rescaled by
+    two operators after the all-reduce (a fused norm kernel cannot do it in one pass)."""
+    return 2 if attention.qk_norm_across_heads and core_tp > 1 else 0
+
+
 def attention_comm(
-    ctx: CostContext, layout: AttentionLayout, t: np.ndarray, latent_width: float, out_width: float
+    ctx: CostContext,
+    layout: AttentionLayout,
+    t: np.ndarray,
+    latent_width: float,
+    out_width: float,
+    qk_norm_across_heads: bool = False,
 ) -> tuple[np.ndarray, int]:
     """Collectives of one attention layer under its layout, and how many there are.
 
     Pre-TP gathers the layer's input; the hybrid layout (the report's prefill) gathers the
     latent to the core TP group and moves head outputs all-to-all; a plain TP layout gathers
-    the input and reduce-scatters the output.
+    the input and reduce-scatters the output. `qk_norm_across_heads` (a GQA layer whose q and k
+    RMSNorms span all heads): the core TP group all-reduces each token's two FP32 sums of squares.
     """
     q = ctx.quant
     h = ctx.model.hidden_size
@@ -88,6 +105,9 @@ def attention_comm(
     core = ParallelLayout(dp=layout.dp, tp=layout.tp)
     comm_s = np.zeros_like(t)
     collectives = 0
+    if qk_norm_across_heads and core.tp > 1:
+        comm_s = comm_s + comm.allreduce_s(ctx.hw, core.tp, t * core.tp * 2 * FP32_BYTES)
+        collectives += 1
     if pre.tp > 1:
         comm_s = comm_s + comm.allgather_s(ctx.hw, pre.tp, t * h * q.dispatch_bytes_per_element)
         collectives += 1
@@ -177,7 +197,7 @@ def attention_cost(
         o_params = a.num_heads * a.head_dim * h / post.tp
         latent_width = h
         out_width = a.num_heads * a.head_dim
-        matrix_ops, vector_ops = 3, 4
+        matrix_ops, vector_ops = 3, 4 + qk_norm_rescale_ops(a, core.tp)
 
     # attention core: BF16 scores and values; decode reads the KV cache of its DP rank
     att_flops = 2 * t_core * heads_core * attended_tokens * (score_dim + value_dim)
@@ -203,7 +223,7 @@ def attention_cost(
     parts.append(ctx.elementwise_s(t, attention_bytes_per_token(m, q, decode)))
     compute = sum(parts[1:], parts[0])
 
-    comm_s, collectives = attention_comm(ctx, layout, t, latent_width, out_width)
+    comm_s, collectives = attention_comm(ctx, layout, t, latent_width, out_width, a.qk_norm_across_heads)
     matrix_ops += hyper_connection_matrix_ops(m)
     return ModuleCost(compute, comm_s, _fixed(ctx, matrix_ops, vector_ops, collectives))
 

@@ -13,7 +13,8 @@ Families read (each config as published, unchanged):
 - Qwen3.5 (`qwen3_5_moe`): Gated DeltaNet layers and full GQA layers by `layer_types`;
 - Kimi-K3 (`kimi_k3` / `kimi_linear`): KDA layers and MLA layers by `linear_attn_config`,
   latent MoE (`routed_expert_hidden_size`);
-- MiniMax-M2/M2.5 (`minimax_m2`), Qwen3-MoE, Mixtral and dense Llama/Qwen style configs: GQA.
+- MiniMax-M2/M2.5 (`minimax_m2`; `qk_norm_type: per_layer`, q and k norms across heads), Qwen3-MoE, Mixtral
+  and dense Llama/Qwen style configs: GQA.
 
 A field that shapes attention or the MoE and that moeplan does not model is refused with its
 name (`UnmodelledFieldError`, a ValueError the catalog turns into exit 2): planning it as an
@@ -232,6 +233,20 @@ def _get(cfg: dict[str, Any], *names: str, default: Any = None) -> Any:
 
 def _refuse(field: str, why: str) -> UnmodelledFieldError:
     return UnmodelledFieldError(f"field '{field}' {why}; moeplan would have to approximate it, so it refuses")
+
+
+def _qk_norm_across_heads(cfg: dict[str, Any]) -> bool:
+    """MiniMax-M2's `qk_norm_type`: `per_layer` normalises the query over all heads' width and the key
+    over all KV heads' (vLLM's minimax_m2.py builds q_norm and k_norm as MiniMaxText01RMSNormTP of
+    head_dim x heads, whose TP ranks all-reduce their sums of squares; vllm-ascend fb8e22ec00
+    patch_minimax_m2_linear_attn.py does one all-reduce of both); `per_head` is one head's width, as
+    Qwen3's q_norm and k_norm, which a TP split needs no collective for."""
+    if not cfg.get("use_qk_norm", False):
+        return False
+    kind = cfg.get("qk_norm_type", "per_head")
+    if kind not in ("per_layer", "per_head"):
+        raise _refuse("qk_norm_type", f"= {kind!r} is neither per_layer nor per_head")
+    return kind == "per_layer"
 
 
 def _shared_indexer_layers(cfg: dict[str, Any], layers: Any) -> list[int]:
@@ -465,6 +480,7 @@ def from_hf_config(top: dict[str, Any], name: str) -> dict[str, Any]:
             "num_kv_heads": _get(cfg, "num_key_value_heads", default=heads),
             "head_dim": head_dim,
             "output_gate": bool(_get(cfg, "attn_output_gate", default=False)),
+            "qk_norm_across_heads": _qk_norm_across_heads(cfg),
         }
 
     linear_layers = _linear_layers_qwen(cfg, layers)

@@ -142,7 +142,9 @@ class AttentionSpec(Strict):
     `compressed`). `indexer` makes MLA layers DSA sparse attention (top-k of the indexer) and
     gives V4's CSA layers their selection. `linear` turns the listed layers into linear
     attention (hybrids). `output_gate`: a sigmoid gate of full width on the attention output
-    (Qwen3.5's `attn_output_gate`, Kimi-K3's `mla_use_output_gate`).
+    (Qwen3.5's `attn_output_gate`, Kimi-K3's `mla_use_output_gate`). `qk_norm_across_heads`:
+    the query and key RMSNorms of GQA layers span all heads' width, not one head's (MiniMax-M2's
+    `qk_norm_type: per_layer`), so heads split over a TP group need the group's sums of squares.
     """
 
     kind: AttentionKind
@@ -155,6 +157,7 @@ class AttentionSpec(Strict):
     qk_rope_head_dim: int = Field(default=0, ge=0, le=4096)
     v_head_dim: int = Field(default=0, ge=0, le=4096)
     output_gate: bool = False
+    qk_norm_across_heads: bool = False
     indexer: IndexerSpec | None = None
     compressed: CompressedAttentionSpec | None = None
     linear: LinearAttentionSpec | None = None
@@ -179,6 +182,8 @@ class AttentionSpec(Strict):
                 raise ValueError("GQA attention needs num_heads to be a multiple of num_kv_heads")
         if self.kind != "compressed" and self.compressed is not None:
             raise ValueError("compressed is only for kind: compressed")
+        if self.qk_norm_across_heads and self.kind != "gqa":
+            raise ValueError("qk_norm_across_heads is only for kind: gqa")
         return self
 
 

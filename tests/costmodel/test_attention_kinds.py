@@ -191,3 +191,34 @@ def test_hyper_connections_cost_their_streams_bytes_and_one_launch_per_sub_layer
     acts = decode_hbm(ctx, plan.decode, 16.0).breakdown_bytes["activations"][0]
     acts1 = decode_hbm(ctx1, plan.decode, 16.0).breakdown_bytes["activations"][0]
     assert acts - acts1 == pytest.approx(3 * h * 2.0 * tokens * plan.decode.attention.tp)
+
+
+def test_qk_norm_across_heads_costs_one_tp_all_reduce_and_two_rescales():
+    """MiniMax-M2's q and k RMSNorms span all heads (qk_norm_type: per_layer): under attention TP
+    each layer all-reduces every token's two FP32 sums of squares over the TP group and rescales q
+    and k after it; without TP, or with per-head norms, nothing is added."""
+    from planner.costmodel import comm
+    from planner.costmodel.modules import attention_cost
+    from planner.specs.plan import AttentionLayout
+
+    _, ctx = _ctx("minimax-m2.5")
+    m = ctx.model
+    assert m.attention.qk_norm_across_heads
+    per_head = m.model_copy(update={"attention": m.attention.model_copy(update={"qk_norm_across_heads": False})})
+    ctx0 = CostContext(per_head, ctx.hw, ctx.quant, ctx.workload)
+    t, c = np.array([1.0, 4.0]), ctx.mean_decode_context_tokens
+    fc = ctx.hw.fixed_costs
+    for tp in (16, 4):
+        layout = AttentionLayout(dp=16 // tp, tp=tp)
+        with_norm = attention_cost(ctx, layout, t, t, c, c, decode=True)
+        without = attention_cost(ctx0, layout, t, t, c, c, decode=True)
+        assert np.allclose(with_norm.comm_s - without.comm_s, comm.allreduce_s(ctx.hw, tp, t * tp * 2 * 4.0))
+        assert with_norm.fixed_s - without.fixed_s == pytest.approx(fc.collective.value + 2 * fc.vector_op.value)
+        assert np.allclose(with_norm.compute_s, without.compute_s)
+    dp = AttentionLayout(dp=16, tp=1)
+    assert np.allclose(
+        attention_cost(ctx, dp, t, t, c, c, decode=True).total_s,
+        attention_cost(ctx0, dp, t, t, c, c, decode=True).total_s,
+    )
+    # Qwen3's q_norm and k_norm are one head wide: no collective
+    assert not load_model("qwen3-235b-a22b").attention.qk_norm_across_heads

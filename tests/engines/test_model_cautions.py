@@ -6,6 +6,7 @@ caution is restated."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from tests.conftest import run_cli
 ROOT = Path(__file__).resolve().parents[2]
 QWEN35_RUNS = ROOT / "kept-aside" / "vllm-ascend-qwen35-397b-w8a8.yaml"
 QWEN35_A3_PLAN = ROOT / "kept-aside" / "plans" / "a3-vllm-ascend-qwen35-397b-w8a8-tp16-8k-c7.yaml"
+MINIMAX_RUNS = ROOT / "kept-aside" / "vllm-ascend-minimax-m25.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +50,21 @@ def test_the_qwen35_caution_states_the_kept_aside_figures(qwen35_simulated):
         # "several times": the measured mean TTFT at least 3 times the simulated one
         assert ttft["published"] / ttft["predicted"] >= 3
     assert re.search(r"up to twice the TPOT moeplan gives this model", text)
+
+
+def test_the_minimax_caution_states_the_kept_aside_figures():
+    result = run_cli("fidelity", "--rows", str(MINIMAX_RUNS), "--no-simulated", "--json")
+    assert result.exit_code == 0, result.output
+    rows = {r["name"]: r for r in json.loads(result.output)["rows"]}
+    assert len(rows) == 3
+    text = " ".join(engine_model_note("minimax-m2.5", "vllm-ascend").split())
+    for row in rows.values():
+        assert f"{row['published']:.1f} against {row['predicted']:.1f} ms" in text, row["name"]
+        assert row["published"] >= row["predicted"]  # "at or above moeplan's"
+    short = rows["vllm-ascend-A3-MiniMax-M2.5-TP16 4K c16 TPOT"]
+    # "up to 1.7 times" at short context: the 4K run's ratio, rounded up to a tenth
+    assert math.ceil(10 * short["published"] / short["predicted"]) / 10 == 1.7
+    assert "up to 1.7 times the TPOT moeplan gives this model there" in text
 
 
 def test_the_caution_prints_for_that_engine_and_model_only(tmp_path):

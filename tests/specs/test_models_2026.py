@@ -152,6 +152,7 @@ def _config(name: str) -> dict:
         ("deepseek-v3.2", {"attn_logit_softcapping": 30.0}, "attn_logit_softcapping"),
         ("minimax-m2.5", {"sliding_window": 4096}, "sliding_window"),
         ("minimax-m2.5", {"attn_type_list": [0] + [1] * 61}, "attn_type_list"),
+        ("minimax-m2.5", {"qk_norm_type": "per_group"}, "qk_norm_type"),
         ("deepseek-v4-pro", {"expert_dtype": "fp2"}, "expert_dtype"),
         ("deepseek-v4-flash", {"hc_dynamic_streams": True}, "hc_dynamic_streams"),
         ("glm-5.1", {"moe_latent_rank": 256}, "moe_latent_rank"),
@@ -168,6 +169,25 @@ def test_unmodelled_fields_are_refused_by_name(tmp_path, name, change, named):
         load_model(str(path))
     r = run_cli("models", "show", str(path))
     assert r.exit_code == 2 and named.split()[0] in r.output
+
+
+@pytest.mark.parametrize(
+    ("change", "across"),
+    [({}, True), ({"qk_norm_type": "per_head"}, False), ({"use_qk_norm": False}, False)],
+)
+def test_minimax_qk_norm_type_sets_norms_across_heads(tmp_path, change, across):
+    """qk_norm_type per_layer: the q and k norms span all heads (a TP all-reduce a layer in the cost model)."""
+    cfg = _config("minimax-m2.5")
+    cfg.update(change)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert load_model(str(path)).attention.qk_norm_across_heads is across
+
+
+def test_qk_norm_across_heads_is_refused_on_mla():
+    m = load_model("deepseek-v3")
+    with pytest.raises(ValueError, match="qk_norm_across_heads is only for kind: gqa"):
+        m.attention.model_validate({**m.attention.model_dump(), "qk_norm_across_heads": True})
 
 
 @pytest.mark.parametrize("name", ["deepseek-v4-flash", "qwen3.5-397b-a17b"])
