@@ -60,6 +60,8 @@ class ModuleCost:
 
 
 def _fixed(ctx: CostContext, matrix_ops: int, vector_ops: int, collectives: int = 0) -> float:
+    """Launch costs of a module's operators; its collectives pay `fixed_costs.collective` here and
+    again inside their time (comm.py's docstring: why both stay)."""
     fc = ctx.hw.fixed_costs
     return matrix_ops * fc.matrix_op.value + vector_ops * fc.vector_op.value + collectives * fc.collective.value
 

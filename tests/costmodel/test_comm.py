@@ -61,3 +61,36 @@ def test_vectorised_over_sizes():
     sizes = np.array([1e3, 1e6, 1e9])
     out = comm.all_to_all_s(CM, 288, sizes)
     assert out.shape == (3,) and np.all(np.diff(out) > 0)
+
+
+def test_a_collective_pays_its_fixed_cost_in_its_time_and_among_the_launches():
+    """`fixed_costs.collective` is charged twice per collective, on purpose (comm.py's docstring):
+    raising it by d raises a TP2 dense FFN (an AllGather in, a ReduceScatter out) by 2 x 2d, the LM
+    head (hidden states and logits gathered) by 2 x 2d, the embedding (one AllReduce, costed as a
+    ReduceScatter and an AllGather, two launches counted) by 4d, and a module without TP by nothing.
+    A change to this is a change to every fit: rerun benchmarks/calibrate_factors.py and compare."""
+    from planner.costmodel.context import CostContext
+    from planner.costmodel.evaluate import load_plan_specs
+    from planner.costmodel.fitting import factor_value, with_factors
+    from planner.costmodel.modules import dense_ffn_cost, embedding_cost, lm_head_cost
+    from planner.specs.catalog import catalog_dir, load_plan
+    from planner.specs.plan import ParallelLayout
+
+    plan, _ = load_plan("cm-d")
+    specs = load_plan_specs(plan, catalog_dir("plans"))
+    d = 7e-6
+    raised = with_factors(specs.hw, {"fixed_costs.collective": factor_value(specs.hw, "fixed_costs.collective") + d})
+    ctx, ctx_raised = (CostContext(specs.model, hw, specs.quant, plan.workload) for hw in (specs.hw, raised))
+    t = np.array([4.0, 64.0])
+    tp2, dp2 = ParallelLayout(dp=1, tp=2), ParallelLayout(dp=2, tp=1)
+    for cost, layout, charges in (
+        (dense_ffn_cost, tp2, 4),
+        (lm_head_cost, tp2, 4),
+        (embedding_cost, tp2, 4),
+        (dense_ffn_cost, dp2, 0),
+        (embedding_cost, dp2, 0),
+    ):
+        step = cost(ctx_raised, layout, t).total_s - cost(ctx, layout, t).total_s
+        assert np.allclose(step, charges * d, rtol=1e-9, atol=1e-15), (cost.__name__, layout)
+        launches = cost(ctx_raised, layout, t).fixed_s - cost(ctx, layout, t).fixed_s
+        assert launches == pytest.approx(charges / 2 * d, abs=1e-15), (cost.__name__, layout)

@@ -119,8 +119,43 @@ def test_a_share_refuses_unknown_groups_and_groups_without_the_factor(groups, ne
         (["--loo", "nope"], "--loo 'nope' is no deployment"),
         (["--share", "efficiency.hbm_bandwidth=910c-open"], "write FACTOR=GROUP,GROUP"),
         (["--unshare", "nope"], "no share 'nope'"),
+        (["--kept-aside", "no/such/folder"], "--kept-aside 'no/such/folder' does not exist"),
+        (["--kept-aside", str(REPO / "tests" / "costmodel")], "holds no .yaml file of rows"),
     ],
 )
 def test_the_script_refuses_bad_arguments_with_exit_2(argv, needle, capsys):
     assert load_script(SCRIPT).main(argv) == 2
     assert needle in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not SCRIPT.is_file(), reason="benchmarks/ is in the source tree only")
+def test_collective_once_charges_each_collective_once_inside_and_twice_after():
+    """The what-if model of `--collective-once` (comm.py's docstring: the shipped model charges
+    `fixed_costs.collective` twice): inside it a TP2 dense FFN (two collectives) and the embedding (one
+    AllReduce) gain d each per collective when the cost rises by d, and nothing among the launches;
+    on leaving, the shipped double charge is back."""
+    import numpy as np
+
+    from planner.costmodel.context import CostContext
+    from planner.costmodel.evaluate import load_plan_specs
+    from planner.costmodel.fitting import factor_value, with_factors
+    from planner.costmodel.modules import dense_ffn_cost, embedding_cost
+    from planner.specs.catalog import catalog_dir, load_plan
+    from planner.specs.plan import ParallelLayout
+
+    plan, _ = load_plan("cm-d")
+    specs = load_plan_specs(plan, catalog_dir("plans"))
+    d = 5e-6
+    raised = with_factors(specs.hw, {"fixed_costs.collective": factor_value(specs.hw, "fixed_costs.collective") + d})
+    ctx, ctx_raised = (CostContext(specs.model, hw, specs.quant, plan.workload) for hw in (specs.hw, raised))
+    t, tp2 = np.array([8.0]), ParallelLayout(dp=1, tp=2)
+
+    def gains() -> tuple[float, float, float]:
+        ffn = dense_ffn_cost(ctx_raised, tp2, t).total_s - dense_ffn_cost(ctx, tp2, t).total_s
+        emb = embedding_cost(ctx_raised, tp2, t).total_s - embedding_cost(ctx, tp2, t).total_s
+        launches = dense_ffn_cost(ctx_raised, tp2, t).fixed_s - dense_ffn_cost(ctx, tp2, t).fixed_s
+        return float(ffn[0]), float(emb[0]), float(launches)
+
+    with load_script(SCRIPT).collective_charged_once():
+        assert gains() == pytest.approx((2 * d, d, 0.0), abs=1e-12)
+    assert gains() == pytest.approx((4 * d, 4 * d, 2 * d), abs=1e-12)
