@@ -74,6 +74,21 @@ def llama_8b_config(max_position_embeddings: int) -> dict[str, object]:
     }
 
 
+def collective_cost_contexts(raise_by_s: float):
+    """Cost contexts of the cm-d plan (DeepSeek on CloudMatrix384) as shipped and with
+    `fixed_costs.collective` raised by `raise_by_s`: what a module's cost gains per collective charge."""
+    from planner.costmodel.context import CostContext
+    from planner.costmodel.evaluate import load_plan_specs
+    from planner.costmodel.fitting import factor_value, with_factors
+    from planner.specs.catalog import catalog_dir, load_plan
+
+    plan, _ = load_plan("cm-d")
+    specs = load_plan_specs(plan, catalog_dir("plans"))
+    name = "fixed_costs.collective"
+    raised = with_factors(specs.hw, {name: factor_value(specs.hw, name) + raise_by_s})
+    return tuple(CostContext(specs.model, hw, specs.quant, plan.workload) for hw in (specs.hw, raised))
+
+
 @pytest.fixture
 def runner() -> CliRunner:
     return CliRunner()

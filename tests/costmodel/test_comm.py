@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from planner.costmodel import comm
 from planner.specs.catalog import load_hardware
+from tests.conftest import collective_cost_contexts
 
 A2 = load_hardware("a2")
 CM = load_hardware("cm384")
@@ -69,18 +70,11 @@ def test_a_collective_pays_its_fixed_cost_in_its_time_and_among_the_launches():
     head (hidden states and logits gathered) by 2 x 2d, the embedding (one AllReduce, costed as a
     ReduceScatter and an AllGather, two launches counted) by 4d, and a module without TP by nothing.
     A change to this is a change to every fit: rerun benchmarks/calibrate_factors.py and compare."""
-    from planner.costmodel.context import CostContext
-    from planner.costmodel.evaluate import load_plan_specs
-    from planner.costmodel.fitting import factor_value, with_factors
     from planner.costmodel.modules import dense_ffn_cost, embedding_cost, lm_head_cost
-    from planner.specs.catalog import catalog_dir, load_plan
     from planner.specs.plan import ParallelLayout
 
-    plan, _ = load_plan("cm-d")
-    specs = load_plan_specs(plan, catalog_dir("plans"))
     d = 7e-6
-    raised = with_factors(specs.hw, {"fixed_costs.collective": factor_value(specs.hw, "fixed_costs.collective") + d})
-    ctx, ctx_raised = (CostContext(specs.model, hw, specs.quant, plan.workload) for hw in (specs.hw, raised))
+    ctx, ctx_raised = collective_cost_contexts(d)
     t = np.array([4.0, 64.0])
     tp2, dp2 = ParallelLayout(dp=1, tp=2), ParallelLayout(dp=2, tp=1)
     for cost, layout, charges in (

@@ -17,7 +17,7 @@ from planner.costmodel.store_fit import (
     with_shared,
     without_share,
 )
-from tests.conftest import REPO, load_script
+from tests.conftest import REPO, collective_cost_contexts, load_script
 
 SCRIPT = REPO / "benchmarks" / "fit_whatif.py"
 HBM = "sglang-weight-reads:efficiency.hbm_bandwidth"
@@ -136,18 +136,11 @@ def test_collective_once_charges_each_collective_once_inside_and_twice_after():
     on leaving, the shipped double charge is back."""
     import numpy as np
 
-    from planner.costmodel.context import CostContext
-    from planner.costmodel.evaluate import load_plan_specs
-    from planner.costmodel.fitting import factor_value, with_factors
     from planner.costmodel.modules import dense_ffn_cost, embedding_cost
-    from planner.specs.catalog import catalog_dir, load_plan
     from planner.specs.plan import ParallelLayout
 
-    plan, _ = load_plan("cm-d")
-    specs = load_plan_specs(plan, catalog_dir("plans"))
     d = 5e-6
-    raised = with_factors(specs.hw, {"fixed_costs.collective": factor_value(specs.hw, "fixed_costs.collective") + d})
-    ctx, ctx_raised = (CostContext(specs.model, hw, specs.quant, plan.workload) for hw in (specs.hw, raised))
+    ctx, ctx_raised = collective_cost_contexts(d)
     t, tp2 = np.array([8.0]), ParallelLayout(dp=1, tp=2)
 
     def gains() -> tuple[float, float, float]:
