@@ -97,20 +97,14 @@ def collective_charged_once() -> Iterator[None]:
 
 
 def kept_aside_rows(path: Path) -> list[Row]:
-    """The static figures of the runs kept aside at `path` (a folder or one file), as fit rows
-    (planner.errors.BadInputError for a path that holds none)."""
-    from planner.costmodel.store_fit import Row
-    from planner.specs.catalog import load_plan
+    """The static figures of the runs kept aside at `path` (a folder or one file), as fit rows, each
+    checked against its plan as `moeplan fidelity --rows` checks it (planner.costmodel.fidelity.
+    kept_aside_rows; planner.errors.BadInputError for a path that holds none, or a row its plan
+    contradicts)."""
+    from planner.costmodel.fidelity import kept_aside_rows as static_rows
     from planner.specs.validation import figures_at
 
-    figures = figures_at(path)
-    by_id = {f.id: f for f, _ in figures}
-    rows = []
-    for fig, why in figures:
-        if why or fig.compare == "simulated":
-            continue
-        plan, _ = load_plan(fig.plan)
-        rows.append(Row(fig, plan.hardware, by_id[fig.figure.ratio_to] if fig.figure.ratio_to else None))
+    rows, _ = static_rows(figures_at(path))
     return rows
 
 
@@ -136,6 +130,14 @@ def main(argv: list[str] | None = None) -> int:
             f"error: --kept-aside {str(opts.kept_aside)!r} does not exist; give a folder or file of kept-aside runs",
             file=sys.stderr,
         )
+        return 2
+
+    from planner.errors import BadInputError
+
+    try:  # before any fitting: a row its plan contradicts is refused at once
+        kept = kept_aside_rows(opts.kept_aside) if opts.kept_aside is not None else []
+    except BadInputError as exc:
+        print(f"error: --kept-aside: {exc}", file=sys.stderr)
         return 2
 
     import numpy as np
@@ -186,13 +188,6 @@ def main(argv: list[str] | None = None) -> int:
     # the shipped columns first, under the shipped model
     e_old = {r.id: shipped_model.predict(r, x_shipped) / r.measured - 1.0 for r in every}
     sse_old = weighted_sse(shipped_model, x_shipped)
-    from planner.errors import BadInputError
-
-    try:
-        kept = kept_aside_rows(opts.kept_aside) if opts.kept_aside is not None else []
-    except BadInputError as exc:
-        print(f"error: --kept-aside: {exc}", file=sys.stderr)
-        return 2
     kept_old = {r.id: shipped_model.predict(r, x_shipped) / r.measured - 1.0 for r in kept}
     with collective_charged_once() if opts.collective_once else nullcontext():
         t0 = time.time()

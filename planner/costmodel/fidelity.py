@@ -342,6 +342,27 @@ def _check_kept_aside(fig: StoredFigure, plan: Plan, specs: PlanSpecs) -> None:
         )
 
 
+def kept_aside_rows(figures: list[tuple[StoredFigure, str]]) -> tuple[list[Row], list[tuple[StoredFigure, str]]]:
+    """The static rows of figures from outside the store (`figures_at`), each checked against its plan
+    (`_check_kept_aside`), a ratio based on its run's row; and the figures not compared, each with why:
+    excluded ones and queueing-dominated ones (`compare: simulated`). `kept_aside_report` predicts the
+    rows under the shipped values; benchmarks/fit_whatif.py --kept-aside under a what-if fit's."""
+    every = {f.id: f for f, _ in figures}
+    rows: list[Row] = []
+    not_compared: list[tuple[StoredFigure, str]] = []
+    for fig, why in figures:
+        if why:
+            not_compared.append((fig, f"excluded: {why}"))
+        elif fig.compare == "simulated":
+            not_compared.append((fig, "needs simulation: queueing-dominated (judged by the serving simulator)"))
+        else:
+            plan, specs = _plan_and_specs(fig.plan)
+            _check_kept_aside(fig, plan, specs)
+            base = every[fig.figure.ratio_to] if fig.figure.ratio_to else None
+            rows.append(Row(fig, plan.hardware, base))
+    return rows, not_compared
+
+
 def kept_aside_report(figures: list[tuple[StoredFigure, str]]) -> FidelityReport:
     """Figures from outside the store (runs kept aside from it, `figures_at`), predicted under the
     shipped values as every plan is: nothing is fitted on them, so each error is out-of-sample and
@@ -355,18 +376,7 @@ def kept_aside_report(figures: list[tuple[StoredFigure, str]]) -> FidelityReport
     config = fit_config()
     params = parameters(config)
     in_store = {f.id for f, _ in all_figures()}
-    every = {f.id: f for f, _ in figures}
-    rows, not_compared = [], []
-    for fig, why in figures:
-        if why:
-            not_compared.append((fig, f"excluded: {why}"))
-        elif fig.compare == "simulated":
-            not_compared.append((fig, "needs simulation: queueing-dominated (judged by the serving simulator)"))
-        else:
-            plan, specs = _plan_and_specs(fig.plan)
-            _check_kept_aside(fig, plan, specs)
-            base = every[fig.figure.ratio_to] if fig.figure.ratio_to else None
-            rows.append(Row(fig, plan.hardware, base))
+    rows, not_compared = kept_aside_rows(figures)
     model = Model(config, rows, params)
     x = model.start()
     out = []
