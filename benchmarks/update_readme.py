@@ -136,14 +136,31 @@ CM384_PLAN_ARGS = (
 )  # fmt: skip
 
 
+def difference_shares(diff: dict[str, float], top: int = 3) -> str:
+    """What a lead rests on: the `top` parts that make it (positive differences, largest first) and
+    the `top` that take from it (negative ones, largest first), each as its share of the whole
+    difference, so shares above 100% say what the others give back."""
+    total = sum(diff.values())
+    if total <= 0:
+        raise ValueError("difference_shares: the parts sum to no lead")
+    gains = sorted(((v, k) for k, v in diff.items() if v > 0), reverse=True)[:top]
+    losses = sorted((v, k) for k, v in diff.items() if v < 0)[:top]
+    text = ", ".join(f"{k} ({v / total:.0%})" for v, k in gains)
+    if losses:
+        text += ", against " + ", ".join(f"{k} ({v / total:.0%})" for v, k in losses)
+    return text
+
+
 def cm384_lead() -> str:
     """moeplan's best CM384 decode plan against the report's (plans/cm-d.yaml), under the shipped model.
 
     The lead is their tokens/s per card ratio; what it rests on is the per-token step time of each
-    module in the two plans (the modules whose difference makes the lead, largest first)."""
+    module in the two plans (the modules whose difference makes the lead and those that take from it,
+    largest first: `difference_shares`)."""
     import json
 
-    report = json.loads(run(("evaluate", "plans/cm-d.yaml", "--json", "-")))["predicted"]["decode"]
+    report_doc = json.loads(run(("evaluate", "plans/cm-d.yaml", "--json", "-")))["predicted"]
+    report = report_doc["decode"]
     best_doc = json.loads(run(CM384_PLAN_ARGS))
     best = best_doc["plans"][0]
     ours = best["predicted"]["decode"]
@@ -155,10 +172,7 @@ def cm384_lead() -> str:
 
     a = per_token(report, 48)
     b = per_token(ours, float(best["decode"]["concurrency_per_device"]))
-    diff = {k: a.get(k, 0.0) - b.get(k, 0.0) for k in set(a) | set(b)}
-    total = sum(diff.values())
-    parts = sorted(((v, k) for k, v in diff.items() if v > 0), reverse=True)[:3]
-    rests = ", ".join(f"{k} ({v / total:.0%})" for v, k in parts)
+    rests = difference_shares({k: a.get(k, 0.0) - b.get(k, 0.0) for k in set(a) | set(b)})
     d = best["decode"]
     layout = (
         f"EP{d['moe']['ep']} x {d['moe']['slots_per_device']} slots, {d['concurrency_per_device']} sequences per die, "
@@ -168,13 +182,23 @@ def cm384_lead() -> str:
     unc = best["predicted"].get("uncertainty") or {}
     band = (unc.get("bands") or {}).get("decode", {}).get("tokens_per_s_per_card")
     band_text = f" (band {band['low']:.0f}-{band['high']:.0f})" if band else ""
+    report_band = report_doc["uncertainty"]["bands"]["decode"]["tokens_per_s_per_card"]
+    # each band's ends are its plan at every factor's and imbalance parameter's slow (fast) end, widened by
+    # one relative error (one machine's): the ratio of the two slow ends is the lead with every range there
+    ends = (
+        f"; between the two bands' slow ends (the report's plan: {report_band['low']:.0f}-{report_band['high']:.0f}) "
+        f"it is x{band['low'] / report_band['low']:.2f}, "
+        f"between their fast ends x{band['high'] / report_band['high']:.2f}"
+        if band
+        else ""
+    )
     return (
         f"- the report's CloudMatrix384 decode plan (plans/cm-d.yaml: EP256 + 32 shared-expert dies, 48 sequences "
         f"per die, MTP 1) scores {band_r:.0f} tokens/s per card under the shipped model (the report measured 1920);\n"
         f"- moeplan's best plan for the same 144 cards and 50 ms TPOT (`moeplan {' '.join(CM384_PLAN_ARGS[:-2])}`: "
         f"{layout}) scores {ours['tokens_per_s_per_card']:.0f}{band_text};\n"
-        f"- the lead over the report is x{lead:.2f}; per output token it rests on {rests} of the difference "
-        "(the decode step's parts, report's plan minus moeplan's).\n"
+        f"- the lead over the report is x{lead:.2f}{ends}; per output token it rests on {rests} "
+        "(shares of the difference in the decode step's parts, report's plan minus moeplan's).\n"
     )
 
 

@@ -50,3 +50,15 @@ def test_the_readme_is_for_users():
     for word in ("issue 1", "issue 2", "commit ", "helper", "merge "):
         assert word not in text.lower(), word
     assert (REPO / "CHANGELOG.md").is_file()
+
+
+def test_the_cm384_lead_names_what_takes_from_it_as_well_as_what_makes_it():
+    """A lead whose biggest part is more than the whole difference says what gives the rest back: the
+    parts with a negative difference follow 'against', largest first, and every share is of the total."""
+    shares = _script().difference_shares
+    diff = {"overlap": 0.15, "attention": 0.01, "launches": -0.03, "comm": -0.02, "moe": 0.0, "mtp": -0.01}
+    assert shares(diff) == "overlap (150%), attention (10%), against launches (-30%), comm (-20%), mtp (-10%)"
+    assert shares({"a": 0.3, "b": 0.1}) == "a (75%), b (25%)"  # nothing takes from it: no 'against'
+    assert shares(diff, top=1) == "overlap (150%), against launches (-30%)"
+    with pytest.raises(ValueError, match="no lead"):
+        shares({"a": 0.1, "b": -0.2})
