@@ -89,6 +89,35 @@ def collective_cost_contexts(raise_by_s: float):
     return tuple(CostContext(specs.model, hw, specs.quant, plan.workload) for hw in (specs.hw, raised))
 
 
+KEPT_ASIDE_SOURCE = {"title": "a run kept aside", "url": "https://example.invalid/run", "read": "2026-12-05"}
+
+
+def kept_aside_row(row_id: str, plan: str, figures: list[dict], **extra) -> dict:
+    """A row of a kept-aside file (planner.specs.validation's format) on `plan`, with `figures`."""
+    return {
+        "id": row_id,
+        "plan": plan,
+        "measures": "a decode instance held at its plan's concurrency",
+        "traffic": {"mode": "steady"},
+        "figures": figures,
+        **extra,
+    }
+
+
+def kept_aside_figure(metric: str, value: float, **extra) -> dict:
+    """One measured figure of a kept-aside row, 10% tolerance."""
+    return {"metric": metric, "value": value, "unit": "as measured", "per": "request", "tolerance": 0.10, **extra}
+
+
+def write_kept_aside(tmp_path: Path, rows: list[dict], name: str = "kept.yaml") -> Path:
+    """A kept-aside file of `rows` under `tmp_path` (one controlled source)."""
+    import yaml
+
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump({"source": {**KEPT_ASIDE_SOURCE, "reliability": "controlled"}, "rows": rows}))
+    return path
+
+
 @pytest.fixture
 def runner() -> CliRunner:
     return CliRunner()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
 
 from planner.costmodel.evaluate import evaluate_plan
 from planner.costmodel.fitting import metric_value
@@ -14,29 +13,9 @@ from planner.costmodel.reference import condition_imbalance
 from planner.specs.catalog import load_plan, plan_base_dir
 from planner.specs.validation import figures_at
 from tests.conftest import PLANS, run_cli
-
-SOURCE = {"title": "a run kept aside", "url": "https://example.invalid/run", "read": "2026-12-05"}
-
-
-def _row(row_id: str, plan: str, figures: list[dict], **extra) -> dict:
-    return {
-        "id": row_id,
-        "plan": plan,
-        "measures": "a decode instance held at its plan's concurrency",
-        "traffic": {"mode": "steady"},
-        "figures": figures,
-        **extra,
-    }
-
-
-def _figure(metric: str, value: float, **extra) -> dict:
-    return {"metric": metric, "value": value, "unit": "as measured", "per": "request", "tolerance": 0.10, **extra}
-
-
-def _write(tmp_path, rows: list[dict], name: str = "kept.yaml"):
-    path = tmp_path / name
-    path.write_text(yaml.safe_dump({"source": {**SOURCE, "reliability": "controlled"}, "rows": rows}))
-    return path
+from tests.conftest import kept_aside_figure as _figure
+from tests.conftest import kept_aside_row as _row
+from tests.conftest import write_kept_aside as _write
 
 
 def _json(path, *more: str) -> dict:

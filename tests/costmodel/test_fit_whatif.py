@@ -17,7 +17,14 @@ from planner.costmodel.store_fit import (
     with_shared,
     without_share,
 )
-from tests.conftest import REPO, collective_cost_contexts, load_script
+from tests.conftest import (
+    REPO,
+    collective_cost_contexts,
+    kept_aside_figure,
+    kept_aside_row,
+    load_script,
+    write_kept_aside,
+)
 
 SCRIPT = REPO / "benchmarks" / "fit_whatif.py"
 HBM = "sglang-weight-reads:efficiency.hbm_bandwidth"
@@ -154,26 +161,6 @@ def test_collective_once_charges_each_collective_once_inside_and_twice_after():
     assert gains() == pytest.approx((4 * d, 4 * d, 2 * d), abs=1e-12)
 
 
-def _kept_file(tmp_path, rows: list[dict]):
-    import yaml
-
-    source = {"title": "runs kept aside", "url": "https://example.invalid/run", "read": "2026-12-07"}
-    path = tmp_path / "kept.yaml"
-    path.write_text(yaml.safe_dump({"source": {**source, "reliability": "controlled"}, "rows": rows}))
-    return path
-
-
-def _kept_row(row_id: str, figure: dict, **extra) -> dict:
-    return {
-        "id": row_id,
-        "plan": str(REPO / "plans" / "a2-d70.yaml"),
-        "measures": "a decode instance held at its plan's concurrency",
-        "traffic": {"mode": "steady"},
-        "figures": [{"unit": "as measured", "per": "request", "tolerance": 0.10, **figure}],
-        **extra,
-    }
-
-
 @pytest.mark.skipif(not SCRIPT.is_file(), reason="benchmarks/ is in the source tree only")
 def test_the_script_takes_the_static_kept_aside_rows_that_fidelity_compares(tmp_path, capsys):
     """`--kept-aside` reads its rows with `moeplan fidelity --rows`'s own function: the static figure
@@ -182,19 +169,21 @@ def test_the_script_takes_the_static_kept_aside_rows_that_fidelity_compares(tmp_
     from planner.costmodel.fidelity import kept_aside_rows
     from planner.specs.validation import figures_at
 
+    plan = str(REPO / "plans" / "a2-d70.yaml")
     rows = [
-        _kept_row("static", {"metric": "decode.tpot_ms", "value": 90.0, "id": "static TPOT"}),
-        _kept_row("left out", {"metric": "decode.tpot_ms", "value": 50.0}, excluded="the batch is not stated"),
-        _kept_row("queued", {"metric": "decode.tpot_ms", "value": 95.0, "id": "queued TPOT", "compare": "simulated"}),
+        kept_aside_row("static", plan, [kept_aside_figure("decode.tpot_ms", 90.0, id="static TPOT")]),
+        kept_aside_row("left out", plan, [kept_aside_figure("decode.tpot_ms", 50.0)], excluded="batch not stated"),
+        kept_aside_row("queued", plan, [kept_aside_figure("decode.tpot_ms", 95.0, id="queued", compare="simulated")]),
     ]
-    path = _kept_file(tmp_path, rows)
+    path = write_kept_aside(tmp_path, rows)
     script_rows = load_script(SCRIPT).kept_aside_rows(path)
     assert [r.id for r in script_rows] == ["static TPOT"]
     fidelity_rows, not_compared = kept_aside_rows(figures_at(path))
     assert [r.id for r in fidelity_rows] == ["static TPOT"]
     assert sorted(why.split(":")[0] for _, why in not_compared) == ["excluded", "needs simulation"]
 
-    wrong = _kept_file(tmp_path, [_kept_row("wrong", {"metric": "decode.tpot_ms", "value": 90.0}, hardware="cm384")])
+    wrong_row = kept_aside_row("wrong", plan, [kept_aside_figure("decode.tpot_ms", 90.0)], hardware="cm384")
+    wrong = write_kept_aside(tmp_path, [wrong_row], "wrong.yaml")
     # `--loo nope` would also exit 2, after the rows are read: the message says which check refused
     assert load_script(SCRIPT).main(["--kept-aside", str(wrong), "--loo", "nope"]) == 2
     err = capsys.readouterr().err
