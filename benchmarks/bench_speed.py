@@ -16,6 +16,8 @@ placement imbalance read from disk, planner.candidates.table_store), and "cold",
 cache folder each run (a first run after installing or changing moeplan). `--before` compares
 the warm figures only. Each checkout's modules are byte-compiled first, as installing the wheel
 does (with PYTHONDONTWRITEBYTECODE set, a source tree would otherwise be compiled on every run).
+`plan` and `sweep` run at their default `--jobs` (up to 2 worker processes, one per core): the
+figures depend on the cores this machine has, as a user's do.
 """
 
 from __future__ import annotations

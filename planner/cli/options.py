@@ -192,6 +192,27 @@ DecodeMicrobatchOpt = Annotated[
 WorkersOpt = Annotated[
     int, typer.Option("--workers", min=1, max=64, help="CP-SAT worker threads (results do not depend on it).")
 ]
+
+
+def _jobs_option(what: str) -> typer.models.OptionInfo:
+    """--jobs: `what` runs at once, in worker processes (planner.search.forked)."""
+    return typer.Option("--jobs", min=1, max=64, help=f"{what}; results do not depend on it; default: up to 2 cores.")
+
+
+PlanJobsOpt = Annotated[
+    int,
+    _jobs_option(
+        "Searches run at once: with --engine auto, each engine's and the free one, in worker processes forked "
+        "after start-up (one at a time where fork is unavailable)"
+    ),
+]
+SweepJobsOpt = Annotated[
+    int,
+    _jobs_option(
+        "Points searched at once, in worker processes forked after the cost tables are built (threads where "
+        "fork is unavailable)"
+    ),
+]
 HbmUtilizationOpt = Annotated[
     float,
     typer.Option(

@@ -43,6 +43,7 @@ from planner.cli.options import (
     MaxRedundantOpt,
     ObjectiveOpt,
     PhaseOpt,
+    PlanJobsOpt,
     PrefillDevicesOpt,
     PrefillHardwareOpt,
     PrefixHitRateOpt,
@@ -80,6 +81,7 @@ from planner.report.plan_report import (
 )
 from planner.report.uncertainty_report import uncertainty_table
 from planner.search.candidate_spaces import Progress as SearchProgress
+from planner.search.forked import DEFAULT_JOBS
 from planner.search.plan_search import SearchOutcome, TableCache, run_search
 from planner.search.request import (
     DEFAULT_HARDWARE,
@@ -459,13 +461,13 @@ def first_plan_outcome(request: PlanRequest, cache: TableCache) -> SearchOutcome
 
 
 def ranked_outcome(
-    request: PlanRequest, mode: str, cache: TableCache | None = None, quiet: bool = False
+    request: PlanRequest, mode: str, cache: TableCache | None = None, quiet: bool = False, jobs: int = 1
 ) -> SearchOutcome:
     """The search's plans as `--top` distinct deployments (planner.ranking.rows), with their bands:
     dense FFN / LM head variants folded under their row, near-ties ordered by TTFT, the band's slow
     end and HBM headroom. The search is asked for `fetch_size` plans (x3 while fewer than --top rows
     remain, up to 27 x --top); the rows kept are the first --top and every later one that could be a
-    near-tie of the --top-th.
+    near-tie of the --top-th. `jobs`: searches run at once (--jobs; planner.search.runnable.searched).
     `near_tie_open`: the last plan fetched could still be one (more plans lie within 0.5% than were
     fetched; the order among those past them is the search's)."""
     from planner.ranking.rows import fold_variants, in_window
@@ -475,7 +477,11 @@ def ranked_outcome(
     fetch = fetch_size(top)
     seconds, solves = 0.0, 0
     while True:
-        raw = search_plans(request, cache, mode, fetch) if quiet else search_with_progress(request, cache, mode, fetch)
+        raw = (
+            search_plans(request, cache, mode, fetch, jobs=jobs)
+            if quiet
+            else search_with_progress(request, cache, mode, fetch, jobs)
+        )
         seconds, solves = seconds + raw.seconds, solves + raw.solves
         rows = fold_variants(raw.plans)
         if len(rows) >= top or raw.exhausted or raw.status == "INTERRUPTED" or fetch >= 27 * top:
@@ -673,18 +679,23 @@ def engine_mode(engine: str | None, emits: list[tuple[str, Path]], mixed: bool) 
 
 
 def search_plans(
-    request: PlanRequest, cache: TableCache | None, mode: str, fetch: int, progress: SearchProgress | None = None
+    request: PlanRequest,
+    cache: TableCache | None,
+    mode: str,
+    fetch: int,
+    progress: SearchProgress | None = None,
+    jobs: int = 1,
 ) -> SearchOutcome:
     """The `fetch` best plans of `request`, with no display: `mode` AUTO the plans some engine runs
-    (planner.search.runnable), else the search as the request's engine says."""
+    (planner.search.runnable; its searches `jobs` at a time), else the search as the request's engine says."""
     if mode == AUTO:
-        return run_runnable(request, fetch, progress, cache)
+        return run_runnable(request, fetch, progress, cache, jobs)
     outcome = run_search(dataclasses.replace(request, top=fetch), progress, cache)
     return dataclasses.replace(outcome, engine_mode=mode, request=request)
 
 
 def search_with_progress(
-    request: PlanRequest, cache: TableCache | None = None, mode: str = NONE, fetch: int | None = None
+    request: PlanRequest, cache: TableCache | None = None, mode: str = NONE, fetch: int | None = None, jobs: int = 1
 ) -> SearchOutcome:
     """Run the search with a progress display on stderr (cost tables from `cache` if given); when
     stderr is not a terminal there is nothing to redraw, and no display (rich would still end it
@@ -693,7 +704,7 @@ def search_with_progress(
     fetch = fetch or request.top
 
     def search(progress) -> SearchOutcome:
-        return search_plans(request, cache, mode, fetch, progress)
+        return search_plans(request, cache, mode, fetch, progress, jobs)
 
     if not err_console.is_terminal:
         return search(None)
@@ -974,12 +985,12 @@ def print_outcome(outcome: SearchOutcome, show_variants: bool = False, explain_s
 
 
 def simulated_checks(
-    outcome: SearchOutcome, mode: str, acceptance_spread: float | None = None
+    outcome: SearchOutcome, mode: str, acceptance_spread: float | None = None, jobs: int = 1
 ) -> tuple[SearchOutcome, tuple[list, list[str]]]:
     """`--simulate`: the ranked plans checked by simulation; with `--rate`, sized until one meets the SLOs at
     the simulated percentile (planner.ranking.simulated). Returns the outcome kept, its checks and lines.
     `mode`: --engine as resolved (auto and none simulate with the default engine's routing);
-    `acceptance_spread`: --acceptance-spread (None: the shipped fit)."""
+    `acceptance_spread`: --acceptance-spread (None: the shipped fit); `jobs`: --jobs, for the searches of sizing."""
     from planner.ranking.simulated import check_plans, size_for_rate
     from planner.simulate.routing import engine_routing
 
@@ -989,7 +1000,12 @@ def simulated_checks(
     if req.rate_per_s is None:
         return outcome, (check_plans(outcome.plans, None, pct, routing, req.imbalance, acceptance_spread), [])
     sized = size_for_rate(
-        req, lambda r: ranked_outcome(r, mode), pct, routing, first=outcome, acceptance_spread=acceptance_spread
+        req,
+        lambda r: ranked_outcome(r, mode, jobs=jobs),
+        pct,
+        routing,
+        first=outcome,
+        acceptance_spread=acceptance_spread,
     )
     lines = []
     if len(sized.attempts) > 1:
@@ -1108,6 +1124,7 @@ def plan(
         ),
     ] = DEFAULT_TIME_LIMIT_S,
     workers: WorkersOpt = 2,
+    jobs: PlanJobsOpt = DEFAULT_JOBS,
     robust: Annotated[
         bool,
         typer.Option(
@@ -1204,10 +1221,10 @@ def plan(
             tpot_at_percentile=tpot_at_percentile,
         )
         try:
-            outcome = ranked_outcome(request, mode)
+            outcome = ranked_outcome(request, mode, jobs=jobs)
             checks: tuple[list, list[str]] | None = None
             if simulate:
-                outcome, checks = simulated_checks(outcome, mode, acceptance_spread)
+                outcome, checks = simulated_checks(outcome, mode, acceptance_spread, jobs)
         except InfeasibleError as exc:
             if json_out is not None:  # scripts read the verdict from the JSON too
                 write_text_atomic(json_out, infeasible_document(str(exc)), "--json")

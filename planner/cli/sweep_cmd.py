@@ -4,7 +4,6 @@ as a table, CSV/JSON exports, and the frontier of tokens/s per card against toke
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -44,6 +43,7 @@ from planner.cli.options import (
     SkewSigmaOpt,
     SloPercentileOpt,
     StructureOpt,
+    SweepJobsOpt,
     TpotAtPercentileOpt,
     WorkersOpt,
     YAxisOpt,
@@ -70,6 +70,7 @@ from planner.report.sweep_report import (
     sweep_table,
     terminal_chart,
 )
+from planner.search.forked import DEFAULT_JOBS
 from planner.search.request import (
     DEFAULT_HARDWARE,
     DEFAULT_MAX_CARDS,
@@ -91,7 +92,6 @@ from planner.specs.catalog import load_model
 from planner.specs.quantization import AUTO_QUANTIZATION
 
 SWEEP_HELP = "A value, a list a,b,c or a range start:stop:step (both ends included)."
-DEFAULT_JOBS = max(1, min(2, os.cpu_count() or 1))
 
 
 def simulate_points(result: SweepResult, rows: list[dict[str, object]], acceptance_spread: float | None = None) -> list:
@@ -320,16 +320,7 @@ def sweep(
         ),
     ] = DEFAULT_TIME_LIMIT_S,
     workers: WorkersOpt = 2,
-    jobs: Annotated[
-        int,
-        typer.Option(
-            "--jobs",
-            min=1,
-            max=64,
-            help="Points searched at once, in worker processes forked after the cost tables are "
-            "built (threads where fork is unavailable); results do not depend on it; default: up to 2 cores.",
-        ),
-    ] = DEFAULT_JOBS,
+    jobs: SweepJobsOpt = DEFAULT_JOBS,
     simulate: Annotated[
         bool,
         typer.Option(

@@ -369,6 +369,10 @@ class PinnedSizeRefused(InfeasibleError):
         super().__init__(f"{pin}: {why}; pin a size it runs or drop the pin.")
         self.pin, self.why = pin, why
 
+    def __reduce__(self) -> tuple:
+        # rebuilt from its two fields (a forked search's result is pickled back: planner.search.runnable)
+        return (type(self), (self.pin, self.why))
+
 
 def refuse_pinned_size_the_engine_cannot_run(request: PlanRequest, ctx: CostContext, label: str) -> None:
     """A pinned instance size (--decode-devices / --prefill-devices) the request's engine runs in no layout:

@@ -18,8 +18,9 @@ import time
 from planner.engines.profiles import ENGINES, engine_refusal, model_engines_that_run
 from planner.errors import InfeasibleError
 from planner.search.alternatives import NO_AFD_FITS, NO_ENGINE_RUNS_AFD
-from planner.search.candidate_spaces import PinnedSizeRefused, Progress
+from planner.search.candidate_spaces import PhaseSpace, PinnedSizeRefused, Progress
 from planner.search.deployment import Deployment, Objective, counts_key
+from planner.search.forked import can_fork, flush_table_store, fork_pool
 from planner.search.plan_files import plan_signature
 from planner.search.plan_search import Alternative, SearchOutcome, run_search
 from planner.search.request import PlanRequest
@@ -62,11 +63,16 @@ def _rank_key(dep: Deployment | None, request: PlanRequest) -> tuple:
 
 
 def run_runnable(
-    request: PlanRequest, fetch: int, progress: Progress | None = None, cache: TableCache | None = None
+    request: PlanRequest,
+    fetch: int,
+    progress: Progress | None = None,
+    cache: TableCache | None = None,
+    jobs: int = 1,
 ) -> SearchOutcome:
     """The `fetch` best plans some engine runs (module docstring), with `runs_on` for each, and the
     free search's best plan in `beyond` when no engine runs it. InfeasibleError when no engine's
-    search finds a deployment (the first engine's diagnosis, with each engine's reason)."""
+    search finds a deployment (the first engine's diagnosis, with each engine's reason). `jobs`: the
+    searches run at once (`searched`); the result does not depend on it."""
     start = time.perf_counter()
     cache = cache if cache is not None else TableCache()
     outcomes: dict[str, SearchOutcome] = {}
@@ -87,18 +93,25 @@ def run_runnable(
         )
     interrupted = False
     pins: dict[str, PinnedSizeRefused] = {}  # engines whose rules refuse a pinned size (no layout runs it)
-    for engine in running:
-        try:
-            outcomes[engine] = run_search(dataclasses.replace(request, engine=engine, top=fetch), progress, cache)
-        except PinnedSizeRefused as exc:
-            pins[engine], failures[engine] = exc, str(exc).rstrip(".")
-            continue
-        except InfeasibleError as exc:
-            failures[engine] = f"no feasible plan it runs ({str(exc).rstrip('.')})"
-            continue
-        if outcomes[engine].status == "INTERRUPTED":  # Ctrl-C: the best so far, no further search
+    free_request = dataclasses.replace(request, engine=None, top=1, alternatives=False)
+    searches = [dataclasses.replace(request, engine=engine, top=fetch) for engine in running]
+    results = searched([*searches, free_request], progress, cache, jobs, widest=len(searches))
+    for engine, result in zip(running, results, strict=False):
+        if result is None:  # interrupted before this engine's search ended (searched in parallel)
             interrupted = True
             break
+        if isinstance(result, PinnedSizeRefused):
+            pins[engine], failures[engine] = result, str(result).rstrip(".")
+            continue
+        if isinstance(result, InfeasibleError):
+            failures[engine] = f"no feasible plan it runs ({str(result).rstrip('.')})"
+            continue
+        outcomes[engine] = result
+        if result.status == "INTERRUPTED":  # Ctrl-C: the best so far, no further search
+            interrupted = True
+            break
+    if interrupted and not outcomes:
+        raise KeyboardInterrupt  # no engine's search had ended: nothing to show
     if not outcomes and len(pins) == len(running):
         # every engine that runs here refuses the pinned size: that, not the budget or the SLOs, is why
         first = next(iter(pins.values()))
@@ -110,8 +123,9 @@ def run_runnable(
         # infeasible for every engine: if the free search is infeasible too, its diagnosis is the
         # answer (the request, not the engines, is the problem); else the engines lack what it needs
         # (its diagnosis names the values at which some engine runs a plan: what --engine auto admits)
-        free_request = dataclasses.replace(request, engine=None, top=1, alternatives=False)
-        free_outcome = run_search(free_request, None, cache, diagnose_engines=running)
+        free_outcome = results[-1]
+        if not isinstance(free_outcome, SearchOutcome):  # its diagnosis names the values some engine runs
+            free_outcome = run_search(free_request, None, cache, diagnose_engines=running)
         problems = engine_problems(free_outcome.plans[0], free_outcome)
         # (each problem's own advice, re-plan with --engine E, does not apply here: E runs none of it)
         lacks = "; ".join(f"{e}: {p[0].split('; re-plan')[0].rstrip('.')}" for e, p in problems.items() if p)
@@ -133,15 +147,11 @@ def run_runnable(
     lead = outcomes[best_engine]
     plans = [p.model_copy(update={"rank": i}) for i, (_, _, p, _) in enumerate(merged[:fetch], start=1)]
     runs_on = [engine_problems(p, lead) for p in plans]
-    free_request = dataclasses.replace(request, engine=None, top=1, alternatives=False)
     beyond: Plan | None = None
     beyond_problems: dict[str, list[str]] = {}
     free: Plan | None = None
-    if not interrupted:
-        try:
-            free = run_search(free_request, None, cache).plans[0]
-        except InfeasibleError:
-            free = None
+    if not interrupted and isinstance(results[-1], SearchOutcome):
+        free = results[-1].plans[0]
     if free is not None:
         problems = engine_problems(free, lead)
         if all(problems.values()):
@@ -223,3 +233,89 @@ def _no_afd_alternative(empty: Alternative, outcomes: dict[str, SearchOutcome], 
     if rows and all(a.unsearched for a in rows) and not runners:
         return dataclasses.replace(empty, reason=NO_ENGINE_RUNS_AFD, unsearched=True)
     return dataclasses.replace(empty, reason=NO_AFD_FITS, unsearched=False)
+
+
+Searched = SearchOutcome | InfeasibleError | None
+
+# What forked workers inherit from the parent: the requests and the cost tables (copy-on-write: nothing
+# is pickled on the way in). Set just before the workers are forked.
+_FORKED: tuple[list[PlanRequest], TableCache] | None = None
+
+
+def searched(
+    requests: list[PlanRequest], progress: Progress | None, cache: TableCache, jobs: int = 1, widest: int | None = None
+) -> list[Searched]:
+    """Each request's search (`run_search`), in order: its outcome, or the InfeasibleError it raised
+    (PinnedSizeRefused included); None for the requests not searched after an interrupt. One at a time,
+    an interrupted search (Ctrl-C in CP-SAT: its best so far) ends the rest, as it ends `moeplan plan`.
+    With `jobs` > 1, where fork is safe (planner.search.forked), the searches run in forked worker
+    processes, `jobs` at a time, each with the parent's cost tables and on-disk store; Ctrl-C stops them
+    all, and the searches that had ended are kept (the rest None). Each search is the same in a worker
+    as in the parent, so the results do not depend on `jobs`. `widest`: the request whose space holds the
+    others' (the free search's), started first by the workers: on a cold cache it takes the longest."""
+    global _FORKED
+    if jobs <= 1 or len(requests) < 2 or not can_fork():
+        out: list[Searched] = []
+        stopped = False
+        for req in requests:
+            out.append(None if stopped else _search_one(req, progress, cache))
+            stopped = stopped or (isinstance(out[-1], SearchOutcome) and out[-1].status == "INTERRUPTED")
+        return out
+    results: list[Searched] = [None] * len(requests)
+    flush_table_store()  # written once here, not again by every worker
+    _FORKED = (requests, cache)
+    processes = min(jobs, len(requests))
+    pool = fork_pool(processes)
+    completed = False
+    try:
+        if progress:
+            progress(f"searching {len(requests)} spaces in {processes} processes", 0.0)
+        order = list(range(len(requests)))
+        if widest is not None:
+            order.insert(0, order.pop(widest))
+        for done, (i, result) in enumerate(pool.imap_unordered(_forked_search, order), start=1):
+            results[i] = result
+            if progress:
+                progress(f"searched {done} of {len(requests)} spaces ({processes} processes)", done / len(requests))
+        completed = True
+    except KeyboardInterrupt:
+        pass  # the searches that ended are kept, in order up to the first that did not
+    finally:
+        _FORKED = None
+        if completed:
+            pool.close()
+        else:
+            pool.terminate()
+        pool.join()
+    if not completed:
+        first_missing = next((i for i, r in enumerate(results) if r is None), len(results))
+        results[first_missing:] = [None] * (len(results) - first_missing)
+    return results
+
+
+def _search_one(request: PlanRequest, progress: Progress | None, cache: TableCache) -> Searched:
+    """The search's outcome without its spaces' cost tables (kept in `cache`; nothing after the search
+    reads them from the outcome, and pickled back from a worker they would weigh 50-170 MB), or the
+    InfeasibleError it raised."""
+    try:
+        outcome = run_search(request, progress, cache)
+    except InfeasibleError as exc:
+        return exc
+    return dataclasses.replace(
+        outcome,
+        decode_space=_without_tables(outcome.decode_space),
+        prefill_space=_without_tables(outcome.prefill_space),
+    )
+
+
+def _without_tables(space: PhaseSpace | None) -> PhaseSpace | None:
+    return None if space is None else dataclasses.replace(space, tables={})
+
+
+def _forked_search(i: int) -> tuple[int, Searched]:
+    """Search request i in a forked worker: (i, its outcome or the InfeasibleError it raised)."""
+    assert _FORKED is not None
+    requests, cache = _FORKED
+    result = _search_one(requests[i], None, cache)
+    flush_table_store()  # a pool worker ends without running exit handlers
+    return i, result

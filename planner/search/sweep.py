@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import multiprocessing
-import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +25,7 @@ from typing import Any
 from planner.engines.profiles import running
 from planner.errors import BadInputError, InfeasibleError
 from planner.search.contexts import phase_contexts
+from planner.search.forked import can_fork, flush_table_store, fork_pool
 from planner.search.plan_search import SearchOutcome, TableCache, run_search
 from planner.search.request import PlanRequest
 from planner.search.runnable import AUTO, run_runnable
@@ -286,33 +284,14 @@ def _search_point(
 _FORKED: tuple[list[tuple[dict[str, Value], PlanRequest]], TableCache, PointSearch | None] | None = None
 
 
-def _quiet_worker() -> None:
-    """Workers leave Ctrl-C to the parent (which terminates them) and die quietly on SIGTERM."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def _forked_point(i: int) -> tuple[int, SweepPoint, int, int, int]:
     """Search point i in a forked worker: (i, the point, cache hits, misses and loads it caused)."""
     assert _FORKED is not None
     points, cache, search = _FORKED
     hits, misses, loaded = cache.hits, cache.misses, cache.loaded
     point = _search_point(*points[i], cache, search)
-    _flush_table_store()  # a pool worker ends without running exit handlers
+    flush_table_store()  # a pool worker ends without running exit handlers
     return i, point, cache.hits - hits, cache.misses - misses, cache.loaded - loaded
-
-
-def _flush_table_store() -> None:
-    from planner.candidates.table_store import table_store
-
-    store = table_store()
-    if store is not None:
-        store.flush()
-
-
-def can_fork() -> bool:
-    """Forked workers inherit the cost tables for free; only where fork is the safe default."""
-    return sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
 
 
 def run_sweep(
@@ -364,9 +343,9 @@ def run_sweep(
         for i in first:
             finished(i, _search_point(*points[i], cache, search))
         if rest and can_fork():
-            _flush_table_store()  # written once here, not again by every worker
+            flush_table_store()  # written once here, not again by every worker
             _FORKED = (points, cache, search)
-            pool = multiprocessing.get_context("fork").Pool(min(jobs, len(rest)), _quiet_worker)
+            pool = fork_pool(min(jobs, len(rest)))
             for i, point, hits, misses, loaded in pool.imap_unordered(_forked_point, rest):
                 extra_hits, extra_misses, extra_loaded = extra_hits + hits, extra_misses + misses, extra_loaded + loaded
                 finished(i, point)
