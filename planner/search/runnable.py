@@ -265,9 +265,10 @@ def searched(
     flush_table_store()  # written once here, not again by every worker
     _FORKED = (requests, cache)
     processes = min(jobs, len(requests))
-    pool = fork_pool(processes)
+    pool = None
     completed = False
     try:
+        pool = fork_pool(processes)
         if progress:
             progress(f"searching {len(requests)} spaces in {processes} processes", 0.0)
         order = list(range(len(requests)))
@@ -282,11 +283,12 @@ def searched(
         pass  # the searches that ended are kept, in order up to the first that did not
     finally:
         _FORKED = None
-        if completed:
-            pool.close()
-        else:
-            pool.terminate()
-        pool.join()
+        if pool is not None:
+            if completed:
+                pool.close()
+            else:
+                pool.terminate()
+            pool.join()
     if not completed:
         first_missing = next((i for i, r in enumerate(results) if r is None), len(results))
         results[first_missing:] = [None] * (len(results) - first_missing)
