@@ -46,3 +46,13 @@ def flush_table_store() -> None:
 def fork_pool(processes: int):  # -> multiprocessing.pool.Pool
     """A pool of `processes` forked workers (`quiet_worker`)."""
     return multiprocessing.get_context("fork").Pool(processes, quiet_worker)
+
+
+def end_pool(pool, completed: bool) -> None:
+    """Let a pool's workers finish and exit when every task `completed`; else (an interrupt) kill them. Then
+    wait for them."""
+    if completed:
+        pool.close()
+    else:
+        pool.terminate()
+    pool.join()

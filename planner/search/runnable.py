@@ -20,7 +20,7 @@ from planner.errors import InfeasibleError
 from planner.search.alternatives import NO_AFD_FITS, NO_ENGINE_RUNS_AFD
 from planner.search.candidate_spaces import PhaseSpace, PinnedSizeRefused, Progress
 from planner.search.deployment import Deployment, Objective, counts_key
-from planner.search.forked import can_fork, flush_table_store, fork_pool
+from planner.search.forked import can_fork, end_pool, flush_table_store, fork_pool
 from planner.search.plan_files import plan_signature
 from planner.search.plan_search import Alternative, SearchOutcome, run_search
 from planner.search.request import PlanRequest
@@ -284,11 +284,7 @@ def searched(
     finally:
         _FORKED = None
         if pool is not None:
-            if completed:
-                pool.close()
-            else:
-                pool.terminate()
-            pool.join()
+            end_pool(pool, completed)
     if not completed:
         first_missing = next((i for i, r in enumerate(results) if r is None), len(results))
         results[first_missing:] = [None] * (len(results) - first_missing)

@@ -25,7 +25,7 @@ from typing import Any
 from planner.engines.profiles import running
 from planner.errors import BadInputError, InfeasibleError
 from planner.search.contexts import phase_contexts
-from planner.search.forked import can_fork, flush_table_store, fork_pool
+from planner.search.forked import can_fork, end_pool, flush_table_store, fork_pool
 from planner.search.plan_search import SearchOutcome, TableCache, run_search
 from planner.search.request import PlanRequest
 from planner.search.runnable import AUTO, run_runnable
@@ -363,11 +363,7 @@ def run_sweep(
             # stopped early: drop the queued points; the running ones end within a point's time
             pool.shutdown(wait=completed, cancel_futures=True)
         elif pool is not None:
-            if completed:
-                pool.close()
-            else:
-                pool.terminate()
-            pool.join()
+            end_pool(pool, completed)
     return SweepResult(
         axes,
         [p for p in results if p is not None],
