@@ -107,6 +107,27 @@ def row_cells(r: FidelityRow) -> dict[str, str]:
     }
 
 
+def _distinct_models(names: set[str]) -> set[str]:
+    """The models among `names`, a catalog entry NAME-yarn that differs from NAME only in its context
+    (qwen3-235b-a22b-yarn: Qwen3-235B with its model card's YaRN) counted as NAME: the same weights and forward."""
+    from planner.errors import BadInputError
+    from planner.specs.catalog import load_model
+
+    def base(name: str) -> str:
+        plain = name.removesuffix("-yarn")
+        if plain == name:
+            return name
+        try:
+            same = {"name", "max_context_tokens"}
+            if load_model(name).model_dump(exclude=same) == load_model(plain).model_dump(exclude=same):
+                return plain
+        except BadInputError:  # NAME is not in the catalog: the entry counts on its own
+            pass
+        return name
+
+    return {base(n) for n in names}
+
+
 def summary_lines(report: FidelityReport) -> list[str]:
     """The headline figures: rows, leave-one-out median and worst, band coverage, rows outside tolerance."""
     rows = report.rows
@@ -117,7 +138,7 @@ def summary_lines(report: FidelityReport) -> list[str]:
             "recomputed now (run benchmarks/calibrate_factors.py to refresh the shipped factors)"
         )
     machines = sorted({r.hardware for r in rows})
-    models = sorted({r.row.row.model or r.plan for r in rows})
+    models = _distinct_models({r.row.row.model or r.plan for r in rows})
     worst = report.worst_loo()
     lines.append(
         f"{len(rows)} measured figures on {len(machines)} machines ({', '.join(machines)}), {len(models)} models; "

@@ -59,9 +59,12 @@ def make_context(request: PlanRequest) -> CostContext:
             if w.lengths
             else "--input-tokens + --output-tokens"
         )
+        from planner.specs.catalog import longer_context_hint
+
+        hint = longer_context_hint(model.name, w.longest_context_tokens, "--model")
         raise BadInputError(
             f"{where} = {w.longest_context_tokens} tokens exceeds the model's context of "
-            f"{model.max_context_tokens} tokens; shorten it."
+            f"{model.max_context_tokens} tokens; shorten it{hint}."
         )
     if request.mtp_tokens and max(request.mtp_tokens) > 0 and not model.speculates:
         raise BadInputError(

@@ -211,6 +211,19 @@ def load_model(name_or_path: str) -> ModelSpec:
     return _load_model_path(_resolve("models", name_or_path, "model").resolve())
 
 
+def longer_context_hint(model_name: str, tokens: int, how: str) -> str:
+    """', or use NAME-yarn (...)' when the catalog holds the model with a RoPE scaling that reaches
+    `tokens` (qwen3-235b-a22b-yarn: its model card's YaRN), else '': the tail of a too-long refusal.
+    `how`: where the name goes ('--model' on the command line, 'model:' in a plan file)."""
+    stretched = f"{model_name}-yarn"
+    if stretched not in catalog_names("models"):
+        return ""
+    reach = load_model(stretched).max_context_tokens
+    if reach < tokens:
+        return ""
+    return f", or use {how} {stretched} (the model with YaRN rope scaling, up to {reach:,} tokens)"
+
+
 def draft_source(name: str) -> dict[str, object]:
     """Where a catalog draft model comes from, the model it serves and its checkpoint ({} for user files)."""
     return dict(_sources("drafts").get(name, {}))

@@ -231,6 +231,27 @@ def _get(cfg: dict[str, Any], *names: str, default: Any = None) -> Any:
     return default
 
 
+def _max_context_tokens(cfg: dict[str, Any]) -> int:
+    """The longest sequence the config serves, as vLLM derives it (vllm/config/model.py
+    `_get_and_verify_max_len`): `max_position_embeddings`, unless RoPE scaling stretches it. A YaRN
+    `rope_scaling` (or transformers 5's `rope_parameters`) gives `original_max_position_embeddings` x
+    `factor` (Qwen3's model card: factor 4 over 32,768 for 131,072 tokens); other scalings with a factor
+    (linear, dynamic) multiply `max_position_embeddings`; su, longrope and llama3 leave it. The catalog's
+    DeepSeek and Kimi-K2.5 configs state their YaRN product as `max_position_embeddings` too;
+    qwen3-235b-a22b-yarn (40,960 there) is the one it extends."""
+    base = _get(cfg, "max_position_embeddings", "max_sequence_length", default=4096)
+    scaling = _get(cfg, "rope_scaling", "rope_parameters")
+    if not isinstance(scaling, dict):
+        return int(base)
+    kind = scaling.get("rope_type") or scaling.get("type") or "default"
+    factor = scaling.get("factor")
+    if kind in ("default", "su", "longrope", "llama3") or not isinstance(factor, int | float) or factor <= 0:
+        return int(base)
+    if kind == "yarn" and isinstance(scaling.get("original_max_position_embeddings"), int):
+        base = scaling["original_max_position_embeddings"]
+    return int(base * factor)
+
+
 def _refuse(field: str, why: str) -> UnmodelledFieldError:
     return UnmodelledFieldError(f"field '{field}' {why}; moeplan would have to approximate it, so it refuses")
 
@@ -543,7 +564,7 @@ def from_hf_config(top: dict[str, Any], name: str) -> dict[str, Any]:
         "vocab_size": cfg.get("vocab_size"),
         "tie_word_embeddings": bool(_get(cfg, "tie_word_embeddings", default=False)),
         "mtp_layers": mtp,
-        "max_context_tokens": _get(cfg, "max_position_embeddings", "max_sequence_length", default=4096),
+        "max_context_tokens": _max_context_tokens(cfg),
         "expert_weight_format": fmt,
         "expert_weight_bits": bits if bits is not None and bits < 16 else None,
         "architectures": [a for a in (top.get("architectures") or []) if isinstance(a, str)],

@@ -73,3 +73,27 @@ def test_a_dense_model_plans_with_expert_parallelism_collapsed(tmp_path):
     path.write_text(json.dumps(cfg))
     plan = run_search(PlanRequest(model=str(path), max_cards=16, top=1)).plans[0]
     assert plan.decode_phase.moe is None and plan.predicted["system"]["output_tokens_per_s_per_card"] > 0
+
+
+@pytest.mark.parametrize(
+    ("model", "input_tokens", "hint"),
+    [
+        # the catalog holds Qwen3-235B with its model card's YaRN (131,072 tokens): the refusal points to it
+        (
+            "qwen3-235b-a22b",
+            100_000,
+            "or use --model qwen3-235b-a22b-yarn (the model with YaRN rope scaling, up to 131,072",
+        ),
+        ("qwen3-235b-a22b", 200_000, None),  # past what YaRN reaches too: no hint
+        ("deepseek-v3", 200_000, None),  # no -yarn entry
+    ],
+)
+def test_a_context_past_the_model_names_the_catalogs_longer_variant(model, input_tokens, hint):
+    request = PlanRequest(model=model, hardware="a3", workload=Workload(input_tokens=input_tokens, output_tokens=100))
+    with pytest.raises(BadInputError, match="exceeds the model's context") as refused:
+        run_search(request)
+    text = str(refused.value)
+    if hint is None:
+        assert "--model" not in text and text.endswith("shorten it.")
+    else:
+        assert hint in text

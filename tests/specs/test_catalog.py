@@ -89,6 +89,44 @@ def test_dense_hf_config(tmp_path):
     assert m.moe is None and m.num_dense_layers == 32 and m.attention.head_dim == 128
 
 
+@pytest.mark.parametrize(
+    ("scaling", "context"),
+    [
+        # vLLM's _get_and_verify_max_len: YaRN spans original_max_position_embeddings x factor
+        ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}, 131072),
+        ({"type": "yarn", "factor": 2, "original_max_position_embeddings": 4096}, 8192),
+        ({"rope_type": "linear", "factor": 2.0}, 16384),  # other scalings stretch max_position_embeddings
+        ({"rope_type": "dynamic", "factor": 4}, 32768),
+        ({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}, 8192),  # left alone
+        ({"rope_type": "longrope", "factor": 4.0}, 8192),
+        ({"rope_type": "default"}, 8192),
+        ({"rope_type": "yarn"}, 8192),  # no factor: nothing to stretch by
+    ],
+)
+@pytest.mark.parametrize("key", ["rope_scaling", "rope_parameters"])
+def test_rope_scaling_sets_the_context_as_vllm_derives_it(tmp_path, key, scaling, context):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**llama_8b_config(8192), key: scaling}))
+    assert load_model(str(path)).max_context_tokens == context
+
+
+def test_the_yarn_entry_is_qwen3_235b_with_its_model_cards_context():
+    base, yarn = load_model("qwen3-235b-a22b"), load_model("qwen3-235b-a22b-yarn")
+    assert (base.max_context_tokens, yarn.max_context_tokens) == (40960, 131072)
+    assert yarn.model_dump(exclude={"name", "max_context_tokens"}) == base.model_dump(
+        exclude={"name", "max_context_tokens"}
+    )
+
+
+def test_catalog_contexts_stay_their_configs_max_position_embeddings():
+    """Every catalog config whose YaRN product equals its max_position_embeddings keeps that context."""
+    for name in catalog_names("models"):
+        cfg = json.loads((REPO / "models" / f"{name}.json").read_text())
+        cfg = cfg.get("text_config", cfg)
+        if name != "qwen3-235b-a22b-yarn":
+            assert load_model(name).max_context_tokens == cfg["max_position_embeddings"], name
+
+
 def test_unknown_names_list_the_known_ones():
     with pytest.raises(BadInputError, match="known names: .*a2.*cm384"):
         load_hardware("a9")
@@ -178,3 +216,18 @@ def test_a_config_json_that_does_not_validate_is_answered_in_its_own_field_names
     (tmp_path / "b.json").write_text(json.dumps(moe))
     with pytest.raises(BadInputError, match="moe_intermediate_size: missing from config.json"):
         load_model(str(tmp_path / "b.json"))
+
+
+def test_a_plan_past_qwen3s_context_evaluates_on_the_yarn_entry(tmp_path):
+    from typer.testing import CliRunner
+
+    from planner.cli.app import app
+
+    text = (REPO / "plans" / "a3-vllm-cp-qwen3-p-32k.yaml").read_text()
+    text = text.replace("input_tokens: 32768", "input_tokens: 65536")
+    path = tmp_path / "q64.yaml"
+    path.write_text(text)
+    result = CliRunner().invoke(app, ["evaluate", str(path)])
+    assert result.exit_code == 2 and "exceeds the model's context of 40960 tokens" in " ".join(result.output.split())
+    path.write_text(text.replace("model: qwen3-235b-a22b\n", "model: qwen3-235b-a22b-yarn\n"))
+    assert CliRunner().invoke(app, ["evaluate", str(path)]).exit_code == 0
