@@ -1193,6 +1193,11 @@ def _evaluate(
     step_cb, hbm_cb, xs = step_cb[:, :nb], hbm_cb[:, :nb], xs[:nb]
     micro_ok = dt.options.moe_micro_ok
     for mb in pt.k_values if dt.options.whole_prefill_forwards else ():
+        if mb > ctx.prefill_tokens_per_request:
+            # a forward splits into micro-batches of whole tokens (a plan's prefill micro_batches <= its
+            # batch_tokens): a prompt shorter than mb tokens cannot be split mb ways. A batch of several such
+            # prompts could be, by requests, but at a handful of tokens a forward there is nothing to overlap.
+            continue
         for c, (_, idx) in enumerate(chosen):
             if mb > 1 and micro_ok is not None and not micro_ok[idx[2]]:
                 continue  # an engine that runs several micro-batches only with some MoE layouts

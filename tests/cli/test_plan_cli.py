@@ -222,3 +222,21 @@ def test_rate_is_in_the_title_and_lifts_the_default_card_cap():
     r = run_cli("plan", "--rate", "20", "--top", "1", "--max-cards", "48", "--engine", "none", "--time-limit", "600")
     # an explicit cap applies: 48 cards do not serve 20 requests/s
     assert r.exit_code == 1 and "cannot serve 20 requests/s" in r.output, r.output
+
+
+@pytest.mark.parametrize("model", ["qwen3-235b-a22b", "deepseek-v3"])
+def test_a_one_token_prompt_is_planned_without_splitting_it(model):
+    """A prompt shorter than a micro-batch count: the colocated search once built a prefill section of one
+    token in two micro-batches and crashed (exit 70). Every plan now splits a forward into whole tokens."""
+    r = run_cli(
+        "plan", "--model", model, "--hardware", "a2", "--input-tokens", "1", "--output-tokens", "1", "--json", "-"
+    )
+    assert r.exit_code == 0, r.output
+    plans = json.loads(r.output)["plans"]
+    colocated = [p["colocated"] for p in plans if "colocated" in p]
+    assert colocated, "the search offers colocated instances for one-token prompts"
+    for c in colocated:
+        assert c["prefill_micro_batches"] <= c["prefill_batch_tokens"]
+    for p in plans:
+        if "prefill" in p:
+            assert p["prefill"]["micro_batches"] <= p["prefill"]["batch_tokens"]

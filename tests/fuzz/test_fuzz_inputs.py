@@ -261,6 +261,31 @@ def test_fuzz_plan_flags(flags):
     _check(run_cli(*args))
 
 
+# `plan` over every phase (the test above plans decode only, so it never reaches the prefill and colocated
+# searches): fewer cases, since each runs the whole search (2-5 s). Prompt and completion lengths lead with the
+# shortest, which hypothesis tries first; a one-token prompt once crashed the colocated search (exit 70).
+EVERY_PHASE_CASES = settings(
+    max_examples=int(os.environ.get("MOEPLAN_FUZZ_PLAN_EXAMPLES", "8")),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
+EVERY_PHASE_FLAGS = ["--mtp", "--mtp-acceptance", "--tpot-ms", "--ttft-ms", "--rate", "--skew-sigma", "--model"]
+
+
+@EVERY_PHASE_CASES
+@given(
+    input_tokens=st.sampled_from(["1", "2", "3", "17", "4097"]),
+    output_tokens=st.sampled_from(["1", "2", "64"]),
+    flags=st.lists(st.tuples(st.sampled_from(EVERY_PHASE_FLAGS), FLAG_VALUES), max_size=2),
+)
+def test_fuzz_plan_every_phase(input_tokens, output_tokens, flags):
+    args = ["plan", "--max-cards", "16", "--top", "1", "--time-limit", "20", "--json", "-"]
+    args += ["--input-tokens", input_tokens, "--output-tokens", output_tokens]
+    for flag, value in flags:
+        args += [flag, value]
+    _check(run_cli(*args))
+
+
 def test_regression_corpus():
     """Inputs that once broke a surface: each must end cleanly with its recorded exit code."""
     for path in sorted(CORPUS.glob("*")):
