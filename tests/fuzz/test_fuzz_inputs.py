@@ -24,7 +24,8 @@ from tests.conftest import PLANS, REPO, run_cli
 
 # 150 cases per surface: the suite's time budget (3 minutes on the 2-core machine). CI draws the
 # same cases every run (tests/conftest.py's "ci" profile); local runs draw new ones each time, and
-# MOEPLAN_FUZZ_EXAMPLES raises the count for a longer session.
+# MOEPLAN_FUZZ_EXAMPLES raises the count for a longer session (MOEPLAN_FUZZ_PLAN_EXAMPLES for
+# `plan` over every phase, 8 cases by default: each runs the whole search).
 CASES = settings(
     max_examples=int(os.environ.get("MOEPLAN_FUZZ_EXAMPLES", "150")),
     deadline=None,
@@ -262,8 +263,9 @@ def test_fuzz_plan_flags(flags):
 
 
 # `plan` over every phase (the test above plans decode only, so it never reaches the prefill and colocated
-# searches): fewer cases, since each runs the whole search (2-5 s). Prompt and completion lengths lead with the
-# shortest, which hypothesis tries first; a one-token prompt once crashed the colocated search (exit 70).
+# searches): fewer cases, since each runs the whole search (2-5 s; MOEPLAN_FUZZ_PLAN_EXAMPLES raises the count).
+# Prompt and completion lengths lead with the shortest, which hypothesis tries first; a one-token prompt once
+# crashed the colocated search (exit 70).
 EVERY_PHASE_CASES = settings(
     max_examples=int(os.environ.get("MOEPLAN_FUZZ_PLAN_EXAMPLES", "8")),
     deadline=None,
