@@ -108,24 +108,11 @@ def row_cells(r: FidelityRow) -> dict[str, str]:
 
 
 def _distinct_models(names: set[str]) -> set[str]:
-    """The models among `names`, a catalog entry NAME-yarn that differs from NAME only in its context
-    (qwen3-235b-a22b-yarn: Qwen3-235B with its model card's YaRN) counted as NAME: the same weights and forward."""
-    from planner.errors import BadInputError
-    from planner.specs.catalog import load_model
+    """The models among `names`, a catalog entry that differs from another only in its context counted as that
+    one (planner.specs.catalog.context_variant_base): the same weights and forward."""
+    from planner.specs.catalog import context_variant_base
 
-    def base(name: str) -> str:
-        plain = name.removesuffix("-yarn")
-        if plain == name:
-            return name
-        try:
-            same = {"name", "max_context_tokens"}
-            if load_model(name).model_dump(exclude=same) == load_model(plain).model_dump(exclude=same):
-                return plain
-        except BadInputError:  # NAME is not in the catalog: the entry counts on its own
-            pass
-        return name
-
-    return {base(n) for n in names}
+    return {context_variant_base(n) for n in names}
 
 
 def summary_lines(report: FidelityReport) -> list[str]:

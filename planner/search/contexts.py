@@ -61,7 +61,7 @@ def make_context(request: PlanRequest) -> CostContext:
         )
         from planner.specs.catalog import longer_context_hint
 
-        hint = longer_context_hint(model.name, w.longest_context_tokens, "--model")
+        hint = longer_context_hint(model.name, w.longest_context_tokens)
         raise BadInputError(
             f"{where} = {w.longest_context_tokens} tokens exceeds the model's context of "
             f"{model.max_context_tokens} tokens; shorten it{hint}."

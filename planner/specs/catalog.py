@@ -211,17 +211,29 @@ def load_model(name_or_path: str) -> ModelSpec:
     return _load_model_path(_resolve("models", name_or_path, "model").resolve())
 
 
-def longer_context_hint(model_name: str, tokens: int, how: str) -> str:
-    """', or use NAME-yarn (...)' when the catalog holds the model with a RoPE scaling that reaches
-    `tokens` (qwen3-235b-a22b-yarn: its model card's YaRN), else '': the tail of a too-long refusal.
-    `how`: where the name goes ('--model' on the command line, 'model:' in a plan file)."""
-    stretched = f"{model_name}-yarn"
-    if stretched not in catalog_names("models"):
+_STRETCHED_SUFFIX = "-yarn"  # a catalog entry NAME-yarn: NAME with a RoPE scaling that reaches further
+
+
+def context_variant_base(name: str) -> str:
+    """NAME for a catalog entry NAME-yarn that differs from catalog model NAME only in its name and context
+    (qwen3-235b-a22b-yarn: Qwen3-235B with its model card's YaRN; the same weights and forward), else `name`."""
+    plain = name.removesuffix(_STRETCHED_SUFFIX)
+    if plain == name or not {name, plain} <= set(catalog_names("models")):
+        return name
+    same = {"name", "max_context_tokens"}
+    return plain if load_model(name).model_dump(exclude=same) == load_model(plain).model_dump(exclude=same) else name
+
+
+def longer_context_hint(model_name: str, tokens: int) -> str:
+    """', or use --model NAME-yarn (...)' when the catalog holds the model with a RoPE scaling that reaches
+    `tokens` (context_variant_base), else '': the tail of the command line's too-long refusal."""
+    stretched = f"{model_name}{_STRETCHED_SUFFIX}"
+    if context_variant_base(stretched) != model_name:
         return ""
     reach = load_model(stretched).max_context_tokens
     if reach < tokens:
         return ""
-    return f", or use {how} {stretched} (the model with YaRN rope scaling, up to {reach:,} tokens)"
+    return f", or use --model {stretched} (the model with YaRN rope scaling, up to {reach:,} tokens)"
 
 
 def draft_source(name: str) -> dict[str, object]:
