@@ -136,6 +136,24 @@ def load_script(path: Path):
     return module
 
 
+def engines_embedding(path: Path, tmp_path: Path) -> Path:
+    """A copy of a shipped plan with its `embedding` lines dropped: the layout an engine launches (the
+    embedding over the attention's TP group), where the source's own stack split it with the LM head."""
+    out = tmp_path / f"engines-{path.name}"
+    out.write_text("".join(line for line in path.read_text().splitlines(True) if "embedding: {" not in line))
+    return out
+
+
+def without_embedding(plan):
+    """`plan` (a Plan) with every phase's `embedding` left to the default (see `engines_embedding`)."""
+    update = {
+        name: getattr(plan, name).model_copy(update={"embedding": None})
+        for name in ("decode", "prefill", "colocated", "afd")
+        if getattr(plan, name, None) is not None
+    }
+    return plan.model_copy(update=update)
+
+
 def run_cli(*args: str):
     """Run `moeplan ARGS` in-process; returns typer's Result (exit_code, output, exception)."""
     return CliRunner().invoke(app, list(args))

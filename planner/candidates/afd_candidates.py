@@ -54,6 +54,7 @@ from planner.costmodel.decode import emitted_tokens_per_step, hash_routed_saving
 from planner.costmodel.memory import (
     attention_hbm,
     dense_ffn_hbm,
+    embedding_hbm,
     fixed_hbm,
     kv_tokens_in_use,
     lm_head_hbm,
@@ -74,6 +75,7 @@ from planner.specs.plan import (
     AttentionLayout,
     ParallelLayout,
     SharedExpertLayout,
+    attention_embedding_layout,
     integral_as_int,
 )
 
@@ -298,7 +300,9 @@ def _attention_ceiling(ctx: CostContext, a: int, att_opts: list[AttentionLayout]
         kv = kv_tokens_in_use(ctx, b, k_max, lay.tp)
         t = b * (1 + k_max)
         parts = [*attention_hbm(ctx, lay, t, kv, b).values(), *lm_head_hbm(ctx, head, t).values()]
-        return np.sum(parts, axis=0) + fixed
+        if not ctx.model.tie_word_embeddings:  # the embedding over the attention's TP group
+            parts += list(embedding_hbm(ctx, attention_embedding_layout(lay)).values())
+        return np.asarray(sum(parts), dtype=float) + fixed
 
     cap = ctx.hbm_capacity_bytes
     best = max(most_sequences_fitting(partial(total, lay=lay), cap, lay.tp) for lay in att_opts)
@@ -414,7 +418,7 @@ def _size_bound(ctx: CostContext, limits: AfdLimits, a: int, f: int, attention: 
     _, _, g, arrays = attention
     if arrays is None:
         return 0.0
-    a_time, _, lm_time, _, _, _, _ = arrays
+    a_time, _, lm_time, _, _, _, _, _ = arrays
     fastest_ffn = [v[1][0].min(axis=0) for v in ffn.values() if v[1] is not None]
     lightest_ffn = [v[1][1].min(axis=0) for v in ffn.values() if v[1] is not None]
     if not fastest_ffn:
@@ -515,18 +519,34 @@ def _attention_side(ctx: CostContext, limits: AfdLimits, a: int) -> tuple:
     # a concurrency that puts a fraction of a sequence on the layout's TP group is not a layout
     for i, att in enumerate(att_opts):
         a_hbm[i, ~whole_sequences(g.b, att.tp)] = UNRUNNABLE_BYTES
+    tied = m.tie_word_embeddings
+
+    def embedding_time(lay: ParallelLayout) -> np.ndarray:
+        """The embedding in every micro-batch's forward and in each MTP pass's (planner.costmodel.afd):
+        the first pass on every token, later ones on one per sequence (where k > i_pass)."""
+        per_mb = embedding_cost(ctx, lay, t).total_s
+        for i_pass in range(int(k_max)):
+            x = t if i_pass == 0 else seqs
+            per_mb = per_mb + np.where(g.k > i_pass, embedding_cost(ctx, lay, x).total_s, 0.0)
+        return g.mb * per_mb
+
     lm_time = []
     for lay in lm_opts:
-        # the embedding in every micro-batch's forward, the LM head once on their merged output
-        # (planner.costmodel.afd); each MTP pass's head and embedding per micro-batch
-        head = embedding_cost(ctx, lay, t).total_s
+        # the LM head once on the micro-batches' merged output, each MTP pass's per micro-batch; a tied
+        # model's embedding with it (one table), an untied one's over the attention's TP group (emb_time)
+        head = 0.0 * t
         for i_pass in range(int(k_max)):
-            # MTP passes: the first on every token, later ones on one per sequence (where k > i_pass)
             x = t if i_pass == 0 else seqs
-            head = head + np.where(
-                g.k > i_pass, lm_head_cost(ctx, lay, x).total_s + embedding_cost(ctx, lay, x).total_s, 0.0
-            )
-        lm_time.append(g.mb * head + lm_head_cost(ctx, lay, t * g.mb).total_s)
+            head = head + np.where(g.k > i_pass, lm_head_cost(ctx, lay, x).total_s, 0.0)
+        lm_time.append(g.mb * head + lm_head_cost(ctx, lay, t * g.mb).total_s + (embedding_time(lay) if tied else 0.0))
+    emb_time = np.stack(
+        [0.0 * t if tied else embedding_time(attention_embedding_layout(lay)) for lay in att_opts]
+    )  # [att, grid]
+    if not tied:
+        a_hbm = (
+            a_hbm
+            + np.array([sum(embedding_hbm(ctx, attention_embedding_layout(lay)).values()) for lay in att_opts])[:, None]
+        )
     lm_hbm = np.stack([sum(lm_head_hbm(ctx, lay, all_tokens).values()) for lay in lm_opts])
     mtp_att = []
     for i_pass in range(int(k_max)):
@@ -543,7 +563,7 @@ def _attention_side(ctx: CostContext, limits: AfdLimits, a: int) -> tuple:
     if not keep.all():
         g, index = g.subset(keep)
         t, seqs, all_tokens = t[index], seqs[index], all_tokens[index]
-        a_time, a_hbm = a_time[:, index], a_hbm[:, index]
+        a_time, a_hbm, emb_time = a_time[:, index], a_hbm[:, index], emb_time[:, index]
         lm_time = [x[index] for x in lm_time]
         lm_hbm = lm_hbm[:, index]
         mtp_att = [x[:, index] for x in mtp_att]
@@ -555,11 +575,11 @@ def _attention_side(ctx: CostContext, limits: AfdLimits, a: int) -> tuple:
             dense[lay] = (dense_ffn_cost(ctx, lay, t).total_s, sum(dense_ffn_hbm(ctx, lay, all_tokens).values()))
     if limits.engine is None:
         # an attention layout slower and fuller than another everywhere never wins (exact)
-        kept = undominated([a_time, a_hbm, *mtp_att])
+        kept = undominated([a_time, a_hbm, emb_time, *mtp_att])
         att_opts = [att_opts[i] for i in kept]
-        a_time, a_hbm, mtp_att = a_time[kept], a_hbm[kept], [x[kept] for x in mtp_att]
+        a_time, a_hbm, emb_time, mtp_att = a_time[kept], a_hbm[kept], emb_time[kept], [x[kept] for x in mtp_att]
         pair_ok = pair_ok[kept]
-    arrays = (a_time, a_hbm, np.stack(lm_time), lm_hbm, mtp_att, dense, pair_ok)
+    arrays = (a_time, a_hbm, np.stack(lm_time), lm_hbm, mtp_att, dense, pair_ok, emb_time)
     return att_opts, lm_opts, g, arrays
 
 
@@ -583,7 +603,7 @@ def _best_of_size(
     att_opts, lm_opts, g, arrays = attention
     if arrays is None:
         return []
-    a_time, a_hbm, lm_time, lm_hbm, mtp_att, dense_a, pair_ok = arrays
+    a_time, a_hbm, lm_time, lm_hbm, mtp_att, dense_a, pair_ok, emb_time = arrays
     hw = ctx.hw
     cap = ctx.hbm_capacity_bytes
     t, seqs = g.tokens, g.seqs
@@ -637,7 +657,7 @@ def _best_of_size(
                 fits = (lm_hbm[None, :, :] <= room[:, None, :]) & pair_ok[:, :, None]
                 lm_masked = np.where(fits, lm_time[None, :, :], np.inf)
                 lm_pick = np.argmin(lm_masked, axis=1)
-                lm_best = np.take_along_axis(lm_masked, lm_pick[:, None, :], axis=1)[:, 0, :]
+                lm_best = np.take_along_axis(lm_masked, lm_pick[:, None, :], axis=1)[:, 0, :] + emb_time
                 picked = np.take_along_axis(np.broadcast_to(lm_hbm[None], lm_masked.shape), lm_pick[:, None, :], axis=1)
                 att_side = (cap - room) + picked[:, 0, :]  # [att, grid]
                 ffn_side = f_hbm_a + f_fixed + (0.0 if dense_on == "attention" else d_hbm)  # [moe, grid]

@@ -25,6 +25,7 @@ from planner.costmodel.draft import draft_context, draft_projections_s
 from planner.costmodel.memory import (
     attention_hbm,
     dense_ffn_hbm,
+    embedding_hbm,
     fixed_hbm,
     kv_tokens_in_use,
     lm_head_hbm,
@@ -40,7 +41,7 @@ from planner.costmodel.modules import (
     moe_cost,
 )
 from planner.costmodel.prefill import forwards_per_prompt, kv_transfer_s
-from planner.specs.plan import ParallelLayout, holds_whole_sequences
+from planner.specs.plan import ParallelLayout, attention_embedding_layout, holds_whole_sequences
 
 MODULES = ("attention", "dense_ffn", "moe", "lm_head")
 MAX_CONCURRENCY = 2048
@@ -264,6 +265,17 @@ def decode_tables_by_micro_batches(
         "moe": stack(moe_pass, opts.moe, m.num_moe_layers, mtp_moe, "moe", main_fn=moe_main),
         "lm_head": stack(lambda o, t, q: _head(ctx, o, t), opts.lm_head, 1, mtp_head, "lm_head"),
     }
+    # an untied model's embedding lookup, over each attention option's TP group (main and draft passes;
+    # outside the micro-batch overlap like the LM head: costmodel.decode)
+    pass_ctx = ctx if dctx is None else dctx
+    time_s["attention"] = time_s["attention"] + stack(
+        lambda o, t, q: _attention_embedding(ctx, o, t),
+        opts.attention,
+        1,
+        lambda o, t, q: _attention_embedding(pass_ctx, o, t),
+        "embedding",
+    )
+    del comm_tables["embedding"], cover_tables["embedding"]
     comm_tables["lm_head"] = np.zeros_like(comm_tables["lm_head"])
     cover_tables["lm_head"] = np.zeros_like(cover_tables["lm_head"])
     const = np.zeros((nk, nb))
@@ -288,9 +300,12 @@ def decode_tables_by_micro_batches(
     tokens_full = (b_full[None, :] * (1 + ks[:, None])).reshape(-1)
     seqs_full = np.tile(b_full, nk)
     hbm = {mod: np.zeros((time_s[mod].shape[0], nk, nb0)) for mod in MODULES}
+    tied = m.tie_word_embeddings
     for i, att_lay in enumerate(opts.attention):
         kv_all = np.concatenate([kv_tokens_in_use(ctx, b_full, k, att_lay.tp) for k in k_values])
         hbm["attention"][i] = _sum_parts(attention_hbm(ctx, att_lay, tokens_full, kv_all, seqs_full)).reshape(nk, nb0)
+        if not tied:  # the input embedding over the attention's TP group (planner.specs.plan.embedding_layout)
+            hbm["attention"][i] += _sum_parts(embedding_hbm(ctx, attention_embedding_layout(att_lay)))
         # a concurrency that puts a fraction of a sequence on the option's TP group is not a layout
         hbm["attention"][i][:, ~whole_sequences(b_full, att_lay.tp)] = UNRUNNABLE_BYTES
     if m.num_dense_layers:
@@ -331,11 +346,23 @@ def _scaled(cost: ModuleCost, times: float) -> ModuleCost:
     return ModuleCost(cost.compute_s * times, cost.comm_s * times, cost.fixed_s * times)
 
 
+def _plus(a: ModuleCost, b: ModuleCost) -> ModuleCost:
+    return ModuleCost(a.compute_s + b.compute_s, a.comm_s + b.comm_s, a.fixed_s + b.fixed_s)
+
+
 def _head(ctx: CostContext, layout, tokens: np.ndarray) -> ModuleCost:
-    """LM head with the embedding lookup (the main pass) as one module cost."""
+    """LM head, with the embedding lookup when the model ties the two (one table in one layout)."""
     head = lm_head_cost(ctx, layout, tokens)
-    emb = embedding_cost(ctx, layout, tokens)
-    return ModuleCost(head.compute_s + emb.compute_s, head.comm_s + emb.comm_s, head.fixed_s + emb.fixed_s)
+    return _plus(head, embedding_cost(ctx, layout, tokens)) if ctx.model.tie_word_embeddings else head
+
+
+def _attention_embedding(ctx: CostContext, attention, tokens: np.ndarray) -> ModuleCost:
+    """The embedding lookup of an untied model, over the attention option's TP group (zero when tied: the
+    LM head module carries it)."""
+    if ctx.model.tie_word_embeddings:
+        zero = np.zeros_like(np.asarray(tokens, dtype=float))
+        return ModuleCost(zero, zero, 0.0)
+    return embedding_cost(ctx, attention_embedding_layout(attention), tokens)
 
 
 # ---- prefill -----------------------------------------------------------------------------------
@@ -365,7 +392,7 @@ def prefill_tables(ctx: CostContext, opts: SizeOptions, micro_batches: list[int]
 
     parts = {
         "attention": collect(
-            lambda o: layers_cost(ctx, o, t, requests_per_device, decode=False),
+            lambda o: _plus(layers_cost(ctx, o, t, requests_per_device, decode=False), _attention_embedding(ctx, o, t)),
             opts.attention,
             1,
         ),
@@ -383,6 +410,8 @@ def prefill_tables(ctx: CostContext, opts: SizeOptions, micro_batches: list[int]
             # cached prefixes occupy KV too: the KV of whole prompts
             kv = prefill_kv_tokens(bt * ctx.kv_tokens_per_computed_token, att_lay.dp, prompt_kv) / att_lay.tp
             hbm["attention"][i, j] = _sum_parts(attention_hbm(ctx, att_lay, tok, kv, kv / ctx.workload.input_tokens))
+            if not m.tie_word_embeddings:
+                hbm["attention"][i, j] += _sum_parts(embedding_hbm(ctx, attention_embedding_layout(att_lay)))
         for i, lay in enumerate(opts.dense_ffn):
             hbm["dense_ffn"][i, j] = _sum_parts(dense_ffn_hbm(ctx, lay, tok)) if m.num_dense_layers else 0
         for i, opt in enumerate(opts.moe):
@@ -421,6 +450,5 @@ def _prefill_moe(ctx: CostContext, n: int, opt: MoEOption, t: np.ndarray) -> Mod
 
 
 def _prefill_head(ctx: CostContext, layout, t: np.ndarray, requests_per_device: np.ndarray) -> ModuleCost:
-    emb = embedding_cost(ctx, layout, t)
     head = lm_head_cost(ctx, layout, requests_per_device)
-    return ModuleCost(emb.compute_s + head.compute_s, emb.comm_s + head.comm_s, emb.fixed_s + head.fixed_s)
+    return _plus(embedding_cost(ctx, layout, t), head) if ctx.model.tie_word_embeddings else head

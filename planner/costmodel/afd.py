@@ -69,8 +69,8 @@ from planner.costmodel.memory import (
     attention_hbm,
     dense_ffn_hbm,
     fixed_hbm,
+    head_and_embedding_hbm,
     kv_tokens_in_use,
-    lm_head_hbm,
     moe_hbm,
     prefill_kv_tokens,
 )
@@ -84,7 +84,7 @@ from planner.costmodel.modules import (
 )
 from planner.errors import BadInputError
 from planner.specs.hardware import LinkLevel
-from planner.specs.plan import AfdPlan, SharedExpertLayout, afd_link_level
+from planner.specs.plan import AfdPlan, SharedExpertLayout, afd_link_level, embedding_layout
 
 AFD_ACTIVATION_BYTES = 2.0  # BF16 hidden states both ways (CAMP2P quant_mode 0, see the module docstring)
 GIB = 1024.0**3
@@ -251,7 +251,7 @@ def _mtp_pass_s(
     layer = pipeline_period_s(a, moe.total_s, c, mb) + pipeline_fill_drain_s(a, moe.total_s, c, mb)
     head = (
         lm_head_cost(ctx, section.lm_head_layout, tokens).total_s
-        + embedding_cost(ctx, section.lm_head_layout, tokens).total_s
+        + embedding_cost(ctx, embedding_layout(section, ctx.model.tie_word_embeddings), tokens).total_s
     )
     del m
     return layer + mb * (mtp_projection_s(ctx, tokens) + head)
@@ -270,7 +270,7 @@ def afd_decode_step(ctx: CostContext, section: AfdPlan, concurrency: ArrayLike |
     # the embedding runs in each micro-batch's forward; the LM head and sampling once per step on the
     # merged micro-batches (module docstring)
     head = lm_head_cost(ctx, section.lm_head_layout, tokens * mb).total_s
-    emb = embedding_cost(ctx, section.lm_head_layout, tokens).total_s
+    emb = embedding_cost(ctx, embedding_layout(section, ctx.model.tie_word_embeddings), tokens).total_s
     parts["lm_head"] = head + mb * emb
     if k:
         mtp = np.zeros_like(b)
@@ -358,7 +358,11 @@ def afd_prefill_forward_s(ctx: CostContext, section: AfdPlan, batch_tokens: Arra
     total: np.ndarray = np.sum(list(_pipeline_parts(layers, mb).values()), axis=0)
     # the embedding runs in each micro-batch's forward, the LM head once on their merged output
     head = lm_head_cost(ctx, section.lm_head_layout, requests * mb).total_s
-    return total + head + mb * embedding_cost(ctx, section.lm_head_layout, tokens).total_s
+    return (
+        total
+        + head
+        + mb * embedding_cost(ctx, embedding_layout(section, ctx.model.tie_word_embeddings), tokens).total_s
+    )
 
 
 # ---- HBM on each side ---------------------------------------------------------------------------
@@ -406,7 +410,7 @@ def afd_hbm(
     fixed = fixed_hbm(ctx)
     attention_groups = [
         attention_hbm(ctx, section.attention, tokens, kv, seqs),
-        lm_head_hbm(ctx, section.lm_head_layout, tokens),
+        *head_and_embedding_hbm(ctx, section, tokens),
     ]
     moe_parts = _moe_parts(ctx, section, ffn_tokens)
     if section.shared_expert_on == "attention":

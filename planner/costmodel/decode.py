@@ -34,7 +34,7 @@ from planner.costmodel.modules import (
     lm_head_cost,
     moe_cost,
 )
-from planner.specs.plan import DecodePlan
+from planner.specs.plan import DecodePlan, embedding_layout
 
 
 def hash_routed_saving(ctx: CostContext, router_s: np.ndarray) -> np.ndarray:
@@ -140,7 +140,7 @@ def _step_parts(ctx: CostContext, phase: DecodePlan, b: np.ndarray) -> tuple[dic
         fixed_total += moe.fixed_s * m.num_moe_layers
         imbalance = moe.imbalance
 
-    emb = embedding_cost(ctx, phase.lm_head_layout, tokens)
+    emb = embedding_cost(ctx, embedding_layout(phase, ctx.model.tie_word_embeddings), tokens)
     head = lm_head_cost(ctx, phase.lm_head_layout, tokens)
     parts["lm_head"] = head.compute_s + head.comm_s + emb.compute_s + emb.comm_s
     fixed_total += head.fixed_s + emb.fixed_s
@@ -156,7 +156,7 @@ def _step_parts(ctx: CostContext, phase: DecodePlan, b: np.ndarray) -> tuple[dic
             pass_costs: list[ModuleCost] = [
                 a_pass,
                 lm_head_cost(ctx, phase.lm_head_layout, t_pass),
-                embedding_cost(ctx, phase.lm_head_layout, t_pass),
+                embedding_cost(ctx, embedding_layout(phase, ctx.model.tie_word_embeddings), t_pass),
             ]
             if m.moe is not None and phase.moe is not None:
                 pass_costs.append(

@@ -32,7 +32,7 @@ from planner.costmodel.attention_kinds import layers_cost
 from planner.costmodel.context import CostContext
 from planner.costmodel.modules import dense_ffn_cost, embedding_cost, lm_head_cost
 from planner.specs.model import DraftSpec
-from planner.specs.plan import DecodePlan
+from planner.specs.plan import DecodePlan, embedding_layout
 from planner.specs.quantization import ModuleFormats, QuantizationScheme
 
 DRAFT_WEIGHT_BYTES = 2.0  # BF16, the head's checkpoint dtype
@@ -69,7 +69,7 @@ def draft_pass_s(
     att = layers_cost(dctx, phase.attention, t, sequences_per_device, decode=True)
     ffn = dense_ffn_cost(dctx, phase.dense_layout, t)
     head = lm_head_cost(dctx, phase.lm_head_layout, t)
-    emb = embedding_cost(dctx, phase.lm_head_layout, t)
+    emb = embedding_cost(dctx, embedding_layout(phase, dctx.model.tie_word_embeddings), t)
     projections = _projections_s(draft, dctx, t, first)
     return att.total_s + ffn.total_s * layer.num_dense_layers + head.total_s + emb.total_s + projections
 

@@ -27,6 +27,7 @@ from planner.costmodel.draft import draft_kv_bytes_per_token, draft_weight_bytes
 from planner.costmodel.imbalance import busiest_over_mean
 from planner.costmodel.modules import BF16_BYTES, LOGIT_BYTES
 from planner.specs.plan import (
+    AfdPlan,
     AttentionLayout,
     DecodePlan,
     MoELayout,
@@ -34,6 +35,7 @@ from planner.specs.plan import (
     PhasePlan,
     PrefillPlan,
     SharedExpertLayout,
+    embedding_layout,
     integral_as_int,
 )
 
@@ -231,15 +233,35 @@ def moe_hbm(
     return parts, role
 
 
-def lm_head_hbm(ctx: CostContext, layout: ParallelLayout, logit_tokens_per_device: ArrayLike) -> Parts:
-    """Embedding and LM head weights (vocabulary split by TP) and the logits buffer."""
+def embedding_hbm(ctx: CostContext, layout: ParallelLayout) -> Parts:
+    """Input embedding weights, the vocabulary split over the layout's TP group."""
+    return {
+        "embedding_lm_head_weights": np.asarray(ctx.model.vocab_params() / layout.tp * ctx.quant.vocab_weight_bytes)
+    }
+
+
+def lm_head_hbm(
+    ctx: CostContext, layout: ParallelLayout, logit_tokens_per_device: ArrayLike, shares_embedding: bool = False
+) -> Parts:
+    """LM head weights (vocabulary split by TP) and the logits buffer; `shares_embedding`: a tied model's
+    head is the embedding's table in the same split, counted once (by `embedding_hbm`)."""
     m, q = ctx.model, ctx.quant
     t = np.asarray(logit_tokens_per_device, dtype=float)
-    copies = 1 if m.tie_word_embeddings else 2
+    copies = 0 if shares_embedding else 1
     return {
         "embedding_lm_head_weights": np.full_like(t, copies * m.vocab_params() / layout.tp * q.vocab_weight_bytes),
         "activations": t * m.vocab_size * LOGIT_BYTES,
     }
+
+
+def head_and_embedding_hbm(
+    ctx: CostContext, section: PhasePlan | AfdPlan, logit_tokens_per_device: ArrayLike
+) -> list[Parts]:
+    """The LM head's and the input embedding's HBM of a phase or an AFD section (`embedding_layout`)."""
+    emb = embedding_layout(section, ctx.model.tie_word_embeddings)
+    head = section.lm_head_layout
+    shares = ctx.model.tie_word_embeddings and emb.tp == head.tp
+    return [lm_head_hbm(ctx, head, logit_tokens_per_device, shares), embedding_hbm(ctx, emb)]
 
 
 def fixed_hbm(ctx: CostContext) -> dict[str, float]:
@@ -281,7 +303,7 @@ def _phase_hbm(
         attention_hbm(ctx, phase.attention, tokens, kv_tokens, kv_sequences),
         dense_ffn_hbm(ctx, phase.dense_layout, tokens),
         moe_parts,
-        lm_head_hbm(ctx, phase.lm_head_layout, logit_tokens),
+        *head_and_embedding_hbm(ctx, phase, logit_tokens),
         fixed=fixed_hbm(ctx),
     )
     return HbmUse(parts, role, ctx.hbm_capacity_bytes)

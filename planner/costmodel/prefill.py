@@ -53,7 +53,7 @@ from planner.costmodel.modules import (
     lm_head_cost,
     moe_cost,
 )
-from planner.specs.plan import PrefillPlan
+from planner.specs.plan import PrefillPlan, embedding_layout
 
 
 @dataclass
@@ -146,7 +146,7 @@ def prefill_forward(ctx: CostContext, phase: PrefillPlan, batch_tokens: ArrayLik
         comm_parts["moe_comm"] = moe.comm_s * m.num_moe_layers
         fixed += moe.fixed_s * m.num_moe_layers
         imbalance = moe.imbalance
-    emb = embedding_cost(ctx, phase.lm_head_layout, t)
+    emb = embedding_cost(ctx, embedding_layout(phase, ctx.model.tie_word_embeddings), t)
     head = lm_head_cost(ctx, phase.lm_head_layout, requests / n)
     compute["lm_head"] = emb.compute_s + head.compute_s
     comm_parts["lm_head_comm"] = emb.comm_s + head.comm_s

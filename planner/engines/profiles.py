@@ -95,6 +95,11 @@ class Capabilities(Strict):
     attention_hybrid: bool
     dense_ffn_tp: TpRule
     lm_head_tp: TpRule
+    embedding_source: str = Field(
+        min_length=1,
+        description="where the release lays the input embedding over the attention's TP group (the only "
+        "embedding layout its launch can say)",
+    )
     moe_comm: dict[str, list[Literal["allgather", "alltoall"]]]
     mtp_tokens_max: int = Field(ge=0, le=16)
     draft_models: list[Literal["eagle3"]] = Field(
@@ -410,6 +415,13 @@ def phase_problems(
             f"{field}lm_head: {head.short()} with attention {att.short()} cannot be expressed in {profile.label} "
             f"(rule '{cap.lm_head_tp}', see docs/engines.md); {fix}."
         )
+    emb = phase.embedding
+    if emb is not None and (emb.dp, emb.tp) != (att.pre_layout.dp, att.pre_layout.tp):
+        out.append(
+            f"{field}embedding: {emb.short()} cannot be expressed in {profile.label}, which lays the input embedding "
+            f"over the attention's TP group ({att.pre_layout.short()}: {cap.embedding_source}); drop the plan's "
+            f"embedding or {fix}."
+        )
     if experts is not None and phase.moe is not None:
         out.extend(_moe_problems(profile, hw, field, phase.moe, phase.shared_expert, experts))
     if micro not in cap.prefill_micro_batches:
@@ -572,6 +584,7 @@ def _afd_attention_side_problems(profile: EngineProfile, plan: Plan, hw: Hardwar
         devices=section.attention_devices,
         attention=section.attention,
         lm_head=section.lm_head_layout,
+        embedding=section.embedding,
     )
     return phase_problems(profile, hw, "afd.", side, None, False, 1, 0)
 

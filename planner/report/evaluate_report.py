@@ -65,7 +65,8 @@ def _tpot_text(plan: Plan, block: DecodePrediction | AfdPrediction | ColocatedPr
 
 
 def layout_summary(phase: PhasePlan) -> str:
-    """Short form of a phase's layouts: attention, dense FFN, MoE, shared expert, LM head."""
+    """Short form of a phase's layouts: attention, dense FFN, MoE, shared expert, LM head (and the embedding
+    where the plan lays it out itself)."""
     parts = [f"attn {phase.attention.short()}"]
     if phase.dense_ffn is not None:
         parts.append(f"ffn {phase.dense_ffn.short()}")
@@ -74,6 +75,8 @@ def layout_summary(phase: PhasePlan) -> str:
     if phase.shared_expert.placement != "replicated":
         parts.append(f"shared {phase.shared_expert.short()}")
     parts.append(f"head {phase.lm_head_layout.short()}")
+    if phase.embedding is not None:
+        parts.append(f"embedding {phase.embedding.short()}")
     return ", ".join(parts)
 
 

@@ -24,7 +24,16 @@ from planner.specs.workload import Workload
 __all__ = ["Workload"]  # the workload section lives in planner.specs.workload (lengths, prefix hits)
 
 # what the decode and prefill sections of a v1 colocated plan had to share (one layout, one set of instances)
-COLOCATED_SHARED_FIELDS = ("devices", "instances", "attention", "dense_ffn", "moe", "shared_expert", "lm_head")
+COLOCATED_SHARED_FIELDS = (
+    "devices",
+    "instances",
+    "attention",
+    "dense_ffn",
+    "moe",
+    "shared_expert",
+    "lm_head",
+    "embedding",
+)
 PLAN_SCHEMA_VERSION = 2
 MAX_DEVICES_PER_INSTANCE = 1_000_000
 MAX_CONCURRENCY_PER_DEVICE = 10_000_000
@@ -205,6 +214,33 @@ class SharedExpertLayout(Strict):
         return "replicated"
 
 
+EMBEDDING_DESCRIPTION = (
+    "input embedding (vocabulary split over tp); default: over the attention's TP group (its 'pre' layout), as "
+    "vLLM, vllm-ascend, SGLang and MindIE lay it out, or with the LM head when the model ties the two"
+)
+
+
+def embedding_layout(section: Any, tied: bool) -> ParallelLayout:
+    """The input embedding's layout of a phase or an AFD section: the plan's `embedding`; else, for a model
+    that ties its embedding to its LM head, the LM head's (one table); else the attention's TP group (its
+    'pre' layout, where the tokens enter), as the engines moeplan launches lay it out: vLLM's and
+    vllm-ascend's VocabParallelEmbedding over the TP group (vllm-ascend's finegrained embedding TP needs
+    recompute_scheduler_enable, ascend_config.py at v0.25.1rc1), SGLang 0.5.23's over the attention-TP
+    group (layers/vocab_parallel_embedding.py get_embedding_tp_kwargs), MindIE's word_embed_tp = attn_tp
+    (atb_llm/utils/mapping.py at 8b4871ad)."""
+    if section.embedding is not None:
+        return section.embedding
+    if tied:
+        return section.lm_head_layout
+    return attention_embedding_layout(section.attention)
+
+
+def attention_embedding_layout(attention: AttentionLayout) -> ParallelLayout:
+    """The embedding over the attention's TP group: the layout of its 'pre' part, where the tokens enter."""
+    pre = attention.pre_layout
+    return ParallelLayout(dp=pre.dp, tp=pre.tp)
+
+
 class PhasePlan(Strict):
     """What both phases share: instance size and count, and one layout per module."""
 
@@ -215,6 +251,7 @@ class PhasePlan(Strict):
     moe: MoELayout | None = None
     shared_expert: SharedExpertLayout = SharedExpertLayout()
     lm_head: ParallelLayout | None = None
+    embedding: ParallelLayout | None = Field(default=None, description=EMBEDDING_DESCRIPTION)
 
     @property
     def dense_layout(self) -> ParallelLayout:
@@ -223,7 +260,7 @@ class PhasePlan(Strict):
 
     @property
     def lm_head_layout(self) -> ParallelLayout:
-        """Embedding and LM head layout; pure data parallel when the plan leaves it out."""
+        """LM head layout; pure data parallel when the plan leaves it out."""
         return self.lm_head or ParallelLayout(dp=self.devices, tp=1)
 
     @property
@@ -437,9 +474,8 @@ class AfdPlan(Strict):
     moe: MoELayout | None = Field(default=None, description="experts over the FFN devices")
     shared_expert: SharedExpertLayout = SharedExpertLayout()
     shared_expert_on: Literal["ffn", "attention"] = "ffn"
-    lm_head: ParallelLayout | None = Field(
-        default=None, description="embedding and LM head over the attention devices (default: DP)"
-    )
+    lm_head: ParallelLayout | None = Field(default=None, description="LM head over the attention devices (default: DP)")
+    embedding: ParallelLayout | None = Field(default=None, description=EMBEDDING_DESCRIPTION)
     concurrency_per_device: ConcurrencyPerDevice = Field(
         description="sequences in flight per attention device (a multiple of 1/attention.tp below one)"
     )
@@ -496,7 +532,7 @@ class AfdPlan(Strict):
 
     @property
     def lm_head_layout(self) -> ParallelLayout:
-        """Embedding and LM head layout; pure data parallel over the attention devices when left out."""
+        """LM head layout; pure data parallel over the attention devices when left out."""
         return self.lm_head or ParallelLayout(dp=self.attention_devices, tp=1)
 
     @property
@@ -686,6 +722,8 @@ def check_phase(phase_name: str, phase: PhasePlan, model: ModelSpec, hw: Hardwar
     elif phase.dense_ffn is not None:
         raise BadInputError(f"{phase_name}.dense_ffn: model '{model.name}' has no dense FFN layers; remove it.")
     _tiles(f"{phase_name}.lm_head", phase.lm_head_layout, n)
+    if phase.embedding is not None:
+        _tiles(f"{phase_name}.embedding", phase.embedding, n)
     shared = phase.shared_expert
     if model.moe is None:
         if phase.moe is not None and not (phase.moe.ep == 1 and phase.moe.slots_per_device == 1):
@@ -811,6 +849,8 @@ def check_afd(section: AfdPlan, model: ModelSpec, hw: HardwareSpec, field: str =
     for label, lay in (("", att), (".pre", att.pre_layout), (".post", att.post_layout)):
         _divides(f"{field}.attention{label}", lay.tp, heads, heads_what)
     _tiles(f"{field}.lm_head", section.lm_head_layout, a)
+    if section.embedding is not None:
+        _tiles(f"{field}.embedding", section.embedding, a)
     if model.num_dense_layers:
         _tiles(
             f"{field}.dense_ffn (on the {section.dense_ffn_on} side)", section.dense_layout, section.dense_side_devices

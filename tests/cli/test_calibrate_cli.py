@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from planner.specs.catalog import load_hardware
-from tests.conftest import PLANS, REPO, run_cli
+from tests.conftest import PLANS, REPO, engines_embedding, run_cli
 
 EXAMPLE = REPO / "docs" / "examples" / "calibration"
 
@@ -140,7 +140,8 @@ def test_emit_bench_then_calibrate_bench_then_plan_on_the_fitted_machine(tmp_pat
     import sys
 
     out = tmp_path / "export"
-    r = run_cli("evaluate", str(PLANS / "a2-d70.yaml"), "--emit", "vllm-ascend", str(out))
+    d70 = engines_embedding(PLANS / "a2-d70.yaml", tmp_path)  # vllm-ascend's embedding: over the attention
+    r = run_cli("evaluate", str(d70), "--emit", "vllm-ascend", str(out))
     assert r.exit_code == 0, r.output
     script = (out / "bench" / "vllm_bench_serve.sh").read_text()
     slots = 72 * 32

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from planner.specs.quantization import QUANTIZATION_SCHEMES
-from tests.conftest import PLANS, REPO, run_cli
+from tests.conftest import PLANS, REPO, engines_embedding, run_cli
 
 SWEEP = ("sweep", "--hardware", "a2", "--max-cards", "16", "--tpot-ms", "50:100:50")
 
@@ -79,18 +79,20 @@ def test_evaluate_leaves_an_existing_out_file_as_it_was_when_emit_refuses(tmp_pa
     assert _leftovers(tmp_path) == ["f.json"]
 
 
-def test_evaluate_writes_out_and_emit_together_when_both_succeed(tmp_path):
+def test_evaluate_writes_out_and_emit_together_when_both_succeed(tmp_path, tmp_path_factory):
     out, emit_dir = tmp_path / "f.json", tmp_path / "D"
-    r = run_cli("evaluate", "a2-d70", "--out", str(out), "--emit", "vllm-ascend", str(emit_dir))
+    d70 = engines_embedding(PLANS / "a2-d70.yaml", tmp_path_factory.mktemp("plan"))
+    r = run_cli("evaluate", str(d70), "--out", str(out), "--emit", "vllm-ascend", str(emit_dir))
     assert r.exit_code == 0, r.output
     assert "predicted" in json.loads(out.read_text())
     assert (emit_dir / "launch.json").is_file()
     assert _leftovers(tmp_path) == ["D", "f.json"]  # no temporary file or folder left beside them
 
 
-def test_emit_all_into_a_new_folder_writes_every_engine_or_nothing(tmp_path):
+def test_emit_all_into_a_new_folder_writes_every_engine_or_nothing(tmp_path, tmp_path_factory):
     emit_dir = tmp_path / "D"
-    r = run_cli("evaluate", "a2-d70", "--emit", "vllm-ascend,mindie", str(emit_dir))
+    d70 = engines_embedding(PLANS / "a2-d70.yaml", tmp_path_factory.mktemp("plan"))
+    r = run_cli("evaluate", str(d70), "--emit", "vllm-ascend,mindie", str(emit_dir))
     assert r.exit_code == 0, r.output
     assert _leftovers(emit_dir) == ["mindie", "vllm-ascend"]
     assert _leftovers(tmp_path) == ["D"]

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from planner.placement import read_expert_map
-from tests.conftest import PLANS, run_cli
+from tests.conftest import PLANS, engines_embedding, run_cli
 
 
 def test_default_plan_prints_ranked_plans_and_status():
@@ -97,7 +97,10 @@ def test_emit_all_writes_one_folder_per_engine_and_refuses_to_overwrite(tmp_path
 def test_evaluate_emits_a_written_plan_and_names_what_an_engine_lacks(tmp_path):
     r = run_cli("evaluate", "cm-d", "--emit", "sglang", str(tmp_path / "s"))
     assert r.exit_code == 2 and "decode.shared_expert" in r.output
-    r = run_cli("evaluate", "cm-d", "--emit", "mindie", str(tmp_path / "m"))
+    # MindIE lays the embedding over the attention: the report's CM-D with that embedding
+    r = run_cli(
+        "evaluate", str(engines_embedding(PLANS / "cm-d.yaml", tmp_path)), "--emit", "mindie", str(tmp_path / "m")
+    )
     assert r.exit_code == 0, r.output
     assert "engines that run this plan:" in r.output and "mindie 3.0.0.beta.1+8b4871ad: yes" in " ".join(
         r.output.split()

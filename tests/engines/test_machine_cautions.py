@@ -12,7 +12,7 @@ import pytest
 
 from planner.engines.profiles import ENGINES, load_profile
 from planner.specs.catalog import load_hardware
-from tests.conftest import run_cli
+from tests.conftest import PLANS, engines_embedding, run_cli
 
 KEPT = Path(__file__).resolve().parents[2] / "kept-aside"
 
@@ -60,9 +60,10 @@ def test_the_caution_prints_when_planning_that_engine_there_only():
 
 
 def test_evaluate_emit_prints_the_caution(tmp_path):
-    result = run_cli("evaluate", "plans/a2-d70.yaml", "--emit", "vllm-ascend", str(tmp_path / "v"))
+    d70 = engines_embedding(PLANS / "a2-d70.yaml", tmp_path)
+    result = run_cli("evaluate", str(d70), "--emit", "vllm-ascend", str(tmp_path / "v"))
     assert result.exit_code == 0, result.output
     assert "warning: vLLM-Ascend on hardware 'a2'" in result.output
-    mindie = run_cli("evaluate", "plans/a2-d70.yaml", "--emit", "mindie", str(tmp_path / "m"))
+    mindie = run_cli("evaluate", str(d70), "--emit", "mindie", str(tmp_path / "m"))
     assert mindie.exit_code == 0, mindie.output
     assert "on hardware 'a2'" not in mindie.output

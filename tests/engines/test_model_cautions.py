@@ -15,7 +15,7 @@ import pytest
 from planner.costmodel.coverage import checked_models
 from planner.engines.profiles import ENGINES, engine_model_note, load_profile
 from planner.specs.catalog import load_model
-from tests.conftest import run_cli
+from tests.conftest import PLANS, engines_embedding, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 QWEN35_RUNS = ROOT / "kept-aside" / "vllm-ascend-qwen35-397b-w8a8.yaml"
@@ -72,7 +72,8 @@ def test_the_caution_prints_for_that_engine_and_model_only(tmp_path):
     emitted = run_cli("evaluate", str(QWEN35_A3_PLAN), "--emit", "vllm-ascend", str(tmp_path / "v"))
     assert emitted.exit_code == 0, emitted.output
     assert f"warning: {caution}" in " ".join(emitted.output.split())
-    other = run_cli("evaluate", "plans/a2-d70.yaml", "--emit", "vllm-ascend", str(tmp_path / "r1"))
+    d70 = engines_embedding(PLANS / "a2-d70.yaml", tmp_path)
+    other = run_cli("evaluate", str(d70), "--emit", "vllm-ascend", str(tmp_path / "r1"))
     assert other.exit_code == 0, other.output
     assert "with model" not in other.output
     assert engine_model_note("qwen3.5-397b-a17b", "sglang") is None

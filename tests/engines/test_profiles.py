@@ -33,8 +33,9 @@ def _problems(name: str, engine: str) -> list[str]:
 
 
 def test_published_plans_against_the_engines():
-    # A2-D70: DP32 attention with dense FFN / LM head DP4xTP8 (finegrained TP over DP ranks)
-    assert _problems("a2-d70.yaml", "vllm-ascend") == []
+    # A2-D70: DP32 attention with dense FFN / LM head DP4xTP8 (finegrained TP over DP ranks); the report's
+    # embedding DP4xTP8 is the one thing vllm-ascend cannot say (its embedding TP needs the recompute scheduler)
+    assert [p.split(":")[0] for p in _problems("a2-d70.yaml", "vllm-ascend")] == ["decode.embedding"]
     assert any(p.startswith("decode.lm_head") for p in _problems("a2-d70.yaml", "sglang"))
     # CM-D: 32 dedicated shared-expert dies; only MindIE runs external shared experts, on CM384
     assert any(p.startswith("decode.shared_expert") for p in _problems("cm-d.yaml", "vllm-ascend"))

@@ -17,7 +17,7 @@ from planner.costmodel.evaluate import evaluate_plan, plan_with_prediction
 from planner.errors import BadInputError
 from planner.report.launch.memory_flags import LaunchMemory, hbm_utilization_for, parse_launch_memory
 from planner.specs.catalog import load_plan
-from tests.conftest import run_cli
+from tests.conftest import PLANS, engines_embedding, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,8 +62,8 @@ def test_vllm_ascend_launch_carries_the_fraction_it_was_read_from(tmp_path):
     HCCL's set-up, graphs are captured after the KV cache): the plan fills the flag plus 3 GiB of 64."""
     scored = tmp_path / "scored.json"
     result = run_cli(
-        "evaluate", "plans/a2-d70.yaml", "--launch-memory-fraction", "vllm-ascend=0.88", "--json", str(scored),
-        "--emit", "vllm-ascend", str(tmp_path / "vllm"),
+        "evaluate", str(engines_embedding(PLANS / "a2-d70.yaml", tmp_path)), "--launch-memory-fraction",
+        "vllm-ascend=0.88", "--json", str(scored), "--emit", "vllm-ascend", str(tmp_path / "vllm"),
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "--gpu-memory-utilization 0.88 of 64.0 GiB plus 3.00 GiB it leaves outside (runtime reserve)" in (
