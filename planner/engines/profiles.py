@@ -25,7 +25,15 @@ from pydantic import Field
 from planner.errors import BadInputError
 from planner.specs.hardware import HardwareSpec, Strict
 from planner.specs.model import ModelSpec
-from planner.specs.plan import AttentionLayout, MoELayout, ParallelLayout, PhasePlan, Plan, SharedExpertLayout
+from planner.specs.plan import (
+    AttentionLayout,
+    MoELayout,
+    ParallelLayout,
+    PhasePlan,
+    Plan,
+    SharedExpertLayout,
+    attention_embedding_layout,
+)
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 ENGINES: tuple[str, ...] = ("vllm-ascend", "sglang", "mindie")
@@ -415,11 +423,11 @@ def phase_problems(
             f"{field}lm_head: {head.short()} with attention {att.short()} cannot be expressed in {profile.label} "
             f"(rule '{cap.lm_head_tp}', see docs/engines.md); {fix}."
         )
-    emb = phase.embedding
-    if emb is not None and (emb.dp, emb.tp) != (att.pre_layout.dp, att.pre_layout.tp):
+    emb, engines_emb = phase.embedding, attention_embedding_layout(att)
+    if emb is not None and emb != engines_emb:
         out.append(
             f"{field}embedding: {emb.short()} cannot be expressed in {profile.label}, which lays the input embedding "
-            f"over the attention's TP group ({att.pre_layout.short()}: {cap.embedding_source}); drop the plan's "
+            f"over the attention's TP group ({engines_emb.short()}: {cap.embedding_source}); drop the plan's "
             f"embedding or {fix}."
         )
     if experts is not None and phase.moe is not None:
